@@ -1,0 +1,226 @@
+//! The one trait every backend implements, and the checks every call goes through first.
+//!
+//! A backend supplies buffers and [`Backend::run`], which launches one already-validated
+//! [`Job`]. Engines call the provided methods ([`Backend::race_from_logits`] and friends); they
+//! check shapes and buffer lengths on the host, so no kernel is ever launched with bad sizes.
+
+use crate::error::{Error, Result};
+use crate::types::{Element, RowParams, Shape};
+use half::{bf16, f16};
+
+/// Logits in one of the supported element formats, on a backend's device.
+pub enum Logits<'a, B: Backend + ?Sized> {
+    F32(&'a B::Buffer<f32>),
+    F16(&'a B::Buffer<f16>),
+    Bf16(&'a B::Buffer<bf16>),
+}
+
+impl<B: Backend + ?Sized> Clone for Logits<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B: Backend + ?Sized> Copy for Logits<'_, B> {}
+
+impl<B: Backend + ?Sized> Logits<'_, B> {
+    fn len(&self) -> usize {
+        match self {
+            Logits::F32(b) => B::len(*b),
+            Logits::F16(b) => B::len(*b),
+            Logits::Bf16(b) => B::len(*b),
+        }
+    }
+}
+
+/// Where a sampling call writes: one token per row and, when given, the token's
+/// log-probability under softmax(l / T) (T = 1 for greedy rows).
+pub struct Output<'a, B: Backend + ?Sized> {
+    pub tokens: &'a mut B::Buffer<u32>,
+    pub logprobs: Option<&'a mut B::Buffer<f32>>,
+}
+
+/// One validated kernel launch.
+pub enum Job<'a, B: Backend + ?Sized> {
+    Softmax {
+        shape: Shape,
+        logits: Logits<'a, B>,
+        rows: &'a B::Buffer<RowParams>,
+        probs: &'a mut B::Buffer<f32>,
+    },
+    Greedy {
+        shape: Shape,
+        logits: Logits<'a, B>,
+        out: Output<'a, B>,
+    },
+    RaceLogits {
+        shape: Shape,
+        logits: Logits<'a, B>,
+        rows: &'a B::Buffer<RowParams>,
+        out: Output<'a, B>,
+    },
+    RaceProbs {
+        shape: Shape,
+        probs: &'a B::Buffer<f32>,
+        rows: &'a B::Buffer<RowParams>,
+        out: Output<'a, B>,
+    },
+    /// `blocks` holds six words per item (counter, key); `out` four per item.
+    Philox {
+        items: usize,
+        blocks: &'a B::Buffer<u32>,
+        out: &'a mut B::Buffer<u32>,
+    },
+    /// The race's Gumbel noise, `batch x vocab`, dense.
+    GumbelNoise {
+        shape: Shape,
+        rows: &'a B::Buffer<RowParams>,
+        noise: &'a mut B::Buffer<f32>,
+    },
+}
+
+/// `write` must fit: the data may be shorter than the buffer, never longer.
+pub(crate) fn check_write(len: usize, data: usize) -> Result<()> {
+    need("write target", len, data)
+}
+
+fn need(name: &'static str, len: usize, need: usize) -> Result<()> {
+    if len < need {
+        return Err(Error::BufferTooShort { name, len, need });
+    }
+    Ok(())
+}
+
+/// A place that samples: the CPU, a wgpu device or a CUDA device.
+pub trait Backend {
+    /// A device buffer of `T` (a `Vec` on the CPU, a wrapped `wgpu::Buffer`, a `CudaSlice`).
+    type Buffer<T: Element>;
+
+    /// What this backend runs on, for logs and test reports.
+    fn describe(&self) -> String;
+    fn upload<T: Element>(&self, data: &[T]) -> Result<Self::Buffer<T>>;
+    fn zeros<T: Element>(&self, len: usize) -> Result<Self::Buffer<T>>;
+    /// Overwrites the start of `buf` with `data`, without allocating (for per-step parameters).
+    fn write<T: Element>(&self, buf: &mut Self::Buffer<T>, data: &[T]) -> Result<()>;
+    /// Copies a buffer back to the host, waiting for the work that writes it.
+    fn download<T: Element>(&self, buf: &Self::Buffer<T>) -> Result<Vec<T>>;
+    fn len<T: Element>(buf: &Self::Buffer<T>) -> usize;
+    /// Launches a job whose sizes were checked by the provided methods.
+    fn run(&self, job: Job<'_, Self>) -> Result<()>;
+
+    /// Softmax of `l / T` per row (greedy rows at T = 1) into `probs`, with the logits' stride.
+    fn softmax(
+        &self,
+        shape: Shape,
+        logits: Logits<'_, Self>,
+        rows: &Self::Buffer<RowParams>,
+        probs: &mut Self::Buffer<f32>,
+    ) -> Result<()> {
+        check_rows::<Self>(shape, logits.len(), rows)?;
+        need("probs", Self::len(probs), shape.elements())?;
+        self.run(Job::Softmax {
+            shape,
+            logits,
+            rows,
+            probs,
+        })
+    }
+
+    /// The lowest index of each row's largest logit (NaN is never chosen).
+    fn greedy(&self, shape: Shape, logits: Logits<'_, Self>, out: Output<'_, Self>) -> Result<()> {
+        shape.validate()?;
+        need("logits", logits.len(), shape.elements())?;
+        check_output(shape, &out)?;
+        self.run(Job::Greedy { shape, logits, out })
+    }
+
+    /// Samples each row from softmax(l / T) with one read of the logits: argmax of
+    /// `l / T + Gumbel` with the row's Philox noise. Greedy rows take the plain argmax.
+    fn race_from_logits(
+        &self,
+        shape: Shape,
+        logits: Logits<'_, Self>,
+        rows: &Self::Buffer<RowParams>,
+        out: Output<'_, Self>,
+    ) -> Result<()> {
+        check_rows::<Self>(shape, logits.len(), rows)?;
+        check_output(shape, &out)?;
+        self.run(Job::RaceLogits {
+            shape,
+            logits,
+            rows,
+            out,
+        })
+    }
+
+    /// Samples each row from probabilities: argmax of `p / Exponential` (SGLang v0.5.20's rule)
+    /// with the same noise as [`Backend::race_from_logits`]. Greedy rows take the argmax of `p`.
+    fn race_from_probs(
+        &self,
+        shape: Shape,
+        probs: &Self::Buffer<f32>,
+        rows: &Self::Buffer<RowParams>,
+        out: Output<'_, Self>,
+    ) -> Result<()> {
+        check_rows::<Self>(shape, Self::len(probs), rows)?;
+        check_output(shape, &out)?;
+        self.run(Job::RaceProbs {
+            shape,
+            probs,
+            rows,
+            out,
+        })
+    }
+
+    /// Philox4x32-10 of `items` (counter, key) blocks of six words each (for known-answer tests).
+    fn philox(
+        &self,
+        items: usize,
+        blocks: &Self::Buffer<u32>,
+        out: &mut Self::Buffer<u32>,
+    ) -> Result<()> {
+        if items == 0 || items > u32::MAX as usize / 6 {
+            return Err(Error::Shape(format!(
+                "philox items {items} must be in 1..={}",
+                u32::MAX / 6
+            )));
+        }
+        need("blocks", Self::len(blocks), items * 6)?;
+        need("out", Self::len(out), items * 4)?;
+        self.run(Job::Philox { items, blocks, out })
+    }
+
+    /// The Gumbel noise the race adds to each (row, column), written densely.
+    fn gumbel_noise(
+        &self,
+        shape: Shape,
+        rows: &Self::Buffer<RowParams>,
+        noise: &mut Self::Buffer<f32>,
+    ) -> Result<()> {
+        let dense = Shape::dense(shape.batch, shape.vocab);
+        check_rows::<Self>(dense, dense.elements(), rows)?;
+        need("noise", Self::len(noise), dense.elements())?;
+        self.run(Job::GumbelNoise {
+            shape: dense,
+            rows,
+            noise,
+        })
+    }
+}
+
+fn check_rows<B: Backend + ?Sized>(
+    shape: Shape,
+    input_len: usize,
+    rows: &B::Buffer<RowParams>,
+) -> Result<()> {
+    shape.validate()?;
+    need("input", input_len, shape.elements())?;
+    need("rows", B::len(rows), shape.batch)
+}
+
+fn check_output<B: Backend + ?Sized>(shape: Shape, out: &Output<'_, B>) -> Result<()> {
+    need("tokens", B::len(out.tokens), shape.batch)?;
+    if let Some(lp) = &out.logprobs {
+        need("logprobs", B::len(*lp), shape.batch)?;
+    }
+    Ok(())
+}

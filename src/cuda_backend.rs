@@ -1,0 +1,179 @@
+//! The CUDA backend: the generated `.cu` kernels, compiled at run time by NVRTC for the device's
+//! architecture (with `-DSK_BLOCK` from the tuning table) and launched through cudarc.
+//!
+//! cudarc loads libcuda and libnvrtc dynamically: [`CudaBackend::new`] asks whether both are
+//! present before any driver call (cudarc panics otherwise) and returns
+//! [`Error::Unavailable`] when they are not. NVRTC must not be newer than the driver, which
+//! refuses PTX from a newer compiler: put the NVRTC that ships with the driver's CUDA first on the
+//! library path.
+
+use crate::backend::{Backend, Job};
+use crate::error::{Error, Result};
+use crate::kernels::{Device, KernelSource, Launch};
+use crate::types::Element;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// A CUDA device buffer: cudarc's own slice type, so an engine passes what it already has.
+pub type CudaBuffer<T> = CudaSlice<T>;
+
+fn cuda_error(message: impl std::fmt::Display) -> Error {
+    Error::Device {
+        backend: "cuda",
+        message: message.to_string(),
+    }
+}
+
+/// Samples with the generated CUDA kernels on one stream.
+pub struct CudaBackend {
+    stream: Arc<CudaStream>,
+    name: String,
+    arch: &'static str,
+    block: u32,
+    functions: Mutex<HashMap<&'static str, CudaFunction>>,
+}
+
+/// Whether the CUDA driver and NVRTC libraries can be loaded (no driver call is made).
+pub fn libraries_present() -> bool {
+    // SAFETY: these only try to dlopen the libraries.
+    unsafe { cudarc::driver::sys::is_culib_present() && cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// The virtual architecture NVRTC compiles for, and the block size of the tuning table.
+fn target(major: i32) -> (&'static str, u32) {
+    match major {
+        ..=7 => ("compute_75", crate::generated::CUDA_BLOCK_SM75),
+        8 => ("compute_80", crate::generated::CUDA_BLOCK_SM75),
+        _ => ("compute_90", crate::generated::CUDA_BLOCK_SM90),
+    }
+}
+
+/// Compiles one generated kernel to PTX for `arch` with `block` threads per block.
+pub fn compile(
+    kernel: &KernelSource,
+    arch: &'static str,
+    block: u32,
+) -> Result<cudarc::nvrtc::Ptx> {
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(Error::Unavailable(
+            "libnvrtc not found on the library path".into(),
+        ));
+    }
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some(arch),
+        // Keep `a * b + c` two roundings, as the IR and the other backends compute it.
+        fmad: Some(false),
+        options: vec![format!("-DSK_BLOCK={block}")],
+        name: Some(format!("{}.cu", kernel.name)),
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(kernel.cuda, opts)
+        .map_err(|e| cuda_error(format!("NVRTC {}: {e}", kernel.name)))
+}
+
+impl CudaBackend {
+    /// Device `ordinal` on its default stream.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        if !libraries_present() {
+            return Err(Error::Unavailable(
+                "libcuda or libnvrtc not found on the library path".into(),
+            ));
+        }
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| Error::Unavailable(format!("CUDA device {ordinal}: {e}")))?;
+        Self::from_stream(ctx.default_stream())
+    }
+
+    /// Launches on an engine's own stream.
+    pub fn from_stream(stream: Arc<CudaStream>) -> Result<Self> {
+        let ctx = stream.context();
+        let (major, minor) = ctx.compute_capability().map_err(cuda_error)?;
+        let (arch, block) = target(major);
+        let name = format!("{} (sm_{major}{minor})", ctx.name().map_err(cuda_error)?);
+        Ok(CudaBackend {
+            stream,
+            name,
+            arch,
+            block,
+            functions: Mutex::default(),
+        })
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    fn function(&self, kernel: &'static KernelSource) -> Result<CudaFunction> {
+        let mut cache = self
+            .functions
+            .lock()
+            .map_err(|_| cuda_error("function cache poisoned"))?;
+        if let Some(f) = cache.get(kernel.name) {
+            return Ok(f.clone());
+        }
+        let ptx = compile(kernel, self.arch, self.block)?;
+        let module = self.stream.context().load_module(ptx).map_err(cuda_error)?;
+        let f = module.load_function(kernel.name).map_err(cuda_error)?;
+        cache.insert(kernel.name, f.clone());
+        Ok(f)
+    }
+}
+
+impl Device for CudaBackend {
+    type Handle<'a> = u64;
+    fn handle<'a, T: Element>(buf: &'a CudaSlice<T>) -> u64 {
+        let (ptr, _sync) = buf.device_ptr(buf.stream());
+        ptr
+    }
+}
+
+impl Backend for CudaBackend {
+    type Buffer<T: Element> = CudaSlice<T>;
+
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+    fn upload<T: Element>(&self, data: &[T]) -> Result<CudaSlice<T>> {
+        self.stream.clone_htod(data).map_err(cuda_error)
+    }
+    fn zeros<T: Element>(&self, len: usize) -> Result<CudaSlice<T>> {
+        self.stream.alloc_zeros(len.max(1)).map_err(cuda_error)
+    }
+    fn write<T: Element>(&self, buf: &mut CudaSlice<T>, data: &[T]) -> Result<()> {
+        crate::backend::check_write(buf.len(), data.len())?;
+        self.stream
+            .memcpy_htod(data, &mut buf.slice_mut(0..data.len()))
+            .map_err(cuda_error)
+    }
+    fn download<T: Element>(&self, buf: &CudaSlice<T>) -> Result<Vec<T>> {
+        self.stream.clone_dtoh(buf).map_err(cuda_error)
+    }
+    fn len<T: Element>(buf: &CudaSlice<T>) -> usize {
+        buf.len()
+    }
+    fn run(&self, job: Job<'_, Self>) -> Result<()> {
+        let launch: Launch<u64> = Launch::from_job(&job);
+        let function = self.function(launch.kernel)?;
+        // A null pointer for an output the kernel is told (by its flags) not to write.
+        let pointers: Vec<u64> = launch.buffers.iter().map(|h| h.unwrap_or(0)).collect();
+        let mut builder = self.stream.launch_builder(&function);
+        for p in &pointers {
+            builder.arg(p);
+        }
+        for p in &launch.params {
+            builder.arg(p);
+        }
+        let config = LaunchConfig {
+            grid_dim: (launch.work.groups(self.block, i32::MAX as u32), 1, 1),
+            block_dim: (self.block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the arguments match the generated signature (buffers in binding order, then four
+        // u32), and every buffer was checked to cover the shape before this job was built.
+        unsafe { builder.launch(config) }.map_err(cuda_error)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,168 @@
+//! The generated kernels and the one place that turns a [`Job`] into a launch: which kernel,
+//! which buffers in binding order, which parameters. The GPU backends only execute the plan.
+
+use crate::backend::{Backend, Job, Logits};
+use crate::types::{Element, Shape};
+
+/// One generated kernel: its WGSL and CUDA text and what it binds.
+#[derive(Debug)]
+pub struct KernelSource {
+    pub name: &'static str,
+    pub wgsl: &'static str,
+    pub cuda: &'static str,
+    /// Buffer names in binding (argument) order.
+    pub buffers: &'static [&'static str],
+    /// How many times the kernel reads each element of a row, whatever the data.
+    pub passes: u32,
+}
+
+/// Flag bit: write the chosen token's log-probability.
+const FLAG_LOGPROBS: u32 = 1;
+
+/// The kernel called `name` (every name the crate launches is generated).
+pub fn source(name: &str) -> &'static KernelSource {
+    crate::generated::KERNELS
+        .iter()
+        .find(|k| k.name == name)
+        .unwrap_or_else(|| panic!("kernel `{name}` is generated"))
+}
+
+/// A backend whose buffers have a raw handle that a launch can bind.
+pub(crate) trait Device: Backend {
+    type Handle<'a>: Copy
+    where
+        Self: 'a;
+    fn handle<'a, T: Element>(buf: &'a Self::Buffer<T>) -> Self::Handle<'a>;
+}
+
+/// A launch in backend-neutral terms.
+pub(crate) struct Launch<H> {
+    pub kernel: &'static KernelSource,
+    /// In binding order; `None` is an output the kernel will not write (no log-probabilities).
+    pub buffers: Vec<Option<H>>,
+    /// `batch, vocab, stride, flags`.
+    pub params: [u32; 4],
+    /// Rows (one workgroup each), or items for the per-item Philox kernel.
+    pub work: Work,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Work {
+    Rows(u32),
+    Items(u32),
+}
+
+impl Work {
+    /// Workgroups to launch with `block` invocations each, at most `max_groups` (every kernel
+    /// loops over what its grid does not cover).
+    pub fn groups(self, block: u32, max_groups: u32) -> u32 {
+        let n = match self {
+            Work::Rows(rows) => rows,
+            Work::Items(items) => items.div_ceil(block),
+        };
+        n.clamp(1, max_groups)
+    }
+}
+
+fn suffixed<B: Backend + ?Sized>(family: &str, logits: &Logits<'_, B>) -> &'static KernelSource {
+    let dtype = match logits {
+        Logits::F32(_) => "f32",
+        Logits::F16(_) => "f16",
+        Logits::Bf16(_) => "bf16",
+    };
+    source(&format!("{family}_{dtype}"))
+}
+
+fn logits_handle<'a, B: Device + ?Sized>(logits: &Logits<'a, B>) -> B::Handle<'a> {
+    match logits {
+        Logits::F32(b) => B::handle(*b),
+        Logits::F16(b) => B::handle(*b),
+        Logits::Bf16(b) => B::handle(*b),
+    }
+}
+
+fn params(shape: Shape, flags: u32) -> [u32; 4] {
+    let [b, v, s] = shape.words();
+    [b, v, s, flags]
+}
+
+impl<'a, H: Copy> Launch<H> {
+    pub fn from_job<B: Device<Handle<'a> = H> + ?Sized>(job: &'a Job<'a, B>) -> Self {
+        let rows = |shape: Shape| Work::Rows(shape.batch as u32);
+        match job {
+            Job::Softmax {
+                shape,
+                logits,
+                rows: r,
+                probs,
+            } => Launch {
+                kernel: suffixed("softmax", logits),
+                buffers: vec![
+                    Some(logits_handle(logits)),
+                    Some(B::handle(*r)),
+                    Some(B::handle(&**probs)),
+                ],
+                params: params(*shape, 0),
+                work: rows(*shape),
+            },
+            Job::Greedy { shape, logits, out }
+            | Job::RaceLogits {
+                shape, logits, out, ..
+            } => {
+                let (family, row_params) = match job {
+                    Job::RaceLogits { rows: r, .. } => ("race_logits", Some(B::handle(*r))),
+                    _ => ("greedy", None),
+                };
+                let mut buffers = vec![Some(logits_handle(logits))];
+                if row_params.is_some() {
+                    buffers.push(row_params);
+                }
+                let lp = out.logprobs.as_deref().map(|b| B::handle(b));
+                buffers.extend([Some(B::handle(&*out.tokens)), lp]);
+                let flags = if lp.is_some() { FLAG_LOGPROBS } else { 0 };
+                Launch {
+                    kernel: suffixed(family, logits),
+                    buffers,
+                    params: params(*shape, flags),
+                    work: rows(*shape),
+                }
+            }
+            Job::RaceProbs {
+                shape,
+                probs,
+                rows: r,
+                out,
+            } => {
+                let lp = out.logprobs.as_deref().map(|b| B::handle(b));
+                let flags = if lp.is_some() { FLAG_LOGPROBS } else { 0 };
+                Launch {
+                    kernel: source("race_probs"),
+                    buffers: vec![
+                        Some(B::handle(*probs)),
+                        Some(B::handle(*r)),
+                        Some(B::handle(&*out.tokens)),
+                        lp,
+                    ],
+                    params: params(*shape, flags),
+                    work: rows(*shape),
+                }
+            }
+            Job::Philox { items, blocks, out } => Launch {
+                kernel: source("philox4x32_10"),
+                buffers: vec![Some(B::handle(*blocks)), Some(B::handle(&**out))],
+                params: [*items as u32, 0, 0, 0],
+                work: Work::Items(*items as u32),
+            },
+            Job::GumbelNoise {
+                shape,
+                rows: r,
+                noise,
+            } => Launch {
+                kernel: source("gumbel_noise"),
+                buffers: vec![Some(B::handle(*r)), Some(B::handle(&**noise))],
+                params: params(*shape, 0),
+                work: rows(*shape),
+            },
+        }
+    }
+}

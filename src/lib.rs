@@ -1,0 +1,42 @@
+//! # sampling-kernels
+//!
+//! Turns a batch of LLM logits into next tokens on the GPU, exactly, with one read of the
+//! logits. Every kernel is written once in a typed IR (`xtask/`) and printed as WGSL (run by
+//! [`WgpuBackend`]) and CUDA (run by `CudaBackend` through NVRTC); [`CpuBackend`] is the plain
+//! float64 oracle every GPU result is tested against.
+//!
+//! Sampling is the exponential race: the token is `argmax_j l_j / T + G_j` with Gumbel noise
+//! `G` from Philox4x32-10 keyed by the request's (seed, offset), never by its row, so every
+//! backend draws the same numbers and a token does not depend on its batch. See [`philox`].
+//!
+//! ```
+//! use sampling_kernels::{Backend, CpuBackend, Logits, Output, RowParams, Shape};
+//! let cpu = CpuBackend;
+//! let logits = cpu.upload(&[0.5f32, 2.0, -1.0, 2.0]).unwrap();
+//! let rows = cpu.upload(&[RowParams::new(0.7, 42, 0)]).unwrap();
+//! let mut tokens = cpu.zeros::<u32>(1).unwrap();
+//! let out = Output { tokens: &mut tokens, logprobs: None };
+//! cpu.race_from_logits(Shape::dense(1, 4), Logits::F32(&logits), &rows, out).unwrap();
+//! assert!(tokens[0] < 4);
+//! ```
+
+pub mod backend;
+pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda_backend;
+pub mod error;
+mod generated;
+pub mod kernels;
+pub mod philox;
+pub mod types;
+#[cfg(feature = "wgpu")]
+pub mod wgpu_backend;
+
+pub use backend::{Backend, Job, Logits, Output};
+pub use cpu::CpuBackend;
+#[cfg(feature = "cuda")]
+pub use cuda_backend::{CudaBackend, CudaBuffer};
+pub use error::{Error, Result};
+pub use types::{DType, Element, RowParams, Shape, GREEDY_EPS};
+#[cfg(feature = "wgpu")]
+pub use wgpu_backend::{WgpuBackend, WgpuBuffer};

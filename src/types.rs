@@ -1,0 +1,144 @@
+//! The shapes, element types and per-row parameters that every backend shares.
+
+use crate::error::{Error, Result};
+use bytemuck::{Pod, Zeroable};
+
+/// `batch` rows of `vocab` values, row `r` starting at element `r * stride`. A stride above the
+/// vocabulary covers padded vocabularies (a model's 151936 columns of which 151643 are tokens).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub batch: usize,
+    pub vocab: usize,
+    pub stride: usize,
+}
+
+impl Shape {
+    /// Rows packed back to back.
+    pub fn dense(batch: usize, vocab: usize) -> Self {
+        Shape {
+            batch,
+            vocab,
+            stride: vocab,
+        }
+    }
+
+    /// Elements a buffer of this shape must hold: the last row need not be padded.
+    pub fn elements(&self) -> usize {
+        (self.batch - 1) * self.stride + self.vocab
+    }
+
+    /// Checks that the shape can be launched: non-empty, stride at least the vocabulary, and
+    /// every element index within the 32-bit range the kernels index with.
+    pub fn validate(&self) -> Result<()> {
+        if self.batch == 0 {
+            return Err(Error::Shape(
+                "batch is 0; a call needs at least one row".into(),
+            ));
+        }
+        if self.vocab == 0 {
+            return Err(Error::Shape(
+                "vocab is 0; a row needs at least one column".into(),
+            ));
+        }
+        if self.stride < self.vocab {
+            return Err(Error::Shape(format!(
+                "stride {} is below vocab {}",
+                self.stride, self.vocab
+            )));
+        }
+        let last = (self.batch as u128) * (self.stride as u128);
+        if last > u32::MAX as u128 {
+            return Err(Error::Shape(format!(
+                "batch {} x stride {} = {last} elements exceeds the 32-bit indexing limit ({}); split the batch",
+                self.batch,
+                self.stride,
+                u32::MAX
+            )));
+        }
+        Ok(())
+    }
+
+    /// The kernels' `batch, vocab, stride` parameters, once validated.
+    pub(crate) fn words(&self) -> [u32; 3] {
+        [self.batch as u32, self.vocab as u32, self.stride as u32]
+    }
+}
+
+/// Element formats of logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DType {
+    F32,
+    F16,
+    Bf16,
+}
+
+/// Per-row parameters, one 32-byte record per row, as the kernels read them.
+///
+/// `seed` and `offset` key the row's noise (see [`crate::philox`]): an engine passes the
+/// request's seed and its decode step, so a token never depends on the row it sits in.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
+pub struct RowParams {
+    /// Temperature; below [`GREEDY_EPS`] the row is greedy.
+    pub temperature: f32,
+    /// Words the filter kernels will read (top_k, top_p, min_p); zero until then.
+    reserved: [u32; 3],
+    seed: [u32; 2],
+    offset: [u32; 2],
+}
+
+/// Temperatures below this are greedy, as in SGLang (`_SAMPLING_EPS`).
+pub const GREEDY_EPS: f32 = 1e-6;
+
+impl RowParams {
+    pub fn new(temperature: f32, seed: u64, offset: u64) -> Self {
+        RowParams {
+            temperature,
+            reserved: [0; 3],
+            seed: [seed as u32, (seed >> 32) as u32],
+            offset: [offset as u32, (offset >> 32) as u32],
+        }
+    }
+    /// A greedy row: no noise, the lowest index among the largest logits.
+    pub fn greedy() -> Self {
+        Self::new(0.0, 0, 0)
+    }
+    pub fn seed(&self) -> u64 {
+        self.seed[0] as u64 | (self.seed[1] as u64) << 32
+    }
+    pub fn offset(&self) -> u64 {
+        self.offset[0] as u64 | (self.offset[1] as u64) << 32
+    }
+    /// Whether the row draws noise (temperature at or above [`GREEDY_EPS`]; NaN is greedy).
+    pub fn is_sampled(&self) -> bool {
+        self.temperature >= GREEDY_EPS
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+#[cfg(feature = "cuda")]
+pub trait DeviceElement: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits {}
+#[cfg(not(feature = "cuda"))]
+pub trait DeviceElement {}
+
+/// Types a backend buffer may hold.
+pub trait Element: Pod + Send + Sync + std::fmt::Debug + DeviceElement + sealed::Sealed {}
+
+macro_rules! element {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl DeviceElement for $t {}
+        impl Element for $t {}
+    )*};
+}
+element!(f32, u32, half::f16, half::bf16, RowParams);
+
+#[cfg(feature = "cuda")]
+// SAFETY: RowParams is `repr(C)` plain data of 32-bit fields, as the kernels read it.
+unsafe impl cudarc::driver::DeviceRepr for RowParams {}
+#[cfg(feature = "cuda")]
+// SAFETY: all-zero bits are a valid RowParams (a greedy row).
+unsafe impl cudarc::driver::ValidAsZeroBits for RowParams {}

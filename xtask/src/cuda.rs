@@ -1,0 +1,395 @@
+//! The CUDA emitter: one `extern "C" __global__` function per kernel, compiled at run time by
+//! NVRTC with `-DSK_BLOCK=<threads>` from the tuning table of the device's architecture.
+//!
+//! Lowerings particular to CUDA:
+//! - collectives use warp shuffles (`__shfl_xor_sync`, 32 lanes, which is every NVIDIA GPU) and
+//!   one shared slot per warp;
+//! - f16 loads use the `cvt.f32.f16` instruction and bf16 loads a shift, so no header is needed
+//!   (NVRTC has no system headers);
+//! - `mulhi` is `__umulhi`; infinities are spelled with bit patterns (NVRTC has no `INFINITY`).
+
+use crate::ir::*;
+use crate::out::{header, Out};
+
+pub fn ty(t: Ty) -> &'static str {
+    match t {
+        Ty::Bool => "bool",
+        Ty::U32 => "unsigned int",
+        Ty::I32 => "int",
+        Ty::U64 => "unsigned long long",
+        Ty::F32 => "float",
+        Ty::F64 => "double",
+        Ty::U32x4 => "uint4",
+    }
+}
+
+fn lit(l: Lit) -> String {
+    match l {
+        Lit::Bool(v) => v.to_string(),
+        Lit::U32(v) => format!("{v}u"),
+        Lit::I32(v) => format!("({v})"),
+        Lit::U64(v) => format!("{v}ull"),
+        Lit::F32(v) if v.is_finite() => format!("({v:?}f)"),
+        Lit::F32(v) => format!("sk_bitcast<float>({}u)", v.to_bits()),
+        Lit::F64(v) if v.is_finite() => format!("({v:?})"),
+        Lit::F64(v) => format!("sk_bitcast<double>({}ull)", v.to_bits()),
+    }
+}
+
+const PRELUDE: &str = r#"#ifndef SK_BLOCK
+#define SK_BLOCK 256
+#endif
+#define SK_WARPS (SK_BLOCK / 32)
+
+template <typename To, typename From>
+__device__ __forceinline__ To sk_bitcast(From x) {
+    static_assert(sizeof(To) == sizeof(From), "bitcast changes size");
+    union { From f; To t; } u;
+    u.f = x;
+    return u.t;
+}
+__device__ __forceinline__ float sk_f16(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ float sk_bf16(unsigned short h) {
+    return sk_bitcast<float>(((unsigned int)h) << 16);
+}
+"#;
+
+struct Emitter<'k> {
+    kernel: &'k Kernel,
+}
+
+impl Emitter<'_> {
+    fn expr(&self, e: &Expr, scope: &Scope) -> String {
+        let x = |e: &Expr| self.expr(e, scope);
+        match e {
+            Expr::Lit(l) => lit(*l),
+            Expr::Var(n) | Expr::Param(n) => n.clone(),
+            Expr::Builtin(b) => match b {
+                Builtin::LocalId => "threadIdx.x".into(),
+                Builtin::GroupId => "blockIdx.x".into(),
+                Builtin::NumGroups => "gridDim.x".into(),
+                Builtin::BlockSize => "((unsigned int)SK_BLOCK)".into(),
+            },
+            Expr::Load(buf, idx) => {
+                let decl = self
+                    .kernel
+                    .buffers
+                    .iter()
+                    .find(|d| &d.name == buf)
+                    .expect("checked");
+                match decl.storage {
+                    Storage::F16 => format!("sk_f16({buf}[{}])", x(idx)),
+                    Storage::Bf16 => format!("sk_bf16({buf}[{}])", x(idx)),
+                    _ => format!("{buf}[{}]", x(idx)),
+                }
+            }
+            Expr::LoadShared(arr, idx) => format!("{arr}[{}]", x(idx)),
+            Expr::Bin(op, a, b) => format!("({} {} {})", x(a), op.symbol(), x(b)),
+            Expr::Un(op, a) => {
+                let s = match op {
+                    UnOp::Neg => "-",
+                    UnOp::Not => "!",
+                    UnOp::BitNot => "~",
+                };
+                format!("({s}{})", x(a))
+            }
+            Expr::Cast(t, a) => format!("(({})({}))", ty(*t), x(a)),
+            Expr::Bitcast(t, a) => format!("sk_bitcast<{}>({})", ty(*t), x(a)),
+            Expr::Math(m, args) => {
+                let t = scope.ty_of(&args[0]).expect("checked");
+                let a: Vec<String> = args.iter().map(x).collect();
+                let float = |f32name: &str, f64name: &str| {
+                    format!(
+                        "{}({})",
+                        if t == Ty::F64 { f64name } else { f32name },
+                        a.join(", ")
+                    )
+                };
+                match (m, t) {
+                    (MathFn::Min, Ty::F32 | Ty::F64) => float("fminf", "fmin"),
+                    (MathFn::Max, Ty::F32 | Ty::F64) => float("fmaxf", "fmax"),
+                    (MathFn::Fma, _) => float("fmaf", "fma"),
+                    (MathFn::Floor, _) => float("floorf", "floor"),
+                    (MathFn::Abs, Ty::F32 | Ty::F64) => float("fabsf", "fabs"),
+                    (MathFn::Min, _) => format!("(({0}) < ({1}) ? ({0}) : ({1}))", a[0], a[1]),
+                    (MathFn::Max, _) => format!("(({0}) > ({1}) ? ({0}) : ({1}))", a[0], a[1]),
+                    (MathFn::Abs, _) => format!("(({0}) < 0 ? -({0}) : ({0}))", a[0]),
+                }
+            }
+            Expr::Intrinsic(Intrinsic::MulHi, args) => {
+                format!("__umulhi({}, {})", x(&args[0]), x(&args[1]))
+            }
+            Expr::Select(c, a, b) => format!("(({}) ? ({}) : ({}))", x(c), x(a), x(b)),
+            Expr::Call(name, args) => {
+                let args: Vec<String> = args.iter().map(x).collect();
+                format!("{name}({})", args.join(", "))
+            }
+            Expr::Component(v, i) => format!("({}).{}", x(v), ["x", "y", "z", "w"][*i as usize]),
+            Expr::MakeU32x4(p) => format!(
+                "make_uint4({}, {}, {}, {})",
+                x(&p[0]),
+                x(&p[1]),
+                x(&p[2]),
+                x(&p[3])
+            ),
+        }
+    }
+
+    fn block(&self, out: &mut Out, stmts: &[Stmt], scope: &mut Scope) {
+        for s in stmts {
+            self.stmt(out, s, scope);
+        }
+    }
+
+    fn nested(&self, out: &mut Out, stmts: &[Stmt], scope: &mut Scope) {
+        scope.push();
+        self.block(out, stmts, scope);
+        scope.pop();
+    }
+
+    /// Reduces the per-thread values `sk_<var>` across the block: `combine` folds the shuffled
+    /// partner values `o<var>` in; each lane 0 publishes its warp's value to `arr[warp]`, warp 0
+    /// folds those (after `refill` loads them) and leaves the result in `arr[32]`.
+    fn warp_tree(out: &mut Out, slots: &[(&str, &str, String)], combine: &str, refill: &[String]) {
+        let shuffle_all = |out: &mut Out| {
+            out.open("for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {");
+            for (t, v, _) in slots {
+                out.line(format!(
+                    "{t} o{v} = __shfl_xor_sync(0xffffffffu, sk_{v}, sk_o);"
+                ));
+            }
+            out.line(combine);
+            out.close("}");
+        };
+        shuffle_all(out);
+        out.open("if ((threadIdx.x & 31u) == 0u) {");
+        for (_, v, arr) in slots {
+            out.line(format!("{arr}[threadIdx.x >> 5] = sk_{v};"));
+        }
+        out.close("}");
+        out.line("__syncthreads();");
+        out.open("if (threadIdx.x < 32u) {");
+        for r in refill {
+            out.line(r);
+        }
+        shuffle_all(out);
+        out.open("if (threadIdx.x == 0u) {");
+        for (_, v, arr) in slots {
+            out.line(format!("{arr}[32] = sk_{v};"));
+        }
+        out.close("}");
+        out.close("}");
+        out.line("__syncthreads();");
+    }
+
+    fn stmt(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) {
+        match s {
+            Stmt::Let { name, ty: t, init } => {
+                out.line(format!("{} {name} = {};", ty(*t), self.expr(init, scope)));
+                scope.declare(name, *t);
+            }
+            Stmt::Assign { name, value } => {
+                out.line(format!("{name} = {};", self.expr(value, scope)))
+            }
+            Stmt::Store { buf, index, value } => out.line(format!(
+                "{buf}[{}] = {};",
+                self.expr(index, scope),
+                self.expr(value, scope)
+            )),
+            Stmt::StoreShared { arr, index, value } => out.line(format!(
+                "{arr}[{}] = {};",
+                self.expr(index, scope),
+                self.expr(value, scope)
+            )),
+            Stmt::If { cond, then, els } => {
+                out.open(format!("if ({}) {{", self.expr(cond, scope)));
+                self.nested(out, then, scope);
+                if els.is_empty() {
+                    out.close("}");
+                } else {
+                    out.reopen("} else {");
+                    self.nested(out, els, scope);
+                    out.close("}");
+                }
+            }
+            Stmt::For {
+                var,
+                from,
+                to,
+                step,
+                body,
+            } => {
+                let (from, to, step) = (
+                    self.expr(from, scope),
+                    self.expr(to, scope),
+                    self.expr(step, scope),
+                );
+                out.open(format!(
+                    "for (unsigned int {var} = {from}; {var} < {to}; {var} += {step}) {{"
+                ));
+                scope.push();
+                scope.declare(var, Ty::U32);
+                self.block(out, body, scope);
+                scope.pop();
+                out.close("}");
+            }
+            Stmt::Scope(body) => {
+                out.open("{");
+                self.nested(out, body, scope);
+                out.close("}");
+            }
+            Stmt::Break => out.line("break;"),
+            Stmt::Return(None) => out.line("return;"),
+            Stmt::Return(Some(e)) => out.line(format!("return {};", self.expr(e, scope))),
+            Stmt::Barrier => out.line("__syncthreads();"),
+            Stmt::Reduce {
+                op,
+                ty: t,
+                value,
+                out: dst,
+            } => {
+                let tn = ty(*t);
+                let arr = format!("sk_red_{}", short(*t));
+                let (combine, identity) = match (op, t) {
+                    (ReduceOp::Sum, Ty::F64) => {
+                        ("sk_v = sk_v + ov;".to_string(), "0.0".to_string())
+                    }
+                    (ReduceOp::Sum, Ty::F32) => ("sk_v = sk_v + ov;".into(), "0.0f".into()),
+                    (ReduceOp::Sum, _) => ("sk_v = sk_v + ov;".into(), "0u".into()),
+                    (ReduceOp::Max, Ty::F32) => (
+                        "sk_v = fmaxf(sk_v, ov);".into(),
+                        lit(Lit::F32(f32::NEG_INFINITY)),
+                    ),
+                    (ReduceOp::Max, Ty::F64) => (
+                        "sk_v = fmax(sk_v, ov);".into(),
+                        lit(Lit::F64(f64::NEG_INFINITY)),
+                    ),
+                    (ReduceOp::Max, _) => ("sk_v = ov > sk_v ? ov : sk_v;".into(), "0u".into()),
+                };
+                out.open("{");
+                out.line(format!("{tn} sk_v = {};", self.expr(value, scope)));
+                let refill = vec![format!(
+                    "sk_v = threadIdx.x < SK_WARPS ? {arr}[threadIdx.x] : {identity};"
+                )];
+                Self::warp_tree(out, &[(tn, "v", arr.clone())], &combine, &refill);
+                out.line(format!("{dst} = {arr}[32];"));
+                out.line("__syncthreads();");
+                out.close("}");
+            }
+            Stmt::ArgMax {
+                value,
+                index,
+                out_value,
+                out_index,
+            } => {
+                out.open("{");
+                out.line(format!("float sk_v = {};", self.expr(value, scope)));
+                out.line(format!("unsigned int sk_i = {};", self.expr(index, scope)));
+                let combine =
+                    "if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }";
+                let refill = vec![
+                    format!(
+                        "sk_v = threadIdx.x < SK_WARPS ? sk_am_v[threadIdx.x] : {};",
+                        lit(Lit::F32(f32::NEG_INFINITY))
+                    ),
+                    "sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;"
+                        .to_string(),
+                ];
+                let slots = [
+                    ("float", "v", "sk_am_v".to_string()),
+                    ("unsigned int", "i", "sk_am_i".to_string()),
+                ];
+                Self::warp_tree(out, &slots, combine, &refill);
+                out.line(format!("{out_value} = sk_am_v[32];"));
+                out.line(format!("{out_index} = sk_am_i[32];"));
+                out.line("__syncthreads();");
+                out.close("}");
+            }
+        }
+    }
+}
+
+/// A short tag for scratch-array names.
+fn short(t: Ty) -> &'static str {
+    crate::wgsl::ty(t)
+}
+
+/// Prints `kernel` as a CUDA translation unit.
+pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> String {
+    assert!(
+        default_block % 32 == 0 && default_block <= 1024,
+        "CUDA blocks are whole warps, at most 1024 threads"
+    );
+    let e = Emitter { kernel };
+    let mut out = Out::default();
+    for l in header("//", source).lines() {
+        out.line(l);
+    }
+    out.line(format!("// kernel `{}`: {}", kernel.name, kernel.doc));
+    out.line(format!("// passes over each row: {}", kernel.passes));
+    out.blank();
+    let prelude = PRELUDE.replace(
+        "#define SK_BLOCK 256",
+        &format!("#define SK_BLOCK {default_block}"),
+    );
+    for l in prelude.lines() {
+        out.line(l);
+    }
+    out.blank();
+    for func in &kernel.functions {
+        let params: Vec<String> = func
+            .params
+            .iter()
+            .map(|(n, t)| format!("{} {n}", ty(*t)))
+            .collect();
+        out.open(format!(
+            "__device__ __forceinline__ {} {}({}) {{",
+            ty(func.ret),
+            func.name,
+            params.join(", ")
+        ));
+        let mut scope = Scope::new(kernel, &func.params, Some(func.ret));
+        e.block(&mut out, &func.body, &mut scope);
+        out.close("}");
+    }
+    out.blank();
+    let mut args: Vec<String> = kernel
+        .buffers
+        .iter()
+        .map(|b| {
+            let elem = match b.storage {
+                Storage::F16 | Storage::Bf16 => "unsigned short",
+                s => ty(s.value_ty()),
+            };
+            let konst = if b.writable { "" } else { "const " };
+            format!("{konst}{elem}* __restrict__ {}", b.name)
+        })
+        .collect();
+    args.extend(kernel.params.iter().map(|p| format!("unsigned int {p}")));
+    out.line(format!(
+        "extern \"C\" __global__ void __launch_bounds__(SK_BLOCK) {}(",
+        kernel.name
+    ));
+    out.open(format!("    {}) {{", args.join(", ")));
+    let mut reductions = Vec::new();
+    let mut argmax = false;
+    collectives(&kernel.body, &mut reductions, &mut argmax);
+    for t in scratch_types(&reductions) {
+        out.line(format!("__shared__ {} sk_red_{}[33];", ty(t), short(t)));
+    }
+    if argmax {
+        out.line("__shared__ float sk_am_v[33];");
+        out.line("__shared__ unsigned int sk_am_i[33];");
+    }
+    for s in &kernel.shared {
+        out.line(format!("__shared__ {} {}[{}];", ty(s.ty), s.name, s.len));
+    }
+    let mut scope = Scope::new(kernel, &[], None);
+    e.block(&mut out, &kernel.body, &mut scope);
+    out.close("}");
+    out.finish()
+}

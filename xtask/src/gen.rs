@@ -1,0 +1,92 @@
+//! `cargo xtask gen [--check]`: prints every kernel through both emitters, plus the Rust manifest
+//! the crate loads them from, and compares with (or writes) the checked-in files.
+
+use crate::tuning::{self, Target};
+use crate::{cuda, ir, kernels, out, wgsl};
+use std::path::{Path, PathBuf};
+
+const SOURCE: &str = "xtask/src/kernels";
+
+/// Every generated file: its path relative to the workspace root and its text.
+pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
+    let kernels = kernels::all();
+    let wgpu = tuning::get(Target::Wgpu);
+    let sm75 = tuning::get(Target::Sm75);
+    let sm90 = tuning::get(Target::Sm90);
+    let mut files = Vec::new();
+    let mut manifest = out::header("//", SOURCE);
+    manifest.push_str(
+        "//! The kernels `cargo xtask gen` wrote, with the launch shapes of the tuning table.\n\n\
+         use crate::kernels::KernelSource;\n\n",
+    );
+    manifest.push_str(&format!(
+        "/// Invocations per workgroup in every WGSL shader.\npub const WGPU_BLOCK: u32 = {};\n",
+        wgpu.block
+    ));
+    manifest.push_str(&format!("/// Threads per block on compute capability 7.x and 8.x (tuned for the T4).\npub const CUDA_BLOCK_SM75: u32 = {};\n", sm75.block));
+    manifest.push_str(&format!("/// Threads per block on compute capability 9.0 and later.\npub const CUDA_BLOCK_SM90: u32 = {};\n\n", sm90.block));
+    manifest.push_str("pub const KERNELS: &[KernelSource] = &[\n");
+    for k in &kernels {
+        ir::check(k)?;
+        let wgsl_path = format!("shaders/{}.wgsl", k.name);
+        let cu_path = format!("kernels/{}.cu", k.name);
+        files.push((PathBuf::from(&wgsl_path), wgsl::emit(k, wgpu.block, SOURCE)));
+        files.push((PathBuf::from(&cu_path), cuda::emit(k, sm75.block, SOURCE)));
+        let bufs: Vec<String> = k.buffers.iter().map(|b| format!("{:?}", b.name)).collect();
+        manifest.push_str(&format!(
+            "    KernelSource {{\n        name: {:?},\n        wgsl: include_str!(\"../{wgsl_path}\"),\n        cuda: include_str!(\"../{cu_path}\"),\n        buffers: &[{}],\n        passes: {},\n    }},\n",
+            k.name,
+            bufs.join(", "),
+            k.passes
+        ));
+    }
+    manifest.push_str("];\n");
+    files.push((PathBuf::from("src/generated.rs"), manifest));
+    Ok(files)
+}
+
+/// Writes the files, or with `check` reports every one that differs and fails.
+pub fn run(root: &Path, check: bool) -> Result<(), String> {
+    let files = render()?;
+    let mut stale = Vec::new();
+    for (rel, text) in &files {
+        let path = root.join(rel);
+        let current = std::fs::read_to_string(&path).ok();
+        if current.as_deref() == Some(text.as_str()) {
+            continue;
+        }
+        if check {
+            stale.push(rel.display().to_string());
+        } else {
+            std::fs::create_dir_all(path.parent().expect("has a folder"))
+                .map_err(|e| e.to_string())?;
+            std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            println!("wrote {}", rel.display());
+        }
+    }
+    // Generated files nobody generates any more are drift too.
+    for dir in ["shaders", "kernels"] {
+        for entry in std::fs::read_dir(root.join(dir)).map_err(|e| e.to_string())? {
+            let rel = Path::new(dir).join(entry.map_err(|e| e.to_string())?.file_name());
+            if !files.iter().any(|(p, _)| p == &rel) {
+                if check {
+                    stale.push(format!("{} (no longer generated)", rel.display()));
+                } else {
+                    std::fs::remove_file(root.join(&rel)).map_err(|e| e.to_string())?;
+                    println!("removed {}", rel.display());
+                }
+            }
+        }
+    }
+    if stale.is_empty() {
+        if check {
+            println!("generated files are fresh ({} files)", files.len());
+        }
+        Ok(())
+    } else {
+        Err(format!(
+            "generated files differ from `cargo xtask gen`: {}",
+            stale.join(", ")
+        ))
+    }
+}

@@ -1,0 +1,906 @@
+//! The typed kernel IR that every sampling kernel is written in, once.
+//!
+//! A kernel is a list of statements over typed expressions, plus declarations of the storage
+//! buffers and scalar parameters it binds. Emitters (`wgsl.rs`, `cuda.rs`) walk it with exhaustive
+//! matches, so a new node cannot be forgotten by one of them. Collective operations (block max,
+//! block sum, block argmax) are nodes of their own: each emitter lowers them the way its target
+//! does best (warp shuffles on CUDA, workgroup memory on WGSL), and neither assumes a subgroup
+//! width.
+
+use std::collections::BTreeMap;
+use std::ops;
+
+/// Value types. `U64` and `F64` exist where the target has them (WGSL needs SHADER_INT64 /
+/// SHADER_F64); `U32x4` is the four-word block that Philox works on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ty {
+    Bool,
+    U32,
+    I32,
+    U64,
+    F32,
+    F64,
+    U32x4,
+}
+
+/// How a storage buffer's elements are laid out in memory.
+/// `F16` and `Bf16` are packed two to a 32-bit word, read-only, and load as `F32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Storage {
+    F32,
+    F16,
+    Bf16,
+    U32,
+    F64,
+}
+
+impl Storage {
+    /// The type a load from such a buffer produces.
+    pub fn value_ty(self) -> Ty {
+        match self {
+            Storage::F32 | Storage::F16 | Storage::Bf16 => Ty::F32,
+            Storage::U32 => Ty::U32,
+            Storage::F64 => Ty::F64,
+        }
+    }
+    pub fn is_half(self) -> bool {
+        matches!(self, Storage::F16 | Storage::Bf16)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Lit {
+    Bool(bool),
+    U32(u32),
+    I32(i32),
+    U64(u64),
+    F32(f32),
+    F64(f64),
+}
+
+impl Lit {
+    pub fn ty(self) -> Ty {
+        match self {
+            Lit::Bool(_) => Ty::Bool,
+            Lit::U32(_) => Ty::U32,
+            Lit::I32(_) => Ty::I32,
+            Lit::U64(_) => Ty::U64,
+            Lit::F32(_) => Ty::F32,
+            Lit::F64(_) => Ty::F64,
+        }
+    }
+}
+
+/// Values every invocation knows about itself. `BlockSize` is a compile-time constant of the
+/// target (from the tuning table), not a runtime value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Builtin {
+    LocalId,
+    GroupId,
+    NumGroups,
+    BlockSize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    BitAnd,
+    BitOr,
+    BitXor,
+    Shl,
+    Shr,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+}
+
+impl BinOp {
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge
+        )
+    }
+    /// The operator's spelling, which WGSL and CUDA share.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::Rem => "%",
+            BinOp::BitAnd => "&",
+            BinOp::BitOr => "|",
+            BinOp::BitXor => "^",
+            BinOp::Shl => "<<",
+            BinOp::Shr => ">>",
+            BinOp::Eq => "==",
+            BinOp::Ne => "!=",
+            BinOp::Lt => "<",
+            BinOp::Le => "<=",
+            BinOp::Gt => ">",
+            BinOp::Ge => ">=",
+            BinOp::And => "&&",
+            BinOp::Or => "||",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnOp {
+    Neg,
+    Not,
+    BitNot,
+}
+
+/// Elementary functions every target has exactly (IEEE-rounded or exact). Transcendental
+/// functions are not here on purpose: `exp` and `log` are IR functions (see `kernels/math.rs`),
+/// so every backend computes the same values and none depends on a driver's accuracy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MathFn {
+    Min,
+    Max,
+    Fma,
+    Floor,
+    Abs,
+}
+
+/// Target-specific operations with one meaning: lowered to an intrinsic where the target has
+/// one, else to a helper the emitter writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Intrinsic {
+    /// High 32 bits of the 64-bit product of two u32 (`__umulhi` on CUDA).
+    MulHi,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    Lit(Lit),
+    Var(String),
+    Param(String),
+    Builtin(Builtin),
+    /// Element `index` of a storage buffer (half formats are widened to f32).
+    Load(String, Box<Expr>),
+    /// Element `index` of a workgroup array.
+    LoadShared(String, Box<Expr>),
+    Bin(BinOp, Box<Expr>, Box<Expr>),
+    Un(UnOp, Box<Expr>),
+    /// Value conversion (rounds or truncates like a C cast).
+    Cast(Ty, Box<Expr>),
+    /// Reinterpret the bits of a value of the same size.
+    Bitcast(Ty, Box<Expr>),
+    Math(MathFn, Vec<Expr>),
+    Intrinsic(Intrinsic, Vec<Expr>),
+    /// `cond ? a : b`, both sides evaluated.
+    Select(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// A call of one of the kernel's helper functions.
+    Call(String, Vec<Expr>),
+    /// Word `i` (0..4) of a `U32x4`.
+    Component(Box<Expr>, u8),
+    MakeU32x4(Box<[Expr; 4]>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    Max,
+    Sum,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stmt {
+    /// Declare a mutable variable.
+    Let {
+        name: String,
+        ty: Ty,
+        init: Expr,
+    },
+    Assign {
+        name: String,
+        value: Expr,
+    },
+    Store {
+        buf: String,
+        index: Expr,
+        value: Expr,
+    },
+    StoreShared {
+        arr: String,
+        index: Expr,
+        value: Expr,
+    },
+    If {
+        cond: Expr,
+        then: Vec<Stmt>,
+        els: Vec<Stmt>,
+    },
+    /// `for (var = from; var < to; var += step)` over u32.
+    For {
+        var: String,
+        from: Expr,
+        to: Expr,
+        step: Expr,
+        body: Vec<Stmt>,
+    },
+    /// A nested scope, so unrolled code can reuse names.
+    Scope(Vec<Stmt>),
+    Break,
+    Return(Option<Expr>),
+    /// Workgroup barrier for workgroup memory.
+    Barrier,
+    /// Every invocation of the block gets `op` over all invocations' `value` in `out` (declared
+    /// beforehand). Must be reached in uniform control flow.
+    Reduce {
+        op: ReduceOp,
+        ty: Ty,
+        value: Expr,
+        out: String,
+    },
+    /// Every invocation gets the largest f32 `value` over the block and its u32 `index`; ties go to
+    /// the lower index. Values must not be NaN. Uniform control flow, like `Reduce`.
+    ArgMax {
+        value: Expr,
+        index: Expr,
+        out_value: String,
+        out_index: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Function {
+    pub name: String,
+    pub params: Vec<(String, Ty)>,
+    pub ret: Ty,
+    pub body: Vec<Stmt>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct BufferDecl {
+    pub name: String,
+    pub storage: Storage,
+    pub writable: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SharedDecl {
+    pub name: String,
+    pub ty: Ty,
+    pub len: u32,
+}
+
+/// One entry point: what it binds, in binding order, and what it does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    pub name: String,
+    pub doc: String,
+    /// How many times the kernel reads each element of a row, whatever the data.
+    pub passes: u32,
+    pub buffers: Vec<BufferDecl>,
+    /// u32 scalar parameters, in order (a uniform struct on WGSL, arguments on CUDA).
+    pub params: Vec<String>,
+    pub shared: Vec<SharedDecl>,
+    pub functions: Vec<Function>,
+    pub body: Vec<Stmt>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Building expressions and statements.
+
+pub fn u(v: u32) -> Expr {
+    Expr::Lit(Lit::U32(v))
+}
+pub fn i(v: i32) -> Expr {
+    Expr::Lit(Lit::I32(v))
+}
+pub fn f(v: f32) -> Expr {
+    Expr::Lit(Lit::F32(v))
+}
+pub fn f64_(v: f64) -> Expr {
+    Expr::Lit(Lit::F64(v))
+}
+pub fn boolean(v: bool) -> Expr {
+    Expr::Lit(Lit::Bool(v))
+}
+pub fn var(name: &str) -> Expr {
+    Expr::Var(name.to_string())
+}
+pub fn param(name: &str) -> Expr {
+    Expr::Param(name.to_string())
+}
+pub fn builtin(b: Builtin) -> Expr {
+    Expr::Builtin(b)
+}
+pub fn load(buf: &str, index: Expr) -> Expr {
+    Expr::Load(buf.to_string(), Box::new(index))
+}
+pub fn load_shared(arr: &str, index: Expr) -> Expr {
+    Expr::LoadShared(arr.to_string(), Box::new(index))
+}
+pub fn select(cond: Expr, a: Expr, b: Expr) -> Expr {
+    Expr::Select(Box::new(cond), Box::new(a), Box::new(b))
+}
+pub fn call(name: &str, args: Vec<Expr>) -> Expr {
+    Expr::Call(name.to_string(), args)
+}
+pub fn fma(a: Expr, b: Expr, c: Expr) -> Expr {
+    Expr::Math(MathFn::Fma, vec![a, b, c])
+}
+pub fn floor(a: Expr) -> Expr {
+    Expr::Math(MathFn::Floor, vec![a])
+}
+pub fn mulhi(a: Expr, b: Expr) -> Expr {
+    Expr::Intrinsic(Intrinsic::MulHi, vec![a, b])
+}
+pub fn u32x4(a: Expr, b: Expr, c: Expr, d: Expr) -> Expr {
+    Expr::MakeU32x4(Box::new([a, b, c, d]))
+}
+
+impl Expr {
+    fn bin(self, op: BinOp, rhs: Expr) -> Expr {
+        Expr::Bin(op, Box::new(self), Box::new(rhs))
+    }
+    pub fn eq_(self, r: Expr) -> Expr {
+        self.bin(BinOp::Eq, r)
+    }
+    pub fn ne_(self, r: Expr) -> Expr {
+        self.bin(BinOp::Ne, r)
+    }
+    pub fn lt(self, r: Expr) -> Expr {
+        self.bin(BinOp::Lt, r)
+    }
+    pub fn le(self, r: Expr) -> Expr {
+        self.bin(BinOp::Le, r)
+    }
+    pub fn gt(self, r: Expr) -> Expr {
+        self.bin(BinOp::Gt, r)
+    }
+    pub fn ge(self, r: Expr) -> Expr {
+        self.bin(BinOp::Ge, r)
+    }
+    pub fn and(self, r: Expr) -> Expr {
+        self.bin(BinOp::And, r)
+    }
+    pub fn or(self, r: Expr) -> Expr {
+        self.bin(BinOp::Or, r)
+    }
+    pub fn not(self) -> Expr {
+        Expr::Un(UnOp::Not, Box::new(self))
+    }
+    pub fn cast(self, ty: Ty) -> Expr {
+        Expr::Cast(ty, Box::new(self))
+    }
+    pub fn bitcast(self, ty: Ty) -> Expr {
+        Expr::Bitcast(ty, Box::new(self))
+    }
+    pub fn min(self, r: Expr) -> Expr {
+        Expr::Math(MathFn::Min, vec![self, r])
+    }
+    pub fn max(self, r: Expr) -> Expr {
+        Expr::Math(MathFn::Max, vec![self, r])
+    }
+    pub fn abs(self) -> Expr {
+        Expr::Math(MathFn::Abs, vec![self])
+    }
+    pub fn comp(self, i: u8) -> Expr {
+        Expr::Component(Box::new(self), i)
+    }
+}
+
+macro_rules! binop_trait {
+    ($tr:ident, $m:ident, $op:ident) => {
+        impl ops::$tr for Expr {
+            type Output = Expr;
+            fn $m(self, rhs: Expr) -> Expr {
+                self.bin(BinOp::$op, rhs)
+            }
+        }
+    };
+}
+binop_trait!(Add, add, Add);
+binop_trait!(Sub, sub, Sub);
+binop_trait!(Mul, mul, Mul);
+binop_trait!(Div, div, Div);
+binop_trait!(Rem, rem, Rem);
+binop_trait!(BitAnd, bitand, BitAnd);
+binop_trait!(BitOr, bitor, BitOr);
+binop_trait!(BitXor, bitxor, BitXor);
+binop_trait!(Shl, shl, Shl);
+binop_trait!(Shr, shr, Shr);
+
+impl ops::Neg for Expr {
+    type Output = Expr;
+    fn neg(self) -> Expr {
+        Expr::Un(UnOp::Neg, Box::new(self))
+    }
+}
+
+/// Collects statements; control flow takes closures that fill nested blocks.
+#[derive(Default)]
+pub struct Block {
+    pub stmts: Vec<Stmt>,
+}
+
+impl Block {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    fn nested(f: impl FnOnce(&mut Block)) -> Vec<Stmt> {
+        let mut b = Block::new();
+        f(&mut b);
+        b.stmts
+    }
+    /// Declares `name` and returns it as an expression.
+    pub fn let_(&mut self, name: &str, ty: Ty, init: Expr) -> Expr {
+        self.stmts.push(Stmt::Let {
+            name: name.to_string(),
+            ty,
+            init,
+        });
+        var(name)
+    }
+    pub fn set(&mut self, name: &str, value: Expr) {
+        self.stmts.push(Stmt::Assign {
+            name: name.to_string(),
+            value,
+        });
+    }
+    pub fn store(&mut self, buf: &str, index: Expr, value: Expr) {
+        self.stmts.push(Stmt::Store {
+            buf: buf.to_string(),
+            index,
+            value,
+        });
+    }
+    pub fn store_shared(&mut self, arr: &str, index: Expr, value: Expr) {
+        self.stmts.push(Stmt::StoreShared {
+            arr: arr.to_string(),
+            index,
+            value,
+        });
+    }
+    pub fn if_(&mut self, cond: Expr, then: impl FnOnce(&mut Block)) {
+        self.stmts.push(Stmt::If {
+            cond,
+            then: Self::nested(then),
+            els: vec![],
+        });
+    }
+    pub fn if_else(
+        &mut self,
+        cond: Expr,
+        then: impl FnOnce(&mut Block),
+        els: impl FnOnce(&mut Block),
+    ) {
+        self.stmts.push(Stmt::If {
+            cond,
+            then: Self::nested(then),
+            els: Self::nested(els),
+        });
+    }
+    /// `for (name = from; name < to; name += step)`; the closure gets the loop variable.
+    pub fn for_(
+        &mut self,
+        name: &str,
+        from: Expr,
+        to: Expr,
+        step: Expr,
+        body: impl FnOnce(&mut Block, Expr),
+    ) {
+        let body = Self::nested(|b| body(b, var(name)));
+        self.stmts.push(Stmt::For {
+            var: name.to_string(),
+            from,
+            to,
+            step,
+            body,
+        });
+    }
+    pub fn scope(&mut self, body: impl FnOnce(&mut Block)) {
+        self.stmts.push(Stmt::Scope(Self::nested(body)));
+    }
+    pub fn ret(&mut self, e: Expr) {
+        self.stmts.push(Stmt::Return(Some(e)));
+    }
+    pub fn barrier(&mut self) {
+        self.stmts.push(Stmt::Barrier);
+    }
+    /// Block-wide reduction into a new variable `out`, returned as an expression.
+    pub fn reduce(&mut self, op: ReduceOp, ty: Ty, value: Expr, out: &str) -> Expr {
+        let zero = match ty {
+            Ty::F32 => f(0.0),
+            Ty::F64 => f64_(0.0),
+            _ => u(0),
+        };
+        self.let_(out, ty, zero);
+        self.stmts.push(Stmt::Reduce {
+            op,
+            ty,
+            value,
+            out: out.to_string(),
+        });
+        var(out)
+    }
+    /// Block-wide argmax into new variables `out_value`, `out_index`.
+    pub fn argmax(
+        &mut self,
+        value: Expr,
+        index: Expr,
+        out_value: &str,
+        out_index: &str,
+    ) -> (Expr, Expr) {
+        self.let_(out_value, Ty::F32, f(0.0));
+        self.let_(out_index, Ty::U32, u(0));
+        self.stmts.push(Stmt::ArgMax {
+            value,
+            index,
+            out_value: out_value.to_string(),
+            out_index: out_index.to_string(),
+        });
+        (var(out_value), var(out_index))
+    }
+}
+
+pub fn function(
+    name: &str,
+    params: &[(&str, Ty)],
+    ret: Ty,
+    body: impl FnOnce(&mut Block),
+) -> Function {
+    let mut b = Block::new();
+    body(&mut b);
+    Function {
+        name: name.to_string(),
+        params: params.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
+        ret,
+        body: b.stmts,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Type checking: both emitters rely on it (CUDA spells `max` differently per type), and it
+// catches a malformed kernel in `cargo xtask gen` rather than in a driver's compiler.
+
+/// What names mean while checking one function or kernel body.
+pub struct Scope<'k> {
+    kernel: &'k Kernel,
+    vars: Vec<BTreeMap<String, Ty>>,
+    ret: Option<Ty>,
+}
+
+impl<'k> Scope<'k> {
+    pub fn new(kernel: &'k Kernel, args: &[(String, Ty)], ret: Option<Ty>) -> Self {
+        let top = args.iter().cloned().collect();
+        Scope {
+            kernel,
+            vars: vec![top],
+            ret,
+        }
+    }
+    pub fn push(&mut self) {
+        self.vars.push(BTreeMap::new());
+    }
+    pub fn pop(&mut self) {
+        self.vars.pop();
+    }
+    pub fn declare(&mut self, name: &str, ty: Ty) {
+        self.vars
+            .last_mut()
+            .expect("scope")
+            .insert(name.to_string(), ty);
+    }
+    fn lookup(&self, name: &str) -> Result<Ty, String> {
+        self.vars
+            .iter()
+            .rev()
+            .find_map(|m| m.get(name).copied())
+            .ok_or_else(|| format!("variable `{name}` is not declared"))
+    }
+    fn buffer(&self, name: &str) -> Result<&BufferDecl, String> {
+        self.kernel
+            .buffers
+            .iter()
+            .find(|b| b.name == name)
+            .ok_or_else(|| format!("no buffer `{name}`"))
+    }
+    fn shared(&self, name: &str) -> Result<&SharedDecl, String> {
+        self.kernel
+            .shared
+            .iter()
+            .find(|b| b.name == name)
+            .ok_or_else(|| format!("no workgroup array `{name}`"))
+    }
+
+    pub fn ty_of(&self, e: &Expr) -> Result<Ty, String> {
+        let expect = |want: Ty, e: &Expr| -> Result<(), String> {
+            let got = self.ty_of(e)?;
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("expected {want:?}, found {got:?} in {e:?}"))
+            }
+        };
+        Ok(match e {
+            Expr::Lit(l) => l.ty(),
+            Expr::Var(n) => self.lookup(n)?,
+            Expr::Param(n) => {
+                if !self.kernel.params.iter().any(|p| p == n) {
+                    return Err(format!("no parameter `{n}`"));
+                }
+                Ty::U32
+            }
+            Expr::Builtin(_) => Ty::U32,
+            Expr::Load(buf, idx) => {
+                expect(Ty::U32, idx)?;
+                self.buffer(buf)?.storage.value_ty()
+            }
+            Expr::LoadShared(arr, idx) => {
+                expect(Ty::U32, idx)?;
+                self.shared(arr)?.ty
+            }
+            Expr::Bin(op, a, b) => {
+                let ta = self.ty_of(a)?;
+                let tb = self.ty_of(b)?;
+                match op {
+                    BinOp::Shl | BinOp::Shr => {
+                        if tb != Ty::U32 || !matches!(ta, Ty::U32 | Ty::I32 | Ty::U64) {
+                            return Err(format!("bad shift operands {ta:?} {tb:?}"));
+                        }
+                        ta
+                    }
+                    BinOp::And | BinOp::Or => {
+                        if ta != Ty::Bool || tb != Ty::Bool {
+                            return Err(format!("logical op on {ta:?} {tb:?}"));
+                        }
+                        Ty::Bool
+                    }
+                    _ => {
+                        if ta != tb {
+                            return Err(format!("operands differ: {ta:?} {op:?} {tb:?} in {e:?}"));
+                        }
+                        if op.is_comparison() {
+                            Ty::Bool
+                        } else {
+                            ta
+                        }
+                    }
+                }
+            }
+            Expr::Un(op, a) => {
+                let t = self.ty_of(a)?;
+                match op {
+                    UnOp::Not if t != Ty::Bool => return Err("`!` needs bool".into()),
+                    UnOp::Neg if !matches!(t, Ty::F32 | Ty::F64 | Ty::I32) => {
+                        return Err(format!("negation of {t:?}"))
+                    }
+                    _ => t,
+                }
+            }
+            Expr::Cast(t, a) => {
+                self.ty_of(a)?;
+                *t
+            }
+            Expr::Bitcast(t, a) => {
+                let from = self.ty_of(a)?;
+                if size_of(from) != size_of(*t) {
+                    return Err(format!("bitcast {from:?} -> {t:?} changes size"));
+                }
+                *t
+            }
+            Expr::Math(m, args) => {
+                let n = match m {
+                    MathFn::Min | MathFn::Max => 2,
+                    MathFn::Fma => 3,
+                    MathFn::Floor | MathFn::Abs => 1,
+                };
+                if args.len() != n {
+                    return Err(format!("{m:?} takes {n} arguments"));
+                }
+                let t = self.ty_of(&args[0])?;
+                for a in &args[1..] {
+                    expect(t, a)?;
+                }
+                if matches!(m, MathFn::Fma | MathFn::Floor) && !matches!(t, Ty::F32 | Ty::F64) {
+                    return Err(format!("{m:?} of {t:?}"));
+                }
+                t
+            }
+            Expr::Intrinsic(Intrinsic::MulHi, args) => {
+                if args.len() != 2 {
+                    return Err("mulhi takes 2 arguments".into());
+                }
+                expect(Ty::U32, &args[0])?;
+                expect(Ty::U32, &args[1])?;
+                Ty::U32
+            }
+            Expr::Select(c, a, b) => {
+                expect(Ty::Bool, c)?;
+                let t = self.ty_of(a)?;
+                expect(t, b)?;
+                t
+            }
+            Expr::Call(name, args) => {
+                let func = self
+                    .kernel
+                    .functions
+                    .iter()
+                    .find(|f| &f.name == name)
+                    .ok_or_else(|| format!("no function `{name}`"))?;
+                if func.params.len() != args.len() {
+                    return Err(format!("`{name}` takes {} arguments", func.params.len()));
+                }
+                for ((_, t), a) in func.params.iter().zip(args) {
+                    expect(*t, a)?;
+                }
+                func.ret
+            }
+            Expr::Component(v, i) => {
+                expect(Ty::U32x4, v)?;
+                if *i > 3 {
+                    return Err("component out of range".into());
+                }
+                Ty::U32
+            }
+            Expr::MakeU32x4(parts) => {
+                for p in parts.iter() {
+                    expect(Ty::U32, p)?;
+                }
+                Ty::U32x4
+            }
+        })
+    }
+
+    pub fn check_block(&mut self, stmts: &[Stmt]) -> Result<(), String> {
+        self.vars.push(BTreeMap::new());
+        for s in stmts {
+            self.check_stmt(s)?;
+        }
+        self.vars.pop();
+        Ok(())
+    }
+
+    fn same(&self, want: Ty, e: &Expr) -> Result<(), String> {
+        let got = self.ty_of(e)?;
+        if got != want {
+            return Err(format!("expected {want:?}, found {got:?} in {e:?}"));
+        }
+        Ok(())
+    }
+
+    fn check_stmt(&mut self, s: &Stmt) -> Result<(), String> {
+        match s {
+            Stmt::Let { name, ty, init } => {
+                self.same(*ty, init)?;
+                let top = self.vars.last_mut().expect("scope");
+                if top.insert(name.clone(), *ty).is_some() {
+                    return Err(format!("`{name}` declared twice in one scope"));
+                }
+            }
+            Stmt::Assign { name, value } => self.same(self.lookup(name)?, value)?,
+            Stmt::Store { buf, index, value } => {
+                let decl = self.buffer(buf)?;
+                if !decl.writable || decl.storage.is_half() {
+                    return Err(format!("buffer `{buf}` is not writable"));
+                }
+                let t = decl.storage.value_ty();
+                self.same(Ty::U32, index)?;
+                self.same(t, value)?;
+            }
+            Stmt::StoreShared { arr, index, value } => {
+                let t = self.shared(arr)?.ty;
+                self.same(Ty::U32, index)?;
+                self.same(t, value)?;
+            }
+            Stmt::If { cond, then, els } => {
+                self.same(Ty::Bool, cond)?;
+                self.check_block(then)?;
+                self.check_block(els)?;
+            }
+            Stmt::For {
+                var,
+                from,
+                to,
+                step,
+                body,
+            } => {
+                self.same(Ty::U32, from)?;
+                self.same(Ty::U32, to)?;
+                self.same(Ty::U32, step)?;
+                self.vars.push(BTreeMap::from([(var.clone(), Ty::U32)]));
+                self.check_block(body)?;
+                self.vars.pop();
+            }
+            Stmt::Scope(body) => self.check_block(body)?,
+            Stmt::Break | Stmt::Barrier => {}
+            Stmt::Return(e) => match (e, self.ret) {
+                (Some(e), Some(t)) => self.same(t, e)?,
+                (None, None) => {}
+                _ => return Err("return does not match the function".into()),
+            },
+            Stmt::Reduce { ty, value, out, .. } => {
+                if !matches!(ty, Ty::F32 | Ty::F64 | Ty::U32) {
+                    return Err(format!("reduction over {ty:?}"));
+                }
+                self.same(*ty, value)?;
+                self.same(self.lookup(out)?, value)?;
+            }
+            Stmt::ArgMax {
+                value,
+                index,
+                out_value,
+                out_index,
+            } => {
+                self.same(Ty::F32, value)?;
+                self.same(Ty::U32, index)?;
+                if self.lookup(out_value)? != Ty::F32 || self.lookup(out_index)? != Ty::U32 {
+                    return Err("argmax outputs must be f32 and u32".into());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+pub fn size_of(t: Ty) -> u32 {
+    match t {
+        Ty::Bool | Ty::U32 | Ty::I32 | Ty::F32 => 4,
+        Ty::U64 | Ty::F64 => 8,
+        Ty::U32x4 => 16,
+    }
+}
+
+/// Type-checks every helper and the body, so emitters can trust types.
+pub fn check(kernel: &Kernel) -> Result<(), String> {
+    for func in &kernel.functions {
+        Scope::new(kernel, &func.params, Some(func.ret))
+            .check_block(&func.body)
+            .map_err(|e| format!("{}: fn {}: {e}", kernel.name, func.name))?;
+    }
+    Scope::new(kernel, &[], None)
+        .check_block(&kernel.body)
+        .map_err(|e| format!("{}: {e}", kernel.name))
+}
+
+/// The distinct value types of a list of reductions: one scratch array each.
+pub fn scratch_types(reductions: &[(ReduceOp, Ty)]) -> Vec<Ty> {
+    let mut tys: Vec<Ty> = Vec::new();
+    for (_, t) in reductions {
+        if !tys.contains(t) {
+            tys.push(*t);
+        }
+    }
+    tys
+}
+
+/// The collectives a body uses, so emitters declare only the scratch memory they need.
+pub fn collectives(stmts: &[Stmt], out: &mut Vec<(ReduceOp, Ty)>, argmax: &mut bool) {
+    for s in stmts {
+        match s {
+            Stmt::Reduce { op, ty, .. } => {
+                if !out.contains(&(*op, *ty)) {
+                    out.push((*op, *ty));
+                }
+            }
+            Stmt::ArgMax { .. } => *argmax = true,
+            Stmt::If { then, els, .. } => {
+                collectives(then, out, argmax);
+                collectives(els, out, argmax);
+            }
+            Stmt::For { body, .. } | Stmt::Scope(body) => collectives(body, out, argmax),
+            Stmt::Let { .. }
+            | Stmt::Assign { .. }
+            | Stmt::Store { .. }
+            | Stmt::StoreShared { .. }
+            | Stmt::Break
+            | Stmt::Return(_)
+            | Stmt::Barrier => {}
+        }
+    }
+}

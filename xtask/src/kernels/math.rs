@@ -1,0 +1,91 @@
+//! Transcendental functions written in the IR, so that every backend computes the same values.
+//!
+//! Vulkan allows `log` an absolute error of 2^-21 on [0.5, 2] and `exp` 3 + 2|x| ulp, which is
+//! too loose for Gumbel noise (whose largest values come from `log` of uniforms next to 1) and for
+//! softmax at 1e-6. These use only + - * / floor and bit operations, which every target rounds
+//! the IEEE way, and stay within about one ulp of the true value.
+
+use crate::ir::*;
+
+pub const LOG: &str = "sk_log";
+pub const EXP: &str = "sk_exp";
+
+/// Natural log of a positive finite f32 (subnormals included), about one ulp.
+///
+/// Reduction `x = m 2^k` with `m` in [sqrt(1/2), sqrt(2)), then the odd series of
+/// `log(m) = 2 atanh(s)`, `s = (m-1)/(m+1)`, with the minimax coefficients of fdlibm's logf and
+/// `ln 2` split in two so that `k ln2_hi` is exact.
+pub fn log() -> Function {
+    let lg = |mantissa: u32, shift: i32| mantissa as f32 / (2f32).powi(shift);
+    function(LOG, &[("x", Ty::F32)], Ty::F32, |b| {
+        b.let_("ix", Ty::U32, var("x").bitcast(Ty::U32));
+        b.let_("k", Ty::I32, i(0));
+        b.if_(var("ix").lt(u(0x0080_0000)), |b| {
+            // Subnormal: scale into the normal range first.
+            b.set("x", var("x") * f(33_554_432.0));
+            b.set("ix", var("x").bitcast(Ty::U32));
+            b.set("k", i(-25));
+        });
+        b.set("ix", var("ix") + u(0x3f80_0000 - 0x3f35_04f3));
+        b.set("k", var("k") + (var("ix") >> u(23)).cast(Ty::I32) - i(127));
+        b.set("ix", (var("ix") & u(0x007f_ffff)) + u(0x3f35_04f3));
+        let m = var("ix").bitcast(Ty::F32);
+        let fr = b.let_("fr", Ty::F32, m - f(1.0));
+        let s = b.let_("s", Ty::F32, fr.clone() / (f(2.0) + fr.clone()));
+        let z = b.let_("z", Ty::F32, s.clone() * s.clone());
+        let w = b.let_("w", Ty::F32, z.clone() * z.clone());
+        let t1 = w.clone() * (f(lg(0xccce13, 25)) + w.clone() * f(lg(0xf89e26, 26)));
+        let t2 = z * (f(lg(0xaaaaaa, 24)) + w * f(lg(0x91e9ee, 25)));
+        let r = b.let_("r", Ty::F32, t2 + t1);
+        let hfsq = b.let_("hfsq", Ty::F32, f(0.5) * fr.clone() * fr.clone());
+        let dk = b.let_("dk", Ty::F32, var("k").cast(Ty::F32));
+        let ln2_hi = f(f32::from_bits(0x3f31_7180));
+        let ln2_lo = f(f32::from_bits(0x3717_f7d1));
+        b.ret(s * (hfsq.clone() + r) + dk.clone() * ln2_lo - hfsq + fr + dk * ln2_hi);
+    })
+}
+
+/// `e^x` for any f32 but NaN, about one ulp; 0 below -104 (-inf included), +inf above ln(MAX).
+///
+/// Cody-Waite reduction `x = k ln2 + r` with a 16-bit `ln2_hi` (so `k ln2_hi` is exact for
+/// |k| < 256), the degree-7 Taylor polynomial of `e^r` on |r| <= ln2/2 (truncation 5e-9
+/// relative), and the scaling by `2^k` done in two halves so subnormal results come out right.
+pub fn exp() -> Function {
+    function(EXP, &[("x", Ty::F32)], Ty::F32, |b| {
+        b.if_(var("x").lt(f(-104.0)), |b| b.ret(f(0.0)));
+        b.if_(var("x").gt(f(88.722_83)), |b| b.ret(f(f32::INFINITY)));
+        let kf = b.let_(
+            "kf",
+            Ty::F32,
+            floor(var("x") * f(std::f32::consts::LOG2_E) + f(0.5)),
+        );
+        let r = b.let_(
+            "r",
+            Ty::F32,
+            (var("x") - kf.clone() * f(f32::from_bits(0x3f31_7200)))
+                - kf.clone() * f(f32::from_bits(0x35bf_be8e)),
+        );
+        let p = b.let_("p", Ty::F32, f(1.0 / 5040.0));
+        for c in [
+            1.0 / 720.0,
+            1.0 / 120.0,
+            1.0 / 24.0,
+            1.0 / 6.0,
+            0.5,
+            1.0,
+            1.0,
+        ] {
+            b.set("p", p.clone() * r.clone() + f(c));
+        }
+        let k = b.let_("k", Ty::I32, kf.cast(Ty::I32));
+        let k1 = b.let_("k1", Ty::I32, k.clone() >> u(1));
+        let k2 = b.let_("k2", Ty::I32, k - k1.clone());
+        let pow2 = |e: Expr| ((e + i(127)).cast(Ty::U32) << u(23)).bitcast(Ty::F32);
+        b.ret(p * pow2(k1) * pow2(k2));
+    })
+}
+
+/// `x` is NaN, by its bits (WGSL has no `isnan`, and `x != x` may be folded by a driver).
+pub fn is_nan(x: Expr) -> Expr {
+    (x.bitcast(Ty::U32) & u(0x7fff_ffff)).gt(u(0x7f80_0000))
+}

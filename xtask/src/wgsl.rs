@@ -1,0 +1,360 @@
+//! The WGSL emitter: one compute shader per kernel, entry point `main`.
+//!
+//! Lowerings particular to WGSL:
+//! - collectives use a workgroup-memory tree (no subgroup width is assumed, since lavapipe's is 8,
+//!   NVIDIA's 32 and AMD's 64);
+//! - f16/bf16 buffers are `array<u32>` words unpacked in the shader, so no `enable f16` is needed;
+//! - `mulhi` is a helper built from 16-bit halves (WGSL has no 64-bit product in core);
+//! - parameters are one uniform struct, padded to 16 bytes.
+
+use crate::ir::*;
+use crate::out::{header, Out};
+
+pub fn ty(t: Ty) -> &'static str {
+    match t {
+        Ty::Bool => "bool",
+        Ty::U32 => "u32",
+        Ty::I32 => "i32",
+        Ty::U64 => "u64",
+        Ty::F32 => "f32",
+        Ty::F64 => "f64",
+        Ty::U32x4 => "vec4<u32>",
+    }
+}
+
+fn lit(l: Lit) -> String {
+    match l {
+        Lit::Bool(v) => v.to_string(),
+        Lit::U32(v) => format!("{v}u"),
+        Lit::I32(v) => format!("({v}i)"),
+        Lit::U64(v) => format!("{v}lu"),
+        Lit::F32(v) if v.is_finite() => format!("({v:?}f)"),
+        Lit::F32(v) => format!("bitcast<f32>({}u)", v.to_bits()),
+        Lit::F64(v) if v.is_finite() => format!("({v:?}lf)"),
+        Lit::F64(v) => format!("bitcast<f64>({}lu)", v.to_bits()),
+    }
+}
+
+struct Emitter<'k> {
+    kernel: &'k Kernel,
+    block: u32,
+}
+
+impl Emitter<'_> {
+    fn expr(&self, e: &Expr, scope: &Scope) -> String {
+        let x = |e: &Expr| self.expr(e, scope);
+        match e {
+            Expr::Lit(l) => lit(*l),
+            Expr::Var(n) => n.clone(),
+            Expr::Param(n) => format!("params.{n}"),
+            Expr::Builtin(b) => match b {
+                Builtin::LocalId => "sk_lid".into(),
+                Builtin::GroupId => "sk_wid.x".into(),
+                Builtin::NumGroups => "sk_nwg.x".into(),
+                Builtin::BlockSize => "BLOCK".into(),
+            },
+            Expr::Load(buf, idx) => {
+                let decl = self
+                    .kernel
+                    .buffers
+                    .iter()
+                    .find(|d| &d.name == buf)
+                    .expect("checked");
+                if decl.storage.is_half() {
+                    format!("sk_load_{buf}({})", x(idx))
+                } else {
+                    format!("{buf}[{}]", x(idx))
+                }
+            }
+            Expr::LoadShared(arr, idx) => format!("{arr}[{}]", x(idx)),
+            Expr::Bin(op, a, b) => format!("({} {} {})", x(a), op.symbol(), x(b)),
+            Expr::Un(op, a) => {
+                let s = match op {
+                    UnOp::Neg => "-",
+                    UnOp::Not => "!",
+                    UnOp::BitNot => "~",
+                };
+                format!("({s}{})", x(a))
+            }
+            Expr::Cast(t, a) => format!("{}({})", ty(*t), x(a)),
+            Expr::Bitcast(t, a) => format!("bitcast<{}>({})", ty(*t), x(a)),
+            Expr::Math(m, args) => {
+                let name = match m {
+                    MathFn::Min => "min",
+                    MathFn::Max => "max",
+                    MathFn::Fma => "fma",
+                    MathFn::Floor => "floor",
+                    MathFn::Abs => "abs",
+                };
+                let args: Vec<String> = args.iter().map(x).collect();
+                format!("{name}({})", args.join(", "))
+            }
+            Expr::Intrinsic(Intrinsic::MulHi, args) => {
+                format!("sk_mulhi({}, {})", x(&args[0]), x(&args[1]))
+            }
+            Expr::Select(c, a, b) => format!("select({}, {}, {})", x(b), x(a), x(c)),
+            Expr::Call(name, args) => {
+                let args: Vec<String> = args.iter().map(x).collect();
+                format!("{name}({})", args.join(", "))
+            }
+            Expr::Component(v, i) => format!("{}[{i}]", x(v)),
+            Expr::MakeU32x4(p) => format!(
+                "vec4<u32>({}, {}, {}, {})",
+                x(&p[0]),
+                x(&p[1]),
+                x(&p[2]),
+                x(&p[3])
+            ),
+        }
+    }
+
+    fn block(&self, out: &mut Out, stmts: &[Stmt], scope: &mut Scope) {
+        for s in stmts {
+            self.stmt(out, s, scope);
+        }
+    }
+
+    fn nested(&self, out: &mut Out, stmts: &[Stmt], scope: &mut Scope) {
+        scope.push();
+        self.block(out, stmts, scope);
+        scope.pop();
+    }
+
+    fn stmt(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) {
+        match s {
+            Stmt::Let { name, ty: t, init } => {
+                out.line(format!(
+                    "var {name}: {} = {};",
+                    ty(*t),
+                    self.expr(init, scope)
+                ));
+                scope.declare(name, *t);
+            }
+            Stmt::Assign { name, value } => {
+                out.line(format!("{name} = {};", self.expr(value, scope)))
+            }
+            Stmt::Store { buf, index, value } => out.line(format!(
+                "{buf}[{}] = {};",
+                self.expr(index, scope),
+                self.expr(value, scope)
+            )),
+            Stmt::StoreShared { arr, index, value } => out.line(format!(
+                "{arr}[{}] = {};",
+                self.expr(index, scope),
+                self.expr(value, scope)
+            )),
+            Stmt::If { cond, then, els } => {
+                out.open(format!("if ({}) {{", self.expr(cond, scope)));
+                self.nested(out, then, scope);
+                if els.is_empty() {
+                    out.close("}");
+                } else {
+                    out.reopen("} else {");
+                    self.nested(out, els, scope);
+                    out.close("}");
+                }
+            }
+            Stmt::For {
+                var,
+                from,
+                to,
+                step,
+                body,
+            } => {
+                let (from, to, step) = (
+                    self.expr(from, scope),
+                    self.expr(to, scope),
+                    self.expr(step, scope),
+                );
+                out.open(format!(
+                    "for (var {var}: u32 = {from}; {var} < {to}; {var} = {var} + {step}) {{"
+                ));
+                scope.push();
+                scope.declare(var, Ty::U32);
+                self.block(out, body, scope);
+                scope.pop();
+                out.close("}");
+            }
+            Stmt::Scope(body) => {
+                out.open("{");
+                self.nested(out, body, scope);
+                out.close("}");
+            }
+            Stmt::Break => out.line("break;"),
+            Stmt::Return(None) => out.line("return;"),
+            Stmt::Return(Some(e)) => out.line(format!("return {};", self.expr(e, scope))),
+            Stmt::Barrier => out.line("workgroupBarrier();"),
+            Stmt::Reduce {
+                op,
+                ty: t,
+                value,
+                out: dst,
+            } => {
+                let arr = format!("sk_red_{}", ty(*t));
+                let combine = match op {
+                    ReduceOp::Max => format!("max({arr}[sk_lid], {arr}[sk_lid + sk_s])"),
+                    ReduceOp::Sum => format!("{arr}[sk_lid] + {arr}[sk_lid + sk_s]"),
+                };
+                out.open("{");
+                out.line(format!("{arr}[sk_lid] = {};", self.expr(value, scope)));
+                out.line("workgroupBarrier();");
+                out.open("for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {");
+                out.open("if (sk_lid < sk_s) {");
+                out.line(format!("{arr}[sk_lid] = {combine};"));
+                out.close("}");
+                out.line("workgroupBarrier();");
+                out.close("}");
+                out.line(format!("{dst} = {arr}[0];"));
+                out.line("workgroupBarrier();");
+                out.close("}");
+            }
+            Stmt::ArgMax {
+                value,
+                index,
+                out_value,
+                out_index,
+            } => {
+                out.open("{");
+                out.line(format!("sk_am_v[sk_lid] = {};", self.expr(value, scope)));
+                out.line(format!("sk_am_i[sk_lid] = {};", self.expr(index, scope)));
+                out.line("workgroupBarrier();");
+                out.open("for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {");
+                out.open("if (sk_lid < sk_s) {");
+                out.line("let ov = sk_am_v[sk_lid + sk_s];");
+                out.line("let oi = sk_am_i[sk_lid + sk_s];");
+                out.open("if (ov > sk_am_v[sk_lid] || (ov == sk_am_v[sk_lid] && oi < sk_am_i[sk_lid])) {");
+                out.line("sk_am_v[sk_lid] = ov;");
+                out.line("sk_am_i[sk_lid] = oi;");
+                out.close("}");
+                out.close("}");
+                out.line("workgroupBarrier();");
+                out.close("}");
+                out.line(format!("{out_value} = sk_am_v[0];"));
+                out.line(format!("{out_index} = sk_am_i[0];"));
+                out.line("workgroupBarrier();");
+                out.close("}");
+            }
+        }
+    }
+}
+
+/// Prints `kernel` as a WGSL module with workgroup size `block` (a power of two).
+pub fn emit(kernel: &Kernel, block: u32, source: &str) -> String {
+    assert!(
+        block.is_power_of_two(),
+        "the WGSL tree reduction needs a power-of-two workgroup"
+    );
+    let e = Emitter { kernel, block };
+    let mut out = Out::default();
+    for l in header("//", source).lines() {
+        out.line(l);
+    }
+    out.line(format!("// kernel `{}`: {}", kernel.name, kernel.doc));
+    out.line(format!("// passes over each row: {}", kernel.passes));
+    out.blank();
+    out.line(format!("const BLOCK: u32 = {}u;", e.block));
+    out.blank();
+
+    // Parameters: one uniform struct padded to a multiple of 16 bytes.
+    out.open("struct Params {");
+    for p in &kernel.params {
+        out.line(format!("{p}: u32,"));
+    }
+    for pad in kernel.params.len()..kernel.params.len().next_multiple_of(4) {
+        out.line(format!("_pad{pad}: u32,"));
+    }
+    out.close("}");
+    out.blank();
+    for (binding, buf) in kernel.buffers.iter().enumerate() {
+        let elem = if buf.storage.is_half() {
+            "u32"
+        } else {
+            ty(buf.storage.value_ty())
+        };
+        let access = if buf.writable { "read_write" } else { "read" };
+        out.line(format!(
+            "@group(0) @binding({binding}) var<storage, {access}> {}: array<{elem}>;",
+            buf.name
+        ));
+    }
+    out.line(format!(
+        "@group(0) @binding({}) var<uniform> params: Params;",
+        kernel.buffers.len()
+    ));
+    out.blank();
+
+    let mut reductions = Vec::new();
+    let mut argmax = false;
+    collectives(&kernel.body, &mut reductions, &mut argmax);
+    // Max and Sum over one type share their scratch array.
+    for t in scratch_types(&reductions) {
+        out.line(format!(
+            "var<workgroup> sk_red_{0}: array<{0}, BLOCK>;",
+            ty(t)
+        ));
+    }
+    if argmax {
+        out.line("var<workgroup> sk_am_v: array<f32, BLOCK>;");
+        out.line("var<workgroup> sk_am_i: array<u32, BLOCK>;");
+    }
+    for s in &kernel.shared {
+        out.line(format!(
+            "var<workgroup> {}: array<{}, {}>;",
+            s.name,
+            ty(s.ty),
+            s.len
+        ));
+    }
+    out.blank();
+
+    // Helpers the lowering needs.
+    out.open("fn sk_mulhi(a: u32, b: u32) -> u32 {");
+    out.line("let ll = (a & 0xffffu) * (b & 0xffffu);");
+    out.line("let lh = (a & 0xffffu) * (b >> 16u);");
+    out.line("let hl = (a >> 16u) * (b & 0xffffu);");
+    out.line("let hh = (a >> 16u) * (b >> 16u);");
+    out.line("let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);");
+    out.line("return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);");
+    out.close("}");
+    for buf in kernel.buffers.iter().filter(|b| b.storage.is_half()) {
+        out.open(format!("fn sk_load_{}(i: u32) -> f32 {{", buf.name));
+        out.line(format!("let w = {}[i >> 1u];", buf.name));
+        match buf.storage {
+            Storage::F16 => out.line("return unpack2x16float(w)[i & 1u];"),
+            _ => {
+                out.line("return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));")
+            }
+        }
+        out.close("}");
+    }
+    for func in &kernel.functions {
+        let params: Vec<String> = func
+            .params
+            .iter()
+            .map(|(n, t)| format!("{n}_in: {}", ty(*t)))
+            .collect();
+        out.open(format!(
+            "fn {}({}) -> {} {{",
+            func.name,
+            params.join(", "),
+            ty(func.ret)
+        ));
+        // WGSL parameters are immutable; copy them into variables so bodies may assign.
+        for (n, t) in &func.params {
+            out.line(format!("var {n}: {} = {n}_in;", ty(*t)));
+        }
+        let mut scope = Scope::new(kernel, &func.params, Some(func.ret));
+        e.block(&mut out, &func.body, &mut scope);
+        out.close("}");
+    }
+    out.blank();
+    out.line(format!("@compute @workgroup_size({})", e.block));
+    out.open(
+        "fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, \
+         @builtin(num_workgroups) sk_nwg: vec3<u32>) {",
+    );
+    let mut scope = Scope::new(kernel, &[], None);
+    e.block(&mut out, &kernel.body, &mut scope);
+    out.close("}");
+    out.finish()
+}
