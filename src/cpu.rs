@@ -18,9 +18,7 @@ pub fn row_values(logits: Logits<'_, CpuBackend>, shape: Shape, row: usize) -> V
         Logits::F16(b) => b[range].iter().map(|&x| x.to_f64()).collect(),
         Logits::Bf16(b) => b[range].iter().map(|&x| x.to_f64()).collect(),
     };
-    wide.into_iter()
-        .map(|x| if x.is_nan() { f64::NEG_INFINITY } else { x })
-        .collect()
+    wide.into_iter().map(|x| if x.is_nan() { f64::NEG_INFINITY } else { x }).collect()
 }
 
 /// The lowest index of the largest value.
@@ -76,12 +74,7 @@ pub fn race_scores(values: &[f64], row: &RowParams, from_probs: bool) -> Vec<f64
         .collect()
 }
 
-fn write_output(
-    out: Output<'_, CpuBackend>,
-    row: usize,
-    token: usize,
-    logprob: impl FnOnce() -> f64,
-) {
+fn write_output(out: Output<'_, CpuBackend>, row: usize, token: usize, logprob: impl FnOnce() -> f64) {
     out.tokens[row] = token as u32;
     if let Some(lp) = out.logprobs {
         lp[row] = logprob() as f32;
@@ -114,75 +107,42 @@ impl Backend for CpuBackend {
 
     fn run(&self, job: Job<'_, Self>) -> Result<()> {
         match job {
-            Job::Softmax {
-                shape,
-                logits,
-                rows,
-                probs,
-            } => {
+            Job::Softmax { shape, logits, rows, probs } => {
                 for r in 0..shape.batch {
-                    let x = row_values(logits, shape, r);
-                    let t = temperature(&rows[r]);
-                    let m = x.iter().fold(f64::NEG_INFINITY, |a, &v| a.max(v / t));
-                    let sum: f64 = x.iter().map(|&v| (v / t - m).exp()).sum();
-                    for (j, &v) in x.iter().enumerate() {
-                        probs[r * shape.stride + j] = ((v / t - m).exp() / sum) as f32;
+                    // As PyTorch's float32 softmax: the scaled logits and their distance to the
+                    // maximum round to f32; the exponentials and their sum are exact here.
+                    let t = temperature(&rows[r]) as f32;
+                    let z: Vec<f32> = row_values(logits, shape, r).iter().map(|&v| v as f32 / t).collect();
+                    let m = z.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+                    let e: Vec<f64> = z.iter().map(|&v| ((v - m) as f64).exp()).collect();
+                    let sum: f64 = e.iter().sum();
+                    for (j, &ej) in e.iter().enumerate() {
+                        probs[r * shape.stride + j] = (ej / sum) as f32;
                     }
                 }
             }
-            Job::Greedy {
-                shape,
-                logits,
-                mut out,
-            } => {
+            Job::Greedy { shape, logits, mut out } => {
                 for r in 0..shape.batch {
                     let x = row_values(logits, shape, r);
                     let token = argmax(&x);
-                    let out = Output {
-                        tokens: &mut *out.tokens,
-                        logprobs: out.logprobs.as_deref_mut(),
-                    };
+                    let out = Output { tokens: &mut *out.tokens, logprobs: out.logprobs.as_deref_mut() };
                     write_output(out, r, token, || log_softmax_at(&x, 1.0, token));
                 }
             }
-            Job::RaceLogits {
-                shape,
-                logits,
-                rows,
-                mut out,
-            } => {
+            Job::RaceLogits { shape, logits, rows, mut out } => {
                 for r in 0..shape.batch {
                     let x = row_values(logits, shape, r);
                     let token = argmax(&race_scores(&x, &rows[r], false));
-                    let out = Output {
-                        tokens: &mut *out.tokens,
-                        logprobs: out.logprobs.as_deref_mut(),
-                    };
-                    write_output(out, r, token, || {
-                        log_softmax_at(&x, temperature(&rows[r]), token)
-                    });
+                    let out = Output { tokens: &mut *out.tokens, logprobs: out.logprobs.as_deref_mut() };
+                    write_output(out, r, token, || log_softmax_at(&x, temperature(&rows[r]), token));
                 }
             }
-            Job::RaceProbs {
-                shape,
-                probs,
-                rows,
-                mut out,
-            } => {
+            Job::RaceProbs { shape, probs, rows, mut out } => {
                 for r in 0..shape.batch {
                     let x = row_values(Logits::F32(probs), shape, r);
                     let token = argmax(&race_scores(&x, &rows[r], true));
-                    let out = Output {
-                        tokens: &mut *out.tokens,
-                        logprobs: out.logprobs.as_deref_mut(),
-                    };
-                    write_output(out, r, token, || {
-                        if x[token] > 0.0 {
-                            x[token].ln()
-                        } else {
-                            f64::NEG_INFINITY
-                        }
-                    });
+                    let out = Output { tokens: &mut *out.tokens, logprobs: out.logprobs.as_deref_mut() };
+                    write_output(out, r, token, || if x[token] > 0.0 { x[token].ln() } else { f64::NEG_INFINITY });
                 }
             }
             Job::Philox { items, blocks, out } => {

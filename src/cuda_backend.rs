@@ -11,9 +11,7 @@ use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
 use crate::kernels::{Device, KernelSource, Launch};
 use crate::types::Element;
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -21,10 +19,7 @@ use std::sync::{Arc, Mutex};
 pub type CudaBuffer<T> = CudaSlice<T>;
 
 fn cuda_error(message: impl std::fmt::Display) -> Error {
-    Error::Device {
-        backend: "cuda",
-        message: message.to_string(),
-    }
+    Error::Device { backend: "cuda", message: message.to_string() }
 }
 
 /// Samples with the generated CUDA kernels on one stream.
@@ -52,15 +47,9 @@ fn target(major: i32) -> (&'static str, u32) {
 }
 
 /// Compiles one generated kernel to PTX for `arch` with `block` threads per block.
-pub fn compile(
-    kernel: &KernelSource,
-    arch: &'static str,
-    block: u32,
-) -> Result<cudarc::nvrtc::Ptx> {
+pub fn compile(kernel: &KernelSource, arch: &'static str, block: u32) -> Result<cudarc::nvrtc::Ptx> {
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(Error::Unavailable(
-            "libnvrtc not found on the library path".into(),
-        ));
+        return Err(Error::Unavailable("libnvrtc not found on the library path".into()));
     }
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(arch),
@@ -78,12 +67,9 @@ impl CudaBackend {
     /// Device `ordinal` on its default stream.
     pub fn new(ordinal: usize) -> Result<Self> {
         if !libraries_present() {
-            return Err(Error::Unavailable(
-                "libcuda or libnvrtc not found on the library path".into(),
-            ));
+            return Err(Error::Unavailable("libcuda or libnvrtc not found on the library path".into()));
         }
-        let ctx = CudaContext::new(ordinal)
-            .map_err(|e| Error::Unavailable(format!("CUDA device {ordinal}: {e}")))?;
+        let ctx = CudaContext::new(ordinal).map_err(|e| Error::Unavailable(format!("CUDA device {ordinal}: {e}")))?;
         Self::from_stream(ctx.default_stream())
     }
 
@@ -93,13 +79,7 @@ impl CudaBackend {
         let (major, minor) = ctx.compute_capability().map_err(cuda_error)?;
         let (arch, block) = target(major);
         let name = format!("{} (sm_{major}{minor})", ctx.name().map_err(cuda_error)?);
-        Ok(CudaBackend {
-            stream,
-            name,
-            arch,
-            block,
-            functions: Mutex::default(),
-        })
+        Ok(CudaBackend { stream, name, arch, block, functions: Mutex::default() })
     }
 
     pub fn stream(&self) -> &Arc<CudaStream> {
@@ -107,10 +87,7 @@ impl CudaBackend {
     }
 
     fn function(&self, kernel: &'static KernelSource) -> Result<CudaFunction> {
-        let mut cache = self
-            .functions
-            .lock()
-            .map_err(|_| cuda_error("function cache poisoned"))?;
+        let mut cache = self.functions.lock().map_err(|_| cuda_error("function cache poisoned"))?;
         if let Some(f) = cache.get(kernel.name) {
             return Ok(f.clone());
         }
@@ -144,9 +121,7 @@ impl Backend for CudaBackend {
     }
     fn write<T: Element>(&self, buf: &mut CudaSlice<T>, data: &[T]) -> Result<()> {
         crate::backend::check_write(buf.len(), data.len())?;
-        self.stream
-            .memcpy_htod(data, &mut buf.slice_mut(0..data.len()))
-            .map_err(cuda_error)
+        self.stream.memcpy_htod(data, &mut buf.slice_mut(0..data.len())).map_err(cuda_error)
     }
     fn download<T: Element>(&self, buf: &CudaSlice<T>) -> Result<Vec<T>> {
         self.stream.clone_dtoh(buf).map_err(cuda_error)

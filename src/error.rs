@@ -8,20 +8,13 @@ pub enum Error {
     Shape(String),
     /// A buffer is shorter than the shape needs.
     #[error("buffer `{name}` holds {len} elements but the call needs {need}")]
-    BufferTooShort {
-        name: &'static str,
-        len: usize,
-        need: usize,
-    },
+    BufferTooShort { name: &'static str, len: usize, need: usize },
     /// The backend cannot be used on this machine (no adapter, no driver, no NVRTC).
     #[error("backend unavailable: {0}")]
     Unavailable(String),
     /// The device, driver or compiler reported an error.
     #[error("{backend}: {message}")]
-    Device {
-        backend: &'static str,
-        message: String,
-    },
+    Device { backend: &'static str, message: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

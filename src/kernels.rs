@@ -21,10 +21,7 @@ const FLAG_LOGPROBS: u32 = 1;
 
 /// The kernel called `name` (every name the crate launches is generated).
 pub fn source(name: &str) -> &'static KernelSource {
-    crate::generated::KERNELS
-        .iter()
-        .find(|k| k.name == name)
-        .unwrap_or_else(|| panic!("kernel `{name}` is generated"))
+    crate::generated::KERNELS.iter().find(|k| k.name == name).unwrap_or_else(|| panic!("kernel `{name}` is generated"))
 }
 
 /// A backend whose buffers have a raw handle that a launch can bind.
@@ -90,25 +87,13 @@ impl<'a, H: Copy> Launch<H> {
     pub fn from_job<B: Device<Handle<'a> = H> + ?Sized>(job: &'a Job<'a, B>) -> Self {
         let rows = |shape: Shape| Work::Rows(shape.batch as u32);
         match job {
-            Job::Softmax {
-                shape,
-                logits,
-                rows: r,
-                probs,
-            } => Launch {
+            Job::Softmax { shape, logits, rows: r, probs } => Launch {
                 kernel: suffixed("softmax", logits),
-                buffers: vec![
-                    Some(logits_handle(logits)),
-                    Some(B::handle(*r)),
-                    Some(B::handle(&**probs)),
-                ],
+                buffers: vec![Some(logits_handle(logits)), Some(B::handle(*r)), Some(B::handle(&**probs))],
                 params: params(*shape, 0),
                 work: rows(*shape),
             },
-            Job::Greedy { shape, logits, out }
-            | Job::RaceLogits {
-                shape, logits, out, ..
-            } => {
+            Job::Greedy { shape, logits, out } | Job::RaceLogits { shape, logits, out, .. } => {
                 let (family, row_params) = match job {
                     Job::RaceLogits { rows: r, .. } => ("race_logits", Some(B::handle(*r))),
                     _ => ("greedy", None),
@@ -120,29 +105,14 @@ impl<'a, H: Copy> Launch<H> {
                 let lp = out.logprobs.as_deref().map(|b| B::handle(b));
                 buffers.extend([Some(B::handle(&*out.tokens)), lp]);
                 let flags = if lp.is_some() { FLAG_LOGPROBS } else { 0 };
-                Launch {
-                    kernel: suffixed(family, logits),
-                    buffers,
-                    params: params(*shape, flags),
-                    work: rows(*shape),
-                }
+                Launch { kernel: suffixed(family, logits), buffers, params: params(*shape, flags), work: rows(*shape) }
             }
-            Job::RaceProbs {
-                shape,
-                probs,
-                rows: r,
-                out,
-            } => {
+            Job::RaceProbs { shape, probs, rows: r, out } => {
                 let lp = out.logprobs.as_deref().map(|b| B::handle(b));
                 let flags = if lp.is_some() { FLAG_LOGPROBS } else { 0 };
                 Launch {
                     kernel: source("race_probs"),
-                    buffers: vec![
-                        Some(B::handle(*probs)),
-                        Some(B::handle(*r)),
-                        Some(B::handle(&*out.tokens)),
-                        lp,
-                    ],
+                    buffers: vec![Some(B::handle(*probs)), Some(B::handle(*r)), Some(B::handle(&*out.tokens)), lp],
                     params: params(*shape, flags),
                     work: rows(*shape),
                 }
@@ -153,11 +123,7 @@ impl<'a, H: Copy> Launch<H> {
                 params: [*items as u32, 0, 0, 0],
                 work: Work::Items(*items as u32),
             },
-            Job::GumbelNoise {
-                shape,
-                rows: r,
-                noise,
-            } => Launch {
+            Job::GumbelNoise { shape, rows: r, noise } => Launch {
                 kernel: source("gumbel_noise"),
                 buffers: vec![Some(B::handle(*r)), Some(B::handle(&**noise))],
                 params: params(*shape, 0),

@@ -25,6 +25,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda_backend;
 pub mod error;
+#[rustfmt::skip]
 mod generated;
 pub mod kernels;
 pub mod philox;

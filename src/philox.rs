@@ -25,22 +25,15 @@ pub fn philox4x32_10(mut ctr: [u32; 4], mut key: [u32; 2]) -> [u32; 4] {
         }
         let p0 = M0 as u64 * ctr[0] as u64;
         let p1 = M1 as u64 * ctr[2] as u64;
-        ctr = [
-            (p1 >> 32) as u32 ^ ctr[1] ^ key[0],
-            p1 as u32,
-            (p0 >> 32) as u32 ^ ctr[3] ^ key[1],
-            p0 as u32,
-        ];
+        ctr = [(p1 >> 32) as u32 ^ ctr[1] ^ key[0], p1 as u32, (p0 >> 32) as u32 ^ ctr[3] ^ key[1], p0 as u32];
     }
     ctr
 }
 
 /// The random word of `column` for a row keyed by (`seed`, `offset`).
 pub fn word(seed: u64, offset: u64, column: u32) -> u32 {
-    let block = philox4x32_10(
-        [column / 4, 0, offset as u32, (offset >> 32) as u32],
-        [seed as u32, (seed >> 32) as u32],
-    );
+    let block =
+        philox4x32_10([column / 4, 0, offset as u32, (offset >> 32) as u32], [seed as u32, (seed >> 32) as u32]);
     block[(column % 4) as usize]
 }
 

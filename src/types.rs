@@ -15,11 +15,7 @@ pub struct Shape {
 impl Shape {
     /// Rows packed back to back.
     pub fn dense(batch: usize, vocab: usize) -> Self {
-        Shape {
-            batch,
-            vocab,
-            stride: vocab,
-        }
+        Shape { batch, vocab, stride: vocab }
     }
 
     /// Elements a buffer of this shape must hold: the last row need not be padded.
@@ -31,20 +27,13 @@ impl Shape {
     /// every element index within the 32-bit range the kernels index with.
     pub fn validate(&self) -> Result<()> {
         if self.batch == 0 {
-            return Err(Error::Shape(
-                "batch is 0; a call needs at least one row".into(),
-            ));
+            return Err(Error::Shape("batch is 0; a call needs at least one row".into()));
         }
         if self.vocab == 0 {
-            return Err(Error::Shape(
-                "vocab is 0; a row needs at least one column".into(),
-            ));
+            return Err(Error::Shape("vocab is 0; a row needs at least one column".into()));
         }
         if self.stride < self.vocab {
-            return Err(Error::Shape(format!(
-                "stride {} is below vocab {}",
-                self.stride, self.vocab
-            )));
+            return Err(Error::Shape(format!("stride {} is below vocab {}", self.stride, self.vocab)));
         }
         let last = (self.batch as u128) * (self.stride as u128);
         if last > u32::MAX as u128 {

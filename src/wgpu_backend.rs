@@ -31,16 +31,9 @@ impl<T: Element> WgpuBuffer<T> {
             });
         }
         if !buffer.usage().contains(wgpu::BufferUsages::STORAGE) {
-            return Err(Error::Device {
-                backend: "wgpu",
-                message: "the buffer lacks STORAGE usage".into(),
-            });
+            return Err(Error::Device { backend: "wgpu", message: "the buffer lacks STORAGE usage".into() });
         }
-        Ok(WgpuBuffer {
-            buffer,
-            len,
-            _elem: PhantomData,
-        })
+        Ok(WgpuBuffer { buffer, len, _elem: PhantomData })
     }
     pub fn raw(&self) -> &wgpu::Buffer {
         &self.buffer
@@ -61,15 +54,11 @@ pub struct WgpuBackend {
     submit: Mutex<()>,
 }
 
-const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
-    .union(wgpu::BufferUsages::COPY_SRC)
-    .union(wgpu::BufferUsages::COPY_DST);
+const USAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC).union(wgpu::BufferUsages::COPY_DST);
 
 fn device_error(message: impl std::fmt::Display) -> Error {
-    Error::Device {
-        backend: "wgpu",
-        message: message.to_string(),
-    }
+    Error::Device { backend: "wgpu", message: message.to_string() }
 }
 
 /// Byte size of `len` elements, rounded up to the 4 bytes wgpu copies and binds in.
@@ -80,8 +69,7 @@ fn padded_bytes<T>(len: usize) -> u64 {
 impl WgpuBackend {
     /// The best adapter wgpu finds (high-performance first), on a device of its own.
     pub fn new() -> Result<Self> {
-        let instance =
-            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let options = wgpu::RequestAdapterOptions {
             power_preference: wgpu::PowerPreference::HighPerformance,
             ..Default::default()
@@ -108,14 +96,8 @@ impl WgpuBackend {
                 mapped_at_creation: false,
             })
         };
-        let params = uniform(
-            "sampling-kernels params",
-            wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-        );
-        let unused_output = uniform(
-            "sampling-kernels unused output",
-            wgpu::BufferUsages::STORAGE,
-        );
+        let params = uniform("sampling-kernels params", wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+        let unused_output = uniform("sampling-kernels unused output", wgpu::BufferUsages::STORAGE);
         WgpuBackend {
             device,
             queue,
@@ -132,30 +114,23 @@ impl WgpuBackend {
     }
 
     fn pipeline(&self, launch: &Launch<&wgpu::Buffer>) -> Result<Arc<wgpu::ComputePipeline>> {
-        let mut cache = self
-            .pipelines
-            .lock()
-            .map_err(|_| device_error("pipeline cache poisoned"))?;
+        let mut cache = self.pipelines.lock().map_err(|_| device_error("pipeline cache poisoned"))?;
         if let Some(p) = cache.get(launch.kernel.name) {
             return Ok(p.clone());
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(launch.kernel.name),
-                source: wgpu::ShaderSource::Wgsl(launch.kernel.wgsl.into()),
-            });
-        let pipeline = self
-            .device
-            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(launch.kernel.name),
-                layout: None,
-                module: &module,
-                entry_point: Some("main"),
-                compilation_options: Default::default(),
-                cache: None,
-            });
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(launch.kernel.name),
+            source: wgpu::ShaderSource::Wgsl(launch.kernel.wgsl.into()),
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(launch.kernel.name),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(device_error(format!("kernel {}: {e}", launch.kernel.name)));
         }
@@ -177,10 +152,7 @@ impl WgpuBackend {
                 resource: b.unwrap_or(&self.unused_output).as_entire_binding(),
             })
             .collect();
-        entries.push(wgpu::BindGroupEntry {
-            binding: entries.len() as u32,
-            resource: self.params.as_entire_binding(),
-        });
+        entries.push(wgpu::BindGroupEntry { binding: entries.len() as u32, resource: self.params.as_entire_binding() });
         let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(launch.kernel.name),
             layout: &layout,
@@ -195,12 +167,8 @@ impl WgpuBackend {
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(groups, 1, 1);
         }
-        let _order = self
-            .submit
-            .lock()
-            .map_err(|_| device_error("submit lock poisoned"))?;
-        self.queue
-            .write_buffer(&self.params, 0, bytemuck::cast_slice(&launch.params));
+        let _order = self.submit.lock().map_err(|_| device_error("submit lock poisoned"))?;
+        self.queue.write_buffer(&self.params, 0, bytemuck::cast_slice(&launch.params));
         self.queue.submit([encoder.finish()]);
         match pollster::block_on(scope.pop()) {
             Some(e) => Err(device_error(format!("kernel {}: {e}", launch.kernel.name))),
@@ -220,26 +188,17 @@ impl Backend for WgpuBackend {
     type Buffer<T: Element> = WgpuBuffer<T>;
 
     fn describe(&self) -> String {
-        format!(
-            "{} ({:?}, {:?})",
-            self.info.name, self.info.backend, self.info.device_type
-        )
+        format!("{} ({:?}, {:?})", self.info.name, self.info.backend, self.info.device_type)
     }
     fn upload<T: Element>(&self, data: &[T]) -> Result<WgpuBuffer<T>> {
         let mut bytes = bytemuck::cast_slice::<T, u8>(data).to_vec();
         bytes.resize(padded_bytes::<T>(data.len()) as usize, 0);
-        let buffer = self
-            .device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some("sampling-kernels upload"),
-                contents: &bytes,
-                usage: USAGE,
-            });
-        Ok(WgpuBuffer {
-            buffer,
-            len: data.len(),
-            _elem: PhantomData,
-        })
+        let buffer = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("sampling-kernels upload"),
+            contents: &bytes,
+            usage: USAGE,
+        });
+        Ok(WgpuBuffer { buffer, len: data.len(), _elem: PhantomData })
     }
     fn zeros<T: Element>(&self, len: usize) -> Result<WgpuBuffer<T>> {
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -248,11 +207,7 @@ impl Backend for WgpuBackend {
             usage: USAGE,
             mapped_at_creation: false,
         });
-        Ok(WgpuBuffer {
-            buffer,
-            len,
-            _elem: PhantomData,
-        })
+        Ok(WgpuBuffer { buffer, len, _elem: PhantomData })
     }
     fn write<T: Element>(&self, buf: &mut WgpuBuffer<T>, data: &[T]) -> Result<()> {
         crate::backend::check_write(buf.len, data.len())?;
@@ -276,9 +231,7 @@ impl Backend for WgpuBackend {
         staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(device_error)?;
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(device_error)?;
         rx.recv().map_err(device_error)?.map_err(device_error)?;
         let view = staging.get_mapped_range(..).map_err(device_error)?;
         let out = bytemuck::pod_collect_to_vec::<u8, T>(&view[..buf.len * size_of::<T>()]);

@@ -75,12 +75,7 @@ impl Emitter<'_> {
                 Builtin::BlockSize => "((unsigned int)SK_BLOCK)".into(),
             },
             Expr::Load(buf, idx) => {
-                let decl = self
-                    .kernel
-                    .buffers
-                    .iter()
-                    .find(|d| &d.name == buf)
-                    .expect("checked");
+                let decl = self.kernel.buffers.iter().find(|d| &d.name == buf).expect("checked");
                 match decl.storage {
                     Storage::F16 => format!("sk_f16({buf}[{}])", x(idx)),
                     Storage::Bf16 => format!("sk_bf16({buf}[{}])", x(idx)),
@@ -103,11 +98,7 @@ impl Emitter<'_> {
                 let t = scope.ty_of(&args[0]).expect("checked");
                 let a: Vec<String> = args.iter().map(x).collect();
                 let float = |f32name: &str, f64name: &str| {
-                    format!(
-                        "{}({})",
-                        if t == Ty::F64 { f64name } else { f32name },
-                        a.join(", ")
-                    )
+                    format!("{}({})", if t == Ty::F64 { f64name } else { f32name }, a.join(", "))
                 };
                 match (m, t) {
                     (MathFn::Min, Ty::F32 | Ty::F64) => float("fminf", "fmin"),
@@ -129,13 +120,7 @@ impl Emitter<'_> {
                 format!("{name}({})", args.join(", "))
             }
             Expr::Component(v, i) => format!("({}).{}", x(v), ["x", "y", "z", "w"][*i as usize]),
-            Expr::MakeU32x4(p) => format!(
-                "make_uint4({}, {}, {}, {})",
-                x(&p[0]),
-                x(&p[1]),
-                x(&p[2]),
-                x(&p[3])
-            ),
+            Expr::MakeU32x4(p) => format!("make_uint4({}, {}, {}, {})", x(&p[0]), x(&p[1]), x(&p[2]), x(&p[3])),
         }
     }
 
@@ -158,9 +143,7 @@ impl Emitter<'_> {
         let shuffle_all = |out: &mut Out| {
             out.open("for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {");
             for (t, v, _) in slots {
-                out.line(format!(
-                    "{t} o{v} = __shfl_xor_sync(0xffffffffu, sk_{v}, sk_o);"
-                ));
+                out.line(format!("{t} o{v} = __shfl_xor_sync(0xffffffffu, sk_{v}, sk_o);"));
             }
             out.line(combine);
             out.close("}");
@@ -192,19 +175,13 @@ impl Emitter<'_> {
                 out.line(format!("{} {name} = {};", ty(*t), self.expr(init, scope)));
                 scope.declare(name, *t);
             }
-            Stmt::Assign { name, value } => {
-                out.line(format!("{name} = {};", self.expr(value, scope)))
+            Stmt::Assign { name, value } => out.line(format!("{name} = {};", self.expr(value, scope))),
+            Stmt::Store { buf, index, value } => {
+                out.line(format!("{buf}[{}] = {};", self.expr(index, scope), self.expr(value, scope)))
             }
-            Stmt::Store { buf, index, value } => out.line(format!(
-                "{buf}[{}] = {};",
-                self.expr(index, scope),
-                self.expr(value, scope)
-            )),
-            Stmt::StoreShared { arr, index, value } => out.line(format!(
-                "{arr}[{}] = {};",
-                self.expr(index, scope),
-                self.expr(value, scope)
-            )),
+            Stmt::StoreShared { arr, index, value } => {
+                out.line(format!("{arr}[{}] = {};", self.expr(index, scope), self.expr(value, scope)))
+            }
             Stmt::If { cond, then, els } => {
                 out.open(format!("if ({}) {{", self.expr(cond, scope)));
                 self.nested(out, then, scope);
@@ -216,21 +193,9 @@ impl Emitter<'_> {
                     out.close("}");
                 }
             }
-            Stmt::For {
-                var,
-                from,
-                to,
-                step,
-                body,
-            } => {
-                let (from, to, step) = (
-                    self.expr(from, scope),
-                    self.expr(to, scope),
-                    self.expr(step, scope),
-                );
-                out.open(format!(
-                    "for (unsigned int {var} = {from}; {var} < {to}; {var} += {step}) {{"
-                ));
+            Stmt::For { var, from, to, step, body } => {
+                let (from, to, step) = (self.expr(from, scope), self.expr(to, scope), self.expr(step, scope));
+                out.open(format!("for (unsigned int {var} = {from}; {var} < {to}; {var} += {step}) {{"));
                 scope.push();
                 scope.declare(var, Ty::U32);
                 self.block(out, body, scope);
@@ -246,63 +211,38 @@ impl Emitter<'_> {
             Stmt::Return(None) => out.line("return;"),
             Stmt::Return(Some(e)) => out.line(format!("return {};", self.expr(e, scope))),
             Stmt::Barrier => out.line("__syncthreads();"),
-            Stmt::Reduce {
-                op,
-                ty: t,
-                value,
-                out: dst,
-            } => {
+            Stmt::Reduce { op, ty: t, value, out: dst } => {
                 let tn = ty(*t);
                 let arr = format!("sk_red_{}", short(*t));
                 let (combine, identity) = match (op, t) {
-                    (ReduceOp::Sum, Ty::F64) => {
-                        ("sk_v = sk_v + ov;".to_string(), "0.0".to_string())
-                    }
+                    (ReduceOp::Sum, Ty::F64) => ("sk_v = sk_v + ov;".to_string(), "0.0".to_string()),
                     (ReduceOp::Sum, Ty::F32) => ("sk_v = sk_v + ov;".into(), "0.0f".into()),
                     (ReduceOp::Sum, _) => ("sk_v = sk_v + ov;".into(), "0u".into()),
-                    (ReduceOp::Max, Ty::F32) => (
-                        "sk_v = fmaxf(sk_v, ov);".into(),
-                        lit(Lit::F32(f32::NEG_INFINITY)),
-                    ),
-                    (ReduceOp::Max, Ty::F64) => (
-                        "sk_v = fmax(sk_v, ov);".into(),
-                        lit(Lit::F64(f64::NEG_INFINITY)),
-                    ),
+                    (ReduceOp::Max, Ty::F32) => ("sk_v = fmaxf(sk_v, ov);".into(), lit(Lit::F32(f32::NEG_INFINITY))),
+                    (ReduceOp::Max, Ty::F64) => ("sk_v = fmax(sk_v, ov);".into(), lit(Lit::F64(f64::NEG_INFINITY))),
                     (ReduceOp::Max, _) => ("sk_v = ov > sk_v ? ov : sk_v;".into(), "0u".into()),
                 };
                 out.open("{");
                 out.line(format!("{tn} sk_v = {};", self.expr(value, scope)));
-                let refill = vec![format!(
-                    "sk_v = threadIdx.x < SK_WARPS ? {arr}[threadIdx.x] : {identity};"
-                )];
+                let refill = vec![format!("sk_v = threadIdx.x < SK_WARPS ? {arr}[threadIdx.x] : {identity};")];
                 Self::warp_tree(out, &[(tn, "v", arr.clone())], &combine, &refill);
                 out.line(format!("{dst} = {arr}[32];"));
                 out.line("__syncthreads();");
                 out.close("}");
             }
-            Stmt::ArgMax {
-                value,
-                index,
-                out_value,
-                out_index,
-            } => {
+            Stmt::ArgMax { value, index, out_value, out_index } => {
                 out.open("{");
                 out.line(format!("float sk_v = {};", self.expr(value, scope)));
                 out.line(format!("unsigned int sk_i = {};", self.expr(index, scope)));
-                let combine =
-                    "if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }";
+                let combine = "if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }";
                 let refill = vec![
                     format!(
                         "sk_v = threadIdx.x < SK_WARPS ? sk_am_v[threadIdx.x] : {};",
                         lit(Lit::F32(f32::NEG_INFINITY))
                     ),
-                    "sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;"
-                        .to_string(),
+                    "sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;".to_string(),
                 ];
-                let slots = [
-                    ("float", "v", "sk_am_v".to_string()),
-                    ("unsigned int", "i", "sk_am_i".to_string()),
-                ];
+                let slots = [("float", "v", "sk_am_v".to_string()), ("unsigned int", "i", "sk_am_i".to_string())];
                 Self::warp_tree(out, &slots, combine, &refill);
                 out.line(format!("{out_value} = sk_am_v[32];"));
                 out.line(format!("{out_index} = sk_am_i[32];"));
@@ -320,10 +260,7 @@ fn short(t: Ty) -> &'static str {
 
 /// Prints `kernel` as a CUDA translation unit.
 pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> String {
-    assert!(
-        default_block % 32 == 0 && default_block <= 1024,
-        "CUDA blocks are whole warps, at most 1024 threads"
-    );
+    assert!(default_block % 32 == 0 && default_block <= 1024, "CUDA blocks are whole warps, at most 1024 threads");
     let e = Emitter { kernel };
     let mut out = Out::default();
     for l in header("//", source).lines() {
@@ -332,26 +269,14 @@ pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> String {
     out.line(format!("// kernel `{}`: {}", kernel.name, kernel.doc));
     out.line(format!("// passes over each row: {}", kernel.passes));
     out.blank();
-    let prelude = PRELUDE.replace(
-        "#define SK_BLOCK 256",
-        &format!("#define SK_BLOCK {default_block}"),
-    );
+    let prelude = PRELUDE.replace("#define SK_BLOCK 256", &format!("#define SK_BLOCK {default_block}"));
     for l in prelude.lines() {
         out.line(l);
     }
     out.blank();
     for func in &kernel.functions {
-        let params: Vec<String> = func
-            .params
-            .iter()
-            .map(|(n, t)| format!("{} {n}", ty(*t)))
-            .collect();
-        out.open(format!(
-            "__device__ __forceinline__ {} {}({}) {{",
-            ty(func.ret),
-            func.name,
-            params.join(", ")
-        ));
+        let params: Vec<String> = func.params.iter().map(|(n, t)| format!("{} {n}", ty(*t))).collect();
+        out.open(format!("__device__ __forceinline__ {} {}({}) {{", ty(func.ret), func.name, params.join(", ")));
         let mut scope = Scope::new(kernel, &func.params, Some(func.ret));
         e.block(&mut out, &func.body, &mut scope);
         out.close("}");
@@ -370,10 +295,7 @@ pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> String {
         })
         .collect();
     args.extend(kernel.params.iter().map(|p| format!("unsigned int {p}")));
-    out.line(format!(
-        "extern \"C\" __global__ void __launch_bounds__(SK_BLOCK) {}(",
-        kernel.name
-    ));
+    out.line(format!("extern \"C\" __global__ void __launch_bounds__(SK_BLOCK) {}(", kernel.name));
     out.open(format!("    {}) {{", args.join(", ")));
     let mut reductions = Vec::new();
     let mut argmax = false;

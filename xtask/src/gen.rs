@@ -24,7 +24,10 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         wgpu.block
     ));
     manifest.push_str(&format!("/// Threads per block on compute capability 7.x and 8.x (tuned for the T4).\npub const CUDA_BLOCK_SM75: u32 = {};\n", sm75.block));
-    manifest.push_str(&format!("/// Threads per block on compute capability 9.0 and later.\npub const CUDA_BLOCK_SM90: u32 = {};\n\n", sm90.block));
+    manifest.push_str(&format!(
+        "/// Threads per block on compute capability 9.0 and later.\npub const CUDA_BLOCK_SM90: u32 = {};\n\n",
+        sm90.block
+    ));
     manifest.push_str("pub const KERNELS: &[KernelSource] = &[\n");
     for k in &kernels {
         ir::check(k)?;
@@ -58,8 +61,7 @@ pub fn run(root: &Path, check: bool) -> Result<(), String> {
         if check {
             stale.push(rel.display().to_string());
         } else {
-            std::fs::create_dir_all(path.parent().expect("has a folder"))
-                .map_err(|e| e.to_string())?;
+            std::fs::create_dir_all(path.parent().expect("has a folder")).map_err(|e| e.to_string())?;
             std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
             println!("wrote {}", rel.display());
         }
@@ -84,9 +86,6 @@ pub fn run(root: &Path, check: bool) -> Result<(), String> {
         }
         Ok(())
     } else {
-        Err(format!(
-            "generated files differ from `cargo xtask gen`: {}",
-            stale.join(", ")
-        ))
+        Err(format!("generated files differ from `cargo xtask gen`: {}", stale.join(", ")))
     }
 }

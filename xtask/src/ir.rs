@@ -105,10 +105,7 @@ pub enum BinOp {
 
 impl BinOp {
     pub fn is_comparison(self) -> bool {
-        matches!(
-            self,
-            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge
-        )
+        matches!(self, BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge)
     }
     /// The operator's spelling, which WGSL and CUDA share.
     pub fn symbol(self) -> &'static str {
@@ -439,69 +436,28 @@ impl Block {
     }
     /// Declares `name` and returns it as an expression.
     pub fn let_(&mut self, name: &str, ty: Ty, init: Expr) -> Expr {
-        self.stmts.push(Stmt::Let {
-            name: name.to_string(),
-            ty,
-            init,
-        });
+        self.stmts.push(Stmt::Let { name: name.to_string(), ty, init });
         var(name)
     }
     pub fn set(&mut self, name: &str, value: Expr) {
-        self.stmts.push(Stmt::Assign {
-            name: name.to_string(),
-            value,
-        });
+        self.stmts.push(Stmt::Assign { name: name.to_string(), value });
     }
     pub fn store(&mut self, buf: &str, index: Expr, value: Expr) {
-        self.stmts.push(Stmt::Store {
-            buf: buf.to_string(),
-            index,
-            value,
-        });
+        self.stmts.push(Stmt::Store { buf: buf.to_string(), index, value });
     }
     pub fn store_shared(&mut self, arr: &str, index: Expr, value: Expr) {
-        self.stmts.push(Stmt::StoreShared {
-            arr: arr.to_string(),
-            index,
-            value,
-        });
+        self.stmts.push(Stmt::StoreShared { arr: arr.to_string(), index, value });
     }
     pub fn if_(&mut self, cond: Expr, then: impl FnOnce(&mut Block)) {
-        self.stmts.push(Stmt::If {
-            cond,
-            then: Self::nested(then),
-            els: vec![],
-        });
+        self.stmts.push(Stmt::If { cond, then: Self::nested(then), els: vec![] });
     }
-    pub fn if_else(
-        &mut self,
-        cond: Expr,
-        then: impl FnOnce(&mut Block),
-        els: impl FnOnce(&mut Block),
-    ) {
-        self.stmts.push(Stmt::If {
-            cond,
-            then: Self::nested(then),
-            els: Self::nested(els),
-        });
+    pub fn if_else(&mut self, cond: Expr, then: impl FnOnce(&mut Block), els: impl FnOnce(&mut Block)) {
+        self.stmts.push(Stmt::If { cond, then: Self::nested(then), els: Self::nested(els) });
     }
     /// `for (name = from; name < to; name += step)`; the closure gets the loop variable.
-    pub fn for_(
-        &mut self,
-        name: &str,
-        from: Expr,
-        to: Expr,
-        step: Expr,
-        body: impl FnOnce(&mut Block, Expr),
-    ) {
+    pub fn for_(&mut self, name: &str, from: Expr, to: Expr, step: Expr, body: impl FnOnce(&mut Block, Expr)) {
         let body = Self::nested(|b| body(b, var(name)));
-        self.stmts.push(Stmt::For {
-            var: name.to_string(),
-            from,
-            to,
-            step,
-            body,
-        });
+        self.stmts.push(Stmt::For { var: name.to_string(), from, to, step, body });
     }
     pub fn scope(&mut self, body: impl FnOnce(&mut Block)) {
         self.stmts.push(Stmt::Scope(Self::nested(body)));
@@ -520,22 +476,11 @@ impl Block {
             _ => u(0),
         };
         self.let_(out, ty, zero);
-        self.stmts.push(Stmt::Reduce {
-            op,
-            ty,
-            value,
-            out: out.to_string(),
-        });
+        self.stmts.push(Stmt::Reduce { op, ty, value, out: out.to_string() });
         var(out)
     }
     /// Block-wide argmax into new variables `out_value`, `out_index`.
-    pub fn argmax(
-        &mut self,
-        value: Expr,
-        index: Expr,
-        out_value: &str,
-        out_index: &str,
-    ) -> (Expr, Expr) {
+    pub fn argmax(&mut self, value: Expr, index: Expr, out_value: &str, out_index: &str) -> (Expr, Expr) {
         self.let_(out_value, Ty::F32, f(0.0));
         self.let_(out_index, Ty::U32, u(0));
         self.stmts.push(Stmt::ArgMax {
@@ -548,12 +493,7 @@ impl Block {
     }
 }
 
-pub fn function(
-    name: &str,
-    params: &[(&str, Ty)],
-    ret: Ty,
-    body: impl FnOnce(&mut Block),
-) -> Function {
+pub fn function(name: &str, params: &[(&str, Ty)], ret: Ty, body: impl FnOnce(&mut Block)) -> Function {
     let mut b = Block::new();
     body(&mut b);
     Function {
@@ -578,11 +518,7 @@ pub struct Scope<'k> {
 impl<'k> Scope<'k> {
     pub fn new(kernel: &'k Kernel, args: &[(String, Ty)], ret: Option<Ty>) -> Self {
         let top = args.iter().cloned().collect();
-        Scope {
-            kernel,
-            vars: vec![top],
-            ret,
-        }
+        Scope { kernel, vars: vec![top], ret }
     }
     pub fn push(&mut self) {
         self.vars.push(BTreeMap::new());
@@ -591,10 +527,7 @@ impl<'k> Scope<'k> {
         self.vars.pop();
     }
     pub fn declare(&mut self, name: &str, ty: Ty) {
-        self.vars
-            .last_mut()
-            .expect("scope")
-            .insert(name.to_string(), ty);
+        self.vars.last_mut().expect("scope").insert(name.to_string(), ty);
     }
     fn lookup(&self, name: &str) -> Result<Ty, String> {
         self.vars
@@ -604,18 +537,10 @@ impl<'k> Scope<'k> {
             .ok_or_else(|| format!("variable `{name}` is not declared"))
     }
     fn buffer(&self, name: &str) -> Result<&BufferDecl, String> {
-        self.kernel
-            .buffers
-            .iter()
-            .find(|b| b.name == name)
-            .ok_or_else(|| format!("no buffer `{name}`"))
+        self.kernel.buffers.iter().find(|b| b.name == name).ok_or_else(|| format!("no buffer `{name}`"))
     }
     fn shared(&self, name: &str) -> Result<&SharedDecl, String> {
-        self.kernel
-            .shared
-            .iter()
-            .find(|b| b.name == name)
-            .ok_or_else(|| format!("no workgroup array `{name}`"))
+        self.kernel.shared.iter().find(|b| b.name == name).ok_or_else(|| format!("no workgroup array `{name}`"))
     }
 
     pub fn ty_of(&self, e: &Expr) -> Result<Ty, String> {
@@ -677,9 +602,7 @@ impl<'k> Scope<'k> {
                 let t = self.ty_of(a)?;
                 match op {
                     UnOp::Not if t != Ty::Bool => return Err("`!` needs bool".into()),
-                    UnOp::Neg if !matches!(t, Ty::F32 | Ty::F64 | Ty::I32) => {
-                        return Err(format!("negation of {t:?}"))
-                    }
+                    UnOp::Neg if !matches!(t, Ty::F32 | Ty::F64 | Ty::I32) => return Err(format!("negation of {t:?}")),
                     _ => t,
                 }
             }
@@ -803,13 +726,7 @@ impl<'k> Scope<'k> {
                 self.check_block(then)?;
                 self.check_block(els)?;
             }
-            Stmt::For {
-                var,
-                from,
-                to,
-                step,
-                body,
-            } => {
+            Stmt::For { var, from, to, step, body } => {
                 self.same(Ty::U32, from)?;
                 self.same(Ty::U32, to)?;
                 self.same(Ty::U32, step)?;
@@ -831,12 +748,7 @@ impl<'k> Scope<'k> {
                 self.same(*ty, value)?;
                 self.same(self.lookup(out)?, value)?;
             }
-            Stmt::ArgMax {
-                value,
-                index,
-                out_value,
-                out_index,
-            } => {
+            Stmt::ArgMax { value, index, out_value, out_index } => {
                 self.same(Ty::F32, value)?;
                 self.same(Ty::U32, index)?;
                 if self.lookup(out_value)? != Ty::F32 || self.lookup(out_index)? != Ty::U32 {
@@ -863,9 +775,7 @@ pub fn check(kernel: &Kernel) -> Result<(), String> {
             .check_block(&func.body)
             .map_err(|e| format!("{}: fn {}: {e}", kernel.name, func.name))?;
     }
-    Scope::new(kernel, &[], None)
-        .check_block(&kernel.body)
-        .map_err(|e| format!("{}: {e}", kernel.name))
+    Scope::new(kernel, &[], None).check_block(&kernel.body).map_err(|e| format!("{}: {e}", kernel.name))
 }
 
 /// The distinct value types of a list of reductions: one scratch array each.

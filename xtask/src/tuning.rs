@@ -20,24 +20,12 @@ pub struct Tuning {
 }
 
 pub const TABLE: [Tuning; 3] = [
-    Tuning {
-        target: Target::Wgpu,
-        block: 256,
-    },
+    Tuning { target: Target::Wgpu, block: 256 },
     // 256 threads: four blocks resident per T4 SM when registers allow (see `cargo xtask ptx-report`).
-    Tuning {
-        target: Target::Sm75,
-        block: 256,
-    },
-    Tuning {
-        target: Target::Sm90,
-        block: 512,
-    },
+    Tuning { target: Target::Sm75, block: 256 },
+    Tuning { target: Target::Sm90, block: 512 },
 ];
 
 pub fn get(target: Target) -> Tuning {
-    *TABLE
-        .iter()
-        .find(|t| t.target == target)
-        .expect("every target has a row")
+    *TABLE.iter().find(|t| t.target == target).expect("every target has a row")
 }

@@ -54,12 +54,7 @@ impl Emitter<'_> {
                 Builtin::BlockSize => "BLOCK".into(),
             },
             Expr::Load(buf, idx) => {
-                let decl = self
-                    .kernel
-                    .buffers
-                    .iter()
-                    .find(|d| &d.name == buf)
-                    .expect("checked");
+                let decl = self.kernel.buffers.iter().find(|d| &d.name == buf).expect("checked");
                 if decl.storage.is_half() {
                     format!("sk_load_{buf}({})", x(idx))
                 } else {
@@ -98,13 +93,7 @@ impl Emitter<'_> {
                 format!("{name}({})", args.join(", "))
             }
             Expr::Component(v, i) => format!("{}[{i}]", x(v)),
-            Expr::MakeU32x4(p) => format!(
-                "vec4<u32>({}, {}, {}, {})",
-                x(&p[0]),
-                x(&p[1]),
-                x(&p[2]),
-                x(&p[3])
-            ),
+            Expr::MakeU32x4(p) => format!("vec4<u32>({}, {}, {}, {})", x(&p[0]), x(&p[1]), x(&p[2]), x(&p[3])),
         }
     }
 
@@ -123,26 +112,16 @@ impl Emitter<'_> {
     fn stmt(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) {
         match s {
             Stmt::Let { name, ty: t, init } => {
-                out.line(format!(
-                    "var {name}: {} = {};",
-                    ty(*t),
-                    self.expr(init, scope)
-                ));
+                out.line(format!("var {name}: {} = {};", ty(*t), self.expr(init, scope)));
                 scope.declare(name, *t);
             }
-            Stmt::Assign { name, value } => {
-                out.line(format!("{name} = {};", self.expr(value, scope)))
+            Stmt::Assign { name, value } => out.line(format!("{name} = {};", self.expr(value, scope))),
+            Stmt::Store { buf, index, value } => {
+                out.line(format!("{buf}[{}] = {};", self.expr(index, scope), self.expr(value, scope)))
             }
-            Stmt::Store { buf, index, value } => out.line(format!(
-                "{buf}[{}] = {};",
-                self.expr(index, scope),
-                self.expr(value, scope)
-            )),
-            Stmt::StoreShared { arr, index, value } => out.line(format!(
-                "{arr}[{}] = {};",
-                self.expr(index, scope),
-                self.expr(value, scope)
-            )),
+            Stmt::StoreShared { arr, index, value } => {
+                out.line(format!("{arr}[{}] = {};", self.expr(index, scope), self.expr(value, scope)))
+            }
             Stmt::If { cond, then, els } => {
                 out.open(format!("if ({}) {{", self.expr(cond, scope)));
                 self.nested(out, then, scope);
@@ -154,21 +133,9 @@ impl Emitter<'_> {
                     out.close("}");
                 }
             }
-            Stmt::For {
-                var,
-                from,
-                to,
-                step,
-                body,
-            } => {
-                let (from, to, step) = (
-                    self.expr(from, scope),
-                    self.expr(to, scope),
-                    self.expr(step, scope),
-                );
-                out.open(format!(
-                    "for (var {var}: u32 = {from}; {var} < {to}; {var} = {var} + {step}) {{"
-                ));
+            Stmt::For { var, from, to, step, body } => {
+                let (from, to, step) = (self.expr(from, scope), self.expr(to, scope), self.expr(step, scope));
+                out.open(format!("for (var {var}: u32 = {from}; {var} < {to}; {var} = {var} + {step}) {{"));
                 scope.push();
                 scope.declare(var, Ty::U32);
                 self.block(out, body, scope);
@@ -184,12 +151,7 @@ impl Emitter<'_> {
             Stmt::Return(None) => out.line("return;"),
             Stmt::Return(Some(e)) => out.line(format!("return {};", self.expr(e, scope))),
             Stmt::Barrier => out.line("workgroupBarrier();"),
-            Stmt::Reduce {
-                op,
-                ty: t,
-                value,
-                out: dst,
-            } => {
+            Stmt::Reduce { op, ty: t, value, out: dst } => {
                 let arr = format!("sk_red_{}", ty(*t));
                 let combine = match op {
                     ReduceOp::Max => format!("max({arr}[sk_lid], {arr}[sk_lid + sk_s])"),
@@ -208,12 +170,7 @@ impl Emitter<'_> {
                 out.line("workgroupBarrier();");
                 out.close("}");
             }
-            Stmt::ArgMax {
-                value,
-                index,
-                out_value,
-                out_index,
-            } => {
+            Stmt::ArgMax { value, index, out_value, out_index } => {
                 out.open("{");
                 out.line(format!("sk_am_v[sk_lid] = {};", self.expr(value, scope)));
                 out.line(format!("sk_am_i[sk_lid] = {};", self.expr(index, scope)));
@@ -240,10 +197,7 @@ impl Emitter<'_> {
 
 /// Prints `kernel` as a WGSL module with workgroup size `block` (a power of two).
 pub fn emit(kernel: &Kernel, block: u32, source: &str) -> String {
-    assert!(
-        block.is_power_of_two(),
-        "the WGSL tree reduction needs a power-of-two workgroup"
-    );
+    assert!(block.is_power_of_two(), "the WGSL tree reduction needs a power-of-two workgroup");
     let e = Emitter { kernel, block };
     let mut out = Out::default();
     for l in header("//", source).lines() {
@@ -266,21 +220,11 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> String {
     out.close("}");
     out.blank();
     for (binding, buf) in kernel.buffers.iter().enumerate() {
-        let elem = if buf.storage.is_half() {
-            "u32"
-        } else {
-            ty(buf.storage.value_ty())
-        };
+        let elem = if buf.storage.is_half() { "u32" } else { ty(buf.storage.value_ty()) };
         let access = if buf.writable { "read_write" } else { "read" };
-        out.line(format!(
-            "@group(0) @binding({binding}) var<storage, {access}> {}: array<{elem}>;",
-            buf.name
-        ));
+        out.line(format!("@group(0) @binding({binding}) var<storage, {access}> {}: array<{elem}>;", buf.name));
     }
-    out.line(format!(
-        "@group(0) @binding({}) var<uniform> params: Params;",
-        kernel.buffers.len()
-    ));
+    out.line(format!("@group(0) @binding({}) var<uniform> params: Params;", kernel.buffers.len()));
     out.blank();
 
     let mut reductions = Vec::new();
@@ -288,22 +232,14 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> String {
     collectives(&kernel.body, &mut reductions, &mut argmax);
     // Max and Sum over one type share their scratch array.
     for t in scratch_types(&reductions) {
-        out.line(format!(
-            "var<workgroup> sk_red_{0}: array<{0}, BLOCK>;",
-            ty(t)
-        ));
+        out.line(format!("var<workgroup> sk_red_{0}: array<{0}, BLOCK>;", ty(t)));
     }
     if argmax {
         out.line("var<workgroup> sk_am_v: array<f32, BLOCK>;");
         out.line("var<workgroup> sk_am_i: array<u32, BLOCK>;");
     }
     for s in &kernel.shared {
-        out.line(format!(
-            "var<workgroup> {}: array<{}, {}>;",
-            s.name,
-            ty(s.ty),
-            s.len
-        ));
+        out.line(format!("var<workgroup> {}: array<{}, {}>;", s.name, ty(s.ty), s.len));
     }
     out.blank();
 
@@ -321,24 +257,13 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> String {
         out.line(format!("let w = {}[i >> 1u];", buf.name));
         match buf.storage {
             Storage::F16 => out.line("return unpack2x16float(w)[i & 1u];"),
-            _ => {
-                out.line("return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));")
-            }
+            _ => out.line("return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));"),
         }
         out.close("}");
     }
     for func in &kernel.functions {
-        let params: Vec<String> = func
-            .params
-            .iter()
-            .map(|(n, t)| format!("{n}_in: {}", ty(*t)))
-            .collect();
-        out.open(format!(
-            "fn {}({}) -> {} {{",
-            func.name,
-            params.join(", "),
-            ty(func.ret)
-        ));
+        let params: Vec<String> = func.params.iter().map(|(n, t)| format!("{n}_in: {}", ty(*t))).collect();
+        out.open(format!("fn {}({}) -> {} {{", func.name, params.join(", "), ty(func.ret)));
         // WGSL parameters are immutable; copy them into variables so bodies may assign.
         for (n, t) in &func.params {
             out.line(format!("var {n}: {} = {n}_in;", ty(*t)));

@@ -54,27 +54,14 @@ pub fn exp() -> Function {
     function(EXP, &[("x", Ty::F32)], Ty::F32, |b| {
         b.if_(var("x").lt(f(-104.0)), |b| b.ret(f(0.0)));
         b.if_(var("x").gt(f(88.722_83)), |b| b.ret(f(f32::INFINITY)));
-        let kf = b.let_(
-            "kf",
-            Ty::F32,
-            floor(var("x") * f(std::f32::consts::LOG2_E) + f(0.5)),
-        );
+        let kf = b.let_("kf", Ty::F32, floor(var("x") * f(std::f32::consts::LOG2_E) + f(0.5)));
         let r = b.let_(
             "r",
             Ty::F32,
-            (var("x") - kf.clone() * f(f32::from_bits(0x3f31_7200)))
-                - kf.clone() * f(f32::from_bits(0x35bf_be8e)),
+            (var("x") - kf.clone() * f(f32::from_bits(0x3f31_7200))) - kf.clone() * f(f32::from_bits(0x35bf_be8e)),
         );
         let p = b.let_("p", Ty::F32, f(1.0 / 5040.0));
-        for c in [
-            1.0 / 720.0,
-            1.0 / 120.0,
-            1.0 / 24.0,
-            1.0 / 6.0,
-            0.5,
-            1.0,
-            1.0,
-        ] {
+        for c in [1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
             b.set("p", p.clone() * r.clone() + f(c));
         }
         let k = b.let_("k", Ty::I32, kf.cast(Ty::I32));

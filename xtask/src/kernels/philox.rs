@@ -19,33 +19,28 @@ const W1: u32 = 0xBB67_AE85;
 
 /// Ten rounds of Philox4x32 on `ctr` under key (`k0`, `k1`), fully unrolled.
 pub fn philox() -> Function {
-    function(
-        PHILOX,
-        &[("ctr", Ty::U32x4), ("k0", Ty::U32), ("k1", Ty::U32)],
-        Ty::U32x4,
-        |b| {
-            for (n, name) in ["c0", "c1", "c2", "c3"].iter().enumerate() {
-                b.let_(name, Ty::U32, var("ctr").comp(n as u8));
+    function(PHILOX, &[("ctr", Ty::U32x4), ("k0", Ty::U32), ("k1", Ty::U32)], Ty::U32x4, |b| {
+        for (n, name) in ["c0", "c1", "c2", "c3"].iter().enumerate() {
+            b.let_(name, Ty::U32, var("ctr").comp(n as u8));
+        }
+        for round in 0..10 {
+            if round > 0 {
+                b.set("k0", var("k0") + u(W0));
+                b.set("k1", var("k1") + u(W1));
             }
-            for round in 0..10 {
-                if round > 0 {
-                    b.set("k0", var("k0") + u(W0));
-                    b.set("k1", var("k1") + u(W1));
-                }
-                b.scope(|b| {
-                    let hi0 = b.let_("hi0", Ty::U32, mulhi(u(M0), var("c0")));
-                    let lo0 = b.let_("lo0", Ty::U32, u(M0) * var("c0"));
-                    let hi1 = b.let_("hi1", Ty::U32, mulhi(u(M1), var("c2")));
-                    let lo1 = b.let_("lo1", Ty::U32, u(M1) * var("c2"));
-                    b.set("c0", hi1 ^ var("c1") ^ var("k0"));
-                    b.set("c2", hi0 ^ var("c3") ^ var("k1"));
-                    b.set("c1", lo1);
-                    b.set("c3", lo0);
-                });
-            }
-            b.ret(u32x4(var("c0"), var("c1"), var("c2"), var("c3")));
-        },
-    )
+            b.scope(|b| {
+                let hi0 = b.let_("hi0", Ty::U32, mulhi(u(M0), var("c0")));
+                let lo0 = b.let_("lo0", Ty::U32, u(M0) * var("c0"));
+                let hi1 = b.let_("hi1", Ty::U32, mulhi(u(M1), var("c2")));
+                let lo1 = b.let_("lo1", Ty::U32, u(M1) * var("c2"));
+                b.set("c0", hi1 ^ var("c1") ^ var("k0"));
+                b.set("c2", hi0 ^ var("c3") ^ var("k1"));
+                b.set("c1", lo1);
+                b.set("c3", lo0);
+            });
+        }
+        b.ret(u32x4(var("c0"), var("c1"), var("c2"), var("c3")));
+    })
 }
 
 /// A word to a uniform in the open interval (0, 1): `(2 (w >> 9) + 1) 2^-24`. Every value is an
@@ -77,8 +72,5 @@ pub fn noise_functions() -> Vec<Function> {
 
 /// Philox block for the four columns starting at `c0` of a row keyed by its row parameters.
 pub fn block_for(c0: Expr, seed_lo: Expr, seed_hi: Expr, off_lo: Expr, off_hi: Expr) -> Expr {
-    call(
-        PHILOX,
-        vec![u32x4(c0 >> u(2), u(0), off_lo, off_hi), seed_lo, seed_hi],
-    )
+    call(PHILOX, vec![u32x4(c0 >> u(2), u(0), off_lo, off_hi), seed_lo, seed_hi])
 }

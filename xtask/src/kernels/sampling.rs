@@ -46,11 +46,7 @@ impl Dtype {
 }
 
 fn buffer(name: &str, storage: Storage, writable: bool) -> BufferDecl {
-    BufferDecl {
-        name: name.to_string(),
-        storage,
-        writable,
-    }
+    BufferDecl { name: name.to_string(), storage, writable }
 }
 
 fn kernel(
@@ -75,26 +71,16 @@ fn kernel(
 
 /// The row loop: one workgroup per row, grid-stride over rows.
 fn for_each_row(b: &mut Block, body: impl FnOnce(&mut Block)) {
-    b.for_(
-        "row",
-        builtin(Builtin::GroupId),
-        param("batch"),
-        builtin(Builtin::NumGroups),
-        |b, row| {
-            b.let_("base", Ty::U32, row * param("stride"));
-            body(b);
-        },
-    );
+    b.for_("row", builtin(Builtin::GroupId), param("batch"), builtin(Builtin::NumGroups), |b, row| {
+        b.let_("base", Ty::U32, row * param("stride"));
+        body(b);
+    });
 }
 
 /// Visits this invocation's columns in increasing order, four consecutive ones per step:
 /// `per_quad` runs once per step (with `c0`, the first column), then `per_col` for each of the
 /// four columns inside the row, with the column and its place (0..4) in the quad.
-fn for_each_column(
-    b: &mut Block,
-    per_quad: impl Fn(&mut Block, Expr),
-    per_col: impl Fn(&mut Block, Expr, u8),
-) {
+fn for_each_column(b: &mut Block, per_quad: impl Fn(&mut Block, Expr), per_col: impl Fn(&mut Block, Expr, u8)) {
     let first = builtin(Builtin::LocalId) * u(4);
     let step = builtin(Builtin::BlockSize) * u(4);
     b.for_("c0", first, param("vocab"), step, |b, c0| {
@@ -140,18 +126,9 @@ enum Race {
 /// the row; with `FLAG_LOGPROBS`, the chosen token's log-probability from the same read.
 fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
     let (name, doc) = match race {
-        Race::Greedy => (
-            "greedy",
-            "argmax of the logits, lowest index on ties; log-softmax at T = 1 on request",
-        ),
-        Race::Logits => (
-            "race_logits",
-            "argmax of l/T + Gumbel noise from Philox (fused: no probabilities written)",
-        ),
-        Race::Probs => (
-            "race_probs",
-            "argmax of p / Exponential noise from Philox (SGLang v0.5.20's rule)",
-        ),
+        Race::Greedy => ("greedy", "argmax of the logits, lowest index on ties; log-softmax at T = 1 on request"),
+        Race::Logits => ("race_logits", "argmax of l/T + Gumbel noise from Philox (fused: no probabilities written)"),
+        Race::Probs => ("race_probs", "argmax of p / Exponential noise from Philox (SGLang v0.5.20's rule)"),
     };
     let mut b = Block::new();
     let mut buffers = vec![buffer("x", dtype.storage(), false)];
@@ -182,13 +159,7 @@ fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
             |b, c0| {
                 if race != Race::Greedy {
                     b.if_(var("noisy"), |b| {
-                        let block = philox::block_for(
-                            c0,
-                            row_word(4),
-                            row_word(5),
-                            row_word(6),
-                            row_word(7),
-                        );
+                        let block = philox::block_for(c0, row_word(4), row_word(5), row_word(6), row_word(7));
                         b.set("w", block);
                     });
                 }
@@ -196,39 +167,24 @@ fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
             |b, col, j| {
                 let x = b.let_("xv", Ty::F32, load_clean(col.clone()));
                 // Scaled logit (the log-softmax's argument; greedy rows have T = 1) and race score.
-                let scaled = if race == Race::Probs {
-                    x.clone()
-                } else {
-                    x.clone() / var("temp")
-                };
+                let scaled = if race == Race::Probs { x.clone() } else { x.clone() / var("temp") };
                 let sv = b.let_("sv", Ty::F32, scaled);
                 let score = b.let_("score", Ty::F32, sv.clone());
                 if race == Race::Probs {
                     // Probabilities: negative values are as invalid as NaN.
-                    b.if_(x.clone().lt(f(0.0)), |b| {
-                        b.set("score", f(f32::NEG_INFINITY))
-                    });
+                    b.if_(x.clone().lt(f(0.0)), |b| b.set("score", f(f32::NEG_INFINITY)));
                     b.if_(var("noisy").and(x.clone().ge(f(0.0))), |b| {
-                        b.set(
-                            "score",
-                            x.clone() / call(philox::EXPONENTIAL, vec![var("w").comp(j)]),
-                        );
+                        b.set("score", x.clone() / call(philox::EXPONENTIAL, vec![var("w").comp(j)]));
                     });
                 } else if race == Race::Logits {
                     b.if_(var("noisy"), |b| {
-                        b.set(
-                            "score",
-                            sv.clone() + call(philox::GUMBEL, vec![var("w").comp(j)]),
-                        );
+                        b.set("score", sv.clone() + call(philox::GUMBEL, vec![var("w").comp(j)]));
                     });
                 }
-                b.if_(
-                    score.clone().gt(var("best")).or(var("best_i").eq_(u(NONE))),
-                    |b| {
-                        b.set("best", score);
-                        b.set("best_i", col);
-                    },
-                );
+                b.if_(score.clone().gt(var("best")).or(var("best_i").eq_(u(NONE))), |b| {
+                    b.set("best", score);
+                    b.set("best_i", col);
+                });
                 if online_lse {
                     b.if_(want_lp.clone(), |b| {
                         b.if_else(
@@ -240,10 +196,7 @@ fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
                             },
                             |b| {
                                 b.if_(sv.clone().gt(f(f32::NEG_INFINITY)), |b| {
-                                    b.set(
-                                        "s",
-                                        var("s") + call(math::EXP, vec![sv.clone() - var("m")]),
-                                    );
+                                    b.set("s", var("s") + call(math::EXP, vec![sv.clone() - var("m")]));
                                 })
                             },
                         );
@@ -263,27 +216,17 @@ fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
                 let total = b.reduce(ReduceOp::Sum, Ty::F32, mine, "row_sum");
                 b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
                     let xt = load_clean(tok.clone());
-                    b.store(
-                        "logprobs",
-                        var("row"),
-                        xt / var("temp") - mx - call(math::LOG, vec![total]),
-                    );
+                    b.store("logprobs", var("row"), xt / var("temp") - mx - call(math::LOG, vec![total]));
                 });
             } else {
                 b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
                     let pt = b.let_("pt", Ty::F32, load_clean(tok.clone()));
-                    let lp = select(
-                        pt.clone().gt(f(0.0)),
-                        call(math::LOG, vec![pt]),
-                        f(f32::NEG_INFINITY),
-                    );
+                    let lp = select(pt.clone().gt(f(0.0)), call(math::LOG, vec![pt]), f(f32::NEG_INFINITY));
                     b.store("logprobs", var("row"), lp);
                 });
             }
         });
-        b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
-            b.store("tokens", var("row"), tok)
-        });
+        b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| b.store("tokens", var("row"), tok));
     });
 
     let mut functions = vec![math::exp()];
@@ -303,11 +246,7 @@ fn softmax_kernel(dtype: Dtype) -> Kernel {
         row_temperature(b);
         let scaled = |col: Expr| load_clean(col) / var("temp");
         b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
-        for_each_column(
-            b,
-            |_, _| {},
-            |b, col, _| b.set("m", var("m").max(scaled(col))),
-        );
+        for_each_column(b, |_, _| {}, |b, col, _| b.set("m", var("m").max(scaled(col))));
         let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_max");
         // Kahan summation per invocation keeps the sum within a few ulp at 262144 columns.
         b.let_("s", Ty::F32, f(0.0));
@@ -316,11 +255,7 @@ fn softmax_kernel(dtype: Dtype) -> Kernel {
             b,
             |_, _| {},
             |b, col, _| {
-                let y = b.let_(
-                    "y",
-                    Ty::F32,
-                    call(math::EXP, vec![scaled(col) - mx.clone()]) - var("comp"),
-                );
+                let y = b.let_("y", Ty::F32, call(math::EXP, vec![scaled(col) - mx.clone()]) - var("comp"));
                 let t = b.let_("t", Ty::F32, var("s") + y.clone());
                 b.set("comp", (t.clone() - var("s")) - y);
                 b.set("s", t);
@@ -343,14 +278,7 @@ fn softmax_kernel(dtype: Dtype) -> Kernel {
         buffer("probs", Storage::F32, true),
     ];
     let doc = "softmax of l/T per row (greedy rows at T = 1), written with the input's stride";
-    kernel(
-        format!("softmax_{}", dtype.suffix()),
-        doc,
-        3,
-        buffers,
-        vec![math::exp()],
-        b,
-    )
+    kernel(format!("softmax_{}", dtype.suffix()), doc, 3, buffers, vec![math::exp()], b)
 }
 
 /// Diagnostic: Philox4x32-10 on `batch` (counter, key) items of six words, four words out each.
@@ -362,23 +290,12 @@ fn philox_kernel() -> Kernel {
     b.for_("item", first, param("batch"), step, |b, item| {
         let word = |k: u32| load("input", item.clone() * u(6) + u(k));
         let ctr = u32x4(word(0), word(1), word(2), word(3));
-        let out = b.let_(
-            "out",
-            Ty::U32x4,
-            call(philox::PHILOX, vec![ctr, word(4), word(5)]),
-        );
+        let out = b.let_("out", Ty::U32x4, call(philox::PHILOX, vec![ctr, word(4), word(5)]));
         for k in 0..4u8 {
-            b.store(
-                "output",
-                item.clone() * u(4) + u(k as u32),
-                out.clone().comp(k),
-            );
+            b.store("output", item.clone() * u(4) + u(k as u32), out.clone().comp(k));
         }
     });
-    let buffers = vec![
-        buffer("input", Storage::U32, false),
-        buffer("output", Storage::U32, true),
-    ];
+    let buffers = vec![buffer("input", Storage::U32, false), buffer("output", Storage::U32, true)];
     kernel(
         "philox4x32_10".into(),
         "Philox4x32-10 blocks, for known-answer tests",
@@ -396,25 +313,13 @@ fn noise_kernel() -> Kernel {
         b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
         for_each_column(
             b,
-            |b, c0| {
-                b.set(
-                    "w",
-                    philox::block_for(c0, row_word(4), row_word(5), row_word(6), row_word(7)),
-                )
-            },
+            |b, c0| b.set("w", philox::block_for(c0, row_word(4), row_word(5), row_word(6), row_word(7))),
             |b, col, j| {
-                b.store(
-                    "noise",
-                    var("row") * param("vocab") + col,
-                    call(philox::GUMBEL, vec![var("w").comp(j)]),
-                );
+                b.store("noise", var("row") * param("vocab") + col, call(philox::GUMBEL, vec![var("w").comp(j)]));
             },
         );
     });
-    let buffers = vec![
-        buffer("rows", Storage::U32, false),
-        buffer("noise", Storage::F32, true),
-    ];
+    let buffers = vec![buffer("rows", Storage::U32, false), buffer("noise", Storage::F32, true)];
     kernel(
         "gumbel_noise".into(),
         "the race's Gumbel noise per row and column, for tests",

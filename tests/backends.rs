@@ -1,0 +1,342 @@
+//! The same checks on every backend (CPU, wgpu, CUDA), each against the CPU oracle or a known
+//! answer. A backend that is absent is reported as not run by `cargo xtask test`.
+//!
+//! Statistical checks use fixed seeds; each threshold is the 0.999 quantile of its reference
+//! distribution, so a correct sampler fails one with probability 1e-3 over the choice of seeds.
+
+mod common;
+
+use common::Rng;
+use half::{bf16, f16};
+use sampling_kernels::cpu::{self as oracle, row_values};
+use sampling_kernels::{Backend, CpuBackend, Logits, Output, RowParams, Shape};
+
+/// Random123's known answers (SEMANTICS.md): counter, key, output.
+const PHILOX_KAT: [([u32; 4], [u32; 2], [u32; 4]); 3] = [
+    ([0, 0, 0, 0], [0, 0], [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]),
+    ([u32::MAX; 4], [u32::MAX; 2], [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]),
+    (
+        [0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344],
+        [0xa4093822, 0x299f31d0],
+        [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1],
+    ),
+];
+
+/// The race scores of two backends may differ by a few float32 roundings (the GPU computes in
+/// float32, the oracle in float64): rows whose best and second-best oracle scores are closer
+/// than this are counted, not compared.
+const RACE_EPS: f64 = 1e-4;
+
+/// Chi-square 0.999 quantile with 15 degrees of freedom (16 cells).
+const CHI2_15_999: f64 = 37.697;
+
+fn run_race<B: Backend>(b: &B, shape: Shape, logits: &[f32], rows: &[RowParams], from_probs: bool) -> Vec<u32> {
+    let x = b.upload(logits).unwrap();
+    let r = b.upload(rows).unwrap();
+    let mut tokens = b.zeros::<u32>(shape.batch).unwrap();
+    let out = Output { tokens: &mut tokens, logprobs: None };
+    if from_probs {
+        b.race_from_probs(shape, &x, &r, out).unwrap();
+    } else {
+        b.race_from_logits(shape, Logits::F32(&x), &r, out).unwrap();
+    }
+    b.download(&tokens).unwrap()
+}
+
+pub fn philox_known_answers<B: Backend>(b: &B) {
+    let mut rng = Rng::new(7);
+    let mut input: Vec<u32> = PHILOX_KAT.iter().flat_map(|(c, k, _)| c.iter().chain(k).copied()).collect();
+    // And 4093 random blocks against the host implementation.
+    input.extend((0..4093 * 6).map(|_| rng.next_u64() as u32));
+    let items = input.len() / 6;
+    let blocks = b.upload(&input).unwrap();
+    let mut out = b.zeros::<u32>(items * 4).unwrap();
+    b.philox(items, &blocks, &mut out).unwrap();
+    let got = b.download(&out).unwrap();
+    for (i, (_, _, want)) in PHILOX_KAT.iter().enumerate() {
+        assert_eq!(&got[i * 4..i * 4 + 4], want, "known answer {i}");
+    }
+    for i in 0..items {
+        let w = &input[i * 6..i * 6 + 6];
+        let want = sampling_kernels::philox::philox4x32_10([w[0], w[1], w[2], w[3]], [w[4], w[5]]);
+        assert_eq!(got[i * 4..i * 4 + 4], want, "block {i}");
+    }
+}
+
+pub fn gumbel_noise_matches_oracle<B: Backend>(b: &B) {
+    let mut rng = Rng::new(11);
+    let shape = Shape::dense(64, 997);
+    let rows: Vec<RowParams> = (0..64).map(|_| RowParams::new(1.0, rng.next_u64(), rng.next_u64())).collect();
+    let r = b.upload(&rows).unwrap();
+    let mut noise = b.zeros::<f32>(shape.batch * shape.vocab).unwrap();
+    b.gumbel_noise(shape, &r, &mut noise).unwrap();
+    let got = b.download(&noise).unwrap();
+    let mut worst = 0f64;
+    for (row, p) in rows.iter().enumerate() {
+        for j in 0..shape.vocab {
+            let w = sampling_kernels::philox::word(p.seed(), p.offset(), j as u32);
+            let want = sampling_kernels::philox::gumbel(w);
+            let g = got[row * shape.vocab + j] as f64;
+            assert!(g.is_finite() && (-2.82..16.64).contains(&g), "noise {g} out of its range");
+            // Two chained logs of about one ulp each, relative to the noise's magnitude.
+            let err = (g - want).abs() / want.abs().max(1.0);
+            worst = worst.max(err);
+            assert!(err < 1e-6, "row {row} col {j}: {g} vs {want}");
+        }
+    }
+    eprintln!("{}: worst Gumbel noise error {worst:.2e} (relative, >= 1 absolute)", b.describe());
+}
+
+/// Rows whose vocabularies, strides, formats and temperatures vary, softmax against float64.
+pub fn softmax_matches_oracle<B: Backend>(b: &B) {
+    let mut rng = Rng::new(3);
+    let cases = [(1, 1, 1), (3, 5, 8), (4, 1000, 1000), (2, 32768, 32771), (2, 151643, 151936)];
+    let mut checked = 0usize;
+    for (batch, vocab, stride) in cases {
+        let shape = Shape { batch, vocab, stride };
+        let logits: Vec<f32> = (0..shape.elements()).map(|_| rng.normal(4.0) as f32).collect();
+        let rows: Vec<RowParams> = (0..batch).map(|i| RowParams::new([1.0, 0.7, 0.0, 2.5][i % 4], 0, 0)).collect();
+        for dtype in 0..3 {
+            let probs = softmax_on(b, shape, &logits, &rows, dtype);
+            let want = softmax_on(&CpuBackend, shape, &logits, &rows, dtype);
+            for r in 0..batch {
+                for j in 0..vocab {
+                    let (g, w) = (probs[r * stride + j] as f64, want[r * stride + j] as f64);
+                    if w > 1e-30 {
+                        assert!(((g - w) / w).abs() < 1e-6, "{shape:?} dtype {dtype} row {r} col {j}: {g} vs {w}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 400_000);
+}
+
+fn softmax_on<B: Backend>(b: &B, shape: Shape, logits: &[f32], rows: &[RowParams], dtype: usize) -> Vec<f32> {
+    let r = b.upload(rows).unwrap();
+    let mut probs = b.zeros::<f32>(shape.elements()).unwrap();
+    match dtype {
+        0 => b.softmax(shape, Logits::F32(&b.upload(logits).unwrap()), &r, &mut probs),
+        1 => {
+            let h: Vec<f16> = logits.iter().map(|&x| f16::from_f32(x)).collect();
+            b.softmax(shape, Logits::F16(&b.upload(&h).unwrap()), &r, &mut probs)
+        }
+        _ => {
+            let h: Vec<bf16> = logits.iter().map(|&x| bf16::from_f32(x)).collect();
+            b.softmax(shape, Logits::Bf16(&b.upload(&h).unwrap()), &r, &mut probs)
+        }
+    }
+    .unwrap();
+    b.download(&probs).unwrap()
+}
+
+/// Integer-valued logits make ties common; NaN is scattered in. Every row must match exactly,
+/// and so must the log-probabilities to float32 accuracy.
+pub fn greedy_matches_oracle<B: Backend>(b: &B) {
+    let mut rng = Rng::new(5);
+    for (batch, vocab, stride) in [(300, 37, 40), (20, 5000, 5000), (2, 151936, 151936)] {
+        let shape = Shape { batch, vocab, stride };
+        let logits: Vec<f32> = (0..shape.elements())
+            .map(|_| if rng.below(50) == 0 { f32::NAN } else { rng.below(12) as f32 - 6.0 })
+            .collect();
+        let (tokens, lps) = greedy_on(b, shape, &logits);
+        let (want, want_lps) = greedy_on(&CpuBackend, shape, &logits);
+        assert_eq!(tokens, want, "{shape:?}");
+        for (g, w) in lps.iter().zip(&want_lps) {
+            assert!((g - w).abs() < 1e-5 * w.abs().max(1.0), "logprob {g} vs {w}");
+        }
+    }
+}
+
+fn greedy_on<B: Backend>(b: &B, shape: Shape, logits: &[f32]) -> (Vec<u32>, Vec<f32>) {
+    let x = b.upload(logits).unwrap();
+    let mut tokens = b.zeros::<u32>(shape.batch).unwrap();
+    let mut lps = b.zeros::<f32>(shape.batch).unwrap();
+    b.greedy(shape, Logits::F32(&x), Output { tokens: &mut tokens, logprobs: Some(&mut lps) }).unwrap();
+    (b.download(&tokens).unwrap(), b.download(&lps).unwrap())
+}
+
+/// Both races against the oracle on every row whose top two scores are apart by RACE_EPS.
+pub fn races_match_oracle<B: Backend>(b: &B) {
+    let mut rng = Rng::new(9);
+    for from_probs in [false, true] {
+        let mut near_ties = 0;
+        let mut compared = 0;
+        for (batch, vocab, stride) in [(2000, 50, 64), (64, 4099, 4100), (4, 151643, 151936)] {
+            let shape = Shape { batch, vocab, stride };
+            let rows: Vec<RowParams> = (0..batch)
+                .map(|i| {
+                    let t = [1.0, 0.6, 1.7, 0.0][i % 4];
+                    RowParams::new(t, rng.next_u64(), rng.below(1 << 40))
+                })
+                .collect();
+            let mut data: Vec<f32> = (0..shape.elements()).map(|_| rng.normal(3.0) as f32).collect();
+            if from_probs {
+                data = softmax_on(&CpuBackend, shape, &data, &rows, 0);
+            }
+            let tokens = run_race(b, shape, &data, &rows, from_probs);
+            let input = CpuBackend.upload(&data).unwrap();
+            for r in 0..batch {
+                let x = row_values(Logits::F32(&input), shape, r);
+                let mut scores = oracle::race_scores(&x, &rows[r], from_probs);
+                let best = oracle::argmax(&scores);
+                let top = scores[best];
+                scores[best] = f64::NEG_INFINITY;
+                let second = scores[oracle::argmax(&scores)];
+                if (top - second).abs() <= RACE_EPS * top.abs().max(1.0) {
+                    near_ties += 1;
+                    continue;
+                }
+                compared += 1;
+                assert_eq!(tokens[r] as usize, best, "{shape:?} row {r} ({:?})", rows[r]);
+            }
+        }
+        eprintln!(
+            "{}: race from {}: {compared} rows identical to the oracle, {near_ties} rows within {RACE_EPS:e} not compared",
+            b.describe(),
+            if from_probs { "probabilities" } else { "logits" }
+        );
+        assert!(near_ties * 100 < compared, "too many near ties to mean anything");
+    }
+}
+
+/// 100,000 draws of a 16-token distribution: chi-square and total variation for each race, and
+/// the two races against each other (drawn with different seeds).
+pub fn race_distribution<B: Backend>(b: &B) {
+    let vocab = 16;
+    let logits: Vec<f32> = (0..vocab).map(|j| ((j * 7) % 11) as f32 * 0.45 - 2.0).collect();
+    let temperature = 0.8f32;
+    let expected = {
+        let w: Vec<f64> = logits.iter().map(|&l| (l as f64 / temperature as f64).exp()).collect();
+        let s: f64 = w.iter().sum();
+        w.into_iter().map(|x| x / s).collect::<Vec<f64>>()
+    };
+    let draws = 100_000;
+    let shape = Shape::dense(draws, vocab);
+    let histogram = |from_probs: bool, seed: u64| {
+        let row: Vec<f32> = if from_probs { expected.iter().map(|&p| p as f32).collect() } else { logits.clone() };
+        let data: Vec<f32> = row.iter().copied().cycle().take(draws * vocab).collect();
+        // One request drawn at 100,000 decode steps: same seed, offsets 0..N.
+        let rows: Vec<RowParams> = (0..draws as u64).map(|i| RowParams::new(temperature, seed, i)).collect();
+        let mut counts = vec![0u64; vocab];
+        for t in run_race(b, shape, &data, &rows, from_probs) {
+            counts[t as usize] += 1;
+        }
+        counts
+    };
+    let from_logits = histogram(false, 1234);
+    let from_probs = histogram(true, 5678);
+    for (name, counts) in [("logits", &from_logits), ("probabilities", &from_probs)] {
+        let chi2 = common::chi_square(counts, &expected);
+        let tv = common::total_variation(counts, &expected);
+        eprintln!("{}: race from {name}: chi2 {chi2:.2} (df 15, limit {CHI2_15_999}), TV {tv:.4}", b.describe());
+        assert!(chi2 < CHI2_15_999, "race from {name}: chi2 {chi2}");
+        assert!(tv < 0.01, "race from {name}: total variation {tv}");
+    }
+    let chi2 = common::chi_square_two_sample(&from_logits, &from_probs);
+    eprintln!("{}: logits vs probabilities: two-sample chi2 {chi2:.2}", b.describe());
+    assert!(chi2 < CHI2_15_999, "the races disagree in distribution: chi2 {chi2}");
+}
+
+/// The same request in row 0 of one batch and row 17 of another gets the same token.
+pub fn token_independent_of_row<B: Backend>(b: &B) {
+    let mut rng = Rng::new(21);
+    let vocab = 3001;
+    for trial in 0..20 {
+        let request: Vec<f32> = (0..vocab).map(|_| rng.normal(2.0) as f32).collect();
+        let params = RowParams::new(1.0, rng.next_u64(), trial);
+        let mut alone_batch = request.clone();
+        let mut alone_rows = vec![params];
+        for _ in 0..3 {
+            alone_batch.extend((0..vocab).map(|_| rng.normal(2.0) as f32));
+            alone_rows.push(RowParams::new(0.9, rng.next_u64(), 7));
+        }
+        let mut big_batch: Vec<f32> = (0..17 * vocab).map(|_| rng.normal(2.0) as f32).collect();
+        let mut big_rows: Vec<RowParams> = (0..17).map(|_| RowParams::new(1.1, rng.next_u64(), 3)).collect();
+        big_batch.extend(&request);
+        big_rows.push(params);
+        let a = run_race(b, Shape::dense(4, vocab), &alone_batch, &alone_rows, false);
+        let z = run_race(b, Shape::dense(18, vocab), &big_batch, &big_rows, false);
+        assert_eq!(a[0], z[17], "trial {trial}");
+    }
+}
+
+/// Greedy rows inside the race take the plain argmax (the per-row path, not a batch flag).
+pub fn greedy_rows_in_the_race<B: Backend>(b: &B) {
+    let mut rng = Rng::new(33);
+    let shape = Shape::dense(64, 700);
+    let logits: Vec<f32> = (0..shape.elements()).map(|_| rng.below(20) as f32).collect();
+    let rows: Vec<RowParams> =
+        (0..64).map(|i| if i % 2 == 0 { RowParams::greedy() } else { RowParams::new(1.0, i, 0) }).collect();
+    let raced = run_race(b, shape, &logits, &rows, false);
+    let (greedy, _) = greedy_on(b, shape, &logits);
+    for r in (0..64).step_by(2) {
+        assert_eq!(raced[r], greedy[r], "row {r}");
+    }
+}
+
+/// Bad shapes and short buffers are errors before any launch.
+pub fn rejects_bad_shapes<B: Backend>(b: &B) {
+    let x = b.upload(&[0f32; 8]).unwrap();
+    let r = b.upload(&[RowParams::new(1.0, 0, 0); 2]).unwrap();
+    let mut t = b.zeros::<u32>(2).unwrap();
+    let bad = [
+        Shape::dense(0, 4),
+        Shape::dense(2, 0),
+        Shape { batch: 2, vocab: 4, stride: 3 },
+        Shape::dense(2, 5),
+        Shape::dense(3, 2),
+    ];
+    for shape in bad {
+        let out = Output { tokens: &mut t, logprobs: None };
+        assert!(b.race_from_logits(shape, Logits::F32(&x), &r, out).is_err(), "{shape:?}");
+    }
+}
+
+macro_rules! suite {
+    ($backend:ident, $make:path, $($check:ident),* $(,)?) => {
+        mod $backend {
+            $(
+                #[test]
+                fn $check() {
+                    crate::common::on(stringify!($backend), stringify!($check), $make(), crate::$check);
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! every_check {
+    ($backend:ident, $make:path) => {
+        suite!(
+            $backend,
+            $make,
+            philox_known_answers,
+            gumbel_noise_matches_oracle,
+            softmax_matches_oracle,
+            greedy_matches_oracle,
+            races_match_oracle,
+            race_distribution,
+            token_independent_of_row,
+            greedy_rows_in_the_race,
+            rejects_bad_shapes,
+        );
+    };
+}
+
+// The oracle is not compared with itself: on the CPU only the checks against known answers,
+// distributions and invariants run.
+suite!(
+    cpu,
+    crate::common::cpu,
+    philox_known_answers,
+    race_distribution,
+    token_independent_of_row,
+    greedy_rows_in_the_race,
+    rejects_bad_shapes,
+);
+#[cfg(feature = "wgpu")]
+every_check!(wgpu, crate::common::wgpu);
+#[cfg(feature = "cuda")]
+every_check!(cuda, crate::common::cuda);

@@ -1,0 +1,126 @@
+//! What every test binary shares: the backends (each made once, reported as not run where
+//! absent), a seeded generator, and the report `cargo xtask test` prints its table from.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::sync::OnceLock;
+
+/// `CI=true`: a wgpu backend that cannot be made fails the run instead of being skipped.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Appends `backend<TAB>outcome<TAB>test<TAB>device` to the run's report.
+pub fn report(backend: &str, outcome: &str, test: &str, device: &str) {
+    let path = std::env::var("SK_TEST_REPORT")
+        .unwrap_or_else(|_| format!("{}/sampling-kernels-report.tsv", env!("CARGO_TARGET_TMPDIR")));
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = f.write_all(format!("{backend}\t{outcome}\t{test}\t{device}\n").as_bytes());
+    }
+}
+
+/// Runs `check` on the backend if it exists; otherwise records the test as not run.
+pub fn on<B: sampling_kernels::Backend>(backend_name: &str, test: &str, backend: Option<&B>, check: impl FnOnce(&B)) {
+    match backend {
+        Some(b) => {
+            check(b);
+            report(backend_name, "ran", test, &b.describe());
+        }
+        None => {
+            eprintln!("{backend_name}: not run ({test}): backend absent");
+            report(backend_name, "not-run", test, "absent");
+        }
+    }
+}
+
+pub fn cpu() -> Option<&'static sampling_kernels::CpuBackend> {
+    Some(&sampling_kernels::CpuBackend)
+}
+
+#[cfg(feature = "wgpu")]
+pub fn wgpu() -> Option<&'static sampling_kernels::WgpuBackend> {
+    static B: OnceLock<Option<sampling_kernels::WgpuBackend>> = OnceLock::new();
+    B.get_or_init(|| match sampling_kernels::WgpuBackend::new() {
+        Ok(b) => Some(b),
+        Err(e) if in_ci() => panic!("CI=true requires the wgpu backend (lavapipe): {e}"),
+        Err(e) => {
+            eprintln!("wgpu backend absent: {e}");
+            None
+        }
+    })
+    .as_ref()
+}
+
+#[cfg(feature = "cuda")]
+pub fn cuda() -> Option<&'static sampling_kernels::CudaBackend> {
+    static B: OnceLock<Option<sampling_kernels::CudaBackend>> = OnceLock::new();
+    B.get_or_init(|| match sampling_kernels::CudaBackend::new(0) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("cuda backend absent: {e}");
+            None
+        }
+    })
+    .as_ref()
+}
+
+/// SplitMix64: a small seeded generator, so every test draws the same inputs each run.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+    /// Roughly normal (sum of uniforms), scaled.
+    pub fn normal(&mut self, scale: f64) -> f64 {
+        ((0..4).map(|_| self.unit()).sum::<f64>() - 2.0) * 1.7320508 * scale
+    }
+}
+
+/// Pearson's chi-square of observed counts against expected probabilities.
+pub fn chi_square(counts: &[u64], probs: &[f64]) -> f64 {
+    let n: u64 = counts.iter().sum();
+    counts
+        .iter()
+        .zip(probs)
+        .map(|(&o, &p)| {
+            let e = p * n as f64;
+            (o as f64 - e).powi(2) / e
+        })
+        .sum()
+}
+
+/// Chi-square of homogeneity between two histograms over the same cells.
+pub fn chi_square_two_sample(a: &[u64], b: &[u64]) -> f64 {
+    let (na, nb) = (a.iter().sum::<u64>() as f64, b.iter().sum::<u64>() as f64);
+    a.iter()
+        .zip(b)
+        .filter(|(x, y)| **x + **y > 0)
+        .map(|(&x, &y)| {
+            let total = (x + y) as f64;
+            let (ea, eb) = (total * na / (na + nb), total * nb / (na + nb));
+            (x as f64 - ea).powi(2) / ea + (y as f64 - eb).powi(2) / eb
+        })
+        .sum()
+}
+
+/// Total-variation distance between observed frequencies and probabilities.
+pub fn total_variation(counts: &[u64], probs: &[f64]) -> f64 {
+    let n: u64 = counts.iter().sum();
+    0.5 * counts.iter().zip(probs).map(|(&o, &p)| (o as f64 / n as f64 - p).abs()).sum::<f64>()
+}
