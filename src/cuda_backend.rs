@@ -31,10 +31,16 @@ pub struct CudaBackend {
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
 }
 
+/// Whether libnvrtc can be loaded (it only tries to open the library).
+pub fn nvrtc_present() -> bool {
+    // SAFETY: this only tries to dlopen the library.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
 /// Whether the CUDA driver and NVRTC libraries can be loaded (no driver call is made).
 pub fn libraries_present() -> bool {
-    // SAFETY: these only try to dlopen the libraries.
-    unsafe { cudarc::driver::sys::is_culib_present() && cudarc::nvrtc::sys::is_culib_present() }
+    // SAFETY: this only tries to dlopen the library.
+    nvrtc_present() && unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
 /// The virtual architecture NVRTC compiles for, and the block size of the tuning table.
@@ -48,7 +54,7 @@ fn target(major: i32) -> (&'static str, u32) {
 
 /// Compiles one generated kernel to PTX for `arch` with `block` threads per block.
 pub fn compile(kernel: &KernelSource, arch: &'static str, block: u32) -> Result<cudarc::nvrtc::Ptx> {
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+    if !nvrtc_present() {
         return Err(Error::Unavailable("libnvrtc not found on the library path".into()));
     }
     let opts = cudarc::nvrtc::CompileOptions {

@@ -19,6 +19,11 @@ pub struct KernelSource {
 /// Flag bit: write the chosen token's log-probability.
 const FLAG_LOGPROBS: u32 = 1;
 
+/// Every generated kernel.
+pub fn all() -> &'static [KernelSource] {
+    crate::generated::KERNELS
+}
+
 /// The kernel called `name` (every name the crate launches is generated).
 pub fn source(name: &str) -> &'static KernelSource {
     crate::generated::KERNELS.iter().find(|k| k.name == name).unwrap_or_else(|| panic!("kernel `{name}` is generated"))

@@ -26,6 +26,7 @@ pub mod cpu;
 pub mod cuda_backend;
 pub mod error;
 #[rustfmt::skip]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod generated;
 pub mod kernels;
 pub mod philox;

@@ -1,12 +1,22 @@
 //! The project's tasks: `cargo xtask <command>`.
 //!
 //! - `gen [--check]`: write (or verify) `shaders/`, `kernels/` and `src/generated.rs` from the IR.
+//! - `test [cargo test args]`: every test, then a table of backends, devices and checks run.
+//! - `bundle-device`: release test binaries and a script for the GPU machine, in `dist/device/`.
+//! - `ptx-report`: registers, shared memory, spills and occupancy of every kernel (NVRTC + ptxas).
 
+mod bundle;
 mod cuda;
+mod cuda_tools;
 mod gen;
+// The IR's whole vocabulary (f64, u64, workgroup arrays...) is there for every kernel family;
+// the ones generated so far do not use all of it.
+#[allow(dead_code)]
 mod ir;
 mod kernels;
 mod out;
+mod ptx_report;
+mod test_runner;
 mod tuning;
 mod wgsl;
 
@@ -21,7 +31,15 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("gen") => gen::run(&root(), args.iter().any(|a| a == "--check")),
-        _ => Err("usage: cargo xtask gen [--check]".to_string()),
+        Some("ptx-report") => {
+            if let Some(code) = cuda_tools::reexec_with_nvrtc() {
+                return code;
+            }
+            ptx_report::run()
+        }
+        Some("bundle-device") => bundle::run(&root()),
+        Some("test") => test_runner::run(&root(), &args[1..]),
+        _ => Err("usage: cargo xtask gen [--check] | test [args] | ptx-report | bundle-device".to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,124 @@
+//! `cargo xtask ptx-report`: every kernel through NVRTC and `ptxas -v` for sm_75 and sm_90, with
+//! registers, shared memory, spills and the theoretical occupancy on a T4 and an H200 (the
+//! figures of `../shared/reference/HARDWARE.md`). Fails if any sm_75 kernel spills.
+
+use crate::tuning::{self, Target};
+use crate::{cuda, cuda_tools, kernels};
+use std::process::Command;
+
+struct Sm {
+    target: Target,
+    arch: &'static str,
+    virtual_arch: &'static str,
+    /// Registers per SM, resident threads, resident blocks, shared memory per SM.
+    regs: u32,
+    threads: u32,
+    blocks: u32,
+    smem: u32,
+}
+
+const SMS: [Sm; 2] = [
+    Sm { target: Target::Sm75, arch: "sm_75", virtual_arch: "compute_75", regs: 65536, threads: 1024, blocks: 16, smem: 64 * 1024 },
+    Sm { target: Target::Sm90, arch: "sm_90", virtual_arch: "compute_90", regs: 65536, threads: 2048, blocks: 32, smem: 228 * 1024 },
+];
+
+#[derive(Default, Debug)]
+pub struct Usage {
+    pub registers: u32,
+    pub shared: u32,
+    pub spill_stores: u32,
+    pub spill_loads: u32,
+}
+
+/// Reads `ptxas -v` output.
+fn parse(text: &str) -> Usage {
+    let mut u = Usage::default();
+    let num_before = |line: &str, key: &str| -> Option<u32> {
+        let at = line.find(key)?;
+        line[..at].split_whitespace().last()?.parse().ok()
+    };
+    for line in text.lines() {
+        if let Some(r) = num_before(line, "registers") {
+            u.registers = r;
+        }
+        if let Some(s) = num_before(line, "bytes smem") {
+            u.shared = s;
+        }
+        if let Some(s) = num_before(line, "bytes spill stores") {
+            u.spill_stores = s;
+        }
+        if let Some(s) = num_before(line, "bytes spill loads") {
+            u.spill_loads = s;
+        }
+    }
+    u
+}
+
+/// Resident blocks per SM and the share of warp slots they fill, limited by registers (allocated
+/// per warp in units of 256), threads, blocks and shared memory.
+fn occupancy(sm: &Sm, block: u32, u: &Usage) -> (u32, f64) {
+    let warps = block / 32;
+    let regs_per_warp = (u.registers.max(1) * 32).next_multiple_of(256);
+    let by_regs = (sm.regs / regs_per_warp) / warps;
+    let by_threads = sm.threads / block;
+    let by_smem = if u.shared == 0 { sm.blocks } else { sm.smem / u.shared };
+    let blocks = by_regs.min(by_threads).min(sm.blocks).min(by_smem);
+    (blocks, (blocks * block) as f64 / sm.threads as f64)
+}
+
+pub fn run() -> Result<(), String> {
+    let tools = cuda_tools::find();
+    let ptxas = tools.ptxas().ok_or("ptxas not found: pip install nvidia-cuda-nvcc")?;
+    // SAFETY: only tries to dlopen libnvrtc.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err("libnvrtc not found: pip install nvidia-cuda-nvrtc".into());
+    }
+    let dir = std::env::temp_dir().join("sampling-kernels-ptx");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    println!("| kernel | arch | threads | registers | shared B | spill st/ld B | blocks/SM | occupancy |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut spills = Vec::new();
+    for k in kernels::all() {
+        let source = cuda::emit(&k, tuning::get(Target::Sm75).block, "xtask/src/kernels");
+        for sm in &SMS {
+            let block = tuning::get(sm.target).block;
+            let opts = cudarc::nvrtc::CompileOptions {
+                arch: Some(sm.virtual_arch),
+                fmad: Some(false),
+                options: vec![format!("-DSK_BLOCK={block}")],
+                ..Default::default()
+            };
+            let ptx = cudarc::nvrtc::compile_ptx_with_opts(&source, opts).map_err(|e| format!("{}: {e}", k.name))?;
+            let path = dir.join(format!("{}_{}.ptx", k.name, sm.arch));
+            std::fs::write(&path, ptx.to_src()).map_err(|e| e.to_string())?;
+            let out = Command::new(&ptxas)
+                .args(["-arch", sm.arch, "-v", "-o", "/dev/null"])
+                .arg(&path)
+                .output()
+                .map_err(|e| format!("ptxas: {e}"))?;
+            if !out.status.success() {
+                return Err(format!("ptxas {} {}: {}", k.name, sm.arch, String::from_utf8_lossy(&out.stderr)));
+            }
+            let usage = parse(&String::from_utf8_lossy(&out.stderr));
+            let (blocks, occ) = occupancy(sm, block, &usage);
+            println!(
+                "| {} | {} | {block} | {} | {} | {}/{} | {blocks} | {:.0}% |",
+                k.name,
+                sm.arch,
+                usage.registers,
+                usage.shared,
+                usage.spill_stores,
+                usage.spill_loads,
+                occ * 100.0
+            );
+            if sm.target == Target::Sm75 && usage.spill_stores + usage.spill_loads > 0 {
+                spills.push(k.name.clone());
+            }
+        }
+    }
+    if spills.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("sm_75 spills in: {}", spills.join(", ")))
+    }
+}
