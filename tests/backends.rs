@@ -31,16 +31,28 @@ const RACE_EPS: f64 = 1e-4;
 const CHI2_15_999: f64 = 37.697;
 
 fn run_race<B: Backend>(b: &B, shape: Shape, logits: &[f32], rows: &[RowParams], from_probs: bool) -> Vec<u32> {
+    run_race_lp(b, shape, logits, rows, from_probs).0
+}
+
+/// The race's tokens and their log-probabilities.
+fn run_race_lp<B: Backend>(
+    b: &B,
+    shape: Shape,
+    logits: &[f32],
+    rows: &[RowParams],
+    from_probs: bool,
+) -> (Vec<u32>, Vec<f32>) {
     let x = b.upload(logits).unwrap();
     let r = b.upload(rows).unwrap();
     let mut tokens = b.zeros::<u32>(shape.batch).unwrap();
-    let out = Output { tokens: &mut tokens, logprobs: None };
+    let mut lps = b.zeros::<f32>(shape.batch).unwrap();
+    let out = Output { tokens: &mut tokens, logprobs: Some(&mut lps) };
     if from_probs {
         b.race_from_probs(shape, &x, &r, out).unwrap();
     } else {
         b.race_from_logits(shape, Logits::F32(&x), &r, out).unwrap();
     }
-    b.download(&tokens).unwrap()
+    (b.download(&tokens).unwrap(), b.download(&lps).unwrap())
 }
 
 pub fn philox_known_answers<B: Backend>(b: &B) {
@@ -175,7 +187,8 @@ pub fn races_match_oracle<B: Backend>(b: &B) {
             if from_probs {
                 data = softmax_on(&CpuBackend, shape, &data, &rows, 0);
             }
-            let tokens = run_race(b, shape, &data, &rows, from_probs);
+            let (tokens, lps) = run_race_lp(b, shape, &data, &rows, from_probs);
+            let (_, want_lps) = run_race_lp(&CpuBackend, shape, &data, &rows, from_probs);
             let input = CpuBackend.upload(&data).unwrap();
             for r in 0..batch {
                 let x = row_values(Logits::F32(&input), shape, r);
@@ -190,6 +203,8 @@ pub fn races_match_oracle<B: Backend>(b: &B) {
                 }
                 compared += 1;
                 assert_eq!(tokens[r] as usize, best, "{shape:?} row {r} ({:?})", rows[r]);
+                let (g, w) = (lps[r] as f64, want_lps[r] as f64);
+                assert!((g - w).abs() < 2e-5 * w.abs().max(1.0), "{shape:?} row {r}: log-probability {g} vs {w}");
             }
         }
         eprintln!(
@@ -276,6 +291,26 @@ pub fn greedy_rows_in_the_race<B: Backend>(b: &B) {
     }
 }
 
+/// f16 and bf16 logits give the token of the f32 logits they widen to (same noise, same values).
+pub fn half_formats_match_f32<B: Backend>(b: &B) {
+    let mut rng = Rng::new(41);
+    let shape = Shape { batch: 33, vocab: 2049, stride: 2051 };
+    let rows: Vec<RowParams> = (0..33).map(|i| RowParams::new([0.8, 1.0, 0.0][i % 3], rng.next_u64(), 5)).collect();
+    let raw: Vec<f32> = (0..shape.elements()).map(|_| rng.normal(3.0) as f32).collect();
+    let r = b.upload(&rows).unwrap();
+    let race = |logits: Logits<'_, B>| {
+        let mut tokens = b.zeros::<u32>(shape.batch).unwrap();
+        b.race_from_logits(shape, logits, &r, Output { tokens: &mut tokens, logprobs: None }).unwrap();
+        b.download(&tokens).unwrap()
+    };
+    let h: Vec<f16> = raw.iter().map(|&x| f16::from_f32(x)).collect();
+    let wide: Vec<f32> = h.iter().map(|x| x.to_f32()).collect();
+    assert_eq!(race(Logits::F16(&b.upload(&h).unwrap())), race(Logits::F32(&b.upload(&wide).unwrap())), "f16");
+    let h: Vec<bf16> = raw.iter().map(|&x| bf16::from_f32(x)).collect();
+    let wide: Vec<f32> = h.iter().map(|x| x.to_f32()).collect();
+    assert_eq!(race(Logits::Bf16(&b.upload(&h).unwrap())), race(Logits::F32(&b.upload(&wide).unwrap())), "bf16");
+}
+
 /// Bad shapes and short buffers are errors before any launch.
 pub fn rejects_bad_shapes<B: Backend>(b: &B) {
     let x = b.upload(&[0f32; 8]).unwrap();
@@ -320,6 +355,7 @@ macro_rules! every_check {
             race_distribution,
             token_independent_of_row,
             greedy_rows_in_the_race,
+            half_formats_match_f32,
             rejects_bad_shapes,
         );
     };

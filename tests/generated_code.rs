@@ -14,8 +14,10 @@ fn kernels() -> &'static [KernelSource] {
 #[test]
 fn every_wgsl_file_validates_with_naga() {
     for k in kernels() {
-        let module = naga::front::wgsl::parse_str(k.wgsl).unwrap_or_else(|e| panic!("{}: {}", k.name, e.emit_to_string(k.wgsl)));
-        let mut validator = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all());
+        let module =
+            naga::front::wgsl::parse_str(k.wgsl).unwrap_or_else(|e| panic!("{}: {}", k.name, e.emit_to_string(k.wgsl)));
+        let mut validator =
+            naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all());
         validator.validate(&module).unwrap_or_else(|e| panic!("{}: {e:?}", k.name));
     }
     common::report("naga", "ran", "every_wgsl_file_validates_with_naga", "naga 30");

@@ -55,7 +55,10 @@ pub fn run(root: &Path) -> Result<(), String> {
         total += std::fs::metadata(&dst).map_err(|e| e.to_string())?.len();
     }
     std::fs::write(dir.join("run.sh"), SCRIPT).map_err(|e| e.to_string())?;
-    println!("dist/device: {:.1} MiB of test binaries; run `bash dist/device/run.sh` on the GPU machine", total as f64 / (1 << 20) as f64);
+    println!(
+        "dist/device: {:.1} MiB of test binaries; run `bash dist/device/run.sh` on the GPU machine",
+        total as f64 / (1 << 20) as f64
+    );
     if total > 60 << 20 {
         return Err("the bundle exceeds 60 MiB".into());
     }

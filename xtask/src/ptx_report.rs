@@ -18,8 +18,24 @@ struct Sm {
 }
 
 const SMS: [Sm; 2] = [
-    Sm { target: Target::Sm75, arch: "sm_75", virtual_arch: "compute_75", regs: 65536, threads: 1024, blocks: 16, smem: 64 * 1024 },
-    Sm { target: Target::Sm90, arch: "sm_90", virtual_arch: "compute_90", regs: 65536, threads: 2048, blocks: 32, smem: 228 * 1024 },
+    Sm {
+        target: Target::Sm75,
+        arch: "sm_75",
+        virtual_arch: "compute_75",
+        regs: 65536,
+        threads: 1024,
+        blocks: 16,
+        smem: 64 * 1024,
+    },
+    Sm {
+        target: Target::Sm90,
+        arch: "sm_90",
+        virtual_arch: "compute_90",
+        regs: 65536,
+        threads: 2048,
+        blocks: 32,
+        smem: 228 * 1024,
+    },
 ];
 
 #[derive(Default, Debug)]
