@@ -370,6 +370,7 @@ suite!(
     race_distribution,
     token_independent_of_row,
     greedy_rows_in_the_race,
+    half_formats_match_f32,
     rejects_bad_shapes,
 );
 #[cfg(feature = "wgpu")]

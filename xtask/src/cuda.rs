@@ -9,7 +9,7 @@
 //! - `mulhi` is `__umulhi`; infinities are spelled with bit patterns (NVRTC has no `INFINITY`).
 
 use crate::ir::*;
-use crate::out::{header, Out};
+use crate::out::{header, CLike, Out};
 
 pub fn ty(t: Ty) -> &'static str {
     match t {
@@ -62,7 +62,7 @@ struct Emitter<'k> {
     kernel: &'k Kernel,
 }
 
-impl Emitter<'_> {
+impl CLike for Emitter<'_> {
     fn expr(&self, e: &Expr, scope: &Scope) -> String {
         let x = |e: &Expr| self.expr(e, scope);
         match e {
@@ -124,75 +124,19 @@ impl Emitter<'_> {
         }
     }
 
-    fn block(&self, out: &mut Out, stmts: &[Stmt], scope: &mut Scope) {
-        for s in stmts {
-            self.stmt(out, s, scope);
-        }
-    }
-
-    fn nested(&self, out: &mut Out, stmts: &[Stmt], scope: &mut Scope) {
-        scope.push();
-        self.block(out, stmts, scope);
-        scope.pop();
-    }
-
-    /// Reduces the per-thread values `sk_<var>` across the block: `combine` folds the shuffled
-    /// partner values `o<var>` in; each lane 0 publishes its warp's value to `arr[warp]`, warp 0
-    /// folds those (after `refill` loads them) and leaves the result in `arr[32]`.
-    fn warp_tree(out: &mut Out, slots: &[(&str, &str, String)], combine: &str, refill: &[String]) {
-        let shuffle_all = |out: &mut Out| {
-            out.open("for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {");
-            for (t, v, _) in slots {
-                out.line(format!("{t} o{v} = __shfl_xor_sync(0xffffffffu, sk_{v}, sk_o);"));
-            }
-            out.line(combine);
-            out.close("}");
-        };
-        shuffle_all(out);
-        out.open("if ((threadIdx.x & 31u) == 0u) {");
-        for (_, v, arr) in slots {
-            out.line(format!("{arr}[threadIdx.x >> 5] = sk_{v};"));
-        }
-        out.close("}");
-        out.line("__syncthreads();");
-        out.open("if (threadIdx.x < 32u) {");
-        for r in refill {
-            out.line(r);
-        }
-        shuffle_all(out);
-        out.open("if (threadIdx.x == 0u) {");
-        for (_, v, arr) in slots {
-            out.line(format!("{arr}[32] = sk_{v};"));
-        }
-        out.close("}");
-        out.close("}");
-        out.line("__syncthreads();");
-    }
-
     fn stmt(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) {
         match s {
             Stmt::Let { name, ty: t, init } => {
                 out.line(format!("{} {name} = {};", ty(*t), self.expr(init, scope)));
                 scope.declare(name, *t);
             }
-            Stmt::Assign { name, value } => out.line(format!("{name} = {};", self.expr(value, scope))),
-            Stmt::Store { buf, index, value } => {
-                out.line(format!("{buf}[{}] = {};", self.expr(index, scope), self.expr(value, scope)))
-            }
-            Stmt::StoreShared { arr, index, value } => {
-                out.line(format!("{arr}[{}] = {};", self.expr(index, scope), self.expr(value, scope)))
-            }
-            Stmt::If { cond, then, els } => {
-                out.open(format!("if ({}) {{", self.expr(cond, scope)));
-                self.nested(out, then, scope);
-                if els.is_empty() {
-                    out.close("}");
-                } else {
-                    out.reopen("} else {");
-                    self.nested(out, els, scope);
-                    out.close("}");
-                }
-            }
+            Stmt::Assign { .. }
+            | Stmt::Store { .. }
+            | Stmt::StoreShared { .. }
+            | Stmt::If { .. }
+            | Stmt::Scope(_)
+            | Stmt::Break
+            | Stmt::Return(_) => self.c_like(out, s, scope),
             Stmt::For { var, from, to, step, body } => {
                 let (from, to, step) = (self.expr(from, scope), self.expr(to, scope), self.expr(step, scope));
                 out.open(format!("for (unsigned int {var} = {from}; {var} < {to}; {var} += {step}) {{"));
@@ -202,14 +146,6 @@ impl Emitter<'_> {
                 scope.pop();
                 out.close("}");
             }
-            Stmt::Scope(body) => {
-                out.open("{");
-                self.nested(out, body, scope);
-                out.close("}");
-            }
-            Stmt::Break => out.line("break;"),
-            Stmt::Return(None) => out.line("return;"),
-            Stmt::Return(Some(e)) => out.line(format!("return {};", self.expr(e, scope))),
             Stmt::Barrier => out.line("__syncthreads();"),
             Stmt::Reduce { op, ty: t, value, out: dst } => {
                 let tn = ty(*t);
@@ -225,7 +161,7 @@ impl Emitter<'_> {
                 out.open("{");
                 out.line(format!("{tn} sk_v = {};", self.expr(value, scope)));
                 let refill = vec![format!("sk_v = threadIdx.x < SK_WARPS ? {arr}[threadIdx.x] : {identity};")];
-                Self::warp_tree(out, &[(tn, "v", arr.clone())], &combine, &refill);
+                warp_tree(out, &[(tn, "v", arr.clone())], &combine, &refill);
                 out.line(format!("{dst} = {arr}[32];"));
                 out.line("__syncthreads();");
                 out.close("}");
@@ -243,7 +179,7 @@ impl Emitter<'_> {
                     "sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;".to_string(),
                 ];
                 let slots = [("float", "v", "sk_am_v".to_string()), ("unsigned int", "i", "sk_am_i".to_string())];
-                Self::warp_tree(out, &slots, combine, &refill);
+                warp_tree(out, &slots, combine, &refill);
                 out.line(format!("{out_value} = sk_am_v[32];"));
                 out.line(format!("{out_index} = sk_am_i[32];"));
                 out.line("__syncthreads();");
@@ -251,6 +187,39 @@ impl Emitter<'_> {
             }
         }
     }
+}
+
+/// Reduces the per-thread values `sk_<var>` across the block: `combine` folds the shuffled
+/// partner values `o<var>` in; each lane 0 publishes its warp's value to `arr[warp]`, warp 0
+/// folds those (after `refill` loads them) and leaves the result in `arr[32]`.
+fn warp_tree(out: &mut Out, slots: &[(&str, &str, String)], combine: &str, refill: &[String]) {
+    let shuffle_all = |out: &mut Out| {
+        out.open("for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {");
+        for (t, v, _) in slots {
+            out.line(format!("{t} o{v} = __shfl_xor_sync(0xffffffffu, sk_{v}, sk_o);"));
+        }
+        out.line(combine);
+        out.close("}");
+    };
+    shuffle_all(out);
+    out.open("if ((threadIdx.x & 31u) == 0u) {");
+    for (_, v, arr) in slots {
+        out.line(format!("{arr}[threadIdx.x >> 5] = sk_{v};"));
+    }
+    out.close("}");
+    out.line("__syncthreads();");
+    out.open("if (threadIdx.x < 32u) {");
+    for r in refill {
+        out.line(r);
+    }
+    shuffle_all(out);
+    out.open("if (threadIdx.x == 0u) {");
+    for (_, v, arr) in slots {
+        out.line(format!("{arr}[32] = sk_{v};"));
+    }
+    out.close("}");
+    out.close("}");
+    out.line("__syncthreads();");
 }
 
 /// A short tag for scratch-array names.

@@ -45,3 +45,51 @@ pub fn header(comment: &str, source: &str) -> String {
          {comment} Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.\n"
     )
 }
+
+/// What the two emitters share: the statements WGSL and CUDA spell alike (both have C's
+/// assignments, `if`, blocks, `break` and `return`). Each emitter still matches every statement
+/// itself and hands only these to [`CLike::c_like`].
+pub trait CLike {
+    fn expr(&self, e: &crate::ir::Expr, scope: &crate::ir::Scope) -> String;
+    fn stmt(&self, out: &mut Out, s: &crate::ir::Stmt, scope: &mut crate::ir::Scope);
+
+    fn block(&self, out: &mut Out, stmts: &[crate::ir::Stmt], scope: &mut crate::ir::Scope) {
+        for s in stmts {
+            self.stmt(out, s, scope);
+        }
+    }
+
+    fn nested(&self, out: &mut Out, stmts: &[crate::ir::Stmt], scope: &mut crate::ir::Scope) {
+        scope.push();
+        self.block(out, stmts, scope);
+        scope.pop();
+    }
+
+    fn c_like(&self, out: &mut Out, s: &crate::ir::Stmt, scope: &mut crate::ir::Scope) {
+        use crate::ir::Stmt;
+        match s {
+            Stmt::Assign { name, value } => out.line(format!("{name} = {};", self.expr(value, scope))),
+            Stmt::Store { buf: name, index, value } | Stmt::StoreShared { arr: name, index, value } => {
+                out.line(format!("{name}[{}] = {};", self.expr(index, scope), self.expr(value, scope)))
+            }
+            Stmt::If { cond, then, els } => {
+                out.open(format!("if ({}) {{", self.expr(cond, scope)));
+                self.nested(out, then, scope);
+                if !els.is_empty() {
+                    out.reopen("} else {");
+                    self.nested(out, els, scope);
+                }
+                out.close("}");
+            }
+            Stmt::Scope(body) => {
+                out.open("{");
+                self.nested(out, body, scope);
+                out.close("}");
+            }
+            Stmt::Break => out.line("break;"),
+            Stmt::Return(None) => out.line("return;"),
+            Stmt::Return(Some(e)) => out.line(format!("return {};", self.expr(e, scope))),
+            other => unreachable!("{other:?} is spelled by each emitter"),
+        }
+    }
+}

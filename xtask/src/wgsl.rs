@@ -8,7 +8,7 @@
 //! - parameters are one uniform struct, padded to 16 bytes.
 
 use crate::ir::*;
-use crate::out::{header, Out};
+use crate::out::{header, CLike, Out};
 
 pub fn ty(t: Ty) -> &'static str {
     match t {
@@ -40,7 +40,7 @@ struct Emitter<'k> {
     block: u32,
 }
 
-impl Emitter<'_> {
+impl CLike for Emitter<'_> {
     fn expr(&self, e: &Expr, scope: &Scope) -> String {
         let x = |e: &Expr| self.expr(e, scope);
         match e {
@@ -97,42 +97,19 @@ impl Emitter<'_> {
         }
     }
 
-    fn block(&self, out: &mut Out, stmts: &[Stmt], scope: &mut Scope) {
-        for s in stmts {
-            self.stmt(out, s, scope);
-        }
-    }
-
-    fn nested(&self, out: &mut Out, stmts: &[Stmt], scope: &mut Scope) {
-        scope.push();
-        self.block(out, stmts, scope);
-        scope.pop();
-    }
-
     fn stmt(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) {
         match s {
             Stmt::Let { name, ty: t, init } => {
                 out.line(format!("var {name}: {} = {};", ty(*t), self.expr(init, scope)));
                 scope.declare(name, *t);
             }
-            Stmt::Assign { name, value } => out.line(format!("{name} = {};", self.expr(value, scope))),
-            Stmt::Store { buf, index, value } => {
-                out.line(format!("{buf}[{}] = {};", self.expr(index, scope), self.expr(value, scope)))
-            }
-            Stmt::StoreShared { arr, index, value } => {
-                out.line(format!("{arr}[{}] = {};", self.expr(index, scope), self.expr(value, scope)))
-            }
-            Stmt::If { cond, then, els } => {
-                out.open(format!("if ({}) {{", self.expr(cond, scope)));
-                self.nested(out, then, scope);
-                if els.is_empty() {
-                    out.close("}");
-                } else {
-                    out.reopen("} else {");
-                    self.nested(out, els, scope);
-                    out.close("}");
-                }
-            }
+            Stmt::Assign { .. }
+            | Stmt::Store { .. }
+            | Stmt::StoreShared { .. }
+            | Stmt::If { .. }
+            | Stmt::Scope(_)
+            | Stmt::Break
+            | Stmt::Return(_) => self.c_like(out, s, scope),
             Stmt::For { var, from, to, step, body } => {
                 let (from, to, step) = (self.expr(from, scope), self.expr(to, scope), self.expr(step, scope));
                 out.open(format!("for (var {var}: u32 = {from}; {var} < {to}; {var} = {var} + {step}) {{"));
@@ -142,14 +119,6 @@ impl Emitter<'_> {
                 scope.pop();
                 out.close("}");
             }
-            Stmt::Scope(body) => {
-                out.open("{");
-                self.nested(out, body, scope);
-                out.close("}");
-            }
-            Stmt::Break => out.line("break;"),
-            Stmt::Return(None) => out.line("return;"),
-            Stmt::Return(Some(e)) => out.line(format!("return {};", self.expr(e, scope))),
             Stmt::Barrier => out.line("workgroupBarrier();"),
             Stmt::Reduce { op, ty: t, value, out: dst } => {
                 let arr = format!("sk_red_{}", ty(*t));
