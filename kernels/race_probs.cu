@@ -203,7 +203,7 @@ __device__ __forceinline__ float sk_gumbel(unsigned int w) {
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    __shared__ float sk_am_v[33];
+    __shared__ float sk_am_f32[33];
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
         unsigned int base = (row * stride);
@@ -303,12 +303,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                 if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
             }
             if ((threadIdx.x & 31u) == 0u) {
-                sk_am_v[threadIdx.x >> 5] = sk_v;
+                sk_am_f32[threadIdx.x >> 5] = sk_v;
                 sk_am_i[threadIdx.x >> 5] = sk_i;
             }
             __syncthreads();
             if (threadIdx.x < 32u) {
-                sk_v = threadIdx.x < SK_WARPS ? sk_am_v[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
                 sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
                 for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                     float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
@@ -316,12 +316,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
                 }
                 if (threadIdx.x == 0u) {
-                    sk_am_v[32] = sk_v;
+                    sk_am_f32[32] = sk_v;
                     sk_am_i[32] = sk_i;
                 }
             }
             __syncthreads();
-            win = sk_am_v[32];
+            win = sk_am_f32[32];
             tok = sk_am_i[32];
             __syncthreads();
         }

@@ -18,7 +18,7 @@ struct Params {
 @group(0) @binding(3) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
-var<workgroup> sk_am_v: array<f32, BLOCK>;
+var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
@@ -322,21 +322,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var win: f32 = (0.0f);
         var tok: u32 = 0u;
         {
-            sk_am_v[sk_lid] = best;
+            sk_am_f32[sk_lid] = best;
             sk_am_i[sk_lid] = best_i;
             workgroupBarrier();
             for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
                 if (sk_lid < sk_s) {
-                    let ov = sk_am_v[sk_lid + sk_s];
+                    let ov = sk_am_f32[sk_lid + sk_s];
                     let oi = sk_am_i[sk_lid + sk_s];
-                    if (ov > sk_am_v[sk_lid] || (ov == sk_am_v[sk_lid] && oi < sk_am_i[sk_lid])) {
-                        sk_am_v[sk_lid] = ov;
+                    if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                        sk_am_f32[sk_lid] = ov;
                         sk_am_i[sk_lid] = oi;
                     }
                 }
                 workgroupBarrier();
             }
-            win = sk_am_v[0];
+            win = sk_am_f32[0];
             tok = sk_am_i[0];
             workgroupBarrier();
         }

@@ -39,6 +39,29 @@ pub struct Output<'a, B: Backend + ?Sized> {
     pub logprobs: Option<&'a mut B::Buffer<f32>>,
 }
 
+/// Log-probabilities for the seeded sampler: float64 as SGLang keeps them, or float32 promoted.
+pub enum LogProbs<'a, B: Backend + ?Sized> {
+    F64(&'a B::Buffer<f64>),
+    F32(&'a B::Buffer<f32>),
+}
+
+impl<B: Backend + ?Sized> Clone for LogProbs<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B: Backend + ?Sized> Copy for LogProbs<'_, B> {}
+
+/// How the seeded float64 sampler computes its scores; both give the same token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeededMode {
+    /// Every column in float64: one read (the choice where float64 is fast, as on an H200).
+    Float64,
+    /// Float32 scores with a proven error bound, float64 only for the columns that could still
+    /// win: two reads (the choice where float64 is slow, as on a T4 at 1/32 rate).
+    Screened,
+}
+
 /// One validated kernel launch.
 pub enum Job<'a, B: Backend + ?Sized> {
     Softmax {
@@ -64,6 +87,31 @@ pub enum Job<'a, B: Backend + ?Sized> {
         rows: &'a B::Buffer<RowParams>,
         out: Output<'a, B>,
     },
+    Seeded {
+        shape: Shape,
+        logprobs: LogProbs<'a, B>,
+        rows: &'a B::Buffer<RowParams>,
+        mode: SeededMode,
+        out: Output<'a, B>,
+    },
+    SeededLogits {
+        shape: Shape,
+        logits: Logits<'a, B>,
+        rows: &'a B::Buffer<RowParams>,
+        out: Output<'a, B>,
+    },
+    /// `words` holds four words per item; `out` one hash per item.
+    Murmur {
+        items: usize,
+        words: &'a B::Buffer<u32>,
+        out: &'a mut B::Buffer<u32>,
+    },
+    /// The IR's float64 natural log of each value.
+    LogF64 {
+        items: usize,
+        x: &'a B::Buffer<f64>,
+        out: &'a mut B::Buffer<f64>,
+    },
     /// `blocks` holds six words per item (counter, key); `out` four per item.
     Philox {
         items: usize,
@@ -81,6 +129,15 @@ pub enum Job<'a, B: Backend + ?Sized> {
 /// `write` must fit: the data may be shorter than the buffer, never longer.
 pub(crate) fn check_write(len: usize, data: usize) -> Result<()> {
     need("write target", len, data)
+}
+
+/// A per-item diagnostic launch: at least one item, every word index within 32 bits.
+fn check_items(items: usize, words_each: usize) -> Result<()> {
+    let most = u32::MAX as usize / words_each;
+    if items == 0 || items > most {
+        return Err(Error::Shape(format!("{items} items; a call takes 1..={most}")));
+    }
+    Ok(())
 }
 
 fn need(name: &'static str, len: usize, need: usize) -> Result<()> {
@@ -160,11 +217,61 @@ pub trait Backend {
         self.run(Job::RaceProbs { shape, probs, rows, out })
     }
 
+    /// SGLang's deterministic sampler (`--enable-deterministic-inference`): the first index of
+    /// the maximum of `logprob + g` in float64, `g` the Murmur-hashed Gumbel noise of the row's
+    /// (seed, position) and the column ([`crate::murmur`]). A request's token depends on its seed
+    /// and position only. Masked columns (`-inf`) never win while any column is finite.
+    fn seeded(
+        &self,
+        shape: Shape,
+        logprobs: LogProbs<'_, Self>,
+        rows: &Self::Buffer<RowParams>,
+        mode: SeededMode,
+        out: Output<'_, Self>,
+    ) -> Result<()> {
+        let len = match logprobs {
+            LogProbs::F64(b) => Self::len(b),
+            LogProbs::F32(b) => Self::len(b),
+        };
+        check_rows::<Self>(shape, len, rows)?;
+        check_output(shape, &out)?;
+        self.run(Job::Seeded { shape, logprobs, rows, mode, out })
+    }
+
+    /// [`Backend::seeded`] from logits and temperature, with the log-probabilities computed as
+    /// SGLang computes them (float32 log of the float32 softmax of `l / T`); they agree with
+    /// PyTorch's to a few float32 ulps, so tokens agree except at such near-ties.
+    fn seeded_from_logits(
+        &self,
+        shape: Shape,
+        logits: Logits<'_, Self>,
+        rows: &Self::Buffer<RowParams>,
+        out: Output<'_, Self>,
+    ) -> Result<()> {
+        check_rows::<Self>(shape, logits.len(), rows)?;
+        check_output(shape, &out)?;
+        self.run(Job::SeededLogits { shape, logits, rows, out })
+    }
+
+    /// MurmurHash3_x86_32 of `items` groups of four words (for known-answer tests).
+    fn murmur3(&self, items: usize, words: &Self::Buffer<u32>, out: &mut Self::Buffer<u32>) -> Result<()> {
+        check_items(items, 4)?;
+        need("words", Self::len(words), items * 4)?;
+        need("out", Self::len(out), items)?;
+        self.run(Job::Murmur { items, words, out })
+    }
+
+    /// The float64 natural log the seeded kernels use, on `items` values (for accuracy tests).
+    fn log_f64(&self, items: usize, x: &Self::Buffer<f64>, out: &mut Self::Buffer<f64>) -> Result<()> {
+        check_items(items, 1)?;
+        need("x", Self::len(x), items)?;
+        need("out", Self::len(out), items)?;
+        self.run(Job::LogF64 { items, x, out })
+    }
+
     /// Philox4x32-10 of `items` (counter, key) blocks of six words each (for known-answer tests).
     fn philox(&self, items: usize, blocks: &Self::Buffer<u32>, out: &mut Self::Buffer<u32>) -> Result<()> {
-        if items == 0 || items > u32::MAX as usize / 6 {
-            return Err(Error::Shape(format!("philox items {items} must be in 1..={}", u32::MAX / 6)));
-        }
+        check_items(items, 6)?;
         need("blocks", Self::len(blocks), items * 6)?;
         need("out", Self::len(out), items * 4)?;
         self.run(Job::Philox { items, blocks, out })

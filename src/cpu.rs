@@ -1,10 +1,11 @@
 //! The CPU backend: plain Rust in float64, written for obviousness, not speed. It is the oracle
 //! every GPU result is checked against, and a working backend for machines without a GPU.
 
+use crate::backend::LogProbs;
 use crate::backend::{Backend, Job, Logits, Output};
 use crate::error::Result;
-use crate::philox;
 use crate::types::{Element, RowParams, Shape};
+use crate::{murmur, philox};
 
 /// Runs every kernel on the host, one row after another.
 #[derive(Clone, Copy, Debug, Default)]
@@ -39,6 +40,39 @@ fn temperature(row: &RowParams) -> f64 {
     } else {
         1.0
     }
+}
+
+/// Softmax of one row as PyTorch's float32 softmax computes it: the scaled logits and their
+/// distance to the maximum round to f32; the exponentials and their sum are exact here.
+pub fn softmax_f32(values: &[f64], row: &RowParams) -> Vec<f32> {
+    let t = temperature(row) as f32;
+    let z: Vec<f32> = values.iter().map(|&v| v as f32 / t).collect();
+    let m = z.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+    let e: Vec<f64> = z.iter().map(|&v| ((v - m) as f64).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    e.iter().map(|&x| (x / sum) as f32).collect()
+}
+
+/// SGLang's seeded scores of one row: `logprob + g(hash(seed, position, column))` in float64
+/// (greedy rows: the log-probabilities alone).
+pub fn seeded_scores(logprobs: &[f64], row: &RowParams) -> Vec<f64> {
+    logprobs
+        .iter()
+        .enumerate()
+        .map(|(j, &lp)| {
+            let lp = if lp.is_nan() { f64::NEG_INFINITY } else { lp };
+            if row.is_sampled() {
+                lp + murmur::gumbel(murmur::hash(row.seed(), row.offset(), j as u32))
+            } else {
+                lp
+            }
+        })
+        .collect()
+}
+
+/// SGLang's log-probabilities from logits: the float32 log of the float32 softmax.
+pub fn sglang_logprobs(values: &[f64], row: &RowParams) -> Vec<f64> {
+    softmax_f32(values, row).iter().map(|&p| (p as f64).ln() as f32 as f64).collect()
 }
 
 /// log-softmax(values / T) at `token`.
@@ -109,16 +143,8 @@ impl Backend for CpuBackend {
         match job {
             Job::Softmax { shape, logits, rows, probs } => {
                 for r in 0..shape.batch {
-                    // As PyTorch's float32 softmax: the scaled logits and their distance to the
-                    // maximum round to f32; the exponentials and their sum are exact here.
-                    let t = temperature(&rows[r]) as f32;
-                    let z: Vec<f32> = row_values(logits, shape, r).iter().map(|&v| v as f32 / t).collect();
-                    let m = z.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
-                    let e: Vec<f64> = z.iter().map(|&v| ((v - m) as f64).exp()).collect();
-                    let sum: f64 = e.iter().sum();
-                    for (j, &ej) in e.iter().enumerate() {
-                        probs[r * shape.stride + j] = (ej / sum) as f32;
-                    }
+                    let p = softmax_f32(&row_values(logits, shape, r), &rows[r]);
+                    probs[r * shape.stride..r * shape.stride + shape.vocab].copy_from_slice(&p);
                 }
             }
             Job::Greedy { shape, logits, mut out } => {
@@ -143,6 +169,37 @@ impl Backend for CpuBackend {
                     let token = argmax(&race_scores(&x, &rows[r], true));
                     let out = Output { tokens: &mut *out.tokens, logprobs: out.logprobs.as_deref_mut() };
                     write_output(out, r, token, || if x[token] > 0.0 { x[token].ln() } else { f64::NEG_INFINITY });
+                }
+            }
+            Job::Seeded { shape, logprobs, rows, mode: _, mut out } => {
+                // Both modes give the full float64 token by definition; the oracle computes it.
+                for r in 0..shape.batch {
+                    let lp = match logprobs {
+                        LogProbs::F64(b) => b[r * shape.stride..r * shape.stride + shape.vocab].to_vec(),
+                        LogProbs::F32(b) => row_values(Logits::F32(b), shape, r),
+                    };
+                    let token = argmax(&seeded_scores(&lp, &rows[r]));
+                    let out = Output { tokens: &mut *out.tokens, logprobs: out.logprobs.as_deref_mut() };
+                    write_output(out, r, token, || lp[token]);
+                }
+            }
+            Job::SeededLogits { shape, logits, rows, mut out } => {
+                for r in 0..shape.batch {
+                    let lp = sglang_logprobs(&row_values(logits, shape, r), &rows[r]);
+                    let token = argmax(&seeded_scores(&lp, &rows[r]));
+                    let out = Output { tokens: &mut *out.tokens, logprobs: out.logprobs.as_deref_mut() };
+                    write_output(out, r, token, || lp[token]);
+                }
+            }
+            Job::Murmur { items, words, out } => {
+                for i in 0..items {
+                    let w = &words[i * 4..i * 4 + 4];
+                    out[i] = murmur::murmur3([w[0], w[1], w[2], w[3]]);
+                }
+            }
+            Job::LogF64 { items, x, out } => {
+                for i in 0..items {
+                    out[i] = x[i].ln();
                 }
             }
             Job::Philox { items, blocks, out } => {

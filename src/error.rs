@@ -12,6 +12,9 @@ pub enum Error {
     /// The backend cannot be used on this machine (no adapter, no driver, no NVRTC).
     #[error("backend unavailable: {0}")]
     Unavailable(String),
+    /// The device lacks a feature the kernel needs (float64 on Metal, say); nothing was launched.
+    #[error("{backend} cannot run `{kernel}`: the device lacks {feature}")]
+    Unsupported { backend: &'static str, kernel: &'static str, feature: &'static str },
     /// The device, driver or compiler reported an error.
     #[error("{backend}: {message}")]
     Device { backend: &'static str, message: String },

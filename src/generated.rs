@@ -18,6 +18,7 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/softmax_f32.cu"),
         buffers: &["x", "rows", "probs"],
         passes: 3,
+        needs_64bit: false,
     },
     KernelSource {
         name: "softmax_f16",
@@ -25,6 +26,7 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/softmax_f16.cu"),
         buffers: &["x", "rows", "probs"],
         passes: 3,
+        needs_64bit: false,
     },
     KernelSource {
         name: "softmax_bf16",
@@ -32,6 +34,7 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/softmax_bf16.cu"),
         buffers: &["x", "rows", "probs"],
         passes: 3,
+        needs_64bit: false,
     },
     KernelSource {
         name: "greedy_f32",
@@ -39,6 +42,7 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/greedy_f32.cu"),
         buffers: &["x", "tokens", "logprobs"],
         passes: 1,
+        needs_64bit: false,
     },
     KernelSource {
         name: "greedy_f16",
@@ -46,6 +50,7 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/greedy_f16.cu"),
         buffers: &["x", "tokens", "logprobs"],
         passes: 1,
+        needs_64bit: false,
     },
     KernelSource {
         name: "greedy_bf16",
@@ -53,6 +58,7 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/greedy_bf16.cu"),
         buffers: &["x", "tokens", "logprobs"],
         passes: 1,
+        needs_64bit: false,
     },
     KernelSource {
         name: "race_logits_f32",
@@ -60,6 +66,7 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/race_logits_f32.cu"),
         buffers: &["x", "rows", "tokens", "logprobs"],
         passes: 1,
+        needs_64bit: false,
     },
     KernelSource {
         name: "race_logits_f16",
@@ -67,6 +74,7 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/race_logits_f16.cu"),
         buffers: &["x", "rows", "tokens", "logprobs"],
         passes: 1,
+        needs_64bit: false,
     },
     KernelSource {
         name: "race_logits_bf16",
@@ -74,6 +82,7 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/race_logits_bf16.cu"),
         buffers: &["x", "rows", "tokens", "logprobs"],
         passes: 1,
+        needs_64bit: false,
     },
     KernelSource {
         name: "race_probs",
@@ -81,6 +90,7 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/race_probs.cu"),
         buffers: &["x", "rows", "tokens", "logprobs"],
         passes: 1,
+        needs_64bit: false,
     },
     KernelSource {
         name: "philox4x32_10",
@@ -88,6 +98,7 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/philox4x32_10.cu"),
         buffers: &["input", "output"],
         passes: 0,
+        needs_64bit: false,
     },
     KernelSource {
         name: "gumbel_noise",
@@ -95,5 +106,78 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/gumbel_noise.cu"),
         buffers: &["rows", "noise"],
         passes: 0,
+        needs_64bit: false,
+    },
+    KernelSource {
+        name: "seeded_f64",
+        wgsl: include_str!("../shaders/seeded_f64.wgsl"),
+        cuda: include_str!("../kernels/seeded_f64.cu"),
+        buffers: &["lp", "rows", "tokens", "logprobs"],
+        passes: 1,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "seeded_f32",
+        wgsl: include_str!("../shaders/seeded_f32.wgsl"),
+        cuda: include_str!("../kernels/seeded_f32.cu"),
+        buffers: &["lp", "rows", "tokens", "logprobs"],
+        passes: 1,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "seeded_screened_f64",
+        wgsl: include_str!("../shaders/seeded_screened_f64.wgsl"),
+        cuda: include_str!("../kernels/seeded_screened_f64.cu"),
+        buffers: &["lp", "rows", "tokens", "logprobs"],
+        passes: 2,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "seeded_screened_f32",
+        wgsl: include_str!("../shaders/seeded_screened_f32.wgsl"),
+        cuda: include_str!("../kernels/seeded_screened_f32.cu"),
+        buffers: &["lp", "rows", "tokens", "logprobs"],
+        passes: 2,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "seeded_logits_f32",
+        wgsl: include_str!("../shaders/seeded_logits_f32.wgsl"),
+        cuda: include_str!("../kernels/seeded_logits_f32.cu"),
+        buffers: &["x", "rows", "tokens", "logprobs"],
+        passes: 3,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "seeded_logits_f16",
+        wgsl: include_str!("../shaders/seeded_logits_f16.wgsl"),
+        cuda: include_str!("../kernels/seeded_logits_f16.cu"),
+        buffers: &["x", "rows", "tokens", "logprobs"],
+        passes: 3,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "seeded_logits_bf16",
+        wgsl: include_str!("../shaders/seeded_logits_bf16.wgsl"),
+        cuda: include_str!("../kernels/seeded_logits_bf16.cu"),
+        buffers: &["x", "rows", "tokens", "logprobs"],
+        passes: 3,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "murmur3",
+        wgsl: include_str!("../shaders/murmur3.wgsl"),
+        cuda: include_str!("../kernels/murmur3.cu"),
+        buffers: &["input", "output"],
+        passes: 0,
+        needs_64bit: false,
+    },
+    KernelSource {
+        name: "log_f64",
+        wgsl: include_str!("../shaders/log_f64.wgsl"),
+        cuda: include_str!("../kernels/log_f64.cu"),
+        buffers: &["input", "output"],
+        passes: 0,
+        needs_64bit: true,
     },
 ];

@@ -1,7 +1,7 @@
 //! The generated kernels and the one place that turns a [`Job`] into a launch: which kernel,
 //! which buffers in binding order, which parameters. The GPU backends only execute the plan.
 
-use crate::backend::{Backend, Job, Logits};
+use crate::backend::{Backend, Job, LogProbs, Logits, SeededMode};
 use crate::types::{Element, Shape};
 
 /// One generated kernel: its WGSL and CUDA text and what it binds.
@@ -14,6 +14,8 @@ pub struct KernelSource {
     pub buffers: &'static [&'static str],
     /// How many times the kernel reads each element of a row, whatever the data.
     pub passes: u32,
+    /// Uses float64 or u64 (wgpu needs SHADER_F64 and SHADER_INT64; Metal has no float64).
+    pub needs_64bit: bool,
 }
 
 /// Flag bit: write the chosen token's log-probability.
@@ -88,6 +90,18 @@ fn params(shape: Shape, flags: u32) -> [u32; 4] {
     [b, v, s, flags]
 }
 
+/// Appends a sampling call's outputs (tokens, then log-probabilities if asked) to `inputs`, and
+/// the flags that tell the kernel whether to write the log-probabilities.
+fn with_outputs<'a, B: Device + ?Sized>(
+    mut inputs: Vec<Option<B::Handle<'a>>>,
+    out: &'a crate::backend::Output<'a, B>,
+) -> (Vec<Option<B::Handle<'a>>>, u32) {
+    let lp = out.logprobs.as_deref().map(|b| B::handle(b));
+    let flags = if lp.is_some() { FLAG_LOGPROBS } else { 0 };
+    inputs.extend([Some(B::handle(&*out.tokens)), lp]);
+    (inputs, flags)
+}
+
 impl<'a, H: Copy> Launch<H> {
     pub fn from_job<B: Device<Handle<'a> = H> + ?Sized>(job: &'a Job<'a, B>) -> Self {
         let rows = |shape: Shape| Work::Rows(shape.batch as u32);
@@ -98,30 +112,66 @@ impl<'a, H: Copy> Launch<H> {
                 params: params(*shape, 0),
                 work: rows(*shape),
             },
-            Job::Greedy { shape, logits, out } | Job::RaceLogits { shape, logits, out, .. } => {
-                let (family, row_params) = match job {
-                    Job::RaceLogits { rows: r, .. } => ("race_logits", Some(B::handle(*r))),
-                    _ => ("greedy", None),
-                };
-                let mut buffers = vec![Some(logits_handle(logits))];
-                if row_params.is_some() {
-                    buffers.push(row_params);
-                }
-                let lp = out.logprobs.as_deref().map(|b| B::handle(b));
-                buffers.extend([Some(B::handle(&*out.tokens)), lp]);
-                let flags = if lp.is_some() { FLAG_LOGPROBS } else { 0 };
-                Launch { kernel: suffixed(family, logits), buffers, params: params(*shape, flags), work: rows(*shape) }
-            }
-            Job::RaceProbs { shape, probs, rows: r, out } => {
-                let lp = out.logprobs.as_deref().map(|b| B::handle(b));
-                let flags = if lp.is_some() { FLAG_LOGPROBS } else { 0 };
+            Job::Greedy { shape, logits, out } => {
+                let (buffers, flags) = with_outputs::<B>(vec![Some(logits_handle(logits))], out);
                 Launch {
-                    kernel: source("race_probs"),
-                    buffers: vec![Some(B::handle(*probs)), Some(B::handle(*r)), Some(B::handle(&*out.tokens)), lp],
+                    kernel: suffixed("greedy", logits),
+                    buffers,
                     params: params(*shape, flags),
                     work: rows(*shape),
                 }
             }
+            Job::RaceLogits { shape, logits, rows: r, out } => {
+                let (buffers, flags) = with_outputs::<B>(vec![Some(logits_handle(logits)), Some(B::handle(*r))], out);
+                Launch {
+                    kernel: suffixed("race_logits", logits),
+                    buffers,
+                    params: params(*shape, flags),
+                    work: rows(*shape),
+                }
+            }
+            Job::RaceProbs { shape, probs, rows: r, out } => {
+                let (buffers, flags) = with_outputs::<B>(vec![Some(B::handle(*probs)), Some(B::handle(*r))], out);
+                Launch { kernel: source("race_probs"), buffers, params: params(*shape, flags), work: rows(*shape) }
+            }
+            Job::Seeded { shape, logprobs, rows: r, mode, out } => {
+                let (suffix, lp) = match logprobs {
+                    LogProbs::F64(b) => ("f64", B::handle(*b)),
+                    LogProbs::F32(b) => ("f32", B::handle(*b)),
+                };
+                let family = match mode {
+                    SeededMode::Float64 => "seeded",
+                    SeededMode::Screened => "seeded_screened",
+                };
+                let (buffers, flags) = with_outputs::<B>(vec![Some(lp), Some(B::handle(*r))], out);
+                Launch {
+                    kernel: source(&format!("{family}_{suffix}")),
+                    buffers,
+                    params: params(*shape, flags),
+                    work: rows(*shape),
+                }
+            }
+            Job::SeededLogits { shape, logits, rows: r, out } => {
+                let (buffers, flags) = with_outputs::<B>(vec![Some(logits_handle(logits)), Some(B::handle(*r))], out);
+                Launch {
+                    kernel: suffixed("seeded_logits", logits),
+                    buffers,
+                    params: params(*shape, flags),
+                    work: rows(*shape),
+                }
+            }
+            Job::Murmur { items, words, out } => Launch {
+                kernel: source("murmur3"),
+                buffers: vec![Some(B::handle(*words)), Some(B::handle(&**out))],
+                params: [*items as u32, 0, 0, 0],
+                work: Work::Items(*items as u32),
+            },
+            Job::LogF64 { items, x, out } => Launch {
+                kernel: source("log_f64"),
+                buffers: vec![Some(B::handle(*x)), Some(B::handle(&**out))],
+                params: [*items as u32, 0, 0, 0],
+                work: Work::Items(*items as u32),
+            },
             Job::Philox { items, blocks, out } => Launch {
                 kernel: source("philox4x32_10"),
                 buffers: vec![Some(B::handle(*blocks)), Some(B::handle(&**out))],

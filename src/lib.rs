@@ -29,16 +29,23 @@ pub mod error;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod generated;
 pub mod kernels;
+pub mod murmur;
 pub mod philox;
 pub mod types;
 #[cfg(feature = "wgpu")]
 pub mod wgpu_backend;
 
-pub use backend::{Backend, Job, Logits, Output};
+pub use backend::{Backend, Job, LogProbs, Logits, Output, SeededMode};
 pub use cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 pub use cuda_backend::{CudaBackend, CudaBuffer};
+/// The cudarc this crate was built against, so an engine shares its stream and slice types.
+#[cfg(feature = "cuda")]
+pub use cudarc;
 pub use error::{Error, Result};
 pub use types::{DType, Element, RowParams, Shape, GREEDY_EPS};
+/// The wgpu this crate was built against, so an engine shares its device types.
+#[cfg(feature = "wgpu")]
+pub use wgpu;
 #[cfg(feature = "wgpu")]
 pub use wgpu_backend::{WgpuBackend, WgpuBuffer};

@@ -88,6 +88,11 @@ impl RowParams {
             offset: [offset as u32, (offset >> 32) as u32],
         }
     }
+    /// A row of the seeded float64 sampler: SGLang hashes the low 32 bits of `position` (the
+    /// position of the token being decoded, or of the last input token in prefill).
+    pub fn seeded(temperature: f32, seed: u64, position: u64) -> Self {
+        Self::new(temperature, seed, position)
+    }
     /// A greedy row: no noise, the lowest index among the largest logits.
     pub fn greedy() -> Self {
         Self::new(0.0, 0, 0)
@@ -123,7 +128,7 @@ macro_rules! element {
         impl Element for $t {}
     )*};
 }
-element!(f32, u32, half::f16, half::bf16, RowParams);
+element!(f32, f64, u32, half::f16, half::bf16, RowParams);
 
 #[cfg(feature = "cuda")]
 // SAFETY: RowParams is `repr(C)` plain data of 32-bit fields, as the kernels read it.

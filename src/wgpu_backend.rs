@@ -76,8 +76,11 @@ impl WgpuBackend {
         };
         let adapter = pollster::block_on(instance.request_adapter(&options))
             .map_err(|e| Error::Unavailable(format!("no wgpu adapter: {e}")))?;
+        // Float64 and u64 for the seeded sampler, where the adapter has them.
+        let wide = wgpu::Features::SHADER_F64 | wgpu::Features::SHADER_INT64;
         let desc = wgpu::DeviceDescriptor {
             label: Some("sampling-kernels"),
+            required_features: adapter.features() & wide,
             required_limits: adapter.limits(),
             ..Default::default()
         };
@@ -140,6 +143,16 @@ impl WgpuBackend {
     }
 
     fn dispatch(&self, launch: Launch<&wgpu::Buffer>) -> Result<()> {
+        if launch.kernel.needs_64bit {
+            let features = self.device.features();
+            for (feature, name) in
+                [(wgpu::Features::SHADER_F64, "SHADER_F64"), (wgpu::Features::SHADER_INT64, "SHADER_INT64")]
+            {
+                if !features.contains(feature) {
+                    return Err(Error::Unsupported { backend: "wgpu", kernel: launch.kernel.name, feature: name });
+                }
+            }
+        }
         let pipeline = self.pipeline(&launch)?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let layout = pipeline.get_bind_group_layout(0);

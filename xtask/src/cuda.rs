@@ -166,21 +166,20 @@ impl CLike for Emitter<'_> {
                 out.line("__syncthreads();");
                 out.close("}");
             }
-            Stmt::ArgMax { value, index, out_value, out_index } => {
+            Stmt::ArgMax { ty: t, value, index, out_value, out_index } => {
+                let (tn, v) = (ty(*t), format!("sk_am_{}", short(*t)));
+                let lowest = if *t == Ty::F64 { Lit::F64(f64::NEG_INFINITY) } else { Lit::F32(f32::NEG_INFINITY) };
                 out.open("{");
-                out.line(format!("float sk_v = {};", self.expr(value, scope)));
+                out.line(format!("{tn} sk_v = {};", self.expr(value, scope)));
                 out.line(format!("unsigned int sk_i = {};", self.expr(index, scope)));
                 let combine = "if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }";
                 let refill = vec![
-                    format!(
-                        "sk_v = threadIdx.x < SK_WARPS ? sk_am_v[threadIdx.x] : {};",
-                        lit(Lit::F32(f32::NEG_INFINITY))
-                    ),
+                    format!("sk_v = threadIdx.x < SK_WARPS ? {v}[threadIdx.x] : {};", lit(lowest)),
                     "sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;".to_string(),
                 ];
-                let slots = [("float", "v", "sk_am_v".to_string()), ("unsigned int", "i", "sk_am_i".to_string())];
+                let slots = [(tn, "v", v.clone()), ("unsigned int", "i", "sk_am_i".to_string())];
                 warp_tree(out, &slots, combine, &refill);
-                out.line(format!("{out_value} = sk_am_v[32];"));
+                out.line(format!("{out_value} = {v}[32];"));
                 out.line(format!("{out_index} = sk_am_i[32];"));
                 out.line("__syncthreads();");
                 out.close("}");
@@ -267,13 +266,15 @@ pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> String {
     out.line(format!("extern \"C\" __global__ void __launch_bounds__(SK_BLOCK) {}(", kernel.name));
     out.open(format!("    {}) {{", args.join(", ")));
     let mut reductions = Vec::new();
-    let mut argmax = false;
+    let mut argmax = Vec::new();
     collectives(&kernel.body, &mut reductions, &mut argmax);
     for t in scratch_types(&reductions) {
         out.line(format!("__shared__ {} sk_red_{}[33];", ty(t), short(t)));
     }
-    if argmax {
-        out.line("__shared__ float sk_am_v[33];");
+    for t in &argmax {
+        out.line(format!("__shared__ {} sk_am_{}[33];", ty(*t), short(*t)));
+    }
+    if !argmax.is_empty() {
         out.line("__shared__ unsigned int sk_am_i[33];");
     }
     for s in &kernel.shared {

@@ -37,10 +37,11 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         files.push((PathBuf::from(&cu_path), cuda::emit(k, sm75.block, SOURCE)));
         let bufs: Vec<String> = k.buffers.iter().map(|b| format!("{:?}", b.name)).collect();
         manifest.push_str(&format!(
-            "    KernelSource {{\n        name: {:?},\n        wgsl: include_str!(\"../{wgsl_path}\"),\n        cuda: include_str!(\"../{cu_path}\"),\n        buffers: &[{}],\n        passes: {},\n    }},\n",
+            "    KernelSource {{\n        name: {:?},\n        wgsl: include_str!(\"../{wgsl_path}\"),\n        cuda: include_str!(\"../{cu_path}\"),\n        buffers: &[{}],\n        passes: {},\n        needs_64bit: {},\n    }},\n",
             k.name,
             bufs.join(", "),
-            k.passes
+            k.passes,
+            ir::uses_64bit(k)
         ));
     }
     manifest.push_str("];\n");

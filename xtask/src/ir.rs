@@ -241,9 +241,10 @@ pub enum Stmt {
         value: Expr,
         out: String,
     },
-    /// Every invocation gets the largest f32 `value` over the block and its u32 `index`; ties go to
-    /// the lower index. Values must not be NaN. Uniform control flow, like `Reduce`.
+    /// Every invocation gets the largest `value` (f32 or f64) over the block and its u32 `index`;
+    /// ties go to the lower index. Values must not be NaN. Uniform control flow, like `Reduce`.
     ArgMax {
+        ty: Ty,
         value: Expr,
         index: Expr,
         out_value: String,
@@ -479,11 +480,17 @@ impl Block {
         self.stmts.push(Stmt::Reduce { op, ty, value, out: out.to_string() });
         var(out)
     }
-    /// Block-wide argmax into new variables `out_value`, `out_index`.
+    /// Block-wide argmax of f32 values into new variables `out_value`, `out_index`.
     pub fn argmax(&mut self, value: Expr, index: Expr, out_value: &str, out_index: &str) -> (Expr, Expr) {
-        self.let_(out_value, Ty::F32, f(0.0));
+        self.argmax_of(Ty::F32, value, index, out_value, out_index)
+    }
+    /// Block-wide argmax of `ty` values (f32 or f64).
+    pub fn argmax_of(&mut self, ty: Ty, value: Expr, index: Expr, out_value: &str, out_index: &str) -> (Expr, Expr) {
+        let zero = if ty == Ty::F64 { f64_(0.0) } else { f(0.0) };
+        self.let_(out_value, ty, zero);
         self.let_(out_index, Ty::U32, u(0));
         self.stmts.push(Stmt::ArgMax {
+            ty,
             value,
             index,
             out_value: out_value.to_string(),
@@ -748,11 +755,14 @@ impl<'k> Scope<'k> {
                 self.same(*ty, value)?;
                 self.same(self.lookup(out)?, value)?;
             }
-            Stmt::ArgMax { value, index, out_value, out_index } => {
-                self.same(Ty::F32, value)?;
+            Stmt::ArgMax { ty, value, index, out_value, out_index } => {
+                if !matches!(ty, Ty::F32 | Ty::F64) {
+                    return Err(format!("argmax over {ty:?}"));
+                }
+                self.same(*ty, value)?;
                 self.same(Ty::U32, index)?;
-                if self.lookup(out_value)? != Ty::F32 || self.lookup(out_index)? != Ty::U32 {
-                    return Err("argmax outputs must be f32 and u32".into());
+                if self.lookup(out_value)? != *ty || self.lookup(out_index)? != Ty::U32 {
+                    return Err("argmax outputs must match the value type and be u32".into());
                 }
             }
         }
@@ -789,8 +799,9 @@ pub fn scratch_types(reductions: &[(ReduceOp, Ty)]) -> Vec<Ty> {
     tys
 }
 
-/// The collectives a body uses, so emitters declare only the scratch memory they need.
-pub fn collectives(stmts: &[Stmt], out: &mut Vec<(ReduceOp, Ty)>, argmax: &mut bool) {
+/// The collectives a body uses (reductions, and the value types of its argmaxes), so emitters
+/// declare only the scratch memory they need.
+pub fn collectives(stmts: &[Stmt], out: &mut Vec<(ReduceOp, Ty)>, argmax: &mut Vec<Ty>) {
     for s in stmts {
         match s {
             Stmt::Reduce { op, ty, .. } => {
@@ -798,7 +809,11 @@ pub fn collectives(stmts: &[Stmt], out: &mut Vec<(ReduceOp, Ty)>, argmax: &mut b
                     out.push((*op, *ty));
                 }
             }
-            Stmt::ArgMax { .. } => *argmax = true,
+            Stmt::ArgMax { ty, .. } => {
+                if !argmax.contains(ty) {
+                    argmax.push(*ty);
+                }
+            }
             Stmt::If { then, els, .. } => {
                 collectives(then, out, argmax);
                 collectives(els, out, argmax);
@@ -813,4 +828,27 @@ pub fn collectives(stmts: &[Stmt], out: &mut Vec<(ReduceOp, Ty)>, argmax: &mut b
             | Stmt::Barrier => {}
         }
     }
+}
+
+/// Whether a kernel needs 64-bit types (SHADER_F64 and SHADER_INT64 on wgpu).
+pub fn uses_64bit(kernel: &Kernel) -> bool {
+    fn wide(t: Ty) -> bool {
+        matches!(t, Ty::F64 | Ty::U64)
+    }
+    fn in_stmts(stmts: &[Stmt]) -> bool {
+        stmts.iter().any(|s| match s {
+            Stmt::Let { ty, .. } | Stmt::Reduce { ty, .. } | Stmt::ArgMax { ty, .. } => wide(*ty),
+            Stmt::If { then, els, .. } => in_stmts(then) || in_stmts(els),
+            Stmt::For { body, .. } | Stmt::Scope(body) => in_stmts(body),
+            Stmt::Assign { .. }
+            | Stmt::Store { .. }
+            | Stmt::StoreShared { .. }
+            | Stmt::Break
+            | Stmt::Return(_)
+            | Stmt::Barrier => false,
+        })
+    }
+    kernel.buffers.iter().any(|b| wide(b.storage.value_ty()))
+        || kernel.functions.iter().any(|f| wide(f.ret) || f.params.iter().any(|(_, t)| wide(*t)) || in_stmts(&f.body))
+        || in_stmts(&kernel.body)
 }

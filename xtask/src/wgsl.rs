@@ -139,23 +139,24 @@ impl CLike for Emitter<'_> {
                 out.line("workgroupBarrier();");
                 out.close("}");
             }
-            Stmt::ArgMax { value, index, out_value, out_index } => {
+            Stmt::ArgMax { ty: t, value, index, out_value, out_index } => {
+                let v = format!("sk_am_{}", ty(*t));
                 out.open("{");
-                out.line(format!("sk_am_v[sk_lid] = {};", self.expr(value, scope)));
+                out.line(format!("{v}[sk_lid] = {};", self.expr(value, scope)));
                 out.line(format!("sk_am_i[sk_lid] = {};", self.expr(index, scope)));
                 out.line("workgroupBarrier();");
                 out.open("for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {");
                 out.open("if (sk_lid < sk_s) {");
-                out.line("let ov = sk_am_v[sk_lid + sk_s];");
+                out.line(format!("let ov = {v}[sk_lid + sk_s];"));
                 out.line("let oi = sk_am_i[sk_lid + sk_s];");
-                out.open("if (ov > sk_am_v[sk_lid] || (ov == sk_am_v[sk_lid] && oi < sk_am_i[sk_lid])) {");
-                out.line("sk_am_v[sk_lid] = ov;");
+                out.open(format!("if (ov > {v}[sk_lid] || (ov == {v}[sk_lid] && oi < sk_am_i[sk_lid])) {{"));
+                out.line(format!("{v}[sk_lid] = ov;"));
                 out.line("sk_am_i[sk_lid] = oi;");
                 out.close("}");
                 out.close("}");
                 out.line("workgroupBarrier();");
                 out.close("}");
-                out.line(format!("{out_value} = sk_am_v[0];"));
+                out.line(format!("{out_value} = {v}[0];"));
                 out.line(format!("{out_index} = sk_am_i[0];"));
                 out.line("workgroupBarrier();");
                 out.close("}");
@@ -197,14 +198,16 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> String {
     out.blank();
 
     let mut reductions = Vec::new();
-    let mut argmax = false;
+    let mut argmax = Vec::new();
     collectives(&kernel.body, &mut reductions, &mut argmax);
     // Max and Sum over one type share their scratch array.
     for t in scratch_types(&reductions) {
         out.line(format!("var<workgroup> sk_red_{0}: array<{0}, BLOCK>;", ty(t)));
     }
-    if argmax {
-        out.line("var<workgroup> sk_am_v: array<f32, BLOCK>;");
+    for t in &argmax {
+        out.line(format!("var<workgroup> sk_am_{0}: array<{0}, BLOCK>;", ty(*t)));
+    }
+    if !argmax.is_empty() {
         out.line("var<workgroup> sk_am_i: array<u32, BLOCK>;");
     }
     for s in &kernel.shared {

@@ -76,3 +76,49 @@ pub fn exp() -> Function {
 pub fn is_nan(x: Expr) -> Expr {
     (x.bitcast(Ty::U32) & u(0x7fff_ffff)).gt(u(0x7f80_0000))
 }
+
+pub const LOG64: &str = "sk_log64";
+
+/// Natural log of a positive finite f64 (subnormals included), within one ulp.
+///
+/// Vulkan has no float64 `log` (naga accepts one and lavapipe returns garbage), so the seeded
+/// sampler builds its own from + - * / and bit operations (which need SHADER_INT64 on wgpu).
+/// Same scheme as [`log`] with fdlibm's float64 minimax coefficients (|error| < 2^-58.45 on the
+/// series), so the result is within one ulp of the correctly rounded value.
+pub fn log64() -> Function {
+    let lg: [f64; 7] = [
+        6.666666666666735130e-01,
+        3.999999999940941908e-01,
+        2.857142874366239149e-01,
+        2.222219843214978396e-01,
+        1.818357216161805012e-01,
+        1.531383769920937332e-01,
+        1.479819860511658591e-01,
+    ];
+    function(LOG64, &[("x", Ty::F64)], Ty::F64, |b| {
+        b.let_("ix", Ty::U64, var("x").bitcast(Ty::U64));
+        b.let_("k", Ty::I32, i(0));
+        b.if_(var("ix").lt(Expr::Lit(Lit::U64(0x0010_0000_0000_0000))), |b| {
+            b.set("x", var("x") * f64_(18_014_398_509_481_984.0)); // 2^54
+            b.set("ix", var("x").bitcast(Ty::U64));
+            b.set("k", i(-54));
+        });
+        let u64_ = |v: u64| Expr::Lit(Lit::U64(v));
+        b.set("ix", var("ix") + u64_(0x3ff0_0000_0000_0000 - 0x3fe6_a09e_0000_0000));
+        b.set("k", var("k") + (var("ix") >> u(52)).cast(Ty::I32) - i(1023));
+        b.set("ix", (var("ix") & u64_(0x000f_ffff_ffff_ffff)) + u64_(0x3fe6_a09e_0000_0000));
+        let fr = b.let_("fr", Ty::F64, var("ix").bitcast(Ty::F64) - f64_(1.0));
+        let s = b.let_("s", Ty::F64, fr.clone() / (f64_(2.0) + fr.clone()));
+        let z = b.let_("z", Ty::F64, s.clone() * s.clone());
+        let w = b.let_("w", Ty::F64, z.clone() * z.clone());
+        let c = |n: usize| f64_(lg[n - 1]);
+        let t1 = w.clone() * (c(2) + w.clone() * (c(4) + w.clone() * c(6)));
+        let t2 = z * (c(1) + w.clone() * (c(3) + w.clone() * (c(5) + w * c(7))));
+        let r = b.let_("r", Ty::F64, t2 + t1);
+        let hfsq = b.let_("hfsq", Ty::F64, f64_(0.5) * fr.clone() * fr.clone());
+        let dk = b.let_("dk", Ty::F64, var("k").cast(Ty::F64));
+        let ln2_hi = f64_(f64::from_bits(0x3fe6_2e42_fee0_0000));
+        let ln2_lo = f64_(f64::from_bits(0x3dea_39ef_3579_3c76));
+        b.ret(s * (hfsq.clone() + r) + dk.clone() * ln2_lo - hfsq + fr + dk * ln2_hi);
+    })
+}

@@ -36,7 +36,7 @@ impl Dtype {
             Dtype::Bf16 => "bf16",
         }
     }
-    fn storage(self) -> Storage {
+    pub(super) fn storage(self) -> Storage {
         match self {
             Dtype::F32 => Storage::F32,
             Dtype::F16 => Storage::F16,
@@ -45,11 +45,11 @@ impl Dtype {
     }
 }
 
-fn buffer(name: &str, storage: Storage, writable: bool) -> BufferDecl {
+pub(super) fn buffer(name: &str, storage: Storage, writable: bool) -> BufferDecl {
     BufferDecl { name: name.to_string(), storage, writable }
 }
 
-fn kernel(
+pub(super) fn kernel(
     name: String,
     doc: &str,
     passes: u32,
@@ -70,7 +70,7 @@ fn kernel(
 }
 
 /// The row loop: one workgroup per row, grid-stride over rows.
-fn for_each_row(b: &mut Block, body: impl FnOnce(&mut Block)) {
+pub(super) fn for_each_row(b: &mut Block, body: impl FnOnce(&mut Block)) {
     b.for_("row", builtin(Builtin::GroupId), param("batch"), builtin(Builtin::NumGroups), |b, row| {
         b.let_("base", Ty::U32, row * param("stride"));
         body(b);
@@ -80,7 +80,11 @@ fn for_each_row(b: &mut Block, body: impl FnOnce(&mut Block)) {
 /// Visits this invocation's columns in increasing order, four consecutive ones per step:
 /// `per_quad` runs once per step (with `c0`, the first column), then `per_col` for each of the
 /// four columns inside the row, with the column and its place (0..4) in the quad.
-fn for_each_column(b: &mut Block, per_quad: impl Fn(&mut Block, Expr), per_col: impl Fn(&mut Block, Expr, u8)) {
+pub(super) fn for_each_column(
+    b: &mut Block,
+    per_quad: impl Fn(&mut Block, Expr),
+    per_col: impl Fn(&mut Block, Expr, u8),
+) {
     let first = builtin(Builtin::LocalId) * u(4);
     let step = builtin(Builtin::BlockSize) * u(4);
     b.for_("c0", first, param("vocab"), step, |b, c0| {
@@ -94,12 +98,12 @@ fn for_each_column(b: &mut Block, per_quad: impl Fn(&mut Block, Expr), per_col: 
     });
 }
 
-fn row_word(k: u32) -> Expr {
+pub(super) fn row_word(k: u32) -> Expr {
     load("rows", var("row") * u(ROW_WORDS) + u(k))
 }
 
 /// Declares `temp` (the row's temperature, 1 for greedy rows) and `noisy` (not greedy).
-fn row_temperature(b: &mut Block) {
+pub(super) fn row_temperature(b: &mut Block) {
     let t = b.let_("t_raw", Ty::F32, row_word(0).bitcast(Ty::F32));
     b.let_("noisy", Ty::Bool, t.clone().ge(f(GREEDY_EPS)));
     b.let_("temp", Ty::F32, select(var("noisy"), t, f(1.0)));
@@ -240,29 +244,41 @@ fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
 
 /// Softmax of `l / T` per row into `probs` (same stride as the input). Three reads: the maximum,
 /// a compensated sum of exponentials, then the normalized write.
+/// The scaled input `x / T` at `col` (NaN read as -inf).
+pub(super) fn scaled(col: Expr) -> Expr {
+    load_clean(col) / var("temp")
+}
+
+/// The row's softmax statistics in two reads: the maximum of `x / T`, then `1 / sum exp(x/T - max)`
+/// with a compensated (Kahan) sum per invocation. Returns (max, 1 / sum).
+pub(super) fn softmax_stats(b: &mut Block) -> (Expr, Expr) {
+    b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
+    for_each_column(b, |_, _| {}, |b, col, _| b.set("m", var("m").max(scaled(col))));
+    let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_max");
+    b.let_("s", Ty::F32, f(0.0));
+    b.let_("comp", Ty::F32, f(0.0));
+    for_each_column(
+        b,
+        |_, _| {},
+        |b, col, _| {
+            let y = b.let_("y", Ty::F32, call(math::EXP, vec![scaled(col) - mx.clone()]) - var("comp"));
+            let t = b.let_("t", Ty::F32, var("s") + y.clone());
+            b.set("comp", (t.clone() - var("s")) - y);
+            b.set("s", t);
+        },
+    );
+    let total = b.reduce(ReduceOp::Sum, Ty::F32, var("s") - var("comp"), "row_sum");
+    let inv = b.let_("inv", Ty::F32, f(1.0) / total);
+    (mx, inv)
+}
+
+/// Softmax of `l / T` per row into `probs` (same stride as the input). Three reads: the maximum,
+/// a compensated sum of exponentials, then the normalized write.
 fn softmax_kernel(dtype: Dtype) -> Kernel {
     let mut b = Block::new();
     for_each_row(&mut b, |b| {
         row_temperature(b);
-        let scaled = |col: Expr| load_clean(col) / var("temp");
-        b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
-        for_each_column(b, |_, _| {}, |b, col, _| b.set("m", var("m").max(scaled(col))));
-        let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_max");
-        // Kahan summation per invocation keeps the sum within a few ulp at 262144 columns.
-        b.let_("s", Ty::F32, f(0.0));
-        b.let_("comp", Ty::F32, f(0.0));
-        for_each_column(
-            b,
-            |_, _| {},
-            |b, col, _| {
-                let y = b.let_("y", Ty::F32, call(math::EXP, vec![scaled(col) - mx.clone()]) - var("comp"));
-                let t = b.let_("t", Ty::F32, var("s") + y.clone());
-                b.set("comp", (t.clone() - var("s")) - y);
-                b.set("s", t);
-            },
-        );
-        let total = b.reduce(ReduceOp::Sum, Ty::F32, var("s") - var("comp"), "row_sum");
-        let inv = b.let_("inv", Ty::F32, f(1.0) / total);
+        let (mx, inv) = softmax_stats(b);
         for_each_column(
             b,
             |_, _| {},
@@ -281,13 +297,18 @@ fn softmax_kernel(dtype: Dtype) -> Kernel {
     kernel(format!("softmax_{}", dtype.suffix()), doc, 3, buffers, vec![math::exp()], b)
 }
 
+/// A grid-stride loop over `batch` independent items (for the per-item diagnostic kernels).
+pub(super) fn for_each_item(b: &mut Block, body: impl FnOnce(&mut Block, Expr)) {
+    let first = builtin(Builtin::GroupId) * builtin(Builtin::BlockSize) + builtin(Builtin::LocalId);
+    let step = builtin(Builtin::NumGroups) * builtin(Builtin::BlockSize);
+    b.for_("item", first, param("batch"), step, body);
+}
+
 /// Diagnostic: Philox4x32-10 on `batch` (counter, key) items of six words, four words out each.
 /// It lets the tests check Random123's known answers on every backend.
 fn philox_kernel() -> Kernel {
     let mut b = Block::new();
-    let first = builtin(Builtin::GroupId) * builtin(Builtin::BlockSize) + builtin(Builtin::LocalId);
-    let step = builtin(Builtin::NumGroups) * builtin(Builtin::BlockSize);
-    b.for_("item", first, param("batch"), step, |b, item| {
+    for_each_item(&mut b, |b, item| {
         let word = |k: u32| load("input", item.clone() * u(6) + u(k));
         let ctr = u32x4(word(0), word(1), word(2), word(3));
         let out = b.let_("out", Ty::U32x4, call(philox::PHILOX, vec![ctr, word(4), word(5)]));

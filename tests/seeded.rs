@@ -1,0 +1,309 @@
+//! SGLang's seeded float64 sampler on every backend: the golden vectors of
+//! `../shared/golden/`, the hash test vectors, the float64 log's accuracy, and the float32 screen
+//! against full float64.
+
+mod common;
+
+use common::Rng;
+use sampling_kernels::{murmur, Backend, CpuBackend, LogProbs, Logits, Output, RowParams, SeededMode, Shape};
+
+struct Golden {
+    shape: Shape,
+    logprobs: Vec<f64>,
+    rows: Vec<RowParams>,
+    expected: Vec<u32>,
+    vectors: Vec<(u64, u64, u32, u32)>,
+}
+
+fn golden() -> Golden {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/golden");
+    let text = std::fs::read_to_string(dir.join("seeded_f64_small.json")).expect("../shared/golden is beside the repo");
+    let meta: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let raw = std::fs::read(dir.join(meta["logprobs_file"].as_str().unwrap())).unwrap();
+    let logprobs: Vec<f64> = raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
+    let n = |k: &str| meta[k].as_u64().unwrap() as usize;
+    let list = |k: &str| meta[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect::<Vec<u64>>();
+    let (seeds, positions) = (list("seeds"), list("positions"));
+    let rows = seeds.iter().zip(&positions).map(|(&s, &p)| RowParams::seeded(1.0, s, p)).collect();
+    let vectors = meta["murmur_vectors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            let g = |k: &str| v[k].as_u64().unwrap();
+            (g("seed"), g("position"), g("column") as u32, g("hash") as u32)
+        })
+        .collect();
+    Golden {
+        shape: Shape::dense(n("rows"), n("vocab")),
+        logprobs,
+        rows,
+        expected: list("expected_tokens").into_iter().map(|t| t as u32).collect(),
+        vectors,
+    }
+}
+
+fn seeded_tokens<B: Backend>(
+    b: &B,
+    shape: Shape,
+    lp: &[f64],
+    rows: &[RowParams],
+    mode: SeededMode,
+    f32_lp: bool,
+) -> Vec<u32> {
+    let r = b.upload(rows).unwrap();
+    let mut tokens = b.zeros::<u32>(shape.batch).unwrap();
+    let out = Output { tokens: &mut tokens, logprobs: None };
+    if f32_lp {
+        let narrow: Vec<f32> = lp.iter().map(|&x| x as f32).collect();
+        b.seeded(shape, LogProbs::F32(&b.upload(&narrow).unwrap()), &r, mode, out).unwrap();
+    } else {
+        b.seeded(shape, LogProbs::F64(&b.upload(lp).unwrap()), &r, mode, out).unwrap();
+    }
+    b.download(&tokens).unwrap()
+}
+
+/// Every row of `seeded_f64_small`, in both modes, from float64 and float32 log-probabilities,
+/// and through the fused path from logits (the golden log-probabilities as logits at T = 1: the
+/// log-softmax of normalized log-probabilities is themselves, to float32 rounding).
+pub fn golden_tokens<B: Backend>(b: &B) {
+    let g = golden();
+    assert_eq!(g.rows.len(), 8);
+    for mode in [SeededMode::Float64, SeededMode::Screened] {
+        for f32_lp in [false, true] {
+            let got = seeded_tokens(b, g.shape, &g.logprobs, &g.rows, mode, f32_lp);
+            assert_eq!(got, g.expected, "{mode:?}, float32 input {f32_lp}");
+        }
+    }
+    let logits: Vec<f32> = g.logprobs.iter().map(|&x| x as f32).collect();
+    let r = b.upload(&g.rows).unwrap();
+    let mut tokens = b.zeros::<u32>(g.shape.batch).unwrap();
+    let out = Output { tokens: &mut tokens, logprobs: None };
+    b.seeded_from_logits(g.shape, Logits::F32(&b.upload(&logits).unwrap()), &r, out).unwrap();
+    assert_eq!(b.download(&tokens).unwrap(), g.expected, "from logits");
+}
+
+/// The golden hash vectors, then 10^6 random (seed, position, column) triples against the host.
+pub fn murmur_matches<B: Backend>(b: &B) {
+    let g = golden();
+    let mut rng = Rng::new(99);
+    let mut triples: Vec<(u64, u64, u32)> = g.vectors.iter().map(|&(s, p, c, _)| (s, p, c)).collect();
+    triples.extend((0..1_000_000).map(|_| (rng.next_u64(), rng.next_u64(), rng.next_u64() as u32)));
+    let words: Vec<u32> = triples.iter().flat_map(|&(s, p, c)| [s as u32, (s >> 32) as u32, p as u32, c]).collect();
+    let w = b.upload(&words).unwrap();
+    let mut out = b.zeros::<u32>(triples.len()).unwrap();
+    b.murmur3(triples.len(), &w, &mut out).unwrap();
+    let got = b.download(&out).unwrap();
+    for (i, &(_, _, _, want)) in g.vectors.iter().enumerate() {
+        assert_eq!(got[i], want, "golden vector {i}");
+    }
+    for (i, &(s, p, c)) in triples.iter().enumerate() {
+        assert_eq!(got[i], murmur::hash(s, p, c), "triple {i}");
+    }
+}
+
+// ---- float64 log against a double-double reference --------------------------------------------
+
+fn two_sum(a: f64, b: f64) -> (f64, f64) {
+    let s = a + b;
+    let bb = s - a;
+    (s, (a - (s - bb)) + (b - bb))
+}
+fn dd_add(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
+    let (s, e) = two_sum(a.0, b.0);
+    two_sum(s, e + a.1 + b.1)
+}
+fn dd_mul(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
+    let p = a.0 * b.0;
+    let e = a.0.mul_add(b.0, -p) + a.0 * b.1 + a.1 * b.0;
+    two_sum(p, e)
+}
+fn dd_div(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
+    let q1 = a.0 / b.0;
+    let r = dd_add(a, dd_mul((-q1, 0.0), b));
+    let q2 = r.0 / b.0;
+    let r = dd_add(r, dd_mul((-q2, 0.0), b));
+    two_sum(q1, q2 + r.0 / b.0)
+}
+
+/// ln(x) to about 100 bits: x = m 2^k, m in [sqrt(1/2), sqrt(2)), ln m = 2 atanh((m-1)/(m+1)).
+fn ln_reference(x: f64) -> (f64, f64) {
+    let (mut bits, mut k) = (x.to_bits(), 0i64);
+    if bits < (1 << 52) {
+        bits = (x * 2f64.powi(54)).to_bits();
+        k = -54;
+    }
+    k += (bits >> 52) as i64 - 1023;
+    let mut m = f64::from_bits((bits & ((1 << 52) - 1)) | (1023 << 52));
+    if m > std::f64::consts::SQRT_2 {
+        m /= 2.0;
+        k += 1;
+    }
+    let s = dd_div((m - 1.0, 0.0), two_sum(m, 1.0));
+    let s2 = dd_mul(s, s);
+    let (mut sum, mut term, mut n) = (s, s, 1.0);
+    while term.0.abs() > 1e-40 * sum.0.abs().max(1e-300) {
+        term = dd_mul(term, s2);
+        n += 2.0;
+        sum = dd_add(sum, dd_div(term, (n, 0.0)));
+    }
+    let ln2 = (std::f64::consts::LN_2, 2.319046813846299558e-17);
+    dd_add(dd_mul((k as f64, 0.0), ln2), dd_mul((2.0, 0.0), sum))
+}
+
+/// Points over the whole range the seeded kernel uses and beyond: log-uniform over every
+/// positive float64 (subnormals included), dense around 1, and the kernel's own arguments
+/// (`h / (2^32 - 1)` and the negated logs of those).
+fn log_points(n: usize) -> Vec<f64> {
+    let mut rng = Rng::new(2024);
+    let mut pts = Vec::with_capacity(n);
+    while pts.len() < n {
+        let x = match pts.len() % 4 {
+            0 => f64::from_bits(1 + rng.below(0x7fef_ffff_ffff_ffff)),
+            1 => 1.0 + (rng.unit() - 0.5) * 2f64.powi(-(rng.below(52) as i32)),
+            2 => (1 + rng.below(u32::MAX as u64)) as f64 / 4_294_967_295.0,
+            _ => -((1 + rng.below(u32::MAX as u64)) as f64 / 4_294_967_295.0).ln().min(-(2f64.powi(-32))),
+        };
+        if x > 0.0 && x.is_finite() {
+            pts.push(x);
+        }
+    }
+    pts
+}
+
+/// 10^7 points, within one ulp of the correctly rounded log (the double-double reference
+/// rounded to float64).
+pub fn log64_within_one_ulp<B: Backend>(b: &B) {
+    let pts = log_points(10_000_000);
+    let x = b.upload(&pts).unwrap();
+    let mut out = b.zeros::<f64>(pts.len()).unwrap();
+    b.log_f64(pts.len(), &x, &mut out).unwrap();
+    let got = b.download(&out).unwrap();
+    let mut worst = 0u64;
+    for (i, &p) in pts.iter().enumerate() {
+        let (hi, _) = ln_reference(p);
+        let ulps = (got[i].to_bits() as i64 - hi.to_bits() as i64).unsigned_abs();
+        let ulps = if hi == 0.0 { (got[i] != 0.0) as u64 } else { ulps };
+        worst = worst.max(ulps);
+        assert!(ulps <= 1, "ln({p:e}) = {:e}, correctly rounded {hi:e} ({ulps} ulps)", got[i]);
+    }
+    eprintln!("{}: float64 log over {} points: worst {worst} ulp from correctly rounded", b.describe(), pts.len());
+}
+
+/// 10,000 random rows: the float32 screen gives the full-float64 token on every row, and both
+/// match the oracle where its top two scores differ by more than 1e-12 relative.
+pub fn screened_equals_float64<B: Backend>(b: &B) {
+    let mut rng = Rng::new(77);
+    let shape = Shape::dense(10_000, 257);
+    let mut lp = Vec::with_capacity(shape.elements());
+    let mut rows = Vec::new();
+    for r in 0..shape.batch {
+        // Peaked, flat, masked and near-tied rows, as normalized log-probabilities.
+        let scale = [0.05, 1.0, 4.0, 12.0][r % 4];
+        let mut logits: Vec<f64> = (0..shape.vocab).map(|_| rng.normal(scale)).collect();
+        if r % 5 == 0 {
+            for l in logits.iter_mut().step_by(3) {
+                *l = f64::NEG_INFINITY;
+            }
+        }
+        let m = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let lse = m + logits.iter().map(|l| (l - m).exp()).sum::<f64>().ln();
+        lp.extend(logits.iter().map(|l| l - lse));
+        rows.push(RowParams::seeded(if r % 50 == 0 { 0.0 } else { 1.0 }, rng.next_u64(), rng.next_u64()));
+    }
+    let full = seeded_tokens(b, shape, &lp, &rows, SeededMode::Float64, false);
+    let screened = seeded_tokens(b, shape, &lp, &rows, SeededMode::Screened, false);
+    assert_eq!(full, screened, "the screen changed a token");
+    let mut near = 0;
+    for r in 0..shape.batch {
+        let mut s = sampling_kernels::cpu::seeded_scores(&lp[r * 257..(r + 1) * 257], &rows[r]);
+        let best = sampling_kernels::cpu::argmax(&s);
+        let top = s[best];
+        s[best] = f64::NEG_INFINITY;
+        let second = s[sampling_kernels::cpu::argmax(&s)];
+        if top - second <= 1e-12 * top.abs().max(1.0) {
+            near += 1;
+            continue;
+        }
+        assert_eq!(full[r] as usize, best, "row {r}");
+    }
+    eprintln!("{}: screened = float64 on 10000 rows; {near} oracle near-ties not compared", b.describe());
+}
+
+/// The same request in row 0 of one batch and row 9 of another gets the same token.
+pub fn seeded_token_independent_of_row<B: Backend>(b: &B) {
+    let mut rng = Rng::new(5);
+    let vocab = 1000;
+    let request: Vec<f64> = (0..vocab).map(|_| rng.normal(2.0) - 8.0).collect();
+    let params = RowParams::seeded(1.0, 42, 17);
+    let mut other: Vec<f64> = (0..9 * vocab).map(|_| rng.normal(2.0) - 8.0).collect();
+    let mut rows: Vec<RowParams> = (0..9).map(|i| RowParams::seeded(1.0, i, 3)).collect();
+    other.extend(&request);
+    rows.push(params);
+    for mode in [SeededMode::Float64, SeededMode::Screened] {
+        let alone = seeded_tokens(b, Shape::dense(1, vocab), &request, &[params], mode, false);
+        let batched = seeded_tokens(b, Shape::dense(10, vocab), &other, &rows, mode, false);
+        assert_eq!(alone[0], batched[9], "{mode:?}");
+    }
+}
+
+macro_rules! suite {
+    ($backend:ident, $make:path, $($check:ident),* $(,)?) => {
+        mod $backend {
+            $(
+                #[test]
+                fn $check() {
+                    crate::common::on(stringify!($backend), stringify!($check), $make(), crate::$check);
+                }
+            )*
+        }
+    };
+}
+
+// On the CPU, the oracle's own log and hash are checked against the references.
+suite!(cpu, crate::common::cpu, golden_tokens, murmur_matches, log64_within_one_ulp, seeded_token_independent_of_row);
+#[cfg(feature = "wgpu")]
+suite!(
+    wgpu,
+    crate::common::wgpu,
+    golden_tokens,
+    murmur_matches,
+    log64_within_one_ulp,
+    screened_equals_float64,
+    seeded_token_independent_of_row
+);
+#[cfg(feature = "cuda")]
+suite!(
+    cuda,
+    crate::common::cuda,
+    golden_tokens,
+    murmur_matches,
+    log64_within_one_ulp,
+    screened_equals_float64,
+    seeded_token_independent_of_row
+);
+
+/// A device without float64 gets a typed error naming the feature, not a wrong token.
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_without_float64_is_a_typed_error() {
+    use sampling_kernels::wgpu;
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let Ok(adapter) = pollster::block_on(instance.request_adapter(&Default::default())) else {
+        assert!(!common::in_ci(), "CI=true requires a wgpu adapter");
+        common::report("wgpu", "not-run", "wgpu_without_float64_is_a_typed_error", "absent");
+        return;
+    };
+    // A device asked for no features, as on Metal, which has no float64.
+    let (device, queue) = pollster::block_on(adapter.request_device(&Default::default())).unwrap();
+    let b = sampling_kernels::WgpuBackend::from_device(device, queue, adapter.get_info());
+    let shape = Shape::dense(1, 4);
+    let lp = b.upload(&[0f64; 4]).unwrap();
+    let r = b.upload(&[RowParams::seeded(1.0, 1, 1)]).unwrap();
+    let mut t = b.zeros::<u32>(1).unwrap();
+    let err = b
+        .seeded(shape, LogProbs::F64(&lp), &r, SeededMode::Float64, Output { tokens: &mut t, logprobs: None })
+        .unwrap_err();
+    assert!(matches!(err, sampling_kernels::Error::Unsupported { feature: "SHADER_F64", .. }), "{err}");
+    common::report("wgpu", "ran", "wgpu_without_float64_is_a_typed_error", &b.describe());
+}

@@ -1,0 +1,80 @@
+//! MurmurHash3_x86_32 (seed 0) of four u32 words, as SGLang's `multinomial_with_seed` hashes
+//! `[seed lo, seed hi, position, column]`, and the float64 Gumbel noise it derives from a hash.
+
+use super::math;
+use crate::ir::*;
+
+pub const MURMUR: &str = "sk_murmur3";
+pub const SEEDED_GUMBEL64: &str = "sk_seeded_gumbel64";
+pub const SEEDED_GUMBEL32: &str = "sk_seeded_gumbel32";
+
+fn rotl(x: Expr, r: u32) -> Expr {
+    (x.clone() << u(r)) | (x >> u(32 - r))
+}
+
+pub fn murmur3() -> Function {
+    let params = [("w0", Ty::U32), ("w1", Ty::U32), ("w2", Ty::U32), ("w3", Ty::U32)];
+    function(MURMUR, &params, Ty::U32, |b| {
+        b.let_("h", Ty::U32, u(0));
+        for (word, _) in params {
+            b.scope(|b| {
+                let k = b.let_("k", Ty::U32, var(word) * u(0xcc9e_2d51));
+                b.set("k", rotl(k.clone(), 15) * u(0x1b87_3593));
+                b.set("h", var("h") ^ k);
+                b.set("h", rotl(var("h"), 13) * u(5) + u(0xe654_6b64));
+            });
+        }
+        b.set("h", var("h") ^ u(16));
+        b.set("h", var("h") ^ (var("h") >> u(16)));
+        b.set("h", var("h") * u(0x85eb_ca6b));
+        b.set("h", var("h") ^ (var("h") >> u(13)));
+        b.set("h", var("h") * u(0xc2b2_ae35));
+        b.ret(var("h") ^ (var("h") >> u(16)));
+    })
+}
+
+/// SGLang's noise from a hash: `x = h / (2^32 - 1)`, `e = min(ln x, -2^-32)`, `g = -ln(-e)`.
+/// `h = 0` gives `-inf` (that column can never win); `h = 2^32 - 1` gives the cap's 22.18.
+pub fn seeded_gumbel64() -> Function {
+    function(SEEDED_GUMBEL64, &[("h", Ty::U32)], Ty::F64, |b| {
+        b.if_(var("h").eq_(u(0)), |b| b.ret(f64_(f64::NEG_INFINITY)));
+        let x = var("h").cast(Ty::F64) / f64_(4_294_967_295.0);
+        let e = b.let_("e", Ty::F64, call(math::LOG64, vec![x]).min(f64_(-(2f64.powi(-32)))));
+        b.ret(-call(math::LOG64, vec![-e]));
+    })
+}
+
+/// The same noise in float32, for screening: |g32 - g64| <= 3.2e-6 (see [`SCREEN_ABS`]).
+///
+/// `t = -ln x` is computed without cancellation: for `h >= 2^31` as `log1p(c / h)` with the
+/// exact complement `c = 2^32 - 1 - h` (Goldberg's log1p), else as `-ln(h / 2^32)`; either way
+/// `t` is within 8 f32 ulps relative. Then `g = -ln(max(t, 2^-32))`: an 8-ulp relative error in
+/// `t` is 4.8e-7 absolute in `g`, and the log and the rounding of `|g| <= 22.2` add 2.7e-6.
+pub fn seeded_gumbel32() -> Function {
+    function(SEEDED_GUMBEL32, &[("h", Ty::U32)], Ty::F32, |b| {
+        b.if_(var("h").eq_(u(0)), |b| b.ret(f(f32::NEG_INFINITY)));
+        b.let_("t", Ty::F32, f(0.0));
+        b.if_else(
+            var("h").ge(u(0x8000_0000)),
+            |b| {
+                let q = b.let_("q", Ty::F32, (u(u32::MAX) - var("h")).cast(Ty::F32) / var("h").cast(Ty::F32));
+                let up = b.let_("up", Ty::F32, f(1.0) + q.clone());
+                b.set("t", q.clone());
+                b.if_(up.clone().ne_(f(1.0)), |b| {
+                    b.set("t", call(math::LOG, vec![up.clone()]) * q / (up - f(1.0)));
+                });
+            },
+            |b| {
+                let x = var("h").cast(Ty::F32) * f(1.0 / 4_294_967_296.0);
+                b.set("t", -call(math::LOG, vec![x]));
+            },
+        );
+        b.ret(-call(math::LOG, vec![var("t").max(f(2f32.powi(-32)))]));
+    })
+}
+
+/// Screening bound: |score32 - score64| <= SCREEN_ABS + |logprob| * SCREEN_REL, with a factor
+/// of about four to spare over the analysis above (noise 3.2e-6; the logprob's and the sum's
+/// f32 roundings 2^-24 relative each).
+pub const SCREEN_ABS: f32 = 1.6e-5;
+pub const SCREEN_REL: f32 = 1.0 / 2_097_152.0; // 2^-21

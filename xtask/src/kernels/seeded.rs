@@ -1,0 +1,235 @@
+//! SGLang's deterministic sampler (`multinomial_with_seed`): the first index of the maximum of
+//! `logprob + g` in float64, with `g` the Murmur-hashed Gumbel noise of (seed, position, column).
+//! The row's seed is words 4-5 of its record and the position word 6 (the low 32 bits, which is
+//! all SGLang hashes). Greedy rows (temperature below 1e-6) take the argmax of the log-probabilities.
+//!
+//! Variants:
+//! - `seeded_*`: every column in float64 (one read). Cheap on an H200 (float64 at half rate).
+//! - `seeded_screened_*`: for a T4 (float64 at 1/32 rate). A first read computes the scores in
+//!   float32 with a proven error bound and finds the float32 winner `m`; a second read redoes in
+//!   float64 only the columns whose float32 score could still reach the true maximum
+//!   (`s32 + err >= s32[m] - err[m]`), so the token is always the one full float64 gives.
+//! - `seeded_logits_*`: from logits and temperature, computing the log-probabilities as SGLang
+//!   does (float32 log of the float32 softmax), then the float64 race. Three reads.
+
+use super::math;
+use super::murmur::{self, SCREEN_ABS, SCREEN_REL};
+use super::sampling::{
+    buffer, for_each_column, for_each_item, for_each_row, kernel, row_temperature, row_word, scaled, softmax_stats,
+    Dtype,
+};
+use crate::ir::*;
+
+const NONE: u32 = u32::MAX;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Lp {
+    F64,
+    F32,
+}
+
+fn lp_storage(lp: Lp) -> Storage {
+    match lp {
+        Lp::F64 => Storage::F64,
+        Lp::F32 => Storage::F32,
+    }
+}
+
+/// The column's hash: Murmur3 of (seed lo, seed hi, position lo, column).
+fn hash(col: Expr) -> Expr {
+    call(murmur::MURMUR, vec![row_word(4), row_word(5), row_word(6), col])
+}
+
+/// The log-probability at `col` as f64, NaN read as -inf.
+fn load_lp64(lp: Lp, col: Expr) -> Expr {
+    let x = load("lp", var("base") + col);
+    let x = if lp == Lp::F32 { x.cast(Ty::F64) } else { x };
+    select(is_nan_f64(x.clone()), f64_(f64::NEG_INFINITY), x)
+}
+
+/// NaN by its bits, like `math::is_nan` (a driver may fold `x != x`).
+fn is_nan_f64(x: Expr) -> Expr {
+    (x.bitcast(Ty::U64) & Expr::Lit(Lit::U64(0x7fff_ffff_ffff_ffff))).gt(Expr::Lit(Lit::U64(0x7ff0_0000_0000_0000)))
+}
+
+/// Keeps (`best`, `best_i`) the running float64 maximum with the lowest index on ties (columns
+/// arrive in increasing order per invocation).
+fn keep_best(b: &mut Block, best: &str, best_i: &str, score: Expr, col: Expr) {
+    b.if_(score.clone().gt(var(best)).or(var(best_i).eq_(u(NONE))), |b| {
+        b.set(best, score);
+        b.set(best_i, col);
+    });
+}
+
+/// Score of a column in float64: its log-probability plus the hashed noise (none for greedy rows).
+fn score64(b: &mut Block, lp64: Expr, col: Expr) -> Expr {
+    let s = b.let_("s64", Ty::F64, lp64);
+    b.if_(var("noisy"), |b| b.set("s64", s.clone() + call(murmur::SEEDED_GUMBEL64, vec![hash(col)])));
+    s
+}
+
+/// Writes the winner and, on request, its log-probability (as f32).
+fn finish(b: &mut Block, tok: Expr, lp_of_token: Expr) {
+    let want_lp = (param("flags") & u(1)).ne_(u(0));
+    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+        b.store("tokens", var("row"), tok);
+        b.if_(want_lp, |b| b.store("logprobs", var("row"), lp_of_token.cast(Ty::F32)));
+    });
+}
+
+fn functions() -> Vec<Function> {
+    vec![math::log(), math::log64(), murmur::murmur3(), murmur::seeded_gumbel64(), murmur::seeded_gumbel32()]
+}
+
+fn outputs() -> [BufferDecl; 2] {
+    [buffer("tokens", Storage::U32, true), buffer("logprobs", Storage::F32, true)]
+}
+
+/// Full float64: one read.
+fn seeded_full(lp: Lp) -> Kernel {
+    let mut b = Block::new();
+    for_each_row(&mut b, |b| {
+        row_temperature(b);
+        b.let_("best", Ty::F64, f64_(f64::NEG_INFINITY));
+        b.let_("best_i", Ty::U32, u(NONE));
+        for_each_column(
+            b,
+            |_, _| {},
+            |b, col, _| {
+                let s = score64(b, load_lp64(lp, col.clone()), col.clone());
+                keep_best(b, "best", "best_i", s, col);
+            },
+        );
+        let (_, tok) = b.argmax_of(Ty::F64, var("best"), var("best_i"), "win", "tok");
+        finish(b, tok.clone(), load_lp64(lp, tok));
+    });
+    let mut buffers = vec![buffer("lp", lp_storage(lp), false), buffer("rows", Storage::U32, false)];
+    buffers.extend(outputs());
+    let name = if lp == Lp::F64 { "seeded_f64" } else { "seeded_f32" };
+    let doc = "SGLang's seeded float64 Gumbel race over log-probabilities, every column in float64";
+    kernel(name.into(), doc, 1, buffers, functions(), b)
+}
+
+/// Float32 screen, then float64 for the columns that could still win: two reads.
+fn seeded_screened(lp: Lp) -> Kernel {
+    let mut b = Block::new();
+    // The float32 score and its error bound at `col`.
+    let score32 = |b: &mut Block, col: Expr| -> (Expr, Expr) {
+        let lp32 = b.let_("lp32", Ty::F32, load_lp64(lp, col.clone()).cast(Ty::F32));
+        let s = b.let_("s32", Ty::F32, lp32.clone());
+        b.if_(var("noisy"), |b| b.set("s32", lp32.clone() + call(murmur::SEEDED_GUMBEL32, vec![hash(col)])));
+        let finite = lp32.clone().abs().min(f(1e30));
+        let err = b.let_("err", Ty::F32, f(SCREEN_ABS) + finite * f(SCREEN_REL));
+        (s, err)
+    };
+    for_each_row(&mut b, |b| {
+        row_temperature(b);
+        b.let_("best32", Ty::F32, f(f32::NEG_INFINITY));
+        b.let_("best32_i", Ty::U32, u(NONE));
+        for_each_column(
+            b,
+            |_, _| {},
+            |b, col, _| {
+                let (s, _) = score32(b, col.clone());
+                b.if_(s.clone().gt(var("best32")).or(var("best32_i").eq_(u(NONE))), |b| {
+                    b.set("best32", s);
+                    b.set("best32_i", col);
+                });
+            },
+        );
+        let (m32, m) = b.argmax(var("best32"), var("best32_i"), "win32", "win32_i");
+        // Every column whose float32 score plus its error reaches this floor may be the winner.
+        let floor = b.let_("floor", Ty::F32, f(0.0));
+        b.scope(|b| {
+            let (_, err_m) = score32(b, m);
+            b.set("floor", m32.clone() - err_m);
+        });
+        let all = b.let_("all", Ty::Bool, m32.eq_(f(f32::NEG_INFINITY)));
+        b.let_("best", Ty::F64, f64_(f64::NEG_INFINITY));
+        b.let_("best_i", Ty::U32, u(NONE));
+        for_each_column(
+            b,
+            |_, _| {},
+            |b, col, _| {
+                let (s, err) = score32(b, col.clone());
+                b.if_(all.clone().or((s + err).ge(floor.clone())), |b| {
+                    let s = score64(b, load_lp64(lp, col.clone()), col.clone());
+                    keep_best(b, "best", "best_i", s, col);
+                });
+            },
+        );
+        let (_, tok) = b.argmax_of(Ty::F64, var("best"), var("best_i"), "win", "tok");
+        finish(b, tok.clone(), load_lp64(lp, tok));
+    });
+    let mut buffers = vec![buffer("lp", lp_storage(lp), false), buffer("rows", Storage::U32, false)];
+    buffers.extend(outputs());
+    let name = if lp == Lp::F64 { "seeded_screened_f64" } else { "seeded_screened_f32" };
+    let doc = "the seeded float64 race, screened in float32 so only possible winners are redone in float64";
+    kernel(name.into(), doc, 2, buffers, functions(), b)
+}
+
+/// From logits: SGLang's float32 log-softmax, then the float64 race. Three reads.
+fn seeded_logits(dtype: Dtype) -> Kernel {
+    let mut b = Block::new();
+    for_each_row(&mut b, |b| {
+        row_temperature(b);
+        let (mx, inv) = softmax_stats(b);
+        b.let_("best", Ty::F64, f64_(f64::NEG_INFINITY));
+        b.let_("best_i", Ty::U32, u(NONE));
+        // log(softmax) in float32, as `torch.log(torch.softmax(logits / T))`: 0 gives -inf.
+        let lp_at = |b: &mut Block, col: Expr| -> Expr {
+            let p = b.let_("p", Ty::F32, call(math::EXP, vec![scaled(col) - mx.clone()]) * inv.clone());
+            let lp = select(p.clone().gt(f(0.0)), call(math::LOG, vec![p]), f(f32::NEG_INFINITY));
+            b.let_("lp", Ty::F64, lp.cast(Ty::F64))
+        };
+        for_each_column(
+            b,
+            |_, _| {},
+            |b, col, _| {
+                let lp = lp_at(b, col.clone());
+                let s = score64(b, lp, col.clone());
+                keep_best(b, "best", "best_i", s, col);
+            },
+        );
+        let (_, tok) = b.argmax_of(Ty::F64, var("best"), var("best_i"), "win", "tok");
+        b.scope(|b| {
+            let lp = lp_at(b, tok.clone());
+            finish(b, tok, lp);
+        });
+    });
+    let mut buffers = vec![buffer("x", dtype.storage(), false), buffer("rows", Storage::U32, false)];
+    buffers.extend(outputs());
+    let mut functions = vec![math::exp()];
+    functions.extend(self::functions());
+    let doc = "the seeded float64 race from logits, log-probabilities computed as SGLang does";
+    kernel(format!("seeded_logits_{}", dtype.suffix()), doc, 3, buffers, functions, b)
+}
+
+/// Diagnostic: Murmur3 of `batch` items of four words.
+fn murmur_kernel() -> Kernel {
+    let mut b = Block::new();
+    for_each_item(&mut b, |b, item| {
+        let word = |k: u32| load("input", item.clone() * u(4) + u(k));
+        b.store("output", item.clone(), call(murmur::MURMUR, vec![word(0), word(1), word(2), word(3)]));
+    });
+    let buffers = vec![buffer("input", Storage::U32, false), buffer("output", Storage::U32, true)];
+    kernel("murmur3".into(), "MurmurHash3_x86_32 of four words, for tests", 0, buffers, vec![murmur::murmur3()], b)
+}
+
+/// Diagnostic: the IR's float64 log of `batch` values.
+fn log64_kernel() -> Kernel {
+    let mut b = Block::new();
+    for_each_item(&mut b, |b, item| {
+        b.store("output", item.clone(), call(math::LOG64, vec![load("input", item)]));
+    });
+    let buffers = vec![buffer("input", Storage::F64, false), buffer("output", Storage::F64, true)];
+    kernel("log_f64".into(), "the IR's float64 natural log, for accuracy tests", 0, buffers, vec![math::log64()], b)
+}
+
+pub fn all() -> Vec<Kernel> {
+    let mut out = vec![seeded_full(Lp::F64), seeded_full(Lp::F32), seeded_screened(Lp::F64), seeded_screened(Lp::F32)];
+    out.extend(Dtype::ALL.iter().map(|&d| seeded_logits(d)));
+    out.push(murmur_kernel());
+    out.push(log64_kernel());
+    out
+}
