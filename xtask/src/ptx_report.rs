@@ -70,6 +70,13 @@ fn parse(text: &str) -> Usage {
     u
 }
 
+/// Float64 arithmetic instructions in the PTX (static count: the four-column loop body is
+/// unrolled, so roughly four times the per-column work, plus the row's epilogue).
+fn float64_ops(ptx: &str) -> usize {
+    let ops = ["add.", "sub.", "mul.", "div.", "fma.", "rcp.", "neg.", "abs.", "min.", "max.", "setp."];
+    ptx.lines().map(str::trim).filter(|l| l.contains(".f64") && ops.iter().any(|op| l.starts_with(op))).count()
+}
+
 /// Resident blocks per SM and the share of warp slots they fill, limited by registers (allocated
 /// per warp in units of 256), threads, blocks and shared memory.
 fn occupancy(sm: &Sm, block: u32, u: &Usage) -> (u32, f64) {
@@ -91,8 +98,8 @@ pub fn run() -> Result<(), String> {
     }
     let dir = std::env::temp_dir().join("sampling-kernels-ptx");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    println!("| kernel | arch | threads | registers | shared B | spill st/ld B | blocks/SM | occupancy |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| kernel | arch | threads | registers | shared B | spill st/ld B | blocks/SM | occupancy | f64 ops |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let mut spills = Vec::new();
     for k in kernels::all() {
         let source = cuda::emit(&k, tuning::get(Target::Sm75).block, "xtask/src/kernels");
@@ -116,9 +123,10 @@ pub fn run() -> Result<(), String> {
                 return Err(format!("ptxas {} {}: {}", k.name, sm.arch, String::from_utf8_lossy(&out.stderr)));
             }
             let usage = parse(&String::from_utf8_lossy(&out.stderr));
+            let f64_ops = float64_ops(&ptx.to_src());
             let (blocks, occ) = occupancy(sm, block, &usage);
             println!(
-                "| {} | {} | {block} | {} | {} | {}/{} | {blocks} | {:.0}% |",
+                "| {} | {} | {block} | {} | {} | {}/{} | {blocks} | {:.0}% | {f64_ops} |",
                 k.name,
                 sm.arch,
                 usage.registers,
