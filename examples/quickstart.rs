@@ -14,7 +14,7 @@ fn sample<B: Backend>(backend: &B) -> sampling_kernels::Result<()> {
     let r = backend.upload(&rows)?;
     let mut tokens = backend.zeros::<u32>(shape.batch)?;
     let mut logprobs = backend.zeros::<f32>(shape.batch)?;
-    let out = Output { tokens: &mut tokens, logprobs: Some(&mut logprobs) };
+    let out = Output::new(&mut tokens).with_logprobs(&mut logprobs);
     backend.race_from_logits(shape, Logits::F32(&x), &r, out)?;
     let (tokens, logprobs) = (backend.download(&tokens)?, backend.download(&logprobs)?);
     println!("backend: {}", backend.describe());

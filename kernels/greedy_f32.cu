@@ -202,7 +202,8 @@ __device__ __forceinline__ float sk_gumbel(unsigned int w) {
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
-    const float* __restrict__ x, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const float* __restrict__ x, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    __shared__ unsigned int sk_red_u32[33];
     __shared__ float sk_red_f32[33];
     __shared__ float sk_am_f32[33];
     __shared__ unsigned int sk_am_i[33];
@@ -212,6 +213,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
         float temp = (1.0f);
         float best = sk_bitcast<float>(4286578688u);
         unsigned int best_i = 4294967295u;
+        float top = sk_bitcast<float>(4286578688u);
+        unsigned int top_i = 4294967295u;
+        unsigned int top_n = 0u;
         float m = sk_bitcast<float>(4286578688u);
         float s = (0.0f);
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
@@ -222,17 +226,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                     float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
                     float sv = (xv / temp);
                     float score = sv;
-                    if (((score > best) || (best_i == 4294967295u))) {
-                        best = score;
-                        best_i = col;
-                    }
-                    if (((flags & 1u) != 0u)) {
-                        if ((sv > m)) {
-                            s = ((s * sk_exp((m - sv))) + (1.0f));
-                            m = sv;
-                        } else {
-                            if ((sv > sk_bitcast<float>(4286578688u))) {
-                                s = (s + sk_exp((sv - m)));
+                    if ((sv == sk_bitcast<float>(2139095040u))) {
+                        top_n = (top_n + 1u);
+                        if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                            top = (0.0f);
+                            top_i = col;
+                        }
+                    } else {
+                        if (noisy) {
+                            score = (sv + (0.0f));
+                        }
+                        if (((score > best) || (best_i == 4294967295u))) {
+                            best = score;
+                            best_i = col;
+                        }
+                        if (((flags & 1u) != 0u)) {
+                            if ((sv > m)) {
+                                s = ((s * sk_exp((m - sv))) + (1.0f));
+                                m = sv;
+                            } else {
+                                if ((sv > sk_bitcast<float>(4286578688u))) {
+                                    s = (s + sk_exp((sv - m)));
+                                }
                             }
                         }
                     }
@@ -244,17 +259,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                     float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
                     float sv = (xv / temp);
                     float score = sv;
-                    if (((score > best) || (best_i == 4294967295u))) {
-                        best = score;
-                        best_i = col;
-                    }
-                    if (((flags & 1u) != 0u)) {
-                        if ((sv > m)) {
-                            s = ((s * sk_exp((m - sv))) + (1.0f));
-                            m = sv;
-                        } else {
-                            if ((sv > sk_bitcast<float>(4286578688u))) {
-                                s = (s + sk_exp((sv - m)));
+                    if ((sv == sk_bitcast<float>(2139095040u))) {
+                        top_n = (top_n + 1u);
+                        if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                            top = (0.0f);
+                            top_i = col;
+                        }
+                    } else {
+                        if (noisy) {
+                            score = (sv + (0.0f));
+                        }
+                        if (((score > best) || (best_i == 4294967295u))) {
+                            best = score;
+                            best_i = col;
+                        }
+                        if (((flags & 1u) != 0u)) {
+                            if ((sv > m)) {
+                                s = ((s * sk_exp((m - sv))) + (1.0f));
+                                m = sv;
+                            } else {
+                                if ((sv > sk_bitcast<float>(4286578688u))) {
+                                    s = (s + sk_exp((sv - m)));
+                                }
                             }
                         }
                     }
@@ -266,17 +292,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                     float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
                     float sv = (xv / temp);
                     float score = sv;
-                    if (((score > best) || (best_i == 4294967295u))) {
-                        best = score;
-                        best_i = col;
-                    }
-                    if (((flags & 1u) != 0u)) {
-                        if ((sv > m)) {
-                            s = ((s * sk_exp((m - sv))) + (1.0f));
-                            m = sv;
-                        } else {
-                            if ((sv > sk_bitcast<float>(4286578688u))) {
-                                s = (s + sk_exp((sv - m)));
+                    if ((sv == sk_bitcast<float>(2139095040u))) {
+                        top_n = (top_n + 1u);
+                        if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                            top = (0.0f);
+                            top_i = col;
+                        }
+                    } else {
+                        if (noisy) {
+                            score = (sv + (0.0f));
+                        }
+                        if (((score > best) || (best_i == 4294967295u))) {
+                            best = score;
+                            best_i = col;
+                        }
+                        if (((flags & 1u) != 0u)) {
+                            if ((sv > m)) {
+                                s = ((s * sk_exp((m - sv))) + (1.0f));
+                                m = sv;
+                            } else {
+                                if ((sv > sk_bitcast<float>(4286578688u))) {
+                                    s = (s + sk_exp((sv - m)));
+                                }
                             }
                         }
                     }
@@ -288,17 +325,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                     float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
                     float sv = (xv / temp);
                     float score = sv;
-                    if (((score > best) || (best_i == 4294967295u))) {
-                        best = score;
-                        best_i = col;
-                    }
-                    if (((flags & 1u) != 0u)) {
-                        if ((sv > m)) {
-                            s = ((s * sk_exp((m - sv))) + (1.0f));
-                            m = sv;
-                        } else {
-                            if ((sv > sk_bitcast<float>(4286578688u))) {
-                                s = (s + sk_exp((sv - m)));
+                    if ((sv == sk_bitcast<float>(2139095040u))) {
+                        top_n = (top_n + 1u);
+                        if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                            top = (0.0f);
+                            top_i = col;
+                        }
+                    } else {
+                        if (noisy) {
+                            score = (sv + (0.0f));
+                        }
+                        if (((score > best) || (best_i == 4294967295u))) {
+                            best = score;
+                            best_i = col;
+                        }
+                        if (((flags & 1u) != 0u)) {
+                            if ((sv > m)) {
+                                s = ((s * sk_exp((m - sv))) + (1.0f));
+                                m = sv;
+                            } else {
+                                if ((sv > sk_bitcast<float>(4286578688u))) {
+                                    s = (s + sk_exp((sv - m)));
+                                }
                             }
                         }
                     }
@@ -337,6 +385,74 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
             win = sk_am_f32[32];
             tok = sk_am_i[32];
             __syncthreads();
+        }
+        unsigned int tops = 0u;
+        {
+            unsigned int sk_v = top_n;
+            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                sk_v = sk_v + ov;
+            }
+            if ((threadIdx.x & 31u) == 0u) {
+                sk_red_u32[threadIdx.x >> 5] = sk_v;
+            }
+            __syncthreads();
+            if (threadIdx.x < 32u) {
+                sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                    sk_v = sk_v + ov;
+                }
+                if (threadIdx.x == 0u) {
+                    sk_red_u32[32] = sk_v;
+                }
+            }
+            __syncthreads();
+            tops = sk_red_u32[32];
+            __syncthreads();
+        }
+        bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u)));
+        if ((tops > 0u)) {
+            float top_win = (0.0f);
+            unsigned int top_tok = 0u;
+            {
+                float sk_v = top;
+                unsigned int sk_i = top_i;
+                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                }
+                if ((threadIdx.x & 31u) == 0u) {
+                    sk_am_f32[threadIdx.x >> 5] = sk_v;
+                    sk_am_i[threadIdx.x >> 5] = sk_i;
+                }
+                __syncthreads();
+                if (threadIdx.x < 32u) {
+                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                    }
+                    if (threadIdx.x == 0u) {
+                        sk_am_f32[32] = sk_v;
+                        sk_am_i[32] = sk_i;
+                    }
+                }
+                __syncthreads();
+                top_win = sk_am_f32[32];
+                top_tok = sk_am_i[32];
+                __syncthreads();
+            }
+            tok = top_tok;
+        }
+        if ((threadIdx.x == 0u)) {
+            tokens[row] = ((valid) ? (tok) : (0u));
+            if (((flags & 2u) != 0u)) {
+                status[row] = ((valid) ? (1u) : (0u));
+            }
         }
         if (((flags & 1u) != 0u)) {
             float row_max = (0.0f);
@@ -390,11 +506,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                 __syncthreads();
             }
             if ((threadIdx.x == 0u)) {
-                logprobs[row] = (((((((sk_bitcast<unsigned int>(x[(base + tok)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + tok)])) / temp) - row_max) - sk_log(row_sum));
+                logprobs[row] = ((valid) ? ((((tops > 0u)) ? ((-sk_log(((float)(tops))))) : ((((((((sk_bitcast<unsigned int>(x[(base + tok)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + tok)])) / temp) - row_max) - sk_log(row_sum))))) : (sk_bitcast<float>(4286578688u)));
             }
-        }
-        if ((threadIdx.x == 0u)) {
-            tokens[row] = tok;
         }
     }
 }

@@ -202,7 +202,7 @@ __device__ __forceinline__ float sk_gumbel(unsigned int w) {
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
-    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_am_f32[33];
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
@@ -212,6 +212,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
         float temp = ((noisy) ? (t_raw) : ((1.0f)));
         float best = sk_bitcast<float>(4286578688u);
         unsigned int best_i = 4294967295u;
+        float top = sk_bitcast<float>(4286578688u);
+        unsigned int top_i = 4294967295u;
+        unsigned int top_n = 0u;
         float m = sk_bitcast<float>(4286578688u);
         float s = (0.0f);
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
@@ -225,11 +228,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
                     float sv = xv;
                     float score = sv;
-                    if ((xv < (0.0f))) {
+                    if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                        if (noisy) {
+                            score = (xv / sk_exponential((w).x));
+                        }
+                    } else {
                         score = sk_bitcast<float>(4286578688u);
-                    }
-                    if ((noisy && (xv >= (0.0f)))) {
-                        score = (xv / sk_exponential((w).x));
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
                         best = score;
@@ -243,11 +247,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
                     float sv = xv;
                     float score = sv;
-                    if ((xv < (0.0f))) {
+                    if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                        if (noisy) {
+                            score = (xv / sk_exponential((w).y));
+                        }
+                    } else {
                         score = sk_bitcast<float>(4286578688u);
-                    }
-                    if ((noisy && (xv >= (0.0f)))) {
-                        score = (xv / sk_exponential((w).y));
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
                         best = score;
@@ -261,11 +266,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
                     float sv = xv;
                     float score = sv;
-                    if ((xv < (0.0f))) {
+                    if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                        if (noisy) {
+                            score = (xv / sk_exponential((w).z));
+                        }
+                    } else {
                         score = sk_bitcast<float>(4286578688u);
-                    }
-                    if ((noisy && (xv >= (0.0f)))) {
-                        score = (xv / sk_exponential((w).z));
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
                         best = score;
@@ -279,11 +285,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
                     float sv = xv;
                     float score = sv;
-                    if ((xv < (0.0f))) {
+                    if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                        if (noisy) {
+                            score = (xv / sk_exponential((w).w));
+                        }
+                    } else {
                         score = sk_bitcast<float>(4286578688u);
-                    }
-                    if ((noisy && (xv >= (0.0f)))) {
-                        score = (xv / sk_exponential((w).w));
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
                         best = score;
@@ -325,14 +332,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             tok = sk_am_i[32];
             __syncthreads();
         }
-        if (((flags & 1u) != 0u)) {
-            if ((threadIdx.x == 0u)) {
-                float pt = ((((sk_bitcast<unsigned int>(x[(base + tok)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + tok)]));
-                logprobs[row] = (((pt > (0.0f))) ? (sk_log(pt)) : (sk_bitcast<float>(4286578688u)));
+        bool valid = (win > (0.0f));
+        if ((threadIdx.x == 0u)) {
+            tokens[row] = ((valid) ? (tok) : (0u));
+            if (((flags & 2u) != 0u)) {
+                status[row] = ((valid) ? (1u) : (0u));
             }
         }
-        if ((threadIdx.x == 0u)) {
-            tokens[row] = tok;
+        if (((flags & 1u) != 0u)) {
+            float pt = ((((sk_bitcast<unsigned int>(x[(base + tok)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + tok)]));
+            if ((threadIdx.x == 0u)) {
+                logprobs[row] = ((valid) ? ((((pt > (0.0f))) ? (sk_log(pt)) : (sk_bitcast<float>(4286578688u)))) : (sk_bitcast<float>(4286578688u)));
+            }
         }
     }
 }

@@ -123,7 +123,7 @@ __device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f32(
-    const float* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const float* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ double sk_am_f64[33];
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
@@ -137,7 +137,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f32(
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < vocab)) {
-                    double s64 = ((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
+                    double s64 = (((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
                     if (noisy) {
                         s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                     }
@@ -150,7 +150,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f32(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < vocab)) {
-                    double s64 = ((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
+                    double s64 = (((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
                     if (noisy) {
                         s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                     }
@@ -163,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f32(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < vocab)) {
-                    double s64 = ((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
+                    double s64 = (((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
                     if (noisy) {
                         s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                     }
@@ -176,7 +176,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f32(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < vocab)) {
-                    double s64 = ((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
+                    double s64 = (((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
                     if (noisy) {
                         s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                     }
@@ -220,10 +220,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f32(
             tok = sk_am_i[32];
             __syncthreads();
         }
+        bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
         if ((threadIdx.x == 0u)) {
-            tokens[row] = tok;
-            if (((flags & 1u) != 0u)) {
-                logprobs[row] = ((float)(((((sk_bitcast<unsigned long long>(((double)(lp[(base + tok)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + tok)]))))));
+            tokens[row] = ((valid) ? (tok) : (0u));
+            if (((flags & 2u) != 0u)) {
+                status[row] = ((valid) ? (1u) : (0u));
+            }
+        }
+        if (((flags & 1u) != 0u)) {
+            if ((threadIdx.x == 0u)) {
+                logprobs[row] = ((valid) ? (((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + tok)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + tok)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + tok)]))))))) : (sk_bitcast<float>(4286578688u)));
             }
         }
     }

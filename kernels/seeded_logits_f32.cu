@@ -145,7 +145,7 @@ __device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
-    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_red_f32[33];
     __shared__ double sk_am_f64[33];
     __shared__ unsigned int sk_am_i[33];
@@ -212,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < vocab)) {
-                    float y = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)) - comp);
+                    float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) - comp);
                     float t = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -221,7 +221,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < vocab)) {
-                    float y = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)) - comp);
+                    float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) - comp);
                     float t = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -230,7 +230,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < vocab)) {
-                    float y = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)) - comp);
+                    float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) - comp);
                     float t = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -239,7 +239,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < vocab)) {
-                    float y = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)) - comp);
+                    float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) - comp);
                     float t = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -271,14 +271,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
             row_sum = sk_red_f32[32];
             __syncthreads();
         }
-        float inv = ((1.0f) / row_sum);
+        float inv = (((row_sum > (0.0f))) ? (((1.0f) / row_sum)) : ((0.0f)));
         double best = sk_bitcast<double>(18442240474082181120ull);
         unsigned int best_i = 4294967295u;
         for (unsigned int c0 = (threadIdx.x * 4u); c0 < vocab; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < vocab)) {
-                    float p = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)) * inv);
+                    float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) * inv);
                     double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                     double s64 = lp;
                     if (noisy) {
@@ -293,7 +293,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < vocab)) {
-                    float p = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)) * inv);
+                    float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) * inv);
                     double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                     double s64 = lp;
                     if (noisy) {
@@ -308,7 +308,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < vocab)) {
-                    float p = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)) * inv);
+                    float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) * inv);
                     double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                     double s64 = lp;
                     if (noisy) {
@@ -323,7 +323,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < vocab)) {
-                    float p = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)) * inv);
+                    float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) * inv);
                     double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                     double s64 = lp;
                     if (noisy) {
@@ -369,14 +369,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
             tok = sk_am_i[32];
             __syncthreads();
         }
-        {
-            float p = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + tok)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + tok)])) / temp) - row_max)) * inv);
+        bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
+        if ((threadIdx.x == 0u)) {
+            tokens[row] = ((valid) ? (tok) : (0u));
+            if (((flags & 2u) != 0u)) {
+                status[row] = ((valid) ? (1u) : (0u));
+            }
+        }
+        if (((flags & 1u) != 0u)) {
+            float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + tok)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + tok)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + tok)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + tok)])) / temp) - row_max)))))) * inv);
             double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
             if ((threadIdx.x == 0u)) {
-                tokens[row] = tok;
-                if (((flags & 1u) != 0u)) {
-                    logprobs[row] = ((float)(lp));
-                }
+                logprobs[row] = ((valid) ? (((float)(lp))) : (sk_bitcast<float>(4286578688u)));
             }
         }
     }

@@ -123,7 +123,7 @@ __device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
-    const float* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const float* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_am_f32[33];
     __shared__ double sk_am_f64[33];
     __shared__ unsigned int sk_am_i[33];
@@ -138,7 +138,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < vocab)) {
-                    float lp32 = ((float)(((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
+                    float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
                         s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
@@ -153,7 +153,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < vocab)) {
-                    float lp32 = ((float)(((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
+                    float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
                         s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
@@ -168,7 +168,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < vocab)) {
-                    float lp32 = ((float)(((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
+                    float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
                         s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
@@ -183,7 +183,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < vocab)) {
-                    float lp32 = ((float)(((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
+                    float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
                         s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
@@ -231,7 +231,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
         }
         float floor = (0.0f);
         {
-            float lp32 = ((float)(((((sk_bitcast<unsigned long long>(((double)(lp[(base + win32_i)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + win32_i)]))))));
+            float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + win32_i)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + win32_i)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + win32_i)]))))));
             float s32 = lp32;
             if (noisy) {
                 s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], win32_i)));
@@ -246,14 +246,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < vocab)) {
-                    float lp32 = ((float)(((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
+                    float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
                         s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                     }
                     float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
-                        double s64 = ((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
+                        double s64 = (((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
                         if (noisy) {
                             s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                         }
@@ -267,14 +267,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < vocab)) {
-                    float lp32 = ((float)(((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
+                    float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
                         s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                     }
                     float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
-                        double s64 = ((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
+                        double s64 = (((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
                         if (noisy) {
                             s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                         }
@@ -288,14 +288,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < vocab)) {
-                    float lp32 = ((float)(((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
+                    float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
                         s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                     }
                     float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
-                        double s64 = ((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
+                        double s64 = (((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
                         if (noisy) {
                             s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                         }
@@ -309,14 +309,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < vocab)) {
-                    float lp32 = ((float)(((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
+                    float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
                         s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                     }
                     float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
-                        double s64 = ((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
+                        double s64 = (((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
                         if (noisy) {
                             s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                         }
@@ -361,10 +361,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             tok = sk_am_i[32];
             __syncthreads();
         }
+        bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
         if ((threadIdx.x == 0u)) {
-            tokens[row] = tok;
-            if (((flags & 1u) != 0u)) {
-                logprobs[row] = ((float)(((((sk_bitcast<unsigned long long>(((double)(lp[(base + tok)]))) & 9223372036854775807ull) > 9218868437227405312ull)) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + tok)]))))));
+            tokens[row] = ((valid) ? (tok) : (0u));
+            if (((flags & 2u) != 0u)) {
+                status[row] = ((valid) ? (1u) : (0u));
+            }
+        }
+        if (((flags & 1u) != 0u)) {
+            if ((threadIdx.x == 0u)) {
+                logprobs[row] = ((valid) ? (((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + tok)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + tok)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + tok)]))))))) : (sk_bitcast<float>(4286578688u)));
             }
         }
     }

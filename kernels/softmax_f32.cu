@@ -113,7 +113,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < vocab)) {
-                    float y = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)) - comp);
+                    float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) - comp);
                     float t = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -122,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < vocab)) {
-                    float y = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)) - comp);
+                    float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) - comp);
                     float t = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -131,7 +131,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < vocab)) {
-                    float y = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)) - comp);
+                    float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) - comp);
                     float t = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -140,7 +140,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < vocab)) {
-                    float y = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)) - comp);
+                    float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) - comp);
                     float t = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -172,30 +172,30 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
             row_sum = sk_red_f32[32];
             __syncthreads();
         }
-        float inv = ((1.0f) / row_sum);
+        float inv = (((row_sum > (0.0f))) ? (((1.0f) / row_sum)) : ((0.0f)));
         for (unsigned int c0 = (threadIdx.x * 4u); c0 < vocab; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < vocab)) {
-                    probs[(base + col)] = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)) * inv);
+                    probs[(base + col)] = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) * inv);
                 }
             }
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < vocab)) {
-                    probs[(base + col)] = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)) * inv);
+                    probs[(base + col)] = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) * inv);
                 }
             }
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < vocab)) {
-                    probs[(base + col)] = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)) * inv);
+                    probs[(base + col)] = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) * inv);
                 }
             }
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < vocab)) {
-                    probs[(base + col)] = (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)) * inv);
+                    probs[(base + col)] = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) * inv);
                 }
             }
         }

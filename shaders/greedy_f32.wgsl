@@ -15,8 +15,10 @@ struct Params {
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> tokens: array<u32>;
 @group(0) @binding(2) var<storage, read_write> logprobs: array<f32>;
-@group(0) @binding(3) var<uniform> params: Params;
+@group(0) @binding(3) var<storage, read_write> status: array<u32>;
+@group(0) @binding(4) var<uniform> params: Params;
 
+var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
@@ -222,6 +224,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var temp: f32 = (1.0f);
         var best: f32 = bitcast<f32>(4286578688u);
         var best_i: u32 = 4294967295u;
+        var top: f32 = bitcast<f32>(4286578688u);
+        var top_i: u32 = 4294967295u;
+        var top_n: u32 = 0u;
         var m: f32 = bitcast<f32>(4286578688u);
         var s: f32 = (0.0f);
         var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
@@ -232,17 +237,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
                     var sv: f32 = (xv / temp);
                     var score: f32 = sv;
-                    if (((score > best) || (best_i == 4294967295u))) {
-                        best = score;
-                        best_i = col;
-                    }
-                    if (((params.flags & 1u) != 0u)) {
-                        if ((sv > m)) {
-                            s = ((s * sk_exp((m - sv))) + (1.0f));
-                            m = sv;
-                        } else {
-                            if ((sv > bitcast<f32>(4286578688u))) {
-                                s = (s + sk_exp((sv - m)));
+                    if ((sv == bitcast<f32>(2139095040u))) {
+                        top_n = (top_n + 1u);
+                        if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                            top = (0.0f);
+                            top_i = col;
+                        }
+                    } else {
+                        if (noisy) {
+                            score = (sv + (0.0f));
+                        }
+                        if (((score > best) || (best_i == 4294967295u))) {
+                            best = score;
+                            best_i = col;
+                        }
+                        if (((params.flags & 1u) != 0u)) {
+                            if ((sv > m)) {
+                                s = ((s * sk_exp((m - sv))) + (1.0f));
+                                m = sv;
+                            } else {
+                                if ((sv > bitcast<f32>(4286578688u))) {
+                                    s = (s + sk_exp((sv - m)));
+                                }
                             }
                         }
                     }
@@ -254,17 +270,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
                     var sv: f32 = (xv / temp);
                     var score: f32 = sv;
-                    if (((score > best) || (best_i == 4294967295u))) {
-                        best = score;
-                        best_i = col;
-                    }
-                    if (((params.flags & 1u) != 0u)) {
-                        if ((sv > m)) {
-                            s = ((s * sk_exp((m - sv))) + (1.0f));
-                            m = sv;
-                        } else {
-                            if ((sv > bitcast<f32>(4286578688u))) {
-                                s = (s + sk_exp((sv - m)));
+                    if ((sv == bitcast<f32>(2139095040u))) {
+                        top_n = (top_n + 1u);
+                        if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                            top = (0.0f);
+                            top_i = col;
+                        }
+                    } else {
+                        if (noisy) {
+                            score = (sv + (0.0f));
+                        }
+                        if (((score > best) || (best_i == 4294967295u))) {
+                            best = score;
+                            best_i = col;
+                        }
+                        if (((params.flags & 1u) != 0u)) {
+                            if ((sv > m)) {
+                                s = ((s * sk_exp((m - sv))) + (1.0f));
+                                m = sv;
+                            } else {
+                                if ((sv > bitcast<f32>(4286578688u))) {
+                                    s = (s + sk_exp((sv - m)));
+                                }
                             }
                         }
                     }
@@ -276,17 +303,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
                     var sv: f32 = (xv / temp);
                     var score: f32 = sv;
-                    if (((score > best) || (best_i == 4294967295u))) {
-                        best = score;
-                        best_i = col;
-                    }
-                    if (((params.flags & 1u) != 0u)) {
-                        if ((sv > m)) {
-                            s = ((s * sk_exp((m - sv))) + (1.0f));
-                            m = sv;
-                        } else {
-                            if ((sv > bitcast<f32>(4286578688u))) {
-                                s = (s + sk_exp((sv - m)));
+                    if ((sv == bitcast<f32>(2139095040u))) {
+                        top_n = (top_n + 1u);
+                        if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                            top = (0.0f);
+                            top_i = col;
+                        }
+                    } else {
+                        if (noisy) {
+                            score = (sv + (0.0f));
+                        }
+                        if (((score > best) || (best_i == 4294967295u))) {
+                            best = score;
+                            best_i = col;
+                        }
+                        if (((params.flags & 1u) != 0u)) {
+                            if ((sv > m)) {
+                                s = ((s * sk_exp((m - sv))) + (1.0f));
+                                m = sv;
+                            } else {
+                                if ((sv > bitcast<f32>(4286578688u))) {
+                                    s = (s + sk_exp((sv - m)));
+                                }
                             }
                         }
                     }
@@ -298,17 +336,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
                     var sv: f32 = (xv / temp);
                     var score: f32 = sv;
-                    if (((score > best) || (best_i == 4294967295u))) {
-                        best = score;
-                        best_i = col;
-                    }
-                    if (((params.flags & 1u) != 0u)) {
-                        if ((sv > m)) {
-                            s = ((s * sk_exp((m - sv))) + (1.0f));
-                            m = sv;
-                        } else {
-                            if ((sv > bitcast<f32>(4286578688u))) {
-                                s = (s + sk_exp((sv - m)));
+                    if ((sv == bitcast<f32>(2139095040u))) {
+                        top_n = (top_n + 1u);
+                        if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                            top = (0.0f);
+                            top_i = col;
+                        }
+                    } else {
+                        if (noisy) {
+                            score = (sv + (0.0f));
+                        }
+                        if (((score > best) || (best_i == 4294967295u))) {
+                            best = score;
+                            best_i = col;
+                        }
+                        if (((params.flags & 1u) != 0u)) {
+                            if ((sv > m)) {
+                                s = ((s * sk_exp((m - sv))) + (1.0f));
+                                m = sv;
+                            } else {
+                                if ((sv > bitcast<f32>(4286578688u))) {
+                                    s = (s + sk_exp((sv - m)));
+                                }
                             }
                         }
                     }
@@ -335,6 +384,50 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             win = sk_am_f32[0];
             tok = sk_am_i[0];
             workgroupBarrier();
+        }
+        var tops: u32 = 0u;
+        {
+            sk_red_u32[sk_lid] = top_n;
+            workgroupBarrier();
+            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                if (sk_lid < sk_s) {
+                    sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
+                }
+                workgroupBarrier();
+            }
+            tops = sk_red_u32[0];
+            workgroupBarrier();
+        }
+        var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
+        if ((tops > 0u)) {
+            var top_win: f32 = (0.0f);
+            var top_tok: u32 = 0u;
+            {
+                sk_am_f32[sk_lid] = top;
+                sk_am_i[sk_lid] = top_i;
+                workgroupBarrier();
+                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                    if (sk_lid < sk_s) {
+                        let ov = sk_am_f32[sk_lid + sk_s];
+                        let oi = sk_am_i[sk_lid + sk_s];
+                        if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                            sk_am_f32[sk_lid] = ov;
+                            sk_am_i[sk_lid] = oi;
+                        }
+                    }
+                    workgroupBarrier();
+                }
+                top_win = sk_am_f32[0];
+                top_tok = sk_am_i[0];
+                workgroupBarrier();
+            }
+            tok = top_tok;
+        }
+        if ((sk_lid == 0u)) {
+            tokens[row] = select(0u, tok, valid);
+            if (((params.flags & 2u) != 0u)) {
+                status[row] = select(0u, 1u, valid);
+            }
         }
         if (((params.flags & 1u) != 0u)) {
             var row_max: f32 = (0.0f);
@@ -364,11 +457,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 workgroupBarrier();
             }
             if ((sk_lid == 0u)) {
-                logprobs[row] = (((select(x[(base + tok)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + tok)]) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum));
+                logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(x[(base + tok)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + tok)]) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
             }
-        }
-        if ((sk_lid == 0u)) {
-            tokens[row] = tok;
         }
     }
 }

@@ -16,7 +16,8 @@ struct Params {
 @group(0) @binding(1) var<storage, read> rows: array<u32>;
 @group(0) @binding(2) var<storage, read_write> tokens: array<u32>;
 @group(0) @binding(3) var<storage, read_write> logprobs: array<f32>;
-@group(0) @binding(4) var<uniform> params: Params;
+@group(0) @binding(4) var<storage, read_write> status: array<u32>;
+@group(0) @binding(5) var<uniform> params: Params;
 
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
@@ -223,6 +224,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var temp: f32 = select((1.0f), t_raw, noisy);
         var best: f32 = bitcast<f32>(4286578688u);
         var best_i: u32 = 4294967295u;
+        var top: f32 = bitcast<f32>(4286578688u);
+        var top_i: u32 = 4294967295u;
+        var top_n: u32 = 0u;
         var m: f32 = bitcast<f32>(4286578688u);
         var s: f32 = (0.0f);
         var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
@@ -236,11 +240,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
                     var sv: f32 = xv;
                     var score: f32 = sv;
-                    if ((xv < (0.0f))) {
+                    if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                        if (noisy) {
+                            score = (xv / sk_exponential(w[0]));
+                        }
+                    } else {
                         score = bitcast<f32>(4286578688u);
-                    }
-                    if ((noisy && (xv >= (0.0f)))) {
-                        score = (xv / sk_exponential(w[0]));
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
                         best = score;
@@ -254,11 +259,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
                     var sv: f32 = xv;
                     var score: f32 = sv;
-                    if ((xv < (0.0f))) {
+                    if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                        if (noisy) {
+                            score = (xv / sk_exponential(w[1]));
+                        }
+                    } else {
                         score = bitcast<f32>(4286578688u);
-                    }
-                    if ((noisy && (xv >= (0.0f)))) {
-                        score = (xv / sk_exponential(w[1]));
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
                         best = score;
@@ -272,11 +278,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
                     var sv: f32 = xv;
                     var score: f32 = sv;
-                    if ((xv < (0.0f))) {
+                    if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                        if (noisy) {
+                            score = (xv / sk_exponential(w[2]));
+                        }
+                    } else {
                         score = bitcast<f32>(4286578688u);
-                    }
-                    if ((noisy && (xv >= (0.0f)))) {
-                        score = (xv / sk_exponential(w[2]));
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
                         best = score;
@@ -290,11 +297,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
                     var sv: f32 = xv;
                     var score: f32 = sv;
-                    if ((xv < (0.0f))) {
+                    if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                        if (noisy) {
+                            score = (xv / sk_exponential(w[3]));
+                        }
+                    } else {
                         score = bitcast<f32>(4286578688u);
-                    }
-                    if ((noisy && (xv >= (0.0f)))) {
-                        score = (xv / sk_exponential(w[3]));
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
                         best = score;
@@ -324,14 +332,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             tok = sk_am_i[0];
             workgroupBarrier();
         }
-        if (((params.flags & 1u) != 0u)) {
-            if ((sk_lid == 0u)) {
-                var pt: f32 = select(x[(base + tok)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + tok)]) & 2147483647u) > 2139095040u));
-                logprobs[row] = select(bitcast<f32>(4286578688u), sk_log(pt), (pt > (0.0f)));
+        var valid: bool = (win > (0.0f));
+        if ((sk_lid == 0u)) {
+            tokens[row] = select(0u, tok, valid);
+            if (((params.flags & 2u) != 0u)) {
+                status[row] = select(0u, 1u, valid);
             }
         }
-        if ((sk_lid == 0u)) {
-            tokens[row] = tok;
+        if (((params.flags & 1u) != 0u)) {
+            var pt: f32 = select(x[(base + tok)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + tok)]) & 2147483647u) > 2139095040u));
+            if ((sk_lid == 0u)) {
+                logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(pt), (pt > (0.0f))), valid);
+            }
         }
     }
 }

@@ -16,7 +16,8 @@ struct Params {
 @group(0) @binding(1) var<storage, read> rows: array<u32>;
 @group(0) @binding(2) var<storage, read_write> tokens: array<u32>;
 @group(0) @binding(3) var<storage, read_write> logprobs: array<f32>;
-@group(0) @binding(4) var<uniform> params: Params;
+@group(0) @binding(4) var<storage, read_write> status: array<u32>;
+@group(0) @binding(5) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
@@ -216,7 +217,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < params.vocab)) {
-                    var y: f32 = (sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)) - comp);
+                    var y: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                     var t: f32 = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -225,7 +226,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < params.vocab)) {
-                    var y: f32 = (sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)) - comp);
+                    var y: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                     var t: f32 = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -234,7 +235,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < params.vocab)) {
-                    var y: f32 = (sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)) - comp);
+                    var y: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                     var t: f32 = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -243,7 +244,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < params.vocab)) {
-                    var y: f32 = (sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)) - comp);
+                    var y: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                     var t: f32 = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -263,14 +264,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             row_sum = sk_red_f32[0];
             workgroupBarrier();
         }
-        var inv: f32 = ((1.0f) / row_sum);
+        var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
         var best: f64 = bitcast<f64>(18442240474082181120lu);
         var best_i: u32 = 4294967295u;
         for (var c0: u32 = (sk_lid * 4u); c0 < params.vocab; c0 = c0 + (BLOCK * 4u)) {
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < params.vocab)) {
-                    var p: f32 = (sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)) * inv);
+                    var p: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                     var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
                     var s64: f64 = lp;
                     if (noisy) {
@@ -285,7 +286,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < params.vocab)) {
-                    var p: f32 = (sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)) * inv);
+                    var p: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                     var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
                     var s64: f64 = lp;
                     if (noisy) {
@@ -300,7 +301,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < params.vocab)) {
-                    var p: f32 = (sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)) * inv);
+                    var p: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                     var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
                     var s64: f64 = lp;
                     if (noisy) {
@@ -315,7 +316,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < params.vocab)) {
-                    var p: f32 = (sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)) * inv);
+                    var p: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                     var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
                     var s64: f64 = lp;
                     if (noisy) {
@@ -349,14 +350,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             tok = sk_am_i[0];
             workgroupBarrier();
         }
-        {
-            var p: f32 = (sk_exp(((select(sk_load_x((base + tok)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + tok))) & 2147483647u) > 2139095040u)) / temp) - row_max)) * inv);
+        var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
+        if ((sk_lid == 0u)) {
+            tokens[row] = select(0u, tok, valid);
+            if (((params.flags & 2u) != 0u)) {
+                status[row] = select(0u, 1u, valid);
+            }
+        }
+        if (((params.flags & 1u) != 0u)) {
+            var p: f32 = (select(select(sk_exp(((select(sk_load_x((base + tok)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + tok))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + tok)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + tok))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
             var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
             if ((sk_lid == 0u)) {
-                tokens[row] = tok;
-                if (((params.flags & 1u) != 0u)) {
-                    logprobs[row] = f32(lp);
-                }
+                logprobs[row] = select(bitcast<f32>(4286578688u), f32(lp), valid);
             }
         }
     }

@@ -16,7 +16,8 @@ struct Params {
 @group(0) @binding(1) var<storage, read> rows: array<u32>;
 @group(0) @binding(2) var<storage, read_write> tokens: array<u32>;
 @group(0) @binding(3) var<storage, read_write> logprobs: array<f32>;
-@group(0) @binding(4) var<uniform> params: Params;
+@group(0) @binding(4) var<storage, read_write> status: array<u32>;
+@group(0) @binding(5) var<uniform> params: Params;
 
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
@@ -149,7 +150,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < params.vocab)) {
-                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), ((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu)));
+                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
                         s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
@@ -164,7 +165,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < params.vocab)) {
-                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), ((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu)));
+                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
                         s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
@@ -179,7 +180,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < params.vocab)) {
-                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), ((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu)));
+                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
                         s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
@@ -194,7 +195,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < params.vocab)) {
-                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), ((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu)));
+                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
                         s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
@@ -230,7 +231,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         }
         var floor: f32 = (0.0f);
         {
-            var lp32: f32 = f32(select(f64(lp[(base + win32_i)]), bitcast<f64>(18442240474082181120lu), ((bitcast<u64>(f64(lp[(base + win32_i)])) & 9223372036854775807lu) > 9218868437227405312lu)));
+            var lp32: f32 = f32(select(f64(lp[(base + win32_i)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + win32_i)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + win32_i)])) == 9218868437227405312lu))));
             var s32: f32 = lp32;
             if (noisy) {
                 s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], win32_i)));
@@ -245,14 +246,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < params.vocab)) {
-                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), ((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu)));
+                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
                         s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                     }
                     var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
-                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), ((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu));
+                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
                         if (noisy) {
                             s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                         }
@@ -266,14 +267,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < params.vocab)) {
-                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), ((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu)));
+                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
                         s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                     }
                     var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
-                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), ((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu));
+                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
                         if (noisy) {
                             s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                         }
@@ -287,14 +288,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < params.vocab)) {
-                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), ((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu)));
+                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
                         s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                     }
                     var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
-                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), ((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu));
+                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
                         if (noisy) {
                             s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                         }
@@ -308,14 +309,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < params.vocab)) {
-                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), ((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu)));
+                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
                         s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                     }
                     var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
-                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), ((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu));
+                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
                         if (noisy) {
                             s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
                         }
@@ -348,10 +349,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             tok = sk_am_i[0];
             workgroupBarrier();
         }
+        var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
         if ((sk_lid == 0u)) {
-            tokens[row] = tok;
-            if (((params.flags & 1u) != 0u)) {
-                logprobs[row] = f32(select(f64(lp[(base + tok)]), bitcast<f64>(18442240474082181120lu), ((bitcast<u64>(f64(lp[(base + tok)])) & 9223372036854775807lu) > 9218868437227405312lu)));
+            tokens[row] = select(0u, tok, valid);
+            if (((params.flags & 2u) != 0u)) {
+                status[row] = select(0u, 1u, valid);
+            }
+        }
+        if (((params.flags & 1u) != 0u)) {
+            if ((sk_lid == 0u)) {
+                logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(f64(lp[(base + tok)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + tok)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + tok)])) == 9218868437227405312lu)))), valid);
             }
         }
     }

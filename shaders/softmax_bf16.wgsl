@@ -108,7 +108,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < params.vocab)) {
-                    var y: f32 = (sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)) - comp);
+                    var y: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                     var t: f32 = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -117,7 +117,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < params.vocab)) {
-                    var y: f32 = (sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)) - comp);
+                    var y: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                     var t: f32 = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -126,7 +126,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < params.vocab)) {
-                    var y: f32 = (sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)) - comp);
+                    var y: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                     var t: f32 = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -135,7 +135,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < params.vocab)) {
-                    var y: f32 = (sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)) - comp);
+                    var y: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                     var t: f32 = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -155,30 +155,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             row_sum = sk_red_f32[0];
             workgroupBarrier();
         }
-        var inv: f32 = ((1.0f) / row_sum);
+        var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
         for (var c0: u32 = (sk_lid * 4u); c0 < params.vocab; c0 = c0 + (BLOCK * 4u)) {
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < params.vocab)) {
-                    probs[(base + col)] = (sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)) * inv);
+                    probs[(base + col)] = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                 }
             }
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < params.vocab)) {
-                    probs[(base + col)] = (sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)) * inv);
+                    probs[(base + col)] = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                 }
             }
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < params.vocab)) {
-                    probs[(base + col)] = (sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)) * inv);
+                    probs[(base + col)] = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                 }
             }
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < params.vocab)) {
-                    probs[(base + col)] = (sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)) * inv);
+                    probs[(base + col)] = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                 }
             }
         }

@@ -32,11 +32,35 @@ impl<B: Backend + ?Sized> Logits<'_, B> {
     }
 }
 
-/// Where a sampling call writes: one token per row and, when given, the token's
-/// log-probability under softmax(l / T) (T = 1 for greedy rows).
+/// Where a sampling call writes: one token per row, and when given, the token's log-probability
+/// under softmax(l / T) (T = 1 for greedy rows) and a status per row: 1 when the row had a valid
+/// value to sample, 0 when it had none (every value NaN or -inf), in which case its token is 0
+/// and its log-probability -inf.
 pub struct Output<'a, B: Backend + ?Sized> {
     pub tokens: &'a mut B::Buffer<u32>,
     pub logprobs: Option<&'a mut B::Buffer<f32>>,
+    pub status: Option<&'a mut B::Buffer<u32>>,
+}
+
+impl<'a, B: Backend + ?Sized> Output<'a, B> {
+    /// Tokens only.
+    pub fn new(tokens: &'a mut B::Buffer<u32>) -> Self {
+        Output { tokens, logprobs: None, status: None }
+    }
+    /// Also write each token's log-probability.
+    pub fn with_logprobs(mut self, logprobs: &'a mut B::Buffer<f32>) -> Self {
+        self.logprobs = Some(logprobs);
+        self
+    }
+    /// Also write each row's status.
+    pub fn with_status(mut self, status: &'a mut B::Buffer<u32>) -> Self {
+        self.status = Some(status);
+        self
+    }
+    /// The same destinations, reborrowed (to write several rows from one `Output`).
+    pub fn reborrow(&mut self) -> Output<'_, B> {
+        Output { tokens: &mut *self.tokens, logprobs: self.logprobs.as_deref_mut(), status: self.status.as_deref_mut() }
+    }
 }
 
 /// Log-probabilities for the seeded sampler: float64 as SGLang keeps them, or float32 promoted.
@@ -296,6 +320,9 @@ fn check_output<B: Backend + ?Sized>(shape: Shape, out: &Output<'_, B>) -> Resul
     need("tokens", B::len(out.tokens), shape.batch)?;
     if let Some(lp) = &out.logprobs {
         need("logprobs", B::len(*lp), shape.batch)?;
+    }
+    if let Some(st) = &out.status {
+        need("status", B::len(*st), shape.batch)?;
     }
     Ok(())
 }

@@ -44,13 +44,56 @@ fn temperature(row: &RowParams) -> f64 {
 
 /// Softmax of one row as PyTorch's float32 softmax computes it: the scaled logits and their
 /// distance to the maximum round to f32; the exponentials and their sum are exact here.
+///
+/// Columns whose scaled value is +inf share the whole probability equally (the softmax's
+/// limit); a row with no value above -inf has probability 0 everywhere.
 pub fn softmax_f32(values: &[f64], row: &RowParams) -> Vec<f32> {
-    let t = temperature(row) as f32;
-    let z: Vec<f32> = values.iter().map(|&v| v as f32 / t).collect();
+    let z = scaled_f32(values, row);
     let m = z.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
-    let e: Vec<f64> = z.iter().map(|&v| ((v - m) as f64).exp()).collect();
+    let e: Vec<f64> = z
+        .iter()
+        .map(|&v| match m {
+            f32::INFINITY => (v == m) as u8 as f64,
+            f32::NEG_INFINITY => 0.0,
+            _ => ((v - m) as f64).exp(),
+        })
+        .collect();
     let sum: f64 = e.iter().sum();
-    e.iter().map(|&x| (x / sum) as f32).collect()
+    e.iter().map(|&x| if sum > 0.0 { (x / sum) as f32 } else { 0.0 }).collect()
+}
+
+/// The scaled values `z = l / T` rounded to f32, as every backend defines them: +inf (or an
+/// overflow of the division) marks the row's top class.
+fn scaled_f32(values: &[f64], row: &RowParams) -> Vec<f32> {
+    let t = temperature(row) as f32;
+    values.iter().map(|&v| v as f32 / t).collect()
+}
+
+/// One row of the race (or greedy, for `greedy` rows) from logits: the token, whether the row had
+/// a valid value, and the token's log-probability.
+///
+/// If some scaled values are +inf, the race is among those alone on the noise (greedy: the
+/// lowest index) and the log-probability is `-ln(count)`. Otherwise the float64 race.
+fn race_logits_row(values: &[f64], row: &RowParams) -> (usize, bool, f64) {
+    let top: Vec<usize> =
+        (0..values.len()).filter(|&j| scaled_f32(&values[j..j + 1], row)[0] == f32::INFINITY).collect();
+    if !top.is_empty() {
+        let noise: Vec<f64> =
+            top.iter()
+                .map(|&j| {
+                    if row.is_sampled() {
+                        philox::gumbel(philox::word(row.seed(), row.offset(), j as u32))
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+        return (top[argmax(&noise)], true, -(top.len() as f64).ln());
+    }
+    let scores = race_scores(values, row, false);
+    let token = argmax(&scores);
+    let valid = scores[token] > f64::NEG_INFINITY;
+    (token, valid, log_softmax_at(values, temperature(row), token))
 }
 
 /// SGLang's seeded scores of one row: `logprob + g(hash(seed, position, column))` in float64
@@ -60,7 +103,8 @@ pub fn seeded_scores(logprobs: &[f64], row: &RowParams) -> Vec<f64> {
         .iter()
         .enumerate()
         .map(|(j, &lp)| {
-            let lp = if lp.is_nan() { f64::NEG_INFINITY } else { lp };
+            // NaN and +inf are not log-probabilities: never chosen.
+            let lp = if lp.is_nan() || lp == f64::INFINITY { f64::NEG_INFINITY } else { lp };
             if row.is_sampled() {
                 lp + murmur::gumbel(murmur::hash(row.seed(), row.offset(), j as u32))
             } else {
@@ -84,14 +128,14 @@ fn log_softmax_at(values: &[f64], t: f64, token: usize) -> f64 {
 
 /// What the race compares for each column of one row.
 ///
-/// From logits: `l / T + Gumbel`; from probabilities: `p / Exponential` (negative or NaN `p`
-/// never wins); greedy rows: the values themselves. The noise is the row's Philox stream.
+/// From logits: `l / T + Gumbel`; from probabilities: `p / Exponential` (negative, infinite or
+/// NaN `p` never wins); greedy rows: the values themselves. The noise is the row's Philox stream.
 pub fn race_scores(values: &[f64], row: &RowParams, from_probs: bool) -> Vec<f64> {
     values
         .iter()
         .enumerate()
         .map(|(j, &x)| {
-            let invalid = from_probs && !(x >= 0.0);
+            let invalid = from_probs && !(0.0..f64::INFINITY).contains(&x);
             if invalid {
                 return f64::NEG_INFINITY;
             }
@@ -108,10 +152,22 @@ pub fn race_scores(values: &[f64], row: &RowParams, from_probs: bool) -> Vec<f64
         .collect()
 }
 
-fn write_output(out: Output<'_, CpuBackend>, row: usize, token: usize, logprob: impl FnOnce() -> f64) {
-    out.tokens[row] = token as u32;
+/// The seeded race of one row of log-probabilities, written to `out`.
+fn seeded_row(out: Output<'_, CpuBackend>, r: usize, lp: &[f64], row: &RowParams) {
+    let scores = seeded_scores(lp, row);
+    let token = argmax(&scores);
+    write_output(out, r, token, scores[token] > f64::NEG_INFINITY, || lp[token]);
+}
+
+/// Writes one row's results; a row without a valid value gets token 0, log-probability -inf and
+/// status 0.
+fn write_output(out: Output<'_, CpuBackend>, row: usize, token: usize, valid: bool, logprob: impl FnOnce() -> f64) {
+    out.tokens[row] = if valid { token as u32 } else { 0 };
     if let Some(lp) = out.logprobs {
-        lp[row] = logprob() as f32;
+        lp[row] = if valid { logprob() as f32 } else { f32::NEG_INFINITY };
+    }
+    if let Some(status) = out.status {
+        status[row] = valid as u32;
     }
 }
 
@@ -149,26 +205,23 @@ impl Backend for CpuBackend {
             }
             Job::Greedy { shape, logits, mut out } => {
                 for r in 0..shape.batch {
-                    let x = row_values(logits, shape, r);
-                    let token = argmax(&x);
-                    let out = Output { tokens: &mut *out.tokens, logprobs: out.logprobs.as_deref_mut() };
-                    write_output(out, r, token, || log_softmax_at(&x, 1.0, token));
+                    let (token, valid, lp) = race_logits_row(&row_values(logits, shape, r), &RowParams::greedy());
+                    write_output(out.reborrow(), r, token, valid, || lp);
                 }
             }
             Job::RaceLogits { shape, logits, rows, mut out } => {
                 for r in 0..shape.batch {
-                    let x = row_values(logits, shape, r);
-                    let token = argmax(&race_scores(&x, &rows[r], false));
-                    let out = Output { tokens: &mut *out.tokens, logprobs: out.logprobs.as_deref_mut() };
-                    write_output(out, r, token, || log_softmax_at(&x, temperature(&rows[r]), token));
+                    let (token, valid, lp) = race_logits_row(&row_values(logits, shape, r), &rows[r]);
+                    write_output(out.reborrow(), r, token, valid, || lp);
                 }
             }
             Job::RaceProbs { shape, probs, rows, mut out } => {
                 for r in 0..shape.batch {
                     let x = row_values(Logits::F32(probs), shape, r);
-                    let token = argmax(&race_scores(&x, &rows[r], true));
-                    let out = Output { tokens: &mut *out.tokens, logprobs: out.logprobs.as_deref_mut() };
-                    write_output(out, r, token, || if x[token] > 0.0 { x[token].ln() } else { f64::NEG_INFINITY });
+                    let scores = race_scores(&x, &rows[r], true);
+                    let token = argmax(&scores);
+                    let valid = scores[token] > 0.0;
+                    write_output(out.reborrow(), r, token, valid, || x[token].ln());
                 }
             }
             Job::Seeded { shape, logprobs, rows, mode: _, mut out } => {
@@ -178,17 +231,13 @@ impl Backend for CpuBackend {
                         LogProbs::F64(b) => b[r * shape.stride..r * shape.stride + shape.vocab].to_vec(),
                         LogProbs::F32(b) => row_values(Logits::F32(b), shape, r),
                     };
-                    let token = argmax(&seeded_scores(&lp, &rows[r]));
-                    let out = Output { tokens: &mut *out.tokens, logprobs: out.logprobs.as_deref_mut() };
-                    write_output(out, r, token, || lp[token]);
+                    seeded_row(out.reborrow(), r, &lp, &rows[r]);
                 }
             }
             Job::SeededLogits { shape, logits, rows, mut out } => {
                 for r in 0..shape.batch {
                     let lp = sglang_logprobs(&row_values(logits, shape, r), &rows[r]);
-                    let token = argmax(&seeded_scores(&lp, &rows[r]));
-                    let out = Output { tokens: &mut *out.tokens, logprobs: out.logprobs.as_deref_mut() };
-                    write_output(out, r, token, || lp[token]);
+                    seeded_row(out.reborrow(), r, &lp, &rows[r]);
                 }
             }
             Job::Murmur { items, words, out } => {

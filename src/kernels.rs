@@ -18,8 +18,9 @@ pub struct KernelSource {
     pub needs_64bit: bool,
 }
 
-/// Flag bit: write the chosen token's log-probability.
+/// Flag bits: write the chosen token's log-probability; write the row's status.
 const FLAG_LOGPROBS: u32 = 1;
+const FLAG_STATUS: u32 = 2;
 
 /// Every generated kernel.
 pub fn all() -> &'static [KernelSource] {
@@ -90,15 +91,16 @@ fn params(shape: Shape, flags: u32) -> [u32; 4] {
     [b, v, s, flags]
 }
 
-/// Appends a sampling call's outputs (tokens, then log-probabilities if asked) to `inputs`, and
-/// the flags that tell the kernel whether to write the log-probabilities.
+/// Appends a sampling call's outputs (tokens, log-probabilities, status; the last two where
+/// asked) to `inputs`, and the flags that tell the kernel which to write.
 fn with_outputs<'a, B: Device + ?Sized>(
     mut inputs: Vec<Option<B::Handle<'a>>>,
     out: &'a crate::backend::Output<'a, B>,
 ) -> (Vec<Option<B::Handle<'a>>>, u32) {
     let lp = out.logprobs.as_deref().map(|b| B::handle(b));
-    let flags = if lp.is_some() { FLAG_LOGPROBS } else { 0 };
-    inputs.extend([Some(B::handle(&*out.tokens)), lp]);
+    let status = out.status.as_deref().map(|b| B::handle(b));
+    let flags = if lp.is_some() { FLAG_LOGPROBS } else { 0 } | if status.is_some() { FLAG_STATUS } else { 0 };
+    inputs.extend([Some(B::handle(&*out.tokens)), lp, status]);
     (inputs, flags)
 }
 

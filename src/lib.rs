@@ -15,7 +15,7 @@
 //! let logits = cpu.upload(&[0.5f32, 2.0, -1.0, 2.0]).unwrap();
 //! let rows = cpu.upload(&[RowParams::new(0.7, 42, 0)]).unwrap();
 //! let mut tokens = cpu.zeros::<u32>(1).unwrap();
-//! let out = Output { tokens: &mut tokens, logprobs: None };
+//! let out = Output::new(&mut tokens);
 //! cpu.race_from_logits(Shape::dense(1, 4), Logits::F32(&logits), &rows, out).unwrap();
 //! assert!(tokens[0] < 4);
 //! ```

@@ -46,7 +46,7 @@ fn run_race_lp<B: Backend>(
     let r = b.upload(rows).unwrap();
     let mut tokens = b.zeros::<u32>(shape.batch).unwrap();
     let mut lps = b.zeros::<f32>(shape.batch).unwrap();
-    let out = Output { tokens: &mut tokens, logprobs: Some(&mut lps) };
+    let out = Output::new(&mut tokens).with_logprobs(&mut lps);
     if from_probs {
         b.race_from_probs(shape, &x, &r, out).unwrap();
     } else {
@@ -165,7 +165,7 @@ fn greedy_on<B: Backend>(b: &B, shape: Shape, logits: &[f32]) -> (Vec<u32>, Vec<
     let x = b.upload(logits).unwrap();
     let mut tokens = b.zeros::<u32>(shape.batch).unwrap();
     let mut lps = b.zeros::<f32>(shape.batch).unwrap();
-    b.greedy(shape, Logits::F32(&x), Output { tokens: &mut tokens, logprobs: Some(&mut lps) }).unwrap();
+    b.greedy(shape, Logits::F32(&x), Output::new(&mut tokens).with_logprobs(&mut lps)).unwrap();
     (b.download(&tokens).unwrap(), b.download(&lps).unwrap())
 }
 
@@ -300,7 +300,7 @@ pub fn half_formats_match_f32<B: Backend>(b: &B) {
     let r = b.upload(&rows).unwrap();
     let race = |logits: Logits<'_, B>| {
         let mut tokens = b.zeros::<u32>(shape.batch).unwrap();
-        b.race_from_logits(shape, logits, &r, Output { tokens: &mut tokens, logprobs: None }).unwrap();
+        b.race_from_logits(shape, logits, &r, Output::new(&mut tokens)).unwrap();
         b.download(&tokens).unwrap()
     };
     let h: Vec<f16> = raw.iter().map(|&x| f16::from_f32(x)).collect();
@@ -324,7 +324,7 @@ pub fn rejects_bad_shapes<B: Backend>(b: &B) {
         Shape::dense(3, 2),
     ];
     for shape in bad {
-        let out = Output { tokens: &mut t, logprobs: None };
+        let out = Output::new(&mut t);
         assert!(b.race_from_logits(shape, Logits::F32(&x), &r, out).is_err(), "{shape:?}");
     }
 }

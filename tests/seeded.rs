@@ -5,7 +5,7 @@
 mod common;
 
 use common::Rng;
-use sampling_kernels::{murmur, Backend, CpuBackend, LogProbs, Logits, Output, RowParams, SeededMode, Shape};
+use sampling_kernels::{murmur, Backend, LogProbs, Logits, Output, RowParams, SeededMode, Shape};
 
 struct Golden {
     shape: Shape,
@@ -53,7 +53,7 @@ fn seeded_tokens<B: Backend>(
 ) -> Vec<u32> {
     let r = b.upload(rows).unwrap();
     let mut tokens = b.zeros::<u32>(shape.batch).unwrap();
-    let out = Output { tokens: &mut tokens, logprobs: None };
+    let out = Output::new(&mut tokens);
     if f32_lp {
         let narrow: Vec<f32> = lp.iter().map(|&x| x as f32).collect();
         b.seeded(shape, LogProbs::F32(&b.upload(&narrow).unwrap()), &r, mode, out).unwrap();
@@ -78,7 +78,7 @@ pub fn golden_tokens<B: Backend>(b: &B) {
     let logits: Vec<f32> = g.logprobs.iter().map(|&x| x as f32).collect();
     let r = b.upload(&g.rows).unwrap();
     let mut tokens = b.zeros::<u32>(g.shape.batch).unwrap();
-    let out = Output { tokens: &mut tokens, logprobs: None };
+    let out = Output::new(&mut tokens);
     b.seeded_from_logits(g.shape, Logits::F32(&b.upload(&logits).unwrap()), &r, out).unwrap();
     assert_eq!(b.download(&tokens).unwrap(), g.expected, "from logits");
 }
@@ -301,9 +301,7 @@ fn wgpu_without_float64_is_a_typed_error() {
     let lp = b.upload(&[0f64; 4]).unwrap();
     let r = b.upload(&[RowParams::seeded(1.0, 1, 1)]).unwrap();
     let mut t = b.zeros::<u32>(1).unwrap();
-    let err = b
-        .seeded(shape, LogProbs::F64(&lp), &r, SeededMode::Float64, Output { tokens: &mut t, logprobs: None })
-        .unwrap_err();
+    let err = b.seeded(shape, LogProbs::F64(&lp), &r, SeededMode::Float64, Output::new(&mut t)).unwrap_err();
     assert!(matches!(err, sampling_kernels::Error::Unsupported { feature: "SHADER_F64", .. }), "{err}");
     common::report("wgpu", "ran", "wgpu_without_float64_is_a_typed_error", &b.describe());
 }

@@ -15,6 +15,9 @@ use crate::ir::*;
 pub const ROW_WORDS: u32 = 8;
 pub const PARAMS: [&str; 4] = ["batch", "vocab", "stride", "flags"];
 pub const FLAG_LOGPROBS: u32 = 1;
+/// Flag bit 1 asks for a status per row: 1 if a token with a valid value was chosen, 0 if the
+/// row had none (all NaN or -inf; then the token is 0, inside the vocabulary).
+pub const FLAG_STATUS: u32 = 2;
 /// Temperatures below this are greedy (SGLang's `_SAMPLING_EPS`).
 pub const GREEDY_EPS: f32 = 1e-6;
 const NONE: u32 = u32::MAX;
@@ -126,8 +129,34 @@ enum Race {
     Probs,
 }
 
+/// Writes a sampling kernel's per-row results from invocation 0: the token, and on request its
+/// log-probability and its status (`valid`: the row had a value to sample).
+pub(super) fn write_results(b: &mut Block, tok: Expr, valid: Expr, logprob: impl FnOnce(&mut Block) -> Expr) {
+    let flag = |bit: u32| (param("flags") & u(bit)).ne_(u(0));
+    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+        b.store("tokens", var("row"), select(valid.clone(), tok, u(0)));
+        b.if_(flag(FLAG_STATUS), |b| b.store("status", var("row"), select(valid.clone(), u(1), u(0))));
+    });
+    // The log-probability may need collectives, so every invocation takes this (uniform) branch.
+    b.if_(flag(FLAG_LOGPROBS), |b| {
+        let lp = logprob(b);
+        b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+            b.store("logprobs", var("row"), select(valid, lp, f(f32::NEG_INFINITY)));
+        });
+    });
+}
+
+/// The outputs every sampling kernel binds after its inputs.
+pub(super) fn output_buffers() -> [BufferDecl; 3] {
+    [buffer("tokens", Storage::U32, true), buffer("logprobs", Storage::F32, true), buffer("status", Storage::U32, true)]
+}
+
 /// The argmax family: greedy, the race from logits and the race from probabilities. One read of
 /// the row; with `FLAG_LOGPROBS`, the chosen token's log-probability from the same read.
+///
+/// Columns whose scaled value `z = x / T` is +inf form the row's top class: when there are any,
+/// the race is among them alone on the noise (greedy: the lowest index), as the softmax's limit
+/// puts all the probability there, uniformly. From probabilities, +inf is invalid like NaN.
 fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
     let (name, doc) = match race {
         Race::Greedy => ("greedy", "argmax of the logits, lowest index on ties; log-softmax at T = 1 on request"),
@@ -139,12 +168,10 @@ fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
     if race != Race::Greedy {
         buffers.push(buffer("rows", Storage::U32, false));
     }
-    buffers.push(buffer("tokens", Storage::U32, true));
-    buffers.push(buffer("logprobs", Storage::F32, true));
+    buffers.extend(output_buffers());
     let want_lp = (param("flags") & u(FLAG_LOGPROBS)).ne_(u(0));
-    // Online log-sum-exp is only needed from logits; from probabilities the log-probability is
-    // log p of the winner.
-    let online_lse = race != Race::Probs;
+    let inf = f(f32::INFINITY);
+    let from_logits = race != Race::Probs;
 
     for_each_row(&mut b, |b| {
         if race == Race::Greedy {
@@ -155,6 +182,10 @@ fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
         }
         b.let_("best", Ty::F32, f(f32::NEG_INFINITY));
         b.let_("best_i", Ty::U32, u(NONE));
+        // The top class (+inf scaled values): its own race, on the noise alone.
+        b.let_("top", Ty::F32, f(f32::NEG_INFINITY));
+        b.let_("top_i", Ty::U32, u(NONE));
+        b.let_("top_n", Ty::U32, u(0));
         b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
         b.let_("s", Ty::F32, f(0.0));
         b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
@@ -170,67 +201,86 @@ fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
             },
             |b, col, j| {
                 let x = b.let_("xv", Ty::F32, load_clean(col.clone()));
-                // Scaled logit (the log-softmax's argument; greedy rows have T = 1) and race score.
-                let scaled = if race == Race::Probs { x.clone() } else { x.clone() / var("temp") };
-                let sv = b.let_("sv", Ty::F32, scaled);
+                let sv = b.let_("sv", Ty::F32, if from_logits { x.clone() / var("temp") } else { x.clone() });
                 let score = b.let_("score", Ty::F32, sv.clone());
+                let keep = |b: &mut Block, best: &str, best_i: &str, value: Expr| {
+                    b.if_(value.clone().gt(var(best)).or(var(best_i).eq_(u(NONE))), |b| {
+                        b.set(best, value);
+                        b.set(best_i, col.clone());
+                    });
+                };
                 if race == Race::Probs {
-                    // Probabilities: negative values are as invalid as NaN.
-                    b.if_(x.clone().lt(f(0.0)), |b| b.set("score", f(f32::NEG_INFINITY)));
-                    b.if_(var("noisy").and(x.clone().ge(f(0.0))), |b| {
-                        b.set("score", x.clone() / call(philox::EXPONENTIAL, vec![var("w").comp(j)]));
-                    });
-                } else if race == Race::Logits {
-                    b.if_(var("noisy"), |b| {
-                        b.set("score", sv.clone() + call(philox::GUMBEL, vec![var("w").comp(j)]));
-                    });
+                    // Probabilities: negative and infinite values are as invalid as NaN.
+                    let valid = x.clone().ge(f(0.0)).and(x.clone().lt(inf.clone()));
+                    b.if_else(
+                        valid,
+                        |b| {
+                            b.if_(var("noisy"), |b| {
+                                b.set("score", x.clone() / call(philox::EXPONENTIAL, vec![var("w").comp(j)]));
+                            })
+                        },
+                        |b| b.set("score", f(f32::NEG_INFINITY)),
+                    );
+                    keep(b, "best", "best_i", score);
+                    return;
                 }
-                b.if_(score.clone().gt(var("best")).or(var("best_i").eq_(u(NONE))), |b| {
-                    b.set("best", score);
-                    b.set("best_i", col);
-                });
-                if online_lse {
-                    b.if_(want_lp.clone(), |b| {
-                        b.if_else(
-                            sv.clone().gt(var("m")),
-                            |b| {
-                                let rescale = call(math::EXP, vec![var("m") - sv.clone()]);
-                                b.set("s", var("s") * rescale + f(1.0));
-                                b.set("m", sv.clone());
-                            },
-                            |b| {
-                                b.if_(sv.clone().gt(f(f32::NEG_INFINITY)), |b| {
-                                    b.set("s", var("s") + call(math::EXP, vec![sv.clone() - var("m")]));
-                                })
-                            },
-                        );
-                    });
-                }
+                let noise = call(philox::GUMBEL, vec![var("w").comp(j)]);
+                let noise = if race == Race::Logits { select(var("noisy"), noise, f(0.0)) } else { f(0.0) };
+                b.if_else(
+                    sv.clone().eq_(inf.clone()),
+                    |b| {
+                        b.set("top_n", var("top_n") + u(1));
+                        keep(b, "top", "top_i", noise.clone());
+                    },
+                    |b| {
+                        b.if_(var("noisy"), |b| b.set("score", sv.clone() + noise.clone()));
+                        keep(b, "best", "best_i", score.clone());
+                        b.if_(want_lp.clone(), |b| {
+                            b.if_else(
+                                sv.clone().gt(var("m")),
+                                |b| {
+                                    let rescale = call(math::EXP, vec![var("m") - sv.clone()]);
+                                    b.set("s", var("s") * rescale + f(1.0));
+                                    b.set("m", sv.clone());
+                                },
+                                |b| {
+                                    b.if_(sv.clone().gt(f(f32::NEG_INFINITY)), |b| {
+                                        b.set("s", var("s") + call(math::EXP, vec![sv.clone() - var("m")]));
+                                    })
+                                },
+                            );
+                        });
+                    },
+                );
             },
         );
-        let (_, tok) = b.argmax(var("best"), var("best_i"), "win", "tok");
-        b.if_(want_lp.clone(), |b| {
-            if online_lse {
-                let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_max");
-                let mine = select(
-                    var("m").eq_(f(f32::NEG_INFINITY)),
-                    f(0.0),
-                    var("s") * call(math::EXP, vec![var("m") - mx.clone()]),
-                );
-                let total = b.reduce(ReduceOp::Sum, Ty::F32, mine, "row_sum");
-                b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
-                    let xt = load_clean(tok.clone());
-                    b.store("logprobs", var("row"), xt / var("temp") - mx - call(math::LOG, vec![total]));
-                });
-            } else {
-                b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
-                    let pt = b.let_("pt", Ty::F32, load_clean(tok.clone()));
-                    let lp = select(pt.clone().gt(f(0.0)), call(math::LOG, vec![pt]), f(f32::NEG_INFINITY));
-                    b.store("logprobs", var("row"), lp);
-                });
-            }
+        let (win, tok) = b.argmax(var("best"), var("best_i"), "win", "tok");
+        if race == Race::Probs {
+            let valid = b.let_("valid", Ty::Bool, win.gt(f(0.0)));
+            write_results(b, tok.clone(), valid, |b| {
+                let pt = b.let_("pt", Ty::F32, load_clean(tok.clone()));
+                select(pt.clone().gt(f(0.0)), call(math::LOG, vec![pt]), f(f32::NEG_INFINITY))
+            });
+            return;
+        }
+        let tops = b.reduce(ReduceOp::Sum, Ty::U32, var("top_n"), "tops");
+        let valid = b.let_("valid", Ty::Bool, tops.clone().gt(u(0)).or(win.gt(f(f32::NEG_INFINITY))));
+        b.if_(tops.clone().gt(u(0)), |b| {
+            let (_, top_tok) = b.argmax(var("top"), var("top_i"), "top_win", "top_tok");
+            b.set("tok", top_tok);
         });
-        b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| b.store("tokens", var("row"), tok));
+        write_results(b, tok.clone(), valid, |b| {
+            // Top class: uniform over its columns. Else log-softmax from the online sums.
+            let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_max");
+            let mine = select(
+                var("m").eq_(f(f32::NEG_INFINITY)),
+                f(0.0),
+                var("s") * call(math::EXP, vec![var("m") - mx.clone()]),
+            );
+            let total = b.reduce(ReduceOp::Sum, Ty::F32, mine, "row_sum");
+            let finite = load_clean(tok.clone()) / var("temp") - mx - call(math::LOG, vec![total]);
+            select(tops.clone().gt(u(0)), -call(math::LOG, vec![tops.clone().cast(Ty::F32)]), finite)
+        });
     });
 
     let mut functions = vec![math::exp()];
@@ -242,9 +292,8 @@ fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
     kernel(name, doc, 1, buffers, functions, b)
 }
 
-/// Softmax of `l / T` per row into `probs` (same stride as the input). Three reads: the maximum,
-/// a compensated sum of exponentials, then the normalized write.
-/// The scaled input `x / T` at `col` (NaN read as -inf).
+/// The scaled input `z = x / T` at `col` (NaN read as -inf; +inf, or an overflow of the
+/// division, stays +inf: such columns share the row's whole probability).
 pub(super) fn scaled(col: Expr) -> Expr {
     load_clean(col) / var("temp")
 }
@@ -261,15 +310,25 @@ pub(super) fn softmax_stats(b: &mut Block) -> (Expr, Expr) {
         b,
         |_, _| {},
         |b, col, _| {
-            let y = b.let_("y", Ty::F32, call(math::EXP, vec![scaled(col) - mx.clone()]) - var("comp"));
+            let y = b.let_("y", Ty::F32, softmax_weight(scaled(col), mx.clone()) - var("comp"));
             let t = b.let_("t", Ty::F32, var("s") + y.clone());
             b.set("comp", (t.clone() - var("s")) - y);
             b.set("s", t);
         },
     );
     let total = b.reduce(ReduceOp::Sum, Ty::F32, var("s") - var("comp"), "row_sum");
-    let inv = b.let_("inv", Ty::F32, f(1.0) / total);
+    // A row with no valid value (all -inf) has weight 0 everywhere and probabilities 0.
+    let inv = b.let_("inv", Ty::F32, select(total.clone().gt(f(0.0)), f(1.0) / total, f(0.0)));
     (mx, inv)
+}
+
+/// The unnormalized softmax weight of `z` in a row whose maximum is `mx`: `exp(z - mx)`, except
+/// that when the maximum is +inf every +inf column weighs 1 and every other 0 (the limit of the
+/// softmax), and when it is -inf (no valid value) everything weighs 0.
+pub(super) fn softmax_weight(z: Expr, mx: Expr) -> Expr {
+    let inf = f(f32::INFINITY);
+    let finite = select(mx.clone().eq_(f(f32::NEG_INFINITY)), f(0.0), call(math::EXP, vec![z.clone() - mx.clone()]));
+    select(mx.eq_(inf.clone()), select(z.eq_(inf), f(1.0), f(0.0)), finite)
 }
 
 /// Softmax of `l / T` per row into `probs` (same stride as the input). Three reads: the maximum,
@@ -283,7 +342,7 @@ fn softmax_kernel(dtype: Dtype) -> Kernel {
             b,
             |_, _| {},
             |b, col, _| {
-                let p = call(math::EXP, vec![scaled(col.clone()) - mx.clone()]) * inv.clone();
+                let p = softmax_weight(scaled(col.clone()), mx.clone()) * inv.clone();
                 b.store("probs", var("base") + col, p);
             },
         );

@@ -15,8 +15,8 @@
 use super::math;
 use super::murmur::{self, SCREEN_ABS, SCREEN_REL};
 use super::sampling::{
-    buffer, for_each_column, for_each_item, for_each_row, kernel, row_temperature, row_word, scaled, softmax_stats,
-    Dtype,
+    buffer, for_each_column, for_each_item, for_each_row, kernel, output_buffers, row_temperature, row_word, scaled,
+    softmax_stats, softmax_weight, write_results, Dtype,
 };
 use crate::ir::*;
 
@@ -40,16 +40,20 @@ fn hash(col: Expr) -> Expr {
     call(murmur::MURMUR, vec![row_word(4), row_word(5), row_word(6), col])
 }
 
-/// The log-probability at `col` as f64, NaN read as -inf.
+/// The log-probability at `col` as f64. NaN and +inf (no log-probability is positive) are read
+/// as -inf, so they are never chosen.
 fn load_lp64(lp: Lp, col: Expr) -> Expr {
     let x = load("lp", var("base") + col);
     let x = if lp == Lp::F32 { x.cast(Ty::F64) } else { x };
-    select(is_nan_f64(x.clone()), f64_(f64::NEG_INFINITY), x)
+    select(nan_or_pinf_f64(x.clone()), f64_(f64::NEG_INFINITY), x)
 }
 
-/// NaN by its bits, like `math::is_nan` (a driver may fold `x != x`).
-fn is_nan_f64(x: Expr) -> Expr {
-    (x.bitcast(Ty::U64) & Expr::Lit(Lit::U64(0x7fff_ffff_ffff_ffff))).gt(Expr::Lit(Lit::U64(0x7ff0_0000_0000_0000)))
+/// NaN or +inf, by the bits (a driver may fold `x != x`): every pattern at or above +inf's, sign
+/// bit clear, or any NaN with it set.
+fn nan_or_pinf_f64(x: Expr) -> Expr {
+    let bits = x.bitcast(Ty::U64);
+    let abs = bits.clone() & Expr::Lit(Lit::U64(0x7fff_ffff_ffff_ffff));
+    abs.clone().gt(Expr::Lit(Lit::U64(0x7ff0_0000_0000_0000))).or(bits.eq_(Expr::Lit(Lit::U64(0x7ff0_0000_0000_0000))))
 }
 
 /// Keeps (`best`, `best_i`) the running float64 maximum with the lowest index on ties (columns
@@ -68,21 +72,14 @@ fn score64(b: &mut Block, lp64: Expr, col: Expr) -> Expr {
     s
 }
 
-/// Writes the winner and, on request, its log-probability (as f32).
-fn finish(b: &mut Block, tok: Expr, lp_of_token: Expr) {
-    let want_lp = (param("flags") & u(1)).ne_(u(0));
-    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
-        b.store("tokens", var("row"), tok);
-        b.if_(want_lp, |b| b.store("logprobs", var("row"), lp_of_token.cast(Ty::F32)));
-    });
+/// Writes the winner of a row whose float64 maximum is `win`: valid when it is above -inf.
+fn finish(b: &mut Block, win: Expr, tok: Expr, lp_of_token: impl FnOnce(&mut Block) -> Expr) {
+    let valid = b.let_("valid", Ty::Bool, win.gt(f64_(f64::NEG_INFINITY)));
+    write_results(b, tok, valid, |b| lp_of_token(b).cast(Ty::F32));
 }
 
 fn functions() -> Vec<Function> {
     vec![math::log(), math::log64(), murmur::murmur3(), murmur::seeded_gumbel64(), murmur::seeded_gumbel32()]
-}
-
-fn outputs() -> [BufferDecl; 2] {
-    [buffer("tokens", Storage::U32, true), buffer("logprobs", Storage::F32, true)]
 }
 
 /// Full float64: one read.
@@ -100,11 +97,11 @@ fn seeded_full(lp: Lp) -> Kernel {
                 keep_best(b, "best", "best_i", s, col);
             },
         );
-        let (_, tok) = b.argmax_of(Ty::F64, var("best"), var("best_i"), "win", "tok");
-        finish(b, tok.clone(), load_lp64(lp, tok));
+        let (win, tok) = b.argmax_of(Ty::F64, var("best"), var("best_i"), "win", "tok");
+        finish(b, win, tok.clone(), |_| load_lp64(lp, tok));
     });
     let mut buffers = vec![buffer("lp", lp_storage(lp), false), buffer("rows", Storage::U32, false)];
-    buffers.extend(outputs());
+    buffers.extend(output_buffers());
     let name = if lp == Lp::F64 { "seeded_f64" } else { "seeded_f32" };
     let doc = "SGLang's seeded float64 Gumbel race over log-probabilities, every column in float64";
     kernel(name.into(), doc, 1, buffers, functions(), b)
@@ -158,11 +155,11 @@ fn seeded_screened(lp: Lp) -> Kernel {
                 });
             },
         );
-        let (_, tok) = b.argmax_of(Ty::F64, var("best"), var("best_i"), "win", "tok");
-        finish(b, tok.clone(), load_lp64(lp, tok));
+        let (win, tok) = b.argmax_of(Ty::F64, var("best"), var("best_i"), "win", "tok");
+        finish(b, win, tok.clone(), |_| load_lp64(lp, tok));
     });
     let mut buffers = vec![buffer("lp", lp_storage(lp), false), buffer("rows", Storage::U32, false)];
-    buffers.extend(outputs());
+    buffers.extend(output_buffers());
     let name = if lp == Lp::F64 { "seeded_screened_f64" } else { "seeded_screened_f32" };
     let doc = "the seeded float64 race, screened in float32 so only possible winners are redone in float64";
     kernel(name.into(), doc, 2, buffers, functions(), b)
@@ -178,7 +175,7 @@ fn seeded_logits(dtype: Dtype) -> Kernel {
         b.let_("best_i", Ty::U32, u(NONE));
         // log(softmax) in float32, as `torch.log(torch.softmax(logits / T))`: 0 gives -inf.
         let lp_at = |b: &mut Block, col: Expr| -> Expr {
-            let p = b.let_("p", Ty::F32, call(math::EXP, vec![scaled(col) - mx.clone()]) * inv.clone());
+            let p = b.let_("p", Ty::F32, softmax_weight(scaled(col), mx.clone()) * inv.clone());
             let lp = select(p.clone().gt(f(0.0)), call(math::LOG, vec![p]), f(f32::NEG_INFINITY));
             b.let_("lp", Ty::F64, lp.cast(Ty::F64))
         };
@@ -191,14 +188,11 @@ fn seeded_logits(dtype: Dtype) -> Kernel {
                 keep_best(b, "best", "best_i", s, col);
             },
         );
-        let (_, tok) = b.argmax_of(Ty::F64, var("best"), var("best_i"), "win", "tok");
-        b.scope(|b| {
-            let lp = lp_at(b, tok.clone());
-            finish(b, tok, lp);
-        });
+        let (win, tok) = b.argmax_of(Ty::F64, var("best"), var("best_i"), "win", "tok");
+        finish(b, win, tok.clone(), |b| lp_at(b, tok));
     });
     let mut buffers = vec![buffer("x", dtype.storage(), false), buffer("rows", Storage::U32, false)];
-    buffers.extend(outputs());
+    buffers.extend(output_buffers());
     let mut functions = vec![math::exp()];
     functions.extend(self::functions());
     let doc = "the seeded float64 race from logits, log-probabilities computed as SGLang does";
