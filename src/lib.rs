@@ -30,6 +30,7 @@ pub mod error;
 mod generated;
 pub mod kernels;
 pub mod philox;
+pub mod planner;
 pub mod types;
 #[cfg(feature = "wgpu")]
 pub mod wgpu_backend;
