@@ -31,6 +31,7 @@ mod generated;
 pub mod kernels;
 pub mod murmur;
 pub mod philox;
+pub mod planner;
 pub mod types;
 #[cfg(feature = "wgpu")]
 pub mod wgpu_backend;
