@@ -151,7 +151,7 @@ pub enum Job<'a, B: Backend + ?Sized> {
 }
 
 /// `write` must fit: the data may be shorter than the buffer, never longer.
-pub(crate) fn check_write(len: usize, data: usize) -> Result<()> {
+fn check_write(len: usize, data: usize) -> Result<()> {
     need("write target", len, data)
 }
 
@@ -178,10 +178,25 @@ pub trait Backend {
 
     /// What this backend runs on, for logs and test reports.
     fn describe(&self) -> String;
-    fn upload<T: Element>(&self, data: &[T]) -> Result<Self::Buffer<T>>;
+    /// A new buffer holding `data`, without checking it (see [`Backend::upload`]).
+    fn upload_unchecked<T: Element>(&self, data: &[T]) -> Result<Self::Buffer<T>>;
     fn zeros<T: Element>(&self, len: usize) -> Result<Self::Buffer<T>>;
-    /// Overwrites the start of `buf` with `data`, without allocating (for per-step parameters).
-    fn write<T: Element>(&self, buf: &mut Self::Buffer<T>, data: &[T]) -> Result<()>;
+    /// Overwrites the start of `buf` with `data`, without checking it (see [`Backend::write`]).
+    fn write_unchecked<T: Element>(&self, buf: &mut Self::Buffer<T>, data: &[T]) -> Result<()>;
+
+    /// A new buffer holding `data`, after the host-side checks of its element type (row
+    /// parameters: temperature finite and non-negative).
+    fn upload<T: Element>(&self, data: &[T]) -> Result<Self::Buffer<T>> {
+        T::validate(data)?;
+        self.upload_unchecked(data)
+    }
+    /// Overwrites the start of `buf` with `data`, without allocating (for per-step parameters),
+    /// after the same checks as [`Backend::upload`].
+    fn write<T: Element>(&self, buf: &mut Self::Buffer<T>, data: &[T]) -> Result<()> {
+        T::validate(data)?;
+        check_write(Self::len(buf), data.len())?;
+        self.write_unchecked(buf, data)
+    }
     /// Copies a buffer back to the host, waiting for the work that writes it.
     fn download<T: Element>(&self, buf: &Self::Buffer<T>) -> Result<Vec<T>>;
     fn len<T: Element>(buf: &Self::Buffer<T>) -> usize;

@@ -119,14 +119,13 @@ impl Backend for CudaBackend {
     fn describe(&self) -> String {
         self.name.clone()
     }
-    fn upload<T: Element>(&self, data: &[T]) -> Result<CudaSlice<T>> {
+    fn upload_unchecked<T: Element>(&self, data: &[T]) -> Result<CudaSlice<T>> {
         self.stream.clone_htod(data).map_err(cuda_error)
     }
     fn zeros<T: Element>(&self, len: usize) -> Result<CudaSlice<T>> {
         self.stream.alloc_zeros(len.max(1)).map_err(cuda_error)
     }
-    fn write<T: Element>(&self, buf: &mut CudaSlice<T>, data: &[T]) -> Result<()> {
-        crate::backend::check_write(buf.len(), data.len())?;
+    fn write_unchecked<T: Element>(&self, buf: &mut CudaSlice<T>, data: &[T]) -> Result<()> {
         self.stream.memcpy_htod(data, &mut buf.slice_mut(0..data.len())).map_err(cuda_error)
     }
     fn download<T: Element>(&self, buf: &CudaSlice<T>) -> Result<Vec<T>> {

@@ -12,6 +12,9 @@ pub enum Error {
     /// The backend cannot be used on this machine (no adapter, no driver, no NVRTC).
     #[error("backend unavailable: {0}")]
     Unavailable(String),
+    /// A row's parameter breaks its rule.
+    #[error("row {row}: {field} = {value}: {rule}")]
+    Param { row: usize, field: &'static str, value: String, rule: &'static str },
     /// The device lacks a feature the kernel needs (float64 on Metal, say); nothing was launched.
     #[error("{backend} cannot run `{kernel}`: the device lacks {feature}")]
     Unsupported { backend: &'static str, kernel: &'static str, feature: &'static str },

@@ -119,7 +119,12 @@ pub trait DeviceElement: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZer
 pub trait DeviceElement {}
 
 /// Types a backend buffer may hold.
-pub trait Element: Pod + Send + Sync + std::fmt::Debug + DeviceElement + sealed::Sealed {}
+pub trait Element: Pod + Send + Sync + std::fmt::Debug + DeviceElement + sealed::Sealed {
+    /// Checks values on the host before they reach a device (row parameters have rules).
+    fn validate(_data: &[Self]) -> Result<()> {
+        Ok(())
+    }
+}
 
 macro_rules! element {
     ($($t:ty),*) => {$(
@@ -128,7 +133,27 @@ macro_rules! element {
         impl Element for $t {}
     )*};
 }
-element!(f32, f64, u32, half::f16, half::bf16, RowParams);
+element!(f32, f64, u32, half::f16, half::bf16);
+
+impl sealed::Sealed for RowParams {}
+impl DeviceElement for RowParams {}
+impl Element for RowParams {
+    /// SGLang's rule: a temperature is a non-negative finite number (NaN and infinities are
+    /// refused here, before any launch, naming the row).
+    fn validate(rows: &[Self]) -> Result<()> {
+        for (row, p) in rows.iter().enumerate() {
+            if !(p.temperature.is_finite() && p.temperature >= 0.0) {
+                return Err(Error::Param {
+                    row,
+                    field: "temperature",
+                    value: p.temperature.to_string(),
+                    rule: "must be a non-negative finite number",
+                });
+            }
+        }
+        Ok(())
+    }
+}
 
 #[cfg(feature = "cuda")]
 // SAFETY: RowParams is `repr(C)` plain data of 32-bit fields, as the kernels read it.

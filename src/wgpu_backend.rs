@@ -203,7 +203,7 @@ impl Backend for WgpuBackend {
     fn describe(&self) -> String {
         format!("{} ({:?}, {:?})", self.info.name, self.info.backend, self.info.device_type)
     }
-    fn upload<T: Element>(&self, data: &[T]) -> Result<WgpuBuffer<T>> {
+    fn upload_unchecked<T: Element>(&self, data: &[T]) -> Result<WgpuBuffer<T>> {
         let mut bytes = bytemuck::cast_slice::<T, u8>(data).to_vec();
         bytes.resize(padded_bytes::<T>(data.len()) as usize, 0);
         let buffer = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -222,8 +222,7 @@ impl Backend for WgpuBackend {
         });
         Ok(WgpuBuffer { buffer, len, _elem: PhantomData })
     }
-    fn write<T: Element>(&self, buf: &mut WgpuBuffer<T>, data: &[T]) -> Result<()> {
-        crate::backend::check_write(buf.len, data.len())?;
+    fn write_unchecked<T: Element>(&self, buf: &mut WgpuBuffer<T>, data: &[T]) -> Result<()> {
         let mut bytes = bytemuck::cast_slice::<T, u8>(data).to_vec();
         bytes.resize(bytes.len().next_multiple_of(4), 0);
         self.queue.write_buffer(&buf.buffer, 0, &bytes);

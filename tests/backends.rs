@@ -4,6 +4,7 @@
 //! Statistical checks use fixed seeds; each threshold is the 0.999 quantile of its reference
 //! distribution, so a correct sampler fails one with probability 1e-3 over the choice of seeds.
 
+#[macro_use]
 mod common;
 
 use common::Rng;
@@ -327,19 +328,6 @@ pub fn rejects_bad_shapes<B: Backend>(b: &B) {
         let out = Output::new(&mut t);
         assert!(b.race_from_logits(shape, Logits::F32(&x), &r, out).is_err(), "{shape:?}");
     }
-}
-
-macro_rules! suite {
-    ($backend:ident, $make:path, $($check:ident),* $(,)?) => {
-        mod $backend {
-            $(
-                #[test]
-                fn $check() {
-                    crate::common::on(stringify!($backend), stringify!($check), $make(), crate::$check);
-                }
-            )*
-        }
-    };
 }
 
 macro_rules! every_check {

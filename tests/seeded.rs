@@ -2,6 +2,7 @@
 //! `../shared/golden/`, the hash test vectors, the float64 log's accuracy, and the float32 screen
 //! against full float64.
 
+#[macro_use]
 mod common;
 
 use common::Rng;
@@ -245,19 +246,6 @@ pub fn seeded_token_independent_of_row<B: Backend>(b: &B) {
         let batched = seeded_tokens(b, Shape::dense(10, vocab), &other, &rows, mode, false);
         assert_eq!(alone[0], batched[9], "{mode:?}");
     }
-}
-
-macro_rules! suite {
-    ($backend:ident, $make:path, $($check:ident),* $(,)?) => {
-        mod $backend {
-            $(
-                #[test]
-                fn $check() {
-                    crate::common::on(stringify!($backend), stringify!($check), $make(), crate::$check);
-                }
-            )*
-        }
-    };
 }
 
 // On the CPU, the oracle's own log and hash are checked against the references.

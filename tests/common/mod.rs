@@ -124,3 +124,19 @@ pub fn total_variation(counts: &[u64], probs: &[f64]) -> f64 {
     let n: u64 = counts.iter().sum();
     0.5 * counts.iter().zip(probs).map(|(&o, &p)| (o as f64 / n as f64 - p).abs()).sum::<f64>()
 }
+
+/// One `#[test]` per check in a module named for the backend, each run through [`on`] with the
+/// backend `$make` returns (the same checks for every backend, as CubeCL generates them).
+#[allow(unused_macros)]
+macro_rules! suite {
+    ($backend:ident, $make:path, $($check:ident),* $(,)?) => {
+        mod $backend {
+            $(
+                #[test]
+                fn $check() {
+                    crate::common::on(stringify!($backend), stringify!($check), $make(), crate::$check);
+                }
+            )*
+        }
+    };
+}
