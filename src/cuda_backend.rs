@@ -9,7 +9,8 @@
 
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
-use crate::kernels::{Device, KernelSource, Launch};
+use crate::kernels::KernelSource;
+use crate::launch::{Device, Launch};
 use crate::types::Element;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use std::collections::HashMap;

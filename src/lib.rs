@@ -29,6 +29,8 @@ pub mod error;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod generated;
 pub mod kernels;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod launch;
 pub mod murmur;
 pub mod philox;
 pub mod planner;
@@ -44,7 +46,7 @@ pub use cuda_backend::{CudaBackend, CudaBuffer};
 #[cfg(feature = "cuda")]
 pub use cudarc;
 pub use error::{Error, Result};
-pub use types::{DType, Element, RowParams, Shape, GREEDY_EPS};
+pub use types::{Element, RowParams, Shape, GREEDY_EPS};
 /// The wgpu this crate was built against, so an engine shares its device types.
 #[cfg(feature = "wgpu")]
 pub use wgpu;

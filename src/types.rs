@@ -46,19 +46,6 @@ impl Shape {
         }
         Ok(())
     }
-
-    /// The kernels' `batch, vocab, stride` parameters, once validated.
-    pub(crate) fn words(&self) -> [u32; 3] {
-        [self.batch as u32, self.vocab as u32, self.stride as u32]
-    }
-}
-
-/// Element formats of logits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DType {
-    F32,
-    F16,
-    Bf16,
 }
 
 /// Per-row parameters, one 32-byte record per row, as the kernels read them.

@@ -3,7 +3,7 @@
 
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
-use crate::kernels::{Device, Launch};
+use crate::launch::{Device, Launch};
 use crate::types::Element;
 use std::collections::HashMap;
 use std::marker::PhantomData;

@@ -1,0 +1,6 @@
+//! The audit tool's inputs never panic the planner (see `bodies::audit_inputs`).
+#![no_main]
+
+mod bodies;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| bodies::audit_inputs(data));
