@@ -10,8 +10,11 @@ use half::{bf16, f16};
 
 /// Logits in one of the supported element formats, on a backend's device.
 pub enum Logits<'a, B: Backend + ?Sized> {
+    /// float32 logits.
     F32(&'a B::Buffer<f32>),
+    /// IEEE half-precision logits, widened to f32 in the kernel.
     F16(&'a B::Buffer<f16>),
+    /// bfloat16 logits, widened to f32 in the kernel.
     Bf16(&'a B::Buffer<bf16>),
 }
 
@@ -37,8 +40,11 @@ impl<B: Backend + ?Sized> Logits<'_, B> {
 /// value to sample, 0 when it had none (every value NaN or -inf), in which case its token is 0
 /// and its log-probability -inf.
 pub struct Output<'a, B: Backend + ?Sized> {
+    /// One token per row.
     pub tokens: &'a mut B::Buffer<u32>,
+    /// One log-probability per row, when asked.
     pub logprobs: Option<&'a mut B::Buffer<f32>>,
+    /// One status per row (1 valid, 0 nothing to sample), when asked.
     pub status: Option<&'a mut B::Buffer<u32>>,
 }
 
@@ -65,7 +71,9 @@ impl<'a, B: Backend + ?Sized> Output<'a, B> {
 
 /// Log-probabilities for the seeded sampler: float64 as SGLang keeps them, or float32 promoted.
 pub enum LogProbs<'a, B: Backend + ?Sized> {
+    /// float64, as SGLang keeps them.
     F64(&'a B::Buffer<f64>),
+    /// float32, promoted to float64 in the kernel.
     F32(&'a B::Buffer<f32>),
 }
 
@@ -86,7 +94,12 @@ pub enum SeededMode {
     Screened,
 }
 
-/// One validated kernel launch.
+/// One validated kernel launch, what a backend's [`Backend::run`] executes. Each variant's
+/// fields are the arguments of the provided method of the same name ([`Backend::softmax`],
+/// [`Backend::greedy`], [`Backend::race_from_logits`], [`Backend::race_from_probs`],
+/// [`Backend::seeded`], [`Backend::seeded_from_logits`], [`Backend::murmur3`],
+/// [`Backend::log_f64`], [`Backend::philox`], [`Backend::gumbel_noise`]), checked by it.
+#[allow(missing_docs)]
 pub enum Job<'a, B: Backend + ?Sized> {
     Softmax {
         shape: Shape,
@@ -180,6 +193,7 @@ pub trait Backend {
     fn describe(&self) -> String;
     /// A new buffer holding `data`, without checking it (see [`Backend::upload`]).
     fn upload_unchecked<T: Element>(&self, data: &[T]) -> Result<Self::Buffer<T>>;
+    /// A new buffer of `len` zeroed elements.
     fn zeros<T: Element>(&self, len: usize) -> Result<Self::Buffer<T>>;
     /// Overwrites the start of `buf` with `data`, without checking it (see [`Backend::write`]).
     fn write_unchecked<T: Element>(&self, buf: &mut Self::Buffer<T>, data: &[T]) -> Result<()>;
@@ -199,6 +213,7 @@ pub trait Backend {
     }
     /// Copies a buffer back to the host, waiting for the work that writes it.
     fn download<T: Element>(&self, buf: &Self::Buffer<T>) -> Result<Vec<T>>;
+    /// How many elements `buf` holds.
     fn len<T: Element>(buf: &Self::Buffer<T>) -> usize;
     /// Launches a job whose sizes were checked by the provided methods.
     fn run(&self, job: Job<'_, Self>) -> Result<()>;

@@ -89,6 +89,7 @@ impl CudaBackend {
         Ok(CudaBackend { stream, name, arch, block, functions: Mutex::default() })
     }
 
+    /// The stream every launch goes to.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }

@@ -8,19 +8,48 @@ pub enum Error {
     Shape(String),
     /// A buffer is shorter than the shape needs.
     #[error("buffer `{name}` holds {len} elements but the call needs {need}")]
-    BufferTooShort { name: &'static str, len: usize, need: usize },
+    BufferTooShort {
+        /// Which argument.
+        name: &'static str,
+        /// Elements it holds.
+        len: usize,
+        /// Elements the call needs.
+        need: usize,
+    },
     /// The backend cannot be used on this machine (no adapter, no driver, no NVRTC).
     #[error("backend unavailable: {0}")]
     Unavailable(String),
     /// A row's parameter breaks its rule.
     #[error("row {row}: {field} = {value}: {rule}")]
-    Param { row: usize, field: &'static str, value: String, rule: &'static str },
+    Param {
+        /// The row's index in the batch.
+        row: usize,
+        /// The parameter.
+        field: &'static str,
+        /// Its value, as given.
+        value: String,
+        /// The rule it breaks.
+        rule: &'static str,
+    },
     /// The device lacks a feature the kernel needs (float64 on Metal, say); nothing was launched.
     #[error("{backend} cannot run `{kernel}`: the device lacks {feature}")]
-    Unsupported { backend: &'static str, kernel: &'static str, feature: &'static str },
+    Unsupported {
+        /// The backend ("wgpu").
+        backend: &'static str,
+        /// The kernel asked for.
+        kernel: &'static str,
+        /// The missing device feature (SHADER_F64, SHADER_INT64).
+        feature: &'static str,
+    },
     /// The device, driver or compiler reported an error.
     #[error("{backend}: {message}")]
-    Device { backend: &'static str, message: String },
+    Device {
+        /// The backend ("wgpu", "cuda").
+        backend: &'static str,
+        /// What the device, driver or compiler said.
+        message: String,
+    },
 }
 
+/// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -3,8 +3,11 @@
 /// One generated kernel: its WGSL and CUDA text and what it binds.
 #[derive(Debug)]
 pub struct KernelSource {
+    /// The entry point (the CUDA function; the WGSL entry point is `main`).
     pub name: &'static str,
+    /// The generated WGSL module.
     pub wgsl: &'static str,
+    /// The generated CUDA translation unit (compiled with `-DSK_BLOCK=<threads>`).
     pub cuda: &'static str,
     /// Buffer names in binding (argument) order.
     pub buffers: &'static [&'static str],

@@ -20,6 +20,8 @@
 //! assert!(tokens[0] < 4);
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod backend;
 pub mod cpu;
 #[cfg(feature = "cuda")]

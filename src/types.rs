@@ -7,8 +7,11 @@ use bytemuck::{Pod, Zeroable};
 /// vocabulary covers padded vocabularies (a model's 151936 columns of which 151643 are tokens).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
+    /// Rows (requests) in the batch.
     pub batch: usize,
+    /// Columns of each row that are tokens.
     pub vocab: usize,
+    /// Elements from the start of one row to the next (at least `vocab`).
     pub stride: usize,
 }
 
@@ -67,6 +70,7 @@ pub struct RowParams {
 pub const GREEDY_EPS: f32 = 1e-6;
 
 impl RowParams {
+    /// A row sampled at `temperature` with the noise of request `seed` at step `offset`.
     pub fn new(temperature: f32, seed: u64, offset: u64) -> Self {
         RowParams {
             temperature,
@@ -84,9 +88,11 @@ impl RowParams {
     pub fn greedy() -> Self {
         Self::new(0.0, 0, 0)
     }
+    /// The request's seed.
     pub fn seed(&self) -> u64 {
         self.seed[0] as u64 | (self.seed[1] as u64) << 32
     }
+    /// The step (offset) the noise is drawn at; the position, for the seeded sampler.
     pub fn offset(&self) -> u64 {
         self.offset[0] as u64 | (self.offset[1] as u64) << 32
     }
@@ -100,8 +106,10 @@ mod sealed {
     pub trait Sealed {}
 }
 
+/// What a device backend needs of an element type (cudarc's traits, when CUDA is built).
 #[cfg(feature = "cuda")]
 pub trait DeviceElement: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits {}
+/// What a device backend needs of an element type (cudarc's traits, when CUDA is built).
 #[cfg(not(feature = "cuda"))]
 pub trait DeviceElement {}
 

@@ -35,6 +35,7 @@ impl<T: Element> WgpuBuffer<T> {
         }
         Ok(WgpuBuffer { buffer, len, _elem: PhantomData })
     }
+    /// The wrapped wgpu buffer.
     pub fn raw(&self) -> &wgpu::Buffer {
         &self.buffer
     }
@@ -112,6 +113,7 @@ impl WgpuBackend {
         }
     }
 
+    /// The adapter this backend runs on.
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
         &self.info
     }

@@ -25,10 +25,10 @@ struct Args {
     /// The model's generation_config.json (absent: the model ships none).
     #[arg(long, value_name = "FILE")]
     generation_config: Option<PathBuf>,
-    /// Requests, one JSON object a line: {"id": ..., "endpoint": "chat"|"responses"|"completions"|"generate", "body": {...}}.
+    /// Requests, one JSON object a line: `{"id": ..., "endpoint": "chat"|"responses"|"completions"|"generate", "body": {...}}`.
     #[arg(long, value_name = "FILE.jsonl")]
     requests: PathBuf,
-    /// Decode steps, one JSON object a line: {"step": N, "arrive": [ids], "finish": [ids]}.
+    /// Decode steps, one JSON object a line: `{"step": N, "arrive": [ids], "finish": [ids]}`.
     #[arg(long, value_name = "FILE.jsonl")]
     trace: Option<PathBuf>,
     /// SGLang's --sampling-defaults: `model` or `openai`.

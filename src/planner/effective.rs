@@ -97,9 +97,13 @@ impl FromStr for SamplingDefaults {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "Value")]
 pub struct GenerationConfig {
+    /// `temperature`, when the file sets it.
     pub temperature: Option<f64>,
+    /// `top_k`, when the file sets it.
     pub top_k: Option<i64>,
+    /// `top_p`, when the file sets it.
     pub top_p: Option<f64>,
+    /// `min_p`, when the file sets it.
     pub min_p: Option<f64>,
 }
 
@@ -184,7 +188,9 @@ impl ServerDefaults {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(try_from = "Value")]
 pub struct Request {
+    /// The request's name in the trace.
     pub id: String,
+    /// The endpoint it was sent to.
     pub endpoint: Endpoint,
     /// The sampling fields of the body, as the client sent them.
     pub params: SamplingParams,

@@ -40,14 +40,19 @@ pub const DEFAULTS: SamplingParams = SamplingParams {
 #[serde(try_from = "Value")]
 pub struct SamplingParams {
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Softmax temperature; 0 (below 1e-6) means greedy.
     pub temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Nucleus mass in (0, 1]; 1 keeps everything.
     pub top_p: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Top-k: -1 (every token) or at least 1.
     pub top_k: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Min-p ratio to the most likely token, in [0, 1].
     pub min_p: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// The request's seed, for the seeded sampler.
     pub seed: Option<u64>,
 }
 
@@ -118,12 +123,16 @@ impl SamplingParams {
 #[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
 pub enum ParamError {
     #[error("temperature must be a non-negative finite number, got {0}")]
+    /// Not a non-negative finite number.
     Temperature(f64),
     #[error("top_p must be in (0, 1], got {0}")]
+    /// Outside (0, 1].
     TopP(f64),
     #[error("top_k must be -1 (whole vocabulary) or at least 1, got {0}")]
+    /// Neither -1 nor at least 1.
     TopK(i64),
     #[error("min_p must be in [0, 1], got {0}")]
+    /// Outside [0, 1].
     MinP(f64),
 }
 
@@ -153,18 +162,23 @@ pub struct NormalizedParams {
 }
 
 impl NormalizedParams {
+    /// The temperature (1.0 for greedy rows, as SGLang stores them).
     pub fn temperature(&self) -> f64 {
         self.temperature
     }
+    /// The nucleus mass.
     pub fn top_p(&self) -> f64 {
         self.top_p
     }
+    /// Top-k ([`TOP_K_ALL`] for the whole vocabulary, 1 for greedy).
     pub fn top_k(&self) -> i64 {
         self.top_k
     }
+    /// The min-p ratio.
     pub fn min_p(&self) -> f64 {
         self.min_p
     }
+    /// The seed, if the request gave one.
     pub fn seed(&self) -> Option<u64> {
         self.seed
     }

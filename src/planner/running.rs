@@ -22,8 +22,11 @@ use super::route::{row_path, BatchFlags, Path};
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "Value")]
 pub struct TraceStep {
+    /// The decode step.
     pub step: u64,
+    /// Requests that join the running batch before this step.
     pub arrive: Vec<String>,
+    /// Requests that finish after this step.
     pub finish: Vec<String>,
 }
 
@@ -44,12 +47,21 @@ impl TryFrom<Value> for TraceStep {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TraceErrorKind {
     #[error("`step`: {step} follows step {previous}; steps must count up by one")]
-    StepOrder { step: u64, previous: u64 },
+    /// Step numbers that do not count up by one.
+    StepOrder {
+        /// The step number found.
+        step: u64,
+        /// The step before it.
+        previous: u64,
+    },
     #[error("`arrive`: request `{0}` is not among the requests")]
+    /// A request id the requests file does not have.
     Unknown(String),
     #[error("`arrive`: request `{0}` is already running")]
+    /// A request that arrives while it is running.
     AlreadyRunning(String),
     #[error("`finish`: request `{0}` is not running")]
+    /// A request that finishes while it is not running.
     NotRunning(String),
 }
 
@@ -57,7 +69,9 @@ pub enum TraceErrorKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("trace entry {index}: {kind}")]
 pub struct TraceError {
+    /// The trace line (0-based entry).
     pub index: usize,
+    /// What was wrong.
     pub kind: TraceErrorKind,
 }
 
@@ -105,15 +119,20 @@ impl RunningBatch {
 /// One decode step that ran: SGLang's path for the batch and each row's own path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StepRecord {
+    /// The decode step.
     pub step: u64,
+    /// The path SGLang takes for the whole batch.
     pub sglang: Path,
+    /// Each running request and its own path.
     pub rows: Vec<(String, Path)>,
 }
 
 /// How many of `total` were on the fast path.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Share {
+    /// How many were on the fast path.
     pub fast: usize,
+    /// How many there were.
     pub total: usize,
 }
 
@@ -148,6 +167,7 @@ pub struct Shares {
 /// A replayed trace: every decode step that had a running batch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Simulation {
+    /// Every step with a running batch.
     pub steps: Vec<StepRecord>,
 }
 
