@@ -97,7 +97,7 @@ pub enum SeededMode {
 /// One validated kernel launch, what a backend's [`Backend::run`] executes. Each variant's
 /// fields are the arguments of the provided method of the same name ([`Backend::softmax`],
 /// [`Backend::greedy`], [`Backend::race_from_logits`], [`Backend::race_from_probs`],
-/// [`Backend::seeded`], [`Backend::seeded_from_logits`], [`Backend::murmur3`],
+/// [`Backend::seeded`], [`Backend::seeded_from_logits`], [`Backend::sample`], [`Backend::murmur3`],
 /// [`Backend::log_f64`], [`Backend::philox`], [`Backend::gumbel_noise`]), checked by it.
 #[allow(missing_docs)]
 pub enum Job<'a, B: Backend + ?Sized> {
@@ -132,6 +132,12 @@ pub enum Job<'a, B: Backend + ?Sized> {
         out: Output<'a, B>,
     },
     SeededLogits {
+        shape: Shape,
+        logits: Logits<'a, B>,
+        rows: &'a B::Buffer<RowParams>,
+        out: Output<'a, B>,
+    },
+    Sample {
         shape: Shape,
         logits: Logits<'a, B>,
         rows: &'a B::Buffer<RowParams>,
@@ -305,6 +311,23 @@ pub trait Backend {
         check_rows::<Self>(shape, logits.len(), rows)?;
         check_output(shape, &out)?;
         self.run(Job::SeededLogits { shape, logits, rows, out })
+    }
+
+    /// The per-row sampler: each row runs the path its own [`RowParams`] ask for (the Philox
+    /// race, greedy below [`crate::GREEDY_EPS`], or SGLang's seeded float64 race for rows made
+    /// with [`RowParams::seeded`]), all in one launch whatever the mix, each row paying only
+    /// for its own path. Gives each row the token of [`Backend::race_from_logits`] or
+    /// [`Backend::seeded_from_logits`].
+    fn sample(
+        &self,
+        shape: Shape,
+        logits: Logits<'_, Self>,
+        rows: &Self::Buffer<RowParams>,
+        out: Output<'_, Self>,
+    ) -> Result<()> {
+        check_rows::<Self>(shape, logits.len(), rows)?;
+        check_output(shape, &out)?;
+        self.run(Job::Sample { shape, logits, rows, out })
     }
 
     /// MurmurHash3_x86_32 of `items` groups of four words (for known-answer tests).

@@ -4,7 +4,7 @@
 use crate::backend::LogProbs;
 use crate::backend::{Backend, Job, Logits, Output};
 use crate::error::Result;
-use crate::types::{Element, RowParams, Shape};
+use crate::types::{Element, RowMode, RowParams, Shape};
 use crate::{murmur, philox};
 
 /// Runs every kernel on the host, one row after another.
@@ -237,6 +237,18 @@ impl Backend for CpuBackend {
                 for r in 0..shape.batch {
                     let lp = sglang_logprobs(&row_values(logits, shape, r), &rows[r]);
                     seeded_row(out.reborrow(), r, &lp, &rows[r]);
+                }
+            }
+            Job::Sample { shape, logits, rows, mut out } => {
+                for r in 0..shape.batch {
+                    let x = row_values(logits, shape, r);
+                    match rows[r].mode() {
+                        RowMode::Seeded => seeded_row(out.reborrow(), r, &sglang_logprobs(&x, &rows[r]), &rows[r]),
+                        RowMode::Race => {
+                            let (token, valid, lp) = race_logits_row(&x, &rows[r]);
+                            write_output(out.reborrow(), r, token, valid, || lp);
+                        }
+                    }
                 }
             }
             Job::Murmur { items, words, out } => {

@@ -11,6 +11,11 @@ pub const CUDA_BLOCK_SM75: u32 = 256;
 /// Threads per block on compute capability 9.0 and later.
 pub const CUDA_BLOCK_SM90: u32 = 512;
 
+/// u32 words in a row record (`RowParams`).
+pub const ROW_WORDS: usize = 12;
+/// The row mode of SGLang's seeded float64 race (else the Philox race).
+pub const MODE_SEEDED: u32 = 1;
+
 pub const KERNELS: &[KernelSource] = &[
     KernelSource {
         name: "softmax_f32",
@@ -160,6 +165,30 @@ pub const KERNELS: &[KernelSource] = &[
         name: "seeded_logits_bf16",
         wgsl: include_str!("../shaders/seeded_logits_bf16.wgsl"),
         cuda: include_str!("../kernels/seeded_logits_bf16.cu"),
+        buffers: &["x", "rows", "tokens", "logprobs", "status"],
+        passes: 3,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "sample_f32",
+        wgsl: include_str!("../shaders/sample_f32.wgsl"),
+        cuda: include_str!("../kernels/sample_f32.cu"),
+        buffers: &["x", "rows", "tokens", "logprobs", "status"],
+        passes: 3,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "sample_f16",
+        wgsl: include_str!("../shaders/sample_f16.wgsl"),
+        cuda: include_str!("../kernels/sample_f16.cu"),
+        buffers: &["x", "rows", "tokens", "logprobs", "status"],
+        passes: 3,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "sample_bf16",
+        wgsl: include_str!("../shaders/sample_bf16.wgsl"),
+        cuda: include_str!("../kernels/sample_bf16.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status"],
         passes: 3,
         needs_64bit: true,

@@ -139,6 +139,15 @@ impl<'a, H: Copy> Launch<H> {
                     work: rows(*shape),
                 }
             }
+            Job::Sample { shape, logits, rows: r, out } => {
+                let (buffers, flags) = with_outputs::<B>(vec![Some(logits_handle(logits)), Some(B::handle(*r))], out);
+                Launch {
+                    kernel: suffixed("sample", logits),
+                    buffers,
+                    params: params(*shape, flags),
+                    work: rows(*shape),
+                }
+            }
             Job::Murmur { items, words, out } => Launch {
                 kernel: source("murmur3"),
                 buffers: vec![Some(B::handle(*words)), Some(B::handle(&**out))],

@@ -60,10 +60,24 @@ impl Shape {
 pub struct RowParams {
     /// Temperature; below [`GREEDY_EPS`] the row is greedy.
     pub temperature: f32,
+    /// Which sampler the unified kernels run for the row ([`RowMode`]).
+    mode: u32,
     /// Words the filter kernels will read (top_k, top_p, min_p); zero until then.
-    reserved: [u32; 3],
+    reserved: [u32; 6],
     seed: [u32; 2],
     offset: [u32; 2],
+}
+
+// The kernels read the record by word index: the layout must be the one the IR declares.
+const _: () = assert!(size_of::<RowParams>() == 4 * crate::generated::ROW_WORDS);
+
+/// Which sampler a row uses in [`crate::Backend::sample`]: one launch serves every mix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowMode {
+    /// The Philox race from logits (greedy below [`GREEDY_EPS`]).
+    Race,
+    /// SGLang's seeded float64 race (`--enable-deterministic-inference`).
+    Seeded,
 }
 
 /// Temperatures below this are greedy, as in SGLang (`_SAMPLING_EPS`).
@@ -74,7 +88,8 @@ impl RowParams {
     pub fn new(temperature: f32, seed: u64, offset: u64) -> Self {
         RowParams {
             temperature,
-            reserved: [0; 3],
+            mode: 0,
+            reserved: [0; 6],
             seed: [seed as u32, (seed >> 32) as u32],
             offset: [offset as u32, (offset >> 32) as u32],
         }
@@ -82,7 +97,15 @@ impl RowParams {
     /// A row of the seeded float64 sampler: SGLang hashes the low 32 bits of `position` (the
     /// position of the token being decoded, or of the last input token in prefill).
     pub fn seeded(temperature: f32, seed: u64, position: u64) -> Self {
-        Self::new(temperature, seed, position)
+        RowParams { mode: crate::generated::MODE_SEEDED, ..Self::new(temperature, seed, position) }
+    }
+    /// The row's sampler.
+    pub fn mode(&self) -> RowMode {
+        if self.mode == crate::generated::MODE_SEEDED {
+            RowMode::Seeded
+        } else {
+            RowMode::Race
+        }
     }
     /// A greedy row: no noise, the lowest index among the largest logits.
     pub fn greedy() -> Self {
