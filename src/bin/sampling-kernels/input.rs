@@ -8,7 +8,7 @@ use half::{bf16, f16};
 use sampling_kernels::{Backend, CpuBackend, Element, LogProbs, Logits, Output, RowParams, SeededMode, Shape};
 
 /// The flag an input file came from.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub enum Role {
     Logits,
     Probs,
@@ -56,13 +56,13 @@ pub enum Input<B: Backend> {
 
 /// Turns one buffer into another, element type kept: an upload, or a row repeated.
 trait Transfer<To: Backend> {
-    fn apply<T: Element>(&self, buf: &Vec<T>) -> Result<To::Buffer<T>>;
+    fn apply<T: Element>(&self, buf: &[T]) -> Result<To::Buffer<T>>;
 }
 
 struct Upload<'a, To>(&'a To);
 
 impl<To: Backend> Transfer<To> for Upload<'_, To> {
-    fn apply<T: Element>(&self, buf: &Vec<T>) -> Result<To::Buffer<T>> {
+    fn apply<T: Element>(&self, buf: &[T]) -> Result<To::Buffer<T>> {
         Ok(self.0.upload(buf)?)
     }
 }
@@ -75,7 +75,7 @@ struct Repeat {
 }
 
 impl Transfer<CpuBackend> for Repeat {
-    fn apply<T: Element>(&self, buf: &Vec<T>) -> Result<Vec<T>> {
+    fn apply<T: Element>(&self, buf: &[T]) -> Result<Vec<T>> {
         let values = buf.get(self.row * self.vocab..(self.row + 1) * self.vocab).context("row out of range")?;
         Ok(values.repeat(self.copies))
     }
