@@ -185,7 +185,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) gumbel_noise(
         unsigned int base = (row * stride);
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
         for (unsigned int c0 = (threadIdx.x * 4u); c0 < vocab; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-            w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 8u) + 6u)], rows[((row * 8u) + 7u)]), rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)]);
+            w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < vocab)) {

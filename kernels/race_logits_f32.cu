@@ -209,7 +209,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
         unsigned int base = (row * stride);
-        float t_raw = sk_bitcast<float>(rows[((row * 8u) + 0u)]);
+        float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
         float temp = ((noisy) ? (t_raw) : ((1.0f)));
         float best = sk_bitcast<float>(4286578688u);
@@ -222,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
         for (unsigned int c0 = (threadIdx.x * 4u); c0 < vocab; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             if (noisy) {
-                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 8u) + 6u)], rows[((row * 8u) + 7u)]), rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)]);
+                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
             }
             {
                 unsigned int col = (c0 + 0u);

@@ -128,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
         unsigned int base = (row * stride);
-        float t_raw = sk_bitcast<float>(rows[((row * 8u) + 0u)]);
+        float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
         float temp = ((noisy) ? (t_raw) : ((1.0f)));
         double best = sk_bitcast<double>(18442240474082181120ull);
@@ -139,7 +139,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
                 if ((col < vocab)) {
                     double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
                     if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     if (((s64 > best) || (best_i == 4294967295u))) {
                         best = s64;
@@ -152,7 +152,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
                 if ((col < vocab)) {
                     double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
                     if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     if (((s64 > best) || (best_i == 4294967295u))) {
                         best = s64;
@@ -165,7 +165,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
                 if ((col < vocab)) {
                     double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
                     if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     if (((s64 > best) || (best_i == 4294967295u))) {
                         best = s64;
@@ -178,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
                 if ((col < vocab)) {
                     double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
                     if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     if (((s64 > best) || (best_i == 4294967295u))) {
                         best = s64;

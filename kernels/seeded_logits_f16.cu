@@ -151,7 +151,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
         unsigned int base = (row * stride);
-        float t_raw = sk_bitcast<float>(rows[((row * 8u) + 0u)]);
+        float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
         float temp = ((noisy) ? (t_raw) : ((1.0f)));
         float m = sk_bitcast<float>(4286578688u);
@@ -282,7 +282,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                     double s64 = lp;
                     if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     if (((s64 > best) || (best_i == 4294967295u))) {
                         best = s64;
@@ -297,7 +297,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                     double s64 = lp;
                     if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     if (((s64 > best) || (best_i == 4294967295u))) {
                         best = s64;
@@ -312,7 +312,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                     double s64 = lp;
                     if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     if (((s64 > best) || (best_i == 4294967295u))) {
                         best = s64;
@@ -327,7 +327,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                     double s64 = lp;
                     if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     if (((s64 > best) || (best_i == 4294967295u))) {
                         best = s64;

@@ -129,7 +129,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
         unsigned int base = (row * stride);
-        float t_raw = sk_bitcast<float>(rows[((row * 8u) + 0u)]);
+        float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
         float temp = ((noisy) ? (t_raw) : ((1.0f)));
         float best32 = sk_bitcast<float>(4286578688u);
@@ -141,7 +141,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
@@ -156,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
@@ -171,7 +171,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
@@ -186,7 +186,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
@@ -234,7 +234,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + win32_i)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + win32_i)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + win32_i)]))))));
             float s32 = lp32;
             if (noisy) {
-                s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], win32_i)));
+                s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], win32_i)));
             }
             float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
             floor = (win32 - err);
@@ -249,13 +249,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         double s64 = (((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             best = s64;
@@ -270,13 +270,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         double s64 = (((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             best = s64;
@@ -291,13 +291,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         double s64 = (((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             best = s64;
@@ -312,13 +312,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         double s64 = (((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             best = s64;

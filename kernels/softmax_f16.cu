@@ -52,7 +52,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f16(
     __shared__ float sk_red_f32[33];
     for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
         unsigned int base = (row * stride);
-        float t_raw = sk_bitcast<float>(rows[((row * 8u) + 0u)]);
+        float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
         float temp = ((noisy) ? (t_raw) : ((1.0f)));
         float m = sk_bitcast<float>(4286578688u);

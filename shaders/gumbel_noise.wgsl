@@ -193,7 +193,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var base: u32 = (row * params.stride);
         var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
         for (var c0: u32 = (sk_lid * 4u); c0 < params.vocab; c0 = c0 + (BLOCK * 4u)) {
-            w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 8u) + 6u)], rows[((row * 8u) + 7u)]), rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)]);
+            w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < params.vocab)) {

@@ -219,7 +219,7 @@ fn sk_gumbel(w_in: u32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var row: u32 = sk_wid.x; row < params.batch; row = row + sk_nwg.x) {
         var base: u32 = (row * params.stride);
-        var t_raw: f32 = bitcast<f32>(rows[((row * 8u) + 0u)]);
+        var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
         var noisy: bool = (t_raw >= (1e-6f));
         var temp: f32 = select((1.0f), t_raw, noisy);
         var best: f32 = bitcast<f32>(4286578688u);
@@ -232,7 +232,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
         for (var c0: u32 = (sk_lid * 4u); c0 < params.vocab; c0 = c0 + (BLOCK * 4u)) {
             if (noisy) {
-                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 8u) + 6u)], rows[((row * 8u) + 7u)]), rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)]);
+                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
             }
             {
                 var col: u32 = (c0 + 0u);

@@ -168,7 +168,7 @@ fn sk_seeded_gumbel32(h_in: u32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var row: u32 = sk_wid.x; row < params.batch; row = row + sk_nwg.x) {
         var base: u32 = (row * params.stride);
-        var t_raw: f32 = bitcast<f32>(rows[((row * 8u) + 0u)]);
+        var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
         var noisy: bool = (t_raw >= (1e-6f));
         var temp: f32 = select((1.0f), t_raw, noisy);
         var m: f32 = bitcast<f32>(4286578688u);
@@ -275,7 +275,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
                     var s64: f64 = lp;
                     if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     if (((s64 > best) || (best_i == 4294967295u))) {
                         best = s64;
@@ -290,7 +290,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
                     var s64: f64 = lp;
                     if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     if (((s64 > best) || (best_i == 4294967295u))) {
                         best = s64;
@@ -305,7 +305,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
                     var s64: f64 = lp;
                     if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     if (((s64 > best) || (best_i == 4294967295u))) {
                         best = s64;
@@ -320,7 +320,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
                     var s64: f64 = lp;
                     if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     if (((s64 > best) || (best_i == 4294967295u))) {
                         best = s64;

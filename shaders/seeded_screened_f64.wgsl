@@ -141,7 +141,7 @@ fn sk_seeded_gumbel32(h_in: u32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var row: u32 = sk_wid.x; row < params.batch; row = row + sk_nwg.x) {
         var base: u32 = (row * params.stride);
-        var t_raw: f32 = bitcast<f32>(rows[((row * 8u) + 0u)]);
+        var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
         var noisy: bool = (t_raw >= (1e-6f));
         var temp: f32 = select((1.0f), t_raw, noisy);
         var best32: f32 = bitcast<f32>(4286578688u);
@@ -153,7 +153,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
@@ -168,7 +168,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
@@ -183,7 +183,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
@@ -198,7 +198,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
@@ -234,7 +234,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var lp32: f32 = f32(select(lp[(base + win32_i)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + win32_i)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + win32_i)]) == 9218868437227405312lu))));
             var s32: f32 = lp32;
             if (noisy) {
-                s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], win32_i)));
+                s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], win32_i)));
             }
             var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
             floor = (win32 - err);
@@ -249,13 +249,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         var s64: f64 = select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu)));
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             best = s64;
@@ -270,13 +270,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         var s64: f64 = select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu)));
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             best = s64;
@@ -291,13 +291,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         var s64: f64 = select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu)));
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             best = s64;
@@ -312,13 +312,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                     }
                     var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         var s64: f64 = select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu)));
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 8u) + 4u)], rows[((row * 8u) + 5u)], rows[((row * 8u) + 6u)], col)));
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             best = s64;

@@ -35,21 +35,21 @@ pub mod kernels;
 mod launch;
 pub mod murmur;
 pub mod philox;
-pub mod sampler;
 pub mod planner;
+pub mod sampler;
 pub mod types;
 #[cfg(feature = "wgpu")]
 pub mod wgpu_backend;
 
 pub use backend::{Backend, Job, LogProbs, Logits, Output, SeededMode};
 pub use cpu::CpuBackend;
-pub use sampler::Sampler;
 #[cfg(feature = "cuda")]
 pub use cuda_backend::{CudaBackend, CudaBuffer};
 /// The cudarc this crate was built against, so an engine shares its stream and slice types.
 #[cfg(feature = "cuda")]
 pub use cudarc;
 pub use error::{Error, Result};
+pub use sampler::Sampler;
 pub use types::{Element, RowMode, RowParams, Shape, GREEDY_EPS};
 /// The wgpu this crate was built against, so an engine shares its device types.
 #[cfg(feature = "wgpu")]

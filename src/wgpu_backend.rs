@@ -231,6 +231,10 @@ impl Backend for WgpuBackend {
         Ok(())
     }
     fn download<T: Element>(&self, buf: &WgpuBuffer<T>) -> Result<Vec<T>> {
+        // An engine's own buffer may lack COPY_SRC; wgpu would report that by panicking.
+        if !buf.buffer.usage().contains(wgpu::BufferUsages::COPY_SRC) {
+            return Err(device_error("download needs a buffer with COPY_SRC usage"));
+        }
         let size = padded_bytes::<T>(buf.len);
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("sampling-kernels download"),

@@ -28,6 +28,11 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         "/// Threads per block on compute capability 9.0 and later.\npub const CUDA_BLOCK_SM90: u32 = {};\n\n",
         sm90.block
     ));
+    manifest.push_str(&format!(
+        "/// u32 words in a row record (`RowParams`).\npub const ROW_WORDS: usize = {};\n/// The row mode of SGLang's seeded float64 race (else the Philox race).\npub const MODE_SEEDED: u32 = {};\n\n",
+        kernels::sampling::ROW_WORDS,
+        kernels::sampling::MODE_SEEDED
+    ));
     manifest.push_str("pub const KERNELS: &[KernelSource] = &[\n");
     for k in &kernels {
         ir::check(k)?;

@@ -14,3 +14,14 @@ pub fn all() -> Vec<Kernel> {
     all.extend(seeded::all());
     all
 }
+
+/// The helpers of several lists, each once, in first-seen order (dependencies first).
+pub fn union<const N: usize>(lists: [Vec<crate::ir::Function>; N]) -> Vec<crate::ir::Function> {
+    let mut out: Vec<crate::ir::Function> = Vec::new();
+    for f in lists.into_iter().flatten() {
+        if !out.iter().any(|g| g.name == f.name) {
+            out.push(f);
+        }
+    }
+    out
+}

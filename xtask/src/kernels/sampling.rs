@@ -2,8 +2,8 @@
 //!
 //! Layout shared by every kernel (and by the host code in `src/`):
 //! - the input is `batch` rows of `vocab` values, row `r` starting at `r * stride`;
-//! - `rows` holds `ROW_WORDS` u32 per row: temperature (f32 bits), top_k, top_p (f32 bits),
-//!   min_p (f32 bits), seed lo, seed hi, offset lo, offset hi;
+//! - `rows` holds `ROW_WORDS` u32 per row (see [`word`]): temperature (f32 bits), the row's
+//!   mode, words reserved for the filters, seed lo, seed hi, offset lo, offset hi;
 //! - params are `batch, vocab, stride, flags`; flag bit 0 asks for log-probabilities;
 //! - one workgroup per row (rows past the grid are taken in a grid-stride loop), each invocation
 //!   taking four consecutive columns per step so one Philox block serves four columns.
@@ -12,7 +12,22 @@ use super::math::{self, is_nan};
 use super::philox;
 use crate::ir::*;
 
-pub const ROW_WORDS: u32 = 8;
+/// The per-row record, in u32 words (`RowParams` on the host; `src/generated.rs` exports these so
+/// the host layout is checked against them at compile time).
+pub const ROW_WORDS: u32 = 12;
+/// Word indices in the row record.
+pub mod word {
+    pub const TEMPERATURE: u32 = 0;
+    /// How the unified `sample_*` kernels treat the row ([`super::MODE_SEEDED`] or the race).
+    pub const MODE: u32 = 1;
+    pub const SEED_LO: u32 = 8;
+    pub const SEED_HI: u32 = 9;
+    pub const OFFSET_LO: u32 = 10;
+    pub const OFFSET_HI: u32 = 11;
+}
+/// Row mode of SGLang's seeded float64 race; any other value is the Philox race (greedy below
+/// [`GREEDY_EPS`]).
+pub const MODE_SEEDED: u32 = 1;
 pub const PARAMS: [&str; 4] = ["batch", "vocab", "stride", "flags"];
 pub const FLAG_LOGPROBS: u32 = 1;
 /// Flag bit 1 asks for a status per row: 1 if a token with a valid value was chosen, 0 if the
@@ -101,13 +116,19 @@ pub(super) fn for_each_column(
     });
 }
 
+/// The Philox block of the four columns from `c0`, keyed by the row's seed and offset.
+fn philox_block(c0: Expr) -> Expr {
+    let w = |k| row_word(k);
+    philox::block_for(c0, w(word::SEED_LO), w(word::SEED_HI), w(word::OFFSET_LO), w(word::OFFSET_HI))
+}
+
 pub(super) fn row_word(k: u32) -> Expr {
     load("rows", var("row") * u(ROW_WORDS) + u(k))
 }
 
 /// Declares `temp` (the row's temperature, 1 for greedy rows) and `noisy` (not greedy).
 pub(super) fn row_temperature(b: &mut Block) {
-    let t = b.let_("t_raw", Ty::F32, row_word(0).bitcast(Ty::F32));
+    let t = b.let_("t_raw", Ty::F32, row_word(word::TEMPERATURE).bitcast(Ty::F32));
     b.let_("noisy", Ty::Bool, t.clone().ge(f(GREEDY_EPS)));
     b.let_("temp", Ty::F32, select(var("noisy"), t, f(1.0)));
 }
@@ -120,7 +141,7 @@ fn load_clean(col: Expr) -> Expr {
 
 /// What the argmax kernels race on.
 #[derive(Clone, Copy, PartialEq)]
-enum Race {
+pub(super) enum Race {
     /// `l` for every row.
     Greedy,
     /// `l / T + Gumbel` (greedy rows: `l`).
@@ -151,6 +172,117 @@ pub(super) fn output_buffers() -> [BufferDecl; 3] {
     [buffer("tokens", Storage::U32, true), buffer("logprobs", Storage::F32, true), buffer("status", Storage::U32, true)]
 }
 
+/// One row of the argmax family (see [`argmax_kernel`]), inside the row loop.
+pub(super) fn race_row(b: &mut Block, race: Race) {
+    let want_lp = (param("flags") & u(FLAG_LOGPROBS)).ne_(u(0));
+    let inf = f(f32::INFINITY);
+    let from_logits = race != Race::Probs;
+    if race == Race::Greedy {
+        b.let_("noisy", Ty::Bool, boolean(false));
+        b.let_("temp", Ty::F32, f(1.0));
+    } else {
+        row_temperature(b);
+    }
+    b.let_("best", Ty::F32, f(f32::NEG_INFINITY));
+    b.let_("best_i", Ty::U32, u(NONE));
+    // The top class (+inf scaled values): its own race, on the noise alone.
+    b.let_("top", Ty::F32, f(f32::NEG_INFINITY));
+    b.let_("top_i", Ty::U32, u(NONE));
+    b.let_("top_n", Ty::U32, u(0));
+    b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
+    b.let_("s", Ty::F32, f(0.0));
+    b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
+    for_each_column(
+        b,
+        |b, c0| {
+            if race != Race::Greedy {
+                b.if_(var("noisy"), |b| {
+                    let block = philox_block(c0);
+                    b.set("w", block);
+                });
+            }
+        },
+        |b, col, j| {
+            let x = b.let_("xv", Ty::F32, load_clean(col.clone()));
+            let sv = b.let_("sv", Ty::F32, if from_logits { x.clone() / var("temp") } else { x.clone() });
+            let score = b.let_("score", Ty::F32, sv.clone());
+            let keep = |b: &mut Block, best: &str, best_i: &str, value: Expr| {
+                b.if_(value.clone().gt(var(best)).or(var(best_i).eq_(u(NONE))), |b| {
+                    b.set(best, value);
+                    b.set(best_i, col.clone());
+                });
+            };
+            if race == Race::Probs {
+                // Probabilities: negative and infinite values are as invalid as NaN.
+                let valid = x.clone().ge(f(0.0)).and(x.clone().lt(inf.clone()));
+                b.if_else(
+                    valid,
+                    |b| {
+                        b.if_(var("noisy"), |b| {
+                            b.set("score", x.clone() / call(philox::EXPONENTIAL, vec![var("w").comp(j)]));
+                        })
+                    },
+                    |b| b.set("score", f(f32::NEG_INFINITY)),
+                );
+                keep(b, "best", "best_i", score);
+                return;
+            }
+            let noise = call(philox::GUMBEL, vec![var("w").comp(j)]);
+            let noise = if race == Race::Logits { select(var("noisy"), noise, f(0.0)) } else { f(0.0) };
+            b.if_else(
+                sv.clone().eq_(inf.clone()),
+                |b| {
+                    b.set("top_n", var("top_n") + u(1));
+                    keep(b, "top", "top_i", noise.clone());
+                },
+                |b| {
+                    b.if_(var("noisy"), |b| b.set("score", sv.clone() + noise.clone()));
+                    keep(b, "best", "best_i", score.clone());
+                    b.if_(want_lp.clone(), |b| {
+                        b.if_else(
+                            sv.clone().gt(var("m")),
+                            |b| {
+                                let rescale = call(math::EXP, vec![var("m") - sv.clone()]);
+                                b.set("s", var("s") * rescale + f(1.0));
+                                b.set("m", sv.clone());
+                            },
+                            |b| {
+                                b.if_(sv.clone().gt(f(f32::NEG_INFINITY)), |b| {
+                                    b.set("s", var("s") + call(math::EXP, vec![sv.clone() - var("m")]));
+                                })
+                            },
+                        );
+                    });
+                },
+            );
+        },
+    );
+    let (win, tok) = b.argmax(var("best"), var("best_i"), "win", "tok");
+    if race == Race::Probs {
+        let valid = b.let_("valid", Ty::Bool, win.gt(f(0.0)));
+        write_results(b, tok.clone(), valid, |b| {
+            let pt = b.let_("pt", Ty::F32, load_clean(tok.clone()));
+            select(pt.clone().gt(f(0.0)), call(math::LOG, vec![pt]), f(f32::NEG_INFINITY))
+        });
+        return;
+    }
+    let tops = b.reduce(ReduceOp::Sum, Ty::U32, var("top_n"), "tops");
+    let valid = b.let_("valid", Ty::Bool, tops.clone().gt(u(0)).or(win.gt(f(f32::NEG_INFINITY))));
+    b.if_(tops.clone().gt(u(0)), |b| {
+        let (_, top_tok) = b.argmax(var("top"), var("top_i"), "top_win", "top_tok");
+        b.set("tok", top_tok);
+    });
+    write_results(b, tok.clone(), valid, |b| {
+        // Top class: uniform over its columns. Else log-softmax from the online sums.
+        let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_max");
+        let mine =
+            select(var("m").eq_(f(f32::NEG_INFINITY)), f(0.0), var("s") * call(math::EXP, vec![var("m") - mx.clone()]));
+        let total = b.reduce(ReduceOp::Sum, Ty::F32, mine, "row_sum");
+        let finite = load_clean(tok.clone()) / var("temp") - mx - call(math::LOG, vec![total]);
+        select(tops.clone().gt(u(0)), -call(math::LOG, vec![tops.clone().cast(Ty::F32)]), finite)
+    });
+}
+
 /// The argmax family: greedy, the race from logits and the race from probabilities. One read of
 /// the row; with `FLAG_LOGPROBS`, the chosen token's log-probability from the same read.
 ///
@@ -169,119 +301,7 @@ fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
         buffers.push(buffer("rows", Storage::U32, false));
     }
     buffers.extend(output_buffers());
-    let want_lp = (param("flags") & u(FLAG_LOGPROBS)).ne_(u(0));
-    let inf = f(f32::INFINITY);
-    let from_logits = race != Race::Probs;
-
-    for_each_row(&mut b, |b| {
-        if race == Race::Greedy {
-            b.let_("noisy", Ty::Bool, boolean(false));
-            b.let_("temp", Ty::F32, f(1.0));
-        } else {
-            row_temperature(b);
-        }
-        b.let_("best", Ty::F32, f(f32::NEG_INFINITY));
-        b.let_("best_i", Ty::U32, u(NONE));
-        // The top class (+inf scaled values): its own race, on the noise alone.
-        b.let_("top", Ty::F32, f(f32::NEG_INFINITY));
-        b.let_("top_i", Ty::U32, u(NONE));
-        b.let_("top_n", Ty::U32, u(0));
-        b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
-        b.let_("s", Ty::F32, f(0.0));
-        b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
-        for_each_column(
-            b,
-            |b, c0| {
-                if race != Race::Greedy {
-                    b.if_(var("noisy"), |b| {
-                        let block = philox::block_for(c0, row_word(4), row_word(5), row_word(6), row_word(7));
-                        b.set("w", block);
-                    });
-                }
-            },
-            |b, col, j| {
-                let x = b.let_("xv", Ty::F32, load_clean(col.clone()));
-                let sv = b.let_("sv", Ty::F32, if from_logits { x.clone() / var("temp") } else { x.clone() });
-                let score = b.let_("score", Ty::F32, sv.clone());
-                let keep = |b: &mut Block, best: &str, best_i: &str, value: Expr| {
-                    b.if_(value.clone().gt(var(best)).or(var(best_i).eq_(u(NONE))), |b| {
-                        b.set(best, value);
-                        b.set(best_i, col.clone());
-                    });
-                };
-                if race == Race::Probs {
-                    // Probabilities: negative and infinite values are as invalid as NaN.
-                    let valid = x.clone().ge(f(0.0)).and(x.clone().lt(inf.clone()));
-                    b.if_else(
-                        valid,
-                        |b| {
-                            b.if_(var("noisy"), |b| {
-                                b.set("score", x.clone() / call(philox::EXPONENTIAL, vec![var("w").comp(j)]));
-                            })
-                        },
-                        |b| b.set("score", f(f32::NEG_INFINITY)),
-                    );
-                    keep(b, "best", "best_i", score);
-                    return;
-                }
-                let noise = call(philox::GUMBEL, vec![var("w").comp(j)]);
-                let noise = if race == Race::Logits { select(var("noisy"), noise, f(0.0)) } else { f(0.0) };
-                b.if_else(
-                    sv.clone().eq_(inf.clone()),
-                    |b| {
-                        b.set("top_n", var("top_n") + u(1));
-                        keep(b, "top", "top_i", noise.clone());
-                    },
-                    |b| {
-                        b.if_(var("noisy"), |b| b.set("score", sv.clone() + noise.clone()));
-                        keep(b, "best", "best_i", score.clone());
-                        b.if_(want_lp.clone(), |b| {
-                            b.if_else(
-                                sv.clone().gt(var("m")),
-                                |b| {
-                                    let rescale = call(math::EXP, vec![var("m") - sv.clone()]);
-                                    b.set("s", var("s") * rescale + f(1.0));
-                                    b.set("m", sv.clone());
-                                },
-                                |b| {
-                                    b.if_(sv.clone().gt(f(f32::NEG_INFINITY)), |b| {
-                                        b.set("s", var("s") + call(math::EXP, vec![sv.clone() - var("m")]));
-                                    })
-                                },
-                            );
-                        });
-                    },
-                );
-            },
-        );
-        let (win, tok) = b.argmax(var("best"), var("best_i"), "win", "tok");
-        if race == Race::Probs {
-            let valid = b.let_("valid", Ty::Bool, win.gt(f(0.0)));
-            write_results(b, tok.clone(), valid, |b| {
-                let pt = b.let_("pt", Ty::F32, load_clean(tok.clone()));
-                select(pt.clone().gt(f(0.0)), call(math::LOG, vec![pt]), f(f32::NEG_INFINITY))
-            });
-            return;
-        }
-        let tops = b.reduce(ReduceOp::Sum, Ty::U32, var("top_n"), "tops");
-        let valid = b.let_("valid", Ty::Bool, tops.clone().gt(u(0)).or(win.gt(f(f32::NEG_INFINITY))));
-        b.if_(tops.clone().gt(u(0)), |b| {
-            let (_, top_tok) = b.argmax(var("top"), var("top_i"), "top_win", "top_tok");
-            b.set("tok", top_tok);
-        });
-        write_results(b, tok.clone(), valid, |b| {
-            // Top class: uniform over its columns. Else log-softmax from the online sums.
-            let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_max");
-            let mine = select(
-                var("m").eq_(f(f32::NEG_INFINITY)),
-                f(0.0),
-                var("s") * call(math::EXP, vec![var("m") - mx.clone()]),
-            );
-            let total = b.reduce(ReduceOp::Sum, Ty::F32, mine, "row_sum");
-            let finite = load_clean(tok.clone()) / var("temp") - mx - call(math::LOG, vec![total]);
-            select(tops.clone().gt(u(0)), -call(math::LOG, vec![tops.clone().cast(Ty::F32)]), finite)
-        });
-    });
+    for_each_row(&mut b, |b| race_row(b, race));
 
     let mut functions = vec![math::exp()];
     functions.extend(philox::noise_functions());
@@ -393,7 +413,7 @@ fn noise_kernel() -> Kernel {
         b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
         for_each_column(
             b,
-            |b, c0| b.set("w", philox::block_for(c0, row_word(4), row_word(5), row_word(6), row_word(7))),
+            |b, c0| b.set("w", philox_block(c0)),
             |b, col, j| {
                 b.store("noise", var("row") * param("vocab") + col, call(philox::GUMBEL, vec![var("w").comp(j)]));
             },

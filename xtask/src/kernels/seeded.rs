@@ -16,8 +16,9 @@ use super::math;
 use super::murmur::{self, SCREEN_ABS, SCREEN_REL};
 use super::sampling::{
     buffer, for_each_column, for_each_item, for_each_row, kernel, output_buffers, row_temperature, row_word, scaled,
-    softmax_stats, softmax_weight, write_results, Dtype,
+    softmax_stats, softmax_weight, word, write_results, Dtype, Race, MODE_SEEDED,
 };
+use super::{philox, sampling::race_row};
 use crate::ir::*;
 
 const NONE: u32 = u32::MAX;
@@ -37,7 +38,7 @@ fn lp_storage(lp: Lp) -> Storage {
 
 /// The column's hash: Murmur3 of (seed lo, seed hi, position lo, column).
 fn hash(col: Expr) -> Expr {
-    call(murmur::MURMUR, vec![row_word(4), row_word(5), row_word(6), col])
+    call(murmur::MURMUR, vec![row_word(word::SEED_LO), row_word(word::SEED_HI), row_word(word::OFFSET_LO), col])
 }
 
 /// The log-probability at `col` as f64. NaN and +inf (no log-probability is positive) are read
@@ -166,37 +167,59 @@ fn seeded_screened(lp: Lp) -> Kernel {
 }
 
 /// From logits: SGLang's float32 log-softmax, then the float64 race. Three reads.
-fn seeded_logits(dtype: Dtype) -> Kernel {
-    let mut b = Block::new();
-    for_each_row(&mut b, |b| {
-        row_temperature(b);
-        let (mx, inv) = softmax_stats(b);
-        b.let_("best", Ty::F64, f64_(f64::NEG_INFINITY));
-        b.let_("best_i", Ty::U32, u(NONE));
-        // log(softmax) in float32, as `torch.log(torch.softmax(logits / T))`: 0 gives -inf.
-        let lp_at = |b: &mut Block, col: Expr| -> Expr {
-            let p = b.let_("p", Ty::F32, softmax_weight(scaled(col), mx.clone()) * inv.clone());
-            let lp = select(p.clone().gt(f(0.0)), call(math::LOG, vec![p]), f(f32::NEG_INFINITY));
-            b.let_("lp", Ty::F64, lp.cast(Ty::F64))
-        };
-        for_each_column(
-            b,
-            |_, _| {},
-            |b, col, _| {
-                let lp = lp_at(b, col.clone());
-                let s = score64(b, lp, col.clone());
-                keep_best(b, "best", "best_i", s, col);
-            },
-        );
-        let (win, tok) = b.argmax_of(Ty::F64, var("best"), var("best_i"), "win", "tok");
-        finish(b, win, tok.clone(), |b| lp_at(b, tok));
-    });
+/// One row of the seeded race from logits (see [`seeded_logits`]), inside the row loop.
+fn seeded_logits_row(b: &mut Block) {
+    row_temperature(b);
+    let (mx, inv) = softmax_stats(b);
+    b.let_("best", Ty::F64, f64_(f64::NEG_INFINITY));
+    b.let_("best_i", Ty::U32, u(NONE));
+    // log(softmax) in float32, as `torch.log(torch.softmax(logits / T))`: 0 gives -inf.
+    let lp_at = |b: &mut Block, col: Expr| -> Expr {
+        let p = b.let_("p", Ty::F32, softmax_weight(scaled(col), mx.clone()) * inv.clone());
+        let lp = select(p.clone().gt(f(0.0)), call(math::LOG, vec![p]), f(f32::NEG_INFINITY));
+        b.let_("lp", Ty::F64, lp.cast(Ty::F64))
+    };
+    for_each_column(
+        b,
+        |_, _| {},
+        |b, col, _| {
+            let lp = lp_at(b, col.clone());
+            let s = score64(b, lp, col.clone());
+            keep_best(b, "best", "best_i", s, col);
+        },
+    );
+    let (win, tok) = b.argmax_of(Ty::F64, var("best"), var("best_i"), "win", "tok");
+    finish(b, win, tok.clone(), |b| lp_at(b, tok));
+}
+
+fn logits_buffers(dtype: Dtype) -> Vec<BufferDecl> {
     let mut buffers = vec![buffer("x", dtype.storage(), false), buffer("rows", Storage::U32, false)];
     buffers.extend(output_buffers());
+    buffers
+}
+
+fn seeded_logits(dtype: Dtype) -> Kernel {
+    let mut b = Block::new();
+    for_each_row(&mut b, seeded_logits_row);
     let mut functions = vec![math::exp()];
     functions.extend(self::functions());
     let doc = "the seeded float64 race from logits, log-probabilities computed as SGLang does";
-    kernel(format!("seeded_logits_{}", dtype.suffix()), doc, 3, buffers, functions, b)
+    kernel(format!("seeded_logits_{}", dtype.suffix()), doc, 3, logits_buffers(dtype), functions, b)
+}
+
+/// The per-row sampler: each row runs its own mode's path (the Philox race, greedy below
+/// 1e-6, or SGLang's seeded float64 race), so any mix of rows is one launch and each row pays
+/// only for its own path. A race row reads its logits once, a seeded row three times.
+fn sample(dtype: Dtype) -> Kernel {
+    let mut b = Block::new();
+    for_each_row(&mut b, |b| {
+        // The mode is the same for every invocation of the row's workgroup: the branch is uniform.
+        let seeded = row_word(word::MODE).eq_(u(MODE_SEEDED));
+        b.if_else(seeded, seeded_logits_row, |b| race_row(b, Race::Logits));
+    });
+    let functions = super::union([vec![math::exp()], philox::noise_functions(), self::functions()]);
+    let doc = "per-row sampler: each row's mode picks the Philox race or the seeded float64 race";
+    kernel(format!("sample_{}", dtype.suffix()), doc, 3, logits_buffers(dtype), functions, b)
 }
 
 /// Diagnostic: Murmur3 of `batch` items of four words.
@@ -223,6 +246,7 @@ fn log64_kernel() -> Kernel {
 pub fn all() -> Vec<Kernel> {
     let mut out = vec![seeded_full(Lp::F64), seeded_full(Lp::F32), seeded_screened(Lp::F64), seeded_screened(Lp::F32)];
     out.extend(Dtype::ALL.iter().map(|&d| seeded_logits(d)));
+    out.extend(Dtype::ALL.iter().map(|&d| sample(d)));
     out.push(murmur_kernel());
     out.push(log64_kernel());
     out

@@ -1,0 +1,152 @@
+//! The command line. Combinations that cannot work (two inputs, log-probabilities without the
+//! seeded sampler, probabilities with it) are refused by clap before any file is read.
+
+use crate::input::Role;
+use anyhow::{bail, Result};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use sampling_kernels::{RowParams, SeededMode};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "sampling-kernels", version, about = "Exact LLM token sampling on CUDA, wgpu or the CPU")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Sample one token per row of a file; prints one JSON object per row.
+    Sample(SampleArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum BackendChoice {
+    /// CUDA, then wgpu, then the CPU.
+    Auto,
+    Cpu,
+    Wgpu,
+    Cuda,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Mode {
+    /// Every column in float64 (one read).
+    Float64,
+    /// Float32 scores first, float64 only where a column could still win (two reads).
+    Screened,
+}
+
+#[derive(Args)]
+#[command(group(ArgGroup::new("input").required(true).args(["logits", "probs", "logprobs"])))]
+// So that `--temperature -1` reaches the temperature check rather than reading as a flag.
+#[command(allow_negative_numbers = true)]
+pub struct SampleArgs {
+    /// Logits (f32, f16 or bf16), rank 1 or batch x vocab, in .npy or .safetensors.
+    #[arg(long, value_name = "FILE")]
+    pub logits: Option<PathBuf>,
+    /// Probabilities (f32), sampled with SGLang's `argmax p / Exponential`.
+    #[arg(long, value_name = "FILE", conflicts_with = "seeded")]
+    pub probs: Option<PathBuf>,
+    /// Log-probabilities (f64 or f32) for the seeded float64 sampler.
+    #[arg(long, value_name = "FILE", requires = "seeded")]
+    pub logprobs: Option<PathBuf>,
+    /// The tensor to read from a .safetensors file (default: its only tensor).
+    #[arg(long, value_name = "NAME")]
+    pub tensor: Option<String>,
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
+    /// Temperature: one for every row, or one per row (`0.7,1,0`); below 1e-6 the row is greedy.
+    #[arg(long, value_delimiter = ',', default_value = "1", value_parser = temperature)]
+    pub temperature: Vec<f32>,
+    /// The request's seed: one for every row, or one per row.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub seed: Vec<u64>,
+    /// The decode step, one or one per row: the race's Philox offset, the seeded sampler's position.
+    #[arg(long, visible_alias = "position", value_delimiter = ',', default_value = "0")]
+    pub offset: Vec<u64>,
+    /// SGLang's deterministic sampler: float64 `argmax logprob + Gumbel(Murmur3(seed, position, column))`.
+    #[arg(long)]
+    pub seeded: bool,
+    /// How the seeded sampler reads --logprobs (both give the same token; default float64).
+    /// From --logits it has one path, and --probs it does not read.
+    #[arg(long, value_enum, conflicts_with_all = ["logits", "probs"])]
+    pub mode: Option<Mode>,
+    /// Not implemented yet (the crate has no filter kernels).
+    #[arg(long)]
+    pub top_k: Option<u32>,
+    /// Not implemented yet.
+    #[arg(long)]
+    pub top_p: Option<f32>,
+    /// Not implemented yet.
+    #[arg(long)]
+    pub min_p: Option<f32>,
+    /// The order filters apply in. Not implemented yet.
+    #[arg(long)]
+    pub order: Option<String>,
+    /// Also print each token's log-probability under the distribution it was sampled from.
+    #[arg(long, conflicts_with = "draws")]
+    pub return_logprob: bool,
+    /// Draw N tokens per row (decode steps offset..offset+N) and print a histogram per row.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub draws: Option<u64>,
+    /// With --draws: also print each token's probability from the CPU oracle and the total
+    /// variation distance between the histogram and that distribution.
+    #[arg(long, requires = "draws")]
+    pub compare: bool,
+}
+
+fn temperature(text: &str) -> Result<f32, String> {
+    match text.parse::<f32>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        Ok(_) => Err("must be finite and at least 0 (below 1e-6 is greedy)".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl SampleArgs {
+    /// The input file and what it holds (clap guarantees exactly one).
+    pub fn input(&self) -> Option<(&PathBuf, Role)> {
+        let named = [(&self.logits, Role::Logits), (&self.probs, Role::Probs), (&self.logprobs, Role::LogProbs)];
+        named.into_iter().find_map(|(path, role)| Some((path.as_ref()?, role)))
+    }
+
+    pub fn mode(&self) -> SeededMode {
+        match self.mode {
+            None | Some(Mode::Float64) => SeededMode::Float64,
+            Some(Mode::Screened) => SeededMode::Screened,
+        }
+    }
+
+    /// Refuses the filter flags: sampling without the filter asked for would give tokens
+    /// from the wrong distribution.
+    pub fn reject_filters(&self) -> Result<()> {
+        let given = [
+            ("--top-k", self.top_k.is_some()),
+            ("--top-p", self.top_p.is_some()),
+            ("--min-p", self.min_p.is_some()),
+            ("--order", self.order.is_some()),
+        ];
+        if let Some((flag, _)) = given.into_iter().find(|(_, set)| *set) {
+            bail!("{flag} is not implemented yet: the crate has no top-k, top-p or min-p kernels");
+        }
+        Ok(())
+    }
+
+    /// Each row's parameters from the per-row flags.
+    pub fn rows(&self, batch: usize) -> Result<Vec<RowParams>> {
+        let temperature = per_row("--temperature", &self.temperature, batch)?;
+        let seed = per_row("--seed", &self.seed, batch)?;
+        let offset = per_row("--offset", &self.offset, batch)?;
+        Ok((0..batch).map(|r| RowParams::new(temperature[r], seed[r], offset[r])).collect())
+    }
+}
+
+/// One value for every row, or one value per row.
+fn per_row<T: Copy>(flag: &str, values: &[T], batch: usize) -> Result<Vec<T>> {
+    match values {
+        [one] => Ok(vec![*one; batch]),
+        _ if values.len() == batch => Ok(values.to_vec()),
+        _ => bail!("{flag} has {} values for {batch} rows; give one, or one per row", values.len()),
+    }
+}
