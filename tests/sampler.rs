@@ -1,0 +1,96 @@
+//! The per-row sampler: a batch mixing greedy, Philox-race and seeded rows is one launch, and
+//! each row gets exactly the token its own path gives alone, on every backend.
+
+#[macro_use]
+mod common;
+
+use common::Rng;
+use sampling_kernels::planner::SamplingParams;
+use sampling_kernels::{Backend, Error, Logits, Output, RowMode, RowParams, Sampler, Shape};
+
+/// Row `r` is greedy, plain or seeded by `r % 3` (and every mix of the three in smaller batches).
+fn mixed_rows(rng: &mut Rng, batch: usize, step: u64) -> Vec<RowParams> {
+    (0..batch)
+        .map(|r| match r % 3 {
+            0 => RowParams::greedy(),
+            1 => RowParams::new(0.9, rng.next_u64(), step),
+            _ => RowParams::seeded(1.1, rng.next_u64(), step),
+        })
+        .collect()
+}
+
+/// Tokens and log-probabilities of one call on the whole batch.
+fn call<B: Backend>(
+    b: &B,
+    shape: Shape,
+    x: &B::Buffer<f32>,
+    rows: &[RowParams],
+    launch: fn(&B, Shape, Logits<'_, B>, &B::Buffer<RowParams>, Output<'_, B>) -> sampling_kernels::Result<()>,
+) -> (Vec<u32>, Vec<f32>) {
+    let r = b.upload(rows).unwrap();
+    let (mut t, mut lp) = (b.zeros::<u32>(shape.batch).unwrap(), b.zeros::<f32>(shape.batch).unwrap());
+    launch(b, shape, Logits::F32(x), &r, Output::new(&mut t).with_logprobs(&mut lp)).unwrap();
+    (b.download(&t).unwrap(), b.download(&lp).unwrap())
+}
+
+pub fn mixed_batch_matches_each_path<B: Backend>(b: &B) {
+    let mut rng = Rng::new(8);
+    let shape = Shape { batch: 30, vocab: 3001, stride: 3008 };
+    let logits: Vec<f32> = (0..shape.elements()).map(|_| rng.normal(2.5) as f32).collect();
+    let x = b.upload(&logits).unwrap();
+    let rows = mixed_rows(&mut rng, shape.batch, 4);
+    let (mixed, mixed_lp) = call(b, shape, &x, &rows, B::sample);
+    let (raced, raced_lp) = call(b, shape, &x, &rows, B::race_from_logits);
+    let (seeded, seeded_lp) = call(b, shape, &x, &rows, B::seeded_from_logits);
+    for (r, p) in rows.iter().enumerate() {
+        let (want, want_lp) = match p.mode() {
+            RowMode::Seeded => (seeded[r], seeded_lp[r]),
+            RowMode::Race => (raced[r], raced_lp[r]),
+        };
+        assert_eq!((mixed[r], mixed_lp[r]), (want, want_lp), "row {r} ({:?})", p.mode());
+    }
+}
+
+/// The step API: one row buffer for 200 steps of a changing mix; each step matches `sample`.
+pub fn sampler_steps<B: Backend>(b: &B) {
+    let mut rng = Rng::new(12);
+    let shape = Shape::dense(9, 700);
+    let logits: Vec<f32> = (0..shape.elements()).map(|_| rng.normal(2.0) as f32).collect();
+    let x = b.upload(&logits).unwrap();
+    let mut sampler = Sampler::new(b, 16).unwrap();
+    let mut t = b.zeros::<u32>(shape.batch).unwrap();
+    for step in 0..200 {
+        let mut rows = mixed_rows(&mut rng, shape.batch, step);
+        rows.rotate_left(step as usize % 3);
+        sampler.step(shape, Logits::F32(&x), &rows, Output::new(&mut t)).unwrap();
+        let (want, _) = call(b, shape, &x, &rows, B::sample);
+        assert_eq!(b.download(&t).unwrap(), want, "step {step}");
+    }
+    let err = sampler.step(shape, Logits::F32(&x), &[RowParams::greedy()], Output::new(&mut t));
+    assert!(matches!(err, Err(Error::Shape(_))), "{err:?}");
+}
+
+suite!(cpu, crate::common::cpu, sampler_steps);
+#[cfg(feature = "wgpu")]
+suite!(wgpu, crate::common::wgpu, mixed_batch_matches_each_path, sampler_steps);
+#[cfg(feature = "cuda")]
+suite!(cuda, crate::common::cuda, mixed_batch_matches_each_path, sampler_steps);
+
+/// SGLang-normalized requests become row records: greedy, seeded under deterministic inference
+/// (seed 42 by default), the Philox race otherwise; filters are refused until they exist.
+#[test]
+fn requests_become_rows() {
+    let row = |body: &str, deterministic| {
+        let params: SamplingParams = serde_json::from_str(body).unwrap();
+        RowParams::from_request(&params.normalize().unwrap(), 7, deterministic)
+    };
+    let greedy = row(r#"{"temperature": 0}"#, false).unwrap();
+    assert!(!greedy.is_sampled());
+    let plain = row(r#"{"temperature": 0.7, "seed": 5}"#, false).unwrap();
+    assert_eq!((plain.mode(), plain.seed(), plain.offset()), (RowMode::Race, 5, 7));
+    let seeded = row(r#"{"temperature": 0.7}"#, true).unwrap();
+    assert_eq!((seeded.mode(), seeded.seed()), (RowMode::Seeded, 42));
+    for body in [r#"{"top_p": 0.9}"#, r#"{"top_k": 20}"#, r#"{"min_p": 0.1}"#] {
+        assert!(matches!(row(body, false), Err(Error::Param { .. })), "{body}");
+    }
+}
