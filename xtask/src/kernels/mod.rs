@@ -3,6 +3,7 @@
 pub mod math;
 pub mod murmur;
 pub mod philox;
+pub mod sampler;
 pub mod sampling;
 pub mod seeded;
 
@@ -12,6 +13,7 @@ use crate::ir::Kernel;
 pub fn all() -> Vec<Kernel> {
     let mut all = sampling::all();
     all.extend(seeded::all());
+    all.extend(sampler::all());
     all
 }
 

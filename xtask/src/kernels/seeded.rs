@@ -16,9 +16,8 @@ use super::math;
 use super::murmur::{self, SCREEN_ABS, SCREEN_REL};
 use super::sampling::{
     buffer, for_each_column, for_each_item, for_each_row, kernel, output_buffers, row_temperature, row_word, scaled,
-    softmax_stats, softmax_weight, word, write_results, Dtype, Race, MODE_SEEDED,
+    softmax_stats, softmax_weight, word, write_results, Dtype,
 };
-use super::{philox, sampling::race_row};
 use crate::ir::*;
 
 const NONE: u32 = u32::MAX;
@@ -79,7 +78,7 @@ fn finish(b: &mut Block, win: Expr, tok: Expr, lp_of_token: impl FnOnce(&mut Blo
     write_results(b, tok, valid, |b| lp_of_token(b).cast(Ty::F32));
 }
 
-fn functions() -> Vec<Function> {
+pub(super) fn functions() -> Vec<Function> {
     vec![math::log(), math::log64(), murmur::murmur3(), murmur::seeded_gumbel64(), murmur::seeded_gumbel32()]
 }
 
@@ -168,7 +167,7 @@ fn seeded_screened(lp: Lp) -> Kernel {
 
 /// From logits: SGLang's float32 log-softmax, then the float64 race. Three reads.
 /// One row of the seeded race from logits (see [`seeded_logits`]), inside the row loop.
-fn seeded_logits_row(b: &mut Block) {
+pub(super) fn seeded_logits_row(b: &mut Block) {
     row_temperature(b);
     let (mx, inv) = softmax_stats(b);
     b.let_("best", Ty::F64, f64_(f64::NEG_INFINITY));
@@ -192,7 +191,7 @@ fn seeded_logits_row(b: &mut Block) {
     finish(b, win, tok.clone(), |b| lp_at(b, tok));
 }
 
-fn logits_buffers(dtype: Dtype) -> Vec<BufferDecl> {
+pub(super) fn logits_buffers(dtype: Dtype) -> Vec<BufferDecl> {
     let mut buffers = vec![buffer("x", dtype.storage(), false), buffer("rows", Storage::U32, false)];
     buffers.extend(output_buffers());
     buffers
@@ -205,21 +204,6 @@ fn seeded_logits(dtype: Dtype) -> Kernel {
     functions.extend(self::functions());
     let doc = "the seeded float64 race from logits, log-probabilities computed as SGLang does";
     kernel(format!("seeded_logits_{}", dtype.suffix()), doc, 3, logits_buffers(dtype), functions, b)
-}
-
-/// The per-row sampler: each row runs its own mode's path (the Philox race, greedy below
-/// 1e-6, or SGLang's seeded float64 race), so any mix of rows is one launch and each row pays
-/// only for its own path. A race row reads its logits once, a seeded row three times.
-fn sample(dtype: Dtype) -> Kernel {
-    let mut b = Block::new();
-    for_each_row(&mut b, |b| {
-        // The mode is the same for every invocation of the row's workgroup: the branch is uniform.
-        let seeded = row_word(word::MODE).eq_(u(MODE_SEEDED));
-        b.if_else(seeded, seeded_logits_row, |b| race_row(b, Race::Logits));
-    });
-    let functions = super::union([vec![math::exp()], philox::noise_functions(), self::functions()]);
-    let doc = "per-row sampler: each row's mode picks the Philox race or the seeded float64 race";
-    kernel(format!("sample_{}", dtype.suffix()), doc, 3, logits_buffers(dtype), functions, b)
 }
 
 /// Diagnostic: Murmur3 of `batch` items of four words.
@@ -246,7 +230,6 @@ fn log64_kernel() -> Kernel {
 pub fn all() -> Vec<Kernel> {
     let mut out = vec![seeded_full(Lp::F64), seeded_full(Lp::F32), seeded_screened(Lp::F64), seeded_screened(Lp::F32)];
     out.extend(Dtype::ALL.iter().map(|&d| seeded_logits(d)));
-    out.extend(Dtype::ALL.iter().map(|&d| sample(d)));
     out.push(murmur_kernel());
     out.push(log64_kernel());
     out

@@ -1,0 +1,80 @@
+//! Mixed batches through the per-row sampler, against the same batches the way SGLang's batch
+//! flags would send them, measured in one run: 32 plain rows; 31 plain + 1 greedy; 31 plain + 1
+//! seeded; 16 plain + 16 seeded. SGLang sends a batch with any seeded request (deterministic
+//! inference) wholly through its seeded path; here that is `seeded_from_logits` on every row.
+//! (Its filtered path, where one greedy or top-p request sends the batch, comes with the filters.)
+//!
+//! `cargo bench --bench mixed` (wgpu when an adapter is present, else the CPU backend). Wall time
+//! per call including the wait for the tokens; median and interquartile range of `REPS` calls.
+
+use sampling_kernels::{Backend, CpuBackend, Logits, Output, RowParams, Shape};
+use std::time::Instant;
+
+const BATCH: usize = 32;
+const VOCAB: usize = 151_936;
+const REPS: usize = 15;
+
+type Launch<B> =
+    fn(&B, Shape, Logits<'_, B>, &<B as Backend>::Buffer<RowParams>, Output<'_, B>) -> sampling_kernels::Result<()>;
+
+fn rows(greedy: usize, seeded: usize) -> Vec<RowParams> {
+    (0..BATCH as u64)
+        .map(|r| match r as usize {
+            r if r < greedy => RowParams::greedy(),
+            r if r < greedy + seeded => RowParams::seeded(0.8, 100 + r as u64, 9),
+            _ => RowParams::new(0.8, 100 + r, 9),
+        })
+        .collect()
+}
+
+/// Median and interquartile range, in microseconds, of `REPS` timed calls after one warm-up.
+fn time<B: Backend>(b: &B, x: &B::Buffer<f32>, rows: &[RowParams], launch: Launch<B>) -> (f64, f64, f64) {
+    let shape = Shape::dense(BATCH, VOCAB);
+    let r = b.upload(rows).unwrap();
+    let mut t = b.zeros::<u32>(BATCH).unwrap();
+    let mut once = || {
+        let start = Instant::now();
+        launch(b, shape, Logits::F32(x), &r, Output::new(&mut t)).unwrap();
+        b.download(&t).unwrap();
+        start.elapsed().as_secs_f64() * 1e6
+    };
+    once();
+    let mut us: Vec<f64> = (0..REPS).map(|_| once()).collect();
+    us.sort_by(f64::total_cmp);
+    (us[REPS / 2], us[REPS / 4], us[3 * REPS / 4])
+}
+
+fn bench<B: Backend>(b: &B) {
+    println!("backend: {}; batch {BATCH} x vocab {VOCAB} f32; {REPS} calls each", b.describe());
+    let logits: Vec<f32> = (0..BATCH * VOCAB).map(|i| ((i * 7919 % 10007) as f32) / 1000.0 - 5.0).collect();
+    let x = b.upload(&logits).unwrap();
+    let (base, _, _) = time(b, &x, &rows(0, 0), B::race_from_logits);
+    println!("| batch | per-row `sample` (us, median [IQR]) | x 32 plain | as SGLang routes it (us) | x 32 plain |");
+    println!("|---|---|---|---|---|");
+    let cases: [(&str, usize, usize, Option<Launch<B>>); 4] = [
+        ("32 plain", 0, 0, Some(B::race_from_logits)),
+        ("31 plain + 1 greedy", 1, 0, None),
+        ("31 plain + 1 seeded", 0, 1, Some(B::seeded_from_logits)),
+        ("16 plain + 16 seeded", 0, 16, Some(B::seeded_from_logits)),
+    ];
+    for (name, greedy, seeded, sglang) in cases {
+        let r = rows(greedy, seeded);
+        let (m, q1, q3) = time(b, &x, &r, B::sample);
+        let forced = match sglang {
+            Some(launch) => {
+                let (fm, fq1, fq3) = time(b, &x, &r, launch);
+                format!("{fm:.0} [{fq1:.0}, {fq3:.0}] | {:.2}", fm / base)
+            }
+            None => "filtered path: not built yet | -".to_string(),
+        };
+        println!("| {name} | {m:.0} [{q1:.0}, {q3:.0}] | {:.2} | {forced} |", m / base);
+    }
+}
+
+fn main() {
+    #[cfg(feature = "wgpu")]
+    if let Ok(b) = sampling_kernels::WgpuBackend::new() {
+        return bench(&b);
+    }
+    bench(&CpuBackend);
+}

@@ -1,0 +1,25 @@
+//! The per-row sampler: one launch for any mix of greedy, Philox-race and seeded rows.
+
+use super::sampling::{for_each_row, kernel, race_row, row_word, word, Dtype, Race, MODE_SEEDED};
+use super::seeded::{functions, logits_buffers, seeded_logits_row};
+use super::{math, philox};
+use crate::ir::*;
+
+/// The per-row sampler: each row runs its own mode's path (the Philox race, greedy below
+/// 1e-6, or SGLang's seeded float64 race), so any mix of rows is one launch and each row pays
+/// only for its own path. A race row reads its logits once, a seeded row three times.
+fn sample(dtype: Dtype) -> Kernel {
+    let mut b = Block::new();
+    for_each_row(&mut b, |b| {
+        // The mode is the same for every invocation of the row's workgroup: the branch is uniform.
+        let seeded = row_word(word::MODE).eq_(u(MODE_SEEDED));
+        b.if_else(seeded, seeded_logits_row, |b| race_row(b, Race::Logits));
+    });
+    let functions = super::union([vec![math::exp()], philox::noise_functions(), functions()]);
+    let doc = "per-row sampler: each row's mode picks the Philox race or the seeded float64 race";
+    kernel(format!("sample_{}", dtype.suffix()), doc, 3, logits_buffers(dtype), functions, b)
+}
+
+pub fn all() -> Vec<Kernel> {
+    Dtype::ALL.iter().map(|&d| sample(d)).collect()
+}
