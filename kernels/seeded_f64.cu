@@ -137,52 +137,60 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < vocab)) {
-                    double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
-                    if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                    }
-                    if (((s64 > best) || (best_i == 4294967295u))) {
-                        best = s64;
-                        best_i = col;
+                    if (true) {
+                        double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
+                        if (noisy) {
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        if (((s64 > best) || (best_i == 4294967295u))) {
+                            best = s64;
+                            best_i = col;
+                        }
                     }
                 }
             }
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < vocab)) {
-                    double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
-                    if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                    }
-                    if (((s64 > best) || (best_i == 4294967295u))) {
-                        best = s64;
-                        best_i = col;
+                    if (true) {
+                        double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
+                        if (noisy) {
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        if (((s64 > best) || (best_i == 4294967295u))) {
+                            best = s64;
+                            best_i = col;
+                        }
                     }
                 }
             }
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < vocab)) {
-                    double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
-                    if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                    }
-                    if (((s64 > best) || (best_i == 4294967295u))) {
-                        best = s64;
-                        best_i = col;
+                    if (true) {
+                        double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
+                        if (noisy) {
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        if (((s64 > best) || (best_i == 4294967295u))) {
+                            best = s64;
+                            best_i = col;
+                        }
                     }
                 }
             }
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < vocab)) {
-                    double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
-                    if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                    }
-                    if (((s64 > best) || (best_i == 4294967295u))) {
-                        best = s64;
-                        best_i = col;
+                    if (true) {
+                        double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
+                        if (noisy) {
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        if (((s64 > best) || (best_i == 4294967295u))) {
+                            best = s64;
+                            best_i = col;
+                        }
                     }
                 }
             }

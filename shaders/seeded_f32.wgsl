@@ -149,52 +149,60 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < params.vocab)) {
-                    var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
-                    if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                    }
-                    if (((s64 > best) || (best_i == 4294967295u))) {
-                        best = s64;
-                        best_i = col;
+                    if (true) {
+                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
+                        if (noisy) {
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        if (((s64 > best) || (best_i == 4294967295u))) {
+                            best = s64;
+                            best_i = col;
+                        }
                     }
                 }
             }
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < params.vocab)) {
-                    var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
-                    if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                    }
-                    if (((s64 > best) || (best_i == 4294967295u))) {
-                        best = s64;
-                        best_i = col;
+                    if (true) {
+                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
+                        if (noisy) {
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        if (((s64 > best) || (best_i == 4294967295u))) {
+                            best = s64;
+                            best_i = col;
+                        }
                     }
                 }
             }
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < params.vocab)) {
-                    var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
-                    if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                    }
-                    if (((s64 > best) || (best_i == 4294967295u))) {
-                        best = s64;
-                        best_i = col;
+                    if (true) {
+                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
+                        if (noisy) {
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        if (((s64 > best) || (best_i == 4294967295u))) {
+                            best = s64;
+                            best_i = col;
+                        }
                     }
                 }
             }
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < params.vocab)) {
-                    var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
-                    if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                    }
-                    if (((s64 > best) || (best_i == 4294967295u))) {
-                        best = s64;
-                        best_i = col;
+                    if (true) {
+                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
+                        if (noisy) {
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        if (((s64 > best) || (best_i == 4294967295u))) {
+                            best = s64;
+                            best_i = col;
+                        }
                     }
                 }
             }

@@ -82,29 +82,42 @@ pub(super) fn functions() -> Vec<Function> {
     vec![math::log(), math::log64(), murmur::murmur3(), murmur::seeded_gumbel64(), murmur::seeded_gumbel32()]
 }
 
+/// The float64 race over the columns for which `candidate` holds (evaluated per column), then
+/// the row's results. The scores are SGLang's; the log-probabilities come from the input.
+fn float64_race(b: &mut Block, lp: Lp, candidate: impl Fn(&mut Block, Expr) -> Expr) {
+    b.let_("best", Ty::F64, f64_(f64::NEG_INFINITY));
+    b.let_("best_i", Ty::U32, u(NONE));
+    for_each_column(
+        b,
+        |_, _| {},
+        |b, col, _| {
+            let keep = candidate(b, col.clone());
+            b.if_(keep, |b| {
+                let s = score64(b, load_lp64(lp, col.clone()), col.clone());
+                keep_best(b, "best", "best_i", s, col);
+            });
+        },
+    );
+    let (win, tok) = b.argmax_of(Ty::F64, var("best"), var("best_i"), "win", "tok");
+    finish(b, win, tok.clone(), |_| load_lp64(lp, tok));
+}
+
+fn lp_kernel(name: &str, lp: Lp, doc: &str, passes: u32, b: Block) -> Kernel {
+    let suffix = if lp == Lp::F64 { "f64" } else { "f32" };
+    let mut buffers = vec![buffer("lp", lp_storage(lp), false), buffer("rows", Storage::U32, false)];
+    buffers.extend(output_buffers());
+    kernel(format!("{name}_{suffix}"), doc, passes, buffers, functions(), b)
+}
+
 /// Full float64: one read.
 fn seeded_full(lp: Lp) -> Kernel {
     let mut b = Block::new();
     for_each_row(&mut b, |b| {
         row_temperature(b);
-        b.let_("best", Ty::F64, f64_(f64::NEG_INFINITY));
-        b.let_("best_i", Ty::U32, u(NONE));
-        for_each_column(
-            b,
-            |_, _| {},
-            |b, col, _| {
-                let s = score64(b, load_lp64(lp, col.clone()), col.clone());
-                keep_best(b, "best", "best_i", s, col);
-            },
-        );
-        let (win, tok) = b.argmax_of(Ty::F64, var("best"), var("best_i"), "win", "tok");
-        finish(b, win, tok.clone(), |_| load_lp64(lp, tok));
+        float64_race(b, lp, |_, _| boolean(true));
     });
-    let mut buffers = vec![buffer("lp", lp_storage(lp), false), buffer("rows", Storage::U32, false)];
-    buffers.extend(output_buffers());
-    let name = if lp == Lp::F64 { "seeded_f64" } else { "seeded_f32" };
     let doc = "SGLang's seeded float64 Gumbel race over log-probabilities, every column in float64";
-    kernel(name.into(), doc, 1, buffers, functions(), b)
+    lp_kernel("seeded", lp, doc, 1, b)
 }
 
 /// Float32 screen, then float64 for the columns that could still win: two reads.
@@ -142,27 +155,13 @@ fn seeded_screened(lp: Lp) -> Kernel {
             b.set("floor", m32.clone() - err_m);
         });
         let all = b.let_("all", Ty::Bool, m32.eq_(f(f32::NEG_INFINITY)));
-        b.let_("best", Ty::F64, f64_(f64::NEG_INFINITY));
-        b.let_("best_i", Ty::U32, u(NONE));
-        for_each_column(
-            b,
-            |_, _| {},
-            |b, col, _| {
-                let (s, err) = score32(b, col.clone());
-                b.if_(all.clone().or((s + err).ge(floor.clone())), |b| {
-                    let s = score64(b, load_lp64(lp, col.clone()), col.clone());
-                    keep_best(b, "best", "best_i", s, col);
-                });
-            },
-        );
-        let (win, tok) = b.argmax_of(Ty::F64, var("best"), var("best_i"), "win", "tok");
-        finish(b, win, tok.clone(), |_| load_lp64(lp, tok));
+        float64_race(b, lp, |b, col| {
+            let (s, err) = score32(b, col);
+            all.clone().or((s + err).ge(floor.clone()))
+        });
     });
-    let mut buffers = vec![buffer("lp", lp_storage(lp), false), buffer("rows", Storage::U32, false)];
-    buffers.extend(output_buffers());
-    let name = if lp == Lp::F64 { "seeded_screened_f64" } else { "seeded_screened_f32" };
     let doc = "the seeded float64 race, screened in float32 so only possible winners are redone in float64";
-    kernel(name.into(), doc, 2, buffers, functions(), b)
+    lp_kernel("seeded_screened", lp, doc, 2, b)
 }
 
 /// From logits: SGLang's float32 log-softmax, then the float64 race. Three reads.
