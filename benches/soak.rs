@@ -1,11 +1,11 @@
-//! Soak: 100,000 sampling calls on one backend with buffers allocated once, resident memory
-//! measured after warm-up and at the end; then two threads, each on its own device and queue,
+//! Soak: 100,000 steps of one [`Sampler`] with buffers allocated once, resident memory measured
+//! after warm-up and at the end; then two threads, each with its own device, queue and sampler,
 //! must give the tokens one thread gives.
 //!
 //! `cargo bench --bench soak` (wgpu when an adapter is present, else the CPU backend;
 //! `SOAK_CALLS` overrides the call count).
 
-use sampling_kernels::{Backend, CpuBackend, Logits, Output, RowParams, Shape};
+use sampling_kernels::{Backend, CpuBackend, Logits, Output, RowParams, Sampler, Shape};
 use std::time::Instant;
 
 const BATCH: usize = 8;
@@ -25,20 +25,26 @@ fn logits(step: u64) -> Vec<f32> {
     (0..BATCH * VOCAB).map(|i| (((i as u64 * 2654435761 + step) % 1000) as f32) / 100.0).collect()
 }
 
+/// A mix of plain, greedy and seeded rows at decode step `step`.
 fn rows(step: u64) -> Vec<RowParams> {
-    (0..BATCH as u64).map(|r| RowParams::new(0.8, 1000 + r, step)).collect()
+    (0..BATCH as u64)
+        .map(|r| match r % 4 {
+            0 => RowParams::greedy(),
+            1 => RowParams::seeded(0.8, 1000 + r, step),
+            _ => RowParams::new(0.8, 1000 + r, step),
+        })
+        .collect()
 }
 
 /// Samples `steps` decode steps with buffers made once, returning every token.
 fn run_steps<B: Backend>(b: &B, steps: std::ops::Range<u64>, mut on_step: impl FnMut(u64)) -> Vec<u32> {
     let shape = Shape::dense(BATCH, VOCAB);
     let x = b.upload(&logits(0)).unwrap();
-    let mut r = b.upload(&rows(0)).unwrap();
+    let mut sampler = Sampler::new(b, BATCH).unwrap();
     let mut t = b.zeros::<u32>(BATCH).unwrap();
     let mut out = Vec::new();
     for step in steps {
-        b.write(&mut r, &rows(step)).unwrap();
-        b.race_from_logits(shape, Logits::F32(&x), &r, Output::new(&mut t)).unwrap();
+        sampler.step(shape, Logits::F32(&x), &rows(step), Output::new(&mut t)).unwrap();
         // An engine reads its tokens every step; that is also when wgpu retires finished work.
         out.extend(b.download(&t).unwrap());
         on_step(step);
