@@ -14,7 +14,7 @@ pub fn params(data: &[u8]) {
             let _ = params.normalize();
         }
     }
-    let rows: Vec<RowParams> = data.chunks_exact(32).map(bytemuck::pod_read_unaligned).collect();
+    let rows: Vec<RowParams> = data.chunks_exact(size_of::<RowParams>()).map(bytemuck::pod_read_unaligned).collect();
     let _ = CpuBackend.upload(&rows);
 }
 
