@@ -75,8 +75,8 @@ fn scaled_f32(values: &[f64], row: &RowParams) -> Vec<f32> {
 /// If some scaled values are +inf, the race is among those alone on the noise (greedy: the
 /// lowest index) and the log-probability is `-ln(count)`. Otherwise the float64 race.
 fn race_logits_row(values: &[f64], row: &RowParams) -> (usize, bool, f64) {
-    let top: Vec<usize> =
-        (0..values.len()).filter(|&j| scaled_f32(&values[j..j + 1], row)[0] == f32::INFINITY).collect();
+    let z = scaled_f32(values, row);
+    let top: Vec<usize> = (0..values.len()).filter(|&j| z[j] == f32::INFINITY).collect();
     if !top.is_empty() {
         let noise: Vec<f64> =
             top.iter()
