@@ -48,6 +48,11 @@ fn temperature(row: &RowParams) -> f64 {
 /// Columns whose scaled value is +inf share the whole probability equally (the softmax's
 /// limit); a row with no value above -inf has probability 0 everywhere.
 pub fn softmax_f32(values: &[f64], row: &RowParams) -> Vec<f32> {
+    softmax(values, row).into_iter().map(|p| p as f32).collect()
+}
+
+/// [`softmax_f32`] before its final rounding to f32.
+pub fn softmax(values: &[f64], row: &RowParams) -> Vec<f64> {
     let z = scaled_f32(values, row);
     let m = z.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
     let e: Vec<f64> = z
@@ -59,7 +64,7 @@ pub fn softmax_f32(values: &[f64], row: &RowParams) -> Vec<f32> {
         })
         .collect();
     let sum: f64 = e.iter().sum();
-    e.iter().map(|&x| if sum > 0.0 { (x / sum) as f32 } else { 0.0 }).collect()
+    e.iter().map(|&x| if sum > 0.0 { x / sum } else { 0.0 }).collect()
 }
 
 /// The scaled values `z = l / T` rounded to f32, as every backend defines them: +inf (or an

@@ -27,6 +27,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda_backend;
 pub mod error;
+pub mod filters;
 #[rustfmt::skip]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod generated;

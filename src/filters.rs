@@ -1,0 +1,69 @@
+//! The kept sets of top-k, top-p and min-p, defined the plain way (by sorting): the reference the
+//! filter kernels will be tested against, exact to SEMANTICS.md.
+//!
+//! Tokens are ordered by (probability descending, index ascending), a strict total order, so
+//! every set is exact and ties at a boundary go to the lower index. Every filter keeps a prefix
+//! of that order, so their intersection is the shortest of the prefixes. Tokens without
+//! probability (NaN, -inf, or outside a +inf class) are never kept.
+
+use crate::cpu::softmax;
+use crate::types::RowParams;
+
+/// The order in which the filters apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// SGLang's torch path: every filter on the original distribution; the set is their
+    /// intersection.
+    Joint,
+    /// vLLM's and FlashInfer's: top-p measured on the distribution renormalized over the top-k
+    /// set (min-p is a ratio to the maximum, which renormalizing does not change).
+    TopKFirst,
+}
+
+/// One row's filters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Filters {
+    /// Keep the `k` first tokens of the order (`None`, or `k` at least the vocabulary: all).
+    pub top_k: Option<usize>,
+    /// Keep a token when the mass ranked strictly before it is at most `top_p` (1: all).
+    pub top_p: f64,
+    /// Keep a token whose probability is at least `min_p` times the largest (0: all).
+    pub min_p: f64,
+    /// How top-k and top-p combine.
+    pub order: Order,
+}
+
+/// Which tokens of one row the filters keep. `probs` are the row's probabilities (from
+/// [`softmax`] of the logits, or given).
+pub fn kept(probs: &[f64], filters: &Filters) -> Vec<bool> {
+    let mut order: Vec<usize> = (0..probs.len()).filter(|&j| probs[j] > 0.0).collect();
+    // Probabilities are never NaN here, so the comparison is total.
+    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+    let by_k = filters.top_k.map_or(order.len(), |k| k.min(order.len()));
+    // Top-p's reference mass: the whole row (joint) or the top-k set (top-k first).
+    let total: f64 = match filters.order {
+        Order::Joint => order.iter().map(|&j| probs[j]).sum(),
+        Order::TopKFirst => order[..by_k].iter().map(|&j| probs[j]).sum(),
+    };
+    let mut before = 0.0;
+    let by_p = order
+        .iter()
+        .take_while(|&&j| {
+            let keep = before <= filters.top_p * total;
+            before += probs[j];
+            keep
+        })
+        .count();
+    let largest = order.first().map_or(0.0, |&j| probs[j]);
+    let by_min_p = order.iter().take_while(|&&j| probs[j] >= filters.min_p * largest).count();
+    let mut out = vec![false; probs.len()];
+    for &j in &order[..by_k.min(by_p).min(by_min_p)] {
+        out[j] = true;
+    }
+    out
+}
+
+/// The kept set of one row of logits sampled with `row`'s temperature.
+pub fn kept_from_logits(logits: &[f64], row: &RowParams, filters: &Filters) -> Vec<bool> {
+    kept(&softmax(logits, row), filters)
+}
