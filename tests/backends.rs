@@ -330,25 +330,6 @@ pub fn rejects_bad_shapes<B: Backend>(b: &B) {
     }
 }
 
-macro_rules! every_check {
-    ($backend:ident, $make:path) => {
-        suite!(
-            $backend,
-            $make,
-            philox_known_answers,
-            gumbel_noise_matches_oracle,
-            softmax_matches_oracle,
-            greedy_matches_oracle,
-            races_match_oracle,
-            race_distribution,
-            token_independent_of_row,
-            greedy_rows_in_the_race,
-            half_formats_match_f32,
-            rejects_bad_shapes,
-        );
-    };
-}
-
 // The oracle is not compared with itself: on the CPU only the checks against known answers,
 // distributions and invariants run.
 suite!(
@@ -361,7 +342,15 @@ suite!(
     half_formats_match_f32,
     rejects_bad_shapes,
 );
-#[cfg(feature = "wgpu")]
-every_check!(wgpu, crate::common::wgpu);
-#[cfg(feature = "cuda")]
-every_check!(cuda, crate::common::cuda);
+device_suites!(
+    philox_known_answers,
+    gumbel_noise_matches_oracle,
+    softmax_matches_oracle,
+    greedy_matches_oracle,
+    races_match_oracle,
+    race_distribution,
+    token_independent_of_row,
+    greedy_rows_in_the_race,
+    half_formats_match_f32,
+    rejects_bad_shapes,
+);

@@ -159,33 +159,7 @@ pub fn invalid_probabilities<B: Backend>(b: &B) {
     assert_eq!(race(&[0.0; 9]), (0, 0));
 }
 
-suite!(
-    cpu,
-    crate::common::cpu,
-    bad_shapes_and_buffers,
-    bad_temperatures,
-    rows_with_nothing_valid,
-    single_positive_infinity,
-    several_positive_infinities,
-    subnormal_only_row,
-    invalid_probabilities
-);
-#[cfg(feature = "wgpu")]
-suite!(
-    wgpu,
-    crate::common::wgpu,
-    bad_shapes_and_buffers,
-    bad_temperatures,
-    rows_with_nothing_valid,
-    single_positive_infinity,
-    several_positive_infinities,
-    subnormal_only_row,
-    invalid_probabilities
-);
-#[cfg(feature = "cuda")]
-suite!(
-    cuda,
-    crate::common::cuda,
+every_suite!(
     bad_shapes_and_buffers,
     bad_temperatures,
     rows_with_nothing_valid,

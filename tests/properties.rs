@@ -149,8 +149,4 @@ pub fn properties_hold<B: Backend>(b: &B) {
     eprintln!("{}: {CASES} cases, {} elements, every invariant held", b.describe(), elements.get());
 }
 
-suite!(cpu, crate::common::cpu, properties_hold);
-#[cfg(feature = "wgpu")]
-suite!(wgpu, crate::common::wgpu, properties_hold);
-#[cfg(feature = "cuda")]
-suite!(cuda, crate::common::cuda, properties_hold);
+every_suite!(properties_hold);

@@ -71,10 +71,7 @@ pub fn sampler_steps<B: Backend>(b: &B) {
 }
 
 suite!(cpu, crate::common::cpu, sampler_steps);
-#[cfg(feature = "wgpu")]
-suite!(wgpu, crate::common::wgpu, mixed_batch_matches_each_path, sampler_steps);
-#[cfg(feature = "cuda")]
-suite!(cuda, crate::common::cuda, mixed_batch_matches_each_path, sampler_steps);
+device_suites!(mixed_batch_matches_each_path, sampler_steps);
 
 /// SGLang-normalized requests become row records: greedy, seeded under deterministic inference
 /// (seed 42 by default), the Philox race otherwise; filters are refused until they exist.

@@ -253,20 +253,7 @@ pub fn seeded_token_independent_of_row<B: Backend>(b: &B) {
 
 // On the CPU, the oracle's own log and hash are checked against the references.
 suite!(cpu, crate::common::cpu, golden_tokens, murmur_matches, log64_within_one_ulp, seeded_token_independent_of_row);
-#[cfg(feature = "wgpu")]
-suite!(
-    wgpu,
-    crate::common::wgpu,
-    golden_tokens,
-    murmur_matches,
-    log64_within_one_ulp,
-    screened_equals_float64,
-    seeded_token_independent_of_row
-);
-#[cfg(feature = "cuda")]
-suite!(
-    cuda,
-    crate::common::cuda,
+device_suites!(
     golden_tokens,
     murmur_matches,
     log64_within_one_ulp,

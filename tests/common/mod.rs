@@ -140,3 +140,23 @@ macro_rules! suite {
         }
     };
 }
+
+/// The checks on the device backends (wgpu, CUDA), each where its feature is built.
+#[allow(unused_macros)]
+macro_rules! device_suites {
+    ($($check:ident),* $(,)?) => {
+        #[cfg(feature = "wgpu")]
+        suite!(wgpu, crate::common::wgpu, $($check),*);
+        #[cfg(feature = "cuda")]
+        suite!(cuda, crate::common::cuda, $($check),*);
+    };
+}
+
+/// The same checks on every backend, the CPU included.
+#[allow(unused_macros)]
+macro_rules! every_suite {
+    ($($check:ident),* $(,)?) => {
+        suite!(cpu, crate::common::cpu, $($check),*);
+        device_suites!($($check),*);
+    };
+}
