@@ -5,9 +5,7 @@ use crate::backend::{Backend, Job, LogProbs, Logits, SeededMode};
 use crate::kernels::{source, KernelSource};
 use crate::types::{Element, Shape};
 
-/// Flag bits: write the chosen token's log-probability; write the row's status.
-const FLAG_LOGPROBS: u32 = 1;
-const FLAG_STATUS: u32 = 2;
+use crate::generated::{FLAG_LOGPROBS, FLAG_STATUS};
 
 /// A backend whose buffers have a raw handle that a launch can bind.
 pub(crate) trait Device: Backend {

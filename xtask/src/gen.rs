@@ -33,6 +33,11 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         kernels::sampling::ROW_WORDS,
         kernels::sampling::MODE_SEEDED
     ));
+    manifest.push_str(&format!(
+        "/// Flag bits of the kernels' `flags` parameter: write log-probabilities; write statuses.\npub const FLAG_LOGPROBS: u32 = {};\npub const FLAG_STATUS: u32 = {};\n\n",
+        kernels::sampling::FLAG_LOGPROBS,
+        kernels::sampling::FLAG_STATUS
+    ));
     manifest.push_str("pub const KERNELS: &[KernelSource] = &[\n");
     for k in &kernels {
         ir::check(k)?;
