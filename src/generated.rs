@@ -16,6 +16,8 @@ pub const ROW_WORDS: usize = 12;
 /// The row mode of SGLang's seeded float64 race (else the Philox race).
 pub const MODE_SEEDED: u32 = 1;
 
+/// Temperatures below this are greedy in every kernel.
+pub const GREEDY_EPS: f32 = 1e-6;
 /// Flag bits of the kernels' `flags` parameter: write log-probabilities; write statuses.
 pub const FLAG_LOGPROBS: u32 = 1;
 pub const FLAG_STATUS: u32 = 2;

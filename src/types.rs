@@ -81,7 +81,7 @@ pub enum RowMode {
 }
 
 /// Temperatures below this are greedy, as in SGLang (`_SAMPLING_EPS`).
-pub const GREEDY_EPS: f32 = 1e-6;
+pub const GREEDY_EPS: f32 = crate::generated::GREEDY_EPS;
 
 impl RowParams {
     /// A row sampled at `temperature` with the noise of request `seed` at step `offset`.

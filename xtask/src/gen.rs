@@ -34,7 +34,8 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         kernels::sampling::MODE_SEEDED
     ));
     manifest.push_str(&format!(
-        "/// Flag bits of the kernels' `flags` parameter: write log-probabilities; write statuses.\npub const FLAG_LOGPROBS: u32 = {};\npub const FLAG_STATUS: u32 = {};\n\n",
+        "/// Temperatures below this are greedy in every kernel.\npub const GREEDY_EPS: f32 = {:?};\n/// Flag bits of the kernels' `flags` parameter: write log-probabilities; write statuses.\npub const FLAG_LOGPROBS: u32 = {};\npub const FLAG_STATUS: u32 = {};\n\n",
+        kernels::sampling::GREEDY_EPS,
         kernels::sampling::FLAG_LOGPROBS,
         kernels::sampling::FLAG_STATUS
     ));
