@@ -1,13 +1,14 @@
 //! Mixed batches through the per-row sampler, against the same batches the way SGLang's batch
-//! flags would send them, measured in one run: 32 plain rows; 31 plain + 1 greedy; 31 plain + 1
-//! seeded; 16 plain + 16 seeded. SGLang sends a batch with any seeded request (deterministic
-//! inference) wholly through its seeded path; here that is `seeded_from_logits` on every row.
-//! (Its filtered path, where one greedy or top-p request sends the batch, comes with the filters.)
+//! flags would send them, measured in one run: 32 plain rows; 31 plain + 1 top-p; 31 plain + 1
+//! greedy; 31 plain + 1 seeded; 16 plain + 16 seeded; 32 top-p. SGLang sends a batch with any
+//! seeded request (deterministic inference) wholly through its seeded path (here
+//! `seeded_from_logits` on every row), and a batch with any top-p or greedy request wholly
+//! through its filtered path (here `sample_filtered` on every row, each with its own filters).
 //!
 //! `cargo bench --bench mixed` (wgpu when an adapter is present, else the CPU backend). Wall time
 //! per call including the wait for the tokens; median and interquartile range of `REPS` calls.
 
-use sampling_kernels::{Backend, CpuBackend, Logits, Output, RowParams, Shape};
+use sampling_kernels::{Backend, CpuBackend, Input, Logits, Output, RowParams, Shape};
 use std::time::Instant;
 
 const BATCH: usize = 32;
@@ -17,14 +18,27 @@ const REPS: usize = 15;
 type Launch<B> =
     fn(&B, Shape, Logits<'_, B>, &<B as Backend>::Buffer<RowParams>, Output<'_, B>) -> sampling_kernels::Result<()>;
 
-fn rows(greedy: usize, seeded: usize) -> Vec<RowParams> {
+/// `greedy` greedy rows, then `seeded` seeded rows, then `top_p` rows with top-p 0.9, then plain.
+fn rows(greedy: usize, seeded: usize, top_p: usize) -> Vec<RowParams> {
     (0..BATCH as u64)
         .map(|r| match r as usize {
             r if r < greedy => RowParams::greedy(),
             r if r < greedy + seeded => RowParams::seeded(0.8, 100 + r as u64, 9),
+            r if r < greedy + seeded + top_p => RowParams::new(0.8, 100 + r as u64, 9).with_top_p(0.9),
             _ => RowParams::new(0.8, 100 + r, 9),
         })
         .collect()
+}
+
+/// SGLang's filtered path for a whole batch: here the filter kernel on every row.
+fn filtered<B: Backend>(
+    b: &B,
+    shape: Shape,
+    logits: Logits<'_, B>,
+    rows: &B::Buffer<RowParams>,
+    out: Output<'_, B>,
+) -> sampling_kernels::Result<()> {
+    b.sample_filtered(shape, Input::Logits(logits), rows, out)
 }
 
 /// Median and interquartile range, in microseconds, of `REPS` timed calls after one warm-up.
@@ -48,26 +62,26 @@ fn bench<B: Backend>(b: &B) {
     println!("backend: {}; batch {BATCH} x vocab {VOCAB} f32; {REPS} calls each", b.describe());
     let logits: Vec<f32> = (0..BATCH * VOCAB).map(|i| ((i * 7919 % 10007) as f32) / 1000.0 - 5.0).collect();
     let x = b.upload(&logits).unwrap();
-    let (base, _, _) = time(b, &x, &rows(0, 0), B::race_from_logits);
+    let (base, _, _) = time(b, &x, &rows(0, 0, 0), B::race_from_logits);
     println!("| batch | per-row `sample` (us, median [IQR]) | x 32 plain | as SGLang routes it (us) | x 32 plain |");
     println!("|---|---|---|---|---|");
-    let cases: [(&str, usize, usize, Option<Launch<B>>); 4] = [
-        ("32 plain", 0, 0, Some(B::race_from_logits)),
-        ("31 plain + 1 greedy", 1, 0, None),
-        ("31 plain + 1 seeded", 0, 1, Some(B::seeded_from_logits)),
-        ("16 plain + 16 seeded", 0, 16, Some(B::seeded_from_logits)),
+    let cases: [(&str, usize, usize, usize, Launch<B>); 6] = [
+        ("32 plain", 0, 0, 0, B::race_from_logits),
+        ("31 plain + 1 top-p", 0, 0, 1, filtered),
+        ("31 plain + 1 greedy", 1, 0, 0, filtered),
+        ("31 plain + 1 seeded", 0, 1, 0, B::seeded_from_logits),
+        ("16 plain + 16 seeded", 0, 16, 0, B::seeded_from_logits),
+        ("32 top-p", 0, 0, 32, filtered),
     ];
-    for (name, greedy, seeded, sglang) in cases {
-        let r = rows(greedy, seeded);
+    for (name, greedy, seeded, top_p, sglang) in cases {
+        let r = rows(greedy, seeded, top_p);
         let (m, q1, q3) = time(b, &x, &r, B::sample);
-        let forced = match sglang {
-            Some(launch) => {
-                let (fm, fq1, fq3) = time(b, &x, &r, launch);
-                format!("{fm:.0} [{fq1:.0}, {fq3:.0}] | {:.2}", fm / base)
-            }
-            None => "filtered path: not built yet | -".to_string(),
-        };
-        println!("| {name} | {m:.0} [{q1:.0}, {q3:.0}] | {:.2} | {forced} |", m / base);
+        let (fm, fq1, fq3) = time(b, &x, &r, sglang);
+        println!(
+            "| {name} | {m:.0} [{q1:.0}, {q3:.0}] | {:.2} | {fm:.0} [{fq1:.0}, {fq3:.0}] | {:.2} |",
+            m / base,
+            fm / base
+        );
     }
 }
 

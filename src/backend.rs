@@ -46,12 +46,15 @@ pub struct Output<'a, B: Backend + ?Sized> {
     pub logprobs: Option<&'a mut B::Buffer<f32>>,
     /// One status per row (1 valid, 0 nothing to sample), when asked.
     pub status: Option<&'a mut B::Buffer<u32>>,
+    /// How many times each row was read, when asked: written by the filter kernels (for the
+    /// rows they take), so tests and benchmarks see the pass count the data did not choose.
+    pub passes: Option<&'a mut B::Buffer<u32>>,
 }
 
 impl<'a, B: Backend + ?Sized> Output<'a, B> {
     /// Tokens only.
     pub fn new(tokens: &'a mut B::Buffer<u32>) -> Self {
-        Output { tokens, logprobs: None, status: None }
+        Output { tokens, logprobs: None, status: None, passes: None }
     }
     /// Also write each token's log-probability.
     pub fn with_logprobs(mut self, logprobs: &'a mut B::Buffer<f32>) -> Self {
@@ -63,9 +66,43 @@ impl<'a, B: Backend + ?Sized> Output<'a, B> {
         self.status = Some(status);
         self
     }
+    /// Also write, for the rows a filter kernel takes, how many times it read the row.
+    pub fn with_passes(mut self, passes: &'a mut B::Buffer<u32>) -> Self {
+        self.passes = Some(passes);
+        self
+    }
     /// The same destinations, reborrowed (to write several rows from one `Output`).
     pub fn reborrow(&mut self) -> Output<'_, B> {
-        Output { tokens: &mut *self.tokens, logprobs: self.logprobs.as_deref_mut(), status: self.status.as_deref_mut() }
+        Output {
+            tokens: &mut *self.tokens,
+            logprobs: self.logprobs.as_deref_mut(),
+            status: self.status.as_deref_mut(),
+            passes: self.passes.as_deref_mut(),
+        }
+    }
+}
+
+/// What the filter kernels sample from: logits (with the row's temperature) or probabilities.
+pub enum Input<'a, B: Backend + ?Sized> {
+    /// Logits, sampled from softmax(l / T).
+    Logits(Logits<'a, B>),
+    /// Probabilities (any non-negative weights; NaN, negative and infinite values are never kept).
+    Probs(&'a B::Buffer<f32>),
+}
+
+impl<B: Backend + ?Sized> Clone for Input<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B: Backend + ?Sized> Copy for Input<'_, B> {}
+
+impl<B: Backend + ?Sized> Input<'_, B> {
+    fn len(&self) -> usize {
+        match self {
+            Input::Logits(l) => l.len(),
+            Input::Probs(p) => B::len(*p),
+        }
     }
 }
 
@@ -137,11 +174,33 @@ pub enum Job<'a, B: Backend + ?Sized> {
         rows: &'a B::Buffer<RowParams>,
         out: Output<'a, B>,
     },
+    /// With `skip_filtered`, rows with a filter are left to a [`Job::Filter`] launch.
     Sample {
         shape: Shape,
         logits: Logits<'a, B>,
         rows: &'a B::Buffer<RowParams>,
         out: Output<'a, B>,
+        skip_filtered: bool,
+    },
+    /// With `only_filtered`, rows without a filter (and greedy and seeded rows) are left alone.
+    Filter {
+        shape: Shape,
+        input: Input<'a, B>,
+        rows: &'a B::Buffer<RowParams>,
+        out: Output<'a, B>,
+        only_filtered: bool,
+    },
+    MaskLogits {
+        shape: Shape,
+        logits: Logits<'a, B>,
+        rows: &'a B::Buffer<RowParams>,
+        masked: &'a mut B::Buffer<f32>,
+    },
+    RenormProbs {
+        shape: Shape,
+        probs: &'a B::Buffer<f32>,
+        rows: &'a B::Buffer<RowParams>,
+        renormed: &'a mut B::Buffer<f32>,
     },
     /// `words` holds four words per item; `out` one hash per item.
     Murmur {
@@ -313,21 +372,76 @@ pub trait Backend {
         self.run(Job::SeededLogits { shape, logits, rows, out })
     }
 
-    /// The per-row sampler: each row runs the path its own [`RowParams`] ask for (the Philox
-    /// race, greedy below [`crate::GREEDY_EPS`], or SGLang's seeded float64 race for rows made
-    /// with [`RowParams::seeded`]), all in one launch whatever the mix, each row paying only
-    /// for its own path. Gives each row the token of [`Backend::race_from_logits`] or
-    /// [`Backend::seeded_from_logits`].
+    /// The per-row sampler: each row runs the path its own [`RowParams`] ask for: the Philox
+    /// race (greedy below [`crate::GREEDY_EPS`]), SGLang's seeded float64 race for rows made
+    /// with [`RowParams::seeded`], or the race inside the row's top-k / top-p / min-p set. Two
+    /// launches whatever the mix (the plain kernel, then the filter kernel for the rows with a
+    /// filter), each row paying only for its own path. Gives each row the token of
+    /// [`Backend::race_from_logits`], [`Backend::seeded_from_logits`] or
+    /// [`Backend::sample_filtered`].
     fn sample(
         &self,
         shape: Shape,
         logits: Logits<'_, Self>,
         rows: &Self::Buffer<RowParams>,
-        out: Output<'_, Self>,
+        mut out: Output<'_, Self>,
     ) -> Result<()> {
         check_rows::<Self>(shape, logits.len(), rows)?;
+        check_filter_shape(shape)?;
         check_output(shape, &out)?;
-        self.run(Job::Sample { shape, logits, rows, out })
+        self.run(Job::Sample { shape, logits, rows, out: out.reborrow(), skip_filtered: true })?;
+        self.run(Job::Filter { shape, input: Input::Logits(logits), rows, out, only_filtered: true })
+    }
+
+    /// Samples each row inside its kept set `S` (top-k, top-p and min-p from its [`RowParams`],
+    /// joint or top-k first; exact sets, ties to the lower index), with the race and the noise
+    /// of the plain path: `S` = everything gives [`Backend::race_from_logits`]'s token (or
+    /// [`Backend::race_from_probs`]'s), and top-k 1 gives greedy. Sorting-free; the number of
+    /// passes over a row depends on its parameters only (`xtask/src/kernels/filters.rs`):
+    /// 2 with min-p alone, 10 with top-k or top-p, 18 with both top-k first. The
+    /// log-probability is the token's under the whole row's distribution, as on the plain path.
+    fn sample_filtered(
+        &self,
+        shape: Shape,
+        input: Input<'_, Self>,
+        rows: &Self::Buffer<RowParams>,
+        out: Output<'_, Self>,
+    ) -> Result<()> {
+        check_rows::<Self>(shape, input.len(), rows)?;
+        check_filter_shape(shape)?;
+        check_output(shape, &out)?;
+        self.run(Job::Filter { shape, input, rows, out, only_filtered: false })
+    }
+
+    /// The logits with every token outside the row's kept set at -inf, in f32 with the input's
+    /// stride: top-k masking, min-p masking, or any combination, per row. The set uses the
+    /// row's temperature (it matters for top-p only); the values written are the logits.
+    fn mask_logits(
+        &self,
+        shape: Shape,
+        logits: Logits<'_, Self>,
+        rows: &Self::Buffer<RowParams>,
+        masked: &mut Self::Buffer<f32>,
+    ) -> Result<()> {
+        check_rows::<Self>(shape, logits.len(), rows)?;
+        check_filter_shape(shape)?;
+        need("masked", Self::len(masked), shape.elements())?;
+        self.run(Job::MaskLogits { shape, logits, rows, masked })
+    }
+
+    /// The probabilities renormalized over each row's kept set (zero outside), with the input's
+    /// stride: top-k renorm, top-p renorm, or any combination, per row.
+    fn renorm_probs(
+        &self,
+        shape: Shape,
+        probs: &Self::Buffer<f32>,
+        rows: &Self::Buffer<RowParams>,
+        renormed: &mut Self::Buffer<f32>,
+    ) -> Result<()> {
+        check_rows::<Self>(shape, Self::len(probs), rows)?;
+        check_filter_shape(shape)?;
+        need("renormed", Self::len(renormed), shape.elements())?;
+        self.run(Job::RenormProbs { shape, probs, rows, renormed })
     }
 
     /// MurmurHash3_x86_32 of `items` groups of four words (for known-answer tests).
@@ -369,6 +483,16 @@ fn check_rows<B: Backend + ?Sized>(shape: Shape, input_len: usize, rows: &B::Buf
     need("rows", B::len(rows), shape.batch)
 }
 
+/// The filter kernels sum fixed-point masses that must not overflow: rows of at most
+/// [`crate::generated::FILTER_MAX_VOCAB`] tokens (2^23; the largest vocabularies are near 2^18).
+fn check_filter_shape(shape: Shape) -> Result<()> {
+    let most = crate::generated::FILTER_MAX_VOCAB;
+    if shape.vocab > most {
+        return Err(Error::Shape(format!("vocab {} exceeds the filter kernels' limit of {most}", shape.vocab)));
+    }
+    Ok(())
+}
+
 fn check_output<B: Backend + ?Sized>(shape: Shape, out: &Output<'_, B>) -> Result<()> {
     need("tokens", B::len(out.tokens), shape.batch)?;
     if let Some(lp) = &out.logprobs {
@@ -376,6 +500,9 @@ fn check_output<B: Backend + ?Sized>(shape: Shape, out: &Output<'_, B>) -> Resul
     }
     if let Some(st) = &out.status {
         need("status", B::len(*st), shape.batch)?;
+    }
+    if let Some(p) = &out.passes {
+        need("passes", B::len(*p), shape.batch)?;
     }
     Ok(())
 }

@@ -2,10 +2,10 @@
 //! every GPU result is checked against, and a working backend for machines without a GPU.
 
 use crate::backend::LogProbs;
-use crate::backend::{Backend, Job, Logits, Output};
+use crate::backend::{Backend, Input, Job, Logits, Output};
 use crate::error::Result;
 use crate::types::{Element, RowMode, RowParams, Shape};
-use crate::{murmur, philox};
+use crate::{filters, murmur, philox};
 
 /// Runs every kernel on the host, one row after another.
 #[derive(Clone, Copy, Debug, Default)]
@@ -80,25 +80,73 @@ fn scaled_f32(values: &[f64], row: &RowParams) -> Vec<f32> {
 /// If some scaled values are +inf, the race is among those alone on the noise (greedy: the
 /// lowest index) and the log-probability is `-ln(count)`. Otherwise the float64 race.
 fn race_logits_row(values: &[f64], row: &RowParams) -> (usize, bool, f64) {
+    race_logits_in(values, row, |_| true)
+}
+
+/// [`race_logits_row`] among the columns `keep` accepts (the others never win); the
+/// log-probability stays the token's under the whole row.
+fn race_logits_in(values: &[f64], row: &RowParams, keep: impl Fn(usize) -> bool) -> (usize, bool, f64) {
     let z = scaled_f32(values, row);
     let top: Vec<usize> = (0..values.len()).filter(|&j| z[j] == f32::INFINITY).collect();
     if !top.is_empty() {
-        let noise: Vec<f64> =
-            top.iter()
-                .map(|&j| {
-                    if row.is_sampled() {
-                        philox::gumbel(philox::word(row.seed(), row.offset(), j as u32))
-                    } else {
-                        0.0
-                    }
-                })
-                .collect();
-        return (top[argmax(&noise)], true, -(top.len() as f64).ln());
+        let noise: Vec<f64> = top
+            .iter()
+            .map(|&j| match (keep(j), row.is_sampled()) {
+                (false, _) => f64::NEG_INFINITY,
+                (true, true) => philox::gumbel(philox::word(row.seed(), row.offset(), j as u32)),
+                (true, false) => 0.0,
+            })
+            .collect();
+        let best = argmax(&noise);
+        return (top[best], noise[best] > f64::NEG_INFINITY, -(top.len() as f64).ln());
     }
-    let scores = race_scores(values, row, false);
+    let scores: Vec<f64> = race_scores(values, row, false)
+        .into_iter()
+        .enumerate()
+        .map(|(j, s)| if keep(j) { s } else { f64::NEG_INFINITY })
+        .collect();
     let token = argmax(&scores);
     let valid = scores[token] > f64::NEG_INFINITY;
     (token, valid, log_softmax_at(values, temperature(row), token))
+}
+
+/// One row of the race from probabilities among the columns `keep` accepts: the token, whether
+/// it is valid, and the log of its probability.
+fn race_probs_in(x: &[f64], row: &RowParams, keep: impl Fn(usize) -> bool) -> (usize, bool, f64) {
+    let scores: Vec<f64> = race_scores(x, row, true)
+        .into_iter()
+        .enumerate()
+        .map(|(j, s)| if keep(j) { s } else { f64::NEG_INFINITY })
+        .collect();
+    let token = argmax(&scores);
+    (token, scores[token] > 0.0, x[token].ln())
+}
+
+/// Probabilities as the filters see them: NaN, negative and infinite values weigh nothing.
+fn clean_probs(x: &[f64]) -> Vec<f64> {
+    x.iter().map(|&p| if p > 0.0 && p < f64::INFINITY { p } else { 0.0 }).collect()
+}
+
+/// The kept set of one row of the filter kernels' input.
+fn kept_set(input: Input<'_, CpuBackend>, shape: Shape, r: usize, row: &RowParams) -> (Vec<f64>, Vec<bool>) {
+    match input {
+        Input::Logits(l) => {
+            let x = row_values(l, shape, r);
+            let keep = filters::kept_from_logits(&x, row, &row.filters());
+            (x, keep)
+        }
+        Input::Probs(p) => {
+            let x = row_values(Logits::F32(p), shape, r);
+            let keep = filters::kept(&clean_probs(&x), &row.filters());
+            (x, keep)
+        }
+    }
+}
+
+/// Whether the per-row sampler sends the row to the filter kernels: a sampled, non-seeded row
+/// with a filter (greedy takes the largest value, which every filter keeps).
+fn takes_filter_path(row: &RowParams) -> bool {
+    row.is_sampled() && row.mode() == RowMode::Race && row.has_filters()
 }
 
 /// SGLang's seeded scores of one row: `logprob + g(hash(seed, position, column))` in float64
@@ -222,10 +270,8 @@ impl Backend for CpuBackend {
             Job::RaceProbs { shape, probs, rows, mut out } => {
                 for r in 0..shape.batch {
                     let x = row_values(Logits::F32(probs), shape, r);
-                    let scores = race_scores(&x, &rows[r], true);
-                    let token = argmax(&scores);
-                    let valid = scores[token] > 0.0;
-                    write_output(out.reborrow(), r, token, valid, || x[token].ln());
+                    let (token, valid, lp) = race_probs_in(&x, &rows[r], |_| true);
+                    write_output(out.reborrow(), r, token, valid, || lp);
                 }
             }
             Job::Seeded { shape, logprobs, rows, mode: _, mut out } => {
@@ -244,8 +290,11 @@ impl Backend for CpuBackend {
                     seeded_row(out.reborrow(), r, &lp, &rows[r]);
                 }
             }
-            Job::Sample { shape, logits, rows, mut out } => {
+            Job::Sample { shape, logits, rows, mut out, skip_filtered } => {
                 for r in 0..shape.batch {
+                    if skip_filtered && takes_filter_path(&rows[r]) {
+                        continue;
+                    }
                     let x = row_values(logits, shape, r);
                     match rows[r].mode() {
                         RowMode::Seeded => seeded_row(out.reborrow(), r, &sglang_logprobs(&x, &rows[r]), &rows[r]),
@@ -253,6 +302,40 @@ impl Backend for CpuBackend {
                             let (token, valid, lp) = race_logits_row(&x, &rows[r]);
                             write_output(out.reborrow(), r, token, valid, || lp);
                         }
+                    }
+                }
+            }
+            Job::Filter { shape, input, rows, mut out, only_filtered } => {
+                for r in 0..shape.batch {
+                    let row = &rows[r];
+                    if only_filtered && !takes_filter_path(row) {
+                        continue;
+                    }
+                    let (x, keep) = kept_set(input, shape, r, row);
+                    let (token, valid, lp) = match input {
+                        Input::Logits(_) => race_logits_in(&x, row, |j| keep[j]),
+                        Input::Probs(_) => race_probs_in(&x, row, |j| keep[j]),
+                    };
+                    if let Some(passes) = out.passes.as_deref_mut() {
+                        passes[r] = filters::passes(&row.filters(), shape.vocab);
+                    }
+                    write_output(out.reborrow(), r, token, valid, || lp);
+                }
+            }
+            Job::MaskLogits { shape, logits, rows, masked } => {
+                for r in 0..shape.batch {
+                    let (x, keep) = kept_set(Input::Logits(logits), shape, r, &rows[r]);
+                    for j in 0..shape.vocab {
+                        masked[r * shape.stride + j] = if keep[j] { x[j] as f32 } else { f32::NEG_INFINITY };
+                    }
+                }
+            }
+            Job::RenormProbs { shape, probs, rows, renormed } => {
+                for r in 0..shape.batch {
+                    let (x, keep) = kept_set(Input::Probs(probs), shape, r, &rows[r]);
+                    let total: f64 = (0..shape.vocab).filter(|&j| keep[j]).map(|j| x[j]).sum();
+                    for j in 0..shape.vocab {
+                        renormed[r * shape.stride + j] = if keep[j] { (x[j] / total) as f32 } else { 0.0 };
                     }
                 }
             }

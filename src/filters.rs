@@ -1,5 +1,5 @@
 //! The kept sets of top-k, top-p and min-p, defined the plain way (by sorting): the reference the
-//! filter kernels will be tested against, exact to SEMANTICS.md.
+//! filter kernels are tested against, exact to SEMANTICS.md, and what the CPU backend samples in.
 //!
 //! Tokens are ordered by (probability descending, index ascending), a strict total order, so
 //! every set is exact and ties at a boundary go to the lower index. Every filter keeps a prefix
@@ -31,6 +31,13 @@ pub struct Filters {
     pub min_p: f64,
     /// How top-k and top-p combine.
     pub order: Order,
+}
+
+impl Filters {
+    /// Whether any filter can drop a token.
+    pub fn is_active(&self) -> bool {
+        self.top_k.is_some() || self.top_p < 1.0 || self.min_p > 0.0
+    }
 }
 
 /// Which tokens of one row the filters keep. `probs` are the row's probabilities (from
@@ -66,4 +73,18 @@ pub fn kept(probs: &[f64], filters: &Filters) -> Vec<bool> {
 /// The kept set of one row of logits sampled with `row`'s temperature.
 pub fn kept_from_logits(logits: &[f64], row: &RowParams, filters: &Filters) -> Vec<bool> {
     kept(&softmax(logits, row), filters)
+}
+
+/// How many times the filter kernels read a row with these filters, whatever its data: the
+/// maximum and the race, plus eight digit passes when top-k or top-p is active, plus eight more
+/// for top-k first with both (the top-k mass top-p is measured against).
+pub fn passes(filters: &Filters, vocab: usize) -> u32 {
+    let by_k = filters.top_k.is_some_and(|k| k < vocab);
+    let by_p = filters.top_p < 1.0;
+    let selects = match (by_k, by_p, filters.order) {
+        (true, true, Order::TopKFirst) => 2,
+        (false, false, _) => 0,
+        _ => 1,
+    };
+    2 + 8 * selects
 }

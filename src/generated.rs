@@ -22,6 +22,27 @@ pub const GREEDY_EPS: f32 = 1e-6;
 pub const FLAG_LOGPROBS: u32 = 1;
 pub const FLAG_STATUS: u32 = 2;
 
+/// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter
+/// (filter kernels); leave those rows out (the plain sampler).
+pub const FLAG_PASSES: u32 = 4;
+pub const FLAG_FILTERED_ONLY: u32 = 8;
+pub const FLAG_SKIP_FILTERED: u32 = 16;
+
+/// Word indices of the row record that the layout of `RowParams` is checked against.
+pub const WORD_TEMPERATURE: usize = 0;
+pub const WORD_MODE: usize = 1;
+pub const WORD_TOP_K: usize = 2;
+pub const WORD_TOP_P: usize = 3;
+pub const WORD_MIN_P: usize = 4;
+pub const WORD_ORDER: usize = 5;
+pub const WORD_SEED: usize = 8;
+pub const WORD_OFFSET: usize = 10;
+
+/// The order word's value for top-k first (else joint).
+pub const ORDER_TOP_K_FIRST: u32 = 1;
+/// The longest row the filter kernels take (their fixed-point masses must not overflow).
+pub const FILTER_MAX_VOCAB: usize = 8388608;
+
 pub const KERNELS: &[KernelSource] = &[
     KernelSource {
         name: "softmax_f32",
@@ -213,6 +234,70 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/sample_bf16.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status"],
         passes: 3,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "filter_logits_f32",
+        wgsl: include_str!("../shaders/filter_logits_f32.wgsl"),
+        cuda: include_str!("../kernels/filter_logits_f32.cu"),
+        buffers: &["x", "rows", "tokens", "logprobs", "status", "passes"],
+        passes: 18,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "filter_logits_f16",
+        wgsl: include_str!("../shaders/filter_logits_f16.wgsl"),
+        cuda: include_str!("../kernels/filter_logits_f16.cu"),
+        buffers: &["x", "rows", "tokens", "logprobs", "status", "passes"],
+        passes: 18,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "filter_logits_bf16",
+        wgsl: include_str!("../shaders/filter_logits_bf16.wgsl"),
+        cuda: include_str!("../kernels/filter_logits_bf16.cu"),
+        buffers: &["x", "rows", "tokens", "logprobs", "status", "passes"],
+        passes: 18,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "filter_probs",
+        wgsl: include_str!("../shaders/filter_probs.wgsl"),
+        cuda: include_str!("../kernels/filter_probs.cu"),
+        buffers: &["x", "rows", "tokens", "logprobs", "status", "passes"],
+        passes: 18,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "mask_logits_f32",
+        wgsl: include_str!("../shaders/mask_logits_f32.wgsl"),
+        cuda: include_str!("../kernels/mask_logits_f32.cu"),
+        buffers: &["x", "rows", "out"],
+        passes: 18,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "mask_logits_f16",
+        wgsl: include_str!("../shaders/mask_logits_f16.wgsl"),
+        cuda: include_str!("../kernels/mask_logits_f16.cu"),
+        buffers: &["x", "rows", "out"],
+        passes: 18,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "mask_logits_bf16",
+        wgsl: include_str!("../shaders/mask_logits_bf16.wgsl"),
+        cuda: include_str!("../kernels/mask_logits_bf16.cu"),
+        buffers: &["x", "rows", "out"],
+        passes: 18,
+        needs_64bit: true,
+    },
+    KernelSource {
+        name: "renorm_probs",
+        wgsl: include_str!("../shaders/renorm_probs.wgsl"),
+        cuda: include_str!("../kernels/renorm_probs.cu"),
+        buffers: &["x", "rows", "out"],
+        passes: 19,
         needs_64bit: true,
     },
 ];

@@ -1,11 +1,11 @@
 //! The one place that turns a [`Job`] into a launch: which kernel, which buffers in binding
 //! order, which parameters. The GPU backends only execute the plan.
 
-use crate::backend::{Backend, Job, LogProbs, Logits, SeededMode};
+use crate::backend::{Backend, Input, Job, LogProbs, Logits, SeededMode};
 use crate::kernels::{source, KernelSource};
 use crate::types::{Element, Shape};
 
-use crate::generated::{FLAG_LOGPROBS, FLAG_STATUS};
+use crate::generated::{FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_SKIP_FILTERED, FLAG_STATUS};
 
 /// A backend whose buffers have a raw handle that a launch can bind.
 pub(crate) trait Device: Backend {
@@ -50,7 +50,14 @@ fn suffixed<B: Backend + ?Sized>(family: &str, logits: &Logits<'_, B>) -> &'stat
         Logits::F16(_) => "f16",
         Logits::Bf16(_) => "bf16",
     };
-    source(&format!("{family}_{dtype}"))
+    named(family, dtype)
+}
+
+/// The kernel `{family}_{suffix}`, matched in parts so a launch formats no name (no allocation
+/// per call).
+fn named(family: &str, suffix: &str) -> &'static KernelSource {
+    let is = |k: &&KernelSource| k.name.strip_prefix(family).and_then(|r| r.strip_prefix('_')) == Some(suffix);
+    crate::kernels::all().iter().find(is).unwrap_or_else(|| panic!("kernel `{family}_{suffix}` is generated"))
 }
 
 fn logits_handle<'a, B: Device + ?Sized>(logits: &Logits<'a, B>) -> B::Handle<'a> {
@@ -66,17 +73,36 @@ fn params(shape: Shape, flags: u32) -> [u32; 4] {
     [shape.batch as u32, shape.vocab as u32, shape.stride as u32, flags]
 }
 
-/// Appends a sampling call's outputs (tokens, log-probabilities, status; the last two where
-/// asked) to `inputs`, and the flags that tell the kernel which to write.
+/// Appends a sampling call's outputs (tokens, log-probabilities, status, and the pass counts
+/// where the kernel writes them; all but the tokens where asked) to `inputs`, and the flags that
+/// tell the kernel which to write.
 fn with_outputs<'a, B: Device + ?Sized>(
+    kernel: &KernelSource,
     mut inputs: Vec<Option<B::Handle<'a>>>,
     out: &'a crate::backend::Output<'a, B>,
 ) -> (Vec<Option<B::Handle<'a>>>, u32) {
     let lp = out.logprobs.as_deref().map(|b| B::handle(b));
     let status = out.status.as_deref().map(|b| B::handle(b));
-    let flags = if lp.is_some() { FLAG_LOGPROBS } else { 0 } | if status.is_some() { FLAG_STATUS } else { 0 };
+    let mut flags = if lp.is_some() { FLAG_LOGPROBS } else { 0 } | if status.is_some() { FLAG_STATUS } else { 0 };
     inputs.extend([Some(B::handle(&*out.tokens)), lp, status]);
+    if kernel.buffers.contains(&"passes") {
+        let passes = out.passes.as_deref().map(|b| B::handle(b));
+        flags |= if passes.is_some() { FLAG_PASSES } else { 0 };
+        inputs.push(passes);
+    }
     (inputs, flags)
+}
+
+/// A sampling launch over rows: `kernel` with `inputs` then the outputs of `out`.
+fn sampling<'a, B: Device + ?Sized>(
+    kernel: &'static KernelSource,
+    shape: Shape,
+    inputs: Vec<Option<B::Handle<'a>>>,
+    out: &'a crate::backend::Output<'a, B>,
+    extra_flags: u32,
+) -> Launch<B::Handle<'a>> {
+    let (buffers, flags) = with_outputs::<B>(kernel, inputs, out);
+    Launch { kernel, buffers, params: params(shape, flags | extra_flags), work: Work::Rows(shape.batch as u32) }
 }
 
 impl<'a, H: Copy> Launch<H> {
@@ -90,26 +116,15 @@ impl<'a, H: Copy> Launch<H> {
                 work: rows(*shape),
             },
             Job::Greedy { shape, logits, out } => {
-                let (buffers, flags) = with_outputs::<B>(vec![Some(logits_handle(logits))], out);
-                Launch {
-                    kernel: suffixed("greedy", logits),
-                    buffers,
-                    params: params(*shape, flags),
-                    work: rows(*shape),
-                }
+                sampling::<B>(suffixed("greedy", logits), *shape, vec![Some(logits_handle(logits))], out, 0)
             }
             Job::RaceLogits { shape, logits, rows: r, out } => {
-                let (buffers, flags) = with_outputs::<B>(vec![Some(logits_handle(logits)), Some(B::handle(*r))], out);
-                Launch {
-                    kernel: suffixed("race_logits", logits),
-                    buffers,
-                    params: params(*shape, flags),
-                    work: rows(*shape),
-                }
+                let inputs = vec![Some(logits_handle(logits)), Some(B::handle(*r))];
+                sampling::<B>(suffixed("race_logits", logits), *shape, inputs, out, 0)
             }
             Job::RaceProbs { shape, probs, rows: r, out } => {
-                let (buffers, flags) = with_outputs::<B>(vec![Some(B::handle(*probs)), Some(B::handle(*r))], out);
-                Launch { kernel: source("race_probs"), buffers, params: params(*shape, flags), work: rows(*shape) }
+                let inputs = vec![Some(B::handle(*probs)), Some(B::handle(*r))];
+                sampling::<B>(source("race_probs"), *shape, inputs, out, 0)
             }
             Job::Seeded { shape, logprobs, rows: r, mode, out } => {
                 let (suffix, lp) = match logprobs {
@@ -120,32 +135,38 @@ impl<'a, H: Copy> Launch<H> {
                     SeededMode::Float64 => "seeded",
                     SeededMode::Screened => "seeded_screened",
                 };
-                let (buffers, flags) = with_outputs::<B>(vec![Some(lp), Some(B::handle(*r))], out);
-                Launch {
-                    kernel: source(&format!("{family}_{suffix}")),
-                    buffers,
-                    params: params(*shape, flags),
-                    work: rows(*shape),
-                }
+                let kernel = named(family, suffix);
+                sampling::<B>(kernel, *shape, vec![Some(lp), Some(B::handle(*r))], out, 0)
             }
             Job::SeededLogits { shape, logits, rows: r, out } => {
-                let (buffers, flags) = with_outputs::<B>(vec![Some(logits_handle(logits)), Some(B::handle(*r))], out);
-                Launch {
-                    kernel: suffixed("seeded_logits", logits),
-                    buffers,
-                    params: params(*shape, flags),
-                    work: rows(*shape),
-                }
+                let inputs = vec![Some(logits_handle(logits)), Some(B::handle(*r))];
+                sampling::<B>(suffixed("seeded_logits", logits), *shape, inputs, out, 0)
             }
-            Job::Sample { shape, logits, rows: r, out } => {
-                let (buffers, flags) = with_outputs::<B>(vec![Some(logits_handle(logits)), Some(B::handle(*r))], out);
-                Launch {
-                    kernel: suffixed("sample", logits),
-                    buffers,
-                    params: params(*shape, flags),
-                    work: rows(*shape),
-                }
+            Job::Sample { shape, logits, rows: r, out, skip_filtered } => {
+                let inputs = vec![Some(logits_handle(logits)), Some(B::handle(*r))];
+                let flags = if *skip_filtered { FLAG_SKIP_FILTERED } else { 0 };
+                sampling::<B>(suffixed("sample", logits), *shape, inputs, out, flags)
             }
+            Job::Filter { shape, input, rows: r, out, only_filtered } => {
+                let (kernel, x) = match input {
+                    Input::Logits(l) => (suffixed("filter_logits", l), logits_handle(l)),
+                    Input::Probs(p) => (source("filter_probs"), B::handle(*p)),
+                };
+                let flags = if *only_filtered { FLAG_FILTERED_ONLY } else { 0 };
+                sampling::<B>(kernel, *shape, vec![Some(x), Some(B::handle(*r))], out, flags)
+            }
+            Job::MaskLogits { shape, logits, rows: r, masked } => Launch {
+                kernel: suffixed("mask_logits", logits),
+                buffers: vec![Some(logits_handle(logits)), Some(B::handle(*r)), Some(B::handle(&**masked))],
+                params: params(*shape, 0),
+                work: rows(*shape),
+            },
+            Job::RenormProbs { shape, probs, rows: r, renormed } => Launch {
+                kernel: source("renorm_probs"),
+                buffers: vec![Some(B::handle(*probs)), Some(B::handle(*r)), Some(B::handle(&**renormed))],
+                params: params(*shape, 0),
+                work: rows(*shape),
+            },
             Job::Murmur { items, words, out } => Launch {
                 kernel: source("murmur3"),
                 buffers: vec![Some(B::handle(*words)), Some(B::handle(&**out))],

@@ -42,7 +42,7 @@ pub mod types;
 #[cfg(feature = "wgpu")]
 pub mod wgpu_backend;
 
-pub use backend::{Backend, Job, LogProbs, Logits, Output, SeededMode};
+pub use backend::{Backend, Input, Job, LogProbs, Logits, Output, SeededMode};
 pub use cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 pub use cuda_backend::{CudaBackend, CudaBuffer};
@@ -50,6 +50,7 @@ pub use cuda_backend::{CudaBackend, CudaBuffer};
 #[cfg(feature = "cuda")]
 pub use cudarc;
 pub use error::{Error, Result};
+pub use filters::{Filters, Order as FilterOrder};
 pub use sampler::Sampler;
 pub use types::{Element, RowMode, RowParams, Shape, GREEDY_EPS};
 /// The wgpu this crate was built against, so an engine shares its device types.

@@ -1,5 +1,6 @@
-//! The per-step API for engines: one call per decode step, any mix of greedy, sampled and
-//! seeded rows in one launch, the row records' device buffer made once and rewritten in place.
+//! The per-step API for engines: one call per decode step, any mix of greedy, sampled, filtered
+//! and seeded rows in two launches, the row records' device buffer made once and rewritten in
+//! place.
 
 use crate::backend::{Backend, Logits, Output};
 use crate::error::{Error, Result};
@@ -40,34 +41,38 @@ impl<'b, B: Backend> Sampler<'b, B> {
 
 impl RowParams {
     /// The row record of a request with SGLang-normalized parameters at decode step (position)
-    /// `step`: greedy when SGLang would be (`top_k = 1`), SGLang's seeded race under
-    /// deterministic inference (seed 42 when the request gives none), else the Philox race keyed
-    /// by the request's seed and step. Top-k, top-p and min-p filters are not implemented yet:
-    /// a request that asks for one is refused, not sampled without it.
+    /// `step`: greedy when SGLang would be (`top_k = 1`); SGLang's seeded race under
+    /// deterministic inference (seed 42 when the request gives none); else the Philox race keyed
+    /// by the request's seed and step, inside its top-k / top-p / min-p set with SGLang's joint
+    /// order. SGLang's deterministic filtered path (the seeded race over the sorted, filtered
+    /// set) is not implemented: such a request is refused, not sampled without its filters.
     pub fn from_request(params: &NormalizedParams, step: u64, deterministic: bool) -> Result<Self> {
-        let refuse = |field: &'static str, value: String| Error::Param {
-            row: 0,
-            field,
-            value,
-            rule: "filters (top-k, top-p, min-p) are not implemented yet",
-        };
-        let greedy = params.top_k() == 1;
-        if !greedy {
-            if params.top_k() != crate::planner::TOP_K_ALL {
-                return Err(refuse("top_k", params.top_k().to_string()));
-            }
-            if params.top_p() != 1.0 {
-                return Err(refuse("top_p", params.top_p().to_string()));
-            }
-            if params.min_p() > 0.0 {
-                return Err(refuse("min_p", params.min_p().to_string()));
-            }
+        if params.top_k() == 1 {
+            return Ok(if deterministic {
+                RowParams::seeded(0.0, params.seed().unwrap_or(DEFAULT_SEED), step)
+            } else {
+                RowParams::greedy().with_offset(step)
+            });
         }
-        let temperature = if greedy { 0.0 } else { params.temperature() as f32 };
-        Ok(if deterministic {
+        let temperature = params.temperature() as f32;
+        let row = if deterministic {
             RowParams::seeded(temperature, params.seed().unwrap_or(DEFAULT_SEED), step)
         } else {
             RowParams::new(temperature, params.seed().unwrap_or(0), step)
-        })
+        };
+        let top_k = match params.top_k() {
+            crate::planner::TOP_K_ALL => u32::MAX,
+            k => u32::try_from(k).unwrap_or(u32::MAX),
+        };
+        let filtered = row.with_top_k(top_k).with_top_p(params.top_p() as f32).with_min_p(params.min_p() as f32);
+        if deterministic && filtered.has_filters() {
+            return Err(Error::Param {
+                row: 0,
+                field: "top_k/top_p/min_p",
+                value: format!("{} / {} / {}", params.top_k(), params.top_p(), params.min_p()),
+                rule: "deterministic inference with filters (SGLang's seeded filtered path) is not implemented",
+            });
+        }
+        Ok(filtered)
     }
 }

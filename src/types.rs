@@ -1,6 +1,7 @@
 //! The shapes, element types and per-row parameters that every backend shares.
 
 use crate::error::{Error, Result};
+use crate::filters::{Filters, Order};
 use bytemuck::{Pod, Zeroable};
 
 /// `batch` rows of `vocab` values, row `r` starting at element `r * stride`. A stride above the
@@ -51,10 +52,12 @@ impl Shape {
     }
 }
 
-/// Per-row parameters, one 32-byte record per row, as the kernels read them.
+/// Per-row parameters, one 48-byte record per row, as the kernels read them.
 ///
 /// `seed` and `offset` key the row's noise (see [`crate::philox`]): an engine passes the
 /// request's seed and its decode step, so a token never depends on the row it sits in.
+/// The filters (top-k, top-p, min-p and their order) are read by the filter kernels and by
+/// [`crate::Backend::sample`]; a zeroed record is a greedy row without filters.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
 pub struct RowParams {
@@ -62,14 +65,33 @@ pub struct RowParams {
     pub temperature: f32,
     /// Which sampler the unified kernels run for the row ([`RowMode`]).
     mode: u32,
-    /// Words the filter kernels will read (top_k, top_p, min_p); zero until then.
-    reserved: [u32; 6],
+    /// Keep the `top_k` most likely tokens; 0 or `u32::MAX`: no top-k.
+    top_k: u32,
+    /// Keep the tokens whose mass before them is at most `top_p`; 1: no top-p.
+    top_p: f32,
+    /// Keep the tokens at least `min_p` times as likely as the most likely; 0: no min-p.
+    min_p: f32,
+    /// [`crate::generated::ORDER_TOP_K_FIRST`], or 0 for joint.
+    order: u32,
+    reserved: [u32; 2],
     seed: [u32; 2],
     offset: [u32; 2],
 }
 
 // The kernels read the record by word index: the layout must be the one the IR declares.
-const _: () = assert!(size_of::<RowParams>() == 4 * crate::generated::ROW_WORDS);
+const _: () = {
+    use crate::generated as g;
+    use std::mem::offset_of;
+    assert!(size_of::<RowParams>() == 4 * g::ROW_WORDS);
+    assert!(offset_of!(RowParams, temperature) == 4 * g::WORD_TEMPERATURE);
+    assert!(offset_of!(RowParams, mode) == 4 * g::WORD_MODE);
+    assert!(offset_of!(RowParams, top_k) == 4 * g::WORD_TOP_K);
+    assert!(offset_of!(RowParams, top_p) == 4 * g::WORD_TOP_P);
+    assert!(offset_of!(RowParams, min_p) == 4 * g::WORD_MIN_P);
+    assert!(offset_of!(RowParams, order) == 4 * g::WORD_ORDER);
+    assert!(offset_of!(RowParams, seed) == 4 * g::WORD_SEED);
+    assert!(offset_of!(RowParams, offset) == 4 * g::WORD_OFFSET);
+};
 
 /// Which sampler a row uses in [`crate::Backend::sample`]: one launch serves every mix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,7 +111,11 @@ impl RowParams {
         RowParams {
             temperature,
             mode: 0,
-            reserved: [0; 6],
+            top_k: NO_TOP_K,
+            top_p: 1.0,
+            min_p: 0.0,
+            order: 0,
+            reserved: [0; 2],
             seed: [seed as u32, (seed >> 32) as u32],
             offset: [offset as u32, (offset >> 32) as u32],
         }
@@ -123,7 +149,49 @@ impl RowParams {
     pub fn is_sampled(&self) -> bool {
         self.temperature >= GREEDY_EPS
     }
+    /// The same row at another step (offset): the next decode step's noise.
+    pub fn with_offset(self, offset: u64) -> Self {
+        RowParams { offset: [offset as u32, (offset >> 32) as u32], ..self }
+    }
+    /// Keep only the `k` most likely tokens (ties to the lower index); `k >= vocab` keeps all.
+    pub fn with_top_k(self, k: u32) -> Self {
+        RowParams { top_k: k, ..self }
+    }
+    /// Keep the tokens whose probability mass ranked strictly before them is at most `p`, in
+    /// (0, 1]; 1 keeps all.
+    pub fn with_top_p(self, p: f32) -> Self {
+        RowParams { top_p: p, ..self }
+    }
+    /// Keep the tokens at least `p` times as likely as the most likely, `p` in [0, 1].
+    pub fn with_min_p(self, p: f32) -> Self {
+        RowParams { min_p: p, ..self }
+    }
+    /// How top-k and top-p combine (joint unless set).
+    pub fn with_order(self, order: Order) -> Self {
+        let order = match order {
+            Order::Joint => 0,
+            Order::TopKFirst => crate::generated::ORDER_TOP_K_FIRST,
+        };
+        RowParams { order, ..self }
+    }
+    /// The row's filters as the reference computes them (raw encodings read as the kernels read
+    /// them: top-k 0 is none, top-p outside (0, 1) is none, min-p at most 0 is none).
+    pub fn filters(&self) -> Filters {
+        Filters {
+            top_k: (self.top_k != 0 && self.top_k != NO_TOP_K).then_some(self.top_k as usize),
+            top_p: if self.top_p > 0.0 && self.top_p < 1.0 { self.top_p as f64 } else { 1.0 },
+            min_p: if self.min_p > 0.0 { self.min_p.min(1.0) as f64 } else { 0.0 },
+            order: if self.order == crate::generated::ORDER_TOP_K_FIRST { Order::TopKFirst } else { Order::Joint },
+        }
+    }
+    /// Whether any filter is set (top-k, top-p below 1 or min-p above 0).
+    pub fn has_filters(&self) -> bool {
+        self.filters().is_active()
+    }
 }
+
+/// The top-k value of a row without top-k.
+const NO_TOP_K: u32 = u32::MAX;
 
 mod sealed {
     pub trait Sealed {}
@@ -160,13 +228,25 @@ impl Element for RowParams {
     /// refused here, before any launch, naming the row).
     fn validate(rows: &[Self]) -> Result<()> {
         for (row, p) in rows.iter().enumerate() {
+            let fail =
+                |field: &'static str, value: String, rule: &'static str| Err(Error::Param { row, field, value, rule });
             if !(p.temperature.is_finite() && p.temperature >= 0.0) {
-                return Err(Error::Param {
-                    row,
-                    field: "temperature",
-                    value: p.temperature.to_string(),
-                    rule: "must be a non-negative finite number",
-                });
+                return fail("temperature", p.temperature.to_string(), "must be a non-negative finite number");
+            }
+            if p.top_k == 0 {
+                return fail("top_k", "0".into(), "must be at least 1 (u32::MAX for none)");
+            }
+            if !(p.top_p > 0.0 && p.top_p <= 1.0) {
+                return fail("top_p", p.top_p.to_string(), "must be in (0, 1]");
+            }
+            if !(0.0..=1.0).contains(&p.min_p) {
+                return fail("min_p", p.min_p.to_string(), "must be in [0, 1]");
+            }
+            if p.order > crate::generated::ORDER_TOP_K_FIRST {
+                return fail("order", p.order.to_string(), "must be 0 (joint) or 1 (top-k first)");
+            }
+            if p.mode() == RowMode::Seeded && p.has_filters() {
+                return fail("mode", "seeded".into(), "the seeded sampler takes no top-k, top-p or min-p");
             }
         }
         Ok(())

@@ -95,6 +95,51 @@ fn histogram_matches_softmax() {
     });
 }
 
+/// With filters, every draw lies in the set and the histogram follows the renormalized
+/// distribution (the oracle's `--compare`), joint and top-k first. 20,000 draws over at most 6
+/// tokens put the expected total variation near 0.007; the limit 0.03 is beyond 6 standard
+/// deviations (the distribution itself is checked at 100,000 draws in `tests/filters.rs`).
+#[test]
+fn filtered_histogram_matches_the_set() {
+    on_backends("cli_filtered_histogram", |backend| {
+        let input = data("logits_small.npy");
+        for order in ["joint", "top-k-first"] {
+            let args = [
+                "--logits",
+                &input,
+                "--seed",
+                "3",
+                "--top-k",
+                "6",
+                "--top-p",
+                "0.8",
+                "--min-p",
+                "0.02",
+                "--order",
+                order,
+                "--draws",
+                "100000",
+                "--compare",
+                "--backend",
+                backend,
+            ];
+            for line in lines(&args) {
+                let tv = line["tv"].as_f64().unwrap();
+                for bin in line["tokens"].as_array().unwrap() {
+                    let (count, prob) = (bin["count"].as_u64().unwrap(), bin["prob"].as_f64().unwrap());
+                    assert!(
+                        count == 0 || prob > 0.0,
+                        "{backend} {order}: token {} drawn outside the set",
+                        bin["token"]
+                    );
+                }
+                eprintln!("{backend} {order} row {}: TV {tv:.5}", line["row"]);
+                assert!(tv < 0.03, "{backend} {order} row {}: TV {tv}", line["row"]);
+            }
+        }
+    });
+}
+
 #[test]
 fn seeded_reproduces_golden_tokens() {
     let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/golden/seeded_f64_small.json");
@@ -139,7 +184,7 @@ fn bad_input_fails_with_a_message() {
         (&["--logits", &npy, "--temperature", "nan"], "invalid value 'nan' for '--temperature"),
         (&["--logits", &npy, "--temperature", "-0.5"], "must be finite and at least 0"),
         (&["--logits", &npy, "--probs", &npy], "'--logits <FILE>' cannot be used with '--probs <FILE>'"),
-        (&["--logits", &npy, "--top-k", "5"], "--top-k is not implemented yet"),
+        (&["--logits", &npy, "--top-p", "1.5"], "top_p"),
         (&["--logits", &npy, "--seed", "1,2"], "--seed has 2 values for 4 rows"),
         (&["--logprobs", &golden], "required arguments were not provided:\n  --seeded"),
     ];

@@ -1,12 +1,20 @@
 //! The filter reference (`sampling_kernels::filters`) against SEMANTICS.md's definitions written
-//! token by token (rank and mass ahead counted directly, no sorting or prefixes), and the cases
-//! the filters issue names.
+//! token by token (rank and mass ahead counted directly, no sorting or prefixes), the cases the
+//! filters issue names, and every device backend's filter kernels against the reference.
+//!
+//! The kernels compute probabilities in float32 and the reference in float64, so a row whose
+//! top-p or min-p boundary lies within 1e-5 (relative) of a token's cumulative mass or
+//! probability could fall either way: such rows are counted and not compared, and must stay
+//! under 1%. Statistical checks use fixed seeds and thresholds at the 0.999 quantile (a correct
+//! sampler fails each with probability 1e-3 over the choice of seeds).
 
+#[macro_use]
 mod common;
 
-use common::Rng;
-use sampling_kernels::filters::{kept, kept_from_logits, Filters, Order};
-use sampling_kernels::RowParams;
+use common::{chi_square, total_variation, Rng};
+use sampling_kernels::cpu::softmax;
+use sampling_kernels::filters::{kept, kept_from_logits, passes, Filters, Order};
+use sampling_kernels::{Backend, Input, Logits, Output, RowParams, Shape};
 
 /// SEMANTICS.md per token: rank(j) counts the tokens ahead of j in (p desc, index asc); the mass
 /// ahead sums theirs. Top-k keeps rank < k; top-p keeps mass ahead <= top_p (of the top-k set's
@@ -70,3 +78,338 @@ fn named_cases() {
     let ties = kept(&[0.25; 4], &Filters { top_k: Some(2), ..ALL });
     assert_eq!(ties, [true, true, false, false]);
 }
+
+/// Relative distance from a boundary under which a row is a near-tie (see the module docs).
+const NEAR: f64 = 1e-5;
+
+/// Whether the reference's set for `p` is decided with margin: no top-p or min-p threshold lies
+/// within [`NEAR`] of a token's mass ahead or probability.
+fn decided(p: &[f64], f: &Filters) -> bool {
+    let mut order: Vec<usize> = (0..p.len()).filter(|&j| p[j] > 0.0).collect();
+    order.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+    let Some(&first) = order.first() else { return true };
+    let by_k = f.top_k.map_or(order.len(), |k| k.min(order.len()));
+    let total: f64 = order.iter().map(|&j| p[j]).sum();
+    let reference = match f.order {
+        Order::Joint => total,
+        Order::TopKFirst => order[..by_k].iter().map(|&j| p[j]).sum(),
+    };
+    let mut ahead = 0.0;
+    for &j in &order {
+        let near_p = f.top_p < 1.0 && (ahead - f.top_p * reference).abs() <= NEAR * reference;
+        // The largest probability passes any min-p exactly (its weight is exp(0) = 1).
+        let near_min = f.min_p > 0.0 && p[j] < p[first] && (p[j] - f.min_p * p[first]).abs() <= NEAR * p[first];
+        if near_p || near_min {
+            return false;
+        }
+        ahead += p[j];
+    }
+    true
+}
+
+/// One random row of logits of a kind the issue names: model-like, integer-valued (ties), flat,
+/// one-hot, or with a block of -inf (and a NaN or two).
+fn random_row(rng: &mut Rng, vocab: usize) -> Vec<f32> {
+    let kind = rng.below(5);
+    let mut x: Vec<f32> = (0..vocab)
+        .map(|_| match kind {
+            0 => rng.normal(3.0) as f32,
+            1 => rng.below(6) as f32,
+            2 => 1.5,
+            _ => rng.normal(2.0) as f32,
+        })
+        .collect();
+    match kind {
+        3 => x[rng.below(vocab as u64) as usize] = 15.0,
+        4 if vocab > 2 => {
+            let start = rng.below(vocab as u64) as usize;
+            let end = (start + 1 + rng.below(vocab as u64 / 2 + 1) as usize).min(vocab);
+            x[start..end].fill(f32::NEG_INFINITY);
+            x[rng.below(vocab as u64) as usize] = f32::NAN;
+        }
+        _ => {}
+    }
+    x
+}
+
+/// Random filters: top-k none, 1, in range or beyond; top-p 1, random or below the largest
+/// probability; min-p 0, random or 1; either order.
+fn random_params(rng: &mut Rng, vocab: usize) -> RowParams {
+    let t = [0.5, 0.7, 1.0, 1.5][rng.below(4) as usize];
+    let mut row = RowParams::new(t, rng.next_u64(), rng.below(1000));
+    row = match rng.below(4) {
+        0 => row,
+        1 => row.with_top_k(1),
+        2 => row.with_top_k(1 + rng.below(vocab as u64) as u32),
+        _ => row.with_top_k(vocab as u32 + rng.below(3) as u32),
+    };
+    row = match rng.below(4) {
+        0 => row,
+        1 => row.with_top_p(0.007),
+        _ => row.with_top_p((0.05 + 0.95 * rng.unit()) as f32),
+    };
+    row = match rng.below(5) {
+        0 | 1 => row,
+        2 => row.with_min_p(1.0),
+        _ => row.with_min_p((0.3 * rng.unit()) as f32),
+    };
+    if rng.below(2) == 1 {
+        row = row.with_order(Order::TopKFirst);
+    }
+    row
+}
+
+/// A batch of random rows of one vocabulary and stride: logits (padded), their parameters.
+fn random_batch(rng: &mut Rng, shape: Shape) -> (Vec<f32>, Vec<RowParams>) {
+    let mut x = vec![0.0f32; shape.elements()];
+    let rows: Vec<RowParams> = (0..shape.batch).map(|_| random_params(rng, shape.vocab)).collect();
+    for r in 0..shape.batch {
+        let row = random_row(rng, shape.vocab);
+        x[r * shape.stride..r * shape.stride + shape.vocab].copy_from_slice(&row);
+    }
+    (x, rows)
+}
+
+/// The shapes of the set checks: 10,260 rows from 1 to 151936 tokens, some padded.
+fn set_shapes() -> Vec<Shape> {
+    let mut shapes: Vec<Shape> =
+        [1, 2, 3, 5, 8, 16, 33, 64, 100, 257, 1000].iter().map(|&v| Shape::dense(900, v)).collect();
+    shapes.push(Shape { batch: 300, vocab: 4096, stride: 4100 });
+    shapes.push(Shape::dense(40, 32768));
+    shapes.push(Shape { batch: 20, vocab: 151_936, stride: 152_064 });
+    shapes
+}
+
+/// The oracle's set of row `r`, and whether it is decided with margin.
+fn oracle_set(x: &[f32], shape: Shape, r: usize, row: &RowParams) -> (Vec<bool>, bool) {
+    let values: Vec<f64> = x[r * shape.stride..r * shape.stride + shape.vocab]
+        .iter()
+        .map(|&v| if v.is_nan() { f64::NEG_INFINITY } else { v as f64 })
+        .collect();
+    let p = softmax(&values, row);
+    (kept(&p, &row.filters()), decided(&p, &row.filters()))
+}
+
+/// Kept sets from logits (masking) and from probabilities (renormalizing) equal the
+/// reference's on every decided row, 10,260 rows of each.
+pub fn sets_match_the_oracle<B: Backend>(b: &B) {
+    let mut rng = Rng::new(2024);
+    let (mut rows_seen, mut near) = (0usize, 0usize);
+    for shape in set_shapes() {
+        let (x, rows) = random_batch(&mut rng, shape);
+        let xb = b.upload(&x).unwrap();
+        let rb = b.upload(&rows).unwrap();
+        let mut masked = b.zeros::<f32>(shape.elements()).unwrap();
+        b.mask_logits(shape, Logits::F32(&xb), &rb, &mut masked).unwrap();
+        let masked = b.download(&masked).unwrap();
+        // The same rows as probabilities (the reference's softmax, in f32).
+        let mut probs = vec![0.0f32; shape.elements()];
+        for r in 0..shape.batch {
+            let values: Vec<f64> = x[r * shape.stride..r * shape.stride + shape.vocab]
+                .iter()
+                .map(|&v| if v.is_nan() { f64::NEG_INFINITY } else { v as f64 })
+                .collect();
+            for (j, p) in softmax(&values, &rows[r]).into_iter().enumerate() {
+                probs[r * shape.stride + j] = p as f32;
+            }
+        }
+        let pb = b.upload(&probs).unwrap();
+        let mut renormed = b.zeros::<f32>(shape.elements()).unwrap();
+        b.renorm_probs(shape, &pb, &rb, &mut renormed).unwrap();
+        let renormed = b.download(&renormed).unwrap();
+        for r in 0..shape.batch {
+            rows_seen += 1;
+            let (want, sure) = oracle_set(&x, shape, r, &rows[r]);
+            let p_row: Vec<f64> = probs[r * shape.stride..][..shape.vocab].iter().map(|&p| p as f64).collect();
+            let want_p = kept(&p_row, &rows[r].filters());
+            if !sure || !decided(&p_row, &rows[r].filters()) {
+                near += 1;
+                continue;
+            }
+            let got: Vec<bool> = (0..shape.vocab).map(|j| masked[r * shape.stride + j] > f32::NEG_INFINITY).collect();
+            assert_eq!(got, want, "mask_logits row {r} of {shape:?}, {:?}", rows[r]);
+            let got_p: Vec<bool> = (0..shape.vocab).map(|j| renormed[r * shape.stride + j] > 0.0).collect();
+            assert_eq!(got_p, want_p, "renorm_probs row {r} of {shape:?}, {:?}", rows[r]);
+            let mass: f64 = (0..shape.vocab).filter(|&j| want_p[j]).map(|j| p_row[j]).sum();
+            for j in (0..shape.vocab).filter(|&j| want_p[j]) {
+                let (g, w) = (renormed[r * shape.stride + j] as f64, p_row[j] / mass);
+                assert!((g - w).abs() <= 1e-5 * w + 1e-12, "renormalized {g} vs {w} at row {r} col {j} of {shape:?}");
+            }
+        }
+    }
+    eprintln!("{}: {rows_seen} rows, {near} near a boundary and not compared", b.describe());
+    assert!(rows_seen >= 10_000 && near * 100 < rows_seen, "{near} of {rows_seen} rows near a boundary");
+}
+
+/// Sampled tokens lie in the row's set on every draw, and agree with the reference's race.
+pub fn tokens_lie_in_the_set<B: Backend>(b: &B) {
+    let mut rng = Rng::new(77);
+    let (mut draws, mut same) = (0usize, 0usize);
+    for shape in [Shape::dense(600, 7), Shape::dense(400, 100), Shape { batch: 30, vocab: 5000, stride: 5003 }] {
+        let (x, rows) = random_batch(&mut rng, shape);
+        let xb = b.upload(&x).unwrap();
+        let cpu = sampling_kernels::CpuBackend;
+        for step in 0..5u64 {
+            let rows: Vec<RowParams> = rows.iter().map(|r| r.with_offset(step)).collect();
+            let rb = b.upload(&rows).unwrap();
+            let mut tokens = b.zeros::<u32>(shape.batch).unwrap();
+            let mut status = b.zeros::<u32>(shape.batch).unwrap();
+            b.sample_filtered(
+                shape,
+                Input::Logits(Logits::F32(&xb)),
+                &rb,
+                Output::new(&mut tokens).with_status(&mut status),
+            )
+            .unwrap();
+            let (tokens, status) = (b.download(&tokens).unwrap(), b.download(&status).unwrap());
+            let mut cpu_tokens = vec![0u32; shape.batch];
+            cpu.sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut cpu_tokens)).unwrap();
+            for r in 0..shape.batch {
+                let (set, _) = oracle_set(&x, shape, r, &rows[r]);
+                let any = set.iter().any(|&k| k);
+                assert_eq!(status[r] == 1, any, "status of row {r}");
+                if any {
+                    assert!(set[tokens[r] as usize], "token {} outside the set of row {r} ({:?})", tokens[r], rows[r]);
+                }
+                draws += 1;
+                same += (tokens[r] == cpu_tokens[r]) as usize;
+            }
+        }
+    }
+    eprintln!("{}: {draws} draws, all inside their sets; {same} equal to the reference's token", b.describe());
+    assert!(same * 100 >= draws * 99, "only {same} of {draws} tokens equal the reference's");
+}
+
+/// Chi-square 0.999 quantiles by degrees of freedom (1 to 7).
+const CHI2_999: [f64; 8] = [0.0, 10.828, 13.816, 16.266, 18.467, 20.515, 22.458, 24.322];
+
+/// 100,000 draws inside the set follow the renormalized probabilities, joint and top-k first.
+pub fn draws_follow_the_set<B: Backend>(b: &B) {
+    const DRAWS: usize = 100_000;
+    let logits: Vec<f32> =
+        [2.0f32, 1.6, 1.5, 1.2, 1.0, 0.7, 0.3, 0.0, -0.5, -1.0, -3.0, -4.0, 0.9, 1.1, -2.0, 0.5].to_vec();
+    let vocab = logits.len();
+    let x: Vec<f32> = logits.iter().cycle().take(vocab * DRAWS).cloned().collect();
+    let shape = Shape::dense(DRAWS, vocab);
+    let xb = b.upload(&x).unwrap();
+    for order in [Order::Joint, Order::TopKFirst] {
+        let make = |d: usize| {
+            RowParams::new(0.9, 1000 + d as u64, 3).with_top_k(8).with_top_p(0.7).with_min_p(0.05).with_order(order)
+        };
+        let rows: Vec<RowParams> = (0..DRAWS).map(make).collect();
+        let rb = b.upload(&rows).unwrap();
+        let mut tokens = b.zeros::<u32>(DRAWS).unwrap();
+        b.sample_filtered(shape, Input::Logits(Logits::F32(&xb)), &rb, Output::new(&mut tokens)).unwrap();
+        let tokens = b.download(&tokens).unwrap();
+        let values: Vec<f64> = logits.iter().map(|&v| v as f64).collect();
+        let p = softmax(&values, &make(0));
+        let set = kept(&p, &make(0).filters());
+        let mass: f64 = (0..vocab).filter(|&j| set[j]).map(|j| p[j]).sum();
+        let cells: Vec<usize> = (0..vocab).filter(|&j| set[j]).collect();
+        let mut counts = vec![0u64; cells.len()];
+        for &t in &tokens {
+            let cell =
+                cells.iter().position(|&j| j == t as usize).unwrap_or_else(|| panic!("token {t} outside the set"));
+            counts[cell] += 1;
+        }
+        let probs: Vec<f64> = cells.iter().map(|&j| p[j] / mass).collect();
+        let (chi2, tv) = (chi_square(&counts, &probs), total_variation(&counts, &probs));
+        let limit = CHI2_999[cells.len() - 1];
+        eprintln!(
+            "{}: {order:?}: {} tokens kept, chi2 {chi2:.2} (limit {limit}), TV {tv:.4}",
+            b.describe(),
+            cells.len()
+        );
+        assert!(chi2 < limit && tv < 0.01, "{order:?}: chi2 {chi2} TV {tv}");
+    }
+}
+
+/// The constructed row where the two orders differ: p = (0.4, 0.3, 0.2, 0.1), top-k 2, top-p
+/// 0.5. Joint keeps tokens 0 and 1 (0.4 ahead of token 1 is within 0.5 of the whole); top-k first
+/// keeps token 0 only (0.4 of the top-2 mass 0.7 is 0.57, beyond 0.5).
+pub fn joint_and_top_k_first_differ<B: Backend>(b: &B) {
+    let logits: Vec<f32> = [0.4f32, 0.3, 0.2, 0.1].iter().map(|p| p.ln()).collect();
+    let shape = Shape::dense(2, 4);
+    let x = b.upload(&[logits.clone(), logits].concat()).unwrap();
+    let row = RowParams::new(1.0, 0, 0).with_top_k(2).with_top_p(0.5);
+    let rows = b.upload(&[row, row.with_order(Order::TopKFirst)]).unwrap();
+    let mut masked = b.zeros::<f32>(8).unwrap();
+    b.mask_logits(shape, Logits::F32(&x), &rows, &mut masked).unwrap();
+    let kept: Vec<bool> = b.download(&masked).unwrap().iter().map(|&v| v > f32::NEG_INFINITY).collect();
+    assert_eq!(kept[..4], [true, true, false, false], "joint");
+    assert_eq!(kept[4..], [true, false, false, false], "top-k first");
+}
+
+/// A flat row and a peaked row of the same size take the same number of passes, the one the
+/// parameters fix (the kernels count their own passes).
+pub fn flat_and_peaked_take_the_same_passes<B: Backend>(b: &B) {
+    let vocab = 151_936;
+    let flat = vec![0.25f32; vocab];
+    let peaked: Vec<f32> = (0..vocab).map(|j| if j == 4321 { 30.0 } else { -((j % 977) as f32) / 50.0 }).collect();
+    let shape = Shape::dense(2, vocab);
+    let x = b.upload(&[flat, peaked].concat()).unwrap();
+    let base = RowParams::new(1.0, 5, 6);
+    for row in [
+        base.with_min_p(0.1),
+        base.with_top_k(50),
+        base.with_top_p(0.9),
+        base.with_top_k(1000).with_top_p(0.5).with_min_p(0.01),
+        base.with_top_k(1000).with_top_p(0.5).with_order(Order::TopKFirst),
+    ] {
+        let rows = b.upload(&[row, row]).unwrap();
+        let mut tokens = b.zeros::<u32>(2).unwrap();
+        let mut count = b.zeros::<u32>(2).unwrap();
+        b.sample_filtered(
+            shape,
+            Input::Logits(Logits::F32(&x)),
+            &rows,
+            Output::new(&mut tokens).with_passes(&mut count),
+        )
+        .unwrap();
+        let count = b.download(&count).unwrap();
+        let want = passes(&row.filters(), vocab);
+        assert_eq!(count, [want, want], "flat and peaked rows with {:?}", row.filters());
+    }
+}
+
+/// With no filter the kernel gives the plain race's token, and with top-k 1 greedy's, on every
+/// row (the same noise, the same race).
+pub fn no_filter_is_the_plain_race<B: Backend>(b: &B) {
+    let mut rng = Rng::new(5);
+    let shape = Shape { batch: 300, vocab: 1000, stride: 1024 };
+    let (x, _) = random_batch(&mut rng, shape);
+    let xb = b.upload(&x).unwrap();
+    let plain: Vec<RowParams> = (0..shape.batch).map(|r| RowParams::new(0.8, r as u64, 2)).collect();
+    let run = |rows: &[RowParams], filtered: bool| {
+        let rb = b.upload(rows).unwrap();
+        let mut t = b.zeros::<u32>(shape.batch).unwrap();
+        let mut lp = b.zeros::<f32>(shape.batch).unwrap();
+        let out = Output::new(&mut t).with_logprobs(&mut lp);
+        if filtered {
+            b.sample_filtered(shape, Input::Logits(Logits::F32(&xb)), &rb, out).unwrap();
+        } else {
+            b.race_from_logits(shape, Logits::F32(&xb), &rb, out).unwrap();
+        }
+        (b.download(&t).unwrap(), b.download(&lp).unwrap())
+    };
+    let (want, want_lp) = run(&plain, false);
+    let (got, got_lp) = run(&plain, true);
+    assert_eq!(got, want, "no filter");
+    for r in 0..shape.batch {
+        let (g, w) = (got_lp[r], want_lp[r]);
+        assert!((g - w).abs() <= 1e-4 * w.abs().max(1.0) || g == w, "log-probability {g} vs {w} in row {r}");
+    }
+    let top1: Vec<RowParams> = plain.iter().map(|r| r.with_top_k(1)).collect();
+    let greedy: Vec<RowParams> = plain.iter().map(|_| RowParams::greedy()).collect();
+    assert_eq!(run(&top1, true).0, run(&greedy, false).0, "top-k 1");
+}
+
+device_suites!(
+    sets_match_the_oracle,
+    tokens_lie_in_the_set,
+    draws_follow_the_set,
+    joint_and_top_k_first_differ,
+    flat_and_peaked_take_the_same_passes,
+    no_filter_is_the_plain_race
+);
+suite!(cpu, crate::common::cpu, joint_and_top_k_first_differ, no_filter_is_the_plain_race, draws_follow_the_set);

@@ -1,22 +1,40 @@
-//! The per-row sampler: a batch mixing greedy, Philox-race and seeded rows is one launch, and
-//! each row gets exactly the token its own path gives alone, on every backend.
+//! The per-row sampler: a batch mixing greedy, Philox-race, filtered and seeded rows is two
+//! launches, and each row gets exactly the token its own path gives alone, on every backend.
 
 #[macro_use]
 mod common;
 
 use common::Rng;
 use sampling_kernels::planner::SamplingParams;
-use sampling_kernels::{Backend, Error, Logits, Output, RowMode, RowParams, Sampler, Shape};
+use sampling_kernels::{Backend, Error, FilterOrder, Input, Logits, Output, RowMode, RowParams, Sampler, Shape};
 
-/// Row `r` is greedy, plain or seeded by `r % 3` (and every mix of the three in smaller batches).
+/// Row `r` is greedy, plain, seeded, top-p or top-k-and-min-p (top-k first) by `r % 5` (and
+/// every mix of them in smaller batches).
 fn mixed_rows(rng: &mut Rng, batch: usize, step: u64) -> Vec<RowParams> {
     (0..batch)
-        .map(|r| match r % 3 {
+        .map(|r| match r % 5 {
             0 => RowParams::greedy(),
             1 => RowParams::new(0.9, rng.next_u64(), step),
-            _ => RowParams::seeded(1.1, rng.next_u64(), step),
+            2 => RowParams::seeded(1.1, rng.next_u64(), step),
+            3 => RowParams::new(0.9, rng.next_u64(), step).with_top_p(0.8),
+            _ => RowParams::new(1.2, rng.next_u64(), step)
+                .with_top_k(40)
+                .with_top_p(0.9)
+                .with_min_p(0.01)
+                .with_order(FilterOrder::TopKFirst),
         })
         .collect()
+}
+
+/// The filter kernel on every row.
+fn filtered<B: Backend>(
+    b: &B,
+    shape: Shape,
+    logits: Logits<'_, B>,
+    rows: &B::Buffer<RowParams>,
+    out: Output<'_, B>,
+) -> sampling_kernels::Result<()> {
+    b.sample_filtered(shape, Input::Logits(logits), rows, out)
 }
 
 /// Tokens and log-probabilities of one call on the whole batch.
@@ -42,12 +60,14 @@ pub fn mixed_batch_matches_each_path<B: Backend>(b: &B) {
     let (mixed, mixed_lp) = call(b, shape, &x, &rows, B::sample);
     let (raced, raced_lp) = call(b, shape, &x, &rows, B::race_from_logits);
     let (seeded, seeded_lp) = call(b, shape, &x, &rows, B::seeded_from_logits);
+    let (kept, kept_lp) = call(b, shape, &x, &rows, filtered);
     for (r, p) in rows.iter().enumerate() {
         let (want, want_lp) = match p.mode() {
             RowMode::Seeded => (seeded[r], seeded_lp[r]),
+            RowMode::Race if p.has_filters() => (kept[r], kept_lp[r]),
             RowMode::Race => (raced[r], raced_lp[r]),
         };
-        assert_eq!((mixed[r], mixed_lp[r]), (want, want_lp), "row {r} ({:?})", p.mode());
+        assert_eq!((mixed[r], mixed_lp[r]), (want, want_lp), "row {r} ({:?})", p);
     }
 }
 
@@ -61,7 +81,7 @@ pub fn sampler_steps<B: Backend>(b: &B) {
     let mut t = b.zeros::<u32>(shape.batch).unwrap();
     for step in 0..200 {
         let mut rows = mixed_rows(&mut rng, shape.batch, step);
-        rows.rotate_left(step as usize % 3);
+        rows.rotate_left(step as usize % 5);
         sampler.step(shape, Logits::F32(&x), &rows, Output::new(&mut t)).unwrap();
         let (want, _) = call(b, shape, &x, &rows, B::sample);
         assert_eq!(b.download(&t).unwrap(), want, "step {step}");
@@ -74,7 +94,8 @@ suite!(cpu, crate::common::cpu, sampler_steps);
 device_suites!(mixed_batch_matches_each_path, sampler_steps);
 
 /// SGLang-normalized requests become row records: greedy, seeded under deterministic inference
-/// (seed 42 by default), the Philox race otherwise; filters are refused until they exist.
+/// (seed 42 by default), the Philox race otherwise, with the request's filters (joint); filters
+/// under deterministic inference are refused.
 #[test]
 fn requests_become_rows() {
     let row = |body: &str, deterministic| {
@@ -87,7 +108,11 @@ fn requests_become_rows() {
     assert_eq!((plain.mode(), plain.seed(), plain.offset()), (RowMode::Race, 5, 7));
     let seeded = row(r#"{"temperature": 0.7}"#, true).unwrap();
     assert_eq!((seeded.mode(), seeded.seed()), (RowMode::Seeded, 42));
+    let filtered = row(r#"{"temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.1}"#, false).unwrap();
+    let f = filtered.filters();
+    assert_eq!((f.top_k, f.top_p as f32, f.min_p as f32), (Some(20), 0.9, 0.1));
+    assert_eq!(row(r#"{"top_k": -1}"#, false).unwrap().filters().top_k, None);
     for body in [r#"{"top_p": 0.9}"#, r#"{"top_k": 20}"#, r#"{"min_p": 0.1}"#] {
-        assert!(matches!(row(body, false), Err(Error::Param { .. })), "{body}");
+        assert!(matches!(row(body, true), Err(Error::Param { .. })), "{body}");
     }
 }

@@ -4,10 +4,10 @@
 use sampling_kernels::planner::{
     path_for_batch, GenerationConfig, Request, SamplingDefaults, SamplingParams, ServerDefaults, Simulation, TraceStep,
 };
-use sampling_kernels::{Backend, CpuBackend, RowParams};
+use sampling_kernels::{Backend, CpuBackend, Input, Logits, Output, RowParams, Shape};
 
 /// Parameter parsing and validation: any bytes as a request's sampling fields, and as a batch of
-/// row records.
+/// row records; records that validate are sampled (filters included) on a small fixed row.
 pub fn params(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         if let Ok(params) = serde_json::from_str::<SamplingParams>(text) {
@@ -15,7 +15,14 @@ pub fn params(data: &[u8]) {
         }
     }
     let rows: Vec<RowParams> = data.chunks_exact(size_of::<RowParams>()).map(bytemuck::pod_read_unaligned).collect();
-    let _ = CpuBackend.upload(&rows);
+    if let (Ok(uploaded), false) = (CpuBackend.upload(&rows), rows.is_empty()) {
+        let shape = Shape::dense(rows.len(), 8);
+        let logits: Vec<f32> = (0..shape.elements()).map(|i| (i % 5) as f32 - 2.0).collect();
+        let mut tokens = vec![0u32; rows.len()];
+        let logits = Input::Logits(Logits::F32(&logits));
+        CpuBackend.sample_filtered(shape, logits, &uploaded, Output::new(&mut tokens)).expect("valid rows sample");
+        assert!(tokens.iter().all(|&t| t < 8), "a token outside the vocabulary");
+    }
 }
 
 /// The audit tool's inputs: three lines as a request, a trace step and a generation_config,

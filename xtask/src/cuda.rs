@@ -166,6 +166,67 @@ impl CLike for Emitter<'_> {
                 out.line("__syncthreads();");
                 out.close("}");
             }
+            Stmt::Scan { value, out: dst } => {
+                // Inclusive scans by shuffles within each warp, then over the warp totals.
+                out.open("{");
+                out.line(format!("unsigned int sk_x = {};", self.expr(value, scope)));
+                out.line("unsigned int sk_v = sk_x;");
+                let warp_scan = |out: &mut Out, lane: &str| {
+                    out.open("for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {");
+                    out.line("unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);");
+                    out.line(format!("if ({lane} >= sk_o) sk_v += on;"));
+                    out.close("}");
+                };
+                warp_scan(out, "(threadIdx.x & 31u)");
+                out.line("if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;");
+                out.line("__syncthreads();");
+                out.open("if (threadIdx.x < 32u) {");
+                out.line("unsigned int sk_own = sk_v;");
+                out.line("sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;");
+                warp_scan(out, "threadIdx.x");
+                out.line("if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;");
+                out.line("sk_v = sk_own;");
+                out.close("}");
+                out.line("__syncthreads();");
+                out.line(format!(
+                    "{dst} = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);"
+                ));
+                out.line("__syncthreads();");
+                out.close("}");
+            }
+            Stmt::SumMany { ty: t, values, outs } => {
+                // Shuffle sums within each warp, one shared slot per (value, warp), then one
+                // thread per value adds the warps up: two barriers for all the values.
+                let (tn, arr, n) = (ty(*t), format!("sk_many_{}", short(*t)), values.len());
+                out.open("{");
+                for (i, v) in values.iter().enumerate() {
+                    out.line(format!("{tn} sk_m{i} = {};", self.expr(v, scope)));
+                }
+                out.open("for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {");
+                for i in 0..n {
+                    out.line(format!("sk_m{i} += __shfl_xor_sync(0xffffffffu, sk_m{i}, sk_o);"));
+                }
+                out.close("}");
+                out.open("if ((threadIdx.x & 31u) == 0u) {");
+                for i in 0..n {
+                    out.line(format!("{arr}[{i} * 32 + (threadIdx.x >> 5)] = sk_m{i};"));
+                }
+                out.close("}");
+                out.line("__syncthreads();");
+                out.open(format!("if (threadIdx.x < {n}u) {{"));
+                out.line(format!("{tn} sk_s = 0;"));
+                out.line(format!(
+                    "for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += {arr}[threadIdx.x * 32 + sk_w];"
+                ));
+                out.line(format!("{arr}[{n} * 32 + threadIdx.x] = sk_s;"));
+                out.close("}");
+                out.line("__syncthreads();");
+                for (i, o) in outs.iter().enumerate() {
+                    out.line(format!("{o} = {arr}[{n} * 32 + {i}];"));
+                }
+                out.line("__syncthreads();");
+                out.close("}");
+            }
             Stmt::ArgMax { ty: t, value, index, out_value, out_index } => {
                 let (tn, v) = (ty(*t), format!("sk_am_{}", short(*t)));
                 let lowest = if *t == Ty::F64 { Lit::F64(f64::NEG_INFINITY) } else { Lit::F32(f32::NEG_INFINITY) };
@@ -265,17 +326,21 @@ pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> String {
     args.extend(kernel.params.iter().map(|p| format!("unsigned int {p}")));
     out.line(format!("extern \"C\" __global__ void __launch_bounds__(SK_BLOCK) {}(", kernel.name));
     out.open(format!("    {}) {{", args.join(", ")));
-    let mut reductions = Vec::new();
-    let mut argmax = Vec::new();
-    collectives(&kernel.body, &mut reductions, &mut argmax);
-    for t in scratch_types(&reductions) {
+    let used = Collectives::of(&kernel.body);
+    for t in scratch_types(&used.reduce) {
         out.line(format!("__shared__ {} sk_red_{}[33];", ty(t), short(t)));
     }
-    for t in &argmax {
+    for t in &used.argmax {
         out.line(format!("__shared__ {} sk_am_{}[33];", ty(*t), short(*t)));
     }
-    if !argmax.is_empty() {
+    if !used.argmax.is_empty() {
         out.line("__shared__ unsigned int sk_am_i[33];");
+    }
+    if used.scan {
+        out.line("__shared__ unsigned int sk_scan[32];");
+    }
+    for (t, n) in &used.sum_many {
+        out.line(format!("__shared__ {} sk_many_{}[{}];", ty(*t), short(*t), (n + 1) * 32));
     }
     for s in &kernel.shared {
         out.line(format!("__shared__ {} {}[{}];", ty(s.ty), s.name, s.len));

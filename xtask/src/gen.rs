@@ -39,6 +39,22 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         kernels::sampling::FLAG_LOGPROBS,
         kernels::sampling::FLAG_STATUS
     ));
+    {
+        use kernels::filters;
+        use kernels::sampling::{word, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_SKIP_FILTERED};
+        manifest.push_str(&format!(
+            "/// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter\n/// (filter kernels); leave those rows out (the plain sampler).\npub const FLAG_PASSES: u32 = {FLAG_PASSES};\npub const FLAG_FILTERED_ONLY: u32 = {FLAG_FILTERED_ONLY};\npub const FLAG_SKIP_FILTERED: u32 = {FLAG_SKIP_FILTERED};\n\n"
+        ));
+        manifest.push_str(&format!(
+            "/// Word indices of the row record that the layout of `RowParams` is checked against.\npub const WORD_TEMPERATURE: usize = {};\npub const WORD_MODE: usize = {};\npub const WORD_TOP_K: usize = {};\npub const WORD_TOP_P: usize = {};\npub const WORD_MIN_P: usize = {};\npub const WORD_ORDER: usize = {};\npub const WORD_SEED: usize = {};\npub const WORD_OFFSET: usize = {};\n\n",
+            word::TEMPERATURE, word::MODE, word::TOP_K, word::TOP_P, word::MIN_P, word::ORDER, word::SEED_LO, word::OFFSET_LO
+        ));
+        manifest.push_str(&format!(
+            "/// The order word's value for top-k first (else joint).\npub const ORDER_TOP_K_FIRST: u32 = {};\n/// The longest row the filter kernels take (their fixed-point masses must not overflow).\npub const FILTER_MAX_VOCAB: usize = {};\n\n",
+            filters::ORDER_TOP_K_FIRST,
+            filters::MAX_VOCAB
+        ));
+    }
     manifest.push_str("pub const KERNELS: &[KernelSource] = &[\n");
     for k in &kernels {
         ir::check(k)?;

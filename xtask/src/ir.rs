@@ -241,6 +241,21 @@ pub enum Stmt {
         value: Expr,
         out: String,
     },
+    /// Every invocation gets in each of `outs` (declared beforehand) the block's sum of the
+    /// matching `values`, all of integer type `ty` (u32 or u64; at most 32 values). Integer sums
+    /// are exact, so the result does not depend on the order the target adds in (atomics in
+    /// workgroup memory are fine). One collective for many sums: a target pays its barriers once.
+    SumMany {
+        ty: Ty,
+        values: Vec<Expr>,
+        outs: Vec<String>,
+    },
+    /// Every invocation gets in `out` (declared beforehand) the sum of the u32 `value` of the
+    /// invocations before it (local index order): an exclusive scan. Uniform control flow.
+    Scan {
+        value: Expr,
+        out: String,
+    },
     /// Every invocation gets the largest `value` (f32 or f64) over the block and its u32 `index`;
     /// ties go to the lower index. Values must not be NaN. Uniform control flow, like `Reduce`.
     ArgMax {
@@ -474,10 +489,25 @@ impl Block {
         let zero = match ty {
             Ty::F32 => f(0.0),
             Ty::F64 => f64_(0.0),
+            Ty::U64 => Expr::Lit(Lit::U64(0)),
             _ => u(0),
         };
         self.let_(out, ty, zero);
         self.stmts.push(Stmt::Reduce { op, ty, value, out: out.to_string() });
+        var(out)
+    }
+    /// Block-wide sums of several integer values at once, into new variables `outs`.
+    pub fn sum_many(&mut self, ty: Ty, values: Vec<Expr>, outs: &[String]) {
+        let zero = if ty == Ty::U64 { Expr::Lit(Lit::U64(0)) } else { u(0) };
+        for o in outs {
+            self.let_(o, ty, zero.clone());
+        }
+        self.stmts.push(Stmt::SumMany { ty, values, outs: outs.to_vec() });
+    }
+    /// Block-wide exclusive prefix sum of u32 values into a new variable `out`.
+    pub fn scan(&mut self, value: Expr, out: &str) -> Expr {
+        self.let_(out, Ty::U32, u(0));
+        self.stmts.push(Stmt::Scan { value, out: out.to_string() });
         var(out)
     }
     /// Block-wide argmax of f32 values into new variables `out_value`, `out_index`.
@@ -748,8 +778,23 @@ impl<'k> Scope<'k> {
                 (None, None) => {}
                 _ => return Err("return does not match the function".into()),
             },
+            Stmt::Scan { value, out } => {
+                self.same(Ty::U32, value)?;
+                self.same(self.lookup(out)?, value)?;
+            }
+            Stmt::SumMany { ty, values, outs } => {
+                if !matches!(ty, Ty::U32 | Ty::U64) || values.len() != outs.len() || values.len() > 32 {
+                    return Err(format!("sum_many of {} {ty:?} values into {} outputs", values.len(), outs.len()));
+                }
+                for (v, o) in values.iter().zip(outs) {
+                    self.same(*ty, v)?;
+                    if self.lookup(o)? != *ty {
+                        return Err(format!("`{o}` is not {ty:?}"));
+                    }
+                }
+            }
             Stmt::Reduce { ty, value, out, .. } => {
-                if !matches!(ty, Ty::F32 | Ty::F64 | Ty::U32) {
+                if !matches!(ty, Ty::F32 | Ty::F64 | Ty::U32 | Ty::U64) {
                     return Err(format!("reduction over {ty:?}"));
                 }
                 self.same(*ty, value)?;
@@ -799,33 +844,56 @@ pub fn scratch_types(reductions: &[(ReduceOp, Ty)]) -> Vec<Ty> {
     tys
 }
 
-/// The collectives a body uses (reductions, and the value types of its argmaxes), so emitters
-/// declare only the scratch memory they need.
-pub fn collectives(stmts: &[Stmt], out: &mut Vec<(ReduceOp, Ty)>, argmax: &mut Vec<Ty>) {
-    for s in stmts {
-        match s {
-            Stmt::Reduce { op, ty, .. } => {
-                if !out.contains(&(*op, *ty)) {
-                    out.push((*op, *ty));
+/// The collectives a body uses, so emitters declare only the scratch memory they need.
+#[derive(Default)]
+pub struct Collectives {
+    /// Each (operation, type) of its reductions.
+    pub reduce: Vec<(ReduceOp, Ty)>,
+    /// The value types of its argmaxes.
+    pub argmax: Vec<Ty>,
+    /// Whether it scans.
+    pub scan: bool,
+    /// The most values one `SumMany` of each type sums.
+    pub sum_many: Vec<(Ty, usize)>,
+}
+
+impl Collectives {
+    pub fn of(stmts: &[Stmt]) -> Self {
+        let mut c = Collectives::default();
+        c.visit(stmts);
+        c
+    }
+    fn visit(&mut self, stmts: &[Stmt]) {
+        for s in stmts {
+            match s {
+                Stmt::Reduce { op, ty, .. } => {
+                    if !self.reduce.contains(&(*op, *ty)) {
+                        self.reduce.push((*op, *ty));
+                    }
                 }
-            }
-            Stmt::ArgMax { ty, .. } => {
-                if !argmax.contains(ty) {
-                    argmax.push(*ty);
+                Stmt::ArgMax { ty, .. } => {
+                    if !self.argmax.contains(ty) {
+                        self.argmax.push(*ty);
+                    }
                 }
+                Stmt::Scan { .. } => self.scan = true,
+                Stmt::SumMany { ty, values, .. } => match self.sum_many.iter_mut().find(|(t, _)| t == ty) {
+                    Some((_, n)) => *n = (*n).max(values.len()),
+                    None => self.sum_many.push((*ty, values.len())),
+                },
+                Stmt::If { then, els, .. } => {
+                    self.visit(then);
+                    self.visit(els);
+                }
+                Stmt::For { body, .. } | Stmt::Scope(body) => self.visit(body),
+                Stmt::Let { .. }
+                | Stmt::Assign { .. }
+                | Stmt::Store { .. }
+                | Stmt::StoreShared { .. }
+                | Stmt::Break
+                | Stmt::Return(_)
+                | Stmt::Barrier => {}
             }
-            Stmt::If { then, els, .. } => {
-                collectives(then, out, argmax);
-                collectives(els, out, argmax);
-            }
-            Stmt::For { body, .. } | Stmt::Scope(body) => collectives(body, out, argmax),
-            Stmt::Let { .. }
-            | Stmt::Assign { .. }
-            | Stmt::Store { .. }
-            | Stmt::StoreShared { .. }
-            | Stmt::Break
-            | Stmt::Return(_)
-            | Stmt::Barrier => {}
         }
     }
 }
@@ -837,12 +905,15 @@ pub fn uses_64bit(kernel: &Kernel) -> bool {
     }
     fn in_stmts(stmts: &[Stmt]) -> bool {
         stmts.iter().any(|s| match s {
-            Stmt::Let { ty, .. } | Stmt::Reduce { ty, .. } | Stmt::ArgMax { ty, .. } => wide(*ty),
+            Stmt::Let { ty, .. } | Stmt::Reduce { ty, .. } | Stmt::ArgMax { ty, .. } | Stmt::SumMany { ty, .. } => {
+                wide(*ty)
+            }
             Stmt::If { then, els, .. } => in_stmts(then) || in_stmts(els),
             Stmt::For { body, .. } | Stmt::Scope(body) => in_stmts(body),
             Stmt::Assign { .. }
             | Stmt::Store { .. }
             | Stmt::StoreShared { .. }
+            | Stmt::Scan { .. }
             | Stmt::Break
             | Stmt::Return(_)
             | Stmt::Barrier => false,

@@ -139,6 +139,65 @@ impl CLike for Emitter<'_> {
                 out.line("workgroupBarrier();");
                 out.close("}");
             }
+            Stmt::Scan { value, out: dst } => {
+                // Hillis-Steele over workgroup memory: log2(BLOCK) steps, inclusive, then the
+                // invocation's own value taken back out.
+                out.open("{");
+                out.line(format!("let sk_x = {};", self.expr(value, scope)));
+                out.line("sk_scan[sk_lid] = sk_x;");
+                out.line("workgroupBarrier();");
+                out.open("for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {");
+                out.line("let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);");
+                out.line("workgroupBarrier();");
+                out.line("sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;");
+                out.line("workgroupBarrier();");
+                out.close("}");
+                out.line(format!("{dst} = sk_scan[sk_lid] - sk_x;"));
+                out.line("workgroupBarrier();");
+                out.close("}");
+            }
+            Stmt::SumMany { ty: t, values, outs } => {
+                // Integer atomics in workgroup memory: exact, so the order they land in does not
+                // matter. u64 values go in as two u32 halves, the low half's carry into the high.
+                let wide = *t == Ty::U64;
+                let n = values.len();
+                out.open("{");
+                out.open(format!("if (sk_lid < {n}u) {{"));
+                out.line("atomicStore(&sk_sum_lo[sk_lid], 0u);");
+                if wide {
+                    out.line("atomicStore(&sk_sum_hi[sk_lid], 0u);");
+                }
+                out.close("}");
+                out.line("workgroupBarrier();");
+                for (i, v) in values.iter().enumerate() {
+                    out.open("{");
+                    out.line(format!("let sk_v = {};", self.expr(v, scope)));
+                    if wide {
+                        out.line("let sk_lo = u32(sk_v & 0xfffffffflu);");
+                        out.line("let sk_hi = u32(sk_v >> 32u);");
+                        out.open("if (sk_lo != 0u) {");
+                        out.line(format!("let sk_old = atomicAdd(&sk_sum_lo[{i}], sk_lo);"));
+                        out.line(format!("if (sk_old > 0xffffffffu - sk_lo) {{ atomicAdd(&sk_sum_hi[{i}], 1u); }}"));
+                        out.close("}");
+                        out.line(format!("if (sk_hi != 0u) {{ atomicAdd(&sk_sum_hi[{i}], sk_hi); }}"));
+                    } else {
+                        out.line(format!("if (sk_v != 0u) {{ atomicAdd(&sk_sum_lo[{i}], sk_v); }}"));
+                    }
+                    out.close("}");
+                }
+                out.line("workgroupBarrier();");
+                for (i, o) in outs.iter().enumerate() {
+                    if wide {
+                        out.line(format!(
+                            "{o} = (u64(atomicLoad(&sk_sum_hi[{i}])) << 32u) | u64(atomicLoad(&sk_sum_lo[{i}]));"
+                        ));
+                    } else {
+                        out.line(format!("{o} = atomicLoad(&sk_sum_lo[{i}]);"));
+                    }
+                }
+                out.line("workgroupBarrier();");
+                out.close("}");
+            }
             Stmt::ArgMax { ty: t, value, index, out_value, out_index } => {
                 let v = format!("sk_am_{}", ty(*t));
                 out.open("{");
@@ -197,18 +256,25 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> String {
     out.line(format!("@group(0) @binding({}) var<uniform> params: Params;", kernel.buffers.len()));
     out.blank();
 
-    let mut reductions = Vec::new();
-    let mut argmax = Vec::new();
-    collectives(&kernel.body, &mut reductions, &mut argmax);
+    let used = Collectives::of(&kernel.body);
     // Max and Sum over one type share their scratch array.
-    for t in scratch_types(&reductions) {
+    for t in scratch_types(&used.reduce) {
         out.line(format!("var<workgroup> sk_red_{0}: array<{0}, BLOCK>;", ty(t)));
     }
-    for t in &argmax {
+    for t in &used.argmax {
         out.line(format!("var<workgroup> sk_am_{0}: array<{0}, BLOCK>;", ty(*t)));
     }
-    if !argmax.is_empty() {
+    if !used.argmax.is_empty() {
         out.line("var<workgroup> sk_am_i: array<u32, BLOCK>;");
+    }
+    if used.scan {
+        out.line("var<workgroup> sk_scan: array<u32, BLOCK>;");
+    }
+    // One pair of atomic arrays serves every SumMany (u32 sums use the low half only).
+    if let Some(n) = used.sum_many.iter().map(|(_, n)| *n).max() {
+        assert!(n as u32 <= block, "a SumMany zeroes one slot per invocation");
+        out.line(format!("var<workgroup> sk_sum_lo: array<atomic<u32>, {n}>;"));
+        out.line(format!("var<workgroup> sk_sum_hi: array<atomic<u32>, {n}>;"));
     }
     for s in &kernel.shared {
         out.line(format!("var<workgroup> {}: array<{}, {}>;", s.name, ty(s.ty), s.len));

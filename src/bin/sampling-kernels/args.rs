@@ -4,7 +4,7 @@
 use crate::input::Role;
 use anyhow::{bail, Result};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
-use sampling_kernels::{RowParams, SeededMode};
+use sampling_kernels::{FilterOrder, RowParams, SeededMode};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -27,6 +27,15 @@ pub enum BackendChoice {
     Cpu,
     Wgpu,
     Cuda,
+}
+
+/// The order of the filters (`--order`).
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Order {
+    /// Every filter on the original distribution (SGLang's torch path).
+    Joint,
+    /// Top-p measured on the top-k set, renormalized (vLLM, FlashInfer).
+    TopKFirst,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -72,18 +81,18 @@ pub struct SampleArgs {
     /// From --logits it has one path, and --probs it does not read.
     #[arg(long, value_enum, conflicts_with_all = ["logits", "probs"])]
     pub mode: Option<Mode>,
-    /// Not implemented yet (the crate has no filter kernels).
-    #[arg(long)]
+    /// Keep the K most likely tokens of each row (ties to the lower index).
+    #[arg(long, value_name = "K", conflicts_with = "seeded")]
     pub top_k: Option<u32>,
-    /// Not implemented yet.
-    #[arg(long)]
+    /// Keep the tokens whose probability mass ranked before them is at most P, in (0, 1].
+    #[arg(long, value_name = "P", conflicts_with = "seeded")]
     pub top_p: Option<f32>,
-    /// Not implemented yet.
-    #[arg(long)]
+    /// Keep the tokens at least P times as likely as the most likely, P in [0, 1].
+    #[arg(long, value_name = "P", conflicts_with = "seeded")]
     pub min_p: Option<f32>,
-    /// The order filters apply in. Not implemented yet.
-    #[arg(long)]
-    pub order: Option<String>,
+    /// How top-k and top-p combine: joint (SGLang) or top-k-first (vLLM, FlashInfer).
+    #[arg(long, value_enum, default_value = "joint")]
+    pub order: Order,
     /// Also print each token's log-probability under the distribution it was sampled from.
     #[arg(long, conflicts_with = "draws")]
     pub return_logprob: bool,
@@ -118,27 +127,21 @@ impl SampleArgs {
         }
     }
 
-    /// Refuses the filter flags: sampling without the filter asked for would give tokens
-    /// from the wrong distribution.
-    pub fn reject_filters(&self) -> Result<()> {
-        let given = [
-            ("--top-k", self.top_k.is_some()),
-            ("--top-p", self.top_p.is_some()),
-            ("--min-p", self.min_p.is_some()),
-            ("--order", self.order.is_some()),
-        ];
-        if let Some((flag, _)) = given.into_iter().find(|(_, set)| *set) {
-            bail!("{flag} is not implemented yet: the crate has no top-k, top-p or min-p kernels");
-        }
-        Ok(())
-    }
-
     /// Each row's parameters from the per-row flags.
     pub fn rows(&self, batch: usize) -> Result<Vec<RowParams>> {
         let temperature = per_row("--temperature", &self.temperature, batch)?;
         let seed = per_row("--seed", &self.seed, batch)?;
         let offset = per_row("--offset", &self.offset, batch)?;
-        Ok((0..batch).map(|r| RowParams::new(temperature[r], seed[r], offset[r])).collect())
+        let order = match self.order {
+            Order::Joint => FilterOrder::Joint,
+            Order::TopKFirst => FilterOrder::TopKFirst,
+        };
+        let filtered = |row: RowParams| {
+            let row = self.top_k.map_or(row, |k| row.with_top_k(k));
+            let row = self.top_p.map_or(row, |p| row.with_top_p(p));
+            self.min_p.map_or(row, |p| row.with_min_p(p)).with_order(order)
+        };
+        Ok((0..batch).map(|r| filtered(RowParams::new(temperature[r], seed[r], offset[r]))).collect())
     }
 }
 

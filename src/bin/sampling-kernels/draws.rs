@@ -47,8 +47,7 @@ pub fn histogram<B: Backend>(
     let mut step = 0;
     while step < draws {
         let end = draws.min(step + per_launch as u64);
-        let rows: Vec<RowParams> =
-            (step..end).map(|i| RowParams::new(params.temperature, params.seed(), params.offset() + i)).collect();
+        let rows: Vec<RowParams> = (step..end).map(|i| params.with_offset(params.offset() + i)).collect();
         for token in repeated.sample(backend, vocab, &rows, false)?.0 {
             *counts
                 .get_mut(token as usize)

@@ -5,7 +5,10 @@
 use crate::tensor::{Tensor, Values};
 use anyhow::{bail, ensure, Context, Result};
 use half::{bf16, f16};
-use sampling_kernels::{Backend, CpuBackend, Element, LogProbs, Logits, Output, RowParams, SeededMode, Shape};
+use sampling_kernels::filters::kept;
+use sampling_kernels::{
+    Backend, CpuBackend, Element, Input as Kept, LogProbs, Logits, Output, RowParams, SeededMode, Shape,
+};
 
 /// The flag an input file came from.
 #[derive(Clone, Copy)]
@@ -95,10 +98,15 @@ impl<B: Backend> Input<B> {
         let params = backend.upload(rows)?;
         let mut tokens = backend.zeros::<u32>(rows.len())?;
         let mut logprobs = if with_logprobs { Some(backend.zeros::<f32>(rows.len())?) } else { None };
-        let out = Output { tokens: &mut tokens, logprobs: logprobs.as_mut(), status: None };
+        let out = Output { tokens: &mut tokens, logprobs: logprobs.as_mut(), status: None, passes: None };
+        let filtered = rows.iter().any(RowParams::has_filters);
         match self {
+            Input::Logits { values, seeded: false } if filtered => {
+                backend.sample_filtered(shape, Kept::Logits(values.get()), &params, out)
+            }
             Input::Logits { values, seeded: false } => backend.race_from_logits(shape, values.get(), &params, out),
             Input::Logits { values, seeded: true } => backend.seeded_from_logits(shape, values.get(), &params, out),
+            Input::Probs(probs) if filtered => backend.sample_filtered(shape, Kept::Probs(probs), &params, out),
             Input::Probs(probs) => backend.race_from_probs(shape, probs, &params, out),
             Input::LogProbs { values, mode } => backend.seeded(shape, values.get(), &params, *mode, out),
         }?;
@@ -204,7 +212,7 @@ impl Input<CpuBackend> {
         };
         // Log-probabilities already carry their temperature; the sampler reads T only as "greedy or not".
         let unit = RowParams::new(1.0, 0, 0);
-        match &one {
+        let full = match &one {
             Input::Logits { values, .. } => softmax(values.get(), params),
             Input::LogProbs { values: LogProbsIn::F32(lp), .. } => softmax(Logits::F32(lp), unit),
             Input::LogProbs { values: LogProbsIn::F64(lp), .. } => {
@@ -216,6 +224,10 @@ impl Input<CpuBackend> {
                 ensure!(sum > 0.0, "row {row} has no positive probability");
                 Ok(valid.into_iter().map(|x| x / sum).collect())
             }
-        }
+        }?;
+        // Inside the row's top-k / top-p / min-p set, renormalized.
+        let keep = kept(&full, &params.filters());
+        let mass: f64 = full.iter().zip(&keep).filter(|(_, &k)| k).map(|(p, _)| p).sum();
+        Ok(full.iter().zip(&keep).map(|(&p, &k)| if k { p / mass } else { 0.0 }).collect())
     }
 }

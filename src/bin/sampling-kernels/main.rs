@@ -46,7 +46,6 @@ struct Token {
 }
 
 fn sample(args: &SampleArgs) -> Result<()> {
-    args.reject_filters()?;
     let (path, role) = args.input().context("one of --logits, --probs or --logprobs is required")?;
     let tensor = tensor::load(path, args.tensor.as_deref())?;
     let (batch, vocab) = (tensor.batch, tensor.vocab);

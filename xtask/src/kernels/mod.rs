@@ -1,5 +1,6 @@
 //! The kernel library: every entry point the crate launches, written once in the IR.
 
+pub mod filters;
 pub mod math;
 pub mod murmur;
 pub mod philox;
@@ -14,6 +15,7 @@ pub fn all() -> Vec<Kernel> {
     let mut all = sampling::all();
     all.extend(seeded::all());
     all.extend(sampler::all());
+    all.extend(filters::all());
     all
 }
 

@@ -1,6 +1,9 @@
 //! The per-row sampler: one launch for any mix of greedy, Philox-race and seeded rows.
 
-use super::sampling::{for_each_row, kernel, race_row, row_word, word, Dtype, Race, MODE_SEEDED};
+use super::filters::row_is_filtered;
+use super::sampling::{
+    for_each_row, kernel, race_row, row_temperature, row_word, word, Dtype, Race, FLAG_SKIP_FILTERED, MODE_SEEDED,
+};
 use super::seeded::{functions, logits_buffers, seeded_logits_row};
 use super::{math, philox};
 use crate::ir::*;
@@ -11,9 +14,18 @@ use crate::ir::*;
 fn sample(dtype: Dtype) -> Kernel {
     let mut b = Block::new();
     for_each_row(&mut b, |b| {
+        // With FLAG_SKIP_FILTERED, rows with a filter are the filter kernel's (the second launch).
+        b.let_("skip", Ty::Bool, boolean(false));
+        b.scope(|b| {
+            row_temperature(b);
+            let filtered = row_is_filtered(b);
+            b.set("skip", filtered.and((param("flags") & u(FLAG_SKIP_FILTERED)).ne_(u(0))));
+        });
         // The mode is the same for every invocation of the row's workgroup: the branch is uniform.
-        let seeded = row_word(word::MODE).eq_(u(MODE_SEEDED));
-        b.if_else(seeded, seeded_logits_row, |b| race_row(b, Race::Logits));
+        b.if_(var("skip").not(), |b| {
+            let seeded = row_word(word::MODE).eq_(u(MODE_SEEDED));
+            b.if_else(seeded, seeded_logits_row, |b| race_row(b, Race::Logits));
+        });
     });
     let functions = super::union([vec![math::exp()], philox::noise_functions(), functions()]);
     let doc = "per-row sampler: each row's mode picks the Philox race or the seeded float64 race";

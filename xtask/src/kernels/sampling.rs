@@ -3,7 +3,7 @@
 //! Layout shared by every kernel (and by the host code in `src/`):
 //! - the input is `batch` rows of `vocab` values, row `r` starting at `r * stride`;
 //! - `rows` holds `ROW_WORDS` u32 per row (see [`word`]): temperature (f32 bits), the row's
-//!   mode, words reserved for the filters, seed lo, seed hi, offset lo, offset hi;
+//!   mode, the filters' four words and two reserved, seed lo, seed hi, offset lo, offset hi;
 //! - params are `batch, vocab, stride, flags`; flag bit 0 asks for log-probabilities;
 //! - one workgroup per row (rows past the grid are taken in a grid-stride loop), each invocation
 //!   taking four consecutive columns per step so one Philox block serves four columns.
@@ -20,6 +20,11 @@ pub mod word {
     pub const TEMPERATURE: u32 = 0;
     /// How the unified `sample_*` kernels treat the row ([`super::MODE_SEEDED`] or the race).
     pub const MODE: u32 = 1;
+    /// The filters (see `filters.rs`): top-k count, top-p and min-p (f32 bits), their order.
+    pub const TOP_K: u32 = 2;
+    pub const TOP_P: u32 = 3;
+    pub const MIN_P: u32 = 4;
+    pub const ORDER: u32 = 5;
     pub const SEED_LO: u32 = 8;
     pub const SEED_HI: u32 = 9;
     pub const OFFSET_LO: u32 = 10;
@@ -33,6 +38,12 @@ pub const FLAG_LOGPROBS: u32 = 1;
 /// Flag bit 1 asks for a status per row: 1 if a token with a valid value was chosen, 0 if the
 /// row had none (all NaN or -inf; then the token is 0, inside the vocabulary).
 pub const FLAG_STATUS: u32 = 2;
+/// Flag bit 2 asks the filter kernels for the number of passes each row took.
+pub const FLAG_PASSES: u32 = 4;
+/// Flag bit 3: the filter kernels take only the rows with a filter (the per-row sampler's second
+/// launch); flag bit 4: the plain sampler leaves those rows to them (its first launch).
+pub const FLAG_FILTERED_ONLY: u32 = 8;
+pub const FLAG_SKIP_FILTERED: u32 = 16;
 /// Temperatures below this are greedy (SGLang's `_SAMPLING_EPS`).
 pub const GREEDY_EPS: f32 = 1e-6;
 const NONE: u32 = u32::MAX;
@@ -117,7 +128,7 @@ pub(super) fn for_each_column(
 }
 
 /// The Philox block of the four columns from `c0`, keyed by the row's seed and offset.
-fn philox_block(c0: Expr) -> Expr {
+pub(super) fn philox_block(c0: Expr) -> Expr {
     let w = |k| row_word(k);
     philox::block_for(c0, w(word::SEED_LO), w(word::SEED_HI), w(word::OFFSET_LO), w(word::OFFSET_HI))
 }

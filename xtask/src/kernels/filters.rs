@@ -1,0 +1,473 @@
+//! Top-k, top-p and min-p: the exact kept set `S` of each row without sorting, in a number of
+//! passes over the row fixed by the row's parameters (never by its data), then the same race as
+//! the plain path inside `S`.
+//!
+//! Tokens are ordered by (value descending, index ascending), the value being `z = l / T` (logits)
+//! or `p` (probabilities). Every filter keeps a prefix of that order, so `S` is the shortest
+//! prefix. The search for its last element is a radix select over an order-preserving u32 key of
+//! the value, four bits a pass (eight passes): each pass counts, per digit of the candidates, how
+//! many tokens there are and their mass, and keeps the lowest digit whose first token is still
+//! kept. Masses are fixed-point integers (`w * 2^40`, `w = p / p_max`), so their sums are exact and
+//! the same set comes out on every run, block size and backend; no float atomics. Tokens tied at
+//! the boundary key all have the same mass, so how many of them are kept is arithmetic; which
+//! ones (the lowest indices) comes from a block-wide exclusive scan of per-invocation tie counts,
+//! since every pass walks one contiguous chunk of the row per invocation, in index order.
+//!
+//! Passes over the row, by parameters:
+//! - min-p only: 2 (the maximum, then the race);
+//! - any top-k or top-p (joint, or top-k first without both): 10 (maximum, 8 digit passes, race);
+//! - top-k first with both top-k and top-p: 18 (a first select finds the top-k mass that top-p is
+//!   measured against, then the joint select);
+//! - the renormalizing kernel reads once more, for the kept mass before it writes.
+//!
+//! Row record words (see `sampling::word`): top_k (u32; 0 or at least the vocabulary: none),
+//! top_p (f32 bits; outside (0, 1): none), min_p (f32 bits; at most 0 or NaN: none; above 1:
+//! 1), order (1: top-k first; else joint). A zeroed record is a plain row.
+
+use super::math;
+use super::philox;
+use super::sampling::{
+    buffer, for_each_row, kernel, output_buffers, philox_block, row_temperature, row_word, scaled, softmax_weight,
+    word, write_results, Dtype, FLAG_FILTERED_ONLY, FLAG_PASSES, MODE_SEEDED,
+};
+use crate::ir::*;
+
+/// Row mode word value: top-p measured on the top-k set (vLLM, FlashInfer); else joint (SGLang).
+pub const ORDER_TOP_K_FIRST: u32 = 1;
+/// Bits resolved per digit pass, and the passes that resolve the 32-bit key.
+const DIGIT_BITS: u32 = 4;
+const DIGITS: u32 = 1 << DIGIT_BITS;
+const DIGIT_PASSES: u32 = 32 / DIGIT_BITS;
+/// Fixed-point scale of the masses: `w * 2^40` with `w <= 1`, so a row of up to 2^23 tokens sums
+/// below 2^63 (the host refuses longer rows for these kernels).
+pub const MASS_BITS: u32 = 40;
+pub const MAX_VOCAB: u32 = 1 << (63 - MASS_BITS);
+const NONE: u32 = u32::MAX;
+const ALL: u64 = u64::MAX;
+
+/// What the filter kernels read.
+#[derive(Clone, Copy)]
+pub enum Input {
+    Logits(Dtype),
+    Probs,
+}
+
+/// What they write.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Output {
+    /// A token per row (and on request its log-probability, status and pass count).
+    Sample,
+    /// The logits with every token outside `S` set to -inf (f32, the input's stride).
+    Mask,
+    /// The probabilities renormalized over `S`, zero outside (the input's stride).
+    Renorm,
+}
+
+const FIXED: &str = "sk_fixed";
+const FIXED_F32: &str = "sk_fixed_f32";
+const FRACTION: &str = "sk_fraction";
+
+/// `w` in [0, 1] as a u64 multiple of 2^-40, truncated: exact for `w >= 2^-16`, and within 2^-40
+/// below. `w * 2^8` splits exactly into integer and fraction parts in f32.
+fn fixed() -> Function {
+    function(FIXED, &[("w", Ty::F32)], Ty::U64, |b| {
+        let s = b.let_("s", Ty::F32, var("w") * f((1u32 << (MASS_BITS - 32)) as f32));
+        let hi = b.let_("hi", Ty::F32, floor(s.clone()));
+        let lo = b.let_("lo", Ty::F32, (s - hi.clone()) * f(4294967296.0));
+        b.ret((hi.cast(Ty::U32).cast(Ty::U64) << u(32)) | lo.cast(Ty::U32).cast(Ty::U64));
+    })
+}
+
+/// A fixed-point mass back to f32 (relative to the row's largest weight).
+fn fixed_f32() -> Function {
+    function(FIXED_F32, &[("m", Ty::U64)], Ty::F32, |b| {
+        let hi = (var("m") >> u(32)).cast(Ty::U32).cast(Ty::F32);
+        let lo = (var("m") & Expr::Lit(Lit::U64(0xffff_ffff))).cast(Ty::U32).cast(Ty::F32);
+        b.ret(hi * f(2f32.powi(32 - MASS_BITS as i32)) + lo * f(2f32.powi(-(MASS_BITS as i32))));
+    })
+}
+
+/// `floor(p * m)` for `p` in (0, 1] and a mass `m < 2^63`, in integers: `p` is taken to 2^-31.
+fn fraction() -> Function {
+    function(FRACTION, &[("p", Ty::F32), ("m", Ty::U64)], Ty::U64, |b| {
+        let q = b.let_("q", Ty::U64, (var("p") * f(2147483648.0)).cast(Ty::U32).cast(Ty::U64));
+        let hi = var("m") >> u(32);
+        let lo = var("m") & Expr::Lit(Lit::U64(0xffff_ffff));
+        b.ret(u(2).cast(Ty::U64) * q.clone() * hi + ((q * lo) >> u(31)));
+    })
+}
+
+/// Visits this invocation's contiguous chunk of the row in index order, four columns a step
+/// (chunks are whole quads, so each quad's Philox block is the plain path's), and counts the pass.
+fn sweep(b: &mut Block, per_quad: impl Fn(&mut Block, Expr), per_col: impl Fn(&mut Block, Expr, u8)) {
+    b.set("sweeps", var("sweeps") + u(1));
+    b.scope(|b| {
+        let quads =
+            b.let_("quads", Ty::U32, (param("vocab") >> u(2)) + select((param("vocab") & u(3)).ne_(u(0)), u(1), u(0)));
+        let per =
+            b.let_("per", Ty::U32, (quads.clone() + builtin(Builtin::BlockSize) - u(1)) / builtin(Builtin::BlockSize));
+        let first = (builtin(Builtin::LocalId) * per.clone()).min(quads.clone());
+        let last = (builtin(Builtin::LocalId) * per.clone() + per).min(quads);
+        b.for_("q", first, last, u(1), |b, q| {
+            let c0 = b.let_("c0", Ty::U32, q * u(4));
+            per_quad(b, c0.clone());
+            for j in 0..4u8 {
+                b.scope(|b| {
+                    let col = b.let_("col", Ty::U32, c0.clone() + u(j as u32));
+                    b.if_(col.clone().lt(param("vocab")), |b| per_col(b, col, j));
+                });
+            }
+        });
+    });
+}
+
+/// Declares, for the column `col`, `zv` (the value the race scores: `z` or `p`), `wv` (its
+/// weight relative to the row's largest, in [0, 1]), `ov` (the value the order is on), `ok` (it
+/// has probability), `key` (u32, larger first) and `mv` (its fixed-point mass).
+fn element(b: &mut Block, input: Input, col: Expr) {
+    match input {
+        Input::Logits(_) => {
+            let z = b.let_("zv", Ty::F32, scaled(col));
+            b.let_("wv", Ty::F32, softmax_weight(z.clone(), var("mx")));
+            // The order is on `z - max` rounded to f32, as the softmax's probabilities are (two
+            // values of `z` that round to the same distance have the same probability).
+            let inf = f(f32::INFINITY);
+            let top = select(z.clone().eq_(inf.clone()), f(0.0), f(f32::NEG_INFINITY));
+            b.let_("ov", Ty::F32, select(var("mx").eq_(inf), top, z - var("mx")));
+        }
+        Input::Probs => {
+            let x = b.let_("zv", Ty::F32, load("x", var("base") + col));
+            let valid = x.clone().gt(f(0.0)).and(x.clone().lt(f(f32::INFINITY)));
+            b.let_("wv", Ty::F32, select(valid, x.clone() / var("mx"), f(0.0)));
+            b.let_("ov", Ty::F32, x);
+        }
+    }
+    b.let_("ok", Ty::Bool, var("wv").gt(f(0.0)));
+    // Order-preserving: flip every bit of negatives, the sign bit of the rest.
+    let bits = var("ov").bitcast(Ty::U32);
+    let neg = (bits.clone() & u(0x8000_0000)).ne_(u(0));
+    b.let_("key", Ty::U32, select(neg, bits.clone() ^ u(u32::MAX), bits | u(0x8000_0000)));
+    b.let_("mv", Ty::U64, call(FIXED, vec![var("wv")]));
+}
+
+/// The row's largest value among tokens with probability, into `mx` (one pass).
+fn row_max(b: &mut Block, input: Input) {
+    b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
+    sweep(
+        b,
+        |_, _| {},
+        |b, col, _| match input {
+            Input::Logits(_) => b.set("m", var("m").max(scaled(col))),
+            Input::Probs => {
+                let x = b.let_("xv", Ty::F32, load("x", var("base") + col));
+                let valid = x.clone().gt(f(0.0)).and(x.clone().lt(f(f32::INFINITY)));
+                b.if_(valid, |b| b.set("m", var("m").max(x)));
+            }
+        },
+    );
+    b.reduce(ReduceOp::Max, Ty::F32, var("m"), "mx");
+}
+
+/// The radix select of one prefix. Keeps the tokens whose count before them is below `kk` and
+/// whose mass before them is at most `lim` (a u64 variable; where `set_lim` holds, the first pass
+/// sets it to `pp` of the row's whole mass, which that pass sums into `total`). Leaves, under
+/// `tag`: `{tag}_key` (the last kept token's key), `{tag}_n` and `{tag}_m` (count and mass strictly
+/// above that key), `{tag}_ties` (how many tokens of that key are kept, the lowest indices),
+/// `{tag}_v` (the mass of each), and in `mine` this invocation's count of tokens of that key.
+fn select_prefix(b: &mut Block, input: Input, tag: &str, set_lim: Option<Expr>) {
+    let t = |s: &str| format!("{tag}_{s}");
+    let zero64 = || Expr::Lit(Lit::U64(0));
+    b.let_(&t("key"), Ty::U32, u(0));
+    b.let_(&t("mask"), Ty::U32, u(0));
+    b.let_(&t("n"), Ty::U32, u(0));
+    b.let_(&t("m"), Ty::U64, zero64());
+    b.let_(&t("tn"), Ty::U32, u(0));
+    b.let_(&t("tm"), Ty::U64, zero64());
+    b.for_(&t("pass"), u(0), u(DIGIT_PASSES), u(1), |b, pass| {
+        let shift = b.let_("shift", Ty::U32, u(32 - DIGIT_BITS) - pass.clone() * u(DIGIT_BITS));
+        for d in 0..DIGITS {
+            b.let_(&format!("cnt{d}"), Ty::U32, u(0));
+            b.let_(&format!("mas{d}"), Ty::U64, zero64());
+        }
+        sweep(
+            b,
+            |_, _| {},
+            |b, col, _| {
+                element(b, input, col);
+                let candidate = var("ok").and((var("key") & var(&t("mask"))).eq_(var(&t("key"))));
+                b.if_(candidate, |b| {
+                    let digit = b.let_("digit", Ty::U32, (var("key") >> shift.clone()) & u(DIGITS - 1));
+                    for d in 0..DIGITS {
+                        b.if_(digit.clone().eq_(u(d)), |b| {
+                            b.set(&format!("cnt{d}"), var(&format!("cnt{d}")) + u(1));
+                            b.set(&format!("mas{d}"), var(&format!("mas{d}")) + var("mv"));
+                        });
+                    }
+                });
+            },
+        );
+        let names = |prefix: &str| (0..DIGITS).map(|d| format!("{prefix}{d}")).collect::<Vec<_>>();
+        b.sum_many(Ty::U32, names("cnt").iter().map(|n| var(n)).collect(), &names("cnt_s"));
+        b.sum_many(Ty::U64, names("mas").iter().map(|n| var(n)).collect(), &names("mas_s"));
+        if let Some(cond) = &set_lim {
+            b.if_(pass.clone().eq_(u(0)).and(cond.clone()), |b| {
+                let sum = (1..DIGITS).fold(var("mas_s0"), |acc, d| acc + var(&format!("mas_s{d}")));
+                b.set("lim", call(FRACTION, vec![var("pp"), sum]));
+            });
+        }
+        // From the highest digit down: the lowest non-empty digit whose first token is kept.
+        let nb = b.let_("nb", Ty::U32, var(&t("n")));
+        let mb = b.let_("mb", Ty::U64, var(&t("m")));
+        let chosen = b.let_("chosen", Ty::U32, u(NONE));
+        b.let_("cn", Ty::U32, var(&t("n")));
+        b.let_("cm", Ty::U64, var(&t("m")));
+        for d in (0..DIGITS).rev() {
+            let (cs, ws) = (var(&format!("cnt_s{d}")), var(&format!("mas_s{d}")));
+            b.if_(cs.clone().gt(u(0)), |b| {
+                b.if_(nb.clone().lt(var("kk")).and(mb.clone().le(var("lim"))), |b| {
+                    b.set("chosen", u(d));
+                    b.set("cn", nb.clone());
+                    b.set("cm", mb.clone());
+                });
+                b.set("nb", nb.clone() + cs);
+                b.set("mb", mb.clone() + ws);
+            });
+        }
+        b.if_(chosen.clone().ne_(u(NONE)), |b| {
+            b.set(&t("key"), var(&t("key")) | (chosen.clone() << shift.clone()));
+            b.set(&t("n"), var("cn"));
+            b.set(&t("m"), var("cm"));
+            let pick = |prefix: &str, zero: Expr| {
+                (0..DIGITS).fold(zero, |e, d| select(chosen.clone().eq_(u(d)), var(&format!("{prefix}{d}")), e))
+            };
+            b.set(&t("tn"), pick("cnt_s", u(0)));
+            b.set(&t("tm"), pick("mas_s", zero64()));
+            b.set("mine", pick("cnt", u(0)));
+        });
+        b.set(&t("mask"), var(&t("mask")) | (u(DIGITS - 1) << shift));
+    });
+    // All the tied tokens weigh the same: keep as many as top-k and the mass limit allow.
+    let tn = b.let_(&t("tn64"), Ty::U64, var(&t("tn")).cast(Ty::U64));
+    let nonzero = |e: Expr| select(e.clone().eq_(zero64()), Expr::Lit(Lit::U64(1)), e);
+    let v = b.let_(&t("v"), Ty::U64, var(&t("tm")) / nonzero(tn.clone()));
+    let by_k = (var("kk") - var(&t("n"))).cast(Ty::U64);
+    let room = var("lim") - var(&t("m"));
+    let by_p = select(v.clone().eq_(zero64()), tn.clone(), room / nonzero(v) + Expr::Lit(Lit::U64(1)));
+    b.let_(&t("ties"), Ty::U32, tn.min(by_k).min(by_p).cast(Ty::U32));
+}
+
+/// The per-row filter settings, read and clamped so that any bits are safe: `kk` (top-k count,
+/// at most the vocabulary), `pp` (top-p in (0, 1]), `mp` (min-p in [0, 1]), `k_first` (top-k
+/// first, with both filters active) and `searched` (top-k or top-p is active: the select runs).
+fn row_filters(b: &mut Block) {
+    let k = b.let_("k_raw", Ty::U32, row_word(word::TOP_K));
+    b.let_("kk", Ty::U32, select(k.clone().eq_(u(0)).or(k.clone().gt(param("vocab"))), param("vocab"), k));
+    let p = b.let_("p_raw", Ty::F32, row_word(word::TOP_P).bitcast(Ty::F32));
+    b.let_("pp", Ty::F32, select(p.clone().gt(f(0.0)).and(p.clone().lt(f(1.0))), p, f(1.0)));
+    let mp = b.let_("mp_raw", Ty::F32, row_word(word::MIN_P).bitcast(Ty::F32));
+    b.let_("mp", Ty::F32, select(mp.clone().gt(f(0.0)), mp.min(f(1.0)), f(0.0)));
+    let by_k = var("kk").lt(param("vocab"));
+    let by_p = var("pp").lt(f(1.0));
+    b.let_("searched", Ty::Bool, by_k.clone().or(by_p.clone()));
+    let k_first = row_word(word::ORDER).eq_(u(ORDER_TOP_K_FIRST));
+    b.let_("k_first", Ty::Bool, k_first.and(by_k).and(by_p));
+}
+
+/// Whether the row has a filter that can change its token: the rows the filter kernels take
+/// under [`FLAG_FILTERED_ONLY`] and the plain sampler leaves to them. Greedy rows never (the
+/// largest value is always kept, and greedy takes it), nor seeded rows (the host refuses
+/// filters on them). Needs `noisy` (from `row_temperature`).
+pub(super) fn row_is_filtered(b: &mut Block) -> Expr {
+    row_filters(b);
+    let plain = row_word(word::MODE).ne_(u(MODE_SEEDED));
+    b.let_("filtered", Ty::Bool, var("noisy").and(plain).and(var("searched").or(var("mp").gt(f(0.0)))))
+}
+
+/// Finds the row's kept set. Afterwards a sweep decides each token with [`kept`], counting the
+/// tokens of the boundary key in `tie_rank` (which starts at `tie_start`).
+fn find_set(b: &mut Block, input: Input) {
+    b.let_("lim", Ty::U64, Expr::Lit(Lit::U64(ALL)));
+    b.let_("mine", Ty::U32, u(0));
+    b.let_("s_key", Ty::U32, u(0));
+    b.let_("s_ties", Ty::U32, u(0));
+    b.let_("tie_start", Ty::U32, u(0));
+    b.if_(var("searched"), |b| {
+        // Top-k first: the mass of the top-k set is what top-p is measured against.
+        b.if_(var("k_first"), |b| {
+            select_prefix(b, input, "a", None);
+            let mass = var("a_m") + var("a_ties").cast(Ty::U64) * var("a_v");
+            b.set("lim", call(FRACTION, vec![var("pp"), mass]));
+        });
+        select_prefix(b, input, "b", Some(var("k_first").not()));
+        b.set("s_key", var("b_key"));
+        b.set("s_ties", var("b_ties"));
+        let before = b.scan(var("mine"), "ties_before");
+        b.set("tie_start", before);
+    });
+    b.let_("tie_rank", Ty::U32, u(0));
+}
+
+/// Inside a sweep, after [`element`]: whether the token is in `S`. Advances `tie_rank`.
+fn kept(b: &mut Block) -> Expr {
+    let tie = b.let_("tie", Ty::Bool, var("ok").and(var("key").eq_(var("s_key"))));
+    let in_prefix = var("key").gt(var("s_key")).or(tie.clone().and(var("tie_rank").lt(var("s_ties"))));
+    let by_min_p = var("wv").ge(var("mp"));
+    let kept = b.let_("kept", Ty::Bool, var("ok").and(by_min_p).and(var("searched").not().or(in_prefix)));
+    b.if_(tie, |b| b.set("tie_rank", var("tie_rank") + u(1)));
+    kept
+}
+
+/// One row of a filter kernel.
+fn filter_row(b: &mut Block, input: Input, output: Output) {
+    row_temperature(b);
+    let filtered = row_is_filtered(b);
+    let only = (param("flags") & u(FLAG_FILTERED_ONLY)).ne_(u(0));
+    b.if_(only.not().or(filtered), |b| {
+        b.let_("sweeps", Ty::U32, u(0));
+        row_max(b, input);
+        find_set(b, input);
+        match output {
+            Output::Sample => sample_in_set(b, input),
+            Output::Mask => {
+                b.set("tie_rank", var("tie_start"));
+                sweep(
+                    b,
+                    |_, _| {},
+                    |b, col, _| {
+                        element(b, input, col.clone());
+                        let keep = kept(b);
+                        let x = load("x", var("base") + col.clone());
+                        b.store("out", var("base") + col, select(keep, x, f(f32::NEG_INFINITY)));
+                    },
+                );
+            }
+            Output::Renorm => {
+                b.set("tie_rank", var("tie_start"));
+                b.let_("km", Ty::U64, Expr::Lit(Lit::U64(0)));
+                sweep(
+                    b,
+                    |_, _| {},
+                    |b, col, _| {
+                        element(b, input, col);
+                        let keep = kept(b);
+                        b.if_(keep, |b| b.set("km", var("km") + var("mv")));
+                    },
+                );
+                let total = b.reduce(ReduceOp::Sum, Ty::U64, var("km"), "kept_mass");
+                let scale = b.let_("kept_w", Ty::F32, call(FIXED_F32, vec![total]));
+                b.set("tie_rank", var("tie_start"));
+                sweep(
+                    b,
+                    |_, _| {},
+                    |b, col, _| {
+                        element(b, input, col.clone());
+                        let keep = kept(b);
+                        b.store("out", var("base") + col, select(keep, var("wv") / scale.clone(), f(0.0)));
+                    },
+                );
+            }
+        }
+    });
+}
+
+/// The race of the plain path restricted to `S`, with the same noise, then the row's results.
+fn sample_in_set(b: &mut Block, input: Input) {
+    b.set("tie_rank", var("tie_start"));
+    b.let_("best", Ty::F32, f(f32::NEG_INFINITY));
+    b.let_("best_i", Ty::U32, u(NONE));
+    b.let_("all_mass", Ty::U64, Expr::Lit(Lit::U64(0)));
+    b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
+    sweep(
+        b,
+        |b, c0| b.if_(var("noisy"), |b| b.set("w", philox_block(c0))),
+        |b, col, j| {
+            element(b, input, col.clone());
+            b.if_(var("ok"), |b| b.set("all_mass", var("all_mass") + var("mv")));
+            let keep = kept(b);
+            b.if_(keep, |b| {
+                let z = var("zv");
+                let score = match input {
+                    Input::Logits(_) => {
+                        let g = call(philox::GUMBEL, vec![var("w").comp(j)]);
+                        select(z.clone().eq_(f(f32::INFINITY)), g.clone(), z.clone() + g)
+                    }
+                    Input::Probs => z.clone() / call(philox::EXPONENTIAL, vec![var("w").comp(j)]),
+                };
+                let s = b.let_("score", Ty::F32, select(var("noisy"), score, z));
+                b.if_(s.clone().gt(var("best")).or(var("best_i").eq_(u(NONE))), |b| {
+                    b.set("best", s);
+                    b.set("best_i", col);
+                });
+            });
+        },
+    );
+    let (_, tok) = b.argmax(var("best"), var("best_i"), "win", "tok");
+    let valid = b.let_("valid", Ty::Bool, tok.clone().lt(param("vocab")));
+    let safe = b.let_("tok_at", Ty::U32, select(valid.clone(), tok.clone(), u(0)));
+    let all = b.reduce(ReduceOp::Sum, Ty::U64, var("all_mass"), "row_mass");
+    write_results(b, tok, valid, |b| match input {
+        // Under softmax(l / T) of the whole row, like the plain path's.
+        Input::Logits(_) => {
+            let w = b.let_("row_w", Ty::F32, call(FIXED_F32, vec![all]));
+            let gap = select(var("mx").eq_(f(f32::INFINITY)), f(0.0), scaled(safe) - var("mx"));
+            gap - call(math::LOG, vec![w])
+        }
+        Input::Probs => {
+            let p = load("x", var("base") + safe);
+            select(p.clone().gt(f(0.0)), call(math::LOG, vec![p]), f(f32::NEG_INFINITY))
+        }
+    });
+    let want = (param("flags") & u(FLAG_PASSES)).ne_(u(0));
+    b.if_(want.and(builtin(Builtin::LocalId).eq_(u(0))), |b| b.store("passes", var("row"), var("sweeps")));
+}
+
+/// The most passes any row takes (the renormalizing kernel reads once more).
+fn max_passes(output: Output) -> u32 {
+    2 + 2 * DIGIT_PASSES + u32::from(output == Output::Renorm)
+}
+
+fn filter_kernel(input: Input, output: Output) -> Kernel {
+    let mut b = Block::new();
+    for_each_row(&mut b, |b| filter_row(b, input, output));
+    let storage = match input {
+        Input::Logits(d) => d.storage(),
+        Input::Probs => Storage::F32,
+    };
+    let mut buffers = vec![buffer("x", storage, false), buffer("rows", Storage::U32, false)];
+    match output {
+        Output::Sample => {
+            buffers.extend(output_buffers());
+            buffers.push(buffer("passes", Storage::U32, true));
+        }
+        Output::Mask | Output::Renorm => buffers.push(buffer("out", Storage::F32, true)),
+    }
+    let (name, doc) = match (output, input) {
+        (Output::Sample, Input::Logits(d)) => (
+            format!("filter_logits_{}", d.suffix()),
+            "top-k, top-p and min-p from logits: the race of the plain path inside the exact kept set",
+        ),
+        (Output::Sample, Input::Probs) => (
+            "filter_probs".into(),
+            "top-k, top-p and min-p from probabilities: the race of the plain path inside the exact kept set",
+        ),
+        (Output::Mask, Input::Logits(d)) => {
+            (format!("mask_logits_{}", d.suffix()), "the logits with every token outside the kept set at -inf (f32)")
+        }
+        (Output::Renorm, Input::Probs) => {
+            ("renorm_probs".into(), "the probabilities renormalized over the kept set, zero outside")
+        }
+        _ => unreachable!("not generated"),
+    };
+    let functions =
+        super::union([vec![math::exp(), math::log(), fixed(), fixed_f32(), fraction()], philox::noise_functions()]);
+    kernel(name, doc, max_passes(output), buffers, functions, b)
+}
+
+/// Every kernel of this family.
+pub fn all() -> Vec<Kernel> {
+    let mut out: Vec<Kernel> = Dtype::ALL.iter().map(|&d| filter_kernel(Input::Logits(d), Output::Sample)).collect();
+    out.push(filter_kernel(Input::Probs, Output::Sample));
+    out.extend(Dtype::ALL.iter().map(|&d| filter_kernel(Input::Logits(d), Output::Mask)));
+    out.push(filter_kernel(Input::Probs, Output::Renorm));
+    out
+}
