@@ -98,7 +98,8 @@ pub enum SeededMode {
 /// fields are the arguments of the provided method of the same name ([`Backend::softmax`],
 /// [`Backend::greedy`], [`Backend::race_from_logits`], [`Backend::race_from_probs`],
 /// [`Backend::seeded`], [`Backend::seeded_from_logits`], [`Backend::sample`], [`Backend::murmur3`],
-/// [`Backend::log_f64`], [`Backend::philox`], [`Backend::gumbel_noise`]), checked by it.
+/// [`Backend::log_f64`], [`Backend::philox`], [`Backend::gumbel_noise`], [`Backend::read_rows`]),
+/// checked by it.
 #[allow(missing_docs)]
 pub enum Job<'a, B: Backend + ?Sized> {
     Softmax {
@@ -166,6 +167,12 @@ pub enum Job<'a, B: Backend + ?Sized> {
         shape: Shape,
         rows: &'a B::Buffer<RowParams>,
         noise: &'a mut B::Buffer<f32>,
+    },
+    /// One sum per row, from one read of each element (the benchmarks' bandwidth yardstick).
+    ReadRows {
+        shape: Shape,
+        logits: Logits<'a, B>,
+        sums: &'a mut B::Buffer<f32>,
     },
 }
 
@@ -360,6 +367,18 @@ pub trait Backend {
         check_rows::<Self>(dense, dense.elements(), rows)?;
         need("noise", Self::len(noise), dense.elements())?;
         self.run(Job::GumbelNoise { shape: dense, rows, noise })
+    }
+
+    /// Diagnostic: each row's float32 sum (NaN read as -inf, summed in an order that depends on
+    /// the backend), from one read of every element with the launch shape and per-element
+    /// loads of the sampling kernels. It samples nothing: it is the plain read whose bandwidth
+    /// `benches/kernels.rs` measures, so each kernel's speed is stated as a fraction of what the
+    /// same device reaches when it only reads.
+    fn read_rows(&self, shape: Shape, logits: Logits<'_, Self>, sums: &mut Self::Buffer<f32>) -> Result<()> {
+        shape.validate()?;
+        need("logits", logits.len(), shape.elements())?;
+        need("sums", Self::len(sums), shape.batch)?;
+        self.run(Job::ReadRows { shape, logits, sums })
     }
 }
 

@@ -282,6 +282,11 @@ impl Backend for CpuBackend {
                     }
                 }
             }
+            Job::ReadRows { shape, logits, sums } => {
+                for r in 0..shape.batch {
+                    sums[r] = row_values(logits, shape, r).iter().sum::<f64>() as f32;
+                }
+            }
         }
         Ok(())
     }

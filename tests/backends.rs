@@ -330,6 +330,33 @@ pub fn rejects_bad_shapes<B: Backend>(b: &B) {
     }
 }
 
+/// The read kernel (the benchmarks' bandwidth yardstick) sums every element of each row once,
+/// in every input format, with a stride wider than the vocabulary and NaN read as -inf. The
+/// values are small integers, so every partial sum is exact in float32 whatever the order, and
+/// one element skipped or read twice changes the sum.
+pub fn read_rows_sums_each_row<B: Backend>(b: &B) {
+    let mut rng = Rng::new(51);
+    for (batch, vocab, stride) in [(1, 1, 1), (5, 1000, 1003), (3, 151936, 151936)] {
+        let shape = Shape { batch, vocab, stride };
+        let mut x: Vec<f32> = (0..shape.elements()).map(|_| rng.below(17) as f32 - 8.0).collect();
+        // A NaN in the last row, whose sum is then -inf.
+        x[(batch - 1) * stride] = f32::NAN;
+        let h: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
+        let hb: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
+        let (x32, x16, xb16) = (b.upload(&x).unwrap(), b.upload(&h).unwrap(), b.upload(&hb).unwrap());
+        let formats: [(&str, Logits<'_, B>); 3] =
+            [("f32", Logits::F32(&x32)), ("f16", Logits::F16(&x16)), ("bf16", Logits::Bf16(&xb16))];
+        let mut want = CpuBackend.zeros::<f32>(batch).unwrap();
+        CpuBackend.read_rows(shape, Logits::F32(&x), &mut want).unwrap();
+        assert_eq!(want[batch - 1], f32::NEG_INFINITY);
+        for (name, logits) in formats {
+            let mut sums = b.zeros::<f32>(batch).unwrap();
+            b.read_rows(shape, logits, &mut sums).unwrap();
+            assert_eq!(b.download(&sums).unwrap(), want, "{name} {shape:?}");
+        }
+    }
+}
+
 // The oracle is not compared with itself: on the CPU only the checks against known answers,
 // distributions and invariants run.
 suite!(
@@ -353,4 +380,5 @@ device_suites!(
     greedy_rows_in_the_race,
     half_formats_match_f32,
     rejects_bad_shapes,
+    read_rows_sums_each_row,
 );

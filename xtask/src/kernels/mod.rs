@@ -3,6 +3,7 @@
 pub mod math;
 pub mod murmur;
 pub mod philox;
+pub mod read;
 pub mod sampler;
 pub mod sampling;
 pub mod seeded;
@@ -14,6 +15,7 @@ pub fn all() -> Vec<Kernel> {
     let mut all = sampling::all();
     all.extend(seeded::all());
     all.extend(sampler::all());
+    all.extend(read::all());
     all
 }
 
