@@ -10,7 +10,7 @@ mod common;
 use common::Rng;
 use half::{bf16, f16};
 use sampling_kernels::cpu::{self as oracle, row_values};
-use sampling_kernels::{Backend, CpuBackend, Logits, Output, RowParams, Shape};
+use sampling_kernels::{Backend, CpuBackend, LaunchTime, Logits, Output, RowParams, Shape};
 
 /// Random123's known answers (SEMANTICS.md): counter, key, output.
 const PHILOX_KAT: [([u32; 4], [u32; 2], [u32; 4]); 3] = [
@@ -382,3 +382,41 @@ device_suites!(
     rejects_bad_shapes,
     read_rows_sums_each_row,
 );
+
+/// `time_launches` (inherent to each device backend, for the benchmarks) returns what its
+/// launches return, once they are done, with a positive time; it says which clock it used.
+fn time_launches_measures<B: Backend>(
+    b: &B,
+    time: impl Fn(&B, &mut dyn FnMut(&B) -> sampling_kernels::Result<()>) -> sampling_kernels::Result<LaunchTime>,
+) {
+    let shape = Shape::dense(16, 4096);
+    let x = b.upload(&vec![1f32; shape.elements()]).unwrap();
+    let mut sums = b.zeros::<f32>(shape.batch).unwrap();
+    for launches in [1, 3] {
+        let t =
+            time(b, &mut |b| (0..launches).try_for_each(|_| b.read_rows(shape, Logits::F32(&x), &mut sums))).unwrap();
+        assert!(t.elapsed > std::time::Duration::ZERO, "{launches} launches: {t:?}");
+        eprintln!("{}: {launches} read_rows launches of {shape:?}: {t:?}", b.describe());
+    }
+    assert_eq!(b.download(&sums).unwrap(), vec![4096.0; shape.batch]);
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_time_launches_measures() {
+    common::on("wgpu", "time_launches_measures", common::wgpu(), |b| {
+        time_launches_measures(b, |b, f| b.time_launches(|b| f(b)).map(|(_, t)| t));
+        // With timestamps, a nested call is refused instead of mixing two spans.
+        let nested = b.time_launches(|b| b.time_launches(|_| Ok(())));
+        let (_, t) = b.time_launches(|_| Ok(())).unwrap();
+        assert_eq!(nested.is_err(), t.clock == sampling_kernels::Clock::Device, "{t:?}");
+    });
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_time_launches_measures() {
+    common::on("cuda", "time_launches_measures", common::cuda(), |b| {
+        time_launches_measures(b, |b, f| b.time_launches(|b| f(b)).map(|(_, t)| t))
+    });
+}
