@@ -7,6 +7,9 @@
 //! `cargo bench --bench mixed` (wgpu when an adapter is present, else the CPU backend). Wall time
 //! per call including the wait for the tokens; median and interquartile range of `REPS` calls.
 
+mod common;
+
+use common::Stats;
 use sampling_kernels::{Backend, CpuBackend, Logits, Output, RowParams, Shape};
 use std::time::Instant;
 
@@ -28,7 +31,7 @@ fn rows(greedy: usize, seeded: usize) -> Vec<RowParams> {
 }
 
 /// Median and interquartile range, in microseconds, of `REPS` timed calls after one warm-up.
-fn time<B: Backend>(b: &B, x: &B::Buffer<f32>, rows: &[RowParams], launch: Launch<B>) -> (f64, f64, f64) {
+fn time<B: Backend>(b: &B, x: &B::Buffer<f32>, rows: &[RowParams], launch: Launch<B>) -> Stats {
     let shape = Shape::dense(BATCH, VOCAB);
     let r = b.upload(rows).unwrap();
     let mut t = b.zeros::<u32>(BATCH).unwrap();
@@ -40,15 +43,14 @@ fn time<B: Backend>(b: &B, x: &B::Buffer<f32>, rows: &[RowParams], launch: Launc
     };
     once();
     let mut us: Vec<f64> = (0..REPS).map(|_| once()).collect();
-    us.sort_by(f64::total_cmp);
-    (us[REPS / 2], us[REPS / 4], us[3 * REPS / 4])
+    Stats::of(&mut us)
 }
 
 fn bench<B: Backend>(b: &B) {
     println!("backend: {}; batch {BATCH} x vocab {VOCAB} f32; {REPS} calls each", b.describe());
     let logits: Vec<f32> = (0..BATCH * VOCAB).map(|i| ((i * 7919 % 10007) as f32) / 1000.0 - 5.0).collect();
     let x = b.upload(&logits).unwrap();
-    let (base, _, _) = time(b, &x, &rows(0, 0), B::race_from_logits);
+    let base = time(b, &x, &rows(0, 0), B::race_from_logits).median;
     println!("| batch | per-row `sample` (us, median [IQR]) | x 32 plain | as SGLang routes it (us) | x 32 plain |");
     println!("|---|---|---|---|---|");
     let cases: [(&str, usize, usize, Option<Launch<B>>); 4] = [
@@ -59,10 +61,10 @@ fn bench<B: Backend>(b: &B) {
     ];
     for (name, greedy, seeded, sglang) in cases {
         let r = rows(greedy, seeded);
-        let (m, q1, q3) = time(b, &x, &r, B::sample);
+        let Stats { median: m, q1, q3 } = time(b, &x, &r, B::sample);
         let forced = match sglang {
             Some(launch) => {
-                let (fm, fq1, fq3) = time(b, &x, &r, launch);
+                let Stats { median: fm, q1: fq1, q3: fq3 } = time(b, &x, &r, launch);
                 format!("{fm:.0} [{fq1:.0}, {fq3:.0}] | {:.2}", fm / base)
             }
             None => "filtered path: not built yet | -".to_string(),

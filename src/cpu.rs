@@ -283,8 +283,8 @@ impl Backend for CpuBackend {
                 }
             }
             Job::ReadRows { shape, logits, sums } => {
-                for r in 0..shape.batch {
-                    sums[r] = row_values(logits, shape, r).iter().sum::<f64>() as f32;
+                for (r, sum) in sums.iter_mut().enumerate().take(shape.batch) {
+                    *sum = row_values(logits, shape, r).iter().sum::<f64>() as f32;
                 }
             }
         }
