@@ -8,6 +8,9 @@
 //! `cargo bench --bench mixed` (wgpu when an adapter is present, else the CPU backend). Wall time
 //! per call including the wait for the tokens; median and interquartile range of `REPS` calls.
 
+mod common;
+
+use common::Stats;
 use sampling_kernels::{Backend, CpuBackend, Input, Logits, Output, RowParams, Shape};
 use std::time::Instant;
 
@@ -42,7 +45,7 @@ fn filtered<B: Backend>(
 }
 
 /// Median and interquartile range, in microseconds, of `REPS` timed calls after one warm-up.
-fn time<B: Backend>(b: &B, x: &B::Buffer<f32>, rows: &[RowParams], launch: Launch<B>) -> (f64, f64, f64) {
+fn time<B: Backend>(b: &B, x: &B::Buffer<f32>, rows: &[RowParams], launch: Launch<B>) -> Stats {
     let shape = Shape::dense(BATCH, VOCAB);
     let r = b.upload(rows).unwrap();
     let mut t = b.zeros::<u32>(BATCH).unwrap();
@@ -54,15 +57,14 @@ fn time<B: Backend>(b: &B, x: &B::Buffer<f32>, rows: &[RowParams], launch: Launc
     };
     once();
     let mut us: Vec<f64> = (0..REPS).map(|_| once()).collect();
-    us.sort_by(f64::total_cmp);
-    (us[REPS / 2], us[REPS / 4], us[3 * REPS / 4])
+    Stats::of(&mut us)
 }
 
 fn bench<B: Backend>(b: &B) {
     println!("backend: {}; batch {BATCH} x vocab {VOCAB} f32; {REPS} calls each", b.describe());
     let logits: Vec<f32> = (0..BATCH * VOCAB).map(|i| ((i * 7919 % 10007) as f32) / 1000.0 - 5.0).collect();
     let x = b.upload(&logits).unwrap();
-    let (base, _, _) = time(b, &x, &rows(0, 0, 0), B::race_from_logits);
+    let base = time(b, &x, &rows(0, 0, 0), B::race_from_logits).median;
     println!("| batch | per-row `sample` (us, median [IQR]) | x 32 plain | as SGLang routes it (us) | x 32 plain |");
     println!("|---|---|---|---|---|");
     let cases: [(&str, usize, usize, usize, Launch<B>); 6] = [
@@ -75,8 +77,8 @@ fn bench<B: Backend>(b: &B) {
     ];
     for (name, greedy, seeded, top_p, sglang) in cases {
         let r = rows(greedy, seeded, top_p);
-        let (m, q1, q3) = time(b, &x, &r, B::sample);
-        let (fm, fq1, fq3) = time(b, &x, &r, sglang);
+        let Stats { median: m, q1, q3 } = time(b, &x, &r, B::sample);
+        let Stats { median: fm, q1: fq1, q3: fq3 } = time(b, &x, &r, sglang);
         println!(
             "| {name} | {m:.0} [{q1:.0}, {q3:.0}] | {:.2} | {fm:.0} [{fq1:.0}, {fq3:.0}] | {:.2} |",
             m / base,

@@ -135,7 +135,8 @@ pub enum SeededMode {
 /// fields are the arguments of the provided method of the same name ([`Backend::softmax`],
 /// [`Backend::greedy`], [`Backend::race_from_logits`], [`Backend::race_from_probs`],
 /// [`Backend::seeded`], [`Backend::seeded_from_logits`], [`Backend::sample`], [`Backend::murmur3`],
-/// [`Backend::log_f64`], [`Backend::philox`], [`Backend::gumbel_noise`]), checked by it.
+/// [`Backend::log_f64`], [`Backend::philox`], [`Backend::gumbel_noise`], [`Backend::read_rows`]),
+/// checked by it.
 #[allow(missing_docs)]
 pub enum Job<'a, B: Backend + ?Sized> {
     Softmax {
@@ -225,6 +226,12 @@ pub enum Job<'a, B: Backend + ?Sized> {
         shape: Shape,
         rows: &'a B::Buffer<RowParams>,
         noise: &'a mut B::Buffer<f32>,
+    },
+    /// One sum per row, from one read of each element (the benchmarks' bandwidth yardstick).
+    ReadRows {
+        shape: Shape,
+        logits: Logits<'a, B>,
+        sums: &'a mut B::Buffer<f32>,
     },
 }
 
@@ -386,8 +393,8 @@ pub trait Backend {
         rows: &Self::Buffer<RowParams>,
         mut out: Output<'_, Self>,
     ) -> Result<()> {
-        check_rows::<Self>(shape, logits.len(), rows)?;
         check_filter_shape(shape)?;
+        check_rows::<Self>(shape, logits.len(), rows)?;
         check_output(shape, &out)?;
         self.run(Job::Sample { shape, logits, rows, out: out.reborrow(), skip_filtered: true })?;
         self.run(Job::Filter { shape, input: Input::Logits(logits), rows, out, only_filtered: true })
@@ -407,8 +414,8 @@ pub trait Backend {
         rows: &Self::Buffer<RowParams>,
         out: Output<'_, Self>,
     ) -> Result<()> {
-        check_rows::<Self>(shape, input.len(), rows)?;
         check_filter_shape(shape)?;
+        check_rows::<Self>(shape, input.len(), rows)?;
         check_output(shape, &out)?;
         self.run(Job::Filter { shape, input, rows, out, only_filtered: false })
     }
@@ -423,8 +430,8 @@ pub trait Backend {
         rows: &Self::Buffer<RowParams>,
         masked: &mut Self::Buffer<f32>,
     ) -> Result<()> {
-        check_rows::<Self>(shape, logits.len(), rows)?;
         check_filter_shape(shape)?;
+        check_rows::<Self>(shape, logits.len(), rows)?;
         need("masked", Self::len(masked), shape.elements())?;
         self.run(Job::MaskLogits { shape, logits, rows, masked })
     }
@@ -438,8 +445,8 @@ pub trait Backend {
         rows: &Self::Buffer<RowParams>,
         renormed: &mut Self::Buffer<f32>,
     ) -> Result<()> {
-        check_rows::<Self>(shape, Self::len(probs), rows)?;
         check_filter_shape(shape)?;
+        check_rows::<Self>(shape, Self::len(probs), rows)?;
         need("renormed", Self::len(renormed), shape.elements())?;
         self.run(Job::RenormProbs { shape, probs, rows, renormed })
     }
@@ -474,6 +481,18 @@ pub trait Backend {
         check_rows::<Self>(dense, dense.elements(), rows)?;
         need("noise", Self::len(noise), dense.elements())?;
         self.run(Job::GumbelNoise { shape: dense, rows, noise })
+    }
+
+    /// Diagnostic: each row's float32 sum (NaN read as -inf, summed in an order that depends on
+    /// the backend), from one read of every element with the launch shape and per-element
+    /// loads of the sampling kernels. It samples nothing: it is the plain read whose bandwidth
+    /// `benches/kernels.rs` measures, so each kernel's speed is stated as a fraction of what the
+    /// same device reaches when it only reads.
+    fn read_rows(&self, shape: Shape, logits: Logits<'_, Self>, sums: &mut Self::Buffer<f32>) -> Result<()> {
+        shape.validate()?;
+        need("logits", logits.len(), shape.elements())?;
+        need("sums", Self::len(sums), shape.batch)?;
+        self.run(Job::ReadRows { shape, logits, sums })
     }
 }
 

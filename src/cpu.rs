@@ -365,6 +365,11 @@ impl Backend for CpuBackend {
                     }
                 }
             }
+            Job::ReadRows { shape, logits, sums } => {
+                for (r, sum) in sums.iter_mut().enumerate().take(shape.batch) {
+                    *sum = row_values(logits, shape, r).iter().sum::<f64>() as f32;
+                }
+            }
         }
         Ok(())
     }

@@ -300,4 +300,28 @@ pub const KERNELS: &[KernelSource] = &[
         passes: 19,
         needs_64bit: true,
     },
+    KernelSource {
+        name: "read_rows_f32",
+        wgsl: include_str!("../shaders/read_rows_f32.wgsl"),
+        cuda: include_str!("../kernels/read_rows_f32.cu"),
+        buffers: &["x", "sums"],
+        passes: 1,
+        needs_64bit: false,
+    },
+    KernelSource {
+        name: "read_rows_f16",
+        wgsl: include_str!("../shaders/read_rows_f16.wgsl"),
+        cuda: include_str!("../kernels/read_rows_f16.cu"),
+        buffers: &["x", "sums"],
+        passes: 1,
+        needs_64bit: false,
+    },
+    KernelSource {
+        name: "read_rows_bf16",
+        wgsl: include_str!("../shaders/read_rows_bf16.wgsl"),
+        cuda: include_str!("../kernels/read_rows_bf16.cu"),
+        buffers: &["x", "sums"],
+        passes: 1,
+        needs_64bit: false,
+    },
 ];

@@ -191,6 +191,12 @@ impl<'a, H: Copy> Launch<H> {
                 params: params(*shape, 0),
                 work: rows(*shape),
             },
+            Job::ReadRows { shape, logits, sums } => Launch {
+                kernel: suffixed("read_rows", logits),
+                buffers: vec![Some(logits_handle(logits)), Some(B::handle(&**sums))],
+                params: params(*shape, 0),
+                work: rows(*shape),
+            },
         }
     }
 }

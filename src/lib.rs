@@ -38,6 +38,7 @@ pub mod murmur;
 pub mod philox;
 pub mod planner;
 pub mod sampler;
+pub mod timing;
 pub mod types;
 #[cfg(feature = "wgpu")]
 pub mod wgpu_backend;
@@ -52,6 +53,7 @@ pub use cudarc;
 pub use error::{Error, Result};
 pub use filters::{Filters, Order as FilterOrder};
 pub use sampler::Sampler;
+pub use timing::{Clock, LaunchTime};
 pub use types::{Element, RowMode, RowParams, Shape, GREEDY_EPS};
 /// The wgpu this crate was built against, so an engine shares its device types.
 #[cfg(feature = "wgpu")]

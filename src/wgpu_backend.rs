@@ -4,10 +4,12 @@
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
 use crate::launch::{Device, Launch};
+use crate::timing::{Clock, LaunchTime};
 use crate::types::Element;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use wgpu::util::DeviceExt;
 
 /// A wgpu storage buffer of `len` elements of `T`.
@@ -53,6 +55,53 @@ pub struct WgpuBackend {
     pipelines: Mutex<HashMap<&'static str, Arc<wgpu::ComputePipeline>>>,
     /// Held from the parameter write to the submit, so concurrent calls cannot swap parameters.
     submit: Mutex<()>,
+    /// Where the device has TIMESTAMP_QUERY: what [`WgpuBackend::time_launches`] writes to.
+    timestamps: Option<Timestamps>,
+    /// Inside [`WgpuBackend::time_launches`], how many launches it has timed so far.
+    timing: Mutex<Option<u32>>,
+}
+
+/// Two timestamp queries and the buffers that bring them to the host. The first timed launch
+/// writes the start of its pass to query 0 and every timed launch the end of its pass to query 1
+/// (wgpu resets a pass's queries before writing them), so the two span all the timed launches
+/// without a limit on their number.
+struct Timestamps {
+    set: wgpu::QuerySet,
+    /// QUERY_RESOLVE: the two ticks, resolved.
+    resolved: wgpu::Buffer,
+    /// MAP_READ: their copy for the host.
+    readback: wgpu::Buffer,
+    /// Nanoseconds per tick.
+    period_ns: f64,
+}
+
+impl Timestamps {
+    fn new(device: &wgpu::Device, queue: &wgpu::Queue) -> Self {
+        let buffer = |label, usage| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: 16,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        Timestamps {
+            set: device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("sampling-kernels timestamps"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 2,
+            }),
+            resolved: buffer(
+                "sampling-kernels timestamps resolved",
+                wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            ),
+            readback: buffer(
+                "sampling-kernels timestamps readback",
+                wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            ),
+            period_ns: queue.get_timestamp_period() as f64,
+        }
+    }
 }
 
 const USAGE: wgpu::BufferUsages =
@@ -77,11 +126,12 @@ impl WgpuBackend {
         };
         let adapter = pollster::block_on(instance.request_adapter(&options))
             .map_err(|e| Error::Unavailable(format!("no wgpu adapter: {e}")))?;
-        // Float64 and u64 for the seeded sampler, where the adapter has them.
-        let wide = wgpu::Features::SHADER_F64 | wgpu::Features::SHADER_INT64;
+        // Float64 and u64 for the seeded sampler, and timestamps for `time_launches`, where the
+        // adapter has them.
+        let wanted = wgpu::Features::SHADER_F64 | wgpu::Features::SHADER_INT64 | wgpu::Features::TIMESTAMP_QUERY;
         let desc = wgpu::DeviceDescriptor {
             label: Some("sampling-kernels"),
-            required_features: adapter.features() & wide,
+            required_features: adapter.features() & wanted,
             required_limits: adapter.limits(),
             ..Default::default()
         };
@@ -90,7 +140,8 @@ impl WgpuBackend {
         Ok(Self::from_device(device, queue, adapter.get_info()))
     }
 
-    /// Uses an engine's own device and queue.
+    /// Uses an engine's own device and queue ([`WgpuBackend::time_launches`] uses timestamp
+    /// queries if the device was created with TIMESTAMP_QUERY).
     pub fn from_device(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo) -> Self {
         let uniform = |label, usage| {
             device.create_buffer(&wgpu::BufferDescriptor {
@@ -102,6 +153,8 @@ impl WgpuBackend {
         };
         let params = uniform("sampling-kernels params", wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
         let unused_output = uniform("sampling-kernels unused output", wgpu::BufferUsages::STORAGE);
+        let timestamps =
+            device.features().contains(wgpu::Features::TIMESTAMP_QUERY).then(|| Timestamps::new(&device, &queue));
         WgpuBackend {
             device,
             queue,
@@ -110,12 +163,79 @@ impl WgpuBackend {
             unused_output,
             pipelines: Mutex::default(),
             submit: Mutex::default(),
+            timestamps,
+            timing: Mutex::default(),
         }
     }
 
     /// The adapter this backend runs on.
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
         &self.info
+    }
+
+    /// Runs `launches` (calls of this backend) and measures them, for benchmarks: with the
+    /// device's timestamp queries, from the start of the first launch's compute pass to the end
+    /// of the last one's ([`Clock::Device`]); on a device without TIMESTAMP_QUERY, by the wall
+    /// clock up to a wait for the device to go idle ([`Clock::Wall`]). Either way it returns
+    /// once the launches are done. Launches from other threads on this backend meanwhile are
+    /// timed too; calls do not nest (a nested one is an error).
+    pub fn time_launches<R>(&self, launches: impl FnOnce(&Self) -> Result<R>) -> Result<(R, LaunchTime)> {
+        let Some(ts) = &self.timestamps else {
+            let start = Instant::now();
+            let out = launches(self)?;
+            self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(device_error)?;
+            return Ok((out, LaunchTime { elapsed: start.elapsed(), clock: Clock::Wall }));
+        };
+        {
+            let mut timing = self.timing.lock().map_err(|_| device_error("timing lock poisoned"))?;
+            if timing.is_some() {
+                return Err(device_error("time_launches does not nest"));
+            }
+            *timing = Some(0);
+        }
+        let out = launches(self);
+        let timed = self.timing.lock().map_err(|_| device_error("timing lock poisoned"))?.take();
+        let out = out?;
+        if timed.unwrap_or(0) == 0 {
+            return Ok((out, LaunchTime { elapsed: Duration::ZERO, clock: Clock::Device }));
+        }
+        let mut encoder = self.device.create_command_encoder(&Default::default());
+        encoder.resolve_query_set(&ts.set, 0..2, &ts.resolved, 0);
+        encoder.copy_buffer_to_buffer(&ts.resolved, 0, &ts.readback, 0, 16);
+        self.queue.submit([encoder.finish()]);
+        let ticks = self.map_read::<u64>(&ts.readback, 2)?;
+        let ns = ticks[1].saturating_sub(ticks[0]) as f64 * ts.period_ns;
+        Ok((out, LaunchTime { elapsed: Duration::from_secs_f64(ns * 1e-9), clock: Clock::Device }))
+    }
+
+    /// Where a launch inside [`WgpuBackend::time_launches`] writes its pass's timestamps (see
+    /// [`Timestamps`]); `None` outside it or without timestamps.
+    fn timestamp_writes(&self) -> Result<Option<wgpu::ComputePassTimestampWrites<'_>>> {
+        let Some(ts) = &self.timestamps else { return Ok(None) };
+        let mut timing = self.timing.lock().map_err(|_| device_error("timing lock poisoned"))?;
+        let Some(timed) = timing.as_mut() else { return Ok(None) };
+        *timed += 1;
+        Ok(Some(wgpu::ComputePassTimestampWrites {
+            query_set: &ts.set,
+            beginning_of_pass_write_index: (*timed == 1).then_some(0),
+            end_of_pass_write_index: Some(1),
+        }))
+    }
+
+    /// Maps `staging` (MAP_READ, its copy already submitted), waits for it, and returns its first
+    /// `len` elements.
+    fn map_read<T: bytemuck::Pod>(&self, staging: &wgpu::Buffer, len: usize) -> Result<Vec<T>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(device_error)?;
+        rx.recv().map_err(device_error)?.map_err(device_error)?;
+        let view = staging.get_mapped_range(..).map_err(device_error)?;
+        let out = bytemuck::pod_collect_to_vec::<u8, T>(&view[..len * size_of::<T>()]);
+        drop(view);
+        staging.unmap();
+        Ok(out)
     }
 
     fn pipeline(&self, launch: &Launch<&wgpu::Buffer>) -> Result<Arc<wgpu::ComputePipeline>> {
@@ -177,7 +297,8 @@ impl WgpuBackend {
         let groups = launch.work.groups(crate::generated::WGPU_BLOCK, max_groups);
         let mut encoder = self.device.create_command_encoder(&Default::default());
         {
-            let mut pass = encoder.begin_compute_pass(&Default::default());
+            let timestamp_writes = self.timestamp_writes()?;
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(groups, 1, 1);
@@ -245,17 +366,7 @@ impl Backend for WgpuBackend {
         let mut encoder = self.device.create_command_encoder(&Default::default());
         encoder.copy_buffer_to_buffer(&buf.buffer, 0, &staging, 0, size);
         self.queue.submit([encoder.finish()]);
-        let (tx, rx) = std::sync::mpsc::channel();
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r);
-        });
-        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(device_error)?;
-        rx.recv().map_err(device_error)?.map_err(device_error)?;
-        let view = staging.get_mapped_range(..).map_err(device_error)?;
-        let out = bytemuck::pod_collect_to_vec::<u8, T>(&view[..buf.len * size_of::<T>()]);
-        drop(view);
-        staging.unmap();
-        Ok(out)
+        self.map_read(&staging, buf.len)
     }
     fn len<T: Element>(buf: &WgpuBuffer<T>) -> usize {
         buf.len

@@ -10,7 +10,7 @@ mod common;
 use common::Rng;
 use half::{bf16, f16};
 use sampling_kernels::cpu::{self as oracle, row_values};
-use sampling_kernels::{Backend, CpuBackend, Logits, Output, RowParams, Shape};
+use sampling_kernels::{Backend, CpuBackend, LaunchTime, Logits, Output, RowParams, Shape};
 
 /// Random123's known answers (SEMANTICS.md): counter, key, output.
 const PHILOX_KAT: [([u32; 4], [u32; 2], [u32; 4]); 3] = [
@@ -330,6 +330,33 @@ pub fn rejects_bad_shapes<B: Backend>(b: &B) {
     }
 }
 
+/// The read kernel (the benchmarks' bandwidth yardstick) sums every element of each row once,
+/// in every input format, with a stride wider than the vocabulary and NaN read as -inf. The
+/// values are small integers, so every partial sum is exact in float32 whatever the order, and
+/// one element skipped or read twice changes the sum.
+pub fn read_rows_sums_each_row<B: Backend>(b: &B) {
+    let mut rng = Rng::new(51);
+    for (batch, vocab, stride) in [(1, 1, 1), (5, 1000, 1003), (3, 151936, 151936)] {
+        let shape = Shape { batch, vocab, stride };
+        let mut x: Vec<f32> = (0..shape.elements()).map(|_| rng.below(17) as f32 - 8.0).collect();
+        // A NaN in the last row, whose sum is then -inf.
+        x[(batch - 1) * stride] = f32::NAN;
+        let h: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
+        let hb: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
+        let (x32, x16, xb16) = (b.upload(&x).unwrap(), b.upload(&h).unwrap(), b.upload(&hb).unwrap());
+        let formats: [(&str, Logits<'_, B>); 3] =
+            [("f32", Logits::F32(&x32)), ("f16", Logits::F16(&x16)), ("bf16", Logits::Bf16(&xb16))];
+        let mut want = CpuBackend.zeros::<f32>(batch).unwrap();
+        CpuBackend.read_rows(shape, Logits::F32(&x), &mut want).unwrap();
+        assert_eq!(want[batch - 1], f32::NEG_INFINITY);
+        for (name, logits) in formats {
+            let mut sums = b.zeros::<f32>(batch).unwrap();
+            b.read_rows(shape, logits, &mut sums).unwrap();
+            assert_eq!(b.download(&sums).unwrap(), want, "{name} {shape:?}");
+        }
+    }
+}
+
 // The oracle is not compared with itself: on the CPU only the checks against known answers,
 // distributions and invariants run.
 suite!(
@@ -353,4 +380,43 @@ device_suites!(
     greedy_rows_in_the_race,
     half_formats_match_f32,
     rejects_bad_shapes,
+    read_rows_sums_each_row,
 );
+
+/// `time_launches` (inherent to each device backend, for the benchmarks) returns what its
+/// launches return, once they are done, with a positive time; it says which clock it used.
+fn time_launches_measures<B: Backend>(
+    b: &B,
+    time: impl Fn(&B, &mut dyn FnMut(&B) -> sampling_kernels::Result<()>) -> sampling_kernels::Result<LaunchTime>,
+) {
+    let shape = Shape::dense(16, 4096);
+    let x = b.upload(&vec![1f32; shape.elements()]).unwrap();
+    let mut sums = b.zeros::<f32>(shape.batch).unwrap();
+    for launches in [1, 3] {
+        let t =
+            time(b, &mut |b| (0..launches).try_for_each(|_| b.read_rows(shape, Logits::F32(&x), &mut sums))).unwrap();
+        assert!(t.elapsed > std::time::Duration::ZERO, "{launches} launches: {t:?}");
+        eprintln!("{}: {launches} read_rows launches of {shape:?}: {t:?}", b.describe());
+    }
+    assert_eq!(b.download(&sums).unwrap(), vec![4096.0; shape.batch]);
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_time_launches_measures() {
+    common::on("wgpu", "time_launches_measures", common::wgpu(), |b| {
+        time_launches_measures(b, |b, f| b.time_launches(|b| f(b)).map(|(_, t)| t));
+        // With timestamps, a nested call is refused instead of mixing two spans.
+        let nested = b.time_launches(|b| b.time_launches(|_| Ok(())));
+        let (_, t) = b.time_launches(|_| Ok(())).unwrap();
+        assert_eq!(nested.is_err(), t.clock == sampling_kernels::Clock::Device, "{t:?}");
+    });
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_time_launches_measures() {
+    common::on("cuda", "time_launches_measures", common::cuda(), |b| {
+        time_launches_measures(b, |b, f| b.time_launches(|b| f(b)).map(|(_, t)| t))
+    });
+}

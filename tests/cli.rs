@@ -96,33 +96,18 @@ fn histogram_matches_softmax() {
 }
 
 /// With filters, every draw lies in the set and the histogram follows the renormalized
-/// distribution (the oracle's `--compare`), joint and top-k first. 20,000 draws over at most 6
-/// tokens put the expected total variation near 0.007; the limit 0.03 is beyond 6 standard
+/// distribution (the oracle's `--compare`), joint and top-k first. 10,000 draws over at most 6
+/// tokens put the expected total variation near 0.01; the limit 0.04 is beyond 8 standard
 /// deviations (the distribution itself is checked at 100,000 draws in `tests/filters.rs`).
 #[test]
 fn filtered_histogram_matches_the_set() {
     on_backends("cli_filtered_histogram", |backend| {
         let input = data("logits_small.npy");
         for order in ["joint", "top-k-first"] {
-            let args = [
-                "--logits",
-                &input,
-                "--seed",
-                "3",
-                "--top-k",
-                "6",
-                "--top-p",
-                "0.8",
-                "--min-p",
-                "0.02",
-                "--order",
-                order,
-                "--draws",
-                "100000",
-                "--compare",
-                "--backend",
-                backend,
-            ];
+            let flags = format!(
+                "--seed 3 --top-k 6 --top-p 0.8 --min-p 0.02 --order {order} --draws 10000 --compare --backend {backend}"
+            );
+            let args: Vec<&str> = ["--logits", &input].into_iter().chain(flags.split(' ')).collect();
             for line in lines(&args) {
                 let tv = line["tv"].as_f64().unwrap();
                 for bin in line["tokens"].as_array().unwrap() {
@@ -134,7 +119,7 @@ fn filtered_histogram_matches_the_set() {
                     );
                 }
                 eprintln!("{backend} {order} row {}: TV {tv:.5}", line["row"]);
-                assert!(tv < 0.03, "{backend} {order} row {}: TV {tv}", line["row"]);
+                assert!(tv < 0.04, "{backend} {order} row {}: TV {tv}", line["row"]);
             }
         }
     });

@@ -7,7 +7,7 @@
 mod common;
 
 use sampling_kernels::planner::SamplingParams;
-use sampling_kernels::{Backend, Error, LogProbs, Logits, Output, RowParams, SeededMode, Shape};
+use sampling_kernels::{Backend, Error, Input, LogProbs, Logits, Output, RowParams, SeededMode, Shape};
 
 /// Every sampling path's (token, status, log-probability) for one row of logits.
 fn every_path<B: Backend>(b: &B, logits: &[f32], temperature: f32) -> Vec<(&'static str, u32, u32, f32)> {
@@ -28,6 +28,8 @@ fn every_path<B: Backend>(b: &B, logits: &[f32], temperature: f32) -> Vec<(&'sta
     let lp = b.upload(&lp64).unwrap();
     run("seeded", &|o| b.seeded(shape, LogProbs::F64(&lp), &rows, SeededMode::Float64, o));
     run("seeded_screened", &|o| b.seeded(shape, LogProbs::F64(&lp), &rows, SeededMode::Screened, o));
+    let filtered = b.upload(&[RowParams::new(temperature, 11, 3).with_top_p(0.999).with_min_p(1e-6)]).unwrap();
+    run("filtered", &|o| b.sample_filtered(shape, Input::Logits(Logits::F32(&x)), &filtered, o));
     results
 }
 
@@ -68,6 +70,39 @@ pub fn bad_temperatures<B: Backend>(b: &B) {
             match result {
                 Err(Error::Param { row: 1, field: "temperature", .. }) => {}
                 other => panic!("temperature {bad}: {other:?}"),
+            }
+        }
+    }
+}
+
+/// Filters outside SGLang's ranges, a top-k of 0, an unknown order, or filters on a seeded row:
+/// refused on upload and on write, naming the row and the field.
+pub fn bad_filter_params<B: Backend>(b: &B) {
+    let base = RowParams::new(1.0, 0, 0);
+    let mut unknown_order: [u32; 12] = bytemuck::cast(base);
+    unknown_order[5] = 7;
+    let cases = [
+        (base.with_top_k(0), "top_k"),
+        (base.with_top_p(0.0), "top_p"),
+        (base.with_top_p(1.5), "top_p"),
+        (base.with_top_p(f32::NAN), "top_p"),
+        (base.with_min_p(-0.1), "min_p"),
+        (base.with_min_p(1.5), "min_p"),
+        (base.with_min_p(f32::NAN), "min_p"),
+        (bytemuck::cast(unknown_order), "order"),
+        (RowParams::seeded(1.0, 0, 0).with_top_p(0.9), "mode"),
+    ];
+    let mut rows = b.upload(&[base; 2]).unwrap();
+    // Rows past 2^23 tokens would overflow the filters' fixed-point masses: refused by shape.
+    let (x, mut t) = (b.upload(&[0f32; 8]).unwrap(), b.zeros::<u32>(2).unwrap());
+    let long = Shape::dense(1, (1 << 23) + 1);
+    let r = b.sample_filtered(long, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut t));
+    assert!(matches!(r, Err(Error::Shape(_))), "{r:?}");
+    for (bad, field) in cases {
+        for result in [b.upload(&[base, bad]).map(|_| ()), b.write(&mut rows, &[base, bad])] {
+            match result {
+                Err(Error::Param { row: 1, field: f, .. }) if f == field => {}
+                other => panic!("{field}: {other:?}"),
             }
         }
     }
@@ -162,6 +197,7 @@ pub fn invalid_probabilities<B: Backend>(b: &B) {
 every_suite!(
     bad_shapes_and_buffers,
     bad_temperatures,
+    bad_filter_params,
     rows_with_nothing_valid,
     single_positive_infinity,
     several_positive_infinities,

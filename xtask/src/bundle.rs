@@ -1,7 +1,9 @@
 //! `cargo xtask bundle-device`: the release test and benchmark binaries and a script in
 //! `dist/device/`, so a session lent the GPU machine (which has the CUDA driver but no cargo)
-//! runs every test on CUDA and on wgpu-over-Vulkan, then the benchmarks, in one call of the
-//! device tool: `bash dist/device/run.sh` (it writes its logs under `$OUT` when that is set).
+//! runs every test on CUDA and on wgpu-over-Vulkan, then the benchmarks (the kernels bench on its
+//! whole grid, and `benches/torch_baselines.py` where the machine's python has torch), in one
+//! call of the device tool: `bash dist/device/run.sh` (it writes its logs, CSVs and plots under
+//! `$OUT` when that is set).
 //! Carry `dist` (and `.gl` with the Vulkan loader packages, see the device tool's README).
 
 use std::path::Path;
@@ -31,16 +33,24 @@ for t in "$here"/tests/*; do
 done
 echo "== report (backend, outcome, test, device)"
 cut -f1,2,4 "$out/report.tsv" | sort | uniq -c
+# The kernels bench takes its whole grid here and writes its CSVs and plots beside the logs;
+# the torch baselines join them where this machine's python has torch.
+export SK_BENCH_OUT="$out/bench-results" SK_BENCH_FULL=1
 for bench in "$here"/benches/*; do
     echo "== $(basename "$bench")" | tee -a "$out/benches.log"
     "$bench" 2>&1 | tee -a "$out/benches.log" || status=1
 done
+if python3 -c "import torch" 2>/dev/null; then
+    echo "== torch_baselines" | tee -a "$out/benches.log"
+    python3 "$here/../../benches/torch_baselines.py" --full "$SK_BENCH_OUT/torch.csv" 2>&1 | tee -a "$out/benches.log" || status=1
+fi
 exit $status
 "#;
 
 /// The test binaries that exercise the device backends (the others are host-only, and the
 /// command-line tests look for binaries at this machine's paths).
-const ON_DEVICE: [&str; 6] = ["backends", "seeded", "policy", "properties", "sampler", "generated_code"];
+const ON_DEVICE: [&str; 8] =
+    ["backends", "seeded", "policy", "properties", "sampler", "filters", "allocations", "generated_code"];
 
 pub fn run(root: &Path) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());

@@ -27,8 +27,8 @@
 use super::math;
 use super::philox;
 use super::sampling::{
-    buffer, for_each_row, kernel, output_buffers, philox_block, row_temperature, row_word, scaled, softmax_weight,
-    word, write_results, Dtype, FLAG_FILTERED_ONLY, FLAG_PASSES, MODE_SEEDED,
+    buffer, for_each_column, for_each_row, kernel, output_buffers, philox_block, row_temperature, row_word, scaled,
+    softmax_weight, word, write_results, Dtype, FLAG_FILTERED_ONLY, FLAG_PASSES, MODE_SEEDED,
 };
 use crate::ir::*;
 
@@ -97,10 +97,24 @@ fn fraction() -> Function {
     })
 }
 
-/// Visits this invocation's contiguous chunk of the row in index order, four columns a step
-/// (chunks are whole quads, so each quad's Philox block is the plain path's), and counts the pass.
-fn sweep(b: &mut Block, per_quad: impl Fn(&mut Block, Expr), per_col: impl Fn(&mut Block, Expr, u8)) {
+/// How a sweep spreads a row over the invocations.
+#[derive(Clone, Copy, PartialEq)]
+enum Layout {
+    /// Four consecutive columns per invocation and step, the block's steps side by side:
+    /// coalesced, for the passes that only count and sum.
+    Strided,
+    /// One contiguous chunk per invocation, in index order: for the passes that rank the tokens
+    /// tied at the boundary by index (the last digit pass, and the pass that uses the set).
+    Chunked,
+}
+
+/// Visits this invocation's columns, four a step (whole quads either way, so each quad's Philox
+/// block is the plain path's), and counts the pass.
+fn sweep(b: &mut Block, layout: Layout, per_quad: impl Fn(&mut Block, Expr), per_col: impl Fn(&mut Block, Expr, u8)) {
     b.set("sweeps", var("sweeps") + u(1));
+    if layout == Layout::Strided {
+        return for_each_column(b, per_quad, per_col);
+    }
     b.scope(|b| {
         let quads =
             b.let_("quads", Ty::U32, (param("vocab") >> u(2)) + select((param("vocab") & u(3)).ne_(u(0)), u(1), u(0)));
@@ -155,6 +169,7 @@ fn row_max(b: &mut Block, input: Input) {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
     sweep(
         b,
+        Layout::Strided,
         |_, _| {},
         |b, col, _| match input {
             Input::Logits(_) => b.set("m", var("m").max(scaled(col))),
@@ -183,7 +198,9 @@ fn select_prefix(b: &mut Block, input: Input, tag: &str, set_lim: Option<Expr>) 
     b.let_(&t("m"), Ty::U64, zero64());
     b.let_(&t("tn"), Ty::U32, u(0));
     b.let_(&t("tm"), Ty::U64, zero64());
-    b.for_(&t("pass"), u(0), u(DIGIT_PASSES), u(1), |b, pass| {
+    // Every digit pass but the last only counts and sums; the last also gives each invocation
+    // its count of the boundary key's tokens, which the scan ranks by index: chunked.
+    let digit_pass = |b: &mut Block, pass: Expr, layout: Layout| {
         let shift = b.let_("shift", Ty::U32, u(32 - DIGIT_BITS) - pass.clone() * u(DIGIT_BITS));
         for d in 0..DIGITS {
             b.let_(&format!("cnt{d}"), Ty::U32, u(0));
@@ -191,6 +208,7 @@ fn select_prefix(b: &mut Block, input: Input, tag: &str, set_lim: Option<Expr>) 
         }
         sweep(
             b,
+            layout,
             |_, _| {},
             |b, col, _| {
                 element(b, input, col);
@@ -245,7 +263,9 @@ fn select_prefix(b: &mut Block, input: Input, tag: &str, set_lim: Option<Expr>) 
             b.set("mine", pick("cnt", u(0)));
         });
         b.set(&t("mask"), var(&t("mask")) | (u(DIGITS - 1) << shift));
-    });
+    };
+    b.for_(&t("pass"), u(0), u(DIGIT_PASSES - 1), u(1), |b, pass| digit_pass(b, pass, Layout::Strided));
+    b.scope(|b| digit_pass(b, u(DIGIT_PASSES - 1), Layout::Chunked));
     // All the tied tokens weigh the same: keep as many as top-k and the mass limit allow.
     let tn = b.let_(&t("tn64"), Ty::U64, var(&t("tn")).cast(Ty::U64));
     let nonzero = |e: Expr| select(e.clone().eq_(zero64()), Expr::Lit(Lit::U64(1)), e);
@@ -317,6 +337,22 @@ fn kept(b: &mut Block) -> Expr {
     kept
 }
 
+/// A chunked sweep over the row that decides each token: `per_col` gets the column, its place
+/// in the quad and whether it is in `S` (after [`element`], so the column's values are declared).
+fn sweep_set(
+    b: &mut Block,
+    input: Input,
+    per_quad: impl Fn(&mut Block, Expr),
+    per_col: impl Fn(&mut Block, Expr, u8, Expr),
+) {
+    b.set("tie_rank", var("tie_start"));
+    sweep(b, Layout::Chunked, per_quad, |b, col, j| {
+        element(b, input, col.clone());
+        let keep = kept(b);
+        per_col(b, col, j, keep);
+    });
+}
+
 /// One row of a filter kernel.
 fn filter_row(b: &mut Block, input: Input, output: Output) {
     row_temperature(b);
@@ -328,40 +364,25 @@ fn filter_row(b: &mut Block, input: Input, output: Output) {
         find_set(b, input);
         match output {
             Output::Sample => sample_in_set(b, input),
-            Output::Mask => {
-                b.set("tie_rank", var("tie_start"));
-                sweep(
-                    b,
-                    |_, _| {},
-                    |b, col, _| {
-                        element(b, input, col.clone());
-                        let keep = kept(b);
-                        let x = load("x", var("base") + col.clone());
-                        b.store("out", var("base") + col, select(keep, x, f(f32::NEG_INFINITY)));
-                    },
-                );
-            }
+            Output::Mask => sweep_set(
+                b,
+                input,
+                |_, _| {},
+                |b, col, _, keep| {
+                    let x = load("x", var("base") + col.clone());
+                    b.store("out", var("base") + col, select(keep, x, f(f32::NEG_INFINITY)));
+                },
+            ),
             Output::Renorm => {
-                b.set("tie_rank", var("tie_start"));
                 b.let_("km", Ty::U64, Expr::Lit(Lit::U64(0)));
-                sweep(
-                    b,
-                    |_, _| {},
-                    |b, col, _| {
-                        element(b, input, col);
-                        let keep = kept(b);
-                        b.if_(keep, |b| b.set("km", var("km") + var("mv")));
-                    },
-                );
+                sweep_set(b, input, |_, _| {}, |b, _, _, keep| b.if_(keep, |b| b.set("km", var("km") + var("mv"))));
                 let total = b.reduce(ReduceOp::Sum, Ty::U64, var("km"), "kept_mass");
                 let scale = b.let_("kept_w", Ty::F32, call(FIXED_F32, vec![total]));
-                b.set("tie_rank", var("tie_start"));
-                sweep(
+                sweep_set(
                     b,
+                    input,
                     |_, _| {},
-                    |b, col, _| {
-                        element(b, input, col.clone());
-                        let keep = kept(b);
+                    |b, col, _, keep| {
                         b.store("out", var("base") + col, select(keep, var("wv") / scale.clone(), f(0.0)));
                     },
                 );
@@ -372,18 +393,16 @@ fn filter_row(b: &mut Block, input: Input, output: Output) {
 
 /// The race of the plain path restricted to `S`, with the same noise, then the row's results.
 fn sample_in_set(b: &mut Block, input: Input) {
-    b.set("tie_rank", var("tie_start"));
     b.let_("best", Ty::F32, f(f32::NEG_INFINITY));
     b.let_("best_i", Ty::U32, u(NONE));
     b.let_("all_mass", Ty::U64, Expr::Lit(Lit::U64(0)));
     b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
-    sweep(
+    sweep_set(
         b,
+        input,
         |b, c0| b.if_(var("noisy"), |b| b.set("w", philox_block(c0))),
-        |b, col, j| {
-            element(b, input, col.clone());
+        |b, col, j, keep| {
             b.if_(var("ok"), |b| b.set("all_mass", var("all_mass") + var("mv")));
-            let keep = kept(b);
             b.if_(keep, |b| {
                 let z = var("zv");
                 let score = match input {

@@ -4,6 +4,7 @@ pub mod filters;
 pub mod math;
 pub mod murmur;
 pub mod philox;
+pub mod read;
 pub mod sampler;
 pub mod sampling;
 pub mod seeded;
@@ -16,6 +17,7 @@ pub fn all() -> Vec<Kernel> {
     all.extend(seeded::all());
     all.extend(sampler::all());
     all.extend(filters::all());
+    all.extend(read::all());
     all
 }
 

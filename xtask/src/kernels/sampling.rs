@@ -145,7 +145,7 @@ pub(super) fn row_temperature(b: &mut Block) {
 }
 
 /// The input value at `col`, NaN read as -inf so it is never chosen.
-fn load_clean(col: Expr) -> Expr {
+pub(super) fn load_clean(col: Expr) -> Expr {
     let x = load("x", var("base") + col);
     select(is_nan(x.clone()), f(f32::NEG_INFINITY), x)
 }

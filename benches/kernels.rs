@@ -1,0 +1,621 @@
+//! Every kernel family on every backend present, timed on the device and set against the
+//! bandwidth a plain read reaches in the same run, so a figure says how far a kernel is from the
+//! memory bound and not only how long it took.
+//!
+//! `cargo bench --bench kernels` runs a quick subset (lavapipe on two CPU cores finishes it in a
+//! few minutes); `cargo bench --bench kernels -- --full` or `SK_BENCH_FULL=1` runs the whole
+//! grid: batch 1, 8, 32, 64, 256 x vocabulary 32768, 128256, 151936 x f32 and bf16 logits x
+//! peaked, flat and model-like rows. Each backend present (wgpu, CUDA; the CPU oracle only at its
+//! small sizes) prints a table and writes `bench-results/<backend>.csv` and a plot
+//! `bench-results/<backend>.svg` (`SK_BENCH_OUT` names another folder).
+//!
+//! Per cell, after warm-up calls: the median and interquartile range of `reps` calls, each
+//! measured by the backend's device clock (CUDA events, wgpu timestamp queries), or where the
+//! device has none by the wall clock up to a wait for the device (the `clock` column says which);
+//! the bytes the call reads and writes of the batch x vocabulary matrices (passes x elements x
+//! element size; the per-row records and results, a few bytes a row, are left out); the
+//! effective bandwidth (those bytes over the median); its fraction of the read kernel's best
+//! bandwidth anywhere in the run (what this device attains when it only reads); and the ratio of
+//! the median to the race from logits on the same rows.
+
+mod common;
+
+use common::Stats;
+use half::bf16;
+use plotters::prelude::*;
+use sampling_kernels::{
+    philox, Backend, Clock, CpuBackend, Error, FilterOrder, Input as Kept, LaunchTime, Logits, Output, RowParams, Shape,
+};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+/// Which cells run.
+struct Grid {
+    batches: &'static [usize],
+    vocabs: &'static [usize],
+    rows: &'static [Rows],
+    /// Timed calls per cell, after [`WARMUP`] untimed ones.
+    reps: usize,
+}
+
+/// The issue's grid.
+const FULL: Grid = Grid {
+    batches: &[1, 8, 32, 64, 256],
+    vocabs: &[32768, 128256, 151936],
+    rows: &[Rows::ModelLike, Rows::Peaked, Rows::Flat],
+    reps: 50,
+};
+
+/// The default: small enough for lavapipe on two cores (about a minute and a half there), and
+/// still the smallest and largest vocabulary at one, a few and many rows, of every kind.
+const QUICK: Grid = Grid {
+    batches: &[1, 8, 32],
+    vocabs: &[32768, 151936],
+    rows: &[Rows::ModelLike, Rows::Peaked, Rows::Flat],
+    reps: 10,
+};
+
+/// Untimed calls before each cell's timed ones (the first compiles the kernel).
+const WARMUP: usize = 2;
+
+/// The family every kernel is compared with in the `x race` column.
+const RACE: &str = "race_from_logits";
+/// The read kernel: its best bandwidth is the yardstick of the `x read peak` column.
+const READ: &str = "read_rows";
+
+/// Logits formats.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Dtype {
+    F32,
+    Bf16,
+}
+
+impl Dtype {
+    const ALL: [Dtype; 2] = [Dtype::F32, Dtype::Bf16];
+    fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::Bf16 => "bf16",
+        }
+    }
+    fn bytes(self) -> u64 {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::Bf16 => 2,
+        }
+    }
+}
+
+/// The shape of each row's distribution. Values come from the crate's Philox stream keyed by
+/// (kind, row, column), so every run and every backend sees the same logits.
+#[derive(Clone, Copy)]
+enum Rows {
+    /// Gumbel noise (standard deviation 1.28) with one column 25 above it: nearly all the
+    /// probability on one token, as in a confident decode step.
+    Peaked,
+    /// Noise of 1e-3: nearly uniform, the worst case for any filter that sorts or searches.
+    Flat,
+    /// Zipf's law with exponent 1.1, as next-token distributions roughly follow: each column
+    /// draws a uniform rank `r` in `[1, V]` and gets the logit `-1.1 ln r`.
+    ModelLike,
+}
+
+impl Rows {
+    fn name(self) -> &'static str {
+        match self {
+            Rows::Peaked => "peaked",
+            Rows::Flat => "flat",
+            Rows::ModelLike => "model_like",
+        }
+    }
+    fn logit(self, row: usize, col: usize, vocab: usize) -> f32 {
+        let w = philox::word(self as u64, row as u64, col as u32);
+        match self {
+            Rows::Peaked => philox::gumbel(w) as f32 + if col == row * 7919 % vocab { 25.0 } else { 0.0 },
+            Rows::Flat => 1e-3 * philox::gumbel(w) as f32,
+            Rows::ModelLike => -1.1 * (1.0 + vocab as f64 * philox::uniform(w) as f64).ln() as f32,
+        }
+    }
+}
+
+/// What a family reads.
+#[derive(Clone, Copy, PartialEq)]
+enum Input {
+    /// The logits, in the cell's format.
+    Logits,
+    /// Their float32 softmax (the same for both formats, so these families run in the f32
+    /// cells only).
+    Probs,
+}
+
+/// Everything a family's launch may use, sized for the grid's largest batch.
+struct Buffers<'a, B: Backend> {
+    logits: Logits<'a, B>,
+    rows: &'a B::Buffer<RowParams>,
+    /// The logits' softmax, written before any timing so `race_from_probs` samples real
+    /// probabilities (`softmax` rewrites the same values).
+    probs: B::Buffer<f32>,
+    tokens: B::Buffer<u32>,
+    sums: B::Buffer<f32>,
+    /// The same rows with each setting of [`FILTERS`], in its order.
+    filtered: &'a [B::Buffer<RowParams>],
+}
+
+/// A filter setting: its family name, how it changes a plain row, the passes it takes.
+type Setting = (&'static str, fn(RowParams) -> RowParams, u64);
+
+/// The filter settings timed, those of `benches/torch_baselines.py`: top-k 50, top-p 0.9,
+/// min-p 0.05, Qwen3's top-k 20 with top-p 0.95 (joint, as SGLang; and top-k first), with the
+/// passes over the row each takes (`filters::passes`).
+const FILTERS: [Setting; 5] = [
+    ("filter_top_k_50", |r| r.with_top_k(50), 10),
+    ("filter_top_p_0.9", |r| r.with_top_p(0.9), 10),
+    ("filter_min_p_0.05", |r| r.with_min_p(0.05), 2),
+    ("filter_qwen3_joint", |r| r.with_top_k(20).with_top_p(0.95), 10),
+    ("filter_qwen3_k_first", |r| r.with_top_k(20).with_top_p(0.95).with_order(FilterOrder::TopKFirst), 18),
+];
+
+type LaunchFn<B> = for<'x, 'a> fn(&B, Shape, &'x mut Buffers<'a, B>) -> sampling_kernels::Result<()>;
+
+/// One kernel family and what one call of it moves.
+struct Family<B: Backend> {
+    name: &'static str,
+    input: Input,
+    /// Reads of each input element for the rows this bench sends (all race rows: `sample`
+    /// reads once, as it does for any row not seeded).
+    passes: u64,
+    /// Bytes written per input element (`softmax` writes the float32 probabilities).
+    writes: u64,
+    launch: LaunchFn<B>,
+}
+
+/// The families timed, in this order (the read kernel first), then one per setting of
+/// [`FILTERS`] (`sample_filtered` on every row).
+fn families<B: Backend>() -> Vec<Family<B>> {
+    let mut plain: Vec<Family<B>> = vec![
+        Family {
+            name: READ,
+            input: Input::Logits,
+            passes: 1,
+            writes: 0,
+            launch: |b, s, x| b.read_rows(s, x.logits, &mut x.sums),
+        },
+        Family {
+            name: "greedy",
+            input: Input::Logits,
+            passes: 1,
+            writes: 0,
+            launch: |b, s, x| b.greedy(s, x.logits, Output::new(&mut x.tokens)),
+        },
+        Family {
+            name: RACE,
+            input: Input::Logits,
+            passes: 1,
+            writes: 0,
+            launch: |b, s, x| b.race_from_logits(s, x.logits, x.rows, Output::new(&mut x.tokens)),
+        },
+        Family {
+            name: "race_from_probs",
+            input: Input::Probs,
+            passes: 1,
+            writes: 0,
+            launch: |b, s, x| b.race_from_probs(s, &x.probs, x.rows, Output::new(&mut x.tokens)),
+        },
+        Family {
+            name: "softmax",
+            input: Input::Logits,
+            passes: 3,
+            writes: 4,
+            launch: |b, s, x| b.softmax(s, x.logits, x.rows, &mut x.probs),
+        },
+        Family {
+            name: "seeded_from_logits",
+            input: Input::Logits,
+            passes: 3,
+            writes: 0,
+            launch: |b, s, x| b.seeded_from_logits(s, x.logits, x.rows, Output::new(&mut x.tokens)),
+        },
+        Family {
+            name: "sample",
+            input: Input::Logits,
+            passes: 1,
+            writes: 0,
+            launch: |b, s, x| b.sample(s, x.logits, x.rows, Output::new(&mut x.tokens)),
+        },
+    ];
+    // A function pointer cannot capture the setting: one launcher per index of FILTERS.
+    let launchers: [LaunchFn<B>; 5] = [
+        |b, s, x| filtered(b, s, x, 0),
+        |b, s, x| filtered(b, s, x, 1),
+        |b, s, x| filtered(b, s, x, 2),
+        |b, s, x| filtered(b, s, x, 3),
+        |b, s, x| filtered(b, s, x, 4),
+    ];
+    plain.extend(FILTERS.iter().zip(launchers).map(|(&(name, _, passes), launch)| Family {
+        name,
+        input: Input::Logits,
+        passes,
+        writes: 0,
+        launch,
+    }));
+    plain
+}
+
+/// `sample_filtered` on the rows of setting `i` of [`FILTERS`].
+fn filtered<B: Backend>(b: &B, s: Shape, x: &mut Buffers<'_, B>, i: usize) -> sampling_kernels::Result<()> {
+    b.sample_filtered(s, Kept::Logits(x.logits), &x.filtered[i], Output::new(&mut x.tokens))
+}
+
+/// A backend this bench can time, and what it is called in file names.
+trait Timed: Backend {
+    /// The CSV and plot file stem.
+    const LABEL: &'static str;
+    /// The largest batch x vocabulary it is given (the CPU oracle is slow by design).
+    const MAX_ELEMENTS: usize = usize::MAX;
+    fn time(
+        &self,
+        launch: &mut dyn FnMut(&Self) -> sampling_kernels::Result<()>,
+    ) -> sampling_kernels::Result<LaunchTime>;
+}
+
+impl Timed for CpuBackend {
+    const LABEL: &'static str = "cpu";
+    const MAX_ELEMENTS: usize = 8 * 32768;
+    fn time(
+        &self,
+        launch: &mut dyn FnMut(&Self) -> sampling_kernels::Result<()>,
+    ) -> sampling_kernels::Result<LaunchTime> {
+        // The CPU backend returns when its work is done.
+        let start = Instant::now();
+        launch(self)?;
+        Ok(LaunchTime { elapsed: start.elapsed(), clock: Clock::Wall })
+    }
+}
+
+#[cfg(feature = "wgpu")]
+impl Timed for sampling_kernels::WgpuBackend {
+    const LABEL: &'static str = "wgpu";
+    fn time(
+        &self,
+        launch: &mut dyn FnMut(&Self) -> sampling_kernels::Result<()>,
+    ) -> sampling_kernels::Result<LaunchTime> {
+        self.time_launches(|b| launch(b)).map(|(_, t)| t)
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl Timed for sampling_kernels::CudaBackend {
+    const LABEL: &'static str = "cuda";
+    fn time(
+        &self,
+        launch: &mut dyn FnMut(&Self) -> sampling_kernels::Result<()>,
+    ) -> sampling_kernels::Result<LaunchTime> {
+        self.time_launches(|b| launch(b)).map(|(_, t)| t)
+    }
+}
+
+/// One measured cell.
+struct Record {
+    kernel: &'static str,
+    /// The input's format (f32 for the probability families).
+    dtype: Dtype,
+    rows: &'static str,
+    batch: usize,
+    vocab: usize,
+    clock: Clock,
+    us: Stats,
+    bytes_read: u64,
+    bytes_written: u64,
+}
+
+impl Record {
+    /// Bytes moved per microsecond is megabytes per second; in GB/s.
+    fn gbps(&self) -> f64 {
+        (self.bytes_read + self.bytes_written) as f64 / self.us.median / 1e3
+    }
+}
+
+/// Times every family on every cell of `grid` that `b` takes.
+fn measure<B: Timed>(b: &B, grid: &Grid) -> Vec<Record> {
+    let families = families::<B>();
+    let mut records = Vec::new();
+    for &vocab in grid.vocabs {
+        let batches: Vec<usize> = grid.batches.iter().copied().filter(|&n| n * vocab <= B::MAX_ELEMENTS).collect();
+        let Some(&most) = batches.last() else { continue };
+        let rows: Vec<RowParams> = (0..most as u64).map(|r| RowParams::new(0.8, 1000 + r, 7)).collect();
+        let filtered: Vec<B::Buffer<RowParams>> = FILTERS
+            .iter()
+            .map(|(_, with, _)| b.upload(&rows.iter().map(|&r| with(r)).collect::<Vec<_>>()).unwrap())
+            .collect();
+        let rows = b.upload(&rows).unwrap();
+        for &kind in grid.rows {
+            let host: Vec<f32> = (0..most * vocab).map(|i| kind.logit(i / vocab, i % vocab, vocab)).collect();
+            for dtype in Dtype::ALL {
+                let (f32s, bf16s);
+                let logits = match dtype {
+                    Dtype::F32 => {
+                        f32s = b.upload(&host).unwrap();
+                        Logits::F32(&f32s)
+                    }
+                    Dtype::Bf16 => {
+                        bf16s = b.upload(&host.iter().map(|&v| bf16::from_f32(v)).collect::<Vec<_>>()).unwrap();
+                        Logits::Bf16(&bf16s)
+                    }
+                };
+                let mut x = Buffers {
+                    logits,
+                    rows: &rows,
+                    probs: b.zeros(most * vocab).unwrap(),
+                    tokens: b.zeros(most).unwrap(),
+                    sums: b.zeros(most).unwrap(),
+                    filtered: &filtered,
+                };
+                b.softmax(Shape::dense(most, vocab), x.logits, x.rows, &mut x.probs).unwrap();
+                for f in &families {
+                    if f.input == Input::Probs && dtype != Dtype::F32 {
+                        continue;
+                    }
+                    let input = if f.input == Input::Probs { Dtype::F32 } else { dtype };
+                    for &batch in &batches {
+                        let shape = Shape::dense(batch, vocab);
+                        let Some((us, clock)) = time_cell(b, f, shape, &mut x, grid.reps) else { break };
+                        let elements = (batch * vocab) as u64;
+                        records.push(Record {
+                            kernel: f.name,
+                            dtype: input,
+                            rows: kind.name(),
+                            batch,
+                            vocab,
+                            clock,
+                            us,
+                            bytes_read: f.passes * elements * input.bytes(),
+                            bytes_written: f.writes * elements,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    records
+}
+
+/// The median and quartiles of `reps` calls in microseconds, and the clock; `None` (said once)
+/// where the device lacks what the kernel needs, as float64 on Metal.
+fn time_cell<B: Timed>(
+    b: &B,
+    f: &Family<B>,
+    shape: Shape,
+    x: &mut Buffers<'_, B>,
+    reps: usize,
+) -> Option<(Stats, Clock)> {
+    let mut once = || b.time(&mut |b| (f.launch)(b, shape, x));
+    for _ in 0..WARMUP {
+        match once() {
+            Ok(_) => {}
+            Err(e @ Error::Unsupported { .. }) => {
+                println!("{}: {} not run: {e}", B::LABEL, f.name);
+                return None;
+            }
+            Err(e) => panic!("{} {shape:?}: {e}", f.name),
+        }
+    }
+    let mut clock = Clock::Device;
+    let mut us: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t = once().unwrap_or_else(|e| panic!("{} {shape:?}: {e}", f.name));
+            clock = t.clock;
+            t.elapsed.as_secs_f64() * 1e6
+        })
+        .collect();
+    Some((Stats::of(&mut us), clock))
+}
+
+/// The read kernel's best bandwidth in the run, in GB/s.
+fn read_peak(records: &[Record]) -> f64 {
+    records.iter().filter(|r| r.kernel == READ).map(Record::gbps).fold(0.0, f64::max)
+}
+
+/// The median of the race from logits on the same cell (f32 for the probability families).
+fn race_median(records: &[Record], r: &Record) -> Option<f64> {
+    records
+        .iter()
+        .find(|o| {
+            o.kernel == RACE && o.dtype == r.dtype && o.rows == r.rows && o.batch == r.batch && o.vocab == r.vocab
+        })
+        .map(|o| o.us.median)
+}
+
+/// The CSV columns, shared with `benches/torch_baselines.py`.
+const CSV_HEADER: &str = "backend,device,clock,kernel,dtype,rows,batch,vocab,reps,median_us,q1_us,q3_us,\
+                          bytes_read,bytes_written,gbps,read_peak_gbps,frac_read_peak,ratio_to_race";
+
+fn clock_name(c: Clock) -> &'static str {
+    match c {
+        Clock::Device => "device",
+        Clock::Wall => "wall",
+    }
+}
+
+/// Prints the table and writes the CSV and the plot.
+fn report(
+    label: &str,
+    device: &str,
+    reps: usize,
+    records: &[Record],
+    out: &Path,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let peak = read_peak(records);
+    let clock = if records.iter().any(|r| r.clock == Clock::Wall) {
+        "wall (no device clock: each call up to a wait for the device)"
+    } else {
+        "device (timestamp queries or CUDA events)"
+    };
+    println!("\n{label}: {device}; clock: {clock}; {reps} calls a cell; read kernel's best: {peak:.2} GB/s");
+    println!("| kernel | dtype | rows | batch | vocab | median us [IQR] | MB moved | GB/s | x read peak | x race |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut csv = format!("{CSV_HEADER}\n");
+    for r in records {
+        let ratio = race_median(records, r).map(|m| r.us.median / m);
+        let ratio_text = ratio.map_or("-".to_string(), |x| format!("{x:.2}"));
+        println!(
+            "| {} | {} | {} | {} | {} | {:.1} [{:.1}, {:.1}] | {:.2} | {:.2} | {:.3} | {} |",
+            r.kernel,
+            r.dtype.name(),
+            r.rows,
+            r.batch,
+            r.vocab,
+            r.us.median,
+            r.us.q1,
+            r.us.q3,
+            (r.bytes_read + r.bytes_written) as f64 / 1e6,
+            r.gbps(),
+            r.gbps() / peak,
+            ratio_text
+        );
+        let _ = writeln!(
+            csv,
+            "{label},\"{device}\",{},{},{},{},{},{},{reps},{:.3},{:.3},{:.3},{},{},{:.3},{peak:.3},{:.4},{}",
+            clock_name(r.clock),
+            r.kernel,
+            r.dtype.name(),
+            r.rows,
+            r.batch,
+            r.vocab,
+            r.us.median,
+            r.us.q1,
+            r.us.q3,
+            r.bytes_read,
+            r.bytes_written,
+            r.gbps(),
+            r.gbps() / peak,
+            ratio.map_or(String::new(), |x| format!("{x:.4}"))
+        );
+    }
+    std::fs::create_dir_all(out)?;
+    std::fs::write(out.join(format!("{label}.csv")), csv)?;
+    plot(&out.join(format!("{label}.svg")), label, device, records, peak)?;
+    println!("wrote {0}/{label}.csv and {0}/{label}.svg", out.display());
+    Ok(())
+}
+
+/// Latency against batch, one panel per vocabulary, one line per kernel, for the first format
+/// and row kind measured (f32 and model-like: the grids list them first; the CSV has the rest),
+/// on log axes; dashed: one read of the logits at
+/// the read kernel's best bandwidth, the floor no single-pass sampler can beat.
+fn plot(
+    path: &Path,
+    label: &str,
+    device: &str,
+    records: &[Record],
+    peak: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let Some(first) = records.first() else { return Ok(()) };
+    let (dtype, rows) = (first.dtype, first.rows);
+    let chosen: Vec<&Record> = records.iter().filter(|r| r.dtype == dtype && r.rows == rows).collect();
+    let mut vocabs: Vec<usize> = chosen.iter().map(|r| r.vocab).collect();
+    vocabs.sort();
+    vocabs.dedup();
+    let mut kernels: Vec<&str> = Vec::new();
+    for r in &chosen {
+        if !kernels.contains(&r.kernel) {
+            kernels.push(r.kernel);
+        }
+    }
+    let root = SVGBackend::new(path, (520 * vocabs.len() as u32, 460)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let title = format!("{label}: {device}; {} logits, {rows} rows; median us, IQR bars", dtype.name());
+    let root = root.titled(&title, ("sans-serif", 16))?;
+    for (area, &vocab) in root.split_evenly((1, vocabs.len())).iter().zip(&vocabs) {
+        let cells: Vec<&&Record> = chosen.iter().filter(|r| r.vocab == vocab).collect();
+        let batches: Vec<usize> = cells.iter().map(|r| r.batch).collect();
+        let (lo_b, hi_b) = (*batches.iter().min().unwrap() as f64, *batches.iter().max().unwrap() as f64);
+        let floor = |batch: f64| batch * (vocab as u64 * dtype.bytes()) as f64 / peak / 1e3;
+        let lo_y = cells.iter().map(|r| r.us.q1).fold(floor(lo_b), f64::min) * 0.7;
+        let hi_y = cells.iter().map(|r| r.us.q3).fold(floor(hi_b), f64::max) * 1.4;
+        let mut chart = ChartBuilder::on(area)
+            .caption(format!("vocabulary {vocab}"), ("sans-serif", 14))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(55)
+            .build_cartesian_2d(
+                (lo_b * 0.8..hi_b * 1.25).log_scale().with_key_points(batches.iter().map(|&b| b as f64).collect()),
+                (lo_y..hi_y).log_scale(),
+            )?;
+        chart
+            .configure_mesh()
+            .light_line_style(TRANSPARENT)
+            .bold_line_style(BLACK.mix(0.15))
+            .x_label_formatter(&|b| format!("{b:.0}"))
+            .y_label_formatter(&|us| format!("{us:.0}"))
+            .x_desc("batch")
+            .y_desc("latency (us)")
+            .draw()?;
+        for (i, &kernel) in kernels.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            let mut points: Vec<&&&Record> = cells.iter().filter(|r| r.kernel == kernel).collect();
+            points.sort_by_key(|r| r.batch);
+            chart
+                .draw_series(
+                    LineSeries::new(points.iter().map(|r| (r.batch as f64, r.us.median)), color.stroke_width(2))
+                        .point_size(3),
+                )?
+                .label(kernel)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+            chart.draw_series(
+                points
+                    .iter()
+                    .map(|r| PathElement::new(vec![(r.batch as f64, r.us.q1), (r.batch as f64, r.us.q3)], color)),
+            )?;
+        }
+        let mut ends: Vec<f64> = batches.iter().map(|&b| b as f64).collect();
+        ends.sort_by(f64::total_cmp);
+        ends.dedup();
+        chart
+            .draw_series(DashedLineSeries::new(ends.iter().map(|&b| (b, floor(b))), 6, 4, BLACK.into()))?
+            .label(format!("one read at {peak:.1} GB/s"))
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK));
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+fn run<B: Timed>(b: &B, grid: &Grid, out: &Path) {
+    let records = measure(b, grid);
+    if records.is_empty() {
+        return;
+    }
+    report(B::LABEL, &b.describe(), grid.reps, &records, out)
+        .unwrap_or_else(|e| panic!("writing {}: {e}", out.display()));
+}
+
+fn main() {
+    let full = std::env::var("SK_BENCH_FULL").is_ok_and(|v| v == "1") || std::env::args().any(|a| a == "--full");
+    let grid = if full { &FULL } else { &QUICK };
+    let out = std::env::var("SK_BENCH_OUT").unwrap_or_else(|_| "bench-results".into());
+    let out = Path::new(&out);
+    println!(
+        "kernels bench ({}): batches {:?} x vocabularies {:?} x f32, bf16 x rows {:?}",
+        if full { "full grid" } else { "quick subset; --full or SK_BENCH_FULL=1 for the whole grid" },
+        grid.batches,
+        grid.vocabs,
+        grid.rows.iter().map(|r| r.name()).collect::<Vec<_>>()
+    );
+    #[cfg(feature = "wgpu")]
+    match sampling_kernels::WgpuBackend::new() {
+        Ok(b) => run(&b, grid, out),
+        Err(e) => println!("wgpu: not run ({e})"),
+    }
+    #[cfg(feature = "cuda")]
+    match sampling_kernels::CudaBackend::new(0) {
+        Ok(b) => run(&b, grid, out),
+        Err(e) => println!("cuda: not run ({e})"),
+    }
+    run(&CpuBackend, grid, out);
+}
