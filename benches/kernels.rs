@@ -273,27 +273,23 @@ impl Timed for CpuBackend {
     }
 }
 
-#[cfg(feature = "wgpu")]
-impl Timed for sampling_kernels::WgpuBackend {
-    const LABEL: &'static str = "wgpu";
-    fn time(
-        &self,
-        launch: &mut dyn FnMut(&Self) -> sampling_kernels::Result<()>,
-    ) -> sampling_kernels::Result<LaunchTime> {
-        self.time_launches(|b| launch(b)).map(|(_, t)| t)
-    }
+/// The device backends time with their own clocks (`time_launches`).
+macro_rules! timed_on_device {
+    ($feature:literal, $backend:ty, $label:literal) => {
+        #[cfg(feature = $feature)]
+        impl Timed for $backend {
+            const LABEL: &'static str = $label;
+            fn time(
+                &self,
+                launch: &mut dyn FnMut(&Self) -> sampling_kernels::Result<()>,
+            ) -> sampling_kernels::Result<LaunchTime> {
+                self.time_launches(|b| launch(b)).map(|(_, t)| t)
+            }
+        }
+    };
 }
-
-#[cfg(feature = "cuda")]
-impl Timed for sampling_kernels::CudaBackend {
-    const LABEL: &'static str = "cuda";
-    fn time(
-        &self,
-        launch: &mut dyn FnMut(&Self) -> sampling_kernels::Result<()>,
-    ) -> sampling_kernels::Result<LaunchTime> {
-        self.time_launches(|b| launch(b)).map(|(_, t)| t)
-    }
-}
+timed_on_device!("wgpu", sampling_kernels::WgpuBackend, "wgpu");
+timed_on_device!("cuda", sampling_kernels::CudaBackend, "cuda");
 
 /// One measured cell.
 struct Record {

@@ -100,11 +100,7 @@ fn race_logits_in(values: &[f64], row: &RowParams, keep: impl Fn(usize) -> bool)
         let best = argmax(&noise);
         return (top[best], noise[best] > f64::NEG_INFINITY, -(top.len() as f64).ln());
     }
-    let scores: Vec<f64> = race_scores(values, row, false)
-        .into_iter()
-        .enumerate()
-        .map(|(j, s)| if keep(j) { s } else { f64::NEG_INFINITY })
-        .collect();
+    let scores = kept_scores(race_scores(values, row, false), keep);
     let token = argmax(&scores);
     let valid = scores[token] > f64::NEG_INFINITY;
     (token, valid, log_softmax_at(values, temperature(row), token))
@@ -113,13 +109,14 @@ fn race_logits_in(values: &[f64], row: &RowParams, keep: impl Fn(usize) -> bool)
 /// One row of the race from probabilities among the columns `keep` accepts: the token, whether
 /// it is valid, and the log of its probability.
 fn race_probs_in(x: &[f64], row: &RowParams, keep: impl Fn(usize) -> bool) -> (usize, bool, f64) {
-    let scores: Vec<f64> = race_scores(x, row, true)
-        .into_iter()
-        .enumerate()
-        .map(|(j, s)| if keep(j) { s } else { f64::NEG_INFINITY })
-        .collect();
+    let scores = kept_scores(race_scores(x, row, true), keep);
     let token = argmax(&scores);
     (token, scores[token] > 0.0, x[token].ln())
+}
+
+/// The race's scores with every column `keep` refuses at -inf (it never wins).
+fn kept_scores(scores: Vec<f64>, keep: impl Fn(usize) -> bool) -> Vec<f64> {
+    scores.into_iter().enumerate().map(|(j, s)| if keep(j) { s } else { f64::NEG_INFINITY }).collect()
 }
 
 /// Probabilities as the filters see them: NaN, negative and infinite values weigh nothing.
