@@ -293,6 +293,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                 __syncthreads();
             }
             unsigned long long lim = 18446744073709551615ull;
+            unsigned long long row_mass = 0ull;
             unsigned int mine = 0u;
             unsigned int s_key = 0u;
             unsigned int s_ties = 0u;
@@ -345,12 +346,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                 unsigned int col = (c0 + 0u);
                                 if ((col < vocab)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -423,12 +429,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                 unsigned int col = (c0 + 1u);
                                 if ((col < vocab)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -501,12 +512,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                 unsigned int col = (c0 + 2u);
                                 if ((col < vocab)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -579,12 +595,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                 unsigned int col = (c0 + 3u);
                                 if ((col < vocab)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -841,6 +862,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                             mas_s14 = sk_many_u64[16 * 32 + 14];
                             mas_s15 = sk_many_u64[16 * 32 + 15];
                             __syncthreads();
+                        }
+                        if ((a_pass == 0u)) {
+                            row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         }
                         unsigned int nb = a_n;
                         unsigned long long mb = a_m;
@@ -1045,12 +1069,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                     unsigned int col = (c0 + 0u);
                                     if ((col < vocab)) {
                                         float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                        float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                         float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        bool ok = (wv > (0.0f));
                                         unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        unsigned long long mv = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1123,12 +1152,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                     unsigned int col = (c0 + 1u);
                                     if ((col < vocab)) {
                                         float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                        float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                         float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        bool ok = (wv > (0.0f));
                                         unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        unsigned long long mv = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1201,12 +1235,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                     unsigned int col = (c0 + 2u);
                                     if ((col < vocab)) {
                                         float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                        float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                         float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        bool ok = (wv > (0.0f));
                                         unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        unsigned long long mv = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1279,12 +1318,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                     unsigned int col = (c0 + 3u);
                                     if ((col < vocab)) {
                                         float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                        float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                         float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        bool ok = (wv > (0.0f));
                                         unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        unsigned long long mv = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1542,6 +1586,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                             mas_s14 = sk_many_u64[16 * 32 + 14];
                             mas_s15 = sk_many_u64[16 * 32 + 15];
                             __syncthreads();
+                        }
+                        if ((7u == 0u)) {
+                            row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         }
                         unsigned int nb = a_n;
                         unsigned long long mb = a_m;
@@ -1753,12 +1800,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                             unsigned int col = (c0 + 0u);
                             if ((col < vocab)) {
                                 float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                 float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                bool ok = (wv > (0.0f));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                unsigned long long mv = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -1831,12 +1883,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                             unsigned int col = (c0 + 1u);
                             if ((col < vocab)) {
                                 float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                 float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                bool ok = (wv > (0.0f));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                unsigned long long mv = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -1909,12 +1966,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                             unsigned int col = (c0 + 2u);
                             if ((col < vocab)) {
                                 float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                 float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                bool ok = (wv > (0.0f));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                unsigned long long mv = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -1987,12 +2049,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                             unsigned int col = (c0 + 3u);
                             if ((col < vocab)) {
                                 float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                 float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                bool ok = (wv > (0.0f));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                unsigned long long mv = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -2250,8 +2317,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                         mas_s15 = sk_many_u64[16 * 32 + 15];
                         __syncthreads();
                     }
-                    if (((b_pass == 0u) && (!k_first))) {
-                        lim = sk_fraction(pp, (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15));
+                    if ((b_pass == 0u)) {
+                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                        if ((!k_first)) {
+                            lim = sk_fraction(pp, row_mass);
+                        }
                     }
                     unsigned int nb = b_n;
                     unsigned long long mb = b_m;
@@ -2456,12 +2526,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                 unsigned int col = (c0 + 0u);
                                 if ((col < vocab)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2534,12 +2609,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                 unsigned int col = (c0 + 1u);
                                 if ((col < vocab)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2612,12 +2692,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                 unsigned int col = (c0 + 2u);
                                 if ((col < vocab)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2690,12 +2775,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                 unsigned int col = (c0 + 3u);
                                 if ((col < vocab)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2954,8 +3044,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                         mas_s15 = sk_many_u64[16 * 32 + 15];
                         __syncthreads();
                     }
-                    if (((7u == 0u) && (!k_first))) {
-                        lim = sk_fraction(pp, (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15));
+                    if ((7u == 0u)) {
+                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                        if ((!k_first)) {
+                            lim = sk_fraction(pp, row_mass);
+                        }
                     }
                     unsigned int nb = b_n;
                     unsigned long long mb = b_m;
@@ -3148,9 +3241,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                 tie_start = ties_before;
             }
             unsigned int tie_rank = 0u;
+            unsigned long long all_mass = 0ull;
             float best = sk_bitcast<float>(4286578688u);
             unsigned int best_i = 4294967295u;
-            unsigned long long all_mass = 0ull;
             uint4 w = make_uint4(0u, 0u, 0u, 0u);
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
@@ -3166,18 +3259,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                         unsigned int col = (c0 + 0u);
                         if ((col < vocab)) {
                             float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                            float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                             float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
-                            }
-                            if (ok) {
-                                all_mass = (all_mass + mv);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             if (kept) {
                                 float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).x)) : ((zv + sk_gumbel((w).x))))) : (zv));
@@ -3192,18 +3292,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                         unsigned int col = (c0 + 1u);
                         if ((col < vocab)) {
                             float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                            float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                             float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
-                            }
-                            if (ok) {
-                                all_mass = (all_mass + mv);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             if (kept) {
                                 float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).y)) : ((zv + sk_gumbel((w).y))))) : (zv));
@@ -3218,18 +3325,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                         unsigned int col = (c0 + 2u);
                         if ((col < vocab)) {
                             float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                            float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                             float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
-                            }
-                            if (ok) {
-                                all_mass = (all_mass + mv);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             if (kept) {
                                 float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).z)) : ((zv + sk_gumbel((w).z))))) : (zv));
@@ -3244,18 +3358,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                         unsigned int col = (c0 + 3u);
                         if ((col < vocab)) {
                             float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                            float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                             float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
-                            }
-                            if (ok) {
-                                all_mass = (all_mass + mv);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             if (kept) {
                                 float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).w)) : ((zv + sk_gumbel((w).w))))) : (zv));
@@ -3303,7 +3424,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
             }
             bool valid = (tok < vocab);
             unsigned int tok_at = ((valid) ? (tok) : (0u));
-            unsigned long long row_mass = 0ull;
+            unsigned long long summed_mass = 0ull;
             {
                 unsigned long long sk_v = all_mass;
                 for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
@@ -3325,7 +3446,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                     }
                 }
                 __syncthreads();
-                row_mass = sk_red_u64[32];
+                summed_mass = sk_red_u64[32];
                 __syncthreads();
             }
             if ((threadIdx.x == 0u)) {
@@ -3335,7 +3456,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                 }
             }
             if (((flags & 1u) != 0u)) {
-                float row_w = sk_fixed_f32(row_mass);
+                float row_w = sk_fixed_f32(((searched) ? (row_mass) : (summed_mass)));
                 if ((threadIdx.x == 0u)) {
                     logprobs[row] = ((valid) ? (((((mx == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (((((((sk_bitcast<unsigned int>(sk_f16(x[(base + tok_at)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + tok_at)]))) / temp) - mx))) - sk_log(row_w))) : (sk_bitcast<float>(4286578688u)));
                 }

@@ -305,6 +305,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                 __syncthreads();
             }
             unsigned long long lim = 18446744073709551615ull;
+            unsigned long long row_mass = 0ull;
             unsigned int mine = 0u;
             unsigned int s_key = 0u;
             unsigned int s_ties = 0u;
@@ -357,12 +358,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 unsigned int col = (c0 + 0u);
                                 if ((col < vocab)) {
                                     float zv = x[(base + col)];
-                                    float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                     float ov = zv;
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -435,12 +441,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 unsigned int col = (c0 + 1u);
                                 if ((col < vocab)) {
                                     float zv = x[(base + col)];
-                                    float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                     float ov = zv;
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -513,12 +524,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 unsigned int col = (c0 + 2u);
                                 if ((col < vocab)) {
                                     float zv = x[(base + col)];
-                                    float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                     float ov = zv;
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -591,12 +607,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 unsigned int col = (c0 + 3u);
                                 if ((col < vocab)) {
                                     float zv = x[(base + col)];
-                                    float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                     float ov = zv;
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -853,6 +874,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             mas_s14 = sk_many_u64[16 * 32 + 14];
                             mas_s15 = sk_many_u64[16 * 32 + 15];
                             __syncthreads();
+                        }
+                        if ((a_pass == 0u)) {
+                            row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         }
                         unsigned int nb = a_n;
                         unsigned long long mb = a_m;
@@ -1057,12 +1081,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     unsigned int col = (c0 + 0u);
                                     if ((col < vocab)) {
                                         float zv = x[(base + col)];
-                                        float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                         float ov = zv;
-                                        bool ok = (wv > (0.0f));
                                         unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        unsigned long long mv = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1135,12 +1164,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     unsigned int col = (c0 + 1u);
                                     if ((col < vocab)) {
                                         float zv = x[(base + col)];
-                                        float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                         float ov = zv;
-                                        bool ok = (wv > (0.0f));
                                         unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        unsigned long long mv = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1213,12 +1247,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     unsigned int col = (c0 + 2u);
                                     if ((col < vocab)) {
                                         float zv = x[(base + col)];
-                                        float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                         float ov = zv;
-                                        bool ok = (wv > (0.0f));
                                         unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        unsigned long long mv = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1291,12 +1330,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     unsigned int col = (c0 + 3u);
                                     if ((col < vocab)) {
                                         float zv = x[(base + col)];
-                                        float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                         float ov = zv;
-                                        bool ok = (wv > (0.0f));
                                         unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        unsigned long long mv = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1554,6 +1598,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             mas_s14 = sk_many_u64[16 * 32 + 14];
                             mas_s15 = sk_many_u64[16 * 32 + 15];
                             __syncthreads();
+                        }
+                        if ((7u == 0u)) {
+                            row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         }
                         unsigned int nb = a_n;
                         unsigned long long mb = a_m;
@@ -1765,12 +1812,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             unsigned int col = (c0 + 0u);
                             if ((col < vocab)) {
                                 float zv = x[(base + col)];
-                                float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                 float ov = zv;
-                                bool ok = (wv > (0.0f));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                unsigned long long mv = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -1843,12 +1895,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             unsigned int col = (c0 + 1u);
                             if ((col < vocab)) {
                                 float zv = x[(base + col)];
-                                float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                 float ov = zv;
-                                bool ok = (wv > (0.0f));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                unsigned long long mv = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -1921,12 +1978,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             unsigned int col = (c0 + 2u);
                             if ((col < vocab)) {
                                 float zv = x[(base + col)];
-                                float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                 float ov = zv;
-                                bool ok = (wv > (0.0f));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                unsigned long long mv = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -1999,12 +2061,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             unsigned int col = (c0 + 3u);
                             if ((col < vocab)) {
                                 float zv = x[(base + col)];
-                                float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                 float ov = zv;
-                                bool ok = (wv > (0.0f));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                unsigned long long mv = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -2262,8 +2329,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mas_s15 = sk_many_u64[16 * 32 + 15];
                         __syncthreads();
                     }
-                    if (((b_pass == 0u) && (!k_first))) {
-                        lim = sk_fraction(pp, (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15));
+                    if ((b_pass == 0u)) {
+                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                        if ((!k_first)) {
+                            lim = sk_fraction(pp, row_mass);
+                        }
                     }
                     unsigned int nb = b_n;
                     unsigned long long mb = b_m;
@@ -2468,12 +2538,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 unsigned int col = (c0 + 0u);
                                 if ((col < vocab)) {
                                     float zv = x[(base + col)];
-                                    float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                     float ov = zv;
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2546,12 +2621,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 unsigned int col = (c0 + 1u);
                                 if ((col < vocab)) {
                                     float zv = x[(base + col)];
-                                    float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                     float ov = zv;
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2624,12 +2704,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 unsigned int col = (c0 + 2u);
                                 if ((col < vocab)) {
                                     float zv = x[(base + col)];
-                                    float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                     float ov = zv;
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2702,12 +2787,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 unsigned int col = (c0 + 3u);
                                 if ((col < vocab)) {
                                     float zv = x[(base + col)];
-                                    float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                     float ov = zv;
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2966,8 +3056,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mas_s15 = sk_many_u64[16 * 32 + 15];
                         __syncthreads();
                     }
-                    if (((7u == 0u) && (!k_first))) {
-                        lim = sk_fraction(pp, (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15));
+                    if ((7u == 0u)) {
+                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                        if ((!k_first)) {
+                            lim = sk_fraction(pp, row_mass);
+                        }
                     }
                     unsigned int nb = b_n;
                     unsigned long long mb = b_m;
@@ -3160,9 +3253,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                 tie_start = ties_before;
             }
             unsigned int tie_rank = 0u;
+            unsigned long long all_mass = 0ull;
             float best = sk_bitcast<float>(4286578688u);
             unsigned int best_i = 4294967295u;
-            unsigned long long all_mass = 0ull;
             uint4 w = make_uint4(0u, 0u, 0u, 0u);
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
@@ -3178,18 +3271,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         unsigned int col = (c0 + 0u);
                         if ((col < vocab)) {
                             float zv = x[(base + col)];
-                            float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                             float ov = zv;
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
-                            }
-                            if (ok) {
-                                all_mass = (all_mass + mv);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             if (kept) {
                                 float score = ((noisy) ? ((zv / sk_exponential((w).x))) : (zv));
@@ -3204,18 +3304,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         unsigned int col = (c0 + 1u);
                         if ((col < vocab)) {
                             float zv = x[(base + col)];
-                            float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                             float ov = zv;
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
-                            }
-                            if (ok) {
-                                all_mass = (all_mass + mv);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             if (kept) {
                                 float score = ((noisy) ? ((zv / sk_exponential((w).y))) : (zv));
@@ -3230,18 +3337,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         unsigned int col = (c0 + 2u);
                         if ((col < vocab)) {
                             float zv = x[(base + col)];
-                            float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                             float ov = zv;
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
-                            }
-                            if (ok) {
-                                all_mass = (all_mass + mv);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             if (kept) {
                                 float score = ((noisy) ? ((zv / sk_exponential((w).z))) : (zv));
@@ -3256,18 +3370,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         unsigned int col = (c0 + 3u);
                         if ((col < vocab)) {
                             float zv = x[(base + col)];
-                            float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                             float ov = zv;
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
-                            }
-                            if (ok) {
-                                all_mass = (all_mass + mv);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             if (kept) {
                                 float score = ((noisy) ? ((zv / sk_exponential((w).w))) : (zv));
@@ -3315,7 +3436,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
             }
             bool valid = (tok < vocab);
             unsigned int tok_at = ((valid) ? (tok) : (0u));
-            unsigned long long row_mass = 0ull;
+            unsigned long long summed_mass = 0ull;
             {
                 unsigned long long sk_v = all_mass;
                 for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
@@ -3337,7 +3458,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                     }
                 }
                 __syncthreads();
-                row_mass = sk_red_u64[32];
+                summed_mass = sk_red_u64[32];
                 __syncthreads();
             }
             if ((threadIdx.x == 0u)) {

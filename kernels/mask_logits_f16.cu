@@ -290,6 +290,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                 __syncthreads();
             }
             unsigned long long lim = 18446744073709551615ull;
+            unsigned long long row_mass = 0ull;
             unsigned int mine = 0u;
             unsigned int s_key = 0u;
             unsigned int s_ties = 0u;
@@ -342,12 +343,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                 unsigned int col = (c0 + 0u);
                                 if ((col < vocab)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -420,12 +426,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                 unsigned int col = (c0 + 1u);
                                 if ((col < vocab)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -498,12 +509,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                 unsigned int col = (c0 + 2u);
                                 if ((col < vocab)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -576,12 +592,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                 unsigned int col = (c0 + 3u);
                                 if ((col < vocab)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -838,6 +859,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                             mas_s14 = sk_many_u64[16 * 32 + 14];
                             mas_s15 = sk_many_u64[16 * 32 + 15];
                             __syncthreads();
+                        }
+                        if ((a_pass == 0u)) {
+                            row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         }
                         unsigned int nb = a_n;
                         unsigned long long mb = a_m;
@@ -1042,12 +1066,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                     unsigned int col = (c0 + 0u);
                                     if ((col < vocab)) {
                                         float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                        float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                         float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        bool ok = (wv > (0.0f));
                                         unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        unsigned long long mv = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1120,12 +1149,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                     unsigned int col = (c0 + 1u);
                                     if ((col < vocab)) {
                                         float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                        float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                         float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        bool ok = (wv > (0.0f));
                                         unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        unsigned long long mv = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1198,12 +1232,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                     unsigned int col = (c0 + 2u);
                                     if ((col < vocab)) {
                                         float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                        float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                         float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        bool ok = (wv > (0.0f));
                                         unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        unsigned long long mv = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1276,12 +1315,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                     unsigned int col = (c0 + 3u);
                                     if ((col < vocab)) {
                                         float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                        float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                         float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        bool ok = (wv > (0.0f));
                                         unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        unsigned long long mv = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1539,6 +1583,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                             mas_s14 = sk_many_u64[16 * 32 + 14];
                             mas_s15 = sk_many_u64[16 * 32 + 15];
                             __syncthreads();
+                        }
+                        if ((7u == 0u)) {
+                            row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         }
                         unsigned int nb = a_n;
                         unsigned long long mb = a_m;
@@ -1750,12 +1797,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                             unsigned int col = (c0 + 0u);
                             if ((col < vocab)) {
                                 float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                 float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                bool ok = (wv > (0.0f));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                unsigned long long mv = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -1828,12 +1880,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                             unsigned int col = (c0 + 1u);
                             if ((col < vocab)) {
                                 float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                 float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                bool ok = (wv > (0.0f));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                unsigned long long mv = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -1906,12 +1963,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                             unsigned int col = (c0 + 2u);
                             if ((col < vocab)) {
                                 float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                 float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                bool ok = (wv > (0.0f));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                unsigned long long mv = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -1984,12 +2046,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                             unsigned int col = (c0 + 3u);
                             if ((col < vocab)) {
                                 float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                 float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                bool ok = (wv > (0.0f));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                unsigned long long mv = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -2247,8 +2314,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                         mas_s15 = sk_many_u64[16 * 32 + 15];
                         __syncthreads();
                     }
-                    if (((b_pass == 0u) && (!k_first))) {
-                        lim = sk_fraction(pp, (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15));
+                    if ((b_pass == 0u)) {
+                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                        if ((!k_first)) {
+                            lim = sk_fraction(pp, row_mass);
+                        }
                     }
                     unsigned int nb = b_n;
                     unsigned long long mb = b_m;
@@ -2453,12 +2523,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                 unsigned int col = (c0 + 0u);
                                 if ((col < vocab)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2531,12 +2606,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                 unsigned int col = (c0 + 1u);
                                 if ((col < vocab)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2609,12 +2689,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                 unsigned int col = (c0 + 2u);
                                 if ((col < vocab)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2687,12 +2772,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                 unsigned int col = (c0 + 3u);
                                 if ((col < vocab)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2951,8 +3041,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                         mas_s15 = sk_many_u64[16 * 32 + 15];
                         __syncthreads();
                     }
-                    if (((7u == 0u) && (!k_first))) {
-                        lim = sk_fraction(pp, (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15));
+                    if ((7u == 0u)) {
+                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                        if ((!k_first)) {
+                            lim = sk_fraction(pp, row_mass);
+                        }
                     }
                     unsigned int nb = b_n;
                     unsigned long long mb = b_m;
@@ -3145,6 +3238,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                 tie_start = ties_before;
             }
             unsigned int tie_rank = 0u;
+            unsigned long long all_mass = 0ull;
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
             {
@@ -3156,15 +3250,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                         unsigned int col = (c0 + 0u);
                         if ((col < vocab)) {
                             float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                            float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                             float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             out[(base + col)] = ((kept) ? (sk_f16(x[(base + col)])) : (sk_bitcast<float>(4286578688u)));
                         }
@@ -3173,15 +3277,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                         unsigned int col = (c0 + 1u);
                         if ((col < vocab)) {
                             float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                            float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                             float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             out[(base + col)] = ((kept) ? (sk_f16(x[(base + col)])) : (sk_bitcast<float>(4286578688u)));
                         }
@@ -3190,15 +3304,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                         unsigned int col = (c0 + 2u);
                         if ((col < vocab)) {
                             float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                            float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                             float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             out[(base + col)] = ((kept) ? (sk_f16(x[(base + col)])) : (sk_bitcast<float>(4286578688u)));
                         }
@@ -3207,15 +3331,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                         unsigned int col = (c0 + 3u);
                         if ((col < vocab)) {
                             float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                            float wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
                             float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             out[(base + col)] = ((kept) ? (sk_f16(x[(base + col)])) : (sk_bitcast<float>(4286578688u)));
                         }

@@ -303,6 +303,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                 __syncthreads();
             }
             unsigned long long lim = 18446744073709551615ull;
+            unsigned long long row_mass = 0ull;
             unsigned int mine = 0u;
             unsigned int s_key = 0u;
             unsigned int s_ties = 0u;
@@ -355,12 +356,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 unsigned int col = (c0 + 0u);
                                 if ((col < vocab)) {
                                     float zv = x[(base + col)];
-                                    float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                     float ov = zv;
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -433,12 +439,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 unsigned int col = (c0 + 1u);
                                 if ((col < vocab)) {
                                     float zv = x[(base + col)];
-                                    float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                     float ov = zv;
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -511,12 +522,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 unsigned int col = (c0 + 2u);
                                 if ((col < vocab)) {
                                     float zv = x[(base + col)];
-                                    float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                     float ov = zv;
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -589,12 +605,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 unsigned int col = (c0 + 3u);
                                 if ((col < vocab)) {
                                     float zv = x[(base + col)];
-                                    float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                     float ov = zv;
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -851,6 +872,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             mas_s14 = sk_many_u64[16 * 32 + 14];
                             mas_s15 = sk_many_u64[16 * 32 + 15];
                             __syncthreads();
+                        }
+                        if ((a_pass == 0u)) {
+                            row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         }
                         unsigned int nb = a_n;
                         unsigned long long mb = a_m;
@@ -1055,12 +1079,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     unsigned int col = (c0 + 0u);
                                     if ((col < vocab)) {
                                         float zv = x[(base + col)];
-                                        float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                         float ov = zv;
-                                        bool ok = (wv > (0.0f));
                                         unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        unsigned long long mv = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1133,12 +1162,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     unsigned int col = (c0 + 1u);
                                     if ((col < vocab)) {
                                         float zv = x[(base + col)];
-                                        float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                         float ov = zv;
-                                        bool ok = (wv > (0.0f));
                                         unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        unsigned long long mv = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1211,12 +1245,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     unsigned int col = (c0 + 2u);
                                     if ((col < vocab)) {
                                         float zv = x[(base + col)];
-                                        float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                         float ov = zv;
-                                        bool ok = (wv > (0.0f));
                                         unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        unsigned long long mv = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1289,12 +1328,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     unsigned int col = (c0 + 3u);
                                     if ((col < vocab)) {
                                         float zv = x[(base + col)];
-                                        float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                         float ov = zv;
-                                        bool ok = (wv > (0.0f));
                                         unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        unsigned long long mv = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1552,6 +1596,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             mas_s14 = sk_many_u64[16 * 32 + 14];
                             mas_s15 = sk_many_u64[16 * 32 + 15];
                             __syncthreads();
+                        }
+                        if ((7u == 0u)) {
+                            row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         }
                         unsigned int nb = a_n;
                         unsigned long long mb = a_m;
@@ -1763,12 +1810,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned int col = (c0 + 0u);
                             if ((col < vocab)) {
                                 float zv = x[(base + col)];
-                                float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                 float ov = zv;
-                                bool ok = (wv > (0.0f));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                unsigned long long mv = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -1841,12 +1893,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned int col = (c0 + 1u);
                             if ((col < vocab)) {
                                 float zv = x[(base + col)];
-                                float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                 float ov = zv;
-                                bool ok = (wv > (0.0f));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                unsigned long long mv = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -1919,12 +1976,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned int col = (c0 + 2u);
                             if ((col < vocab)) {
                                 float zv = x[(base + col)];
-                                float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                 float ov = zv;
-                                bool ok = (wv > (0.0f));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                unsigned long long mv = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -1997,12 +2059,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned int col = (c0 + 3u);
                             if ((col < vocab)) {
                                 float zv = x[(base + col)];
-                                float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                 float ov = zv;
-                                bool ok = (wv > (0.0f));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                unsigned long long mv = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -2260,8 +2327,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mas_s15 = sk_many_u64[16 * 32 + 15];
                         __syncthreads();
                     }
-                    if (((b_pass == 0u) && (!k_first))) {
-                        lim = sk_fraction(pp, (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15));
+                    if ((b_pass == 0u)) {
+                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                        if ((!k_first)) {
+                            lim = sk_fraction(pp, row_mass);
+                        }
                     }
                     unsigned int nb = b_n;
                     unsigned long long mb = b_m;
@@ -2466,12 +2536,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 unsigned int col = (c0 + 0u);
                                 if ((col < vocab)) {
                                     float zv = x[(base + col)];
-                                    float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                     float ov = zv;
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2544,12 +2619,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 unsigned int col = (c0 + 1u);
                                 if ((col < vocab)) {
                                     float zv = x[(base + col)];
-                                    float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                     float ov = zv;
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2622,12 +2702,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 unsigned int col = (c0 + 2u);
                                 if ((col < vocab)) {
                                     float zv = x[(base + col)];
-                                    float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                     float ov = zv;
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2700,12 +2785,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 unsigned int col = (c0 + 3u);
                                 if ((col < vocab)) {
                                     float zv = x[(base + col)];
-                                    float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                                     float ov = zv;
-                                    bool ok = (wv > (0.0f));
                                     unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    unsigned long long mv = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2964,8 +3054,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mas_s15 = sk_many_u64[16 * 32 + 15];
                         __syncthreads();
                     }
-                    if (((7u == 0u) && (!k_first))) {
-                        lim = sk_fraction(pp, (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15));
+                    if ((7u == 0u)) {
+                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                        if ((!k_first)) {
+                            lim = sk_fraction(pp, row_mass);
+                        }
                     }
                     unsigned int nb = b_n;
                     unsigned long long mb = b_m;
@@ -3158,6 +3251,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                 tie_start = ties_before;
             }
             unsigned int tie_rank = 0u;
+            unsigned long long all_mass = 0ull;
             unsigned long long km = 0ull;
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
@@ -3170,15 +3264,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         unsigned int col = (c0 + 0u);
                         if ((col < vocab)) {
                             float zv = x[(base + col)];
-                            float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                             float ov = zv;
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             if (kept) {
                                 km = (km + mv);
@@ -3189,15 +3293,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         unsigned int col = (c0 + 1u);
                         if ((col < vocab)) {
                             float zv = x[(base + col)];
-                            float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                             float ov = zv;
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             if (kept) {
                                 km = (km + mv);
@@ -3208,15 +3322,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         unsigned int col = (c0 + 2u);
                         if ((col < vocab)) {
                             float zv = x[(base + col)];
-                            float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                             float ov = zv;
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             if (kept) {
                                 km = (km + mv);
@@ -3227,15 +3351,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         unsigned int col = (c0 + 3u);
                         if ((col < vocab)) {
                             float zv = x[(base + col)];
-                            float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                             float ov = zv;
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             if (kept) {
                                 km = (km + mv);
@@ -3281,15 +3415,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         unsigned int col = (c0 + 0u);
                         if ((col < vocab)) {
                             float zv = x[(base + col)];
-                            float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                             float ov = zv;
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
                         }
@@ -3298,15 +3442,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         unsigned int col = (c0 + 1u);
                         if ((col < vocab)) {
                             float zv = x[(base + col)];
-                            float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                             float ov = zv;
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
                         }
@@ -3315,15 +3469,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         unsigned int col = (c0 + 2u);
                         if ((col < vocab)) {
                             float zv = x[(base + col)];
-                            float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                             float ov = zv;
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
                         }
@@ -3332,15 +3496,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         unsigned int col = (c0 + 3u);
                         if ((col < vocab)) {
                             float zv = x[(base + col)];
-                            float wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
                             float ov = zv;
-                            bool ok = (wv > (0.0f));
                             unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            unsigned long long mv = sk_fixed(wv);
-                            bool tie = (ok && (key == s_key));
-                            bool kept = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
                         }

@@ -310,6 +310,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 workgroupBarrier();
             }
             var lim: u64 = 18446744073709551615lu;
+            var row_mass: u64 = 0lu;
             var mine: u32 = 0u;
             var s_key: u32 = 0u;
             var s_ties: u32 = 0u;
@@ -362,12 +363,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 0u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = x[(base + col)];
-                                    var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                     var ov: f32 = zv;
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -440,12 +446,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 1u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = x[(base + col)];
-                                    var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                     var ov: f32 = zv;
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -518,12 +529,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 2u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = x[(base + col)];
-                                    var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                     var ov: f32 = zv;
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -596,12 +612,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 3u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = x[(base + col)];
-                                    var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                     var ov: f32 = zv;
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -975,6 +996,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
                             mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
                             workgroupBarrier();
+                        }
+                        if ((a_pass == 0u)) {
+                            row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         }
                         var nb: u32 = a_n;
                         var mb: u64 = a_m;
@@ -1179,12 +1203,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var col: u32 = (c0 + 0u);
                                     if ((col < params.vocab)) {
                                         var zv: f32 = x[(base + col)];
-                                        var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                         var ov: f32 = zv;
-                                        var ok: bool = (wv > (0.0f));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var mv: u64 = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1257,12 +1286,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var col: u32 = (c0 + 1u);
                                     if ((col < params.vocab)) {
                                         var zv: f32 = x[(base + col)];
-                                        var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                         var ov: f32 = zv;
-                                        var ok: bool = (wv > (0.0f));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var mv: u64 = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1335,12 +1369,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var col: u32 = (c0 + 2u);
                                     if ((col < params.vocab)) {
                                         var zv: f32 = x[(base + col)];
-                                        var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                         var ov: f32 = zv;
-                                        var ok: bool = (wv > (0.0f));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var mv: u64 = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1413,12 +1452,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var col: u32 = (c0 + 3u);
                                     if ((col < params.vocab)) {
                                         var zv: f32 = x[(base + col)];
-                                        var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                         var ov: f32 = zv;
-                                        var ok: bool = (wv > (0.0f));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var mv: u64 = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1793,6 +1837,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
                             mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
                             workgroupBarrier();
+                        }
+                        if ((7u == 0u)) {
+                            row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         }
                         var nb: u32 = a_n;
                         var mb: u64 = a_m;
@@ -2004,12 +2051,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var col: u32 = (c0 + 0u);
                             if ((col < params.vocab)) {
                                 var zv: f32 = x[(base + col)];
-                                var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 var ov: f32 = zv;
-                                var ok: bool = (wv > (0.0f));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var mv: u64 = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     var digit: u32 = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -2082,12 +2134,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var col: u32 = (c0 + 1u);
                             if ((col < params.vocab)) {
                                 var zv: f32 = x[(base + col)];
-                                var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 var ov: f32 = zv;
-                                var ok: bool = (wv > (0.0f));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var mv: u64 = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     var digit: u32 = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -2160,12 +2217,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var col: u32 = (c0 + 2u);
                             if ((col < params.vocab)) {
                                 var zv: f32 = x[(base + col)];
-                                var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 var ov: f32 = zv;
-                                var ok: bool = (wv > (0.0f));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var mv: u64 = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     var digit: u32 = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -2238,12 +2300,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var col: u32 = (c0 + 3u);
                             if ((col < params.vocab)) {
                                 var zv: f32 = x[(base + col)];
-                                var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 var ov: f32 = zv;
-                                var ok: bool = (wv > (0.0f));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var mv: u64 = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     var digit: u32 = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -2618,8 +2685,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
                         workgroupBarrier();
                     }
-                    if (((b_pass == 0u) && (!k_first))) {
-                        lim = sk_fraction(pp, (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15));
+                    if ((b_pass == 0u)) {
+                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                        if ((!k_first)) {
+                            lim = sk_fraction(pp, row_mass);
+                        }
                     }
                     var nb: u32 = b_n;
                     var mb: u64 = b_m;
@@ -2824,12 +2894,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 0u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = x[(base + col)];
-                                    var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                     var ov: f32 = zv;
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2902,12 +2977,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 1u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = x[(base + col)];
-                                    var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                     var ov: f32 = zv;
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2980,12 +3060,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 2u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = x[(base + col)];
-                                    var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                     var ov: f32 = zv;
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -3058,12 +3143,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 3u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = x[(base + col)];
-                                    var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                     var ov: f32 = zv;
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -3439,8 +3529,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
                         workgroupBarrier();
                     }
-                    if (((7u == 0u) && (!k_first))) {
-                        lim = sk_fraction(pp, (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15));
+                    if ((7u == 0u)) {
+                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                        if ((!k_first)) {
+                            lim = sk_fraction(pp, row_mass);
+                        }
                     }
                     var nb: u32 = b_n;
                     var mb: u64 = b_m;
@@ -3623,9 +3716,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 tie_start = ties_before;
             }
             var tie_rank: u32 = 0u;
+            var all_mass: u64 = 0lu;
             var best: f32 = bitcast<f32>(4286578688u);
             var best_i: u32 = 4294967295u;
-            var all_mass: u64 = 0lu;
             var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
@@ -3641,18 +3734,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var col: u32 = (c0 + 0u);
                         if ((col < params.vocab)) {
                             var zv: f32 = x[(base + col)];
-                            var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                             var ov: f32 = zv;
-                            var ok: bool = (wv > (0.0f));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var mv: u64 = sk_fixed(wv);
-                            var tie: bool = (ok && (key == s_key));
-                            var kept: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
-                            }
-                            if (ok) {
-                                all_mass = (all_mass + mv);
+                            var wv: f32 = (0.0f);
+                            var ok: bool = false;
+                            var mv: u64 = 0lu;
+                            var kept: bool = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                var tie: bool = (ok && (key == s_key));
+                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             if (kept) {
                                 var score: f32 = select(zv, (zv / sk_exponential(w[0])), noisy);
@@ -3667,18 +3767,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var col: u32 = (c0 + 1u);
                         if ((col < params.vocab)) {
                             var zv: f32 = x[(base + col)];
-                            var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                             var ov: f32 = zv;
-                            var ok: bool = (wv > (0.0f));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var mv: u64 = sk_fixed(wv);
-                            var tie: bool = (ok && (key == s_key));
-                            var kept: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
-                            }
-                            if (ok) {
-                                all_mass = (all_mass + mv);
+                            var wv: f32 = (0.0f);
+                            var ok: bool = false;
+                            var mv: u64 = 0lu;
+                            var kept: bool = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                var tie: bool = (ok && (key == s_key));
+                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             if (kept) {
                                 var score: f32 = select(zv, (zv / sk_exponential(w[1])), noisy);
@@ -3693,18 +3800,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var col: u32 = (c0 + 2u);
                         if ((col < params.vocab)) {
                             var zv: f32 = x[(base + col)];
-                            var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                             var ov: f32 = zv;
-                            var ok: bool = (wv > (0.0f));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var mv: u64 = sk_fixed(wv);
-                            var tie: bool = (ok && (key == s_key));
-                            var kept: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
-                            }
-                            if (ok) {
-                                all_mass = (all_mass + mv);
+                            var wv: f32 = (0.0f);
+                            var ok: bool = false;
+                            var mv: u64 = 0lu;
+                            var kept: bool = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                var tie: bool = (ok && (key == s_key));
+                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             if (kept) {
                                 var score: f32 = select(zv, (zv / sk_exponential(w[2])), noisy);
@@ -3719,18 +3833,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var col: u32 = (c0 + 3u);
                         if ((col < params.vocab)) {
                             var zv: f32 = x[(base + col)];
-                            var wv: f32 = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                             var ov: f32 = zv;
-                            var ok: bool = (wv > (0.0f));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var mv: u64 = sk_fixed(wv);
-                            var tie: bool = (ok && (key == s_key));
-                            var kept: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
-                            }
-                            if (ok) {
-                                all_mass = (all_mass + mv);
+                            var wv: f32 = (0.0f);
+                            var ok: bool = false;
+                            var mv: u64 = 0lu;
+                            var kept: bool = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                var tie: bool = (ok && (key == s_key));
+                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             if (kept) {
                                 var score: f32 = select(zv, (zv / sk_exponential(w[3])), noisy);
@@ -3766,7 +3887,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             var valid: bool = (tok < params.vocab);
             var tok_at: u32 = select(0u, tok, valid);
-            var row_mass: u64 = 0lu;
+            var summed_mass: u64 = 0lu;
             {
                 sk_red_u64[sk_lid] = all_mass;
                 workgroupBarrier();
@@ -3776,7 +3897,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     workgroupBarrier();
                 }
-                row_mass = sk_red_u64[0];
+                summed_mass = sk_red_u64[0];
                 workgroupBarrier();
             }
             if ((sk_lid == 0u)) {

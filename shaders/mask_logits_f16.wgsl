@@ -296,6 +296,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 workgroupBarrier();
             }
             var lim: u64 = 18446744073709551615lu;
+            var row_mass: u64 = 0lu;
             var mine: u32 = 0u;
             var s_key: u32 = 0u;
             var s_ties: u32 = 0u;
@@ -348,12 +349,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 0u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                    var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -426,12 +432,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 1u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                    var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -504,12 +515,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 2u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                    var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -582,12 +598,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 3u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                    var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -961,6 +982,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
                             mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
                             workgroupBarrier();
+                        }
+                        if ((a_pass == 0u)) {
+                            row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         }
                         var nb: u32 = a_n;
                         var mb: u64 = a_m;
@@ -1165,12 +1189,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var col: u32 = (c0 + 0u);
                                     if ((col < params.vocab)) {
                                         var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                        var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var ok: bool = (wv > (0.0f));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var mv: u64 = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1243,12 +1272,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var col: u32 = (c0 + 1u);
                                     if ((col < params.vocab)) {
                                         var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                        var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var ok: bool = (wv > (0.0f));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var mv: u64 = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1321,12 +1355,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var col: u32 = (c0 + 2u);
                                     if ((col < params.vocab)) {
                                         var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                        var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var ok: bool = (wv > (0.0f));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var mv: u64 = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1399,12 +1438,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var col: u32 = (c0 + 3u);
                                     if ((col < params.vocab)) {
                                         var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                        var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var ok: bool = (wv > (0.0f));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var mv: u64 = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1779,6 +1823,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
                             mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
                             workgroupBarrier();
+                        }
+                        if ((7u == 0u)) {
+                            row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         }
                         var nb: u32 = a_n;
                         var mb: u64 = a_m;
@@ -1990,12 +2037,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var col: u32 = (c0 + 0u);
                             if ((col < params.vocab)) {
                                 var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var ok: bool = (wv > (0.0f));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var mv: u64 = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     var digit: u32 = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -2068,12 +2120,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var col: u32 = (c0 + 1u);
                             if ((col < params.vocab)) {
                                 var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var ok: bool = (wv > (0.0f));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var mv: u64 = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     var digit: u32 = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -2146,12 +2203,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var col: u32 = (c0 + 2u);
                             if ((col < params.vocab)) {
                                 var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var ok: bool = (wv > (0.0f));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var mv: u64 = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     var digit: u32 = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -2224,12 +2286,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var col: u32 = (c0 + 3u);
                             if ((col < params.vocab)) {
                                 var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var ok: bool = (wv > (0.0f));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var mv: u64 = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     var digit: u32 = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -2604,8 +2671,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
                         workgroupBarrier();
                     }
-                    if (((b_pass == 0u) && (!k_first))) {
-                        lim = sk_fraction(pp, (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15));
+                    if ((b_pass == 0u)) {
+                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                        if ((!k_first)) {
+                            lim = sk_fraction(pp, row_mass);
+                        }
                     }
                     var nb: u32 = b_n;
                     var mb: u64 = b_m;
@@ -2810,12 +2880,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 0u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                    var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2888,12 +2963,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 1u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                    var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2966,12 +3046,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 2u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                    var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -3044,12 +3129,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 3u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                    var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -3425,8 +3515,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
                         workgroupBarrier();
                     }
-                    if (((7u == 0u) && (!k_first))) {
-                        lim = sk_fraction(pp, (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15));
+                    if ((7u == 0u)) {
+                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                        if ((!k_first)) {
+                            lim = sk_fraction(pp, row_mass);
+                        }
                     }
                     var nb: u32 = b_n;
                     var mb: u64 = b_m;
@@ -3609,6 +3702,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 tie_start = ties_before;
             }
             var tie_rank: u32 = 0u;
+            var all_mass: u64 = 0lu;
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
             {
@@ -3620,15 +3714,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var col: u32 = (c0 + 0u);
                         if ((col < params.vocab)) {
                             var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                            var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            var ok: bool = (wv > (0.0f));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var mv: u64 = sk_fixed(wv);
-                            var tie: bool = (ok && (key == s_key));
-                            var kept: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            var wv: f32 = (0.0f);
+                            var ok: bool = false;
+                            var mv: u64 = 0lu;
+                            var kept: bool = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                var tie: bool = (ok && (key == s_key));
+                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             out[(base + col)] = select(bitcast<f32>(4286578688u), sk_load_x((base + col)), kept);
                         }
@@ -3637,15 +3741,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var col: u32 = (c0 + 1u);
                         if ((col < params.vocab)) {
                             var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                            var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            var ok: bool = (wv > (0.0f));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var mv: u64 = sk_fixed(wv);
-                            var tie: bool = (ok && (key == s_key));
-                            var kept: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            var wv: f32 = (0.0f);
+                            var ok: bool = false;
+                            var mv: u64 = 0lu;
+                            var kept: bool = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                var tie: bool = (ok && (key == s_key));
+                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             out[(base + col)] = select(bitcast<f32>(4286578688u), sk_load_x((base + col)), kept);
                         }
@@ -3654,15 +3768,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var col: u32 = (c0 + 2u);
                         if ((col < params.vocab)) {
                             var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                            var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            var ok: bool = (wv > (0.0f));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var mv: u64 = sk_fixed(wv);
-                            var tie: bool = (ok && (key == s_key));
-                            var kept: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            var wv: f32 = (0.0f);
+                            var ok: bool = false;
+                            var mv: u64 = 0lu;
+                            var kept: bool = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                var tie: bool = (ok && (key == s_key));
+                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             out[(base + col)] = select(bitcast<f32>(4286578688u), sk_load_x((base + col)), kept);
                         }
@@ -3671,15 +3795,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var col: u32 = (c0 + 3u);
                         if ((col < params.vocab)) {
                             var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                            var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            var ok: bool = (wv > (0.0f));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var mv: u64 = sk_fixed(wv);
-                            var tie: bool = (ok && (key == s_key));
-                            var kept: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            var wv: f32 = (0.0f);
+                            var ok: bool = false;
+                            var mv: u64 = 0lu;
+                            var kept: bool = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                var tie: bool = (ok && (key == s_key));
+                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             out[(base + col)] = select(bitcast<f32>(4286578688u), sk_load_x((base + col)), kept);
                         }

@@ -292,6 +292,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 workgroupBarrier();
             }
             var lim: u64 = 18446744073709551615lu;
+            var row_mass: u64 = 0lu;
             var mine: u32 = 0u;
             var s_key: u32 = 0u;
             var s_ties: u32 = 0u;
@@ -344,12 +345,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 0u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -422,12 +428,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 1u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -500,12 +511,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 2u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -578,12 +594,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 3u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & a_mask) == a_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & a_mask) == a_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -957,6 +978,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
                             mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
                             workgroupBarrier();
+                        }
+                        if ((a_pass == 0u)) {
+                            row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         }
                         var nb: u32 = a_n;
                         var mb: u64 = a_m;
@@ -1161,12 +1185,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var col: u32 = (c0 + 0u);
                                     if ((col < params.vocab)) {
                                         var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                        var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var ok: bool = (wv > (0.0f));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var mv: u64 = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1239,12 +1268,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var col: u32 = (c0 + 1u);
                                     if ((col < params.vocab)) {
                                         var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                        var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var ok: bool = (wv > (0.0f));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var mv: u64 = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1317,12 +1351,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var col: u32 = (c0 + 2u);
                                     if ((col < params.vocab)) {
                                         var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                        var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var ok: bool = (wv > (0.0f));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var mv: u64 = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1395,12 +1434,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var col: u32 = (c0 + 3u);
                                     if ((col < params.vocab)) {
                                         var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                        var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var ok: bool = (wv > (0.0f));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var mv: u64 = sk_fixed(wv);
-                                        if ((ok && ((key & a_mask) == a_key))) {
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & a_mask) == a_key)) {
+                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
                                             if ((digit == 0u)) {
                                                 cnt0 = (cnt0 + 1u);
@@ -1775,6 +1819,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
                             mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
                             workgroupBarrier();
+                        }
+                        if ((7u == 0u)) {
+                            row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         }
                         var nb: u32 = a_n;
                         var mb: u64 = a_m;
@@ -1986,12 +2033,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var col: u32 = (c0 + 0u);
                             if ((col < params.vocab)) {
                                 var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var ok: bool = (wv > (0.0f));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var mv: u64 = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     var digit: u32 = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -2064,12 +2116,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var col: u32 = (c0 + 1u);
                             if ((col < params.vocab)) {
                                 var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var ok: bool = (wv > (0.0f));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var mv: u64 = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     var digit: u32 = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -2142,12 +2199,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var col: u32 = (c0 + 2u);
                             if ((col < params.vocab)) {
                                 var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var ok: bool = (wv > (0.0f));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var mv: u64 = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     var digit: u32 = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -2220,12 +2282,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var col: u32 = (c0 + 3u);
                             if ((col < params.vocab)) {
                                 var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var ok: bool = (wv > (0.0f));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var mv: u64 = sk_fixed(wv);
-                                if ((ok && ((key & b_mask) == b_key))) {
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & b_mask) == b_key)) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
                                     var digit: u32 = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -2600,8 +2667,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
                         workgroupBarrier();
                     }
-                    if (((b_pass == 0u) && (!k_first))) {
-                        lim = sk_fraction(pp, (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15));
+                    if ((b_pass == 0u)) {
+                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                        if ((!k_first)) {
+                            lim = sk_fraction(pp, row_mass);
+                        }
                     }
                     var nb: u32 = b_n;
                     var mb: u64 = b_m;
@@ -2806,12 +2876,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 0u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2884,12 +2959,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 1u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -2962,12 +3042,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 2u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -3040,12 +3125,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (c0 + 3u);
                                 if ((col < params.vocab)) {
                                     var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var ok: bool = (wv > (0.0f));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var mv: u64 = sk_fixed(wv);
-                                    if ((ok && ((key & b_mask) == b_key))) {
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & b_mask) == b_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -3421,8 +3511,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
                         workgroupBarrier();
                     }
-                    if (((7u == 0u) && (!k_first))) {
-                        lim = sk_fraction(pp, (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15));
+                    if ((7u == 0u)) {
+                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                        if ((!k_first)) {
+                            lim = sk_fraction(pp, row_mass);
+                        }
                     }
                     var nb: u32 = b_n;
                     var mb: u64 = b_m;
@@ -3605,6 +3698,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 tie_start = ties_before;
             }
             var tie_rank: u32 = 0u;
+            var all_mass: u64 = 0lu;
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
             {
@@ -3616,15 +3710,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var col: u32 = (c0 + 0u);
                         if ((col < params.vocab)) {
                             var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                            var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            var ok: bool = (wv > (0.0f));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var mv: u64 = sk_fixed(wv);
-                            var tie: bool = (ok && (key == s_key));
-                            var kept: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            var wv: f32 = (0.0f);
+                            var ok: bool = false;
+                            var mv: u64 = 0lu;
+                            var kept: bool = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                var tie: bool = (ok && (key == s_key));
+                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             out[(base + col)] = select(bitcast<f32>(4286578688u), x[(base + col)], kept);
                         }
@@ -3633,15 +3737,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var col: u32 = (c0 + 1u);
                         if ((col < params.vocab)) {
                             var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                            var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            var ok: bool = (wv > (0.0f));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var mv: u64 = sk_fixed(wv);
-                            var tie: bool = (ok && (key == s_key));
-                            var kept: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            var wv: f32 = (0.0f);
+                            var ok: bool = false;
+                            var mv: u64 = 0lu;
+                            var kept: bool = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                var tie: bool = (ok && (key == s_key));
+                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             out[(base + col)] = select(bitcast<f32>(4286578688u), x[(base + col)], kept);
                         }
@@ -3650,15 +3764,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var col: u32 = (c0 + 2u);
                         if ((col < params.vocab)) {
                             var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                            var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            var ok: bool = (wv > (0.0f));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var mv: u64 = sk_fixed(wv);
-                            var tie: bool = (ok && (key == s_key));
-                            var kept: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            var wv: f32 = (0.0f);
+                            var ok: bool = false;
+                            var mv: u64 = 0lu;
+                            var kept: bool = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                var tie: bool = (ok && (key == s_key));
+                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             out[(base + col)] = select(bitcast<f32>(4286578688u), x[(base + col)], kept);
                         }
@@ -3667,15 +3791,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var col: u32 = (c0 + 3u);
                         if ((col < params.vocab)) {
                             var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                            var wv: f32 = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            var ok: bool = (wv > (0.0f));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var mv: u64 = sk_fixed(wv);
-                            var tie: bool = (ok && (key == s_key));
-                            var kept: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                            if (tie) {
-                                tie_rank = (tie_rank + 1u);
+                            var wv: f32 = (0.0f);
+                            var ok: bool = false;
+                            var mv: u64 = 0lu;
+                            var kept: bool = false;
+                            if (((!searched) || (key >= s_key))) {
+                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                var tie: bool = (ok && (key == s_key));
+                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                if (tie) {
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
                             }
                             out[(base + col)] = select(bitcast<f32>(4286578688u), x[(base + col)], kept);
                         }

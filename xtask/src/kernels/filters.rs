@@ -135,14 +135,12 @@ fn sweep(b: &mut Block, layout: Layout, per_quad: impl Fn(&mut Block, Expr), per
     });
 }
 
-/// Declares, for the column `col`, `zv` (the value the race scores: `z` or `p`), `wv` (its
-/// weight relative to the row's largest, in [0, 1]), `ov` (the value the order is on), `ok` (it
-/// has probability), `key` (u32, larger first) and `mv` (its fixed-point mass).
+/// Declares, for the column `col`, `zv` (the value the race scores: `z` or `p`), `ov` (the value
+/// the order is on) and `key` (u32, larger first), and `wv`, `ok`, `mv` unset (see [`weigh`]).
 fn element(b: &mut Block, input: Input, col: Expr) {
     match input {
         Input::Logits(_) => {
             let z = b.let_("zv", Ty::F32, scaled(col));
-            b.let_("wv", Ty::F32, softmax_weight(z.clone(), var("mx")));
             // The order is on `z - max` rounded to f32, as the softmax's probabilities are (two
             // values of `z` that round to the same distance have the same probability).
             let inf = f(f32::INFINITY);
@@ -151,17 +149,33 @@ fn element(b: &mut Block, input: Input, col: Expr) {
         }
         Input::Probs => {
             let x = b.let_("zv", Ty::F32, load("x", var("base") + col));
-            let valid = x.clone().gt(f(0.0)).and(x.clone().lt(f(f32::INFINITY)));
-            b.let_("wv", Ty::F32, select(valid, x.clone() / var("mx"), f(0.0)));
             b.let_("ov", Ty::F32, x);
         }
     }
-    b.let_("ok", Ty::Bool, var("wv").gt(f(0.0)));
     // Order-preserving: flip every bit of negatives, the sign bit of the rest.
     let bits = var("ov").bitcast(Ty::U32);
     let neg = (bits.clone() & u(0x8000_0000)).ne_(u(0));
     b.let_("key", Ty::U32, select(neg, bits.clone() ^ u(u32::MAX), bits | u(0x8000_0000)));
-    b.let_("mv", Ty::U64, call(FIXED, vec![var("wv")]));
+    b.let_("wv", Ty::F32, f(0.0));
+    b.let_("ok", Ty::Bool, boolean(false));
+    b.let_("mv", Ty::U64, Expr::Lit(Lit::U64(0)));
+}
+
+/// Sets, after [`element`], `wv` (the token's weight relative to the row's largest, in [0, 1]),
+/// `ok` (it has probability) and `mv` (its fixed-point mass). Only the tokens a pass can still
+/// count pay for the exponential.
+fn weigh(b: &mut Block, input: Input) {
+    let w = match input {
+        Input::Logits(_) => softmax_weight(var("zv"), var("mx")),
+        Input::Probs => {
+            let x = var("zv");
+            let valid = x.clone().gt(f(0.0)).and(x.clone().lt(f(f32::INFINITY)));
+            select(valid, x / var("mx"), f(0.0))
+        }
+    };
+    b.set("wv", w);
+    b.set("ok", var("wv").gt(f(0.0)));
+    b.set("mv", call(FIXED, vec![var("wv")]));
 }
 
 /// The row's largest value among tokens with probability, into `mx` (one pass).
@@ -212,8 +226,8 @@ fn select_prefix(b: &mut Block, input: Input, tag: &str, set_lim: Option<Expr>) 
             |_, _| {},
             |b, col, _| {
                 element(b, input, col);
-                let candidate = var("ok").and((var("key") & var(&t("mask"))).eq_(var(&t("key"))));
-                b.if_(candidate, |b| {
+                b.if_((var("key") & var(&t("mask"))).eq_(var(&t("key"))), |b| weigh(b, input));
+                b.if_(var("ok"), |b| {
                     let digit = b.let_("digit", Ty::U32, (var("key") >> shift.clone()) & u(DIGITS - 1));
                     for d in 0..DIGITS {
                         b.if_(digit.clone().eq_(u(d)), |b| {
@@ -227,12 +241,13 @@ fn select_prefix(b: &mut Block, input: Input, tag: &str, set_lim: Option<Expr>) 
         let names = |prefix: &str| (0..DIGITS).map(|d| format!("{prefix}{d}")).collect::<Vec<_>>();
         b.sum_many(Ty::U32, names("cnt").iter().map(|n| var(n)).collect(), &names("cnt_s"));
         b.sum_many(Ty::U64, names("mas").iter().map(|n| var(n)).collect(), &names("mas_s"));
-        if let Some(cond) = &set_lim {
-            b.if_(pass.clone().eq_(u(0)).and(cond.clone()), |b| {
-                let sum = (1..DIGITS).fold(var("mas_s0"), |acc, d| acc + var(&format!("mas_s{d}")));
-                b.set("lim", call(FRACTION, vec![var("pp"), sum]));
-            });
-        }
+        // The first pass counts every token: its masses sum to the row's.
+        b.if_(pass.clone().eq_(u(0)), |b| {
+            b.set("row_mass", (1..DIGITS).fold(var("mas_s0"), |acc, d| acc + var(&format!("mas_s{d}"))));
+            if let Some(cond) = &set_lim {
+                b.if_(cond.clone(), |b| b.set("lim", call(FRACTION, vec![var("pp"), var("row_mass")])));
+            }
+        });
         // From the highest digit down: the lowest non-empty digit whose first token is kept.
         let nb = b.let_("nb", Ty::U32, var(&t("n")));
         let mb = b.let_("mb", Ty::U64, var(&t("m")));
@@ -307,6 +322,7 @@ pub(super) fn row_is_filtered(b: &mut Block) -> Expr {
 /// tokens of the boundary key in `tie_rank` (which starts at `tie_start`).
 fn find_set(b: &mut Block, input: Input) {
     b.let_("lim", Ty::U64, Expr::Lit(Lit::U64(ALL)));
+    b.let_("row_mass", Ty::U64, Expr::Lit(Lit::U64(0)));
     b.let_("mine", Ty::U32, u(0));
     b.let_("s_key", Ty::U32, u(0));
     b.let_("s_ties", Ty::U32, u(0));
@@ -325,20 +341,23 @@ fn find_set(b: &mut Block, input: Input) {
         b.set("tie_start", before);
     });
     b.let_("tie_rank", Ty::U32, u(0));
+    b.let_("all_mass", Ty::U64, Expr::Lit(Lit::U64(0)));
 }
 
-/// Inside a sweep, after [`element`]: whether the token is in `S`. Advances `tie_rank`.
+/// Inside a sweep, after [`weigh`]: whether the token is in `S`. Advances `tie_rank`.
 fn kept(b: &mut Block) -> Expr {
     let tie = b.let_("tie", Ty::Bool, var("ok").and(var("key").eq_(var("s_key"))));
     let in_prefix = var("key").gt(var("s_key")).or(tie.clone().and(var("tie_rank").lt(var("s_ties"))));
     let by_min_p = var("wv").ge(var("mp"));
-    let kept = b.let_("kept", Ty::Bool, var("ok").and(by_min_p).and(var("searched").not().or(in_prefix)));
+    let kept = b.let_("in_set", Ty::Bool, var("ok").and(by_min_p).and(var("searched").not().or(in_prefix)));
     b.if_(tie, |b| b.set("tie_rank", var("tie_rank") + u(1)));
     kept
 }
 
 /// A chunked sweep over the row that decides each token: `per_col` gets the column, its place
-/// in the quad and whether it is in `S` (after [`element`], so the column's values are declared).
+/// in the quad and whether it is in `S` (after [`element`]; the weights are set for the tokens
+/// at or above the boundary key, the only ones that can be in `S`). Without top-k or top-p every
+/// token is weighed, and `all_mass` sums the row's mass.
 fn sweep_set(
     b: &mut Block,
     input: Input,
@@ -348,8 +367,14 @@ fn sweep_set(
     b.set("tie_rank", var("tie_start"));
     sweep(b, Layout::Chunked, per_quad, |b, col, j| {
         element(b, input, col.clone());
-        let keep = kept(b);
-        per_col(b, col, j, keep);
+        b.let_("kept", Ty::Bool, boolean(false));
+        b.if_(var("searched").not().or(var("key").ge(var("s_key"))), |b| {
+            weigh(b, input);
+            b.if_(var("ok"), |b| b.set("all_mass", var("all_mass") + var("mv")));
+            let keep = kept(b);
+            b.set("kept", keep);
+        });
+        per_col(b, col, j, var("kept"));
     });
 }
 
@@ -395,14 +420,12 @@ fn filter_row(b: &mut Block, input: Input, output: Output) {
 fn sample_in_set(b: &mut Block, input: Input) {
     b.let_("best", Ty::F32, f(f32::NEG_INFINITY));
     b.let_("best_i", Ty::U32, u(NONE));
-    b.let_("all_mass", Ty::U64, Expr::Lit(Lit::U64(0)));
     b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
     sweep_set(
         b,
         input,
         |b, c0| b.if_(var("noisy"), |b| b.set("w", philox_block(c0))),
         |b, col, j, keep| {
-            b.if_(var("ok"), |b| b.set("all_mass", var("all_mass") + var("mv")));
             b.if_(keep, |b| {
                 let z = var("zv");
                 let score = match input {
@@ -423,7 +446,9 @@ fn sample_in_set(b: &mut Block, input: Input) {
     let (_, tok) = b.argmax(var("best"), var("best_i"), "win", "tok");
     let valid = b.let_("valid", Ty::Bool, tok.clone().lt(param("vocab")));
     let safe = b.let_("tok_at", Ty::U32, select(valid.clone(), tok.clone(), u(0)));
-    let all = b.reduce(ReduceOp::Sum, Ty::U64, var("all_mass"), "row_mass");
+    // The row's mass: from the select's first pass, or summed by this sweep where none ran.
+    let summed = b.reduce(ReduceOp::Sum, Ty::U64, var("all_mass"), "summed_mass");
+    let all = select(var("searched"), var("row_mass"), summed);
     write_results(b, tok, valid, |b| match input {
         // Under softmax(l / T) of the whole row, like the plain path's.
         Input::Logits(_) => {
