@@ -1,10 +1,10 @@
 //! Host allocations per decode step of `Sampler::step`, counted by a global allocator: how many,
 //! and that none is kept (the bytes held after 1,000 steps are the bytes held before).
 //!
-//! Engines want no allocation per step once warmed up. This crate's own launch path formats and
-//! collects nothing per call, but wgpu allocates inside `create_bind_group`, the command encoder
-//! and `submit`, so on wgpu the count is wgpu's: the test bounds it (a regression guard) and
-//! prints it, and fails on any growth of the bytes held.
+//! Engines want no allocation per step once warmed up. This crate's launch path formats no name,
+//! but collects each launch's bindings in two small `Vec`s, and wgpu allocates inside
+//! `create_bind_group`, the command encoder and `submit`: the test bounds the count (a
+//! regression guard) and prints it, and fails on any growth of the bytes held.
 
 #[macro_use]
 mod common;
