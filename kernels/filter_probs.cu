@@ -213,12 +213,90 @@ __device__ __forceinline__ float sk_exponential(unsigned int w) {
 __device__ __forceinline__ float sk_gumbel(unsigned int w) {
     return (-sk_log(sk_exponential(w)));
 }
+__device__ __forceinline__ double sk_log64(double x) {
+    unsigned long long ix = sk_bitcast<unsigned long long>(x);
+    int k = (0);
+    if ((ix < 4503599627370496ull)) {
+        x = (x * (1.8014398509481984e16));
+        ix = sk_bitcast<unsigned long long>(x);
+        k = (-54);
+    }
+    ix = (ix + 2638149301829632ull);
+    k = ((k + ((int)((ix >> 52u)))) - (1023));
+    ix = ((ix & 4503599627370495ull) + 4604544269498187776ull);
+    double fr = (sk_bitcast<double>(ix) - (1.0));
+    double s = (fr / ((2.0) + fr));
+    double z = (s * s);
+    double w = (z * z);
+    double r = ((z * ((0.6666666666666735) + (w * ((0.2857142874366239) + (w * ((0.1818357216161805) + (w * (0.14798198605116586)))))))) + (w * ((0.3999999999940942) + (w * ((0.22222198432149784) + (w * (0.15313837699209373)))))));
+    double hfsq = (((0.5) * fr) * fr);
+    double dk = ((double)(k));
+    return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10))) - hfsq) + fr) + (dk * (0.6931471803691238)));
+}
+__device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
+    unsigned int h = 0u;
+    {
+        unsigned int k = (w0 * 3432918353u);
+        k = (((k << 15u) | (k >> 17u)) * 461845907u);
+        h = (h ^ k);
+        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
+    }
+    {
+        unsigned int k = (w1 * 3432918353u);
+        k = (((k << 15u) | (k >> 17u)) * 461845907u);
+        h = (h ^ k);
+        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
+    }
+    {
+        unsigned int k = (w2 * 3432918353u);
+        k = (((k << 15u) | (k >> 17u)) * 461845907u);
+        h = (h ^ k);
+        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
+    }
+    {
+        unsigned int k = (w3 * 3432918353u);
+        k = (((k << 15u) | (k >> 17u)) * 461845907u);
+        h = (h ^ k);
+        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
+    }
+    h = (h ^ 16u);
+    h = (h ^ (h >> 16u));
+    h = (h * 2246822507u);
+    h = (h ^ (h >> 13u));
+    h = (h * 3266489909u);
+    return (h ^ (h >> 16u));
+}
+__device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
+    if ((h == 0u)) {
+        return sk_bitcast<double>(18442240474082181120ull);
+    }
+    double e = fmin(sk_log64((((double)(h)) / (4294967295.0))), (-2.3283064365386963e-10));
+    return (-sk_log64((-e)));
+}
+__device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
+    if ((h == 0u)) {
+        return sk_bitcast<float>(4286578688u);
+    }
+    float t = (0.0f);
+    if ((h >= 2147483648u)) {
+        float q = (((float)((4294967295u - h))) / ((float)(h)));
+        float up = ((1.0f) + q);
+        t = q;
+        if ((up != (1.0f))) {
+            t = ((sk_log(up) * q) / (up - (1.0f)));
+        }
+    } else {
+        t = (-sk_log((((float)(h)) * (2.3283064e-10f))));
+    }
+    return (-sk_log(fmaxf(t, (2.3283064e-10f))));
+}
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_red_f32[33];
     __shared__ unsigned long long sk_red_u64[33];
     __shared__ float sk_am_f32[33];
+    __shared__ double sk_am_f64[33];
     __shared__ unsigned int sk_am_i[33];
     __shared__ unsigned int sk_scan[32];
     __shared__ unsigned int sk_many_u32[544];
@@ -236,7 +314,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
         float mp = (((mp_raw > (0.0f))) ? (fminf(mp_raw, (1.0f))) : ((0.0f)));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
-        bool filtered = ((noisy && (rows[((row * 12u) + 1u)] != 1u)) && (searched || (mp > (0.0f))));
+        bool filtered = (noisy && (searched || (mp > (0.0f))));
         if (((!((flags & 8u) != 0u)) || filtered)) {
             unsigned int sweeps = 0u;
             float m = sk_bitcast<float>(4286578688u);
@@ -3254,8 +3332,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
             }
             unsigned int tie_rank = 0u;
             unsigned long long all_mass = 0ull;
+            bool seeded_row = (rows[((row * 12u) + 1u)] == 1u);
             float best = sk_bitcast<float>(4286578688u);
             unsigned int best_i = 4294967295u;
+            double best64 = sk_bitcast<double>(18442240474082181120ull);
+            unsigned int best64_i = 4294967295u;
             uint4 w = make_uint4(0u, 0u, 0u, 0u);
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
@@ -3264,7 +3345,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                 for (unsigned int q = (((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)); q < ((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)); q += 1u) {
                     unsigned int c0 = (q * 4u);
-                    if (noisy) {
+                    if ((noisy && (!seeded_row))) {
                         w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
                     }
                     {
@@ -3291,7 +3372,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 }
                                 kept = in_set;
                             }
-                            if (kept) {
+                            if ((kept && seeded_row)) {
+                                double s64 = sk_log64(((double)(zv)));
+                                if (noisy) {
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                }
+                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                    best64 = s64;
+                                    best64_i = col;
+                                }
+                            }
+                            if ((kept && (!seeded_row))) {
                                 float score = ((noisy) ? ((zv / sk_exponential((w).x))) : (zv));
                                 if (((score > best) || (best_i == 4294967295u))) {
                                     best = score;
@@ -3324,7 +3415,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 }
                                 kept = in_set;
                             }
-                            if (kept) {
+                            if ((kept && seeded_row)) {
+                                double s64 = sk_log64(((double)(zv)));
+                                if (noisy) {
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                }
+                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                    best64 = s64;
+                                    best64_i = col;
+                                }
+                            }
+                            if ((kept && (!seeded_row))) {
                                 float score = ((noisy) ? ((zv / sk_exponential((w).y))) : (zv));
                                 if (((score > best) || (best_i == 4294967295u))) {
                                     best = score;
@@ -3357,7 +3458,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 }
                                 kept = in_set;
                             }
-                            if (kept) {
+                            if ((kept && seeded_row)) {
+                                double s64 = sk_log64(((double)(zv)));
+                                if (noisy) {
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                }
+                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                    best64 = s64;
+                                    best64_i = col;
+                                }
+                            }
+                            if ((kept && (!seeded_row))) {
                                 float score = ((noisy) ? ((zv / sk_exponential((w).z))) : (zv));
                                 if (((score > best) || (best_i == 4294967295u))) {
                                     best = score;
@@ -3390,7 +3501,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 }
                                 kept = in_set;
                             }
-                            if (kept) {
+                            if ((kept && seeded_row)) {
+                                double s64 = sk_log64(((double)(zv)));
+                                if (noisy) {
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                }
+                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                    best64 = s64;
+                                    best64_i = col;
+                                }
+                            }
+                            if ((kept && (!seeded_row))) {
                                 float score = ((noisy) ? ((zv / sk_exponential((w).w))) : (zv));
                                 if (((score > best) || (best_i == 4294967295u))) {
                                     best = score;
@@ -3402,7 +3523,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                 }
             }
             float win = (0.0f);
-            unsigned int tok = 0u;
+            unsigned int tok32 = 0u;
             {
                 float sk_v = best;
                 unsigned int sk_i = best_i;
@@ -3431,9 +3552,43 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                 }
                 __syncthreads();
                 win = sk_am_f32[32];
-                tok = sk_am_i[32];
+                tok32 = sk_am_i[32];
                 __syncthreads();
             }
+            double win64 = (0.0);
+            unsigned int tok64 = 0u;
+            {
+                double sk_v = best64;
+                unsigned int sk_i = best64_i;
+                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                    double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                }
+                if ((threadIdx.x & 31u) == 0u) {
+                    sk_am_f64[threadIdx.x >> 5] = sk_v;
+                    sk_am_i[threadIdx.x >> 5] = sk_i;
+                }
+                __syncthreads();
+                if (threadIdx.x < 32u) {
+                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
+                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                    }
+                    if (threadIdx.x == 0u) {
+                        sk_am_f64[32] = sk_v;
+                        sk_am_i[32] = sk_i;
+                    }
+                }
+                __syncthreads();
+                win64 = sk_am_f64[32];
+                tok64 = sk_am_i[32];
+                __syncthreads();
+            }
+            unsigned int tok = ((seeded_row) ? (tok64) : (tok32));
             bool valid = (tok < vocab);
             unsigned int tok_at = ((valid) ? (tok) : (0u));
             unsigned long long summed_mass = 0ull;

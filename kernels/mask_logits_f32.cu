@@ -233,7 +233,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
         float mp = (((mp_raw > (0.0f))) ? (fminf(mp_raw, (1.0f))) : ((0.0f)));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
-        bool filtered = ((noisy && (rows[((row * 12u) + 1u)] != 1u)) && (searched || (mp > (0.0f))));
+        bool filtered = (noisy && (searched || (mp > (0.0f))));
         if (((!((flags & 8u) != 0u)) || filtered)) {
             unsigned int sweeps = 0u;
             float m = sk_bitcast<float>(4286578688u);

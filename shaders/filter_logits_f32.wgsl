@@ -23,6 +23,7 @@ struct Params {
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u64: array<u64, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
+var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> sk_sum_lo: array<atomic<u32>, 16>;
@@ -237,6 +238,90 @@ fn sk_gumbel(w_in: u32) -> f32 {
     var w: u32 = w_in;
     return (-sk_log(sk_exponential(w)));
 }
+fn sk_log64(x_in: f64) -> f64 {
+    var x: f64 = x_in;
+    var ix: u64 = bitcast<u64>(x);
+    var k: i32 = (0i);
+    if ((ix < 4503599627370496lu)) {
+        x = (x * (1.8014398509481984e16lf));
+        ix = bitcast<u64>(x);
+        k = (-54i);
+    }
+    ix = (ix + 2638149301829632lu);
+    k = ((k + i32((ix >> 52u))) - (1023i));
+    ix = ((ix & 4503599627370495lu) + 4604544269498187776lu);
+    var fr: f64 = (bitcast<f64>(ix) - (1.0lf));
+    var s: f64 = (fr / ((2.0lf) + fr));
+    var z: f64 = (s * s);
+    var w: f64 = (z * z);
+    var r: f64 = ((z * ((0.6666666666666735lf) + (w * ((0.2857142874366239lf) + (w * ((0.1818357216161805lf) + (w * (0.14798198605116586lf)))))))) + (w * ((0.3999999999940942lf) + (w * ((0.22222198432149784lf) + (w * (0.15313837699209373lf)))))));
+    var hfsq: f64 = (((0.5lf) * fr) * fr);
+    var dk: f64 = f64(k);
+    return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10lf))) - hfsq) + fr) + (dk * (0.6931471803691238lf)));
+}
+fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
+    var w0: u32 = w0_in;
+    var w1: u32 = w1_in;
+    var w2: u32 = w2_in;
+    var w3: u32 = w3_in;
+    var h: u32 = 0u;
+    {
+        var k: u32 = (w0 * 3432918353u);
+        k = (((k << 15u) | (k >> 17u)) * 461845907u);
+        h = (h ^ k);
+        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
+    }
+    {
+        var k: u32 = (w1 * 3432918353u);
+        k = (((k << 15u) | (k >> 17u)) * 461845907u);
+        h = (h ^ k);
+        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
+    }
+    {
+        var k: u32 = (w2 * 3432918353u);
+        k = (((k << 15u) | (k >> 17u)) * 461845907u);
+        h = (h ^ k);
+        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
+    }
+    {
+        var k: u32 = (w3 * 3432918353u);
+        k = (((k << 15u) | (k >> 17u)) * 461845907u);
+        h = (h ^ k);
+        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
+    }
+    h = (h ^ 16u);
+    h = (h ^ (h >> 16u));
+    h = (h * 2246822507u);
+    h = (h ^ (h >> 13u));
+    h = (h * 3266489909u);
+    return (h ^ (h >> 16u));
+}
+fn sk_seeded_gumbel64(h_in: u32) -> f64 {
+    var h: u32 = h_in;
+    if ((h == 0u)) {
+        return bitcast<f64>(18442240474082181120lu);
+    }
+    var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
+    return (-sk_log64((-e)));
+}
+fn sk_seeded_gumbel32(h_in: u32) -> f32 {
+    var h: u32 = h_in;
+    if ((h == 0u)) {
+        return bitcast<f32>(4286578688u);
+    }
+    var t: f32 = (0.0f);
+    if ((h >= 2147483648u)) {
+        var q: f32 = (f32((4294967295u - h)) / f32(h));
+        var up: f32 = ((1.0f) + q);
+        t = q;
+        if ((up != (1.0f))) {
+            t = ((sk_log(up) * q) / (up - (1.0f)));
+        }
+    } else {
+        t = (-sk_log((f32(h) * (2.3283064e-10f))));
+    }
+    return (-sk_log(max(t, (2.3283064e-10f))));
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -253,7 +338,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
         var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
         var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-        var filtered: bool = ((noisy && (rows[((row * 12u) + 1u)] != 1u)) && (searched || (mp > (0.0f))));
+        var filtered: bool = (noisy && (searched || (mp > (0.0f))));
         if (((!((params.flags & 8u) != 0u)) || filtered)) {
             var sweeps: u32 = 0u;
             var m: f32 = bitcast<f32>(4286578688u);
@@ -3705,8 +3790,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             var tie_rank: u32 = 0u;
             var all_mass: u64 = 0lu;
+            var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
             var best: f32 = bitcast<f32>(4286578688u);
             var best_i: u32 = 4294967295u;
+            var best64: f64 = bitcast<f64>(18442240474082181120lu);
+            var best64_i: u32 = 4294967295u;
             var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
@@ -3715,7 +3803,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var q: u32 = min((sk_lid * per), quads); q < min(((sk_lid * per) + per), quads); q = q + 1u) {
                     var c0: u32 = (q * 4u);
-                    if (noisy) {
+                    if ((noisy && (!seeded_row))) {
                         w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
                     }
                     {
@@ -3742,7 +3830,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 kept = in_set;
                             }
-                            if (kept) {
+                            if ((kept && seeded_row)) {
+                                var s64: f64 = f64(ov);
+                                if (noisy) {
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                }
+                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                    best64 = s64;
+                                    best64_i = col;
+                                }
+                            }
+                            if ((kept && (!seeded_row))) {
                                 var score: f32 = select(zv, select((zv + sk_gumbel(w[0])), sk_gumbel(w[0]), (zv == bitcast<f32>(2139095040u))), noisy);
                                 if (((score > best) || (best_i == 4294967295u))) {
                                     best = score;
@@ -3775,7 +3873,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 kept = in_set;
                             }
-                            if (kept) {
+                            if ((kept && seeded_row)) {
+                                var s64: f64 = f64(ov);
+                                if (noisy) {
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                }
+                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                    best64 = s64;
+                                    best64_i = col;
+                                }
+                            }
+                            if ((kept && (!seeded_row))) {
                                 var score: f32 = select(zv, select((zv + sk_gumbel(w[1])), sk_gumbel(w[1]), (zv == bitcast<f32>(2139095040u))), noisy);
                                 if (((score > best) || (best_i == 4294967295u))) {
                                     best = score;
@@ -3808,7 +3916,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 kept = in_set;
                             }
-                            if (kept) {
+                            if ((kept && seeded_row)) {
+                                var s64: f64 = f64(ov);
+                                if (noisy) {
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                }
+                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                    best64 = s64;
+                                    best64_i = col;
+                                }
+                            }
+                            if ((kept && (!seeded_row))) {
                                 var score: f32 = select(zv, select((zv + sk_gumbel(w[2])), sk_gumbel(w[2]), (zv == bitcast<f32>(2139095040u))), noisy);
                                 if (((score > best) || (best_i == 4294967295u))) {
                                     best = score;
@@ -3841,7 +3959,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 kept = in_set;
                             }
-                            if (kept) {
+                            if ((kept && seeded_row)) {
+                                var s64: f64 = f64(ov);
+                                if (noisy) {
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                }
+                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                    best64 = s64;
+                                    best64_i = col;
+                                }
+                            }
+                            if ((kept && (!seeded_row))) {
                                 var score: f32 = select(zv, select((zv + sk_gumbel(w[3])), sk_gumbel(w[3]), (zv == bitcast<f32>(2139095040u))), noisy);
                                 if (((score > best) || (best_i == 4294967295u))) {
                                     best = score;
@@ -3853,7 +3981,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
             }
             var win: f32 = (0.0f);
-            var tok: u32 = 0u;
+            var tok32: u32 = 0u;
             {
                 sk_am_f32[sk_lid] = best;
                 sk_am_i[sk_lid] = best_i;
@@ -3870,9 +3998,31 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     workgroupBarrier();
                 }
                 win = sk_am_f32[0];
-                tok = sk_am_i[0];
+                tok32 = sk_am_i[0];
                 workgroupBarrier();
             }
+            var win64: f64 = (0.0lf);
+            var tok64: u32 = 0u;
+            {
+                sk_am_f64[sk_lid] = best64;
+                sk_am_i[sk_lid] = best64_i;
+                workgroupBarrier();
+                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                    if (sk_lid < sk_s) {
+                        let ov = sk_am_f64[sk_lid + sk_s];
+                        let oi = sk_am_i[sk_lid + sk_s];
+                        if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
+                            sk_am_f64[sk_lid] = ov;
+                            sk_am_i[sk_lid] = oi;
+                        }
+                    }
+                    workgroupBarrier();
+                }
+                win64 = sk_am_f64[0];
+                tok64 = sk_am_i[0];
+                workgroupBarrier();
+            }
+            var tok: u32 = select(tok32, tok64, seeded_row);
             var valid: bool = (tok < params.vocab);
             var tok_at: u32 = select(0u, tok, valid);
             var summed_mass: u64 = 0lu;

@@ -251,7 +251,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
         var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
         var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
-        var filtered: bool = ((noisy && (rows[((row * 12u) + 1u)] != 1u)) && (searched || (mp > (0.0f))));
+        var filtered: bool = (noisy && (searched || (mp > (0.0f))));
         if (((!((params.flags & 8u) != 0u)) || filtered)) {
             var sweeps: u32 = 0u;
             var m: f32 = bitcast<f32>(4286578688u);

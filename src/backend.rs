@@ -407,6 +407,8 @@ pub trait Backend {
     /// passes over a row depends on its parameters only (`xtask/src/kernels/filters.rs`):
     /// 2 with min-p alone, 10 with top-k or top-p, 18 with both top-k first. The
     /// log-probability is the token's under the whole row's distribution, as on the plain path.
+    /// Rows made with [`RowParams::seeded`] run SGLang's seeded float64 race inside `S` instead
+    /// (on `z - max`, or `ln p`, which differ from its log-probabilities by the row's constant).
     fn sample_filtered(
         &self,
         shape: Shape,

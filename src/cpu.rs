@@ -140,10 +140,18 @@ fn kept_set(input: Input<'_, CpuBackend>, shape: Shape, r: usize, row: &RowParam
     }
 }
 
-/// Whether the per-row sampler sends the row to the filter kernels: a sampled, non-seeded row
-/// with a filter (greedy takes the largest value, which every filter keeps).
+/// Whether the per-row sampler sends the row to the filter kernels: a sampled row with a filter
+/// (greedy takes the largest value, which every filter keeps).
 fn takes_filter_path(row: &RowParams) -> bool {
-    row.is_sampled() && row.mode() == RowMode::Race && row.has_filters()
+    row.is_sampled() && row.has_filters()
+}
+
+/// SGLang's seeded race among the columns `keep` accepts, on log-probabilities `lp`: the token,
+/// whether it is valid, and its log-probability.
+fn seeded_in(lp: &[f64], row: &RowParams, keep: impl Fn(usize) -> bool) -> (usize, bool, f64) {
+    let scores = kept_scores(seeded_scores(lp, row), keep);
+    let token = argmax(&scores);
+    (token, scores[token] > f64::NEG_INFINITY, lp[token])
 }
 
 /// SGLang's seeded scores of one row: `logprob + g(hash(seed, position, column))` in float64
@@ -204,9 +212,8 @@ pub fn race_scores(values: &[f64], row: &RowParams, from_probs: bool) -> Vec<f64
 
 /// The seeded race of one row of log-probabilities, written to `out`.
 fn seeded_row(out: Output<'_, CpuBackend>, r: usize, lp: &[f64], row: &RowParams) {
-    let scores = seeded_scores(lp, row);
-    let token = argmax(&scores);
-    write_output(out, r, token, scores[token] > f64::NEG_INFINITY, || lp[token]);
+    let (token, valid, lp) = seeded_in(lp, row, |_| true);
+    write_output(out, r, token, valid, || lp);
 }
 
 /// Writes one row's results; a row without a valid value gets token 0, log-probability -inf and
@@ -309,9 +316,13 @@ impl Backend for CpuBackend {
                         continue;
                     }
                     let (x, keep) = kept_set(input, shape, r, row);
-                    let (token, valid, lp) = match input {
-                        Input::Logits(_) => race_logits_in(&x, row, |j| keep[j]),
-                        Input::Probs(_) => race_probs_in(&x, row, |j| keep[j]),
+                    let (token, valid, lp) = match (input, row.mode()) {
+                        (Input::Logits(_), RowMode::Race) => race_logits_in(&x, row, |j| keep[j]),
+                        (Input::Probs(_), RowMode::Race) => race_probs_in(&x, row, |j| keep[j]),
+                        (Input::Logits(_), RowMode::Seeded) => seeded_in(&sglang_logprobs(&x, row), row, |j| keep[j]),
+                        (Input::Probs(_), RowMode::Seeded) => {
+                            seeded_in(&x.iter().map(|p| p.ln()).collect::<Vec<_>>(), row, |j| keep[j])
+                        }
                     };
                     if let Some(passes) = out.passes.as_deref_mut() {
                         passes[r] = filters::passes(&row.filters(), shape.vocab);

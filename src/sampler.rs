@@ -43,36 +43,26 @@ impl RowParams {
     /// The row record of a request with SGLang-normalized parameters at decode step (position)
     /// `step`: greedy when SGLang would be (`top_k = 1`); SGLang's seeded race under
     /// deterministic inference (seed 42 when the request gives none); else the Philox race keyed
-    /// by the request's seed and step, inside its top-k / top-p / min-p set with SGLang's joint
-    /// order. SGLang's deterministic filtered path (the seeded race over the sorted, filtered
-    /// set) is not implemented: such a request is refused, not sampled without its filters.
+    /// by the request's seed and step. Either race runs inside the request's top-k / top-p /
+    /// min-p set, in SGLang's joint order. (SGLang's deterministic filtered path hashes a token's
+    /// rank in the sorted set; this crate hashes its vocabulary id, see [`crate::murmur`].)
     pub fn from_request(params: &NormalizedParams, step: u64, deterministic: bool) -> Result<Self> {
+        let seed = params.seed().unwrap_or(if deterministic { DEFAULT_SEED } else { 0 });
         if params.top_k() == 1 {
-            return Ok(if deterministic {
-                RowParams::seeded(0.0, params.seed().unwrap_or(DEFAULT_SEED), step)
-            } else {
-                RowParams::greedy().with_offset(step)
-            });
+            return Ok(if deterministic { RowParams::seeded(0.0, seed, step) } else { RowParams::greedy() });
         }
         let temperature = params.temperature() as f32;
         let row = if deterministic {
-            RowParams::seeded(temperature, params.seed().unwrap_or(DEFAULT_SEED), step)
+            RowParams::seeded(temperature, seed, step)
         } else {
-            RowParams::new(temperature, params.seed().unwrap_or(0), step)
+            RowParams::new(temperature, seed, step)
         };
         let top_k = match params.top_k() {
             crate::planner::TOP_K_ALL => u32::MAX,
             k => u32::try_from(k).unwrap_or(u32::MAX),
         };
-        let filtered = row.with_top_k(top_k).with_top_p(params.top_p() as f32).with_min_p(params.min_p() as f32);
-        if deterministic && filtered.has_filters() {
-            return Err(Error::Param {
-                row: 0,
-                field: "top_k/top_p/min_p",
-                value: format!("{} / {} / {}", params.top_k(), params.top_p(), params.min_p()),
-                rule: "deterministic inference with filters (SGLang's seeded filtered path) is not implemented",
-            });
-        }
-        Ok(filtered)
+        let row = row.with_top_k(top_k).with_top_p(params.top_p() as f32).with_min_p(params.min_p() as f32);
+        <RowParams as crate::types::Element>::validate(std::slice::from_ref(&row))?;
+        Ok(row)
     }
 }

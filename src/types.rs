@@ -245,9 +245,6 @@ impl Element for RowParams {
             if p.order > crate::generated::ORDER_TOP_K_FIRST {
                 return fail("order", p.order.to_string(), "must be 0 (joint) or 1 (top-k first)");
             }
-            if p.mode() == RowMode::Seeded && p.has_filters() {
-                return fail("mode", "seeded".into(), "the seeded sampler takes no top-k, top-p or min-p");
-            }
         }
         Ok(())
     }

@@ -133,10 +133,14 @@ fn random_row(rng: &mut Rng, vocab: usize) -> Vec<f32> {
 }
 
 /// Random filters: top-k none, 1, in range or beyond; top-p 1, random or below the largest
-/// probability; min-p 0, random or 1; either order.
+/// probability; min-p 0, random or 1; either order; the Philox race or the seeded one.
 fn random_params(rng: &mut Rng, vocab: usize) -> RowParams {
     let t = [0.5, 0.7, 1.0, 1.5][rng.below(4) as usize];
-    let mut row = RowParams::new(t, rng.next_u64(), rng.below(1000));
+    // One row in four is SGLang's seeded sampler, which races inside the same sets.
+    let mut row = match rng.below(4) {
+        0 => RowParams::seeded(t, rng.next_u64(), rng.below(1000)),
+        _ => RowParams::new(t, rng.next_u64(), rng.below(1000)),
+    };
     row = match rng.below(4) {
         0 => row,
         1 => row.with_top_k(1),
@@ -241,7 +245,8 @@ pub fn sets_match_the_oracle<B: Backend>(b: &B) {
     assert!(rows_seen >= 10_000 && near * 100 < rows_seen, "{near} of {rows_seen} rows near a boundary");
 }
 
-/// Sampled tokens lie in the row's set on every draw, and agree with the reference's race.
+/// Sampled tokens lie in the row's set on every draw, and agree with the reference's race (the
+/// Philox race, or the seeded float64 one), but for near-ties of float32 against float64.
 pub fn tokens_lie_in_the_set<B: Backend>(b: &B) {
     let mut rng = Rng::new(77);
     let (mut draws, mut same) = (0usize, 0usize);
@@ -373,7 +378,7 @@ pub fn flat_and_peaked_take_the_same_passes<B: Backend>(b: &B) {
 }
 
 /// With no filter the kernel gives the plain race's token, and with top-k 1 greedy's, on every
-/// row (the same noise, the same race).
+/// row (the same noise, the same race); seeded rows give the seeded race's.
 pub fn no_filter_is_the_plain_race<B: Backend>(b: &B) {
     let mut rng = Rng::new(5);
     let shape = Shape { batch: 300, vocab: 1000, stride: 1024 };
@@ -399,6 +404,16 @@ pub fn no_filter_is_the_plain_race<B: Backend>(b: &B) {
         let (g, w) = (got_lp[r], want_lp[r]);
         assert!((g - w).abs() <= 1e-4 * w.abs().max(1.0) || g == w, "log-probability {g} vs {w} in row {r}");
     }
+    // Seeded rows without a filter: the seeded race from logits, but for float32 near-ties of
+    // the log-probabilities (this kernel uses z - max; that one SGLang's log of the softmax).
+    let seeded: Vec<RowParams> = (0..shape.batch).map(|r| RowParams::seeded(0.8, r as u64, 2)).collect();
+    let rb = b.upload(&seeded).unwrap();
+    let mut t = b.zeros::<u32>(shape.batch).unwrap();
+    b.seeded_from_logits(shape, Logits::F32(&xb), &rb, Output::new(&mut t)).unwrap();
+    let want = b.download(&t).unwrap();
+    b.sample_filtered(shape, Input::Logits(Logits::F32(&xb)), &rb, Output::new(&mut t)).unwrap();
+    let same = b.download(&t).unwrap().iter().zip(&want).filter(|(g, w)| g == w).count();
+    assert!(same * 100 >= shape.batch * 99, "seeded without a filter: {same} of {} tokens agree", shape.batch);
     let top1: Vec<RowParams> = plain.iter().map(|r| r.with_top_k(1)).collect();
     let greedy: Vec<RowParams> = plain.iter().map(|_| RowParams::greedy()).collect();
     assert_eq!(run(&top1, true).0, run(&greedy, false).0, "top-k 1");

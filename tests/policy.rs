@@ -75,7 +75,7 @@ pub fn bad_temperatures<B: Backend>(b: &B) {
     }
 }
 
-/// Filters outside SGLang's ranges, a top-k of 0, an unknown order, or filters on a seeded row:
+/// Filters outside SGLang's ranges, a top-k of 0 or an unknown order:
 /// refused on upload and on write, naming the row and the field.
 pub fn bad_filter_params<B: Backend>(b: &B) {
     let base = RowParams::new(1.0, 0, 0);
@@ -90,7 +90,6 @@ pub fn bad_filter_params<B: Backend>(b: &B) {
         (base.with_min_p(1.5), "min_p"),
         (base.with_min_p(f32::NAN), "min_p"),
         (bytemuck::cast(unknown_order), "order"),
-        (RowParams::seeded(1.0, 0, 0).with_top_p(0.9), "mode"),
     ];
     let mut rows = b.upload(&[base; 2]).unwrap();
     // Rows past 2^23 tokens would overflow the filters' fixed-point masses: refused by shape.

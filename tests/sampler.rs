@@ -8,15 +8,16 @@ use common::Rng;
 use sampling_kernels::planner::SamplingParams;
 use sampling_kernels::{Backend, Error, FilterOrder, Input, Logits, Output, RowMode, RowParams, Sampler, Shape};
 
-/// Row `r` is greedy, plain, seeded, top-p or top-k-and-min-p (top-k first) by `r % 5` (and
-/// every mix of them in smaller batches).
+/// Row `r` is greedy, plain, seeded, top-p, top-k-and-min-p (top-k first) or seeded with top-p
+/// by `r % 6` (and every mix of them in smaller batches).
 fn mixed_rows(rng: &mut Rng, batch: usize, step: u64) -> Vec<RowParams> {
     (0..batch)
-        .map(|r| match r % 5 {
+        .map(|r| match r % 6 {
             0 => RowParams::greedy(),
             1 => RowParams::new(0.9, rng.next_u64(), step),
             2 => RowParams::seeded(1.1, rng.next_u64(), step),
             3 => RowParams::new(0.9, rng.next_u64(), step).with_top_p(0.8),
+            4 => RowParams::seeded(0.8, rng.next_u64(), step).with_top_p(0.9).with_top_k(30),
             _ => RowParams::new(1.2, rng.next_u64(), step)
                 .with_top_k(40)
                 .with_top_p(0.9)
@@ -63,8 +64,8 @@ pub fn mixed_batch_matches_each_path<B: Backend>(b: &B) {
     let (kept, kept_lp) = call(b, shape, &x, &rows, filtered);
     for (r, p) in rows.iter().enumerate() {
         let (want, want_lp) = match p.mode() {
+            _ if p.has_filters() => (kept[r], kept_lp[r]),
             RowMode::Seeded => (seeded[r], seeded_lp[r]),
-            RowMode::Race if p.has_filters() => (kept[r], kept_lp[r]),
             RowMode::Race => (raced[r], raced_lp[r]),
         };
         assert_eq!((mixed[r], mixed_lp[r]), (want, want_lp), "row {r} ({:?})", p);
@@ -81,7 +82,7 @@ pub fn sampler_steps<B: Backend>(b: &B) {
     let mut t = b.zeros::<u32>(shape.batch).unwrap();
     for step in 0..200 {
         let mut rows = mixed_rows(&mut rng, shape.batch, step);
-        rows.rotate_left(step as usize % 5);
+        rows.rotate_left(step as usize % 6);
         sampler.step(shape, Logits::F32(&x), &rows, Output::new(&mut t)).unwrap();
         let (want, _) = call(b, shape, &x, &rows, B::sample);
         assert_eq!(b.download(&t).unwrap(), want, "step {step}");
@@ -94,8 +95,7 @@ suite!(cpu, crate::common::cpu, sampler_steps);
 device_suites!(mixed_batch_matches_each_path, sampler_steps);
 
 /// SGLang-normalized requests become row records: greedy, seeded under deterministic inference
-/// (seed 42 by default), the Philox race otherwise, with the request's filters (joint); filters
-/// under deterministic inference are refused.
+/// (seed 42 by default), the Philox race otherwise, each with the request's filters (joint).
 #[test]
 fn requests_become_rows() {
     let row = |body: &str, deterministic| {
@@ -112,7 +112,6 @@ fn requests_become_rows() {
     let f = filtered.filters();
     assert_eq!((f.top_k, f.top_p as f32, f.min_p as f32), (Some(20), 0.9, 0.1));
     assert_eq!(row(r#"{"top_k": -1}"#, false).unwrap().filters().top_k, None);
-    for body in [r#"{"top_p": 0.9}"#, r#"{"top_k": 20}"#, r#"{"min_p": 0.1}"#] {
-        assert!(matches!(row(body, true), Err(Error::Param { .. })), "{body}");
-    }
+    let seeded_filtered = row(r#"{"temperature": 0.7, "top_p": 0.9}"#, true).unwrap();
+    assert_eq!((seeded_filtered.mode(), seeded_filtered.filters().top_p as f32), (RowMode::Seeded, 0.9));
 }

@@ -13,6 +13,9 @@
 //! ones (the lowest indices) comes from a block-wide exclusive scan of per-invocation tie counts,
 //! since every pass walks one contiguous chunk of the row per invocation, in index order.
 //!
+//! Seeded rows (SGLang's deterministic sampler) run its float64 race on hashed noise inside `S`
+//! instead of the Philox race, so deterministic inference keeps its filters.
+//!
 //! Passes over the row, by parameters:
 //! - min-p only: 2 (the maximum, then the race);
 //! - any top-k or top-p (joint, or top-k first without both): 10 (maximum, 8 digit passes, race);
@@ -30,6 +33,7 @@ use super::sampling::{
     buffer, for_each_column, for_each_row, kernel, output_buffers, philox_block, row_temperature, row_word, scaled,
     softmax_weight, word, write_results, Dtype, FLAG_FILTERED_ONLY, FLAG_PASSES, MODE_SEEDED,
 };
+use super::seeded::{self, score64};
 use crate::ir::*;
 
 /// Row mode word value: top-p measured on the top-k set (vLLM, FlashInfer); else joint (SGLang).
@@ -309,13 +313,12 @@ fn row_filters(b: &mut Block) {
 }
 
 /// Whether the row has a filter that can change its token: the rows the filter kernels take
-/// under [`FLAG_FILTERED_ONLY`] and the plain sampler leaves to them. Greedy rows never (the
-/// largest value is always kept, and greedy takes it), nor seeded rows (the host refuses
-/// filters on them). Needs `noisy` (from `row_temperature`).
+/// under [`FLAG_FILTERED_ONLY`] and the plain sampler leaves to them, seeded or not. Greedy rows
+/// never (the largest value is always kept, and greedy takes it). Needs `noisy` (from
+/// `row_temperature`).
 pub(super) fn row_is_filtered(b: &mut Block) -> Expr {
     row_filters(b);
-    let plain = row_word(word::MODE).ne_(u(MODE_SEEDED));
-    b.let_("filtered", Ty::Bool, var("noisy").and(plain).and(var("searched").or(var("mp").gt(f(0.0)))))
+    b.let_("filtered", Ty::Bool, var("noisy").and(var("searched").or(var("mp").gt(f(0.0)))))
 }
 
 /// Finds the row's kept set. Afterwards a sweep decides each token with [`kept`], counting the
@@ -418,15 +421,33 @@ fn filter_row(b: &mut Block, input: Input, output: Output) {
 
 /// The race of the plain path restricted to `S`, with the same noise, then the row's results.
 fn sample_in_set(b: &mut Block, input: Input) {
+    // Seeded rows (SGLang's deterministic sampler) race in float64 on hashed noise instead.
+    let seeded = b.let_("seeded_row", Ty::Bool, row_word(word::MODE).eq_(u(MODE_SEEDED)));
     b.let_("best", Ty::F32, f(f32::NEG_INFINITY));
     b.let_("best_i", Ty::U32, u(NONE));
+    b.let_("best64", Ty::F64, f64_(f64::NEG_INFINITY));
+    b.let_("best64_i", Ty::U32, u(NONE));
     b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
+    let philox_rows = var("noisy").and(seeded.clone().not());
     sweep_set(
         b,
         input,
-        |b, c0| b.if_(var("noisy"), |b| b.set("w", philox_block(c0))),
+        |b, c0| b.if_(philox_rows.clone(), |b| b.set("w", philox_block(c0))),
         |b, col, j, keep| {
-            b.if_(keep, |b| {
+            b.if_(keep.clone().and(seeded.clone()), |b| {
+                // The log-probability up to the row's constant (which no argmax sees): `z - max`
+                // from logits, `ln p` from probabilities; then SGLang's float64 race.
+                let lp = match input {
+                    Input::Logits(_) => var("ov").cast(Ty::F64),
+                    Input::Probs => call(math::LOG64, vec![var("zv").cast(Ty::F64)]),
+                };
+                let s = score64(b, lp, col.clone());
+                b.if_(s.clone().gt(var("best64")).or(var("best64_i").eq_(u(NONE))), |b| {
+                    b.set("best64", s);
+                    b.set("best64_i", col.clone());
+                });
+            });
+            b.if_(keep.and(seeded.clone().not()), |b| {
                 let z = var("zv");
                 let score = match input {
                     Input::Logits(_) => {
@@ -443,7 +464,9 @@ fn sample_in_set(b: &mut Block, input: Input) {
             });
         },
     );
-    let (_, tok) = b.argmax(var("best"), var("best_i"), "win", "tok");
+    let (_, tok32) = b.argmax(var("best"), var("best_i"), "win", "tok32");
+    let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "win64", "tok64");
+    let tok = b.let_("tok", Ty::U32, select(seeded, tok64, tok32));
     let valid = b.let_("valid", Ty::Bool, tok.clone().lt(param("vocab")));
     let safe = b.let_("tok_at", Ty::U32, select(valid.clone(), tok.clone(), u(0)));
     // The row's mass: from the select's first pass, or summed by this sweep where none ran.
@@ -502,8 +525,12 @@ fn filter_kernel(input: Input, output: Output) -> Kernel {
         }
         _ => unreachable!("not generated"),
     };
-    let functions =
-        super::union([vec![math::exp(), math::log(), fixed(), fixed_f32(), fraction()], philox::noise_functions()]);
+    let functions = super::union([
+        vec![math::exp(), math::log(), fixed(), fixed_f32(), fraction()],
+        philox::noise_functions(),
+        // The seeded race's hash and float64 log, where the kernel samples.
+        if output == Output::Sample { seeded::functions() } else { vec![] },
+    ]);
     kernel(name, doc, max_passes(output), buffers, functions, b)
 }
 

@@ -14,18 +14,20 @@ use crate::ir::*;
 fn sample(dtype: Dtype) -> Kernel {
     let mut b = Block::new();
     for_each_row(&mut b, |b| {
+        // With FLAG_SKIP_FILTERED, rows with a filter are the filter kernel's (the second launch).
+        b.let_("skip", Ty::Bool, boolean(false));
+        b.scope(|b| {
+            row_temperature(b);
+            let filtered = row_is_filtered(b);
+            b.set("skip", filtered.and((param("flags") & u(FLAG_SKIP_FILTERED)).ne_(u(0))));
+        });
         // The mode is the same for every invocation of the row's workgroup: the branch is uniform.
         let seeded = row_word(word::MODE).eq_(u(MODE_SEEDED));
-        b.if_else(seeded, seeded_logits_row, |b| {
-            // With FLAG_SKIP_FILTERED, rows with a filter are the filter kernel's (the second launch).
-            b.let_("skip", Ty::Bool, boolean(false));
-            b.scope(|b| {
-                row_temperature(b);
-                let filtered = row_is_filtered(b);
-                b.set("skip", filtered.and((param("flags") & u(FLAG_SKIP_FILTERED)).ne_(u(0))));
-            });
-            b.if_(var("skip").not(), |b| race_row(b, Race::Logits));
-        });
+        b.if_else(
+            seeded,
+            |b| b.if_(var("skip").not(), seeded_logits_row),
+            |b| b.if_(var("skip").not(), |b| race_row(b, Race::Logits)),
+        );
     });
     let functions = super::union([vec![math::exp()], philox::noise_functions(), functions()]);
     let doc = "per-row sampler: each row's mode picks the Philox race or the seeded float64 race";

@@ -66,7 +66,7 @@ fn keep_best(b: &mut Block, best: &str, best_i: &str, score: Expr, col: Expr) {
 }
 
 /// Score of a column in float64: its log-probability plus the hashed noise (none for greedy rows).
-fn score64(b: &mut Block, lp64: Expr, col: Expr) -> Expr {
+pub(super) fn score64(b: &mut Block, lp64: Expr, col: Expr) -> Expr {
     let s = b.let_("s64", Ty::F64, lp64);
     b.if_(var("noisy"), |b| b.set("s64", s.clone() + call(murmur::SEEDED_GUMBEL64, vec![hash(col)])));
     s
