@@ -2,16 +2,18 @@
 //! passes over the row fixed by the row's parameters (never by its data), then the same race as
 //! the plain path inside `S`.
 //!
-//! Tokens are ordered by (value descending, index ascending), the value being `z = l / T` (logits)
-//! or `p` (probabilities). Every filter keeps a prefix of that order, so `S` is the shortest
+//! Tokens are ordered by (value descending, index ascending), the value being `z - max z` rounded
+//! to f32, `z = l / T` (logits; the order of the float32 softmax's probabilities), or `p`
+//! (probabilities). Every filter keeps a prefix of that order, so `S` is the shortest
 //! prefix. The search for its last element is a radix select over an order-preserving u32 key of
 //! the value, four bits a pass (eight passes): each pass counts, per digit of the candidates, how
 //! many tokens there are and their mass, and keeps the lowest digit whose first token is still
 //! kept. Masses are fixed-point integers (`w * 2^40`, `w = p / p_max`), so their sums are exact and
 //! the same set comes out on every run, block size and backend; no float atomics. Tokens tied at
 //! the boundary key all have the same mass, so how many of them are kept is arithmetic; which
-//! ones (the lowest indices) comes from a block-wide exclusive scan of per-invocation tie counts,
-//! since every pass walks one contiguous chunk of the row per invocation, in index order.
+//! ones (the lowest indices) comes from a block-wide exclusive scan of per-invocation tie counts:
+//! the last digit pass and the pass that uses the set walk one contiguous chunk of the row per
+//! invocation, in index order; the other passes read coalesced.
 //!
 //! Seeded rows (SGLang's deterministic sampler) run its float64 race on hashed noise inside `S`
 //! instead of the Philox race, so deterministic inference keeps its filters.
@@ -36,7 +38,7 @@ use super::sampling::{
 use super::seeded::{self, score64};
 use crate::ir::*;
 
-/// Row mode word value: top-p measured on the top-k set (vLLM, FlashInfer); else joint (SGLang).
+/// Order word value: top-p measured on the top-k set (vLLM, FlashInfer); else joint (SGLang).
 pub const ORDER_TOP_K_FIRST: u32 = 1;
 /// Bits resolved per digit pass, and the passes that resolve the 32-bit key.
 const DIGIT_BITS: u32 = 4;
@@ -203,7 +205,7 @@ fn row_max(b: &mut Block, input: Input) {
 
 /// The radix select of one prefix. Keeps the tokens whose count before them is below `kk` and
 /// whose mass before them is at most `lim` (a u64 variable; where `set_lim` holds, the first pass
-/// sets it to `pp` of the row's whole mass, which that pass sums into `total`). Leaves, under
+/// sets it to `pp` of the row's whole mass, which that pass sums into `row_mass`). Leaves, under
 /// `tag`: `{tag}_key` (the last kept token's key), `{tag}_n` and `{tag}_m` (count and mass strictly
 /// above that key), `{tag}_ties` (how many tokens of that key are kept, the lowest indices),
 /// `{tag}_v` (the mass of each), and in `mine` this invocation's count of tokens of that key.
