@@ -135,8 +135,10 @@ pub enum SeededMode {
 /// fields are the arguments of the provided method of the same name ([`Backend::softmax`],
 /// [`Backend::greedy`], [`Backend::race_from_logits`], [`Backend::race_from_probs`],
 /// [`Backend::seeded`], [`Backend::seeded_from_logits`], [`Backend::sample`], [`Backend::murmur3`],
-/// [`Backend::log_f64`], [`Backend::philox`], [`Backend::gumbel_noise`], [`Backend::read_rows`]),
-/// checked by it.
+/// [`Backend::log_f64`], [`Backend::philox`], [`Backend::gumbel_noise`], [`Backend::read_rows`];
+/// `Filter` is [`Backend::sample_filtered`]'s, `MaskLogits` [`Backend::mask_logits`]'s and
+/// `RenormProbs` [`Backend::renorm_probs`]'s), checked by it. [`Backend::sample`] runs `Sample`
+/// then `Filter`, each taking its own rows.
 #[allow(missing_docs)]
 pub enum Job<'a, B: Backend + ?Sized> {
     Softmax {
