@@ -50,7 +50,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/softmax_f32.cu"),
         buffers: &["x", "rows", "probs"],
         passes: 3,
-        needs_64bit: false,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "softmax_f16",
@@ -58,7 +59,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/softmax_f16.cu"),
         buffers: &["x", "rows", "probs"],
         passes: 3,
-        needs_64bit: false,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "softmax_bf16",
@@ -66,7 +68,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/softmax_bf16.cu"),
         buffers: &["x", "rows", "probs"],
         passes: 3,
-        needs_64bit: false,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "greedy_f32",
@@ -74,7 +77,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/greedy_f32.cu"),
         buffers: &["x", "tokens", "logprobs", "status"],
         passes: 1,
-        needs_64bit: false,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "greedy_f16",
@@ -82,7 +86,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/greedy_f16.cu"),
         buffers: &["x", "tokens", "logprobs", "status"],
         passes: 1,
-        needs_64bit: false,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "greedy_bf16",
@@ -90,7 +95,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/greedy_bf16.cu"),
         buffers: &["x", "tokens", "logprobs", "status"],
         passes: 1,
-        needs_64bit: false,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "race_logits_f32",
@@ -98,7 +104,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/race_logits_f32.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status"],
         passes: 1,
-        needs_64bit: false,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "race_logits_f16",
@@ -106,7 +113,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/race_logits_f16.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status"],
         passes: 1,
-        needs_64bit: false,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "race_logits_bf16",
@@ -114,7 +122,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/race_logits_bf16.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status"],
         passes: 1,
-        needs_64bit: false,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "race_probs",
@@ -122,7 +131,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/race_probs.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status"],
         passes: 1,
-        needs_64bit: false,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "philox4x32_10",
@@ -130,7 +140,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/philox4x32_10.cu"),
         buffers: &["input", "output"],
         passes: 0,
-        needs_64bit: false,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "gumbel_noise",
@@ -138,7 +149,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/gumbel_noise.cu"),
         buffers: &["rows", "noise"],
         passes: 0,
-        needs_64bit: false,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "seeded_f64",
@@ -146,7 +158,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/seeded_f64.cu"),
         buffers: &["lp", "rows", "tokens", "logprobs", "status"],
         passes: 1,
-        needs_64bit: true,
+        needs_f64: true,
+        needs_int64: true,
     },
     KernelSource {
         name: "seeded_f32",
@@ -154,7 +167,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/seeded_f32.cu"),
         buffers: &["lp", "rows", "tokens", "logprobs", "status"],
         passes: 1,
-        needs_64bit: true,
+        needs_f64: true,
+        needs_int64: true,
     },
     KernelSource {
         name: "seeded_screened_f64",
@@ -162,7 +176,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/seeded_screened_f64.cu"),
         buffers: &["lp", "rows", "tokens", "logprobs", "status"],
         passes: 2,
-        needs_64bit: true,
+        needs_f64: true,
+        needs_int64: true,
     },
     KernelSource {
         name: "seeded_screened_f32",
@@ -170,7 +185,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/seeded_screened_f32.cu"),
         buffers: &["lp", "rows", "tokens", "logprobs", "status"],
         passes: 2,
-        needs_64bit: true,
+        needs_f64: true,
+        needs_int64: true,
     },
     KernelSource {
         name: "seeded_logits_f32",
@@ -178,7 +194,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/seeded_logits_f32.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status"],
         passes: 3,
-        needs_64bit: true,
+        needs_f64: true,
+        needs_int64: true,
     },
     KernelSource {
         name: "seeded_logits_f16",
@@ -186,7 +203,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/seeded_logits_f16.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status"],
         passes: 3,
-        needs_64bit: true,
+        needs_f64: true,
+        needs_int64: true,
     },
     KernelSource {
         name: "seeded_logits_bf16",
@@ -194,7 +212,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/seeded_logits_bf16.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status"],
         passes: 3,
-        needs_64bit: true,
+        needs_f64: true,
+        needs_int64: true,
     },
     KernelSource {
         name: "murmur3",
@@ -202,7 +221,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/murmur3.cu"),
         buffers: &["input", "output"],
         passes: 0,
-        needs_64bit: false,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "log_f64",
@@ -210,7 +230,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/log_f64.cu"),
         buffers: &["input", "output"],
         passes: 0,
-        needs_64bit: true,
+        needs_f64: true,
+        needs_int64: true,
     },
     KernelSource {
         name: "sample_f32",
@@ -218,7 +239,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/sample_f32.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status"],
         passes: 3,
-        needs_64bit: true,
+        needs_f64: true,
+        needs_int64: true,
     },
     KernelSource {
         name: "sample_f16",
@@ -226,7 +248,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/sample_f16.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status"],
         passes: 3,
-        needs_64bit: true,
+        needs_f64: true,
+        needs_int64: true,
     },
     KernelSource {
         name: "sample_bf16",
@@ -234,7 +257,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/sample_bf16.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status"],
         passes: 3,
-        needs_64bit: true,
+        needs_f64: true,
+        needs_int64: true,
     },
     KernelSource {
         name: "filter_logits_f32",
@@ -242,7 +266,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/filter_logits_f32.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status", "passes"],
         passes: 18,
-        needs_64bit: true,
+        needs_f64: true,
+        needs_int64: true,
     },
     KernelSource {
         name: "filter_logits_f16",
@@ -250,7 +275,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/filter_logits_f16.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status", "passes"],
         passes: 18,
-        needs_64bit: true,
+        needs_f64: true,
+        needs_int64: true,
     },
     KernelSource {
         name: "filter_logits_bf16",
@@ -258,7 +284,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/filter_logits_bf16.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status", "passes"],
         passes: 18,
-        needs_64bit: true,
+        needs_f64: true,
+        needs_int64: true,
     },
     KernelSource {
         name: "filter_probs",
@@ -266,7 +293,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/filter_probs.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status", "passes"],
         passes: 18,
-        needs_64bit: true,
+        needs_f64: true,
+        needs_int64: true,
     },
     KernelSource {
         name: "mask_logits_f32",
@@ -274,7 +302,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/mask_logits_f32.cu"),
         buffers: &["x", "rows", "out"],
         passes: 18,
-        needs_64bit: true,
+        needs_f64: false,
+        needs_int64: true,
     },
     KernelSource {
         name: "mask_logits_f16",
@@ -282,7 +311,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/mask_logits_f16.cu"),
         buffers: &["x", "rows", "out"],
         passes: 18,
-        needs_64bit: true,
+        needs_f64: false,
+        needs_int64: true,
     },
     KernelSource {
         name: "mask_logits_bf16",
@@ -290,7 +320,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/mask_logits_bf16.cu"),
         buffers: &["x", "rows", "out"],
         passes: 18,
-        needs_64bit: true,
+        needs_f64: false,
+        needs_int64: true,
     },
     KernelSource {
         name: "renorm_probs",
@@ -298,7 +329,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/renorm_probs.cu"),
         buffers: &["x", "rows", "out"],
         passes: 19,
-        needs_64bit: true,
+        needs_f64: false,
+        needs_int64: true,
     },
     KernelSource {
         name: "read_rows_f32",
@@ -306,7 +338,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/read_rows_f32.cu"),
         buffers: &["x", "sums"],
         passes: 1,
-        needs_64bit: false,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "read_rows_f16",
@@ -314,7 +347,8 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/read_rows_f16.cu"),
         buffers: &["x", "sums"],
         passes: 1,
-        needs_64bit: false,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "read_rows_bf16",
@@ -322,6 +356,7 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/read_rows_bf16.cu"),
         buffers: &["x", "sums"],
         passes: 1,
-        needs_64bit: false,
+        needs_f64: false,
+        needs_int64: false,
     },
 ];

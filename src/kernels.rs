@@ -13,8 +13,10 @@ pub struct KernelSource {
     pub buffers: &'static [&'static str],
     /// How many times the kernel reads each element of a row, whatever the data.
     pub passes: u32,
-    /// Uses float64 or u64 (wgpu needs SHADER_F64 and SHADER_INT64; Metal has no float64).
-    pub needs_64bit: bool,
+    /// Uses float64 (wgpu needs SHADER_F64; Metal has no float64).
+    pub needs_f64: bool,
+    /// Uses u64 (wgpu needs SHADER_INT64).
+    pub needs_int64: bool,
 }
 
 /// Every generated kernel.

@@ -265,14 +265,13 @@ impl WgpuBackend {
     }
 
     fn dispatch(&self, launch: Launch<&wgpu::Buffer>) -> Result<()> {
-        if launch.kernel.needs_64bit {
-            let features = self.device.features();
-            for (feature, name) in
-                [(wgpu::Features::SHADER_F64, "SHADER_F64"), (wgpu::Features::SHADER_INT64, "SHADER_INT64")]
-            {
-                if !features.contains(feature) {
-                    return Err(Error::Unsupported { backend: "wgpu", kernel: launch.kernel.name, feature: name });
-                }
+        let needs = [
+            (launch.kernel.needs_f64, wgpu::Features::SHADER_F64, "SHADER_F64"),
+            (launch.kernel.needs_int64, wgpu::Features::SHADER_INT64, "SHADER_INT64"),
+        ];
+        for (needed, feature, name) in needs {
+            if needed && !self.device.features().contains(feature) {
+                return Err(Error::Unsupported { backend: "wgpu", kernel: launch.kernel.name, feature: name });
             }
         }
         let pipeline = self.pipeline(&launch)?;

@@ -281,5 +281,11 @@ fn wgpu_without_float64_is_a_typed_error() {
     let mut t = b.zeros::<u32>(1).unwrap();
     let err = b.seeded(shape, LogProbs::F64(&lp), &r, SeededMode::Float64, Output::new(&mut t)).unwrap_err();
     assert!(matches!(err, sampling_kernels::Error::Unsupported { feature: "SHADER_F64", .. }), "{err}");
+    // The masking kernel needs u64 only: the error names that feature, not float64.
+    let x = b.upload(&[0f32; 4]).unwrap();
+    let plain = b.upload(&[RowParams::new(1.0, 1, 1).with_top_k(2)]).unwrap();
+    let mut masked = b.zeros::<f32>(4).unwrap();
+    let err = b.mask_logits(shape, sampling_kernels::Logits::F32(&x), &plain, &mut masked).unwrap_err();
+    assert!(matches!(err, sampling_kernels::Error::Unsupported { feature: "SHADER_INT64", .. }), "{err}");
     common::report("wgpu", "ran", "wgpu_without_float64_is_a_typed_error", &b.describe());
 }

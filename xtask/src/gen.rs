@@ -64,11 +64,13 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         files.push((PathBuf::from(&cu_path), cuda::emit(k, sm75.block, SOURCE)));
         let bufs: Vec<String> = k.buffers.iter().map(|b| format!("{:?}", b.name)).collect();
         manifest.push_str(&format!(
-            "    KernelSource {{\n        name: {:?},\n        wgsl: include_str!(\"../{wgsl_path}\"),\n        cuda: include_str!(\"../{cu_path}\"),\n        buffers: &[{}],\n        passes: {},\n        needs_64bit: {},\n    }},\n",
+            "    KernelSource {{\n        name: {:?},\n        wgsl: include_str!(\"../{wgsl_path}\"),\n        cuda: include_str!(\"../{cu_path}\"),\n        buffers: &[{}],\n        passes: {},\n        needs_f64: {},\n        needs_int64: {},\n    }},\n",
             k.name,
             bufs.join(", "),
             k.passes,
-            ir::uses_64bit(k)
+            ir::uses(k, ir::Ty::F64),
+            // Float64 code reads its bits as u64 (NaN and infinity tests), so it needs both.
+            ir::uses(k, ir::Ty::U64) || ir::uses(k, ir::Ty::F64)
         ));
     }
     manifest.push_str("];\n");

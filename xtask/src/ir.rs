@@ -898,18 +898,17 @@ impl Collectives {
     }
 }
 
-/// Whether a kernel needs 64-bit types (SHADER_F64 and SHADER_INT64 on wgpu).
-pub fn uses_64bit(kernel: &Kernel) -> bool {
-    fn wide(t: Ty) -> bool {
-        matches!(t, Ty::F64 | Ty::U64)
-    }
-    fn in_stmts(stmts: &[Stmt]) -> bool {
+/// Whether a kernel declares values of type `ty` (in a buffer, a helper's signature or body, or
+/// the kernel's body): what decides the device features it needs (SHADER_F64, SHADER_INT64).
+pub fn uses(kernel: &Kernel, ty: Ty) -> bool {
+    let wide = |t: Ty| t == ty;
+    fn in_stmts(stmts: &[Stmt], wide: &dyn Fn(Ty) -> bool) -> bool {
         stmts.iter().any(|s| match s {
             Stmt::Let { ty, .. } | Stmt::Reduce { ty, .. } | Stmt::ArgMax { ty, .. } | Stmt::SumMany { ty, .. } => {
                 wide(*ty)
             }
-            Stmt::If { then, els, .. } => in_stmts(then) || in_stmts(els),
-            Stmt::For { body, .. } | Stmt::Scope(body) => in_stmts(body),
+            Stmt::If { then, els, .. } => in_stmts(then, wide) || in_stmts(els, wide),
+            Stmt::For { body, .. } | Stmt::Scope(body) => in_stmts(body, wide),
             Stmt::Assign { .. }
             | Stmt::Store { .. }
             | Stmt::StoreShared { .. }
@@ -920,6 +919,9 @@ pub fn uses_64bit(kernel: &Kernel) -> bool {
         })
     }
     kernel.buffers.iter().any(|b| wide(b.storage.value_ty()))
-        || kernel.functions.iter().any(|f| wide(f.ret) || f.params.iter().any(|(_, t)| wide(*t)) || in_stmts(&f.body))
-        || in_stmts(&kernel.body)
+        || kernel
+            .functions
+            .iter()
+            .any(|f| wide(f.ret) || f.params.iter().any(|(_, t)| wide(*t)) || in_stmts(&f.body, &wide))
+        || in_stmts(&kernel.body, &wide)
 }
