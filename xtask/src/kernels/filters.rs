@@ -32,8 +32,8 @@
 use super::math;
 use super::philox;
 use super::sampling::{
-    buffer, for_each_column, for_each_row, kernel, output_buffers, philox_block, row_temperature, row_word, scaled,
-    softmax_weight, word, write_results, Dtype, FLAG_FILTERED_ONLY, FLAG_PASSES, MODE_SEEDED,
+    buffer, for_each_row, kernel, output_buffers, philox_block, row_temperature, row_word, scaled, softmax_weight,
+    word, write_results, Dtype, FLAG_FILTERED_ONLY, FLAG_PASSES, MODE_SEEDED,
 };
 use super::seeded::{self, score64};
 use crate::ir::*;
@@ -103,33 +103,26 @@ fn fraction() -> Function {
     })
 }
 
-/// How a sweep spreads a row over the invocations.
-#[derive(Clone, Copy, PartialEq)]
-enum Layout {
-    /// Four consecutive columns per invocation and step, the block's steps side by side:
-    /// coalesced, for the passes that only count and sum.
-    Strided,
-    /// One contiguous chunk per invocation, in index order: for the passes that rank the tokens
-    /// tied at the boundary by index (the last digit pass, and the pass that uses the set).
-    Chunked,
-}
-
 /// Visits this invocation's columns, four a step (whole quads either way, so each quad's Philox
-/// block is the plain path's), and counts the pass.
-fn sweep(b: &mut Block, layout: Layout, per_quad: impl Fn(&mut Block, Expr), per_col: impl Fn(&mut Block, Expr, u8)) {
+/// block is the plain path's), and counts the pass. Where `chunked` is false the block's steps lie
+/// side by side (coalesced, for the passes that only count and sum); where it holds, each
+/// invocation walks one contiguous chunk in index order (for the passes that rank the tokens
+/// tied at the boundary by index: the last digit pass, and the pass that uses the set). The
+/// layout is a runtime value, so a pass is written once whichever it takes.
+fn sweep(b: &mut Block, chunked: Expr, per_quad: impl Fn(&mut Block, Expr), per_col: impl Fn(&mut Block, Expr, u8)) {
     b.set("sweeps", var("sweeps") + u(1));
-    if layout == Layout::Strided {
-        return for_each_column(b, per_quad, per_col);
-    }
     b.scope(|b| {
         let quads =
             b.let_("quads", Ty::U32, (param("vocab") >> u(2)) + select((param("vocab") & u(3)).ne_(u(0)), u(1), u(0)));
         let per =
             b.let_("per", Ty::U32, (quads.clone() + builtin(Builtin::BlockSize) - u(1)) / builtin(Builtin::BlockSize));
-        let first = (builtin(Builtin::LocalId) * per.clone()).min(quads.clone());
-        let last = (builtin(Builtin::LocalId) * per.clone() + per).min(quads);
-        b.for_("q", first, last, u(1), |b, q| {
-            let c0 = b.let_("c0", Ty::U32, q * u(4));
+        let lid = builtin(Builtin::LocalId);
+        let chunk_first = (lid.clone() * per.clone()).min(quads.clone()) * u(4);
+        let chunk_last = (lid.clone() * per.clone() + per).min(quads) * u(4);
+        let first = select(chunked.clone(), chunk_first, lid * u(4));
+        let last = select(chunked.clone(), chunk_last, param("vocab"));
+        let step = select(chunked, u(4), builtin(Builtin::BlockSize) * u(4));
+        b.for_("c0", first, last, step, |b, c0| {
             per_quad(b, c0.clone());
             for j in 0..4u8 {
                 b.scope(|b| {
@@ -189,7 +182,7 @@ fn row_max(b: &mut Block, input: Input) {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
     sweep(
         b,
-        Layout::Strided,
+        boolean(false),
         |_, _| {},
         |b, col, _| match input {
             Input::Logits(_) => b.set("m", var("m").max(scaled(col))),
@@ -218,9 +211,10 @@ fn select_prefix(b: &mut Block, input: Input, tag: &str, set_lim: Option<Expr>) 
     b.let_(&t("m"), Ty::U64, zero64());
     b.let_(&t("tn"), Ty::U32, u(0));
     b.let_(&t("tm"), Ty::U64, zero64());
-    // Every digit pass but the last only counts and sums; the last also gives each invocation
-    // its count of the boundary key's tokens, which the scan ranks by index: chunked.
-    let digit_pass = |b: &mut Block, pass: Expr, layout: Layout| {
+    b.for_(&t("pass"), u(0), u(DIGIT_PASSES), u(1), |b, pass| {
+        // Every digit pass but the last only counts and sums; the last also gives each
+        // invocation its count of the boundary key's tokens, which the scan ranks by index.
+        let chunked = pass.clone().eq_(u(DIGIT_PASSES - 1));
         let shift = b.let_("shift", Ty::U32, u(32 - DIGIT_BITS) - pass.clone() * u(DIGIT_BITS));
         for d in 0..DIGITS {
             b.let_(&format!("cnt{d}"), Ty::U32, u(0));
@@ -228,7 +222,7 @@ fn select_prefix(b: &mut Block, input: Input, tag: &str, set_lim: Option<Expr>) 
         }
         sweep(
             b,
-            layout,
+            chunked,
             |_, _| {},
             |b, col, _| {
                 element(b, input, col);
@@ -284,9 +278,7 @@ fn select_prefix(b: &mut Block, input: Input, tag: &str, set_lim: Option<Expr>) 
             b.set("mine", pick("cnt", u(0)));
         });
         b.set(&t("mask"), var(&t("mask")) | (u(DIGITS - 1) << shift));
-    };
-    b.for_(&t("pass"), u(0), u(DIGIT_PASSES - 1), u(1), |b, pass| digit_pass(b, pass, Layout::Strided));
-    b.scope(|b| digit_pass(b, u(DIGIT_PASSES - 1), Layout::Chunked));
+    });
     // All the tied tokens weigh the same: keep as many as top-k and the mass limit allow.
     let tn = b.let_(&t("tn64"), Ty::U64, var(&t("tn")).cast(Ty::U64));
     let nonzero = |e: Expr| select(e.clone().eq_(zero64()), Expr::Lit(Lit::U64(1)), e);
@@ -370,7 +362,7 @@ fn sweep_set(
     per_col: impl Fn(&mut Block, Expr, u8, Expr),
 ) {
     b.set("tie_rank", var("tie_start"));
-    sweep(b, Layout::Chunked, per_quad, |b, col, j| {
+    sweep(b, boolean(true), per_quad, |b, col, j| {
         element(b, input, col.clone());
         b.let_("kept", Ty::Bool, boolean(false));
         b.if_(var("searched").not().or(var("key").ge(var("s_key"))), |b| {
