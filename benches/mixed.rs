@@ -5,14 +5,15 @@
 //! `seeded_from_logits` on every row), and a batch with any top-p or greedy request wholly
 //! through its filtered path (here `sample_filtered` on every row, each with its own filters).
 //!
-//! `cargo bench --bench mixed` (wgpu when an adapter is present, else the CPU backend). Wall time
-//! per call including the wait for the tokens; median and interquartile range of `REPS` calls.
+//! `cargo bench --bench mixed`: on every device backend present (CUDA, wgpu), else on the CPU
+//! backend. Each call is timed by the backend's clock (CUDA events, wgpu timestamp queries; the
+//! wall clock on the CPU and on devices without timestamps), so a figure is the device's work for
+//! the step, both launches of `sample` included; median and interquartile range of `REPS` calls.
 
 mod common;
 
-use common::Stats;
-use sampling_kernels::{Backend, CpuBackend, Input, Logits, Output, RowParams, Shape};
-use std::time::Instant;
+use common::{Stats, Timed};
+use sampling_kernels::{Backend, Clock, CpuBackend, Input, Logits, Output, RowParams, Shape};
 
 const BATCH: usize = 32;
 const VOCAB: usize = 151_936;
@@ -45,28 +46,35 @@ fn filtered<B: Backend>(
 }
 
 /// Median and interquartile range, in microseconds, of `REPS` timed calls after one warm-up.
-fn time<B: Backend>(b: &B, x: &B::Buffer<f32>, rows: &[RowParams], launch: Launch<B>) -> Stats {
+fn time<B: Timed>(b: &B, x: &B::Buffer<f32>, rows: &[RowParams], launch: Launch<B>) -> (Stats, Clock) {
     let shape = Shape::dense(BATCH, VOCAB);
     let r = b.upload(rows).unwrap();
     let mut t = b.zeros::<u32>(BATCH).unwrap();
+    let mut clock = Clock::Device;
     let mut once = || {
-        let start = Instant::now();
-        launch(b, shape, Logits::F32(x), &r, Output::new(&mut t)).unwrap();
-        b.download(&t).unwrap();
-        start.elapsed().as_secs_f64() * 1e6
+        let took = b.time(&mut |b| launch(b, shape, Logits::F32(x), &r, Output::new(&mut t))).unwrap();
+        clock = took.clock;
+        took.elapsed.as_secs_f64() * 1e6
     };
     once();
     let mut us: Vec<f64> = (0..REPS).map(|_| once()).collect();
-    Stats::of(&mut us)
+    (Stats::of(&mut us), clock)
 }
 
-fn bench<B: Backend>(b: &B) {
-    println!("backend: {}; batch {BATCH} x vocab {VOCAB} f32; {REPS} calls each", b.describe());
+fn bench<B: Timed>(b: &B) {
     let logits: Vec<f32> = (0..BATCH * VOCAB).map(|i| ((i * 7919 % 10007) as f32) / 1000.0 - 5.0).collect();
     let x = b.upload(&logits).unwrap();
-    let base = time(b, &x, &rows(0, 0, 0), B::race_from_logits).median;
-    println!("| batch | per-row `sample` (us, median [IQR]) | x 32 plain | as SGLang routes it (us) | x 32 plain |");
-    println!("|---|---|---|---|---|");
+    let (race, clock) = time(b, &x, &rows(0, 0, 0), B::race_from_logits);
+    let (plain, _) = time(b, &x, &rows(0, 0, 0), B::sample);
+    println!(
+        "backend: {}; batch {BATCH} x vocab {VOCAB} f32; {REPS} calls each, {clock:?} clock; \
+         32 plain rows: race {:.1} us, per-row `sample` {:.1} us",
+        b.describe(),
+        race.median,
+        plain.median
+    );
+    println!("| batch | per-row `sample` (us, median [IQR]) | x race | x `sample` on 32 plain | as SGLang routes it (us) | x race |");
+    println!("|---|---|---|---|---|---|");
     let cases: [(&str, usize, usize, usize, Launch<B>); 6] = [
         ("32 plain", 0, 0, 0, B::race_from_logits),
         ("31 plain + 1 top-p", 0, 0, 1, filtered),
@@ -77,20 +85,30 @@ fn bench<B: Backend>(b: &B) {
     ];
     for (name, greedy, seeded, top_p, sglang) in cases {
         let r = rows(greedy, seeded, top_p);
-        let Stats { median: m, q1, q3 } = time(b, &x, &r, B::sample);
-        let Stats { median: fm, q1: fq1, q3: fq3 } = time(b, &x, &r, sglang);
+        let (Stats { median: m, q1, q3 }, _) = time(b, &x, &r, B::sample);
+        let (Stats { median: fm, q1: fq1, q3: fq3 }, _) = time(b, &x, &r, sglang);
         println!(
-            "| {name} | {m:.0} [{q1:.0}, {q3:.0}] | {:.2} | {fm:.0} [{fq1:.0}, {fq3:.0}] | {:.2} |",
-            m / base,
-            fm / base
+            "| {name} | {m:.1} [{q1:.1}, {q3:.1}] | {:.2} | {:.2} | {fm:.1} [{fq1:.1}, {fq3:.1}] | {:.2} |",
+            m / race.median,
+            m / plain.median,
+            fm / race.median
         );
     }
 }
 
 fn main() {
+    let mut ran = false;
+    #[cfg(feature = "cuda")]
+    if let Ok(b) = sampling_kernels::CudaBackend::new(0) {
+        bench(&b);
+        ran = true;
+    }
     #[cfg(feature = "wgpu")]
     if let Ok(b) = sampling_kernels::WgpuBackend::new() {
-        return bench(&b);
+        bench(&b);
+        ran = true;
     }
-    bench(&CpuBackend);
+    if !ran {
+        bench(&CpuBackend);
+    }
 }

@@ -303,6 +303,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
     __shared__ unsigned long long sk_many_u64[544];
     for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
         unsigned int base = (row * stride);
+        unsigned int col_lo = 0u;
+        unsigned int col_hi = vocab;
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
         float temp = ((noisy) ? (t_raw) : ((1.0f)));
@@ -449,7 +451,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & a_mask) == a_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -532,7 +534,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & a_mask) == a_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -615,7 +617,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & a_mask) == a_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -698,7 +700,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & a_mask) == a_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1183,7 +1185,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     bool ok = false;
                                     unsigned long long mv = 0ull;
                                     if (((key & b_mask) == b_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
@@ -1266,7 +1268,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     bool ok = false;
                                     unsigned long long mv = 0ull;
                                     if (((key & b_mask) == b_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
@@ -1349,7 +1351,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     bool ok = false;
                                     unsigned long long mv = 0ull;
                                     if (((key & b_mask) == b_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
@@ -1432,7 +1434,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     bool ok = false;
                                     unsigned long long mv = 0ull;
                                     if (((key & b_mask) == b_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
@@ -1919,7 +1921,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1962,7 +1964,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2005,7 +2007,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2048,7 +2050,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {

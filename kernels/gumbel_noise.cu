@@ -183,30 +183,32 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) gumbel_noise(
     const unsigned int* __restrict__ rows, float* __restrict__ noise, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
         unsigned int base = (row * stride);
+        unsigned int col_lo = 0u;
+        unsigned int col_hi = vocab;
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
-        for (unsigned int c0 = (threadIdx.x * 4u); c0 < vocab; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+        for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
             {
                 unsigned int col = (c0 + 0u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     noise[((row * vocab) + col)] = sk_gumbel((w).x);
                 }
             }
             {
                 unsigned int col = (c0 + 1u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     noise[((row * vocab) + col)] = sk_gumbel((w).y);
                 }
             }
             {
                 unsigned int col = (c0 + 2u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     noise[((row * vocab) + col)] = sk_gumbel((w).z);
                 }
             }
             {
                 unsigned int col = (c0 + 3u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     noise[((row * vocab) + col)] = sk_gumbel((w).w);
                 }
             }

@@ -222,6 +222,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
     __shared__ unsigned long long sk_many_u64[544];
     for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
         unsigned int base = (row * stride);
+        unsigned int col_lo = 0u;
+        unsigned int col_hi = vocab;
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
         float temp = ((noisy) ? (t_raw) : ((1.0f)));

@@ -202,154 +202,514 @@ __device__ __forceinline__ float sk_gumbel(unsigned int w) {
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f16(
-    const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    __shared__ unsigned int sk_red_u32[33];
+    const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_red_f32[33];
+    __shared__ unsigned int sk_red_u32[33];
     __shared__ float sk_am_f32[33];
     __shared__ unsigned int sk_am_i[33];
-    for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
+    unsigned int parts = (((flags >> 16u)) > (1u) ? ((flags >> 16u)) : (1u));
+    for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
+        unsigned int row = (slot / parts);
+        unsigned int part = (slot - (row * parts));
         unsigned int base = (row * stride);
+        unsigned int quads_per_part = (((((vocab + 3u) >> 2u) + parts) - 1u) / parts);
+        unsigned int col_lo = ((((part * quads_per_part) * 4u)) < (vocab) ? (((part * quads_per_part) * 4u)) : (vocab));
+        unsigned int col_hi = (((col_lo + (quads_per_part * 4u))) < (vocab) ? ((col_lo + (quads_per_part * 4u))) : (vocab));
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
         float temp = ((noisy) ? (t_raw) : ((1.0f)));
         float best = sk_bitcast<float>(4286578688u);
         unsigned int best_i = 4294967295u;
+        float best_z = sk_bitcast<float>(4286578688u);
         float top = sk_bitcast<float>(4286578688u);
         unsigned int top_i = 4294967295u;
         unsigned int top_n = 0u;
         float m = sk_bitcast<float>(4286578688u);
         float s = (0.0f);
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
-        for (unsigned int c0 = (threadIdx.x * 4u); c0 < vocab; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-            if (noisy) {
+        float rcp_t = ((1.0f) / temp);
+        float lo_best = sk_bitcast<float>(4286578688u);
+        float up1 = sk_bitcast<float>(4286578688u);
+        unsigned int up1_i = 4294967295u;
+        float up2 = sk_bitcast<float>(4286578688u);
+        if (noisy) {
+            for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                 w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
-            }
-            {
-                unsigned int col = (c0 + 0u);
-                if ((col < vocab)) {
-                    float xv = ((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)])));
-                    float sv = (xv / temp);
-                    float score = sv;
-                    if ((sv == sk_bitcast<float>(2139095040u))) {
-                        top_n = (top_n + 1u);
-                        if (((((noisy) ? (sk_gumbel((w).x)) : ((0.0f))) > top) || (top_i == 4294967295u))) {
-                            top = ((noisy) ? (sk_gumbel((w).x)) : ((0.0f)));
-                            top_i = col;
-                        }
-                    } else {
-                        if (noisy) {
-                            score = (sv + ((noisy) ? (sk_gumbel((w).x)) : ((0.0f))));
-                        }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
-                            best_i = col;
-                        }
-                        if (((flags & 1u) != 0u)) {
-                            if ((sv > m)) {
-                                s = ((s * sk_exp((m - sv))) + (1.0f));
-                                m = sv;
+                {
+                    unsigned int col = (c0 + 0u);
+                    if ((col < col_hi)) {
+                        float xv = ((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)])));
+                        float za = (xv * rcp_t);
+                        if ((fabsf(za) < (1.7014118e38f))) {
+                            float un = sk_uniform((w).x);
+                            float tn = ((1.0f) - un);
+                            float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            lo_best = fmaxf(lo_best, (an - dn));
+                            if (((an + dn) > up1)) {
+                                up2 = up1;
+                                up1 = (an + dn);
+                                up1_i = col;
                             } else {
-                                if ((sv > sk_bitcast<float>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                                up2 = fmaxf(up2, (an + dn));
+                            }
+                            if (((flags & 1u) != 0u)) {
+                                if (((xv / temp) > m)) {
+                                    s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
+                                    m = (xv / temp);
+                                } else {
+                                    if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
+                                        s = (s + sk_exp(((xv / temp) - m)));
+                                    }
+                                }
+                            }
+                        } else {
+                            float sv = (xv / temp);
+                            if ((sv == sk_bitcast<float>(2139095040u))) {
+                                top_n = (top_n + 1u);
+                                if (((sk_gumbel((w).x) > top) || (top_i == 4294967295u))) {
+                                    top = sk_gumbel((w).x);
+                                    top_i = col;
+                                }
+                            } else {
+                                float score = (sv + sk_gumbel((w).x));
+                                if ((score > sk_bitcast<float>(4286578688u))) {
+                                    lo_best = fmaxf(lo_best, score);
+                                    if ((score > up1)) {
+                                        up2 = up1;
+                                        up1 = score;
+                                        up1_i = col;
+                                    } else {
+                                        up2 = fmaxf(up2, score);
+                                    }
+                                }
+                                if (((flags & 1u) != 0u)) {
+                                    if ((sv > m)) {
+                                        s = ((s * sk_exp((m - sv))) + (1.0f));
+                                        m = sv;
+                                    } else {
+                                        if ((sv > sk_bitcast<float>(4286578688u))) {
+                                            s = (s + sk_exp((sv - m)));
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 1u);
+                    if ((col < col_hi)) {
+                        float xv = ((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)])));
+                        float za = (xv * rcp_t);
+                        if ((fabsf(za) < (1.7014118e38f))) {
+                            float un = sk_uniform((w).y);
+                            float tn = ((1.0f) - un);
+                            float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            lo_best = fmaxf(lo_best, (an - dn));
+                            if (((an + dn) > up1)) {
+                                up2 = up1;
+                                up1 = (an + dn);
+                                up1_i = col;
+                            } else {
+                                up2 = fmaxf(up2, (an + dn));
+                            }
+                            if (((flags & 1u) != 0u)) {
+                                if (((xv / temp) > m)) {
+                                    s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
+                                    m = (xv / temp);
+                                } else {
+                                    if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
+                                        s = (s + sk_exp(((xv / temp) - m)));
+                                    }
+                                }
+                            }
+                        } else {
+                            float sv = (xv / temp);
+                            if ((sv == sk_bitcast<float>(2139095040u))) {
+                                top_n = (top_n + 1u);
+                                if (((sk_gumbel((w).y) > top) || (top_i == 4294967295u))) {
+                                    top = sk_gumbel((w).y);
+                                    top_i = col;
+                                }
+                            } else {
+                                float score = (sv + sk_gumbel((w).y));
+                                if ((score > sk_bitcast<float>(4286578688u))) {
+                                    lo_best = fmaxf(lo_best, score);
+                                    if ((score > up1)) {
+                                        up2 = up1;
+                                        up1 = score;
+                                        up1_i = col;
+                                    } else {
+                                        up2 = fmaxf(up2, score);
+                                    }
+                                }
+                                if (((flags & 1u) != 0u)) {
+                                    if ((sv > m)) {
+                                        s = ((s * sk_exp((m - sv))) + (1.0f));
+                                        m = sv;
+                                    } else {
+                                        if ((sv > sk_bitcast<float>(4286578688u))) {
+                                            s = (s + sk_exp((sv - m)));
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 2u);
+                    if ((col < col_hi)) {
+                        float xv = ((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)])));
+                        float za = (xv * rcp_t);
+                        if ((fabsf(za) < (1.7014118e38f))) {
+                            float un = sk_uniform((w).z);
+                            float tn = ((1.0f) - un);
+                            float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            lo_best = fmaxf(lo_best, (an - dn));
+                            if (((an + dn) > up1)) {
+                                up2 = up1;
+                                up1 = (an + dn);
+                                up1_i = col;
+                            } else {
+                                up2 = fmaxf(up2, (an + dn));
+                            }
+                            if (((flags & 1u) != 0u)) {
+                                if (((xv / temp) > m)) {
+                                    s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
+                                    m = (xv / temp);
+                                } else {
+                                    if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
+                                        s = (s + sk_exp(((xv / temp) - m)));
+                                    }
+                                }
+                            }
+                        } else {
+                            float sv = (xv / temp);
+                            if ((sv == sk_bitcast<float>(2139095040u))) {
+                                top_n = (top_n + 1u);
+                                if (((sk_gumbel((w).z) > top) || (top_i == 4294967295u))) {
+                                    top = sk_gumbel((w).z);
+                                    top_i = col;
+                                }
+                            } else {
+                                float score = (sv + sk_gumbel((w).z));
+                                if ((score > sk_bitcast<float>(4286578688u))) {
+                                    lo_best = fmaxf(lo_best, score);
+                                    if ((score > up1)) {
+                                        up2 = up1;
+                                        up1 = score;
+                                        up1_i = col;
+                                    } else {
+                                        up2 = fmaxf(up2, score);
+                                    }
+                                }
+                                if (((flags & 1u) != 0u)) {
+                                    if ((sv > m)) {
+                                        s = ((s * sk_exp((m - sv))) + (1.0f));
+                                        m = sv;
+                                    } else {
+                                        if ((sv > sk_bitcast<float>(4286578688u))) {
+                                            s = (s + sk_exp((sv - m)));
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 3u);
+                    if ((col < col_hi)) {
+                        float xv = ((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)])));
+                        float za = (xv * rcp_t);
+                        if ((fabsf(za) < (1.7014118e38f))) {
+                            float un = sk_uniform((w).w);
+                            float tn = ((1.0f) - un);
+                            float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            lo_best = fmaxf(lo_best, (an - dn));
+                            if (((an + dn) > up1)) {
+                                up2 = up1;
+                                up1 = (an + dn);
+                                up1_i = col;
+                            } else {
+                                up2 = fmaxf(up2, (an + dn));
+                            }
+                            if (((flags & 1u) != 0u)) {
+                                if (((xv / temp) > m)) {
+                                    s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
+                                    m = (xv / temp);
+                                } else {
+                                    if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
+                                        s = (s + sk_exp(((xv / temp) - m)));
+                                    }
+                                }
+                            }
+                        } else {
+                            float sv = (xv / temp);
+                            if ((sv == sk_bitcast<float>(2139095040u))) {
+                                top_n = (top_n + 1u);
+                                if (((sk_gumbel((w).w) > top) || (top_i == 4294967295u))) {
+                                    top = sk_gumbel((w).w);
+                                    top_i = col;
+                                }
+                            } else {
+                                float score = (sv + sk_gumbel((w).w));
+                                if ((score > sk_bitcast<float>(4286578688u))) {
+                                    lo_best = fmaxf(lo_best, score);
+                                    if ((score > up1)) {
+                                        up2 = up1;
+                                        up1 = score;
+                                        up1_i = col;
+                                    } else {
+                                        up2 = fmaxf(up2, score);
+                                    }
+                                }
+                                if (((flags & 1u) != 0u)) {
+                                    if ((sv > m)) {
+                                        s = ((s * sk_exp((m - sv))) + (1.0f));
+                                        m = sv;
+                                    } else {
+                                        if ((sv > sk_bitcast<float>(4286578688u))) {
+                                            s = (s + sk_exp((sv - m)));
+                                        }
+                                    }
                                 }
                             }
                         }
                     }
                 }
             }
+            float screen_floor = (0.0f);
             {
-                unsigned int col = (c0 + 1u);
-                if ((col < vocab)) {
-                    float xv = ((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)])));
-                    float sv = (xv / temp);
-                    float score = sv;
-                    if ((sv == sk_bitcast<float>(2139095040u))) {
-                        top_n = (top_n + 1u);
-                        if (((((noisy) ? (sk_gumbel((w).y)) : ((0.0f))) > top) || (top_i == 4294967295u))) {
-                            top = ((noisy) ? (sk_gumbel((w).y)) : ((0.0f)));
-                            top_i = col;
+                float sk_v = lo_best;
+                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                    sk_v = fmaxf(sk_v, ov);
+                }
+                if ((threadIdx.x & 31u) == 0u) {
+                    sk_red_f32[threadIdx.x >> 5] = sk_v;
+                }
+                __syncthreads();
+                if (threadIdx.x < 32u) {
+                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = fmaxf(sk_v, ov);
+                    }
+                    if (threadIdx.x == 0u) {
+                        sk_red_f32[32] = sk_v;
+                    }
+                }
+                __syncthreads();
+                screen_floor = sk_red_f32[32];
+                __syncthreads();
+            }
+            if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
+                float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + up1_i)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + up1_i)]))) / temp);
+                best = (sv + sk_gumbel(((((up1_i & 3u) == 0u)) ? ((sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).x) : (((((up1_i & 3u) == 1u)) ? ((sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).y) : (((((up1_i & 3u) == 2u)) ? ((sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).z) : ((sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).w))))))));
+                best_i = up1_i;
+                best_z = sv;
+            }
+            if ((up2 >= screen_floor)) {
+                best = sk_bitcast<float>(4286578688u);
+                best_i = 4294967295u;
+                for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                    w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                    {
+                        unsigned int col = (c0 + 0u);
+                        if ((col < col_hi)) {
+                            float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
+                            if ((sv < sk_bitcast<float>(2139095040u))) {
+                                if ((((sv + sk_gumbel((w).x)) > best) || (best_i == 4294967295u))) {
+                                    best = (sv + sk_gumbel((w).x));
+                                    best_i = col;
+                                    best_z = sv;
+                                }
+                            }
                         }
-                    } else {
-                        if (noisy) {
-                            score = (sv + ((noisy) ? (sk_gumbel((w).y)) : ((0.0f))));
+                    }
+                    {
+                        unsigned int col = (c0 + 1u);
+                        if ((col < col_hi)) {
+                            float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
+                            if ((sv < sk_bitcast<float>(2139095040u))) {
+                                if ((((sv + sk_gumbel((w).y)) > best) || (best_i == 4294967295u))) {
+                                    best = (sv + sk_gumbel((w).y));
+                                    best_i = col;
+                                    best_z = sv;
+                                }
+                            }
                         }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
-                            best_i = col;
+                    }
+                    {
+                        unsigned int col = (c0 + 2u);
+                        if ((col < col_hi)) {
+                            float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
+                            if ((sv < sk_bitcast<float>(2139095040u))) {
+                                if ((((sv + sk_gumbel((w).z)) > best) || (best_i == 4294967295u))) {
+                                    best = (sv + sk_gumbel((w).z));
+                                    best_i = col;
+                                    best_z = sv;
+                                }
+                            }
                         }
-                        if (((flags & 1u) != 0u)) {
-                            if ((sv > m)) {
-                                s = ((s * sk_exp((m - sv))) + (1.0f));
-                                m = sv;
-                            } else {
-                                if ((sv > sk_bitcast<float>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                    }
+                    {
+                        unsigned int col = (c0 + 3u);
+                        if ((col < col_hi)) {
+                            float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
+                            if ((sv < sk_bitcast<float>(2139095040u))) {
+                                if ((((sv + sk_gumbel((w).w)) > best) || (best_i == 4294967295u))) {
+                                    best = (sv + sk_gumbel((w).w));
+                                    best_i = col;
+                                    best_z = sv;
                                 }
                             }
                         }
                     }
                 }
             }
-            {
-                unsigned int col = (c0 + 2u);
-                if ((col < vocab)) {
-                    float xv = ((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)])));
-                    float sv = (xv / temp);
-                    float score = sv;
-                    if ((sv == sk_bitcast<float>(2139095040u))) {
-                        top_n = (top_n + 1u);
-                        if (((((noisy) ? (sk_gumbel((w).z)) : ((0.0f))) > top) || (top_i == 4294967295u))) {
-                            top = ((noisy) ? (sk_gumbel((w).z)) : ((0.0f)));
-                            top_i = col;
-                        }
-                    } else {
-                        if (noisy) {
-                            score = (sv + ((noisy) ? (sk_gumbel((w).z)) : ((0.0f))));
-                        }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
-                            best_i = col;
-                        }
-                        if (((flags & 1u) != 0u)) {
-                            if ((sv > m)) {
-                                s = ((s * sk_exp((m - sv))) + (1.0f));
-                                m = sv;
-                            } else {
-                                if ((sv > sk_bitcast<float>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+        } else {
+            for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                if (noisy) {
+                    w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                }
+                {
+                    unsigned int col = (c0 + 0u);
+                    if ((col < col_hi)) {
+                        float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
+                        if ((sv == sk_bitcast<float>(2139095040u))) {
+                            top_n = (top_n + 1u);
+                            if (((((noisy) ? (sk_gumbel((w).x)) : ((0.0f))) > top) || (top_i == 4294967295u))) {
+                                top = ((noisy) ? (sk_gumbel((w).x)) : ((0.0f)));
+                                top_i = col;
+                            }
+                        } else {
+                            float score = sv;
+                            if (noisy) {
+                                score = (sv + ((noisy) ? (sk_gumbel((w).x)) : ((0.0f))));
+                            }
+                            if (((score > best) || (best_i == 4294967295u))) {
+                                best = score;
+                                best_i = col;
+                                best_z = sv;
+                            }
+                            if (((flags & 1u) != 0u)) {
+                                if ((sv > m)) {
+                                    s = ((s * sk_exp((m - sv))) + (1.0f));
+                                    m = sv;
+                                } else {
+                                    if ((sv > sk_bitcast<float>(4286578688u))) {
+                                        s = (s + sk_exp((sv - m)));
+                                    }
                                 }
                             }
                         }
                     }
                 }
-            }
-            {
-                unsigned int col = (c0 + 3u);
-                if ((col < vocab)) {
-                    float xv = ((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)])));
-                    float sv = (xv / temp);
-                    float score = sv;
-                    if ((sv == sk_bitcast<float>(2139095040u))) {
-                        top_n = (top_n + 1u);
-                        if (((((noisy) ? (sk_gumbel((w).w)) : ((0.0f))) > top) || (top_i == 4294967295u))) {
-                            top = ((noisy) ? (sk_gumbel((w).w)) : ((0.0f)));
-                            top_i = col;
+                {
+                    unsigned int col = (c0 + 1u);
+                    if ((col < col_hi)) {
+                        float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
+                        if ((sv == sk_bitcast<float>(2139095040u))) {
+                            top_n = (top_n + 1u);
+                            if (((((noisy) ? (sk_gumbel((w).y)) : ((0.0f))) > top) || (top_i == 4294967295u))) {
+                                top = ((noisy) ? (sk_gumbel((w).y)) : ((0.0f)));
+                                top_i = col;
+                            }
+                        } else {
+                            float score = sv;
+                            if (noisy) {
+                                score = (sv + ((noisy) ? (sk_gumbel((w).y)) : ((0.0f))));
+                            }
+                            if (((score > best) || (best_i == 4294967295u))) {
+                                best = score;
+                                best_i = col;
+                                best_z = sv;
+                            }
+                            if (((flags & 1u) != 0u)) {
+                                if ((sv > m)) {
+                                    s = ((s * sk_exp((m - sv))) + (1.0f));
+                                    m = sv;
+                                } else {
+                                    if ((sv > sk_bitcast<float>(4286578688u))) {
+                                        s = (s + sk_exp((sv - m)));
+                                    }
+                                }
+                            }
                         }
-                    } else {
-                        if (noisy) {
-                            score = (sv + ((noisy) ? (sk_gumbel((w).w)) : ((0.0f))));
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 2u);
+                    if ((col < col_hi)) {
+                        float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
+                        if ((sv == sk_bitcast<float>(2139095040u))) {
+                            top_n = (top_n + 1u);
+                            if (((((noisy) ? (sk_gumbel((w).z)) : ((0.0f))) > top) || (top_i == 4294967295u))) {
+                                top = ((noisy) ? (sk_gumbel((w).z)) : ((0.0f)));
+                                top_i = col;
+                            }
+                        } else {
+                            float score = sv;
+                            if (noisy) {
+                                score = (sv + ((noisy) ? (sk_gumbel((w).z)) : ((0.0f))));
+                            }
+                            if (((score > best) || (best_i == 4294967295u))) {
+                                best = score;
+                                best_i = col;
+                                best_z = sv;
+                            }
+                            if (((flags & 1u) != 0u)) {
+                                if ((sv > m)) {
+                                    s = ((s * sk_exp((m - sv))) + (1.0f));
+                                    m = sv;
+                                } else {
+                                    if ((sv > sk_bitcast<float>(4286578688u))) {
+                                        s = (s + sk_exp((sv - m)));
+                                    }
+                                }
+                            }
                         }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
-                            best_i = col;
-                        }
-                        if (((flags & 1u) != 0u)) {
-                            if ((sv > m)) {
-                                s = ((s * sk_exp((m - sv))) + (1.0f));
-                                m = sv;
-                            } else {
-                                if ((sv > sk_bitcast<float>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 3u);
+                    if ((col < col_hi)) {
+                        float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
+                        if ((sv == sk_bitcast<float>(2139095040u))) {
+                            top_n = (top_n + 1u);
+                            if (((((noisy) ? (sk_gumbel((w).w)) : ((0.0f))) > top) || (top_i == 4294967295u))) {
+                                top = ((noisy) ? (sk_gumbel((w).w)) : ((0.0f)));
+                                top_i = col;
+                            }
+                        } else {
+                            float score = sv;
+                            if (noisy) {
+                                score = (sv + ((noisy) ? (sk_gumbel((w).w)) : ((0.0f))));
+                            }
+                            if (((score > best) || (best_i == 4294967295u))) {
+                                best = score;
+                                best_i = col;
+                                best_z = sv;
+                            }
+                            if (((flags & 1u) != 0u)) {
+                                if ((sv > m)) {
+                                    s = ((s * sk_exp((m - sv))) + (1.0f));
+                                    m = sv;
+                                } else {
+                                    if ((sv > sk_bitcast<float>(4286578688u))) {
+                                        s = (s + sk_exp((sv - m)));
+                                    }
                                 }
                             }
                         }
@@ -415,8 +775,109 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f16(
             tops = sk_red_u32[32];
             __syncthreads();
         }
-        bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u)));
-        if ((tops > 0u)) {
+        if ((parts <= 1u)) {
+            if ((tok == 4294967295u)) {
+                tok = 0u;
+            }
+            bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u)));
+            if ((tops > 0u)) {
+                float top_win = (0.0f);
+                unsigned int top_tok = 0u;
+                {
+                    float sk_v = top;
+                    unsigned int sk_i = top_i;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                    }
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_am_f32[threadIdx.x >> 5] = sk_v;
+                        sk_am_i[threadIdx.x >> 5] = sk_i;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_am_f32[32] = sk_v;
+                            sk_am_i[32] = sk_i;
+                        }
+                    }
+                    __syncthreads();
+                    top_win = sk_am_f32[32];
+                    top_tok = sk_am_i[32];
+                    __syncthreads();
+                }
+                tok = top_tok;
+            }
+            if ((threadIdx.x == 0u)) {
+                tokens[row] = ((valid) ? (tok) : (0u));
+                if (((flags & 2u) != 0u)) {
+                    status[row] = ((valid) ? (1u) : (0u));
+                }
+            }
+            if (((flags & 1u) != 0u)) {
+                float row_max = (0.0f);
+                {
+                    float sk_v = m;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = fmaxf(sk_v, ov);
+                    }
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = fmaxf(sk_v, ov);
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    row_max = sk_red_f32[32];
+                    __syncthreads();
+                }
+                float row_sum = (0.0f);
+                {
+                    float sk_v = (((m == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : ((s * sk_exp((m - row_max)))));
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = sk_v + ov;
+                    }
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = sk_v + ov;
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    row_sum = sk_red_f32[32];
+                    __syncthreads();
+                }
+                if ((threadIdx.x == 0u)) {
+                    logprobs[row] = ((valid) ? ((((tops > 0u)) ? ((-sk_log(((float)(tops))))) : ((((((((sk_bitcast<unsigned int>(sk_f16(x[(base + tok)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + tok)]))) / temp) - row_max) - sk_log(row_sum))))) : (sk_bitcast<float>(4286578688u)));
+                }
+            }
+        } else {
             float top_win = (0.0f);
             unsigned int top_tok = 0u;
             {
@@ -450,67 +911,74 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f16(
                 top_tok = sk_am_i[32];
                 __syncthreads();
             }
-            tok = top_tok;
-        }
-        if ((threadIdx.x == 0u)) {
-            tokens[row] = ((valid) ? (tok) : (0u));
-            if (((flags & 2u) != 0u)) {
-                status[row] = ((valid) ? (1u) : (0u));
-            }
-        }
-        if (((flags & 1u) != 0u)) {
-            float row_max = (0.0f);
-            {
-                float sk_v = m;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = fmaxf(sk_v, ov);
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+            float part_m = sk_bitcast<float>(4286578688u);
+            float part_s = (0.0f);
+            if (((flags & 1u) != 0u)) {
+                float row_max = (0.0f);
+                {
+                    float sk_v = m;
                     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                         float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                         sk_v = fmaxf(sk_v, ov);
                     }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
                     }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = fmaxf(sk_v, ov);
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    row_max = sk_red_f32[32];
+                    __syncthreads();
                 }
-                __syncthreads();
-                row_max = sk_red_f32[32];
-                __syncthreads();
-            }
-            float row_sum = (0.0f);
-            {
-                float sk_v = (((m == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : ((s * sk_exp((m - row_max)))));
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = sk_v + ov;
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+                float row_sum = (0.0f);
+                {
+                    float sk_v = (((m == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : ((s * sk_exp((m - row_max)))));
                     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                         float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                         sk_v = sk_v + ov;
                     }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
                     }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = sk_v + ov;
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    row_sum = sk_red_f32[32];
+                    __syncthreads();
                 }
-                __syncthreads();
-                row_sum = sk_red_f32[32];
-                __syncthreads();
+                part_m = row_max;
+                part_s = row_sum;
             }
             if ((threadIdx.x == 0u)) {
-                logprobs[row] = ((valid) ? ((((tops > 0u)) ? ((-sk_log(((float)(tops))))) : ((((((((sk_bitcast<unsigned int>(sk_f16(x[(base + tok)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + tok)]))) / temp) - row_max) - sk_log(row_sum))))) : (sk_bitcast<float>(4286578688u)));
+                partials[((slot * 9u) + 0u)] = sk_bitcast<unsigned int>(win);
+                partials[((slot * 9u) + 1u)] = tok;
+                partials[((slot * 9u) + 3u)] = sk_bitcast<unsigned int>(top_win);
+                partials[((slot * 9u) + 4u)] = top_tok;
+                partials[((slot * 9u) + 5u)] = tops;
+                partials[((slot * 9u) + 6u)] = sk_bitcast<unsigned int>(part_m);
+                partials[((slot * 9u) + 7u)] = sk_bitcast<unsigned int>(part_s);
+                partials[((slot * 9u) + 8u)] = 1u;
+            }
+            if (((best_i == tok) && (tok != 4294967295u))) {
+                partials[((slot * 9u) + 2u)] = sk_bitcast<unsigned int>(best_z);
             }
         }
     }

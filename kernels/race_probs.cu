@@ -202,32 +202,38 @@ __device__ __forceinline__ float sk_gumbel(unsigned int w) {
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
-    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_am_f32[33];
     __shared__ unsigned int sk_am_i[33];
-    for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
+    unsigned int parts = (((flags >> 16u)) > (1u) ? ((flags >> 16u)) : (1u));
+    for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
+        unsigned int row = (slot / parts);
+        unsigned int part = (slot - (row * parts));
         unsigned int base = (row * stride);
+        unsigned int quads_per_part = (((((vocab + 3u) >> 2u) + parts) - 1u) / parts);
+        unsigned int col_lo = ((((part * quads_per_part) * 4u)) < (vocab) ? (((part * quads_per_part) * 4u)) : (vocab));
+        unsigned int col_hi = (((col_lo + (quads_per_part * 4u))) < (vocab) ? ((col_lo + (quads_per_part * 4u))) : (vocab));
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
         float temp = ((noisy) ? (t_raw) : ((1.0f)));
         float best = sk_bitcast<float>(4286578688u);
         unsigned int best_i = 4294967295u;
+        float best_z = sk_bitcast<float>(4286578688u);
         float top = sk_bitcast<float>(4286578688u);
         unsigned int top_i = 4294967295u;
         unsigned int top_n = 0u;
         float m = sk_bitcast<float>(4286578688u);
         float s = (0.0f);
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
-        for (unsigned int c0 = (threadIdx.x * 4u); c0 < vocab; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+        for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             if (noisy) {
                 w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
             }
             {
                 unsigned int col = (c0 + 0u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
-                    float sv = xv;
-                    float score = sv;
+                    float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
                         if (noisy) {
                             score = (xv / sk_exponential((w).x));
@@ -238,15 +244,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     if (((score > best) || (best_i == 4294967295u))) {
                         best = score;
                         best_i = col;
+                        best_z = xv;
                     }
                 }
             }
             {
                 unsigned int col = (c0 + 1u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
-                    float sv = xv;
-                    float score = sv;
+                    float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
                         if (noisy) {
                             score = (xv / sk_exponential((w).y));
@@ -257,15 +263,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     if (((score > best) || (best_i == 4294967295u))) {
                         best = score;
                         best_i = col;
+                        best_z = xv;
                     }
                 }
             }
             {
                 unsigned int col = (c0 + 2u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
-                    float sv = xv;
-                    float score = sv;
+                    float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
                         if (noisy) {
                             score = (xv / sk_exponential((w).z));
@@ -276,15 +282,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     if (((score > best) || (best_i == 4294967295u))) {
                         best = score;
                         best_i = col;
+                        best_z = xv;
                     }
                 }
             }
             {
                 unsigned int col = (c0 + 3u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
-                    float sv = xv;
-                    float score = sv;
+                    float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
                         if (noisy) {
                             score = (xv / sk_exponential((w).w));
@@ -295,6 +301,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     if (((score > best) || (best_i == 4294967295u))) {
                         best = score;
                         best_i = col;
+                        best_z = xv;
                     }
                 }
             }
@@ -332,17 +339,38 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             tok = sk_am_i[32];
             __syncthreads();
         }
-        bool valid = (win > (0.0f));
-        if ((threadIdx.x == 0u)) {
-            tokens[row] = ((valid) ? (tok) : (0u));
-            if (((flags & 2u) != 0u)) {
-                status[row] = ((valid) ? (1u) : (0u));
+        if ((parts <= 1u)) {
+            if ((tok == 4294967295u)) {
+                tok = 0u;
             }
-        }
-        if (((flags & 1u) != 0u)) {
-            float pt = ((((sk_bitcast<unsigned int>(x[(base + tok)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + tok)]));
+            bool valid = (win > (0.0f));
             if ((threadIdx.x == 0u)) {
-                logprobs[row] = ((valid) ? ((((pt > (0.0f))) ? (sk_log(pt)) : (sk_bitcast<float>(4286578688u)))) : (sk_bitcast<float>(4286578688u)));
+                tokens[row] = ((valid) ? (tok) : (0u));
+                if (((flags & 2u) != 0u)) {
+                    status[row] = ((valid) ? (1u) : (0u));
+                }
+            }
+            if (((flags & 1u) != 0u)) {
+                float pt = ((((sk_bitcast<unsigned int>(x[(base + tok)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + tok)]));
+                if ((threadIdx.x == 0u)) {
+                    logprobs[row] = ((valid) ? ((((pt > (0.0f))) ? (sk_log(pt)) : (sk_bitcast<float>(4286578688u)))) : (sk_bitcast<float>(4286578688u)));
+                }
+            }
+        } else {
+            float part_m = sk_bitcast<float>(4286578688u);
+            float part_s = (0.0f);
+            if ((threadIdx.x == 0u)) {
+                partials[((slot * 9u) + 0u)] = sk_bitcast<unsigned int>(win);
+                partials[((slot * 9u) + 1u)] = tok;
+                partials[((slot * 9u) + 3u)] = sk_bitcast<unsigned int>(sk_bitcast<float>(4286578688u));
+                partials[((slot * 9u) + 4u)] = 4294967295u;
+                partials[((slot * 9u) + 5u)] = 0u;
+                partials[((slot * 9u) + 6u)] = sk_bitcast<unsigned int>(part_m);
+                partials[((slot * 9u) + 7u)] = sk_bitcast<unsigned int>(part_s);
+                partials[((slot * 9u) + 8u)] = 1u;
+            }
+            if (((best_i == tok) && (tok != 4294967295u))) {
+                partials[((slot * 9u) + 2u)] = sk_bitcast<unsigned int>(best_z);
             }
         }
     }

@@ -30,29 +30,31 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) read_rows_f16(
     __shared__ float sk_red_f32[33];
     for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
         unsigned int base = (row * stride);
+        unsigned int col_lo = 0u;
+        unsigned int col_hi = vocab;
         float s = (0.0f);
-        for (unsigned int c0 = (threadIdx.x * 4u); c0 < vocab; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+        for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             {
                 unsigned int col = (c0 + 0u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     s = (s + ((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))));
                 }
             }
             {
                 unsigned int col = (c0 + 1u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     s = (s + ((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))));
                 }
             }
             {
                 unsigned int col = (c0 + 2u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     s = (s + ((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))));
                 }
             }
             {
                 unsigned int col = (c0 + 3u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     s = (s + ((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))));
                 }
             }

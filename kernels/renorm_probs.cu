@@ -223,6 +223,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
     __shared__ unsigned long long sk_many_u64[544];
     for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
         unsigned int base = (row * stride);
+        unsigned int col_lo = 0u;
+        unsigned int col_hi = vocab;
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
         float temp = ((noisy) ? (t_raw) : ((1.0f)));
@@ -369,7 +371,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & a_mask) == a_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -452,7 +454,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & a_mask) == a_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -535,7 +537,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & a_mask) == a_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -618,7 +620,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & a_mask) == a_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1103,7 +1105,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     bool ok = false;
                                     unsigned long long mv = 0ull;
                                     if (((key & b_mask) == b_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
@@ -1186,7 +1188,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     bool ok = false;
                                     unsigned long long mv = 0ull;
                                     if (((key & b_mask) == b_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
@@ -1269,7 +1271,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     bool ok = false;
                                     unsigned long long mv = 0ull;
                                     if (((key & b_mask) == b_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
@@ -1352,7 +1354,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     bool ok = false;
                                     unsigned long long mv = 0ull;
                                     if (((key & b_mask) == b_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
@@ -1831,7 +1833,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1860,7 +1862,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1889,7 +1891,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1918,7 +1920,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1981,7 +1983,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2008,7 +2010,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2035,7 +2037,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2062,7 +2064,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((zv / mx)) : ((0.0f)));
+                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {

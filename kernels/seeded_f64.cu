@@ -128,15 +128,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
         unsigned int base = (row * stride);
+        unsigned int col_lo = 0u;
+        unsigned int col_hi = vocab;
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
         float temp = ((noisy) ? (t_raw) : ((1.0f)));
         double best = sk_bitcast<double>(18442240474082181120ull);
         unsigned int best_i = 4294967295u;
-        for (unsigned int c0 = (threadIdx.x * 4u); c0 < vocab; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+        for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             {
                 unsigned int col = (c0 + 0u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     if (true) {
                         double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
                         if (noisy) {
@@ -151,7 +153,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
             }
             {
                 unsigned int col = (c0 + 1u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     if (true) {
                         double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
                         if (noisy) {
@@ -166,7 +168,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
             }
             {
                 unsigned int col = (c0 + 2u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     if (true) {
                         double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
                         if (noisy) {
@@ -181,7 +183,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
             }
             {
                 unsigned int col = (c0 + 3u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     if (true) {
                         double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
                         if (noisy) {

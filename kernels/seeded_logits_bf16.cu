@@ -151,32 +151,34 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
         unsigned int base = (row * stride);
+        unsigned int col_lo = 0u;
+        unsigned int col_hi = vocab;
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
         float temp = ((noisy) ? (t_raw) : ((1.0f)));
         float m = sk_bitcast<float>(4286578688u);
-        for (unsigned int c0 = (threadIdx.x * 4u); c0 < vocab; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+        for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             {
                 unsigned int col = (c0 + 0u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
                 }
             }
             {
                 unsigned int col = (c0 + 1u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
                 }
             }
             {
                 unsigned int col = (c0 + 2u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
                 }
             }
             {
                 unsigned int col = (c0 + 3u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
                 }
             }
@@ -208,10 +210,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
         }
         float s = (0.0f);
         float comp = (0.0f);
-        for (unsigned int c0 = (threadIdx.x * 4u); c0 < vocab; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+        for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             {
                 unsigned int col = (c0 + 0u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) - comp);
                     float t = (s + y);
                     comp = ((t - s) - y);
@@ -220,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
             }
             {
                 unsigned int col = (c0 + 1u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) - comp);
                     float t = (s + y);
                     comp = ((t - s) - y);
@@ -229,7 +231,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
             }
             {
                 unsigned int col = (c0 + 2u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) - comp);
                     float t = (s + y);
                     comp = ((t - s) - y);
@@ -238,7 +240,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
             }
             {
                 unsigned int col = (c0 + 3u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) - comp);
                     float t = (s + y);
                     comp = ((t - s) - y);
@@ -274,10 +276,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
         float inv = (((row_sum > (0.0f))) ? (((1.0f) / row_sum)) : ((0.0f)));
         double best = sk_bitcast<double>(18442240474082181120ull);
         unsigned int best_i = 4294967295u;
-        for (unsigned int c0 = (threadIdx.x * 4u); c0 < vocab; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+        for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             {
                 unsigned int col = (c0 + 0u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) * inv);
                     double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                     double s64 = lp;
@@ -292,7 +294,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
             }
             {
                 unsigned int col = (c0 + 1u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) * inv);
                     double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                     double s64 = lp;
@@ -307,7 +309,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
             }
             {
                 unsigned int col = (c0 + 2u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) * inv);
                     double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                     double s64 = lp;
@@ -322,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
             }
             {
                 unsigned int col = (c0 + 3u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) * inv);
                     double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                     double s64 = lp;

@@ -129,15 +129,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
         unsigned int base = (row * stride);
+        unsigned int col_lo = 0u;
+        unsigned int col_hi = vocab;
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
         float temp = ((noisy) ? (t_raw) : ((1.0f)));
         float best32 = sk_bitcast<float>(4286578688u);
         unsigned int best32_i = 4294967295u;
-        for (unsigned int c0 = (threadIdx.x * 4u); c0 < vocab; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+        for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             {
                 unsigned int col = (c0 + 0u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
@@ -152,7 +154,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             }
             {
                 unsigned int col = (c0 + 1u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
@@ -167,7 +169,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             }
             {
                 unsigned int col = (c0 + 2u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
@@ -182,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             }
             {
                 unsigned int col = (c0 + 3u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
@@ -242,10 +244,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
         bool all = (win32 == sk_bitcast<float>(4286578688u));
         double best = sk_bitcast<double>(18442240474082181120ull);
         unsigned int best_i = 4294967295u;
-        for (unsigned int c0 = (threadIdx.x * 4u); c0 < vocab; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+        for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             {
                 unsigned int col = (c0 + 0u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
@@ -266,7 +268,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             }
             {
                 unsigned int col = (c0 + 1u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
@@ -287,7 +289,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             }
             {
                 unsigned int col = (c0 + 2u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {
@@ -308,7 +310,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             }
             {
                 unsigned int col = (c0 + 3u);
-                if ((col < vocab)) {
+                if ((col < col_hi)) {
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
                     float s32 = lp32;
                     if (noisy) {

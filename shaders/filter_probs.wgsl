@@ -327,6 +327,8 @@ fn sk_seeded_gumbel32(h_in: u32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var row: u32 = sk_wid.x; row < params.batch; row = row + sk_nwg.x) {
         var base: u32 = (row * params.stride);
+        var col_lo: u32 = 0u;
+        var col_hi: u32 = params.vocab;
         var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
         var noisy: bool = (t_raw >= (1e-6f));
         var temp: f32 = select((1.0f), t_raw, noisy);
@@ -461,7 +463,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & a_mask) == a_key)) {
-                                            wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -544,7 +546,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & a_mask) == a_key)) {
-                                            wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -627,7 +629,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & a_mask) == a_key)) {
-                                            wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -710,7 +712,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & a_mask) == a_key)) {
-                                            wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1312,7 +1314,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var ok: bool = false;
                                     var mv: u64 = 0lu;
                                     if (((key & b_mask) == b_key)) {
-                                        wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
@@ -1395,7 +1397,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var ok: bool = false;
                                     var mv: u64 = 0lu;
                                     if (((key & b_mask) == b_key)) {
-                                        wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
@@ -1478,7 +1480,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var ok: bool = false;
                                     var mv: u64 = 0lu;
                                     if (((key & b_mask) == b_key)) {
-                                        wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
@@ -1561,7 +1563,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var ok: bool = false;
                                     var mv: u64 = 0lu;
                                     if (((key & b_mask) == b_key)) {
-                                        wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
@@ -2155,7 +2157,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2198,7 +2200,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2241,7 +2243,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2284,7 +2286,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {

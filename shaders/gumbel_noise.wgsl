@@ -191,30 +191,32 @@ fn sk_gumbel(w_in: u32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var row: u32 = sk_wid.x; row < params.batch; row = row + sk_nwg.x) {
         var base: u32 = (row * params.stride);
+        var col_lo: u32 = 0u;
+        var col_hi: u32 = params.vocab;
         var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
-        for (var c0: u32 = (sk_lid * 4u); c0 < params.vocab; c0 = c0 + (BLOCK * 4u)) {
+        for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
             {
                 var col: u32 = (c0 + 0u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     noise[((row * params.vocab) + col)] = sk_gumbel(w[0]);
                 }
             }
             {
                 var col: u32 = (c0 + 1u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     noise[((row * params.vocab) + col)] = sk_gumbel(w[1]);
                 }
             }
             {
                 var col: u32 = (c0 + 2u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     noise[((row * params.vocab) + col)] = sk_gumbel(w[2]);
                 }
             }
             {
                 var col: u32 = (c0 + 3u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     noise[((row * params.vocab) + col)] = sk_gumbel(w[3]);
                 }
             }

@@ -17,10 +17,11 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> tokens: array<u32>;
 @group(0) @binding(3) var<storage, read_write> logprobs: array<f32>;
 @group(0) @binding(4) var<storage, read_write> status: array<u32>;
-@group(0) @binding(5) var<uniform> params: Params;
+@group(0) @binding(5) var<storage, read_write> partials: array<u32>;
+@group(0) @binding(6) var<uniform> params: Params;
 
-var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
+var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
@@ -223,149 +224,497 @@ fn sk_gumbel(w_in: u32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
-    for (var row: u32 = sk_wid.x; row < params.batch; row = row + sk_nwg.x) {
+    var parts: u32 = max((params.flags >> 16u), 1u);
+    for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
+        var row: u32 = (slot / parts);
+        var part: u32 = (slot - (row * parts));
         var base: u32 = (row * params.stride);
+        var quads_per_part: u32 = (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts);
+        var col_lo: u32 = min(((part * quads_per_part) * 4u), params.vocab);
+        var col_hi: u32 = min((col_lo + (quads_per_part * 4u)), params.vocab);
         var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
         var noisy: bool = (t_raw >= (1e-6f));
         var temp: f32 = select((1.0f), t_raw, noisy);
         var best: f32 = bitcast<f32>(4286578688u);
         var best_i: u32 = 4294967295u;
+        var best_z: f32 = bitcast<f32>(4286578688u);
         var top: f32 = bitcast<f32>(4286578688u);
         var top_i: u32 = 4294967295u;
         var top_n: u32 = 0u;
         var m: f32 = bitcast<f32>(4286578688u);
         var s: f32 = (0.0f);
         var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
-        for (var c0: u32 = (sk_lid * 4u); c0 < params.vocab; c0 = c0 + (BLOCK * 4u)) {
-            if (noisy) {
+        var rcp_t: f32 = ((1.0f) / temp);
+        var lo_best: f32 = bitcast<f32>(4286578688u);
+        var up1: f32 = bitcast<f32>(4286578688u);
+        var up1_i: u32 = 4294967295u;
+        var up2: f32 = bitcast<f32>(4286578688u);
+        if (noisy) {
+            for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                 w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
-            }
-            {
-                var col: u32 = (c0 + 0u);
-                if ((col < params.vocab)) {
-                    var xv: f32 = select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u));
-                    var sv: f32 = (xv / temp);
-                    var score: f32 = sv;
-                    if ((sv == bitcast<f32>(2139095040u))) {
-                        top_n = (top_n + 1u);
-                        if (((select((0.0f), sk_gumbel(w[0]), noisy) > top) || (top_i == 4294967295u))) {
-                            top = select((0.0f), sk_gumbel(w[0]), noisy);
-                            top_i = col;
-                        }
-                    } else {
-                        if (noisy) {
-                            score = (sv + select((0.0f), sk_gumbel(w[0]), noisy));
-                        }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
-                            best_i = col;
-                        }
-                        if (((params.flags & 1u) != 0u)) {
-                            if ((sv > m)) {
-                                s = ((s * sk_exp((m - sv))) + (1.0f));
-                                m = sv;
+                {
+                    var col: u32 = (c0 + 0u);
+                    if ((col < col_hi)) {
+                        var xv: f32 = select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u));
+                        var za: f32 = (xv * rcp_t);
+                        if ((abs(za) < (1.7014118e38f))) {
+                            var un: f32 = sk_uniform(w[0]);
+                            var tn: f32 = ((1.0f) - un);
+                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                            var an: f32 = (za - log(en));
+                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                            lo_best = max(lo_best, (an - dn));
+                            if (((an + dn) > up1)) {
+                                up2 = up1;
+                                up1 = (an + dn);
+                                up1_i = col;
                             } else {
-                                if ((sv > bitcast<f32>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                                up2 = max(up2, (an + dn));
+                            }
+                            if (((params.flags & 1u) != 0u)) {
+                                if (((xv / temp) > m)) {
+                                    s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
+                                    m = (xv / temp);
+                                } else {
+                                    if (((xv / temp) > bitcast<f32>(4286578688u))) {
+                                        s = (s + sk_exp(((xv / temp) - m)));
+                                    }
+                                }
+                            }
+                        } else {
+                            var sv: f32 = (xv / temp);
+                            if ((sv == bitcast<f32>(2139095040u))) {
+                                top_n = (top_n + 1u);
+                                if (((sk_gumbel(w[0]) > top) || (top_i == 4294967295u))) {
+                                    top = sk_gumbel(w[0]);
+                                    top_i = col;
+                                }
+                            } else {
+                                var score: f32 = (sv + sk_gumbel(w[0]));
+                                if ((score > bitcast<f32>(4286578688u))) {
+                                    lo_best = max(lo_best, score);
+                                    if ((score > up1)) {
+                                        up2 = up1;
+                                        up1 = score;
+                                        up1_i = col;
+                                    } else {
+                                        up2 = max(up2, score);
+                                    }
+                                }
+                                if (((params.flags & 1u) != 0u)) {
+                                    if ((sv > m)) {
+                                        s = ((s * sk_exp((m - sv))) + (1.0f));
+                                        m = sv;
+                                    } else {
+                                        if ((sv > bitcast<f32>(4286578688u))) {
+                                            s = (s + sk_exp((sv - m)));
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 1u);
+                    if ((col < col_hi)) {
+                        var xv: f32 = select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u));
+                        var za: f32 = (xv * rcp_t);
+                        if ((abs(za) < (1.7014118e38f))) {
+                            var un: f32 = sk_uniform(w[1]);
+                            var tn: f32 = ((1.0f) - un);
+                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                            var an: f32 = (za - log(en));
+                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                            lo_best = max(lo_best, (an - dn));
+                            if (((an + dn) > up1)) {
+                                up2 = up1;
+                                up1 = (an + dn);
+                                up1_i = col;
+                            } else {
+                                up2 = max(up2, (an + dn));
+                            }
+                            if (((params.flags & 1u) != 0u)) {
+                                if (((xv / temp) > m)) {
+                                    s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
+                                    m = (xv / temp);
+                                } else {
+                                    if (((xv / temp) > bitcast<f32>(4286578688u))) {
+                                        s = (s + sk_exp(((xv / temp) - m)));
+                                    }
+                                }
+                            }
+                        } else {
+                            var sv: f32 = (xv / temp);
+                            if ((sv == bitcast<f32>(2139095040u))) {
+                                top_n = (top_n + 1u);
+                                if (((sk_gumbel(w[1]) > top) || (top_i == 4294967295u))) {
+                                    top = sk_gumbel(w[1]);
+                                    top_i = col;
+                                }
+                            } else {
+                                var score: f32 = (sv + sk_gumbel(w[1]));
+                                if ((score > bitcast<f32>(4286578688u))) {
+                                    lo_best = max(lo_best, score);
+                                    if ((score > up1)) {
+                                        up2 = up1;
+                                        up1 = score;
+                                        up1_i = col;
+                                    } else {
+                                        up2 = max(up2, score);
+                                    }
+                                }
+                                if (((params.flags & 1u) != 0u)) {
+                                    if ((sv > m)) {
+                                        s = ((s * sk_exp((m - sv))) + (1.0f));
+                                        m = sv;
+                                    } else {
+                                        if ((sv > bitcast<f32>(4286578688u))) {
+                                            s = (s + sk_exp((sv - m)));
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 2u);
+                    if ((col < col_hi)) {
+                        var xv: f32 = select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u));
+                        var za: f32 = (xv * rcp_t);
+                        if ((abs(za) < (1.7014118e38f))) {
+                            var un: f32 = sk_uniform(w[2]);
+                            var tn: f32 = ((1.0f) - un);
+                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                            var an: f32 = (za - log(en));
+                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                            lo_best = max(lo_best, (an - dn));
+                            if (((an + dn) > up1)) {
+                                up2 = up1;
+                                up1 = (an + dn);
+                                up1_i = col;
+                            } else {
+                                up2 = max(up2, (an + dn));
+                            }
+                            if (((params.flags & 1u) != 0u)) {
+                                if (((xv / temp) > m)) {
+                                    s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
+                                    m = (xv / temp);
+                                } else {
+                                    if (((xv / temp) > bitcast<f32>(4286578688u))) {
+                                        s = (s + sk_exp(((xv / temp) - m)));
+                                    }
+                                }
+                            }
+                        } else {
+                            var sv: f32 = (xv / temp);
+                            if ((sv == bitcast<f32>(2139095040u))) {
+                                top_n = (top_n + 1u);
+                                if (((sk_gumbel(w[2]) > top) || (top_i == 4294967295u))) {
+                                    top = sk_gumbel(w[2]);
+                                    top_i = col;
+                                }
+                            } else {
+                                var score: f32 = (sv + sk_gumbel(w[2]));
+                                if ((score > bitcast<f32>(4286578688u))) {
+                                    lo_best = max(lo_best, score);
+                                    if ((score > up1)) {
+                                        up2 = up1;
+                                        up1 = score;
+                                        up1_i = col;
+                                    } else {
+                                        up2 = max(up2, score);
+                                    }
+                                }
+                                if (((params.flags & 1u) != 0u)) {
+                                    if ((sv > m)) {
+                                        s = ((s * sk_exp((m - sv))) + (1.0f));
+                                        m = sv;
+                                    } else {
+                                        if ((sv > bitcast<f32>(4286578688u))) {
+                                            s = (s + sk_exp((sv - m)));
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 3u);
+                    if ((col < col_hi)) {
+                        var xv: f32 = select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u));
+                        var za: f32 = (xv * rcp_t);
+                        if ((abs(za) < (1.7014118e38f))) {
+                            var un: f32 = sk_uniform(w[3]);
+                            var tn: f32 = ((1.0f) - un);
+                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                            var an: f32 = (za - log(en));
+                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                            lo_best = max(lo_best, (an - dn));
+                            if (((an + dn) > up1)) {
+                                up2 = up1;
+                                up1 = (an + dn);
+                                up1_i = col;
+                            } else {
+                                up2 = max(up2, (an + dn));
+                            }
+                            if (((params.flags & 1u) != 0u)) {
+                                if (((xv / temp) > m)) {
+                                    s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
+                                    m = (xv / temp);
+                                } else {
+                                    if (((xv / temp) > bitcast<f32>(4286578688u))) {
+                                        s = (s + sk_exp(((xv / temp) - m)));
+                                    }
+                                }
+                            }
+                        } else {
+                            var sv: f32 = (xv / temp);
+                            if ((sv == bitcast<f32>(2139095040u))) {
+                                top_n = (top_n + 1u);
+                                if (((sk_gumbel(w[3]) > top) || (top_i == 4294967295u))) {
+                                    top = sk_gumbel(w[3]);
+                                    top_i = col;
+                                }
+                            } else {
+                                var score: f32 = (sv + sk_gumbel(w[3]));
+                                if ((score > bitcast<f32>(4286578688u))) {
+                                    lo_best = max(lo_best, score);
+                                    if ((score > up1)) {
+                                        up2 = up1;
+                                        up1 = score;
+                                        up1_i = col;
+                                    } else {
+                                        up2 = max(up2, score);
+                                    }
+                                }
+                                if (((params.flags & 1u) != 0u)) {
+                                    if ((sv > m)) {
+                                        s = ((s * sk_exp((m - sv))) + (1.0f));
+                                        m = sv;
+                                    } else {
+                                        if ((sv > bitcast<f32>(4286578688u))) {
+                                            s = (s + sk_exp((sv - m)));
+                                        }
+                                    }
                                 }
                             }
                         }
                     }
                 }
             }
+            var screen_floor: f32 = (0.0f);
             {
-                var col: u32 = (c0 + 1u);
-                if ((col < params.vocab)) {
-                    var xv: f32 = select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u));
-                    var sv: f32 = (xv / temp);
-                    var score: f32 = sv;
-                    if ((sv == bitcast<f32>(2139095040u))) {
-                        top_n = (top_n + 1u);
-                        if (((select((0.0f), sk_gumbel(w[1]), noisy) > top) || (top_i == 4294967295u))) {
-                            top = select((0.0f), sk_gumbel(w[1]), noisy);
-                            top_i = col;
+                sk_red_f32[sk_lid] = lo_best;
+                workgroupBarrier();
+                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                    if (sk_lid < sk_s) {
+                        sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                    }
+                    workgroupBarrier();
+                }
+                screen_floor = sk_red_f32[0];
+                workgroupBarrier();
+            }
+            if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
+                var sv: f32 = (select(sk_load_x((base + up1_i)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + up1_i))) & 2147483647u) > 2139095040u)) / temp);
+                best = (sv + sk_gumbel(select(select(select(sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[3], sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[2], ((up1_i & 3u) == 2u)), sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[1], ((up1_i & 3u) == 1u)), sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[0], ((up1_i & 3u) == 0u))));
+                best_i = up1_i;
+                best_z = sv;
+            }
+            if ((up2 >= screen_floor)) {
+                best = bitcast<f32>(4286578688u);
+                best_i = 4294967295u;
+                for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                    w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                    {
+                        var col: u32 = (c0 + 0u);
+                        if ((col < col_hi)) {
+                            var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                            if ((sv < bitcast<f32>(2139095040u))) {
+                                if ((((sv + sk_gumbel(w[0])) > best) || (best_i == 4294967295u))) {
+                                    best = (sv + sk_gumbel(w[0]));
+                                    best_i = col;
+                                    best_z = sv;
+                                }
+                            }
                         }
-                    } else {
-                        if (noisy) {
-                            score = (sv + select((0.0f), sk_gumbel(w[1]), noisy));
+                    }
+                    {
+                        var col: u32 = (c0 + 1u);
+                        if ((col < col_hi)) {
+                            var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                            if ((sv < bitcast<f32>(2139095040u))) {
+                                if ((((sv + sk_gumbel(w[1])) > best) || (best_i == 4294967295u))) {
+                                    best = (sv + sk_gumbel(w[1]));
+                                    best_i = col;
+                                    best_z = sv;
+                                }
+                            }
                         }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
-                            best_i = col;
+                    }
+                    {
+                        var col: u32 = (c0 + 2u);
+                        if ((col < col_hi)) {
+                            var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                            if ((sv < bitcast<f32>(2139095040u))) {
+                                if ((((sv + sk_gumbel(w[2])) > best) || (best_i == 4294967295u))) {
+                                    best = (sv + sk_gumbel(w[2]));
+                                    best_i = col;
+                                    best_z = sv;
+                                }
+                            }
                         }
-                        if (((params.flags & 1u) != 0u)) {
-                            if ((sv > m)) {
-                                s = ((s * sk_exp((m - sv))) + (1.0f));
-                                m = sv;
-                            } else {
-                                if ((sv > bitcast<f32>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                    }
+                    {
+                        var col: u32 = (c0 + 3u);
+                        if ((col < col_hi)) {
+                            var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                            if ((sv < bitcast<f32>(2139095040u))) {
+                                if ((((sv + sk_gumbel(w[3])) > best) || (best_i == 4294967295u))) {
+                                    best = (sv + sk_gumbel(w[3]));
+                                    best_i = col;
+                                    best_z = sv;
                                 }
                             }
                         }
                     }
                 }
             }
-            {
-                var col: u32 = (c0 + 2u);
-                if ((col < params.vocab)) {
-                    var xv: f32 = select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u));
-                    var sv: f32 = (xv / temp);
-                    var score: f32 = sv;
-                    if ((sv == bitcast<f32>(2139095040u))) {
-                        top_n = (top_n + 1u);
-                        if (((select((0.0f), sk_gumbel(w[2]), noisy) > top) || (top_i == 4294967295u))) {
-                            top = select((0.0f), sk_gumbel(w[2]), noisy);
-                            top_i = col;
-                        }
-                    } else {
-                        if (noisy) {
-                            score = (sv + select((0.0f), sk_gumbel(w[2]), noisy));
-                        }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
-                            best_i = col;
-                        }
-                        if (((params.flags & 1u) != 0u)) {
-                            if ((sv > m)) {
-                                s = ((s * sk_exp((m - sv))) + (1.0f));
-                                m = sv;
-                            } else {
-                                if ((sv > bitcast<f32>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+        } else {
+            for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                if (noisy) {
+                    w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                }
+                {
+                    var col: u32 = (c0 + 0u);
+                    if ((col < col_hi)) {
+                        var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                        if ((sv == bitcast<f32>(2139095040u))) {
+                            top_n = (top_n + 1u);
+                            if (((select((0.0f), sk_gumbel(w[0]), noisy) > top) || (top_i == 4294967295u))) {
+                                top = select((0.0f), sk_gumbel(w[0]), noisy);
+                                top_i = col;
+                            }
+                        } else {
+                            var score: f32 = sv;
+                            if (noisy) {
+                                score = (sv + select((0.0f), sk_gumbel(w[0]), noisy));
+                            }
+                            if (((score > best) || (best_i == 4294967295u))) {
+                                best = score;
+                                best_i = col;
+                                best_z = sv;
+                            }
+                            if (((params.flags & 1u) != 0u)) {
+                                if ((sv > m)) {
+                                    s = ((s * sk_exp((m - sv))) + (1.0f));
+                                    m = sv;
+                                } else {
+                                    if ((sv > bitcast<f32>(4286578688u))) {
+                                        s = (s + sk_exp((sv - m)));
+                                    }
                                 }
                             }
                         }
                     }
                 }
-            }
-            {
-                var col: u32 = (c0 + 3u);
-                if ((col < params.vocab)) {
-                    var xv: f32 = select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u));
-                    var sv: f32 = (xv / temp);
-                    var score: f32 = sv;
-                    if ((sv == bitcast<f32>(2139095040u))) {
-                        top_n = (top_n + 1u);
-                        if (((select((0.0f), sk_gumbel(w[3]), noisy) > top) || (top_i == 4294967295u))) {
-                            top = select((0.0f), sk_gumbel(w[3]), noisy);
-                            top_i = col;
+                {
+                    var col: u32 = (c0 + 1u);
+                    if ((col < col_hi)) {
+                        var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                        if ((sv == bitcast<f32>(2139095040u))) {
+                            top_n = (top_n + 1u);
+                            if (((select((0.0f), sk_gumbel(w[1]), noisy) > top) || (top_i == 4294967295u))) {
+                                top = select((0.0f), sk_gumbel(w[1]), noisy);
+                                top_i = col;
+                            }
+                        } else {
+                            var score: f32 = sv;
+                            if (noisy) {
+                                score = (sv + select((0.0f), sk_gumbel(w[1]), noisy));
+                            }
+                            if (((score > best) || (best_i == 4294967295u))) {
+                                best = score;
+                                best_i = col;
+                                best_z = sv;
+                            }
+                            if (((params.flags & 1u) != 0u)) {
+                                if ((sv > m)) {
+                                    s = ((s * sk_exp((m - sv))) + (1.0f));
+                                    m = sv;
+                                } else {
+                                    if ((sv > bitcast<f32>(4286578688u))) {
+                                        s = (s + sk_exp((sv - m)));
+                                    }
+                                }
+                            }
                         }
-                    } else {
-                        if (noisy) {
-                            score = (sv + select((0.0f), sk_gumbel(w[3]), noisy));
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 2u);
+                    if ((col < col_hi)) {
+                        var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                        if ((sv == bitcast<f32>(2139095040u))) {
+                            top_n = (top_n + 1u);
+                            if (((select((0.0f), sk_gumbel(w[2]), noisy) > top) || (top_i == 4294967295u))) {
+                                top = select((0.0f), sk_gumbel(w[2]), noisy);
+                                top_i = col;
+                            }
+                        } else {
+                            var score: f32 = sv;
+                            if (noisy) {
+                                score = (sv + select((0.0f), sk_gumbel(w[2]), noisy));
+                            }
+                            if (((score > best) || (best_i == 4294967295u))) {
+                                best = score;
+                                best_i = col;
+                                best_z = sv;
+                            }
+                            if (((params.flags & 1u) != 0u)) {
+                                if ((sv > m)) {
+                                    s = ((s * sk_exp((m - sv))) + (1.0f));
+                                    m = sv;
+                                } else {
+                                    if ((sv > bitcast<f32>(4286578688u))) {
+                                        s = (s + sk_exp((sv - m)));
+                                    }
+                                }
+                            }
                         }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
-                            best_i = col;
-                        }
-                        if (((params.flags & 1u) != 0u)) {
-                            if ((sv > m)) {
-                                s = ((s * sk_exp((m - sv))) + (1.0f));
-                                m = sv;
-                            } else {
-                                if ((sv > bitcast<f32>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 3u);
+                    if ((col < col_hi)) {
+                        var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                        if ((sv == bitcast<f32>(2139095040u))) {
+                            top_n = (top_n + 1u);
+                            if (((select((0.0f), sk_gumbel(w[3]), noisy) > top) || (top_i == 4294967295u))) {
+                                top = select((0.0f), sk_gumbel(w[3]), noisy);
+                                top_i = col;
+                            }
+                        } else {
+                            var score: f32 = sv;
+                            if (noisy) {
+                                score = (sv + select((0.0f), sk_gumbel(w[3]), noisy));
+                            }
+                            if (((score > best) || (best_i == 4294967295u))) {
+                                best = score;
+                                best_i = col;
+                                best_z = sv;
+                            }
+                            if (((params.flags & 1u) != 0u)) {
+                                if ((sv > m)) {
+                                    s = ((s * sk_exp((m - sv))) + (1.0f));
+                                    m = sv;
+                                } else {
+                                    if ((sv > bitcast<f32>(4286578688u))) {
+                                        s = (s + sk_exp((sv - m)));
+                                    }
                                 }
                             }
                         }
@@ -407,8 +756,73 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             tops = sk_red_u32[0];
             workgroupBarrier();
         }
-        var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
-        if ((tops > 0u)) {
+        if ((parts <= 1u)) {
+            if ((tok == 4294967295u)) {
+                tok = 0u;
+            }
+            var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
+            if ((tops > 0u)) {
+                var top_win: f32 = (0.0f);
+                var top_tok: u32 = 0u;
+                {
+                    sk_am_f32[sk_lid] = top;
+                    sk_am_i[sk_lid] = top_i;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            let ov = sk_am_f32[sk_lid + sk_s];
+                            let oi = sk_am_i[sk_lid + sk_s];
+                            if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                                sk_am_f32[sk_lid] = ov;
+                                sk_am_i[sk_lid] = oi;
+                            }
+                        }
+                        workgroupBarrier();
+                    }
+                    top_win = sk_am_f32[0];
+                    top_tok = sk_am_i[0];
+                    workgroupBarrier();
+                }
+                tok = top_tok;
+            }
+            if ((sk_lid == 0u)) {
+                tokens[row] = select(0u, tok, valid);
+                if (((params.flags & 2u) != 0u)) {
+                    status[row] = select(0u, 1u, valid);
+                }
+            }
+            if (((params.flags & 1u) != 0u)) {
+                var row_max: f32 = (0.0f);
+                {
+                    sk_red_f32[sk_lid] = m;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                        }
+                        workgroupBarrier();
+                    }
+                    row_max = sk_red_f32[0];
+                    workgroupBarrier();
+                }
+                var row_sum: f32 = (0.0f);
+                {
+                    sk_red_f32[sk_lid] = select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u)));
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+                        }
+                        workgroupBarrier();
+                    }
+                    row_sum = sk_red_f32[0];
+                    workgroupBarrier();
+                }
+                if ((sk_lid == 0u)) {
+                    logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_load_x((base + tok)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + tok))) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
+                }
+            }
+        } else {
             var top_win: f32 = (0.0f);
             var top_tok: u32 = 0u;
             {
@@ -430,43 +844,50 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 top_tok = sk_am_i[0];
                 workgroupBarrier();
             }
-            tok = top_tok;
-        }
-        if ((sk_lid == 0u)) {
-            tokens[row] = select(0u, tok, valid);
-            if (((params.flags & 2u) != 0u)) {
-                status[row] = select(0u, 1u, valid);
-            }
-        }
-        if (((params.flags & 1u) != 0u)) {
-            var row_max: f32 = (0.0f);
-            {
-                sk_red_f32[sk_lid] = m;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+            var part_m: f32 = bitcast<f32>(4286578688u);
+            var part_s: f32 = (0.0f);
+            if (((params.flags & 1u) != 0u)) {
+                var row_max: f32 = (0.0f);
+                {
+                    sk_red_f32[sk_lid] = m;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                        }
+                        workgroupBarrier();
                     }
+                    row_max = sk_red_f32[0];
                     workgroupBarrier();
                 }
-                row_max = sk_red_f32[0];
-                workgroupBarrier();
-            }
-            var row_sum: f32 = (0.0f);
-            {
-                sk_red_f32[sk_lid] = select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u)));
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+                var row_sum: f32 = (0.0f);
+                {
+                    sk_red_f32[sk_lid] = select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u)));
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+                        }
+                        workgroupBarrier();
                     }
+                    row_sum = sk_red_f32[0];
                     workgroupBarrier();
                 }
-                row_sum = sk_red_f32[0];
-                workgroupBarrier();
+                part_m = row_max;
+                part_s = row_sum;
             }
             if ((sk_lid == 0u)) {
-                logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_load_x((base + tok)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + tok))) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
+                partials[((slot * 9u) + 0u)] = bitcast<u32>(win);
+                partials[((slot * 9u) + 1u)] = tok;
+                partials[((slot * 9u) + 3u)] = bitcast<u32>(top_win);
+                partials[((slot * 9u) + 4u)] = top_tok;
+                partials[((slot * 9u) + 5u)] = tops;
+                partials[((slot * 9u) + 6u)] = bitcast<u32>(part_m);
+                partials[((slot * 9u) + 7u)] = bitcast<u32>(part_s);
+                partials[((slot * 9u) + 8u)] = 1u;
+            }
+            if (((best_i == tok) && (tok != 4294967295u))) {
+                partials[((slot * 9u) + 2u)] = bitcast<u32>(best_z);
             }
         }
     }

@@ -17,7 +17,8 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> tokens: array<u32>;
 @group(0) @binding(3) var<storage, read_write> logprobs: array<f32>;
 @group(0) @binding(4) var<storage, read_write> status: array<u32>;
-@group(0) @binding(5) var<uniform> params: Params;
+@group(0) @binding(5) var<storage, read_write> partials: array<u32>;
+@group(0) @binding(6) var<uniform> params: Params;
 
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
@@ -217,29 +218,35 @@ fn sk_gumbel(w_in: u32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
-    for (var row: u32 = sk_wid.x; row < params.batch; row = row + sk_nwg.x) {
+    var parts: u32 = max((params.flags >> 16u), 1u);
+    for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
+        var row: u32 = (slot / parts);
+        var part: u32 = (slot - (row * parts));
         var base: u32 = (row * params.stride);
+        var quads_per_part: u32 = (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts);
+        var col_lo: u32 = min(((part * quads_per_part) * 4u), params.vocab);
+        var col_hi: u32 = min((col_lo + (quads_per_part * 4u)), params.vocab);
         var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
         var noisy: bool = (t_raw >= (1e-6f));
         var temp: f32 = select((1.0f), t_raw, noisy);
         var best: f32 = bitcast<f32>(4286578688u);
         var best_i: u32 = 4294967295u;
+        var best_z: f32 = bitcast<f32>(4286578688u);
         var top: f32 = bitcast<f32>(4286578688u);
         var top_i: u32 = 4294967295u;
         var top_n: u32 = 0u;
         var m: f32 = bitcast<f32>(4286578688u);
         var s: f32 = (0.0f);
         var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
-        for (var c0: u32 = (sk_lid * 4u); c0 < params.vocab; c0 = c0 + (BLOCK * 4u)) {
+        for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             if (noisy) {
                 w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
             }
             {
                 var col: u32 = (c0 + 0u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
-                    var sv: f32 = xv;
-                    var score: f32 = sv;
+                    var score: f32 = xv;
                     if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
                         if (noisy) {
                             score = (xv / sk_exponential(w[0]));
@@ -250,15 +257,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     if (((score > best) || (best_i == 4294967295u))) {
                         best = score;
                         best_i = col;
+                        best_z = xv;
                     }
                 }
             }
             {
                 var col: u32 = (c0 + 1u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
-                    var sv: f32 = xv;
-                    var score: f32 = sv;
+                    var score: f32 = xv;
                     if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
                         if (noisy) {
                             score = (xv / sk_exponential(w[1]));
@@ -269,15 +276,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     if (((score > best) || (best_i == 4294967295u))) {
                         best = score;
                         best_i = col;
+                        best_z = xv;
                     }
                 }
             }
             {
                 var col: u32 = (c0 + 2u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
-                    var sv: f32 = xv;
-                    var score: f32 = sv;
+                    var score: f32 = xv;
                     if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
                         if (noisy) {
                             score = (xv / sk_exponential(w[2]));
@@ -288,15 +295,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     if (((score > best) || (best_i == 4294967295u))) {
                         best = score;
                         best_i = col;
+                        best_z = xv;
                     }
                 }
             }
             {
                 var col: u32 = (c0 + 3u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
-                    var sv: f32 = xv;
-                    var score: f32 = sv;
+                    var score: f32 = xv;
                     if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
                         if (noisy) {
                             score = (xv / sk_exponential(w[3]));
@@ -307,6 +314,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     if (((score > best) || (best_i == 4294967295u))) {
                         best = score;
                         best_i = col;
+                        best_z = xv;
                     }
                 }
             }
@@ -332,17 +340,38 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             tok = sk_am_i[0];
             workgroupBarrier();
         }
-        var valid: bool = (win > (0.0f));
-        if ((sk_lid == 0u)) {
-            tokens[row] = select(0u, tok, valid);
-            if (((params.flags & 2u) != 0u)) {
-                status[row] = select(0u, 1u, valid);
+        if ((parts <= 1u)) {
+            if ((tok == 4294967295u)) {
+                tok = 0u;
             }
-        }
-        if (((params.flags & 1u) != 0u)) {
-            var pt: f32 = select(x[(base + tok)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + tok)]) & 2147483647u) > 2139095040u));
+            var valid: bool = (win > (0.0f));
             if ((sk_lid == 0u)) {
-                logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(pt), (pt > (0.0f))), valid);
+                tokens[row] = select(0u, tok, valid);
+                if (((params.flags & 2u) != 0u)) {
+                    status[row] = select(0u, 1u, valid);
+                }
+            }
+            if (((params.flags & 1u) != 0u)) {
+                var pt: f32 = select(x[(base + tok)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + tok)]) & 2147483647u) > 2139095040u));
+                if ((sk_lid == 0u)) {
+                    logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(pt), (pt > (0.0f))), valid);
+                }
+            }
+        } else {
+            var part_m: f32 = bitcast<f32>(4286578688u);
+            var part_s: f32 = (0.0f);
+            if ((sk_lid == 0u)) {
+                partials[((slot * 9u) + 0u)] = bitcast<u32>(win);
+                partials[((slot * 9u) + 1u)] = tok;
+                partials[((slot * 9u) + 3u)] = bitcast<u32>(bitcast<f32>(4286578688u));
+                partials[((slot * 9u) + 4u)] = 4294967295u;
+                partials[((slot * 9u) + 5u)] = 0u;
+                partials[((slot * 9u) + 6u)] = bitcast<u32>(part_m);
+                partials[((slot * 9u) + 7u)] = bitcast<u32>(part_s);
+                partials[((slot * 9u) + 8u)] = 1u;
+            }
+            if (((best_i == tok) && (tok != 4294967295u))) {
+                partials[((slot * 9u) + 2u)] = bitcast<u32>(best_z);
             }
         }
     }

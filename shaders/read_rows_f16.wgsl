@@ -35,29 +35,31 @@ fn sk_load_x(i: u32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var row: u32 = sk_wid.x; row < params.batch; row = row + sk_nwg.x) {
         var base: u32 = (row * params.stride);
+        var col_lo: u32 = 0u;
+        var col_hi: u32 = params.vocab;
         var s: f32 = (0.0f);
-        for (var c0: u32 = (sk_lid * 4u); c0 < params.vocab; c0 = c0 + (BLOCK * 4u)) {
+        for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             {
                 var col: u32 = (c0 + 0u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     s = (s + select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)));
                 }
             }
             {
                 var col: u32 = (c0 + 1u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     s = (s + select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)));
                 }
             }
             {
                 var col: u32 = (c0 + 2u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     s = (s + select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)));
                 }
             }
             {
                 var col: u32 = (c0 + 3u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     s = (s + select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)));
                 }
             }

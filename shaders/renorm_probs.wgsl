@@ -237,6 +237,8 @@ fn sk_gumbel(w_in: u32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var row: u32 = sk_wid.x; row < params.batch; row = row + sk_nwg.x) {
         var base: u32 = (row * params.stride);
+        var col_lo: u32 = 0u;
+        var col_hi: u32 = params.vocab;
         var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
         var noisy: bool = (t_raw >= (1e-6f));
         var temp: f32 = select((1.0f), t_raw, noisy);
@@ -371,7 +373,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & a_mask) == a_key)) {
-                                            wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -454,7 +456,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & a_mask) == a_key)) {
-                                            wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -537,7 +539,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & a_mask) == a_key)) {
-                                            wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -620,7 +622,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & a_mask) == a_key)) {
-                                            wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1222,7 +1224,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var ok: bool = false;
                                     var mv: u64 = 0lu;
                                     if (((key & b_mask) == b_key)) {
-                                        wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
@@ -1305,7 +1307,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var ok: bool = false;
                                     var mv: u64 = 0lu;
                                     if (((key & b_mask) == b_key)) {
-                                        wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
@@ -1388,7 +1390,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var ok: bool = false;
                                     var mv: u64 = 0lu;
                                     if (((key & b_mask) == b_key)) {
-                                        wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
@@ -1471,7 +1473,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var ok: bool = false;
                                     var mv: u64 = 0lu;
                                     if (((key & b_mask) == b_key)) {
-                                        wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
@@ -2057,7 +2059,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2086,7 +2088,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2115,7 +2117,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2144,7 +2146,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2195,7 +2197,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2222,7 +2224,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2249,7 +2251,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2276,7 +2278,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), (zv / mx), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {

@@ -140,15 +140,17 @@ fn sk_seeded_gumbel32(h_in: u32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var row: u32 = sk_wid.x; row < params.batch; row = row + sk_nwg.x) {
         var base: u32 = (row * params.stride);
+        var col_lo: u32 = 0u;
+        var col_hi: u32 = params.vocab;
         var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
         var noisy: bool = (t_raw >= (1e-6f));
         var temp: f32 = select((1.0f), t_raw, noisy);
         var best: f64 = bitcast<f64>(18442240474082181120lu);
         var best_i: u32 = 4294967295u;
-        for (var c0: u32 = (sk_lid * 4u); c0 < params.vocab; c0 = c0 + (BLOCK * 4u)) {
+        for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             {
                 var col: u32 = (c0 + 0u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     if (true) {
                         var s64: f64 = select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu)));
                         if (noisy) {
@@ -163,7 +165,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             {
                 var col: u32 = (c0 + 1u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     if (true) {
                         var s64: f64 = select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu)));
                         if (noisy) {
@@ -178,7 +180,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             {
                 var col: u32 = (c0 + 2u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     if (true) {
                         var s64: f64 = select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu)));
                         if (noisy) {
@@ -193,7 +195,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             {
                 var col: u32 = (c0 + 3u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     if (true) {
                         var s64: f64 = select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu)));
                         if (noisy) {

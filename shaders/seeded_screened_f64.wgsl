@@ -141,15 +141,17 @@ fn sk_seeded_gumbel32(h_in: u32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var row: u32 = sk_wid.x; row < params.batch; row = row + sk_nwg.x) {
         var base: u32 = (row * params.stride);
+        var col_lo: u32 = 0u;
+        var col_hi: u32 = params.vocab;
         var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
         var noisy: bool = (t_raw >= (1e-6f));
         var temp: f32 = select((1.0f), t_raw, noisy);
         var best32: f32 = bitcast<f32>(4286578688u);
         var best32_i: u32 = 4294967295u;
-        for (var c0: u32 = (sk_lid * 4u); c0 < params.vocab; c0 = c0 + (BLOCK * 4u)) {
+        for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             {
                 var col: u32 = (c0 + 0u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
@@ -164,7 +166,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             {
                 var col: u32 = (c0 + 1u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
@@ -179,7 +181,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             {
                 var col: u32 = (c0 + 2u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
@@ -194,7 +196,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             {
                 var col: u32 = (c0 + 3u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
@@ -242,10 +244,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var all: bool = (win32 == bitcast<f32>(4286578688u));
         var best: f64 = bitcast<f64>(18442240474082181120lu);
         var best_i: u32 = 4294967295u;
-        for (var c0: u32 = (sk_lid * 4u); c0 < params.vocab; c0 = c0 + (BLOCK * 4u)) {
+        for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             {
                 var col: u32 = (c0 + 0u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
@@ -266,7 +268,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             {
                 var col: u32 = (c0 + 1u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
@@ -287,7 +289,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             {
                 var col: u32 = (c0 + 2u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {
@@ -308,7 +310,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             {
                 var col: u32 = (c0 + 3u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
                     var s32: f32 = lp32;
                     if (noisy) {

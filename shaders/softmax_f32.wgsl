@@ -55,32 +55,34 @@ fn sk_exp(x_in: f32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var row: u32 = sk_wid.x; row < params.batch; row = row + sk_nwg.x) {
         var base: u32 = (row * params.stride);
+        var col_lo: u32 = 0u;
+        var col_hi: u32 = params.vocab;
         var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
         var noisy: bool = (t_raw >= (1e-6f));
         var temp: f32 = select((1.0f), t_raw, noisy);
         var m: f32 = bitcast<f32>(4286578688u);
-        for (var c0: u32 = (sk_lid * 4u); c0 < params.vocab; c0 = c0 + (BLOCK * 4u)) {
+        for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             {
                 var col: u32 = (c0 + 0u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
                 }
             }
             {
                 var col: u32 = (c0 + 1u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
                 }
             }
             {
                 var col: u32 = (c0 + 2u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
                 }
             }
             {
                 var col: u32 = (c0 + 3u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
                 }
             }
@@ -100,10 +102,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         }
         var s: f32 = (0.0f);
         var comp: f32 = (0.0f);
-        for (var c0: u32 = (sk_lid * 4u); c0 < params.vocab; c0 = c0 + (BLOCK * 4u)) {
+        for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             {
                 var col: u32 = (c0 + 0u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     var y: f32 = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                     var t: f32 = (s + y);
                     comp = ((t - s) - y);
@@ -112,7 +114,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             {
                 var col: u32 = (c0 + 1u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     var y: f32 = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                     var t: f32 = (s + y);
                     comp = ((t - s) - y);
@@ -121,7 +123,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             {
                 var col: u32 = (c0 + 2u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     var y: f32 = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                     var t: f32 = (s + y);
                     comp = ((t - s) - y);
@@ -130,7 +132,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             {
                 var col: u32 = (c0 + 3u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     var y: f32 = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                     var t: f32 = (s + y);
                     comp = ((t - s) - y);
@@ -152,28 +154,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             workgroupBarrier();
         }
         var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
-        for (var c0: u32 = (sk_lid * 4u); c0 < params.vocab; c0 = c0 + (BLOCK * 4u)) {
+        for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             {
                 var col: u32 = (c0 + 0u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     probs[(base + col)] = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                 }
             }
             {
                 var col: u32 = (c0 + 1u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     probs[(base + col)] = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                 }
             }
             {
                 var col: u32 = (c0 + 2u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     probs[(base + col)] = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                 }
             }
             {
                 var col: u32 = (c0 + 3u);
-                if ((col < params.vocab)) {
+                if ((col < col_hi)) {
                     probs[(base + col)] = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                 }
             }

@@ -10,7 +10,7 @@
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
 use crate::kernels::KernelSource;
-use crate::launch::{Device, Launch};
+use crate::launch::{Device, Launch, Split};
 use crate::timing::{Clock, LaunchTime};
 use crate::types::Element;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
@@ -30,6 +30,10 @@ pub struct CudaBackend {
     name: String,
     arch: &'static str,
     block: u32,
+    /// Workgroups a launch aims at: the blocks the device holds resident at once.
+    target_groups: u32,
+    /// The part records of split rows (see `launch::parts`).
+    partials: CudaSlice<u32>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
 }
 
@@ -87,7 +91,15 @@ impl CudaBackend {
         let (major, minor) = ctx.compute_capability().map_err(cuda_error)?;
         let (arch, block) = target(major);
         let name = format!("{} (sm_{major}{minor})", ctx.name().map_err(cuda_error)?);
-        Ok(CudaBackend { stream, name, arch, block, functions: Mutex::default() })
+        let sms = ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(cuda_error)?;
+        let per_sm = ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)
+            .map_err(cuda_error)?;
+        let target_groups = (sms.max(1) as u32) * (per_sm.max(block as i32) as u32 / block);
+        let partials = stream.alloc_zeros(Split::words(target_groups)).map_err(cuda_error)?;
+        Ok(CudaBackend { stream, name, arch, block, target_groups, partials, functions: Mutex::default() })
     }
 
     /// The stream every launch goes to.
@@ -154,7 +166,17 @@ impl Backend for CudaBackend {
         buf.len()
     }
     fn run(&self, job: Job<'_, Self>) -> Result<()> {
-        let launch: Launch<u64> = Launch::from_job(&job);
+        let partials = <Self as Device>::handle(&self.partials);
+        let split = Split { target_groups: self.target_groups, block: self.block, partials };
+        for launch in Launch::plan(&job, &split).launches() {
+            self.launch(launch)?;
+        }
+        Ok(())
+    }
+}
+
+impl CudaBackend {
+    fn launch(&self, launch: Launch<u64>) -> Result<()> {
         let function = self.function(launch.kernel)?;
         // A null pointer for an output the kernel is told (by its flags) not to write.
         let pointers: Vec<u64> = launch.buffers.iter().map(|h| h.unwrap_or(0)).collect();

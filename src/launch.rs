@@ -5,7 +5,9 @@ use crate::backend::{Backend, Input, Job, LogProbs, Logits, SeededMode};
 use crate::kernels::{source, KernelSource};
 use crate::types::{Element, Shape};
 
-use crate::generated::{FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_SKIP_FILTERED, FLAG_STATUS};
+use crate::generated::{
+    FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_SKIP_FILTERED, FLAG_STATUS, PARTS_SHIFT, PART_WORDS,
+};
 
 /// A backend whose buffers have a raw handle that a launch can bind.
 pub(crate) trait Device: Backend {
@@ -42,6 +44,78 @@ impl Work {
         };
         n.clamp(1, max_groups)
     }
+}
+
+/// How a backend splits rows over workgroups (see [`parts`]).
+pub(crate) struct Split<H> {
+    /// The workgroups a launch aims at: about what the device holds resident at once.
+    pub target_groups: u32,
+    /// Invocations per workgroup.
+    pub block: u32,
+    /// The part records, [`Split::words`] u32.
+    pub partials: H,
+}
+
+impl Split<()> {
+    /// The u32 a backend's part buffer holds: a launch never has more parts in all than
+    /// `target_groups`.
+    pub fn words(target_groups: u32) -> usize {
+        target_groups.max(1) as usize * PART_WORDS
+    }
+}
+
+/// Each invocation of a part reads at least this many quads of four columns, so a part's
+/// fixed costs (its reductions and its record) stay small beside its reads.
+const MIN_QUADS_PER_INVOCATION: u32 = 2;
+
+/// Workgroups per row for the kernels that split rows (the argmax family and `sample`): enough
+/// for the batch to fill `target_groups`, but no part shorter than
+/// [`MIN_QUADS_PER_INVOCATION`] quads per invocation. One when the batch alone fills the
+/// device; then no combine launch follows.
+pub(crate) fn parts(shape: Shape, target_groups: u32, block: u32) -> u32 {
+    let batch = shape.batch as u32;
+    let by_size = shape.vocab as u32 / (block * 4 * MIN_QUADS_PER_INVOCATION);
+    (target_groups / batch.max(1)).min(by_size).max(1)
+}
+
+/// The launches of one job: the first, and for a split row the combine of its parts.
+pub(crate) struct Plan<H> {
+    pub first: Launch<H>,
+    pub combine: Option<Launch<H>>,
+}
+
+impl<H> Plan<H> {
+    /// In the order they must run.
+    pub fn launches(self) -> impl Iterator<Item = Launch<H>> {
+        std::iter::once(self.first).chain(self.combine)
+    }
+}
+
+/// Binds the part records to a split kernel's launch and, when its rows get more than one part,
+/// widens its grid to `batch x parts` and adds the `combine` launch that writes the results.
+fn split_rows<'a, B: Device + ?Sized>(
+    mut first: Launch<B::Handle<'a>>,
+    shape: Shape,
+    out: &'a crate::backend::Output<'a, B>,
+    split: &Split<B::Handle<'a>>,
+    combine: &str,
+) -> Plan<B::Handle<'a>> {
+    first.buffers.push(Some(split.partials));
+    let parts = parts(shape, split.target_groups, split.block);
+    if parts <= 1 {
+        return Plan { first, combine: None };
+    }
+    first.params[3] |= parts << PARTS_SHIFT;
+    first.work = Work::Rows(shape.batch as u32 * parts);
+    let kernel = source(combine);
+    let (buffers, flags) = with_outputs::<B>(kernel, vec![Some(split.partials)], out);
+    let combine = Launch {
+        kernel,
+        buffers,
+        params: params(shape, flags | parts << PARTS_SHIFT),
+        work: Work::Rows(shape.batch as u32),
+    };
+    Plan { first, combine: Some(combine) }
 }
 
 fn suffixed<B: Backend + ?Sized>(family: &str, logits: &Logits<'_, B>) -> &'static KernelSource {
@@ -106,7 +180,19 @@ fn sampling<'a, B: Device + ?Sized>(
 }
 
 impl<'a, H: Copy> Launch<H> {
-    pub fn from_job<B: Device<Handle<'a> = H> + ?Sized>(job: &'a Job<'a, B>) -> Self {
+    /// The launches of `job`, the split kernels' rows spread as `split` says.
+    pub fn plan<B: Device<Handle<'a> = H> + ?Sized>(job: &'a Job<'a, B>, split: &Split<H>) -> Plan<H> {
+        let first = Self::from_job(job);
+        match job {
+            Job::Greedy { shape, out, .. } | Job::RaceLogits { shape, out, .. } | Job::Sample { shape, out, .. } => {
+                split_rows::<B>(first, *shape, out, split, "combine_logits")
+            }
+            Job::RaceProbs { shape, out, .. } => split_rows::<B>(first, *shape, out, split, "combine_probs"),
+            _ => Plan { first, combine: None },
+        }
+    }
+
+    fn from_job<B: Device<Handle<'a> = H> + ?Sized>(job: &'a Job<'a, B>) -> Self {
         let rows = |shape: Shape| Work::Rows(shape.batch as u32);
         match job {
             Job::Softmax { shape, logits, rows: r, probs } => Launch {

@@ -3,7 +3,7 @@
 
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
-use crate::launch::{Device, Launch};
+use crate::launch::{Device, Launch, Split};
 use crate::timing::{Clock, LaunchTime};
 use crate::types::Element;
 use std::collections::HashMap;
@@ -43,6 +43,13 @@ impl<T: Element> WgpuBuffer<T> {
     }
 }
 
+/// Workgroups a launch aims at on a discrete or integrated GPU: about what one holds resident
+/// (an H200's 132 multiprocessors take 8 workgroups of 256 each).
+const GPU_TARGET_GROUPS: u32 = 1024;
+/// On a CPU adapter (lavapipe): few, since each workgroup costs there even when it has little to
+/// do, but enough that small batches still take the split path the GPUs take.
+const CPU_TARGET_GROUPS: u32 = 64;
+
 /// Samples with the generated WGSL on one wgpu device and queue.
 pub struct WgpuBackend {
     device: wgpu::Device,
@@ -59,6 +66,11 @@ pub struct WgpuBackend {
     timestamps: Option<Timestamps>,
     /// Inside [`WgpuBackend::time_launches`], how many launches it has timed so far.
     timing: Mutex<Option<u32>>,
+    /// Workgroups a launch aims at (see `launch::parts`): about what a discrete GPU holds
+    /// resident; on a CPU adapter (lavapipe) few, as each workgroup there has a fixed cost.
+    target_groups: u32,
+    /// The part records of split rows.
+    partials: wgpu::Buffer,
 }
 
 /// Two timestamp queries and the buffers that bring them to the host. The first timed launch
@@ -155,6 +167,14 @@ impl WgpuBackend {
         let unused_output = uniform("sampling-kernels unused output", wgpu::BufferUsages::STORAGE);
         let timestamps =
             device.features().contains(wgpu::Features::TIMESTAMP_QUERY).then(|| Timestamps::new(&device, &queue));
+        let target_groups =
+            if info.device_type == wgpu::DeviceType::Cpu { CPU_TARGET_GROUPS } else { GPU_TARGET_GROUPS };
+        let partials = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("sampling-kernels partials"),
+            size: (Split::words(target_groups) * 4) as u64,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        });
         WgpuBackend {
             device,
             queue,
@@ -165,6 +185,8 @@ impl WgpuBackend {
             submit: Mutex::default(),
             timestamps,
             timing: Mutex::default(),
+            target_groups,
+            partials,
         }
     }
 
@@ -371,6 +393,11 @@ impl Backend for WgpuBackend {
         buf.len
     }
     fn run(&self, job: Job<'_, Self>) -> Result<()> {
-        self.dispatch(Launch::from_job(&job))
+        let split =
+            Split { target_groups: self.target_groups, block: crate::generated::WGPU_BLOCK, partials: &self.partials };
+        for launch in Launch::plan(&job, &split).launches() {
+            self.dispatch(launch)?;
+        }
+        Ok(())
     }
 }

@@ -42,7 +42,10 @@ static GLOBAL: Counting = Counting;
 /// Allocations one step may make: wgpu's own, about 84 a launch on lavapipe (two launches a step).
 const PER_STEP_BUDGET: usize = 256;
 
-/// 1,000 steps of a batch with a plain, a greedy, a top-p and a seeded row, after 100 to warm up.
+/// 2,000 steps of a batch with a plain, a greedy, a top-p and a seeded row, after 100 to warm up,
+/// in two windows of 1,000: allocations are counted over the first, and the memory held must not
+/// grow by 64 KiB in both. A leak grows in every window; a pool that a driver's queue depth
+/// grows once (seen on NVIDIA's Vulkan driver: 91 KB in one run, 70 bytes in another) does not.
 pub fn steps_allocate_within_budget<B: Backend>(b: &B) {
     let shape = Shape::dense(4, 512);
     let logits: Vec<f32> = (0..shape.elements()).map(|i| (i % 17) as f32 / 4.0).collect();
@@ -55,23 +58,26 @@ pub fn steps_allocate_within_budget<B: Backend>(b: &B) {
         RowParams::new(0.8, 2, 0).with_top_p(0.9),
         RowParams::seeded(0.7, 3, 0),
     ];
-    let (mut count, mut held) = (0, 0);
-    for n in 0..1100u64 {
-        if n == 100 {
+    // (allocations, bytes held) after 100, 1,100 and 2,100 steps, each after a wait for the device.
+    let mut marks = Vec::with_capacity(3);
+    for n in 0..=2100u64 {
+        if n % 1000 == 100 {
             b.download(&tokens).unwrap();
-            (count, held) = (ALLOCATIONS.load(Ordering::SeqCst), HELD.load(Ordering::SeqCst));
+            marks.push((ALLOCATIONS.load(Ordering::SeqCst), HELD.load(Ordering::SeqCst)));
+        }
+        if n == 2100 {
+            break;
         }
         for r in rows.iter_mut() {
             *r = r.with_offset(n);
         }
         sampler.step(shape, Logits::F32(&x), &rows, Output::new(&mut tokens)).unwrap();
     }
-    b.download(&tokens).unwrap();
-    let per_step = (ALLOCATIONS.load(Ordering::SeqCst) - count) / 1000;
-    let grown = HELD.load(Ordering::SeqCst) - held;
-    eprintln!("{}: {per_step} allocations a step; {grown} bytes more held after 1,000 steps", b.describe());
+    let per_step = (marks[1].0 - marks[0].0) / 1000;
+    let grown = [marks[1].1 - marks[0].1, marks[2].1 - marks[1].1];
+    eprintln!("{}: {per_step} allocations a step; {grown:?} bytes more held after each 1,000 steps", b.describe());
     assert!(per_step <= PER_STEP_BUDGET, "{per_step} allocations a step");
-    assert!(grown < 64 << 10, "{grown} bytes more held after 1,000 steps");
+    assert!(grown.iter().any(|&g| g < 64 << 10), "{grown:?} bytes more held after each 1,000 steps");
 }
 
 device_suites!(steps_allocate_within_budget);

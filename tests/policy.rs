@@ -161,14 +161,16 @@ pub fn several_positive_infinities<B: Backend>(b: &B) {
 }
 
 /// A row of subnormal logits is a valid, nearly flat distribution: every path samples inside it,
-/// and greedy takes its largest value.
+/// and greedy takes its largest value, or on a device that flushes subnormals (WGSL allows it)
+/// the lowest index of a row that reads as all zeros.
 pub fn subnormal_only_row<B: Backend>(b: &B) {
     let row: Vec<f32> = (0..40).map(|j| f32::from_bits(1 + j * 1000)).collect();
+    let top = if common::flushes_subnormals(b) { 0 } else { 39 };
     for (path, token, status, lp) in every_path(b, &row, 0.5) {
         assert_eq!(status, 1, "{path}");
         assert!(token < 40 && lp.is_finite(), "{path}: {token} {lp}");
         if path == "greedy" {
-            assert_eq!(token, 39);
+            assert_eq!(token, top, "{}", b.describe());
         }
     }
 }

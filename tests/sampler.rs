@@ -68,7 +68,11 @@ pub fn mixed_batch_matches_each_path<B: Backend>(b: &B) {
             RowMode::Seeded => (seeded[r], seeded_lp[r]),
             RowMode::Race => (raced[r], raced_lp[r]),
         };
-        assert_eq!((mixed[r], mixed_lp[r]), (want, want_lp), "row {r} ({:?})", p);
+        // The token exactly; the log-probability within a few ulp, since a Vulkan driver may
+        // fuse `a * b + c` differently in two kernels (NVIDIA's does).
+        assert_eq!(mixed[r], want, "row {r} ({:?})", p);
+        let close = mixed_lp[r] == want_lp || (mixed_lp[r] - want_lp).abs() <= 1e-6 * want_lp.abs();
+        assert!(close, "row {r} ({:?}): log-probability {} vs {want_lp}", p, mixed_lp[r]);
     }
 }
 

@@ -65,6 +65,22 @@ pub fn cuda() -> Option<&'static sampling_kernels::CudaBackend> {
     .as_ref()
 }
 
+/// Whether `b` flushes subnormal floats to zero, as WGSL lets an implementation do and NVIDIA's
+/// Vulkan driver does: a row of the smallest subnormal sums to zero there (and to 8 of it
+/// elsewhere). Tests compare such a device with the oracle run on [`flushed`] inputs.
+pub fn flushes_subnormals<B: sampling_kernels::Backend>(b: &B) -> bool {
+    use sampling_kernels::{Logits, Shape};
+    let x = b.upload(&[f32::from_bits(1); 8]).unwrap();
+    let mut sum = b.zeros::<f32>(1).unwrap();
+    b.read_rows(Shape::dense(1, 8), Logits::F32(&x), &mut sum).unwrap();
+    b.download(&sum).unwrap()[0] == 0.0
+}
+
+/// `x` as a device that flushes subnormals reads it: each subnormal becomes a zero of its sign.
+pub fn flushed(x: &[f32]) -> Vec<f32> {
+    x.iter().map(|&v| if v.is_subnormal() { 0.0f32.copysign(v) } else { v }).collect()
+}
+
 /// SplitMix64: a small seeded generator, so every test draws the same inputs each run.
 pub struct Rng(u64);
 

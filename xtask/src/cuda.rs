@@ -114,6 +114,7 @@ impl CLike for Emitter<'_> {
             Expr::Intrinsic(Intrinsic::MulHi, args) => {
                 format!("__umulhi({}, {})", x(&args[0]), x(&args[1]))
             }
+            Expr::Intrinsic(Intrinsic::ApproxLog, args) => format!("__logf({})", x(&args[0])),
             Expr::Select(c, a, b) => format!("(({}) ? ({}) : ({}))", x(c), x(a), x(b)),
             Expr::Call(name, args) => {
                 let args: Vec<String> = args.iter().map(x).collect();

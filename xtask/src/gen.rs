@@ -55,6 +55,12 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
             filters::MAX_VOCAB
         ));
     }
+    {
+        use kernels::sampling::{PARTS_SHIFT, PART_WORDS};
+        manifest.push_str(&format!(
+            "/// Split rows: `flags >> PARTS_SHIFT` workgroups per row, each writing `PART_WORDS` u32 to\n/// `partials` for the combine launch.\npub const PARTS_SHIFT: u32 = {PARTS_SHIFT};\npub const PART_WORDS: usize = {PART_WORDS};\n\n"
+        ));
+    }
     manifest.push_str("pub const KERNELS: &[KernelSource] = &[\n");
     for k in &kernels {
         ir::check(k)?;

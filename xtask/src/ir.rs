@@ -157,6 +157,11 @@ pub enum MathFn {
 pub enum Intrinsic {
     /// High 32 bits of the 64-bit product of two u32 (`__umulhi` on CUDA).
     MulHi,
+    /// The target's fast natural log of an f32: `__logf` on CUDA (the hardware's `lg2.approx`),
+    /// `log` in WGSL. Only as accurate as Vulkan promises (absolute error below 2^-21 on
+    /// [0.5, 2], 3 ulp elsewhere), so it may only screen values whose exact version is computed
+    /// with `kernels/math.rs` before it decides anything (the screened race in `sampling.rs`).
+    ApproxLog,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -351,6 +356,9 @@ pub fn floor(a: Expr) -> Expr {
 }
 pub fn mulhi(a: Expr, b: Expr) -> Expr {
     Expr::Intrinsic(Intrinsic::MulHi, vec![a, b])
+}
+pub fn approx_log(a: Expr) -> Expr {
+    Expr::Intrinsic(Intrinsic::ApproxLog, vec![a])
 }
 pub fn u32x4(a: Expr, b: Expr, c: Expr, d: Expr) -> Expr {
     Expr::MakeU32x4(Box::new([a, b, c, d]))
@@ -679,6 +687,13 @@ impl<'k> Scope<'k> {
                 expect(Ty::U32, &args[0])?;
                 expect(Ty::U32, &args[1])?;
                 Ty::U32
+            }
+            Expr::Intrinsic(Intrinsic::ApproxLog, args) => {
+                if args.len() != 1 {
+                    return Err("approx_log takes 1 argument".into());
+                }
+                expect(Ty::F32, &args[0])?;
+                Ty::F32
             }
             Expr::Select(c, a, b) => {
                 expect(Ty::Bool, c)?;

@@ -87,6 +87,7 @@ impl CLike for Emitter<'_> {
             Expr::Intrinsic(Intrinsic::MulHi, args) => {
                 format!("sk_mulhi({}, {})", x(&args[0]), x(&args[1]))
             }
+            Expr::Intrinsic(Intrinsic::ApproxLog, args) => format!("log({})", x(&args[0])),
             Expr::Select(c, a, b) => format!("select({}, {}, {})", x(b), x(a), x(c)),
             Expr::Call(name, args) => {
                 let args: Vec<String> = args.iter().map(x).collect();

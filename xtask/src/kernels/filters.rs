@@ -169,7 +169,9 @@ fn weigh(b: &mut Block, input: Input) {
         Input::Probs => {
             let x = var("zv");
             let valid = x.clone().gt(f(0.0)).and(x.clone().lt(f(f32::INFINITY)));
-            select(valid, x / var("mx"), f(0.0))
+            // The largest is weighed 1 without a division: Vulkan's division is only within
+            // 2.5 ulp, and p_max / p_max below 1 would drop the top token under min-p 1.
+            select(valid, select(x.clone().eq_(var("mx")), f(1.0), x / var("mx")), f(0.0))
         }
     };
     b.set("wv", w);

@@ -1,5 +1,6 @@
 //! The kernel library: every entry point the crate launches, written once in the IR.
 
+pub mod combine;
 pub mod filters;
 pub mod math;
 pub mod murmur;
@@ -18,6 +19,7 @@ pub fn all() -> Vec<Kernel> {
     all.extend(sampler::all());
     all.extend(filters::all());
     all.extend(read::all());
+    all.extend(combine::all());
     all
 }
 

@@ -2,7 +2,8 @@
 
 use super::filters::row_is_filtered;
 use super::sampling::{
-    for_each_row, kernel, race_row, row_temperature, row_word, word, Dtype, Race, FLAG_SKIP_FILTERED, MODE_SEEDED,
+    for_each_row_part, kernel, mark_not_raced, partials_buffer, race_row, row_temperature, row_word, word, Dtype, Race,
+    FLAG_SKIP_FILTERED, MODE_SEEDED,
 };
 use super::seeded::{functions, logits_buffers, seeded_logits_row};
 use super::{math, philox};
@@ -13,7 +14,7 @@ use crate::ir::*;
 /// only for its own path. A race row reads its logits once, a seeded row three times.
 fn sample(dtype: Dtype) -> Kernel {
     let mut b = Block::new();
-    for_each_row(&mut b, |b| {
+    for_each_row_part(&mut b, |b| {
         // With FLAG_SKIP_FILTERED, rows with a filter are the filter kernel's (the second launch).
         b.let_("skip", Ty::Bool, boolean(false));
         b.scope(|b| {
@@ -25,13 +26,24 @@ fn sample(dtype: Dtype) -> Kernel {
         let seeded = row_word(word::MODE).eq_(u(MODE_SEEDED));
         b.if_else(
             seeded,
-            |b| b.if_(var("skip").not(), seeded_logits_row),
-            |b| b.if_(var("skip").not(), |b| race_row(b, Race::Logits)),
+            |b| {
+                // A seeded row is not split: its first part reads it whole (three reads) and
+                // writes its results.
+                b.if_(var("part").eq_(u(0)).and(var("skip").not()), |b| {
+                    b.set("col_lo", u(0));
+                    b.set("col_hi", param("vocab"));
+                    seeded_logits_row(b);
+                });
+                mark_not_raced(b);
+            },
+            |b| b.if_else(var("skip").not(), |b| race_row(b, Race::Logits), mark_not_raced),
         );
     });
     let functions = super::union([vec![math::exp()], philox::noise_functions(), functions()]);
     let doc = "per-row sampler: each row's mode picks the Philox race or the seeded float64 race";
-    kernel(format!("sample_{}", dtype.suffix()), doc, 3, logits_buffers(dtype), functions, b)
+    let mut buffers = logits_buffers(dtype);
+    buffers.push(partials_buffer());
+    kernel(format!("sample_{}", dtype.suffix()), doc, 3, buffers, functions, b)
 }
 
 pub fn all() -> Vec<Kernel> {

@@ -98,30 +98,77 @@ pub(super) fn kernel(
     }
 }
 
-/// The row loop: one workgroup per row, grid-stride over rows.
+/// The row loop: one workgroup per row, grid-stride over rows; the workgroup takes the row's
+/// columns `[col_lo, col_hi)`, all of them.
 pub(super) fn for_each_row(b: &mut Block, body: impl FnOnce(&mut Block)) {
     b.for_("row", builtin(Builtin::GroupId), param("batch"), builtin(Builtin::NumGroups), |b, row| {
         b.let_("base", Ty::U32, row * param("stride"));
+        b.let_("col_lo", Ty::U32, u(0));
+        b.let_("col_hi", Ty::U32, param("vocab"));
         body(b);
     });
 }
 
-/// Visits this invocation's columns in increasing order, four consecutive ones per step:
-/// `per_quad` runs once per step (with `c0`, the first column), then `per_col` for each of the
-/// four columns inside the row, with the column and its place (0..4) in the quad.
+/// Words of a part's record in the `partials` buffer (see [`race_row`] and `combine.rs`): its
+/// winner's score (f32 bits), index and scaled value (f32 bits), the winner of its +inf class
+/// (noise, f32 bits) and index, that class's size, the log-sum-exp pair `(m, s)` of its scaled
+/// values (f32 bits; written with log-probabilities only), and whether the row was raced here.
+pub const PART_WORDS: u32 = 9;
+pub mod part {
+    pub const BEST: u32 = 0;
+    pub const BEST_I: u32 = 1;
+    pub const BEST_Z: u32 = 2;
+    pub const TOP: u32 = 3;
+    pub const TOP_I: u32 = 4;
+    pub const TOP_N: u32 = 5;
+    pub const M: u32 = 6;
+    pub const S: u32 = 7;
+    pub const RACED: u32 = 8;
+}
+/// `flags >> PARTS_SHIFT` is the number of workgroups per row of the split kernels (0 reads as
+/// 1). The host chooses it per call from the batch and the device's size (`src/launch.rs`).
+pub const PARTS_SHIFT: u32 = 16;
+
+/// The row loop of the kernels that split a row: `parts` workgroups per row, part `p` taking
+/// the `p`-th of `parts` runs of whole quads, `[col_lo, col_hi)`; `slot` is the part's record.
+/// With one part this is [`for_each_row`].
+pub(super) fn for_each_row_part(b: &mut Block, body: impl FnOnce(&mut Block)) {
+    b.let_("parts", Ty::U32, (param("flags") >> u(PARTS_SHIFT)).max(u(1)));
+    let groups = param("batch") * var("parts");
+    b.for_("slot", builtin(Builtin::GroupId), groups, builtin(Builtin::NumGroups), |b, slot| {
+        b.let_("row", Ty::U32, slot.clone() / var("parts"));
+        b.let_("part", Ty::U32, slot - var("row") * var("parts"));
+        b.let_("base", Ty::U32, var("row") * param("stride"));
+        let per = b.let_("quads_per_part", Ty::U32, quads_per_part(var("parts")));
+        b.let_("col_lo", Ty::U32, (var("part") * per.clone() * u(4)).min(param("vocab")));
+        b.let_("col_hi", Ty::U32, (var("col_lo") + per * u(4)).min(param("vocab")));
+        body(b);
+    });
+}
+
+/// Quads (four columns) per part when a row of `vocab` columns is split in `parts`.
+pub(super) fn quads_per_part(parts: Expr) -> Expr {
+    let quads = (param("vocab") + u(3)) >> u(2);
+    (quads + parts.clone() - u(1)) / parts
+}
+
+/// Visits this invocation's columns in `[col_lo, col_hi)` in increasing order, four
+/// consecutive ones per step: `per_quad` runs once per step (with `c0`, the first column), then
+/// `per_col` for each of the four columns inside the range, with the column and its place
+/// (0..4) in the quad. `col_lo` is a multiple of 4, so a quad is a Philox block.
 pub(super) fn for_each_column(
     b: &mut Block,
     per_quad: impl Fn(&mut Block, Expr),
     per_col: impl Fn(&mut Block, Expr, u8),
 ) {
-    let first = builtin(Builtin::LocalId) * u(4);
+    let first = var("col_lo") + builtin(Builtin::LocalId) * u(4);
     let step = builtin(Builtin::BlockSize) * u(4);
-    b.for_("c0", first, param("vocab"), step, |b, c0| {
+    b.for_("c0", first, var("col_hi"), step, |b, c0| {
         per_quad(b, c0.clone());
         for j in 0..4u8 {
             b.scope(|b| {
                 let col = b.let_("col", Ty::U32, c0.clone() + u(j as u32));
-                b.if_(col.clone().lt(param("vocab")), |b| per_col(b, col, j));
+                b.if_(col.clone().lt(var("col_hi")), |b| per_col(b, col, j));
             });
         }
     });
@@ -183,11 +230,211 @@ pub(super) fn output_buffers() -> [BufferDecl; 3] {
     [buffer("tokens", Storage::U32, true), buffer("logprobs", Storage::F32, true), buffer("status", Storage::U32, true)]
 }
 
+/// Screening bounds of the race from logits (see [`screened_pass`]): the approximate score
+/// `a = x * (1/T) + g~` of a column is within `|x * (1/T)| * ZREL + GABS` of its exact score.
+///
+/// The budget, with each part's worst case: `x * (1/T)` against `x / T`, three roundings (2.5
+/// ulp on Vulkan's division) under 2^-21 relative; the approximate Gumbel noise `g~`, two fast
+/// logs (Vulkan: absolute error below 2^-21 on [0.5, 2], 3 ulp elsewhere; CUDA's `__logf` is
+/// closer), where the first log's absolute error becomes the relative error of the
+/// exponential `E = -log u`, at most 2^-21 / 2^-6 = 2^-15 because `E < 2^-6` takes its series
+/// instead; the second log adds 2^-21 and the sums round twice. So the noise is within about
+/// 2^-14.9 and the bounds leave a margin of 8 over each part.
+const SCREEN_ZREL: f32 = 1.0 / 1_048_576.0; // 2^-20
+const SCREEN_GABS: f32 = 1.0 / 2048.0; // 2^-11
+/// Below this `t = 1 - u`, `E = -log u` comes from `t + t^2/2 + t^3/3` (relative error under
+/// `t^3/4`, 2^-20) instead of a fast log, whose absolute error would be too large a part of E.
+const SCREEN_SERIES: f32 = 1.0 / 64.0; // 2^-6
+/// `|x * (1/T)|` at or above this may round to (or away from) infinity: such a column is
+/// scored exactly where it is read.
+const SCREEN_HUGE: f32 = 1.7014118e38; // 2^127
+
+/// The exact race score of a finite-class column `col` with Philox word `wj`, as [`race_row`]
+/// computes it: `x / T + Gumbel(wj)`.
+fn exact_score(sv: Expr, wj: Expr) -> Expr {
+    sv + call(philox::GUMBEL, vec![wj])
+}
+
+/// Word `j` (0..4, a runtime value) of a Philox block.
+fn word_at(w: Expr, j: Expr) -> Expr {
+    let pick = |k: u8, rest: Expr| select(j.clone().eq_(u(k as u32)), w.clone().comp(k), rest);
+    pick(0, pick(1, pick(2, w.clone().comp(3))))
+}
+
+/// `if value > top (or nothing kept yet): top, top_i = value, col` (the +inf class's race).
+fn keep_top(b: &mut Block, value: Expr, col: Expr) {
+    b.if_(value.clone().gt(var("top")).or(var("top_i").eq_(u(NONE))), |b| {
+        b.set("top", value);
+        b.set("top_i", col);
+    });
+}
+
+/// `if score > best (or nothing kept yet): best, best_i, best_z = score, col, z`, where `z` is
+/// the column's scaled value (its probability in the race from probabilities), which a split
+/// row's combine needs for the log-probability.
+fn keep(b: &mut Block, score: Expr, col: Expr, z: Expr) {
+    b.if_(score.clone().gt(var("best")).or(var("best_i").eq_(u(NONE))), |b| {
+        b.set("best", score);
+        b.set("best_i", col);
+        b.set("best_z", z);
+    });
+}
+
+/// The online log-sum-exp of the scaled values `sv` (for the log-probability): `m` the largest
+/// so far, `s` the sum of `exp(sv - m)`.
+fn online_logsumexp(b: &mut Block, sv: Expr) {
+    b.if_else(
+        sv.clone().gt(var("m")),
+        |b| {
+            let rescale = call(math::EXP, vec![var("m") - sv.clone()]);
+            b.set("s", var("s") * rescale + f(1.0));
+            b.set("m", sv.clone());
+        },
+        |b| {
+            b.if_(sv.clone().gt(f(f32::NEG_INFINITY)), |b| {
+                b.set("s", var("s") + call(math::EXP, vec![sv.clone() - var("m")]));
+            })
+        },
+    );
+}
+
+/// A column of the race from logits, scored exactly: the +inf class races on the noise alone,
+/// every other column on `sv + noise` (greedy rows: `sv`).
+fn exact_column(b: &mut Block, race: Race, col: Expr, j: u8) {
+    let want_lp = (param("flags") & u(FLAG_LOGPROBS)).ne_(u(0));
+    let x = load_clean(col.clone());
+    let sv = b.let_("sv", Ty::F32, x / var("temp"));
+    let noise = call(philox::GUMBEL, vec![var("w").comp(j)]);
+    let noise = if race == Race::Logits { select(var("noisy"), noise, f(0.0)) } else { f(0.0) };
+    b.if_else(
+        sv.clone().eq_(f(f32::INFINITY)),
+        |b| {
+            b.set("top_n", var("top_n") + u(1));
+            keep_top(b, noise.clone(), col.clone());
+        },
+        |b| {
+            let score = b.let_("score", Ty::F32, sv.clone());
+            b.if_(var("noisy"), |b| b.set("score", sv.clone() + noise.clone()));
+            keep(b, score, col.clone(), sv.clone());
+            b.if_(want_lp, |b| online_logsumexp(b, sv.clone()));
+        },
+    );
+}
+
+/// Records a column's bounds `[lo, up]` on its exact score: `lo_best` the largest lower bound,
+/// `up1` the largest upper bound (at `up1_i`) and `up2` the next (ties included).
+fn bound(b: &mut Block, lo: Expr, up: Expr, col: Expr) {
+    b.set("lo_best", var("lo_best").max(lo));
+    b.if_else(
+        up.clone().gt(var("up1")),
+        |b| {
+            b.set("up2", var("up1"));
+            b.set("up1", up.clone());
+            b.set("up1_i", col.clone());
+        },
+        |b| b.set("up2", var("up2").max(up.clone())),
+    );
+}
+
+/// One read of a noisy row that scores every column approximately, with the fast log (two
+/// per column instead of two exact logs and a division), and keeps bounds on the exact scores
+/// (see [`SCREEN_ZREL`]). Columns past the approximation's range (`|x / T|` near overflow,
+/// -inf) are scored exactly on the spot.
+fn screened_pass(b: &mut Block) {
+    let want_lp = (param("flags") & u(FLAG_LOGPROBS)).ne_(u(0));
+    for_each_column(
+        b,
+        |b, c0| b.set("w", philox_block(c0)),
+        |b, col, j| {
+            let x = b.let_("xv", Ty::F32, load_clean(col.clone()));
+            let za = b.let_("za", Ty::F32, x.clone() * var("rcp_t"));
+            b.if_else(
+                za.clone().abs().lt(f(SCREEN_HUGE)),
+                |b| {
+                    let un = b.let_("un", Ty::F32, call(philox::UNIFORM, vec![var("w").comp(j)]));
+                    let t = b.let_("tn", Ty::F32, f(1.0) - un.clone());
+                    let series = t.clone() + t.clone() * t.clone() * (f(0.5) + t.clone() * f(1.0 / 3.0));
+                    let e = b.let_("en", Ty::F32, select(t.lt(f(SCREEN_SERIES)), series, -approx_log(un)));
+                    let a = b.let_("an", Ty::F32, za.clone() - approx_log(e));
+                    let d = b.let_("dn", Ty::F32, za.clone().abs() * f(SCREEN_ZREL) + f(SCREEN_GABS));
+                    bound(b, a.clone() - d.clone(), a + d, col.clone());
+                    b.if_(want_lp.clone(), |b| online_logsumexp(b, x.clone() / var("temp")));
+                },
+                |b| {
+                    // Exact: the +inf class, or a finite score recorded with no slack.
+                    let sv = b.let_("sv", Ty::F32, x.clone() / var("temp"));
+                    b.if_else(
+                        sv.clone().eq_(f(f32::INFINITY)),
+                        |b| {
+                            b.set("top_n", var("top_n") + u(1));
+                            keep_top(b, call(philox::GUMBEL, vec![var("w").comp(j)]), col.clone());
+                        },
+                        |b| {
+                            let s = b.let_("score", Ty::F32, exact_score(sv.clone(), var("w").comp(j)));
+                            b.if_(s.clone().gt(f(f32::NEG_INFINITY)), |b| bound(b, s.clone(), s.clone(), col.clone()));
+                            b.if_(want_lp.clone(), |b| online_logsumexp(b, sv.clone()));
+                        },
+                    );
+                },
+            );
+        },
+    );
+    // Every exact score lies in its column's bounds, so the winner's upper bound reaches the
+    // largest lower bound `floor`, and so does any column that ties with it. Each invocation
+    // scores its best candidate exactly, and the rare invocation with a second candidate
+    // rescores all its columns.
+    let floor = b.reduce(ReduceOp::Max, Ty::F32, var("lo_best"), "screen_floor");
+    b.if_(var("up1_i").ne_(u(NONE)).and(var("up1").ge(floor.clone())), |b| {
+        let c = var("up1_i");
+        let w = philox_block(c.clone() & u(!3));
+        let sv = b.let_("sv", Ty::F32, load_clean(c.clone()) / var("temp"));
+        b.set("best", exact_score(sv.clone(), word_at(w, c.clone() & u(3))));
+        b.set("best_i", c);
+        b.set("best_z", sv);
+    });
+    b.if_(var("up2").ge(floor), |b| {
+        // From scratch, so that a tie goes to the lower column as in the exact pass.
+        b.set("best", f(f32::NEG_INFINITY));
+        b.set("best_i", u(NONE));
+        for_each_column(
+            b,
+            |b, c0| b.set("w", philox_block(c0)),
+            |b, col, j| {
+                let sv = b.let_("sv", Ty::F32, load_clean(col.clone()) / var("temp"));
+                b.if_(sv.clone().lt(f(f32::INFINITY)), |b| {
+                    keep(b, exact_score(sv.clone(), var("w").comp(j)), col.clone(), sv.clone())
+                });
+            },
+        );
+    });
+}
+
+/// The race from probabilities: `p / Exponential` on every valid column (greedy rows: `p`);
+/// negative, infinite and NaN values are invalid.
+fn probs_pass(b: &mut Block) {
+    for_each_column(
+        b,
+        |b, c0| b.if_(var("noisy"), |b| b.set("w", philox_block(c0))),
+        |b, col, j| {
+            let x = b.let_("xv", Ty::F32, load_clean(col.clone()));
+            let score = b.let_("score", Ty::F32, x.clone());
+            let valid = x.clone().ge(f(0.0)).and(x.clone().lt(f(f32::INFINITY)));
+            b.if_else(
+                valid,
+                |b| {
+                    b.if_(var("noisy"), |b| {
+                        b.set("score", x.clone() / call(philox::EXPONENTIAL, vec![var("w").comp(j)]));
+                    })
+                },
+                |b| b.set("score", f(f32::NEG_INFINITY)),
+            );
+            keep(b, score, col, x);
+        },
+    );
+}
+
 /// One row of the argmax family (see [`argmax_kernel`]), inside the row loop.
 pub(super) fn race_row(b: &mut Block, race: Race) {
-    let want_lp = (param("flags") & u(FLAG_LOGPROBS)).ne_(u(0));
-    let inf = f(f32::INFINITY);
-    let from_logits = race != Race::Probs;
     if race == Race::Greedy {
         b.let_("noisy", Ty::Bool, boolean(false));
         b.let_("temp", Ty::F32, f(1.0));
@@ -196,6 +443,7 @@ pub(super) fn race_row(b: &mut Block, race: Race) {
     }
     b.let_("best", Ty::F32, f(f32::NEG_INFINITY));
     b.let_("best_i", Ty::U32, u(NONE));
+    b.let_("best_z", Ty::F32, f(f32::NEG_INFINITY));
     // The top class (+inf scaled values): its own race, on the noise alone.
     b.let_("top", Ty::F32, f(f32::NEG_INFINITY));
     b.let_("top_i", Ty::U32, u(NONE));
@@ -203,72 +451,46 @@ pub(super) fn race_row(b: &mut Block, race: Race) {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
     b.let_("s", Ty::F32, f(0.0));
     b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
-    for_each_column(
-        b,
-        |b, c0| {
-            if race != Race::Greedy {
-                b.if_(var("noisy"), |b| {
-                    let block = philox_block(c0);
-                    b.set("w", block);
-                });
-            }
-        },
-        |b, col, j| {
-            let x = b.let_("xv", Ty::F32, load_clean(col.clone()));
-            let sv = b.let_("sv", Ty::F32, if from_logits { x.clone() / var("temp") } else { x.clone() });
-            let score = b.let_("score", Ty::F32, sv.clone());
-            let keep = |b: &mut Block, best: &str, best_i: &str, value: Expr| {
-                b.if_(value.clone().gt(var(best)).or(var(best_i).eq_(u(NONE))), |b| {
-                    b.set(best, value);
-                    b.set(best_i, col.clone());
-                });
-            };
-            if race == Race::Probs {
-                // Probabilities: negative and infinite values are as invalid as NaN.
-                let valid = x.clone().ge(f(0.0)).and(x.clone().lt(inf.clone()));
-                b.if_else(
-                    valid,
-                    |b| {
-                        b.if_(var("noisy"), |b| {
-                            b.set("score", x.clone() / call(philox::EXPONENTIAL, vec![var("w").comp(j)]));
-                        })
-                    },
-                    |b| b.set("score", f(f32::NEG_INFINITY)),
-                );
-                keep(b, "best", "best_i", score);
-                return;
-            }
-            let noise = call(philox::GUMBEL, vec![var("w").comp(j)]);
-            let noise = if race == Race::Logits { select(var("noisy"), noise, f(0.0)) } else { f(0.0) };
-            b.if_else(
-                sv.clone().eq_(inf.clone()),
-                |b| {
-                    b.set("top_n", var("top_n") + u(1));
-                    keep(b, "top", "top_i", noise.clone());
-                },
-                |b| {
-                    b.if_(var("noisy"), |b| b.set("score", sv.clone() + noise.clone()));
-                    keep(b, "best", "best_i", score.clone());
-                    b.if_(want_lp.clone(), |b| {
-                        b.if_else(
-                            sv.clone().gt(var("m")),
-                            |b| {
-                                let rescale = call(math::EXP, vec![var("m") - sv.clone()]);
-                                b.set("s", var("s") * rescale + f(1.0));
-                                b.set("m", sv.clone());
-                            },
-                            |b| {
-                                b.if_(sv.clone().gt(f(f32::NEG_INFINITY)), |b| {
-                                    b.set("s", var("s") + call(math::EXP, vec![sv.clone() - var("m")]));
-                                })
-                            },
-                        );
-                    });
-                },
-            );
-        },
-    );
+    let exact_pass = |b: &mut Block| {
+        for_each_column(
+            b,
+            |b, c0| {
+                if race != Race::Greedy {
+                    b.if_(var("noisy"), |b| b.set("w", philox_block(c0)));
+                }
+            },
+            |b, col, j| exact_column(b, race, col, j),
+        )
+    };
+    match race {
+        Race::Logits => {
+            // Noisy rows are screened; the branch is uniform (one row per workgroup).
+            b.let_("rcp_t", Ty::F32, f(1.0) / var("temp"));
+            b.let_("lo_best", Ty::F32, f(f32::NEG_INFINITY));
+            b.let_("up1", Ty::F32, f(f32::NEG_INFINITY));
+            b.let_("up1_i", Ty::U32, u(NONE));
+            b.let_("up2", Ty::F32, f(f32::NEG_INFINITY));
+            b.if_else(var("noisy"), screened_pass, exact_pass);
+        }
+        Race::Greedy => exact_pass(b),
+        Race::Probs => probs_pass(b),
+    }
     let (win, tok) = b.argmax(var("best"), var("best_i"), "win", "tok");
+    let tops = match race {
+        Race::Probs => u(0),
+        _ => b.reduce(ReduceOp::Sum, Ty::U32, var("top_n"), "tops"),
+    };
+    b.if_else(
+        var("parts").le(u(1)),
+        |b| whole_row_results(b, race, win.clone(), tok.clone(), tops.clone()),
+        |b| write_part(b, race, win.clone(), tok.clone(), tops.clone()),
+    );
+}
+
+/// The results of a row raced by one workgroup.
+fn whole_row_results(b: &mut Block, race: Race, win: Expr, tok: Expr, tops: Expr) {
+    // A screened row with nothing valid has no candidate at all: keep the index in the row.
+    b.if_(tok.clone().eq_(u(NONE)), |b| b.set("tok", u(0)));
     if race == Race::Probs {
         let valid = b.let_("valid", Ty::Bool, win.gt(f(0.0)));
         write_results(b, tok.clone(), valid, |b| {
@@ -277,7 +499,6 @@ pub(super) fn race_row(b: &mut Block, race: Race) {
         });
         return;
     }
-    let tops = b.reduce(ReduceOp::Sum, Ty::U32, var("top_n"), "tops");
     let valid = b.let_("valid", Ty::Bool, tops.clone().gt(u(0)).or(win.gt(f(f32::NEG_INFINITY))));
     b.if_(tops.clone().gt(u(0)), |b| {
         let (_, top_tok) = b.argmax(var("top"), var("top_i"), "top_win", "top_tok");
@@ -285,13 +506,72 @@ pub(super) fn race_row(b: &mut Block, race: Race) {
     });
     write_results(b, tok.clone(), valid, |b| {
         // Top class: uniform over its columns. Else log-softmax from the online sums.
-        let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_max");
-        let mine =
-            select(var("m").eq_(f(f32::NEG_INFINITY)), f(0.0), var("s") * call(math::EXP, vec![var("m") - mx.clone()]));
-        let total = b.reduce(ReduceOp::Sum, Ty::F32, mine, "row_sum");
+        let (mx, total) = logsumexp_pair(b);
         let finite = load_clean(tok.clone()) / var("temp") - mx - call(math::LOG, vec![total]);
         select(tops.clone().gt(u(0)), -call(math::LOG, vec![tops.clone().cast(Ty::F32)]), finite)
     });
+}
+
+/// The block's `(max, sum of exp(sv - max))` from every invocation's online pair `(m, s)`.
+pub(super) fn logsumexp_pair(b: &mut Block) -> (Expr, Expr) {
+    let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_max");
+    let mine =
+        select(var("m").eq_(f(f32::NEG_INFINITY)), f(0.0), var("s") * call(math::EXP, vec![var("m") - mx.clone()]));
+    let total = b.reduce(ReduceOp::Sum, Ty::F32, mine, "row_sum");
+    (mx, total)
+}
+
+/// Word `k` of this workgroup's part record.
+fn part_word(k: u32) -> Expr {
+    var("slot") * u(PART_WORDS) + u(k)
+}
+
+/// Writes this part's record for `combine.rs` (see [`PART_WORDS`]).
+fn write_part(b: &mut Block, race: Race, win: Expr, tok: Expr, tops: Expr) {
+    let (top_win, top_tok) = match race {
+        Race::Probs => (f(f32::NEG_INFINITY), u(NONE)),
+        _ => {
+            let (w, t) = b.argmax(var("top"), var("top_i"), "top_win", "top_tok");
+            (w, t)
+        }
+    };
+    let want_lp = (param("flags") & u(FLAG_LOGPROBS)).ne_(u(0));
+    b.let_("part_m", Ty::F32, f(f32::NEG_INFINITY));
+    b.let_("part_s", Ty::F32, f(0.0));
+    if race != Race::Probs {
+        b.if_(want_lp, |b| {
+            let (mx, total) = logsumexp_pair(b);
+            b.set("part_m", mx);
+            b.set("part_s", total);
+        });
+    }
+    let bits = |e: Expr| e.bitcast(Ty::U32);
+    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+        b.store("partials", part_word(part::BEST), bits(win));
+        b.store("partials", part_word(part::BEST_I), tok.clone());
+        b.store("partials", part_word(part::TOP), bits(top_win));
+        b.store("partials", part_word(part::TOP_I), top_tok);
+        b.store("partials", part_word(part::TOP_N), tops);
+        b.store("partials", part_word(part::M), bits(var("part_m")));
+        b.store("partials", part_word(part::S), bits(var("part_s")));
+        b.store("partials", part_word(part::RACED), u(1));
+    });
+    // The winner's scaled value, from the invocation that holds it.
+    b.if_(var("best_i").eq_(tok.clone()).and(tok.ne_(u(NONE))), |b| {
+        b.store("partials", part_word(part::BEST_Z), bits(var("best_z")));
+    });
+}
+
+/// In a split kernel, marks the row as not raced by this launch (the per-row sampler's seeded
+/// and filtered rows), so the combine leaves its results alone.
+pub(super) fn mark_not_raced(b: &mut Block) {
+    let first = builtin(Builtin::LocalId).eq_(u(0)).and(var("part").eq_(u(0)));
+    b.if_(var("parts").gt(u(1)).and(first), |b| b.store("partials", part_word(part::RACED), u(0)));
+}
+
+/// The part records of a split launch, bound after the outputs.
+pub(super) fn partials_buffer() -> BufferDecl {
+    buffer("partials", Storage::U32, true)
 }
 
 /// The argmax family: greedy, the race from logits and the race from probabilities. One read of
@@ -312,7 +592,8 @@ fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
         buffers.push(buffer("rows", Storage::U32, false));
     }
     buffers.extend(output_buffers());
-    for_each_row(&mut b, |b| race_row(b, race));
+    buffers.push(partials_buffer());
+    for_each_row_part(&mut b, |b| race_row(b, race));
 
     let mut functions = vec![math::exp()];
     functions.extend(philox::noise_functions());
