@@ -32,8 +32,11 @@ pub struct CudaBackend {
     block: u32,
     /// Workgroups a launch aims at: the blocks the device holds resident at once.
     target_groups: u32,
-    /// The part records of split rows (see `launch::parts`).
+    /// The part records of split rows (see `launch::parts`), and the lock that keeps one
+    /// call's launches adjacent on the stream, so no other call's parts land between a split
+    /// launch and its combine.
     partials: CudaSlice<u32>,
+    plan: Mutex<()>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
 }
 
@@ -99,7 +102,8 @@ impl CudaBackend {
             .map_err(cuda_error)?;
         let target_groups = (sms.max(1) as u32) * (per_sm.max(block as i32) as u32 / block);
         let partials = stream.alloc_zeros(Split::words(target_groups)).map_err(cuda_error)?;
-        Ok(CudaBackend { stream, name, arch, block, target_groups, partials, functions: Mutex::default() })
+        let (plan, functions) = (Mutex::default(), Mutex::default());
+        Ok(CudaBackend { stream, name, arch, block, target_groups, partials, plan, functions })
     }
 
     /// The stream every launch goes to.
@@ -168,6 +172,7 @@ impl Backend for CudaBackend {
     fn run(&self, job: Job<'_, Self>) -> Result<()> {
         let partials = <Self as Device>::handle(&self.partials);
         let split = Split { target_groups: self.target_groups, block: self.block, partials };
+        let _adjacent = self.plan.lock().map_err(|_| cuda_error("plan lock poisoned"))?;
         for launch in Launch::plan(&job, &split).launches() {
             self.launch(launch)?;
         }

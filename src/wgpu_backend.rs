@@ -69,8 +69,10 @@ pub struct WgpuBackend {
     /// Workgroups a launch aims at (see `launch::parts`): about what a discrete GPU holds
     /// resident; on a CPU adapter (lavapipe) few, as each workgroup there has a fixed cost.
     target_groups: u32,
-    /// The part records of split rows.
+    /// The part records of split rows, and the lock that keeps one call's launches adjacent on
+    /// the queue, so no other call's parts land between a split launch and its combine.
     partials: wgpu::Buffer,
+    plan: Mutex<()>,
 }
 
 /// Two timestamp queries and the buffers that bring them to the host. The first timed launch
@@ -187,6 +189,7 @@ impl WgpuBackend {
             timing: Mutex::default(),
             target_groups,
             partials,
+            plan: Mutex::default(),
         }
     }
 
@@ -395,6 +398,7 @@ impl Backend for WgpuBackend {
     fn run(&self, job: Job<'_, Self>) -> Result<()> {
         let split =
             Split { target_groups: self.target_groups, block: crate::generated::WGPU_BLOCK, partials: &self.partials };
+        let _adjacent = self.plan.lock().map_err(|_| device_error("plan lock poisoned"))?;
         for launch in Launch::plan(&job, &split).launches() {
             self.dispatch(launch)?;
         }
