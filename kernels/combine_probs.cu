@@ -204,7 +204,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) combine_probs(
                 }
                 tok = top_tok;
             }
-            float z = (((tok == 4294967295u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bitcast<float>(partials[((((row * parts) + ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts))) * 9u) + 2u)])));
+            float z = (((tok == 4294967295u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bitcast<float>(partials[((((row * parts) + (((tok == 4294967295u)) ? (0u) : (((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts))))) * 9u) + 2u)])));
             if ((tok == 4294967295u)) {
                 tok = 0u;
             }

@@ -173,7 +173,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 tok = top_tok;
             }
-            var z: f32 = select(bitcast<f32>(partials[((((row * parts) + ((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts))) * 9u) + 2u)]), bitcast<f32>(4286578688u), (tok == 4294967295u));
+            var z: f32 = select(bitcast<f32>(partials[((((row * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, (tok == 4294967295u))) * 9u) + 2u)]), bitcast<f32>(4286578688u), (tok == 4294967295u));
             if ((tok == 4294967295u)) {
                 tok = 0u;
             }

@@ -82,13 +82,12 @@ fn combine(probs: bool) -> Kernel {
                 b.set("tok", top_tok);
             });
             // The winner's part, from the split's arithmetic; its record holds the scaled value.
-            let winner = (tok.clone() >> u(2)) / quads_per_part(var("parts"));
-            let z = b.let_(
-                "z",
-                Ty::F32,
-                select(tok.clone().eq_(u(NONE)), f(f32::NEG_INFINITY), float(winner, part::BEST_Z)),
-            );
-            b.if_(tok.clone().eq_(u(NONE)), |b| b.set("tok", u(0)));
+            // No winner (nothing valid): no record to read, and WGSL's select evaluates both
+            // sides, so the index stays in range.
+            let none = tok.clone().eq_(u(NONE));
+            let winner = select(none.clone(), u(0), (tok.clone() >> u(2)) / quads_per_part(var("parts")));
+            let z = b.let_("z", Ty::F32, select(none.clone(), f(f32::NEG_INFINITY), float(winner, part::BEST_Z)));
+            b.if_(none, |b| b.set("tok", u(0)));
             if probs {
                 let valid = b.let_("valid", Ty::Bool, win.gt(f(0.0)));
                 write_results(b, tok, valid, |_| {
