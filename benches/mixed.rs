@@ -1,4 +1,4 @@
-//! Mixed batches through the per-row sampler, against the same batches the way SGLang's batch
+//! Mixed batches through the per-row sampler (`Sampler::step`, as an engine calls it), against the same batches the way SGLang's batch
 //! flags would send them, measured in one run: 32 plain rows; 31 plain + 1 top-p; 31 plain + 1
 //! greedy; 31 plain + 1 seeded; 16 plain + 16 seeded; 32 top-p. SGLang sends a batch with any
 //! seeded request (deterministic inference) wholly through its seeded path (here
@@ -8,12 +8,13 @@
 //! `cargo bench --bench mixed`: on every device backend present (CUDA, wgpu), else on the CPU
 //! backend. Each call is timed by the backend's clock (CUDA events, wgpu timestamp queries; the
 //! wall clock on the CPU and on devices without timestamps), so a figure is the device's work for
-//! the step, both launches of `sample` included; median and interquartile range of `REPS` calls.
+//! the step (the row records' upload and every launch); median and interquartile range of `REPS`
+//! calls.
 
 mod common;
 
 use common::{Stats, Timed};
-use sampling_kernels::{Backend, Clock, CpuBackend, Input, Logits, Output, RowParams, Shape};
+use sampling_kernels::{Backend, Clock, CpuBackend, Input, Logits, Output, RowParams, Sampler, Shape};
 
 const BATCH: usize = 32;
 const VOCAB: usize = 151_936;
@@ -45,14 +46,17 @@ fn filtered<B: Backend>(
     b.sample_filtered(shape, Input::Logits(logits), rows, out)
 }
 
-/// Median and interquartile range, in microseconds, of `REPS` timed calls after one warm-up.
-fn time<B: Timed>(b: &B, x: &B::Buffer<f32>, rows: &[RowParams], launch: Launch<B>) -> (Stats, Clock) {
-    let shape = Shape::dense(BATCH, VOCAB);
-    let r = b.upload(rows).unwrap();
+/// Median and interquartile range, in microseconds, of `REPS` timed calls of `call` after one
+/// warm-up, and the clock that timed them.
+fn time<B: Timed>(
+    b: &B,
+    x: &B::Buffer<f32>,
+    mut call: impl FnMut(&B, Logits<'_, B>, Output<'_, B>) -> sampling_kernels::Result<()>,
+) -> (Stats, Clock) {
     let mut t = b.zeros::<u32>(BATCH).unwrap();
     let mut clock = Clock::Device;
     let mut once = || {
-        let took = b.time(&mut |b| launch(b, shape, Logits::F32(x), &r, Output::new(&mut t))).unwrap();
+        let took = b.time(&mut |b| call(b, Logits::F32(x), Output::new(&mut t))).unwrap();
         clock = took.clock;
         took.elapsed.as_secs_f64() * 1e6
     };
@@ -61,19 +65,32 @@ fn time<B: Timed>(b: &B, x: &B::Buffer<f32>, rows: &[RowParams], launch: Launch<
     (Stats::of(&mut us), clock)
 }
 
+/// `launch` on the rows, uploaded once.
+fn launched<B: Timed>(b: &B, x: &B::Buffer<f32>, rows: &[RowParams], launch: Launch<B>) -> (Stats, Clock) {
+    let r = b.upload(rows).unwrap();
+    time(b, x, |b, logits, out| launch(b, Shape::dense(BATCH, VOCAB), logits, &r, out))
+}
+
+/// `Sampler::step` on the rows: what an engine calls each step (it writes the row records and
+/// the list of filtered rows, then launches).
+fn stepped<B: Timed>(b: &B, x: &B::Buffer<f32>, rows: &[RowParams]) -> (Stats, Clock) {
+    let mut sampler = Sampler::new(b, BATCH).unwrap();
+    time(b, x, |_, logits, out| sampler.step(Shape::dense(BATCH, VOCAB), logits, rows, out))
+}
+
 fn bench<B: Timed>(b: &B) {
     let logits: Vec<f32> = (0..BATCH * VOCAB).map(|i| ((i * 7919 % 10007) as f32) / 1000.0 - 5.0).collect();
     let x = b.upload(&logits).unwrap();
-    let (race, clock) = time(b, &x, &rows(0, 0, 0), B::race_from_logits);
-    let (plain, _) = time(b, &x, &rows(0, 0, 0), B::sample);
+    let (race, clock) = launched(b, &x, &rows(0, 0, 0), B::race_from_logits);
+    let (plain, _) = stepped(b, &x, &rows(0, 0, 0));
     println!(
         "backend: {}; batch {BATCH} x vocab {VOCAB} f32; {REPS} calls each, {clock:?} clock; \
-         32 plain rows: race {:.1} us, per-row `sample` {:.1} us",
+         32 plain rows: race {:.1} us, `Sampler::step` {:.1} us",
         b.describe(),
         race.median,
         plain.median
     );
-    println!("| batch | per-row `sample` (us, median [IQR]) | x race | x `sample` on 32 plain | as SGLang routes it (us) | x race |");
+    println!("| batch | `Sampler::step` (us, median [IQR]) | x race | x step on 32 plain | as SGLang routes it (us) | x race |");
     println!("|---|---|---|---|---|---|");
     let cases: [(&str, usize, usize, usize, Launch<B>); 6] = [
         ("32 plain", 0, 0, 0, B::race_from_logits),
@@ -85,8 +102,8 @@ fn bench<B: Timed>(b: &B) {
     ];
     for (name, greedy, seeded, top_p, sglang) in cases {
         let r = rows(greedy, seeded, top_p);
-        let (Stats { median: m, q1, q3 }, _) = time(b, &x, &r, B::sample);
-        let (Stats { median: fm, q1: fq1, q3: fq3 }, _) = time(b, &x, &r, sglang);
+        let (Stats { median: m, q1, q3 }, _) = stepped(b, &x, &r);
+        let (Stats { median: fm, q1: fq1, q3: fq3 }, _) = launched(b, &x, &r, sglang);
         println!(
             "| {name} | {m:.1} [{q1:.1}, {q3:.1}] | {:.2} | {:.2} | {fm:.1} [{fq1:.1}, {fq3:.1}] | {:.2} |",
             m / race.median,

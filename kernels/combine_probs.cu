@@ -73,7 +73,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) combine_probs(
     __shared__ float sk_am_f32[33];
     __shared__ unsigned int sk_am_i[33];
     unsigned int parts = (((flags >> 16u)) > (1u) ? ((flags >> 16u)) : (1u));
-    for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
+    for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
+        unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;

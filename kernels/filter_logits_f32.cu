@@ -292,7 +292,7 @@ __device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
-    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_red_f32[33];
     __shared__ unsigned long long sk_red_u64[33];
     __shared__ float sk_am_f32[33];
@@ -301,7 +301,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
     __shared__ unsigned int sk_scan[32];
     __shared__ unsigned int sk_many_u32[544];
     __shared__ unsigned long long sk_many_u64[544];
-    for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
+    for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
+        unsigned int row = ((((flags & 32u) != 0u)) ? (listed[slot]) : (slot));
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;

@@ -181,7 +181,8 @@ __device__ __forceinline__ float sk_gumbel(unsigned int w) {
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) gumbel_noise(
     const unsigned int* __restrict__ rows, float* __restrict__ noise, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
+    for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
+        unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;

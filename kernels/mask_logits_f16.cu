@@ -220,7 +220,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
     __shared__ unsigned int sk_scan[32];
     __shared__ unsigned int sk_many_u32[544];
     __shared__ unsigned long long sk_many_u64[544];
-    for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
+    for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
+        unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;

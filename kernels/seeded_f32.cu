@@ -126,7 +126,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f32(
     const float* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ double sk_am_f64[33];
     __shared__ unsigned int sk_am_i[33];
-    for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
+    for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
+        unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;

@@ -50,7 +50,8 @@ __device__ __forceinline__ float sk_exp(float x) {
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, float* __restrict__ probs, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_red_f32[33];
-    for (unsigned int row = blockIdx.x; row < batch; row += gridDim.x) {
+    for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
+        unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;

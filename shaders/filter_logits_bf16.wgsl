@@ -18,7 +18,8 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> logprobs: array<f32>;
 @group(0) @binding(4) var<storage, read_write> status: array<u32>;
 @group(0) @binding(5) var<storage, read_write> passes: array<u32>;
-@group(0) @binding(6) var<uniform> params: Params;
+@group(0) @binding(6) var<storage, read> listed: array<u32>;
+@group(0) @binding(7) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u64: array<u64, BLOCK>;
@@ -329,7 +330,8 @@ fn sk_seeded_gumbel32(h_in: u32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
-    for (var row: u32 = sk_wid.x; row < params.batch; row = row + sk_nwg.x) {
+    for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
+        var row: u32 = select(slot, listed[slot], ((params.flags & 32u) != 0u));
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
         var col_hi: u32 = params.vocab;

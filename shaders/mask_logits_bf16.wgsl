@@ -238,7 +238,8 @@ fn sk_gumbel(w_in: u32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
-    for (var row: u32 = sk_wid.x; row < params.batch; row = row + sk_nwg.x) {
+    for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
+        var row: u32 = slot;
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
         var col_hi: u32 = params.vocab;

@@ -26,7 +26,7 @@ impl<B: Backend + ?Sized> Clone for Logits<'_, B> {
 impl<B: Backend + ?Sized> Copy for Logits<'_, B> {}
 
 impl<B: Backend + ?Sized> Logits<'_, B> {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Logits::F32(b) => B::len(*b),
             Logits::F16(b) => B::len(*b),
@@ -186,12 +186,16 @@ pub enum Job<'a, B: Backend + ?Sized> {
         skip_filtered: bool,
     },
     /// With `only_filtered`, rows without a filter (and greedy and seeded rows) are left alone.
+    /// With `listed`, only the rows named in its first `count` entries are visited (a superset
+    /// of the rows with a filter, which [`crate::Sampler`] knows on the host), so the launch is
+    /// as small as the number of filtered rows.
     Filter {
         shape: Shape,
         input: Input<'a, B>,
         rows: &'a B::Buffer<RowParams>,
         out: Output<'a, B>,
         only_filtered: bool,
+        listed: Option<(&'a B::Buffer<u32>, usize)>,
     },
     MaskLogits {
         shape: Shape,
@@ -399,7 +403,7 @@ pub trait Backend {
         check_rows::<Self>(shape, logits.len(), rows)?;
         check_output(shape, &out)?;
         self.run(Job::Sample { shape, logits, rows, out: out.reborrow(), skip_filtered: true })?;
-        self.run(Job::Filter { shape, input: Input::Logits(logits), rows, out, only_filtered: true })
+        self.run(Job::Filter { shape, input: Input::Logits(logits), rows, out, only_filtered: true, listed: None })
     }
 
     /// Samples each row inside its kept set `S` (top-k, top-p and min-p from its [`RowParams`],
@@ -421,7 +425,7 @@ pub trait Backend {
         check_filter_shape(shape)?;
         check_rows::<Self>(shape, input.len(), rows)?;
         check_output(shape, &out)?;
-        self.run(Job::Filter { shape, input, rows, out, only_filtered: false })
+        self.run(Job::Filter { shape, input, rows, out, only_filtered: false, listed: None })
     }
 
     /// The logits with every token outside the row's kept set at -inf, in f32 with the input's
@@ -500,7 +504,11 @@ pub trait Backend {
     }
 }
 
-fn check_rows<B: Backend + ?Sized>(shape: Shape, input_len: usize, rows: &B::Buffer<RowParams>) -> Result<()> {
+pub(crate) fn check_rows<B: Backend + ?Sized>(
+    shape: Shape,
+    input_len: usize,
+    rows: &B::Buffer<RowParams>,
+) -> Result<()> {
     shape.validate()?;
     need("input", input_len, shape.elements())?;
     need("rows", B::len(rows), shape.batch)
@@ -508,7 +516,7 @@ fn check_rows<B: Backend + ?Sized>(shape: Shape, input_len: usize, rows: &B::Buf
 
 /// The filter kernels sum fixed-point masses that must not overflow: rows of at most
 /// [`crate::generated::FILTER_MAX_VOCAB`] tokens (2^23; the largest vocabularies are near 2^18).
-fn check_filter_shape(shape: Shape) -> Result<()> {
+pub(crate) fn check_filter_shape(shape: Shape) -> Result<()> {
     let most = crate::generated::FILTER_MAX_VOCAB;
     if shape.vocab > most {
         return Err(Error::Shape(format!("vocab {} exceeds the filter kernels' limit of {most}", shape.vocab)));
@@ -516,7 +524,7 @@ fn check_filter_shape(shape: Shape) -> Result<()> {
     Ok(())
 }
 
-fn check_output<B: Backend + ?Sized>(shape: Shape, out: &Output<'_, B>) -> Result<()> {
+pub(crate) fn check_output<B: Backend + ?Sized>(shape: Shape, out: &Output<'_, B>) -> Result<()> {
     need("tokens", B::len(out.tokens), shape.batch)?;
     if let Some(lp) = &out.logprobs {
         need("logprobs", B::len(*lp), shape.batch)?;

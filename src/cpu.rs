@@ -309,8 +309,12 @@ impl Backend for CpuBackend {
                     }
                 }
             }
-            Job::Filter { shape, input, rows, mut out, only_filtered } => {
-                for r in 0..shape.batch {
+            Job::Filter { shape, input, rows, mut out, only_filtered, listed } => {
+                let all: Vec<usize> = match listed {
+                    Some((list, count)) => list[..count].iter().map(|&r| r as usize).collect(),
+                    None => (0..shape.batch).collect(),
+                };
+                for r in all {
                     let row = &rows[r];
                     if only_filtered && !takes_filter_path(row) {
                         continue;

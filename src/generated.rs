@@ -23,10 +23,12 @@ pub const FLAG_LOGPROBS: u32 = 1;
 pub const FLAG_STATUS: u32 = 2;
 
 /// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter
-/// (filter kernels); leave those rows out (the plain sampler).
+/// (filter kernels); leave those rows out (the plain sampler); take the rows of a list (filter
+/// kernels).
 pub const FLAG_PASSES: u32 = 4;
 pub const FLAG_FILTERED_ONLY: u32 = 8;
 pub const FLAG_SKIP_FILTERED: u32 = 16;
+pub const FLAG_ROW_LIST: u32 = 32;
 
 /// Word indices of the row record that the layout of `RowParams` is checked against.
 pub const WORD_TEMPERATURE: usize = 0;
@@ -269,7 +271,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "filter_logits_f32",
         wgsl: include_str!("../shaders/filter_logits_f32.wgsl"),
         cuda: include_str!("../kernels/filter_logits_f32.cu"),
-        buffers: &["x", "rows", "tokens", "logprobs", "status", "passes"],
+        buffers: &["x", "rows", "tokens", "logprobs", "status", "passes", "listed"],
         passes: 18,
         needs_f64: true,
         needs_int64: true,
@@ -278,7 +280,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "filter_logits_f16",
         wgsl: include_str!("../shaders/filter_logits_f16.wgsl"),
         cuda: include_str!("../kernels/filter_logits_f16.cu"),
-        buffers: &["x", "rows", "tokens", "logprobs", "status", "passes"],
+        buffers: &["x", "rows", "tokens", "logprobs", "status", "passes", "listed"],
         passes: 18,
         needs_f64: true,
         needs_int64: true,
@@ -287,7 +289,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "filter_logits_bf16",
         wgsl: include_str!("../shaders/filter_logits_bf16.wgsl"),
         cuda: include_str!("../kernels/filter_logits_bf16.cu"),
-        buffers: &["x", "rows", "tokens", "logprobs", "status", "passes"],
+        buffers: &["x", "rows", "tokens", "logprobs", "status", "passes", "listed"],
         passes: 18,
         needs_f64: true,
         needs_int64: true,
@@ -296,7 +298,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "filter_probs",
         wgsl: include_str!("../shaders/filter_probs.wgsl"),
         cuda: include_str!("../kernels/filter_probs.cu"),
-        buffers: &["x", "rows", "tokens", "logprobs", "status", "passes"],
+        buffers: &["x", "rows", "tokens", "logprobs", "status", "passes", "listed"],
         passes: 18,
         needs_f64: true,
         needs_int64: true,

@@ -6,7 +6,8 @@ use crate::kernels::{source, KernelSource};
 use crate::types::{Element, Shape};
 
 use crate::generated::{
-    FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_SKIP_FILTERED, FLAG_STATUS, PARTS_SHIFT, PART_WORDS,
+    FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SKIP_FILTERED, FLAG_STATUS, PARTS_SHIFT,
+    PART_WORDS,
 };
 
 /// A backend whose buffers have a raw handle that a launch can bind.
@@ -233,13 +234,22 @@ impl<'a, H: Copy> Launch<H> {
                 let flags = if *skip_filtered { FLAG_SKIP_FILTERED } else { 0 };
                 sampling::<B>(suffixed("sample", logits), *shape, inputs, out, flags)
             }
-            Job::Filter { shape, input, rows: r, out, only_filtered } => {
+            Job::Filter { shape, input, rows: r, out, only_filtered, listed } => {
                 let (kernel, x) = match input {
                     Input::Logits(l) => (suffixed("filter_logits", l), logits_handle(l)),
                     Input::Probs(p) => (source("filter_probs"), B::handle(*p)),
                 };
                 let flags = if *only_filtered { FLAG_FILTERED_ONLY } else { 0 };
-                sampling::<B>(kernel, *shape, vec![Some(x), Some(B::handle(*r))], out, flags)
+                let mut launch = sampling::<B>(kernel, *shape, vec![Some(x), Some(B::handle(*r))], out, flags);
+                // Without a list, the row records stand in (never read; a read-only binding, which
+                // wgpu will not share with an unused writable output).
+                launch.buffers.push(Some(listed.map_or(B::handle(*r), |(list, _)| B::handle(list))));
+                if let Some((_, count)) = listed {
+                    launch.params[0] = *count as u32;
+                    launch.params[3] |= FLAG_ROW_LIST;
+                    launch.work = Work::Rows(*count as u32);
+                }
+                launch
             }
             Job::MaskLogits { shape, logits, rows: r, masked } => Launch {
                 kernel: suffixed("mask_logits", logits),

@@ -1,8 +1,9 @@
 //! The per-step API for engines: one call per decode step, any mix of greedy, sampled, filtered
-//! and seeded rows in two launches, the row records' device buffer made once and rewritten in
-//! place.
+//! and seeded rows in the same launches whatever the mix (the plain kernel, its combine where the
+//! batch is small enough to split rows, the filter kernel over the filtered rows), the row
+//! records' device buffers made once and rewritten in place.
 
-use crate::backend::{Backend, Logits, Output};
+use crate::backend::{check_filter_shape, check_output, check_rows, Backend, Input, Job, Logits, Output};
 use crate::error::{Error, Result};
 use crate::planner::NormalizedParams;
 use crate::types::{RowParams, Shape};
@@ -14,28 +15,57 @@ pub const DEFAULT_SEED: u64 = 42;
 pub struct Sampler<'b, B: Backend> {
     backend: &'b B,
     rows: B::Buffer<RowParams>,
+    /// The rows with a filter this step, on the host and on the device (made once).
+    filtered: Vec<u32>,
+    filtered_rows: B::Buffer<u32>,
     capacity: usize,
 }
 
 impl<'b, B: Backend> Sampler<'b, B> {
-    /// A sampler for batches of up to `max_batch` rows (its row buffer is made here, once).
+    /// A sampler for batches of up to `max_batch` rows (its buffers are made here, once).
     pub fn new(backend: &'b B, max_batch: usize) -> Result<Self> {
         let rows = backend.zeros::<RowParams>(max_batch)?;
-        Ok(Sampler { backend, rows, capacity: max_batch })
+        let filtered_rows = backend.zeros::<u32>(max_batch)?;
+        Ok(Sampler { backend, rows, filtered: Vec::with_capacity(max_batch), filtered_rows, capacity: max_batch })
     }
 
     /// One decode step: row `r` of `logits` is sampled as `rows[r]` asks (see
     /// [`Backend::sample`]). Tokens, and on request log-probabilities and statuses, go to `out`
     /// on the device; nothing waits for the host.
-    pub fn step(&mut self, shape: Shape, logits: Logits<'_, B>, rows: &[RowParams], out: Output<'_, B>) -> Result<()> {
+    ///
+    /// The records are on the host here, so the filter kernel is launched over the rows that
+    /// have a filter only (one empty workgroup when none has): a top-p request in a batch costs
+    /// its own row, not a launch over the batch.
+    pub fn step(
+        &mut self,
+        shape: Shape,
+        logits: Logits<'_, B>,
+        rows: &[RowParams],
+        mut out: Output<'_, B>,
+    ) -> Result<()> {
         if rows.len() != shape.batch {
             return Err(Error::Shape(format!("{} row records for a batch of {}", rows.len(), shape.batch)));
         }
         if rows.len() > self.capacity {
             return Err(Error::Shape(format!("batch {} exceeds the sampler's {} rows", rows.len(), self.capacity)));
         }
+        check_filter_shape(shape)?;
+        check_rows::<B>(shape, logits.len(), &self.rows)?;
+        check_output(shape, &out)?;
         self.backend.write(&mut self.rows, rows)?;
-        self.backend.sample(shape, logits, &self.rows, out)
+        // A superset of the rows the kernels filter (those also need a temperature, and a top-k
+        // below the vocabulary): the filter kernel still checks each row it is given.
+        self.filtered.clear();
+        self.filtered.extend((0..rows.len() as u32).filter(|&r| rows[r as usize].has_filters()));
+        let (backend, rows_buf) = (self.backend, &self.rows);
+        backend.run(Job::Sample { shape, logits, rows: rows_buf, out: out.reborrow(), skip_filtered: true })?;
+        // Launched even over no row, so the launches do not depend on the mix.
+        if !self.filtered.is_empty() {
+            backend.write(&mut self.filtered_rows, &self.filtered)?;
+        }
+        let listed = Some((&self.filtered_rows, self.filtered.len()));
+        let input = Input::Logits(logits);
+        backend.run(Job::Filter { shape, input, rows: rows_buf, out, only_filtered: true, listed })
     }
 }
 

@@ -32,8 +32,8 @@
 use super::math;
 use super::philox;
 use super::sampling::{
-    buffer, for_each_row, kernel, output_buffers, philox_block, row_temperature, row_word, scaled, softmax_weight,
-    word, write_results, Dtype, FLAG_FILTERED_ONLY, FLAG_PASSES, MODE_SEEDED,
+    buffer, for_each_row, for_each_row_at, kernel, output_buffers, philox_block, row_temperature, row_word, scaled,
+    softmax_weight, word, write_results, Dtype, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST, MODE_SEEDED,
 };
 use super::seeded::{self, score64};
 use crate::ir::*;
@@ -491,7 +491,17 @@ fn max_passes(output: Output) -> u32 {
 
 fn filter_kernel(input: Input, output: Output) -> Kernel {
     let mut b = Block::new();
-    for_each_row(&mut b, |b| filter_row(b, input, output));
+    if output == Output::Sample {
+        // The rows of a list where the host gives one (FLAG_ROW_LIST), else every row.
+        let listed = (param("flags") & u(FLAG_ROW_LIST)).ne_(u(0));
+        for_each_row_at(
+            &mut b,
+            |slot| select(listed, load("listed", slot.clone()), slot),
+            |b| filter_row(b, input, output),
+        );
+    } else {
+        for_each_row(&mut b, |b| filter_row(b, input, output));
+    }
     let storage = match input {
         Input::Logits(d) => d.storage(),
         Input::Probs => Storage::F32,
@@ -501,6 +511,7 @@ fn filter_kernel(input: Input, output: Output) -> Kernel {
         Output::Sample => {
             buffers.extend(output_buffers());
             buffers.push(buffer("passes", Storage::U32, true));
+            buffers.push(buffer("listed", Storage::U32, false));
         }
         Output::Mask | Output::Renorm => buffers.push(buffer("out", Storage::F32, true)),
     }

@@ -44,6 +44,9 @@ pub const FLAG_PASSES: u32 = 4;
 /// launch); flag bit 4: the plain sampler leaves those rows to them (its first launch).
 pub const FLAG_FILTERED_ONLY: u32 = 8;
 pub const FLAG_SKIP_FILTERED: u32 = 16;
+/// Flag bit 5: the filter kernels take the rows `listed[0..batch]` instead of rows `0..batch`
+/// (the per-row sampler's host knows which rows have a filter, so it launches only those).
+pub const FLAG_ROW_LIST: u32 = 32;
 /// Temperatures below this are greedy (SGLang's `_SAMPLING_EPS`).
 pub const GREEDY_EPS: f32 = 1e-6;
 const NONE: u32 = u32::MAX;
@@ -101,7 +104,13 @@ pub(super) fn kernel(
 /// The row loop: one workgroup per row, grid-stride over rows; the workgroup takes the row's
 /// columns `[col_lo, col_hi)`, all of them.
 pub(super) fn for_each_row(b: &mut Block, body: impl FnOnce(&mut Block)) {
-    b.for_("row", builtin(Builtin::GroupId), param("batch"), builtin(Builtin::NumGroups), |b, row| {
+    for_each_row_at(b, |slot| slot, body)
+}
+
+/// [`for_each_row`] over `batch` slots, slot `i` taking the row `row(i)`.
+pub(super) fn for_each_row_at(b: &mut Block, row: impl FnOnce(Expr) -> Expr, body: impl FnOnce(&mut Block)) {
+    b.for_("slot", builtin(Builtin::GroupId), param("batch"), builtin(Builtin::NumGroups), |b, slot| {
+        let row = b.let_("row", Ty::U32, row(slot));
         b.let_("base", Ty::U32, row * param("stride"));
         b.let_("col_lo", Ty::U32, u(0));
         b.let_("col_hi", Ty::U32, param("vocab"));
