@@ -387,9 +387,11 @@ pub trait Backend {
 
     /// The per-row sampler: each row runs the path its own [`RowParams`] ask for: the Philox
     /// race (greedy below [`crate::GREEDY_EPS`]), SGLang's seeded float64 race for rows made
-    /// with [`RowParams::seeded`], or the race inside the row's top-k / top-p / min-p set. Two
-    /// launches whatever the mix (the plain kernel, then the filter kernel for the rows with a
-    /// filter), each row paying only for its own path. Gives each row the token of
+    /// with [`RowParams::seeded`], or the race inside the row's top-k / top-p / min-p set. The
+    /// same launches whatever the mix (the plain kernel, its combine where rows are split, then
+    /// the filter kernel, whose workgroups leave the rows without a filter at once; with the
+    /// records on the host, [`crate::Sampler::step`] launches it over the filtered rows only),
+    /// each row paying only for its own path. Gives each row the token of
     /// [`Backend::race_from_logits`], [`Backend::seeded_from_logits`] or
     /// [`Backend::sample_filtered`].
     fn sample(
