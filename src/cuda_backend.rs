@@ -13,6 +13,7 @@ use crate::kernels::KernelSource;
 use crate::launch::{Device, Launch, Split};
 use crate::timing::{Clock, LaunchTime};
 use crate::types::Element;
+use arrayvec::ArrayVec;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -184,7 +185,8 @@ impl CudaBackend {
     fn launch(&self, launch: Launch<u64>) -> Result<()> {
         let function = self.function(launch.kernel)?;
         // A null pointer for an output the kernel is told (by its flags) not to write.
-        let pointers: Vec<u64> = launch.buffers.iter().map(|h| h.unwrap_or(0)).collect();
+        let pointers: ArrayVec<u64, { crate::generated::MAX_BUFFERS }> =
+            launch.buffers.iter().map(|h| h.unwrap_or(0)).collect();
         let mut builder = self.stream.launch_builder(&function);
         for p in &pointers {
             builder.arg(p);

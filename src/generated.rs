@@ -50,6 +50,9 @@ pub const FILTER_MAX_VOCAB: usize = 8388608;
 pub const PARTS_SHIFT: u32 = 16;
 pub const PART_WORDS: usize = 9;
 
+/// The most buffers any kernel binds: launches list their bindings in arrays this long.
+pub const MAX_BUFFERS: usize = 7;
+
 pub const KERNELS: &[KernelSource] = &[
     KernelSource {
         name: "softmax_f32",

@@ -4,10 +4,11 @@
 use crate::backend::{Backend, Input, Job, LogProbs, Logits, SeededMode};
 use crate::kernels::{source, KernelSource};
 use crate::types::{Element, Shape};
+use arrayvec::ArrayVec;
 
 use crate::generated::{
-    FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SKIP_FILTERED, FLAG_STATUS, PARTS_SHIFT,
-    PART_WORDS,
+    FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SKIP_FILTERED, FLAG_STATUS, MAX_BUFFERS,
+    PARTS_SHIFT, PART_WORDS,
 };
 
 /// A backend whose buffers have a raw handle that a launch can bind.
@@ -18,11 +19,20 @@ pub(crate) trait Device: Backend {
     fn handle<'a, T: Element>(buf: &'a Self::Buffer<T>) -> Self::Handle<'a>;
 }
 
+/// A launch's buffers: at most as many as the kernel that binds the most.
+pub(crate) type Bindings<H> = ArrayVec<Option<H>, MAX_BUFFERS>;
+
+/// `items` as a launch's bindings.
+fn bind<H, const N: usize>(items: [Option<H>; N]) -> Bindings<H> {
+    items.into_iter().collect()
+}
+
 /// A launch in backend-neutral terms.
 pub(crate) struct Launch<H> {
     pub kernel: &'static KernelSource,
     /// In binding order; `None` is an output the kernel will not write (no log-probabilities).
-    pub buffers: Vec<Option<H>>,
+    /// A fixed-capacity list, so a launch allocates nothing.
+    pub buffers: Bindings<H>,
     /// `batch, vocab, stride, flags`.
     pub params: [u32; 4],
     /// Rows (one workgroup each), or items for the per-item Philox kernel.
@@ -109,7 +119,7 @@ fn split_rows<'a, B: Device + ?Sized>(
     first.params[3] |= parts << PARTS_SHIFT;
     first.work = Work::Rows(shape.batch as u32 * parts);
     let kernel = source(combine);
-    let (buffers, flags) = with_outputs::<B>(kernel, vec![Some(split.partials)], out);
+    let (buffers, flags) = with_outputs::<B>(kernel, bind([Some(split.partials)]), out);
     let combine = Launch {
         kernel,
         buffers,
@@ -153,9 +163,9 @@ fn params(shape: Shape, flags: u32) -> [u32; 4] {
 /// tell the kernel which to write.
 fn with_outputs<'a, B: Device + ?Sized>(
     kernel: &KernelSource,
-    mut inputs: Vec<Option<B::Handle<'a>>>,
+    mut inputs: Bindings<B::Handle<'a>>,
     out: &'a crate::backend::Output<'a, B>,
-) -> (Vec<Option<B::Handle<'a>>>, u32) {
+) -> (Bindings<B::Handle<'a>>, u32) {
     let lp = out.logprobs.as_deref().map(|b| B::handle(b));
     let status = out.status.as_deref().map(|b| B::handle(b));
     let mut flags = if lp.is_some() { FLAG_LOGPROBS } else { 0 } | if status.is_some() { FLAG_STATUS } else { 0 };
@@ -172,7 +182,7 @@ fn with_outputs<'a, B: Device + ?Sized>(
 fn sampling<'a, B: Device + ?Sized>(
     kernel: &'static KernelSource,
     shape: Shape,
-    inputs: Vec<Option<B::Handle<'a>>>,
+    inputs: Bindings<B::Handle<'a>>,
     out: &'a crate::backend::Output<'a, B>,
     extra_flags: u32,
 ) -> Launch<B::Handle<'a>> {
@@ -198,19 +208,19 @@ impl<'a, H: Copy> Launch<H> {
         match job {
             Job::Softmax { shape, logits, rows: r, probs } => Launch {
                 kernel: suffixed("softmax", logits),
-                buffers: vec![Some(logits_handle(logits)), Some(B::handle(*r)), Some(B::handle(&**probs))],
+                buffers: bind([Some(logits_handle(logits)), Some(B::handle(*r)), Some(B::handle(&**probs))]),
                 params: params(*shape, 0),
                 work: rows(*shape),
             },
             Job::Greedy { shape, logits, out } => {
-                sampling::<B>(suffixed("greedy", logits), *shape, vec![Some(logits_handle(logits))], out, 0)
+                sampling::<B>(suffixed("greedy", logits), *shape, bind([Some(logits_handle(logits))]), out, 0)
             }
             Job::RaceLogits { shape, logits, rows: r, out } => {
-                let inputs = vec![Some(logits_handle(logits)), Some(B::handle(*r))];
+                let inputs = bind([Some(logits_handle(logits)), Some(B::handle(*r))]);
                 sampling::<B>(suffixed("race_logits", logits), *shape, inputs, out, 0)
             }
             Job::RaceProbs { shape, probs, rows: r, out } => {
-                let inputs = vec![Some(B::handle(*probs)), Some(B::handle(*r))];
+                let inputs = bind([Some(B::handle(*probs)), Some(B::handle(*r))]);
                 sampling::<B>(source("race_probs"), *shape, inputs, out, 0)
             }
             Job::Seeded { shape, logprobs, rows: r, mode, out } => {
@@ -223,14 +233,14 @@ impl<'a, H: Copy> Launch<H> {
                     SeededMode::Screened => "seeded_screened",
                 };
                 let kernel = named(family, suffix);
-                sampling::<B>(kernel, *shape, vec![Some(lp), Some(B::handle(*r))], out, 0)
+                sampling::<B>(kernel, *shape, bind([Some(lp), Some(B::handle(*r))]), out, 0)
             }
             Job::SeededLogits { shape, logits, rows: r, out } => {
-                let inputs = vec![Some(logits_handle(logits)), Some(B::handle(*r))];
+                let inputs = bind([Some(logits_handle(logits)), Some(B::handle(*r))]);
                 sampling::<B>(suffixed("seeded_logits", logits), *shape, inputs, out, 0)
             }
             Job::Sample { shape, logits, rows: r, out, skip_filtered } => {
-                let inputs = vec![Some(logits_handle(logits)), Some(B::handle(*r))];
+                let inputs = bind([Some(logits_handle(logits)), Some(B::handle(*r))]);
                 let flags = if *skip_filtered { FLAG_SKIP_FILTERED } else { 0 };
                 sampling::<B>(suffixed("sample", logits), *shape, inputs, out, flags)
             }
@@ -240,7 +250,7 @@ impl<'a, H: Copy> Launch<H> {
                     Input::Probs(p) => (source("filter_probs"), B::handle(*p)),
                 };
                 let flags = if *only_filtered { FLAG_FILTERED_ONLY } else { 0 };
-                let mut launch = sampling::<B>(kernel, *shape, vec![Some(x), Some(B::handle(*r))], out, flags);
+                let mut launch = sampling::<B>(kernel, *shape, bind([Some(x), Some(B::handle(*r))]), out, flags);
                 // Without a list, the row records stand in (never read; a read-only binding, which
                 // wgpu will not share with an unused writable output).
                 launch.buffers.push(Some(listed.map_or(B::handle(*r), |(list, _)| B::handle(list))));
@@ -253,43 +263,43 @@ impl<'a, H: Copy> Launch<H> {
             }
             Job::MaskLogits { shape, logits, rows: r, masked } => Launch {
                 kernel: suffixed("mask_logits", logits),
-                buffers: vec![Some(logits_handle(logits)), Some(B::handle(*r)), Some(B::handle(&**masked))],
+                buffers: bind([Some(logits_handle(logits)), Some(B::handle(*r)), Some(B::handle(&**masked))]),
                 params: params(*shape, 0),
                 work: rows(*shape),
             },
             Job::RenormProbs { shape, probs, rows: r, renormed } => Launch {
                 kernel: source("renorm_probs"),
-                buffers: vec![Some(B::handle(*probs)), Some(B::handle(*r)), Some(B::handle(&**renormed))],
+                buffers: bind([Some(B::handle(*probs)), Some(B::handle(*r)), Some(B::handle(&**renormed))]),
                 params: params(*shape, 0),
                 work: rows(*shape),
             },
             Job::Murmur { items, words, out } => Launch {
                 kernel: source("murmur3"),
-                buffers: vec![Some(B::handle(*words)), Some(B::handle(&**out))],
+                buffers: bind([Some(B::handle(*words)), Some(B::handle(&**out))]),
                 params: [*items as u32, 0, 0, 0],
                 work: Work::Items(*items as u32),
             },
             Job::LogF64 { items, x, out } => Launch {
                 kernel: source("log_f64"),
-                buffers: vec![Some(B::handle(*x)), Some(B::handle(&**out))],
+                buffers: bind([Some(B::handle(*x)), Some(B::handle(&**out))]),
                 params: [*items as u32, 0, 0, 0],
                 work: Work::Items(*items as u32),
             },
             Job::Philox { items, blocks, out } => Launch {
                 kernel: source("philox4x32_10"),
-                buffers: vec![Some(B::handle(*blocks)), Some(B::handle(&**out))],
+                buffers: bind([Some(B::handle(*blocks)), Some(B::handle(&**out))]),
                 params: [*items as u32, 0, 0, 0],
                 work: Work::Items(*items as u32),
             },
             Job::GumbelNoise { shape, rows: r, noise } => Launch {
                 kernel: source("gumbel_noise"),
-                buffers: vec![Some(B::handle(*r)), Some(B::handle(&**noise))],
+                buffers: bind([Some(B::handle(*r)), Some(B::handle(&**noise))]),
                 params: params(*shape, 0),
                 work: rows(*shape),
             },
             Job::ReadRows { shape, logits, sums } => Launch {
                 kernel: suffixed("read_rows", logits),
-                buffers: vec![Some(logits_handle(logits)), Some(B::handle(&**sums))],
+                buffers: bind([Some(logits_handle(logits)), Some(B::handle(&**sums))]),
                 params: params(*shape, 0),
                 work: rows(*shape),
             },

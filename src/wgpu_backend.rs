@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::launch::{Device, Launch, Split};
 use crate::timing::{Clock, LaunchTime};
 use crate::types::Element;
+use arrayvec::ArrayVec;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
@@ -302,7 +303,7 @@ impl WgpuBackend {
         let pipeline = self.pipeline(&launch)?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let layout = pipeline.get_bind_group_layout(0);
-        let mut entries: Vec<wgpu::BindGroupEntry> = launch
+        let mut entries: ArrayVec<wgpu::BindGroupEntry, { crate::generated::MAX_BUFFERS + 1 }> = launch
             .buffers
             .iter()
             .enumerate()
@@ -370,9 +371,16 @@ impl Backend for WgpuBackend {
         Ok(WgpuBuffer { buffer, len, _elem: PhantomData })
     }
     fn write_unchecked<T: Element>(&self, buf: &mut WgpuBuffer<T>, data: &[T]) -> Result<()> {
-        let mut bytes = bytemuck::cast_slice::<T, u8>(data).to_vec();
-        bytes.resize(bytes.len().next_multiple_of(4), 0);
-        self.queue.write_buffer(&buf.buffer, 0, &bytes);
+        // wgpu writes whole words: only a write of an odd number of 16-bit values is copied
+        // (and padded), so the per-step writes of row records and row lists allocate nothing here.
+        let bytes = bytemuck::cast_slice::<T, u8>(data);
+        if bytes.len().is_multiple_of(4) {
+            self.queue.write_buffer(&buf.buffer, 0, bytes);
+        } else {
+            let mut padded = bytes.to_vec();
+            padded.resize(bytes.len().next_multiple_of(4), 0);
+            self.queue.write_buffer(&buf.buffer, 0, &padded);
+        }
         Ok(())
     }
     fn download<T: Element>(&self, buf: &WgpuBuffer<T>) -> Result<Vec<T>> {

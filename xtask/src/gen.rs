@@ -61,6 +61,10 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
             "/// Split rows: `flags >> PARTS_SHIFT` workgroups per row, each writing `PART_WORDS` u32 to\n/// `partials` for the combine launch.\npub const PARTS_SHIFT: u32 = {PARTS_SHIFT};\npub const PART_WORDS: usize = {PART_WORDS};\n\n"
         ));
     }
+    let most = kernels.iter().map(|k| k.buffers.len()).max().unwrap_or(0);
+    manifest.push_str(&format!(
+        "/// The most buffers any kernel binds: launches list their bindings in arrays this long.\npub const MAX_BUFFERS: usize = {most};\n\n"
+    ));
     manifest.push_str("pub const KERNELS: &[KernelSource] = &[\n");
     for k in &kernels {
         ir::check(k)?;
