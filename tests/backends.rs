@@ -428,8 +428,37 @@ pub fn split_rows_match_whole_rows<B: Backend>(b: &B) {
     }
 }
 
+/// Four threads sharing one backend, each sampling its own split batch 25 times, get the tokens
+/// each batch gets alone: one call's launches (a split launch and its combine, which share the
+/// backend's part records) stay together on the queue or stream.
+pub fn threads_share_a_backend<B: Backend + Sync>(b: &B) {
+    let vocab = 16384;
+    let batches: Vec<(Vec<f32>, Vec<RowParams>)> = (0..4u64)
+        .map(|t| {
+            let mut rng = Rng::new(500 + t);
+            let x: Vec<f32> = (0..2 * vocab).map(|_| rng.normal(2.0) as f32).collect();
+            (x, (0..2).map(|r| RowParams::new(0.9, 10 * t + r, t)).collect())
+        })
+        .collect();
+    let shape = Shape::dense(2, vocab);
+    let alone: Vec<Vec<u32>> = batches.iter().map(|(x, rows)| run_race(b, shape, x, rows, false)).collect();
+    std::thread::scope(|s| {
+        for ((x, rows), want) in batches.iter().zip(&alone) {
+            s.spawn(move || {
+                let (xb, rb) = (b.upload(x).unwrap(), b.upload(rows).unwrap());
+                let mut t = b.zeros::<u32>(2).unwrap();
+                for _ in 0..25 {
+                    b.race_from_logits(shape, Logits::F32(&xb), &rb, Output::new(&mut t)).unwrap();
+                    assert_eq!(&b.download(&t).unwrap(), want);
+                }
+            });
+        }
+    });
+}
+
 device_suites!(
     split_rows_match_whole_rows,
+    threads_share_a_backend,
     philox_known_answers,
     gumbel_noise_matches_oracle,
     softmax_matches_oracle,
