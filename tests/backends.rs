@@ -428,6 +428,29 @@ pub fn split_rows_match_whole_rows<B: Backend>(b: &B) {
     }
 }
 
+/// A row read by one workgroup per 2,048 columns (a batch of one row of 16,384, which every
+/// device backend splits in up to 8 parts) whose winner sits at or just after a part's first
+/// column: each path finds it, with the oracle's log-probability, so the combine reads the
+/// winner's own part record.
+pub fn split_rows_find_winners_at_part_edges<B: Backend>(b: &B) {
+    let mut rng = Rng::new(78);
+    let vocab = 16384;
+    for part in 1..8 {
+        for offset in [0, 1, 4] {
+            let peak = part * 2048 + offset;
+            let mut row: Vec<f32> = (0..vocab).map(|_| rng.normal(1.0) as f32).collect();
+            row[peak] = 40.0;
+            let params = [RowParams::new(1.0, rng.next_u64(), 3)];
+            let got = every_path(b, Shape::dense(1, vocab), &row, &params);
+            let want = every_path(&CpuBackend, Shape::dense(1, vocab), &row, &params);
+            for (path, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.0 as usize, peak, "path {path}, peak {peak}");
+                assert!((g.1 - w.1).abs() <= 1e-4, "path {path}, peak {peak}: log-probability {} vs {}", g.1, w.1);
+            }
+        }
+    }
+}
+
 /// Four threads sharing one backend, each sampling its own split batch 25 times, get the tokens
 /// each batch gets alone: one call's launches (a split launch and its combine, which share the
 /// backend's part records) stay together on the queue or stream.
@@ -458,6 +481,7 @@ pub fn threads_share_a_backend<B: Backend + Sync>(b: &B) {
 
 device_suites!(
     split_rows_match_whole_rows,
+    split_rows_find_winners_at_part_edges,
     threads_share_a_backend,
     philox_known_answers,
     gumbel_noise_matches_oracle,
