@@ -103,11 +103,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) combine_logits(
                 top_n = (top_n + partials[((((row * parts) + p) * 9u) + 5u)]);
                 float pm = sk_bitcast<float>(partials[((((row * parts) + p) * 9u) + 6u)]);
                 float ps = sk_bitcast<float>(partials[((((row * parts) + p) * 9u) + 7u)]);
-                if ((pm > sk_bitcast<float>(4286578688u))) {
-                    if ((pm > m)) {
-                        s = ((s * sk_exp((m - pm))) + ps);
-                        m = pm;
-                    } else {
+                if ((pm > m)) {
+                    s = ((s * sk_exp((m - pm))) + ps);
+                    m = pm;
+                } else {
+                    if ((pm > sk_bitcast<float>(4286578688u))) {
                         s = (s + (ps * sk_exp((pm - m))));
                     }
                 }

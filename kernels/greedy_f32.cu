@@ -238,12 +238,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                             top_i = col;
                         }
                     } else {
-                        float score = sv;
-                        if (noisy) {
-                            score = (sv + (0.0f));
-                        }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
+                        if (((sv > best) || (best_i == 4294967295u))) {
+                            best = sv;
                             best_i = col;
                             best_z = sv;
                         }
@@ -253,7 +249,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                                 m = sv;
                             } else {
                                 if ((sv > sk_bitcast<float>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
                             }
                         }
@@ -271,12 +267,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                             top_i = col;
                         }
                     } else {
-                        float score = sv;
-                        if (noisy) {
-                            score = (sv + (0.0f));
-                        }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
+                        if (((sv > best) || (best_i == 4294967295u))) {
+                            best = sv;
                             best_i = col;
                             best_z = sv;
                         }
@@ -286,7 +278,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                                 m = sv;
                             } else {
                                 if ((sv > sk_bitcast<float>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
                             }
                         }
@@ -304,12 +296,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                             top_i = col;
                         }
                     } else {
-                        float score = sv;
-                        if (noisy) {
-                            score = (sv + (0.0f));
-                        }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
+                        if (((sv > best) || (best_i == 4294967295u))) {
+                            best = sv;
                             best_i = col;
                             best_z = sv;
                         }
@@ -319,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                                 m = sv;
                             } else {
                                 if ((sv > sk_bitcast<float>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
                             }
                         }
@@ -337,12 +325,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                             top_i = col;
                         }
                     } else {
-                        float score = sv;
-                        if (noisy) {
-                            score = (sv + (0.0f));
-                        }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
+                        if (((sv > best) || (best_i == 4294967295u))) {
+                            best = sv;
                             best_i = col;
                             best_z = sv;
                         }
@@ -352,7 +336,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                                 m = sv;
                             } else {
                                 if ((sv > sk_bitcast<float>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
                             }
                         }

@@ -260,7 +260,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                                     m = (xv / temp);
                                 } else {
                                     if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
-                                        s = (s + sk_exp(((xv / temp) - m)));
+                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                     }
                                 }
                             }
@@ -290,7 +290,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                                         m = sv;
                                     } else {
                                         if ((sv > sk_bitcast<float>(4286578688u))) {
-                                            s = (s + sk_exp((sv - m)));
+                                            s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
                                     }
                                 }
@@ -323,7 +323,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                                     m = (xv / temp);
                                 } else {
                                     if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
-                                        s = (s + sk_exp(((xv / temp) - m)));
+                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                     }
                                 }
                             }
@@ -353,7 +353,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                                         m = sv;
                                     } else {
                                         if ((sv > sk_bitcast<float>(4286578688u))) {
-                                            s = (s + sk_exp((sv - m)));
+                                            s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
                                     }
                                 }
@@ -386,7 +386,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                                     m = (xv / temp);
                                 } else {
                                     if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
-                                        s = (s + sk_exp(((xv / temp) - m)));
+                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                     }
                                 }
                             }
@@ -416,7 +416,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                                         m = sv;
                                     } else {
                                         if ((sv > sk_bitcast<float>(4286578688u))) {
-                                            s = (s + sk_exp((sv - m)));
+                                            s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
                                     }
                                 }
@@ -449,7 +449,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                                     m = (xv / temp);
                                 } else {
                                     if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
-                                        s = (s + sk_exp(((xv / temp) - m)));
+                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                     }
                                 }
                             }
@@ -479,7 +479,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                                         m = sv;
                                     } else {
                                         if ((sv > sk_bitcast<float>(4286578688u))) {
-                                            s = (s + sk_exp((sv - m)));
+                                            s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
                                     }
                                 }
@@ -580,26 +580,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
             }
         } else {
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                if (noisy) {
-                    w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
-                }
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
                         float sv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
                         if ((sv == sk_bitcast<float>(2139095040u))) {
                             top_n = (top_n + 1u);
-                            if (((((noisy) ? (sk_gumbel((w).x)) : ((0.0f))) > top) || (top_i == 4294967295u))) {
-                                top = ((noisy) ? (sk_gumbel((w).x)) : ((0.0f)));
+                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                top = (0.0f);
                                 top_i = col;
                             }
                         } else {
-                            float score = sv;
-                            if (noisy) {
-                                score = (sv + ((noisy) ? (sk_gumbel((w).x)) : ((0.0f))));
-                            }
-                            if (((score > best) || (best_i == 4294967295u))) {
-                                best = score;
+                            if (((sv > best) || (best_i == 4294967295u))) {
+                                best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
@@ -609,7 +602,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                                     m = sv;
                                 } else {
                                     if ((sv > sk_bitcast<float>(4286578688u))) {
-                                        s = (s + sk_exp((sv - m)));
+                                        s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
                                 }
                             }
@@ -622,17 +615,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                         float sv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
                         if ((sv == sk_bitcast<float>(2139095040u))) {
                             top_n = (top_n + 1u);
-                            if (((((noisy) ? (sk_gumbel((w).y)) : ((0.0f))) > top) || (top_i == 4294967295u))) {
-                                top = ((noisy) ? (sk_gumbel((w).y)) : ((0.0f)));
+                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                top = (0.0f);
                                 top_i = col;
                             }
                         } else {
-                            float score = sv;
-                            if (noisy) {
-                                score = (sv + ((noisy) ? (sk_gumbel((w).y)) : ((0.0f))));
-                            }
-                            if (((score > best) || (best_i == 4294967295u))) {
-                                best = score;
+                            if (((sv > best) || (best_i == 4294967295u))) {
+                                best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
@@ -642,7 +631,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                                     m = sv;
                                 } else {
                                     if ((sv > sk_bitcast<float>(4286578688u))) {
-                                        s = (s + sk_exp((sv - m)));
+                                        s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
                                 }
                             }
@@ -655,17 +644,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                         float sv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
                         if ((sv == sk_bitcast<float>(2139095040u))) {
                             top_n = (top_n + 1u);
-                            if (((((noisy) ? (sk_gumbel((w).z)) : ((0.0f))) > top) || (top_i == 4294967295u))) {
-                                top = ((noisy) ? (sk_gumbel((w).z)) : ((0.0f)));
+                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                top = (0.0f);
                                 top_i = col;
                             }
                         } else {
-                            float score = sv;
-                            if (noisy) {
-                                score = (sv + ((noisy) ? (sk_gumbel((w).z)) : ((0.0f))));
-                            }
-                            if (((score > best) || (best_i == 4294967295u))) {
-                                best = score;
+                            if (((sv > best) || (best_i == 4294967295u))) {
+                                best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
@@ -675,7 +660,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                                     m = sv;
                                 } else {
                                     if ((sv > sk_bitcast<float>(4286578688u))) {
-                                        s = (s + sk_exp((sv - m)));
+                                        s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
                                 }
                             }
@@ -688,17 +673,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                         float sv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
                         if ((sv == sk_bitcast<float>(2139095040u))) {
                             top_n = (top_n + 1u);
-                            if (((((noisy) ? (sk_gumbel((w).w)) : ((0.0f))) > top) || (top_i == 4294967295u))) {
-                                top = ((noisy) ? (sk_gumbel((w).w)) : ((0.0f)));
+                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                top = (0.0f);
                                 top_i = col;
                             }
                         } else {
-                            float score = sv;
-                            if (noisy) {
-                                score = (sv + ((noisy) ? (sk_gumbel((w).w)) : ((0.0f))));
-                            }
-                            if (((score > best) || (best_i == 4294967295u))) {
-                                best = score;
+                            if (((sv > best) || (best_i == 4294967295u))) {
+                                best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
@@ -708,7 +689,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                                     m = sv;
                                 } else {
                                     if ((sv > sk_bitcast<float>(4286578688u))) {
-                                        s = (s + sk_exp((sv - m)));
+                                        s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
                                 }
                             }

@@ -596,7 +596,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                                             m = (xv / temp);
                                         } else {
                                             if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
-                                                s = (s + sk_exp(((xv / temp) - m)));
+                                                s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                             }
                                         }
                                     }
@@ -626,7 +626,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                                                 m = sv;
                                             } else {
                                                 if ((sv > sk_bitcast<float>(4286578688u))) {
-                                                    s = (s + sk_exp((sv - m)));
+                                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                                 }
                                             }
                                         }
@@ -659,7 +659,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                                             m = (xv / temp);
                                         } else {
                                             if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
-                                                s = (s + sk_exp(((xv / temp) - m)));
+                                                s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                             }
                                         }
                                     }
@@ -689,7 +689,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                                                 m = sv;
                                             } else {
                                                 if ((sv > sk_bitcast<float>(4286578688u))) {
-                                                    s = (s + sk_exp((sv - m)));
+                                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                                 }
                                             }
                                         }
@@ -722,7 +722,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                                             m = (xv / temp);
                                         } else {
                                             if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
-                                                s = (s + sk_exp(((xv / temp) - m)));
+                                                s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                             }
                                         }
                                     }
@@ -752,7 +752,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                                                 m = sv;
                                             } else {
                                                 if ((sv > sk_bitcast<float>(4286578688u))) {
-                                                    s = (s + sk_exp((sv - m)));
+                                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                                 }
                                             }
                                         }
@@ -785,7 +785,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                                             m = (xv / temp);
                                         } else {
                                             if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
-                                                s = (s + sk_exp(((xv / temp) - m)));
+                                                s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                             }
                                         }
                                     }
@@ -815,7 +815,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                                                 m = sv;
                                             } else {
                                                 if ((sv > sk_bitcast<float>(4286578688u))) {
-                                                    s = (s + sk_exp((sv - m)));
+                                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                                 }
                                             }
                                         }
@@ -916,26 +916,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                     }
                 } else {
                     for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                        if (noisy) {
-                            w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
-                        }
                         {
                             unsigned int col = (c0 + 0u);
                             if ((col < col_hi)) {
                                 float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
                                 if ((sv == sk_bitcast<float>(2139095040u))) {
                                     top_n = (top_n + 1u);
-                                    if (((((noisy) ? (sk_gumbel((w).x)) : ((0.0f))) > top) || (top_i == 4294967295u))) {
-                                        top = ((noisy) ? (sk_gumbel((w).x)) : ((0.0f)));
+                                    if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                        top = (0.0f);
                                         top_i = col;
                                     }
                                 } else {
-                                    float score = sv;
-                                    if (noisy) {
-                                        score = (sv + ((noisy) ? (sk_gumbel((w).x)) : ((0.0f))));
-                                    }
-                                    if (((score > best) || (best_i == 4294967295u))) {
-                                        best = score;
+                                    if (((sv > best) || (best_i == 4294967295u))) {
+                                        best = sv;
                                         best_i = col;
                                         best_z = sv;
                                     }
@@ -945,7 +938,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                                             m = sv;
                                         } else {
                                             if ((sv > sk_bitcast<float>(4286578688u))) {
-                                                s = (s + sk_exp((sv - m)));
+                                                s = (s + ((1.0f) * sk_exp((sv - m))));
                                             }
                                         }
                                     }
@@ -958,17 +951,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                                 float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
                                 if ((sv == sk_bitcast<float>(2139095040u))) {
                                     top_n = (top_n + 1u);
-                                    if (((((noisy) ? (sk_gumbel((w).y)) : ((0.0f))) > top) || (top_i == 4294967295u))) {
-                                        top = ((noisy) ? (sk_gumbel((w).y)) : ((0.0f)));
+                                    if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                        top = (0.0f);
                                         top_i = col;
                                     }
                                 } else {
-                                    float score = sv;
-                                    if (noisy) {
-                                        score = (sv + ((noisy) ? (sk_gumbel((w).y)) : ((0.0f))));
-                                    }
-                                    if (((score > best) || (best_i == 4294967295u))) {
-                                        best = score;
+                                    if (((sv > best) || (best_i == 4294967295u))) {
+                                        best = sv;
                                         best_i = col;
                                         best_z = sv;
                                     }
@@ -978,7 +967,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                                             m = sv;
                                         } else {
                                             if ((sv > sk_bitcast<float>(4286578688u))) {
-                                                s = (s + sk_exp((sv - m)));
+                                                s = (s + ((1.0f) * sk_exp((sv - m))));
                                             }
                                         }
                                     }
@@ -991,17 +980,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                                 float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
                                 if ((sv == sk_bitcast<float>(2139095040u))) {
                                     top_n = (top_n + 1u);
-                                    if (((((noisy) ? (sk_gumbel((w).z)) : ((0.0f))) > top) || (top_i == 4294967295u))) {
-                                        top = ((noisy) ? (sk_gumbel((w).z)) : ((0.0f)));
+                                    if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                        top = (0.0f);
                                         top_i = col;
                                     }
                                 } else {
-                                    float score = sv;
-                                    if (noisy) {
-                                        score = (sv + ((noisy) ? (sk_gumbel((w).z)) : ((0.0f))));
-                                    }
-                                    if (((score > best) || (best_i == 4294967295u))) {
-                                        best = score;
+                                    if (((sv > best) || (best_i == 4294967295u))) {
+                                        best = sv;
                                         best_i = col;
                                         best_z = sv;
                                     }
@@ -1011,7 +996,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                                             m = sv;
                                         } else {
                                             if ((sv > sk_bitcast<float>(4286578688u))) {
-                                                s = (s + sk_exp((sv - m)));
+                                                s = (s + ((1.0f) * sk_exp((sv - m))));
                                             }
                                         }
                                     }
@@ -1024,17 +1009,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                                 float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
                                 if ((sv == sk_bitcast<float>(2139095040u))) {
                                     top_n = (top_n + 1u);
-                                    if (((((noisy) ? (sk_gumbel((w).w)) : ((0.0f))) > top) || (top_i == 4294967295u))) {
-                                        top = ((noisy) ? (sk_gumbel((w).w)) : ((0.0f)));
+                                    if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                        top = (0.0f);
                                         top_i = col;
                                     }
                                 } else {
-                                    float score = sv;
-                                    if (noisy) {
-                                        score = (sv + ((noisy) ? (sk_gumbel((w).w)) : ((0.0f))));
-                                    }
-                                    if (((score > best) || (best_i == 4294967295u))) {
-                                        best = score;
+                                    if (((sv > best) || (best_i == 4294967295u))) {
+                                        best = sv;
                                         best_i = col;
                                         best_z = sv;
                                     }
@@ -1044,7 +1025,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                                             m = sv;
                                         } else {
                                             if ((sv > sk_bitcast<float>(4286578688u))) {
-                                                s = (s + sk_exp((sv - m)));
+                                                s = (s + ((1.0f) * sk_exp((sv - m))));
                                             }
                                         }
                                     }

@@ -107,11 +107,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 top_n = (top_n + partials[((((row * parts) + p) * 9u) + 5u)]);
                 var pm: f32 = bitcast<f32>(partials[((((row * parts) + p) * 9u) + 6u)]);
                 var ps: f32 = bitcast<f32>(partials[((((row * parts) + p) * 9u) + 7u)]);
-                if ((pm > bitcast<f32>(4286578688u))) {
-                    if ((pm > m)) {
-                        s = ((s * sk_exp((m - pm))) + ps);
-                        m = pm;
-                    } else {
+                if ((pm > m)) {
+                    s = ((s * sk_exp((m - pm))) + ps);
+                    m = pm;
+                } else {
+                    if ((pm > bitcast<f32>(4286578688u))) {
                         s = (s + (ps * sk_exp((pm - m))));
                     }
                 }

@@ -254,12 +254,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             top_i = col;
                         }
                     } else {
-                        var score: f32 = sv;
-                        if (noisy) {
-                            score = (sv + (0.0f));
-                        }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
+                        if (((sv > best) || (best_i == 4294967295u))) {
+                            best = sv;
                             best_i = col;
                             best_z = sv;
                         }
@@ -269,7 +265,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 m = sv;
                             } else {
                                 if ((sv > bitcast<f32>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
                             }
                         }
@@ -287,12 +283,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             top_i = col;
                         }
                     } else {
-                        var score: f32 = sv;
-                        if (noisy) {
-                            score = (sv + (0.0f));
-                        }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
+                        if (((sv > best) || (best_i == 4294967295u))) {
+                            best = sv;
                             best_i = col;
                             best_z = sv;
                         }
@@ -302,7 +294,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 m = sv;
                             } else {
                                 if ((sv > bitcast<f32>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
                             }
                         }
@@ -320,12 +312,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             top_i = col;
                         }
                     } else {
-                        var score: f32 = sv;
-                        if (noisy) {
-                            score = (sv + (0.0f));
-                        }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
+                        if (((sv > best) || (best_i == 4294967295u))) {
+                            best = sv;
                             best_i = col;
                             best_z = sv;
                         }
@@ -335,7 +323,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 m = sv;
                             } else {
                                 if ((sv > bitcast<f32>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
                             }
                         }
@@ -353,12 +341,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             top_i = col;
                         }
                     } else {
-                        var score: f32 = sv;
-                        if (noisy) {
-                            score = (sv + (0.0f));
-                        }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
+                        if (((sv > best) || (best_i == 4294967295u))) {
+                            best = sv;
                             best_i = col;
                             best_z = sv;
                         }
@@ -368,7 +352,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 m = sv;
                             } else {
                                 if ((sv > bitcast<f32>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
                             }
                         }

@@ -250,12 +250,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             top_i = col;
                         }
                     } else {
-                        var score: f32 = sv;
-                        if (noisy) {
-                            score = (sv + (0.0f));
-                        }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
+                        if (((sv > best) || (best_i == 4294967295u))) {
+                            best = sv;
                             best_i = col;
                             best_z = sv;
                         }
@@ -265,7 +261,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 m = sv;
                             } else {
                                 if ((sv > bitcast<f32>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
                             }
                         }
@@ -283,12 +279,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             top_i = col;
                         }
                     } else {
-                        var score: f32 = sv;
-                        if (noisy) {
-                            score = (sv + (0.0f));
-                        }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
+                        if (((sv > best) || (best_i == 4294967295u))) {
+                            best = sv;
                             best_i = col;
                             best_z = sv;
                         }
@@ -298,7 +290,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 m = sv;
                             } else {
                                 if ((sv > bitcast<f32>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
                             }
                         }
@@ -316,12 +308,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             top_i = col;
                         }
                     } else {
-                        var score: f32 = sv;
-                        if (noisy) {
-                            score = (sv + (0.0f));
-                        }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
+                        if (((sv > best) || (best_i == 4294967295u))) {
+                            best = sv;
                             best_i = col;
                             best_z = sv;
                         }
@@ -331,7 +319,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 m = sv;
                             } else {
                                 if ((sv > bitcast<f32>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
                             }
                         }
@@ -349,12 +337,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             top_i = col;
                         }
                     } else {
-                        var score: f32 = sv;
-                        if (noisy) {
-                            score = (sv + (0.0f));
-                        }
-                        if (((score > best) || (best_i == 4294967295u))) {
-                            best = score;
+                        if (((sv > best) || (best_i == 4294967295u))) {
+                            best = sv;
                             best_i = col;
                             best_z = sv;
                         }
@@ -364,7 +348,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 m = sv;
                             } else {
                                 if ((sv > bitcast<f32>(4286578688u))) {
-                                    s = (s + sk_exp((sv - m)));
+                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
                             }
                         }

@@ -277,7 +277,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     m = (xv / temp);
                                 } else {
                                     if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                        s = (s + sk_exp(((xv / temp) - m)));
+                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                     }
                                 }
                             }
@@ -307,7 +307,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         m = sv;
                                     } else {
                                         if ((sv > bitcast<f32>(4286578688u))) {
-                                            s = (s + sk_exp((sv - m)));
+                                            s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
                                     }
                                 }
@@ -340,7 +340,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     m = (xv / temp);
                                 } else {
                                     if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                        s = (s + sk_exp(((xv / temp) - m)));
+                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                     }
                                 }
                             }
@@ -370,7 +370,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         m = sv;
                                     } else {
                                         if ((sv > bitcast<f32>(4286578688u))) {
-                                            s = (s + sk_exp((sv - m)));
+                                            s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
                                     }
                                 }
@@ -403,7 +403,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     m = (xv / temp);
                                 } else {
                                     if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                        s = (s + sk_exp(((xv / temp) - m)));
+                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                     }
                                 }
                             }
@@ -433,7 +433,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         m = sv;
                                     } else {
                                         if ((sv > bitcast<f32>(4286578688u))) {
-                                            s = (s + sk_exp((sv - m)));
+                                            s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
                                     }
                                 }
@@ -466,7 +466,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     m = (xv / temp);
                                 } else {
                                     if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                        s = (s + sk_exp(((xv / temp) - m)));
+                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                     }
                                 }
                             }
@@ -496,7 +496,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         m = sv;
                                     } else {
                                         if ((sv > bitcast<f32>(4286578688u))) {
-                                            s = (s + sk_exp((sv - m)));
+                                            s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
                                     }
                                 }
@@ -585,26 +585,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
         } else {
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                if (noisy) {
-                    w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
-                }
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
                         var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
                             top_n = (top_n + 1u);
-                            if (((select((0.0f), sk_gumbel(w[0]), noisy) > top) || (top_i == 4294967295u))) {
-                                top = select((0.0f), sk_gumbel(w[0]), noisy);
+                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                top = (0.0f);
                                 top_i = col;
                             }
                         } else {
-                            var score: f32 = sv;
-                            if (noisy) {
-                                score = (sv + select((0.0f), sk_gumbel(w[0]), noisy));
-                            }
-                            if (((score > best) || (best_i == 4294967295u))) {
-                                best = score;
+                            if (((sv > best) || (best_i == 4294967295u))) {
+                                best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
@@ -614,7 +607,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     m = sv;
                                 } else {
                                     if ((sv > bitcast<f32>(4286578688u))) {
-                                        s = (s + sk_exp((sv - m)));
+                                        s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
                                 }
                             }
@@ -627,17 +620,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
                             top_n = (top_n + 1u);
-                            if (((select((0.0f), sk_gumbel(w[1]), noisy) > top) || (top_i == 4294967295u))) {
-                                top = select((0.0f), sk_gumbel(w[1]), noisy);
+                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                top = (0.0f);
                                 top_i = col;
                             }
                         } else {
-                            var score: f32 = sv;
-                            if (noisy) {
-                                score = (sv + select((0.0f), sk_gumbel(w[1]), noisy));
-                            }
-                            if (((score > best) || (best_i == 4294967295u))) {
-                                best = score;
+                            if (((sv > best) || (best_i == 4294967295u))) {
+                                best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
@@ -647,7 +636,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     m = sv;
                                 } else {
                                     if ((sv > bitcast<f32>(4286578688u))) {
-                                        s = (s + sk_exp((sv - m)));
+                                        s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
                                 }
                             }
@@ -660,17 +649,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
                             top_n = (top_n + 1u);
-                            if (((select((0.0f), sk_gumbel(w[2]), noisy) > top) || (top_i == 4294967295u))) {
-                                top = select((0.0f), sk_gumbel(w[2]), noisy);
+                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                top = (0.0f);
                                 top_i = col;
                             }
                         } else {
-                            var score: f32 = sv;
-                            if (noisy) {
-                                score = (sv + select((0.0f), sk_gumbel(w[2]), noisy));
-                            }
-                            if (((score > best) || (best_i == 4294967295u))) {
-                                best = score;
+                            if (((sv > best) || (best_i == 4294967295u))) {
+                                best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
@@ -680,7 +665,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     m = sv;
                                 } else {
                                     if ((sv > bitcast<f32>(4286578688u))) {
-                                        s = (s + sk_exp((sv - m)));
+                                        s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
                                 }
                             }
@@ -693,17 +678,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
                             top_n = (top_n + 1u);
-                            if (((select((0.0f), sk_gumbel(w[3]), noisy) > top) || (top_i == 4294967295u))) {
-                                top = select((0.0f), sk_gumbel(w[3]), noisy);
+                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                top = (0.0f);
                                 top_i = col;
                             }
                         } else {
-                            var score: f32 = sv;
-                            if (noisy) {
-                                score = (sv + select((0.0f), sk_gumbel(w[3]), noisy));
-                            }
-                            if (((score > best) || (best_i == 4294967295u))) {
-                                best = score;
+                            if (((sv > best) || (best_i == 4294967295u))) {
+                                best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
@@ -713,7 +694,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     m = sv;
                                 } else {
                                     if ((sv > bitcast<f32>(4286578688u))) {
-                                        s = (s + sk_exp((sv - m)));
+                                        s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
                                 }
                             }

@@ -273,7 +273,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     m = (xv / temp);
                                 } else {
                                     if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                        s = (s + sk_exp(((xv / temp) - m)));
+                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                     }
                                 }
                             }
@@ -303,7 +303,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         m = sv;
                                     } else {
                                         if ((sv > bitcast<f32>(4286578688u))) {
-                                            s = (s + sk_exp((sv - m)));
+                                            s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
                                     }
                                 }
@@ -336,7 +336,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     m = (xv / temp);
                                 } else {
                                     if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                        s = (s + sk_exp(((xv / temp) - m)));
+                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                     }
                                 }
                             }
@@ -366,7 +366,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         m = sv;
                                     } else {
                                         if ((sv > bitcast<f32>(4286578688u))) {
-                                            s = (s + sk_exp((sv - m)));
+                                            s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
                                     }
                                 }
@@ -399,7 +399,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     m = (xv / temp);
                                 } else {
                                     if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                        s = (s + sk_exp(((xv / temp) - m)));
+                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                     }
                                 }
                             }
@@ -429,7 +429,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         m = sv;
                                     } else {
                                         if ((sv > bitcast<f32>(4286578688u))) {
-                                            s = (s + sk_exp((sv - m)));
+                                            s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
                                     }
                                 }
@@ -462,7 +462,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     m = (xv / temp);
                                 } else {
                                     if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                        s = (s + sk_exp(((xv / temp) - m)));
+                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                     }
                                 }
                             }
@@ -492,7 +492,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         m = sv;
                                     } else {
                                         if ((sv > bitcast<f32>(4286578688u))) {
-                                            s = (s + sk_exp((sv - m)));
+                                            s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
                                     }
                                 }
@@ -581,26 +581,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
         } else {
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                if (noisy) {
-                    w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
-                }
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
                         var sv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
                             top_n = (top_n + 1u);
-                            if (((select((0.0f), sk_gumbel(w[0]), noisy) > top) || (top_i == 4294967295u))) {
-                                top = select((0.0f), sk_gumbel(w[0]), noisy);
+                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                top = (0.0f);
                                 top_i = col;
                             }
                         } else {
-                            var score: f32 = sv;
-                            if (noisy) {
-                                score = (sv + select((0.0f), sk_gumbel(w[0]), noisy));
-                            }
-                            if (((score > best) || (best_i == 4294967295u))) {
-                                best = score;
+                            if (((sv > best) || (best_i == 4294967295u))) {
+                                best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
@@ -610,7 +603,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     m = sv;
                                 } else {
                                     if ((sv > bitcast<f32>(4286578688u))) {
-                                        s = (s + sk_exp((sv - m)));
+                                        s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
                                 }
                             }
@@ -623,17 +616,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var sv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
                             top_n = (top_n + 1u);
-                            if (((select((0.0f), sk_gumbel(w[1]), noisy) > top) || (top_i == 4294967295u))) {
-                                top = select((0.0f), sk_gumbel(w[1]), noisy);
+                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                top = (0.0f);
                                 top_i = col;
                             }
                         } else {
-                            var score: f32 = sv;
-                            if (noisy) {
-                                score = (sv + select((0.0f), sk_gumbel(w[1]), noisy));
-                            }
-                            if (((score > best) || (best_i == 4294967295u))) {
-                                best = score;
+                            if (((sv > best) || (best_i == 4294967295u))) {
+                                best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
@@ -643,7 +632,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     m = sv;
                                 } else {
                                     if ((sv > bitcast<f32>(4286578688u))) {
-                                        s = (s + sk_exp((sv - m)));
+                                        s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
                                 }
                             }
@@ -656,17 +645,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var sv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
                             top_n = (top_n + 1u);
-                            if (((select((0.0f), sk_gumbel(w[2]), noisy) > top) || (top_i == 4294967295u))) {
-                                top = select((0.0f), sk_gumbel(w[2]), noisy);
+                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                top = (0.0f);
                                 top_i = col;
                             }
                         } else {
-                            var score: f32 = sv;
-                            if (noisy) {
-                                score = (sv + select((0.0f), sk_gumbel(w[2]), noisy));
-                            }
-                            if (((score > best) || (best_i == 4294967295u))) {
-                                best = score;
+                            if (((sv > best) || (best_i == 4294967295u))) {
+                                best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
@@ -676,7 +661,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     m = sv;
                                 } else {
                                     if ((sv > bitcast<f32>(4286578688u))) {
-                                        s = (s + sk_exp((sv - m)));
+                                        s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
                                 }
                             }
@@ -689,17 +674,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var sv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
                             top_n = (top_n + 1u);
-                            if (((select((0.0f), sk_gumbel(w[3]), noisy) > top) || (top_i == 4294967295u))) {
-                                top = select((0.0f), sk_gumbel(w[3]), noisy);
+                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                top = (0.0f);
                                 top_i = col;
                             }
                         } else {
-                            var score: f32 = sv;
-                            if (noisy) {
-                                score = (sv + select((0.0f), sk_gumbel(w[3]), noisy));
-                            }
-                            if (((score > best) || (best_i == 4294967295u))) {
-                                best = score;
+                            if (((sv > best) || (best_i == 4294967295u))) {
+                                best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
@@ -709,7 +690,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     m = sv;
                                 } else {
                                     if ((sv > bitcast<f32>(4286578688u))) {
-                                        s = (s + sk_exp((sv - m)));
+                                        s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
                                 }
                             }

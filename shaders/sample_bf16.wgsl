@@ -584,7 +584,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             m = (xv / temp);
                                         } else {
                                             if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                                s = (s + sk_exp(((xv / temp) - m)));
+                                                s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                             }
                                         }
                                     }
@@ -614,7 +614,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 m = sv;
                                             } else {
                                                 if ((sv > bitcast<f32>(4286578688u))) {
-                                                    s = (s + sk_exp((sv - m)));
+                                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                                 }
                                             }
                                         }
@@ -647,7 +647,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             m = (xv / temp);
                                         } else {
                                             if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                                s = (s + sk_exp(((xv / temp) - m)));
+                                                s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                             }
                                         }
                                     }
@@ -677,7 +677,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 m = sv;
                                             } else {
                                                 if ((sv > bitcast<f32>(4286578688u))) {
-                                                    s = (s + sk_exp((sv - m)));
+                                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                                 }
                                             }
                                         }
@@ -710,7 +710,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             m = (xv / temp);
                                         } else {
                                             if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                                s = (s + sk_exp(((xv / temp) - m)));
+                                                s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                             }
                                         }
                                     }
@@ -740,7 +740,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 m = sv;
                                             } else {
                                                 if ((sv > bitcast<f32>(4286578688u))) {
-                                                    s = (s + sk_exp((sv - m)));
+                                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                                 }
                                             }
                                         }
@@ -773,7 +773,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             m = (xv / temp);
                                         } else {
                                             if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                                s = (s + sk_exp(((xv / temp) - m)));
+                                                s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                             }
                                         }
                                     }
@@ -803,7 +803,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 m = sv;
                                             } else {
                                                 if ((sv > bitcast<f32>(4286578688u))) {
-                                                    s = (s + sk_exp((sv - m)));
+                                                    s = (s + ((1.0f) * sk_exp((sv - m))));
                                                 }
                                             }
                                         }
@@ -892,26 +892,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                 } else {
                     for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                        if (noisy) {
-                            w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
-                        }
                         {
                             var col: u32 = (c0 + 0u);
                             if ((col < col_hi)) {
                                 var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
                                 if ((sv == bitcast<f32>(2139095040u))) {
                                     top_n = (top_n + 1u);
-                                    if (((select((0.0f), sk_gumbel(w[0]), noisy) > top) || (top_i == 4294967295u))) {
-                                        top = select((0.0f), sk_gumbel(w[0]), noisy);
+                                    if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                        top = (0.0f);
                                         top_i = col;
                                     }
                                 } else {
-                                    var score: f32 = sv;
-                                    if (noisy) {
-                                        score = (sv + select((0.0f), sk_gumbel(w[0]), noisy));
-                                    }
-                                    if (((score > best) || (best_i == 4294967295u))) {
-                                        best = score;
+                                    if (((sv > best) || (best_i == 4294967295u))) {
+                                        best = sv;
                                         best_i = col;
                                         best_z = sv;
                                     }
@@ -921,7 +914,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             m = sv;
                                         } else {
                                             if ((sv > bitcast<f32>(4286578688u))) {
-                                                s = (s + sk_exp((sv - m)));
+                                                s = (s + ((1.0f) * sk_exp((sv - m))));
                                             }
                                         }
                                     }
@@ -934,17 +927,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
                                 if ((sv == bitcast<f32>(2139095040u))) {
                                     top_n = (top_n + 1u);
-                                    if (((select((0.0f), sk_gumbel(w[1]), noisy) > top) || (top_i == 4294967295u))) {
-                                        top = select((0.0f), sk_gumbel(w[1]), noisy);
+                                    if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                        top = (0.0f);
                                         top_i = col;
                                     }
                                 } else {
-                                    var score: f32 = sv;
-                                    if (noisy) {
-                                        score = (sv + select((0.0f), sk_gumbel(w[1]), noisy));
-                                    }
-                                    if (((score > best) || (best_i == 4294967295u))) {
-                                        best = score;
+                                    if (((sv > best) || (best_i == 4294967295u))) {
+                                        best = sv;
                                         best_i = col;
                                         best_z = sv;
                                     }
@@ -954,7 +943,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             m = sv;
                                         } else {
                                             if ((sv > bitcast<f32>(4286578688u))) {
-                                                s = (s + sk_exp((sv - m)));
+                                                s = (s + ((1.0f) * sk_exp((sv - m))));
                                             }
                                         }
                                     }
@@ -967,17 +956,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
                                 if ((sv == bitcast<f32>(2139095040u))) {
                                     top_n = (top_n + 1u);
-                                    if (((select((0.0f), sk_gumbel(w[2]), noisy) > top) || (top_i == 4294967295u))) {
-                                        top = select((0.0f), sk_gumbel(w[2]), noisy);
+                                    if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                        top = (0.0f);
                                         top_i = col;
                                     }
                                 } else {
-                                    var score: f32 = sv;
-                                    if (noisy) {
-                                        score = (sv + select((0.0f), sk_gumbel(w[2]), noisy));
-                                    }
-                                    if (((score > best) || (best_i == 4294967295u))) {
-                                        best = score;
+                                    if (((sv > best) || (best_i == 4294967295u))) {
+                                        best = sv;
                                         best_i = col;
                                         best_z = sv;
                                     }
@@ -987,7 +972,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             m = sv;
                                         } else {
                                             if ((sv > bitcast<f32>(4286578688u))) {
-                                                s = (s + sk_exp((sv - m)));
+                                                s = (s + ((1.0f) * sk_exp((sv - m))));
                                             }
                                         }
                                     }
@@ -1000,17 +985,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
                                 if ((sv == bitcast<f32>(2139095040u))) {
                                     top_n = (top_n + 1u);
-                                    if (((select((0.0f), sk_gumbel(w[3]), noisy) > top) || (top_i == 4294967295u))) {
-                                        top = select((0.0f), sk_gumbel(w[3]), noisy);
+                                    if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                        top = (0.0f);
                                         top_i = col;
                                     }
                                 } else {
-                                    var score: f32 = sv;
-                                    if (noisy) {
-                                        score = (sv + select((0.0f), sk_gumbel(w[3]), noisy));
-                                    }
-                                    if (((score > best) || (best_i == 4294967295u))) {
-                                        best = score;
+                                    if (((sv > best) || (best_i == 4294967295u))) {
+                                        best = sv;
                                         best_i = col;
                                         best_z = sv;
                                     }
@@ -1020,7 +1001,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             m = sv;
                                         } else {
                                             if ((sv > bitcast<f32>(4286578688u))) {
-                                                s = (s + sk_exp((sv - m)));
+                                                s = (s + ((1.0f) * sk_exp((sv - m))));
                                             }
                                         }
                                     }

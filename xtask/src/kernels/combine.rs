@@ -9,8 +9,8 @@
 
 use super::math;
 use super::sampling::{
-    buffer, for_each_row, kernel, logsumexp_pair, output_buffers, part, quads_per_part, write_results, PARTS_SHIFT,
-    PART_WORDS,
+    buffer, for_each_row, kernel, logsumexp_pair, online_logsumexp, output_buffers, part, quads_per_part,
+    write_results, PARTS_SHIFT, PART_WORDS,
 };
 use crate::ir::*;
 
@@ -64,16 +64,7 @@ fn combine(probs: bool) -> Kernel {
                 // The parts' log-sum-exp pairs, merged as the online sums are.
                 let pm = b.let_("pm", Ty::F32, float(p.clone(), part::M));
                 let ps = b.let_("ps", Ty::F32, float(p, part::S));
-                b.if_(pm.clone().gt(f(f32::NEG_INFINITY)), |b| {
-                    b.if_else(
-                        pm.clone().gt(var("m")),
-                        |b| {
-                            b.set("s", var("s") * call(math::EXP, vec![var("m") - pm.clone()]) + ps.clone());
-                            b.set("m", pm.clone());
-                        },
-                        |b| b.set("s", var("s") + ps.clone() * call(math::EXP, vec![pm.clone() - var("m")])),
-                    );
-                });
+                online_logsumexp(b, pm, ps);
             });
             let (win, tok) = b.argmax(var("best"), var("best_i"), "win", "tok");
             let tops = b.reduce(ReduceOp::Sum, Ty::U32, var("top_n"), "tops");

@@ -289,43 +289,40 @@ fn keep(b: &mut Block, score: Expr, col: Expr, z: Expr) {
     });
 }
 
-/// The online log-sum-exp of the scaled values `sv` (for the log-probability): `m` the largest
-/// so far, `s` the sum of `exp(sv - m)`.
-fn online_logsumexp(b: &mut Block, sv: Expr) {
+/// Adds `weight * exp(v)` to the online log-sum-exp `(m, s)`, `m` the largest value so far and
+/// `s` the sum of `exp(value - m)`: a column's scaled value with weight 1, or in the combine a
+/// part's pair `(m, s)`.
+pub(super) fn online_logsumexp(b: &mut Block, v: Expr, weight: Expr) {
     b.if_else(
-        sv.clone().gt(var("m")),
+        v.clone().gt(var("m")),
         |b| {
-            let rescale = call(math::EXP, vec![var("m") - sv.clone()]);
-            b.set("s", var("s") * rescale + f(1.0));
-            b.set("m", sv.clone());
+            let rescale = call(math::EXP, vec![var("m") - v.clone()]);
+            b.set("s", var("s") * rescale + weight.clone());
+            b.set("m", v.clone());
         },
         |b| {
-            b.if_(sv.clone().gt(f(f32::NEG_INFINITY)), |b| {
-                b.set("s", var("s") + call(math::EXP, vec![sv.clone() - var("m")]));
+            b.if_(v.clone().gt(f(f32::NEG_INFINITY)), |b| {
+                b.set("s", var("s") + weight.clone() * call(math::EXP, vec![v.clone() - var("m")]));
             })
         },
     );
 }
 
-/// A column of the race from logits, scored exactly: the +inf class races on the noise alone,
-/// every other column on `sv + noise` (greedy rows: `sv`).
-fn exact_column(b: &mut Block, race: Race, col: Expr, j: u8) {
+/// A column of a greedy row (the greedy kernel's, and the race's rows below `GREEDY_EPS`, the
+/// only ones the screen leaves to an exact pass): the score is the scaled value itself, and the
+/// +inf class keeps its lowest column.
+fn greedy_column(b: &mut Block, col: Expr) {
     let want_lp = (param("flags") & u(FLAG_LOGPROBS)).ne_(u(0));
-    let x = load_clean(col.clone());
-    let sv = b.let_("sv", Ty::F32, x / var("temp"));
-    let noise = call(philox::GUMBEL, vec![var("w").comp(j)]);
-    let noise = if race == Race::Logits { select(var("noisy"), noise, f(0.0)) } else { f(0.0) };
+    let sv = b.let_("sv", Ty::F32, load_clean(col.clone()) / var("temp"));
     b.if_else(
         sv.clone().eq_(f(f32::INFINITY)),
         |b| {
             b.set("top_n", var("top_n") + u(1));
-            keep_top(b, noise.clone(), col.clone());
+            keep_top(b, f(0.0), col.clone());
         },
         |b| {
-            let score = b.let_("score", Ty::F32, sv.clone());
-            b.if_(var("noisy"), |b| b.set("score", sv.clone() + noise.clone()));
-            keep(b, score, col.clone(), sv.clone());
-            b.if_(want_lp, |b| online_logsumexp(b, sv.clone()));
+            keep(b, sv.clone(), col.clone(), sv.clone());
+            b.if_(want_lp, |b| online_logsumexp(b, sv.clone(), f(1.0)));
         },
     );
 }
@@ -367,7 +364,7 @@ fn screened_pass(b: &mut Block) {
                     let a = b.let_("an", Ty::F32, za.clone() - approx_log(e));
                     let d = b.let_("dn", Ty::F32, za.clone().abs() * f(SCREEN_ZREL) + f(SCREEN_GABS));
                     bound(b, a.clone() - d.clone(), a + d, col.clone());
-                    b.if_(want_lp.clone(), |b| online_logsumexp(b, x.clone() / var("temp")));
+                    b.if_(want_lp.clone(), |b| online_logsumexp(b, x.clone() / var("temp"), f(1.0)));
                 },
                 |b| {
                     // Exact: the +inf class, or a finite score recorded with no slack.
@@ -381,7 +378,7 @@ fn screened_pass(b: &mut Block) {
                         |b| {
                             let s = b.let_("score", Ty::F32, exact_score(sv.clone(), var("w").comp(j)));
                             b.if_(s.clone().gt(f(f32::NEG_INFINITY)), |b| bound(b, s.clone(), s.clone(), col.clone()));
-                            b.if_(want_lp.clone(), |b| online_logsumexp(b, sv.clone()));
+                            b.if_(want_lp.clone(), |b| online_logsumexp(b, sv.clone(), f(1.0)));
                         },
                     );
                 },
@@ -460,17 +457,7 @@ pub(super) fn race_row(b: &mut Block, race: Race) {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
     b.let_("s", Ty::F32, f(0.0));
     b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
-    let exact_pass = |b: &mut Block| {
-        for_each_column(
-            b,
-            |b, c0| {
-                if race != Race::Greedy {
-                    b.if_(var("noisy"), |b| b.set("w", philox_block(c0)));
-                }
-            },
-            |b, col, j| exact_column(b, race, col, j),
-        )
-    };
+    let greedy_pass = |b: &mut Block| for_each_column(b, |_, _| {}, |b, col, _| greedy_column(b, col));
     match race {
         Race::Logits => {
             // Noisy rows are screened; the branch is uniform (one row per workgroup).
@@ -479,9 +466,9 @@ pub(super) fn race_row(b: &mut Block, race: Race) {
             b.let_("up1", Ty::F32, f(f32::NEG_INFINITY));
             b.let_("up1_i", Ty::U32, u(NONE));
             b.let_("up2", Ty::F32, f(f32::NEG_INFINITY));
-            b.if_else(var("noisy"), screened_pass, exact_pass);
+            b.if_else(var("noisy"), screened_pass, greedy_pass);
         }
-        Race::Greedy => exact_pass(b),
+        Race::Greedy => greedy_pass(b),
         Race::Probs => probs_pass(b),
     }
     let (win, tok) = b.argmax(var("best"), var("best_i"), "win", "tok");
