@@ -26,7 +26,7 @@ impl<B: Backend + ?Sized> Clone for Logits<'_, B> {
 impl<B: Backend + ?Sized> Copy for Logits<'_, B> {}
 
 impl<B: Backend + ?Sized> Logits<'_, B> {
-    pub(crate) fn len(&self) -> usize {
+    fn len(&self) -> usize {
         match self {
             Logits::F32(b) => B::len(*b),
             Logits::F16(b) => B::len(*b),
@@ -241,6 +241,23 @@ pub enum Job<'a, B: Backend + ?Sized> {
     },
 }
 
+/// [`Backend::sample`], the filter launch visiting only the rows of `listed` (its first `count`
+/// entries) where the caller knows them on the host ([`crate::Sampler::step`]).
+pub(crate) fn sample_rows<B: Backend + ?Sized>(
+    b: &B,
+    shape: Shape,
+    logits: Logits<'_, B>,
+    rows: &B::Buffer<RowParams>,
+    mut out: Output<'_, B>,
+    listed: Option<(&B::Buffer<u32>, usize)>,
+) -> Result<()> {
+    check_filter_shape(shape)?;
+    check_rows::<B>(shape, logits.len(), rows)?;
+    check_output(shape, &out)?;
+    b.run(Job::Sample { shape, logits, rows, out: out.reborrow(), skip_filtered: true })?;
+    b.run(Job::Filter { shape, input: Input::Logits(logits), rows, out, only_filtered: true, listed })
+}
+
 /// `write` must fit: the data may be shorter than the buffer, never longer.
 fn check_write(len: usize, data: usize) -> Result<()> {
     need("write target", len, data)
@@ -399,13 +416,9 @@ pub trait Backend {
         shape: Shape,
         logits: Logits<'_, Self>,
         rows: &Self::Buffer<RowParams>,
-        mut out: Output<'_, Self>,
+        out: Output<'_, Self>,
     ) -> Result<()> {
-        check_filter_shape(shape)?;
-        check_rows::<Self>(shape, logits.len(), rows)?;
-        check_output(shape, &out)?;
-        self.run(Job::Sample { shape, logits, rows, out: out.reborrow(), skip_filtered: true })?;
-        self.run(Job::Filter { shape, input: Input::Logits(logits), rows, out, only_filtered: true, listed: None })
+        sample_rows(self, shape, logits, rows, out, None)
     }
 
     /// Samples each row inside its kept set `S` (top-k, top-p and min-p from its [`RowParams`],
@@ -518,7 +531,7 @@ pub(crate) fn check_rows<B: Backend + ?Sized>(
 
 /// The filter kernels sum fixed-point masses that must not overflow: rows of at most
 /// [`crate::generated::FILTER_MAX_VOCAB`] tokens (2^23; the largest vocabularies are near 2^18).
-pub(crate) fn check_filter_shape(shape: Shape) -> Result<()> {
+fn check_filter_shape(shape: Shape) -> Result<()> {
     let most = crate::generated::FILTER_MAX_VOCAB;
     if shape.vocab > most {
         return Err(Error::Shape(format!("vocab {} exceeds the filter kernels' limit of {most}", shape.vocab)));
@@ -526,7 +539,7 @@ pub(crate) fn check_filter_shape(shape: Shape) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn check_output<B: Backend + ?Sized>(shape: Shape, out: &Output<'_, B>) -> Result<()> {
+fn check_output<B: Backend + ?Sized>(shape: Shape, out: &Output<'_, B>) -> Result<()> {
     need("tokens", B::len(out.tokens), shape.batch)?;
     if let Some(lp) = &out.logprobs {
         need("logprobs", B::len(*lp), shape.batch)?;

@@ -10,7 +10,7 @@
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
 use crate::kernels::KernelSource;
-use crate::launch::{Device, Launch, Split};
+use crate::launch::{partial_words, Device, Launch, Split};
 use crate::timing::{Clock, LaunchTime};
 use crate::types::Element;
 use arrayvec::ArrayVec;
@@ -102,7 +102,7 @@ impl CudaBackend {
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)
             .map_err(cuda_error)?;
         let target_groups = (sms.max(1) as u32) * (per_sm.max(block as i32) as u32 / block);
-        let partials = stream.alloc_zeros(Split::words(target_groups)).map_err(cuda_error)?;
+        let partials = stream.alloc_zeros(partial_words(target_groups)).map_err(cuda_error)?;
         let (plan, functions) = (Mutex::default(), Mutex::default());
         Ok(CudaBackend { stream, name, arch, block, target_groups, partials, plan, functions })
     }

@@ -63,16 +63,14 @@ pub(crate) struct Split<H> {
     pub target_groups: u32,
     /// Invocations per workgroup.
     pub block: u32,
-    /// The part records, [`Split::words`] u32.
+    /// The part records, [`partial_words`] u32.
     pub partials: H,
 }
 
-impl Split<()> {
-    /// The u32 a backend's part buffer holds: a launch never has more parts in all than
-    /// `target_groups`.
-    pub fn words(target_groups: u32) -> usize {
-        target_groups.max(1) as usize * PART_WORDS
-    }
+/// The u32 a backend's part buffer holds: a launch never has more parts in all than
+/// `target_groups`.
+pub(crate) fn partial_words(target_groups: u32) -> usize {
+    target_groups.max(1) as usize * PART_WORDS
 }
 
 /// Each invocation of a part reads at least this many quads of four columns, so a part's

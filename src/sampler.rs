@@ -3,7 +3,7 @@
 //! batch is small enough to split rows, the filter kernel over the filtered rows), the row
 //! records' device buffers made once and rewritten in place.
 
-use crate::backend::{check_filter_shape, check_output, check_rows, Backend, Input, Job, Logits, Output};
+use crate::backend::{sample_rows, Backend, Logits, Output};
 use crate::error::{Error, Result};
 use crate::planner::NormalizedParams;
 use crate::types::{RowParams, Shape};
@@ -36,36 +36,25 @@ impl<'b, B: Backend> Sampler<'b, B> {
     /// The records are on the host here, so the filter kernel is launched over the rows that
     /// have a filter only (one empty workgroup when none has): a top-p request in a batch costs
     /// its own row, not a launch over the batch.
-    pub fn step(
-        &mut self,
-        shape: Shape,
-        logits: Logits<'_, B>,
-        rows: &[RowParams],
-        mut out: Output<'_, B>,
-    ) -> Result<()> {
+    pub fn step(&mut self, shape: Shape, logits: Logits<'_, B>, rows: &[RowParams], out: Output<'_, B>) -> Result<()> {
         if rows.len() != shape.batch {
             return Err(Error::Shape(format!("{} row records for a batch of {}", rows.len(), shape.batch)));
         }
         if rows.len() > self.capacity {
             return Err(Error::Shape(format!("batch {} exceeds the sampler's {} rows", rows.len(), self.capacity)));
         }
-        check_filter_shape(shape)?;
-        check_rows::<B>(shape, logits.len(), &self.rows)?;
-        check_output(shape, &out)?;
         self.backend.write(&mut self.rows, rows)?;
         // A superset of the rows the kernels filter (those also need a temperature, and a top-k
         // below the vocabulary): the filter kernel still checks each row it is given.
         self.filtered.clear();
         self.filtered.extend((0..rows.len() as u32).filter(|&r| rows[r as usize].has_filters()));
-        let (backend, rows_buf) = (self.backend, &self.rows);
-        backend.run(Job::Sample { shape, logits, rows: rows_buf, out: out.reborrow(), skip_filtered: true })?;
-        // Launched even over no row, so the launches do not depend on the mix.
+        // With no row listed the filter kernel still launches (over none), so the launches do not
+        // depend on the mix.
         if !self.filtered.is_empty() {
-            backend.write(&mut self.filtered_rows, &self.filtered)?;
+            self.backend.write(&mut self.filtered_rows, &self.filtered)?;
         }
         let listed = Some((&self.filtered_rows, self.filtered.len()));
-        let input = Input::Logits(logits);
-        backend.run(Job::Filter { shape, input, rows: rows_buf, out, only_filtered: true, listed })
+        sample_rows(self.backend, shape, logits, &self.rows, out, listed)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
-use crate::launch::{Device, Launch, Split};
+use crate::launch::{partial_words, Device, Launch, Split};
 use crate::timing::{Clock, LaunchTime};
 use crate::types::Element;
 use arrayvec::ArrayVec;
@@ -174,7 +174,7 @@ impl WgpuBackend {
             if info.device_type == wgpu::DeviceType::Cpu { CPU_TARGET_GROUPS } else { GPU_TARGET_GROUPS };
         let partials = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("sampling-kernels partials"),
-            size: (Split::words(target_groups) * 4) as u64,
+            size: (partial_words(target_groups) * 4) as u64,
             usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: false,
         });
