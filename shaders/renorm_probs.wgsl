@@ -257,12 +257,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var m: f32 = bitcast<f32>(4286578688u);
             sweeps = (sweeps + 1u);
             {
-                var quads: u32 = ((params.vocab >> 2u) + select(0u, 1u, ((params.vocab & 3u) != 0u)));
+                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                for (var c0: u32 = select((sk_lid * 4u), (min((sk_lid * per), quads) * 4u), false); c0 < select(params.vocab, (min(((sk_lid * per) + per), quads) * 4u), false); c0 = c0 + select((BLOCK * 4u), 4u, false)) {
+                for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), false); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), false); c0 = c0 + select((BLOCK * 4u), 4u, false)) {
                     {
                         var col: u32 = (c0 + 0u);
-                        if ((col < params.vocab)) {
+                        if ((col < col_hi)) {
                             var xv: f32 = x[(base + col)];
                             if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
                                 m = max(m, xv);
@@ -271,7 +271,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     {
                         var col: u32 = (c0 + 1u);
-                        if ((col < params.vocab)) {
+                        if ((col < col_hi)) {
                             var xv: f32 = x[(base + col)];
                             if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
                                 m = max(m, xv);
@@ -280,7 +280,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     {
                         var col: u32 = (c0 + 2u);
-                        if ((col < params.vocab)) {
+                        if ((col < col_hi)) {
                             var xv: f32 = x[(base + col)];
                             if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
                                 m = max(m, xv);
@@ -289,7 +289,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     {
                         var col: u32 = (c0 + 3u);
-                        if ((col < params.vocab)) {
+                        if ((col < col_hi)) {
                             var xv: f32 = x[(base + col)];
                             if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
                                 m = max(m, xv);
@@ -298,7 +298,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                 }
             }
-            var mx: f32 = (0.0f);
+            var part_max: f32 = (0.0f);
             {
                 sk_red_f32[sk_lid] = m;
                 workgroupBarrier();
@@ -308,1722 +308,890 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     workgroupBarrier();
                 }
-                mx = sk_red_f32[0];
+                part_max = sk_red_f32[0];
                 workgroupBarrier();
             }
-            var lim: u64 = 18446744073709551615lu;
+            var mx: f32 = part_max;
+            var sel_key: u32 = 0u;
+            var sel_mask: u32 = 0u;
+            var sel_n: u32 = 0u;
+            var sel_tn: u32 = 0u;
+            var sel_m: u64 = 0lu;
+            var sel_tm: u64 = 0lu;
             var row_mass: u64 = 0lu;
+            var lim: u64 = 18446744073709551615lu;
             var mine: u32 = 0u;
-            var s_key: u32 = 0u;
+            var sel_a: u32 = select(0u, 8u, k_first);
+            var digits: u32 = (sel_a + select(0u, 8u, searched));
+            for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
+                var in_a: bool = (stage <= sel_a);
+                var digit_pass: u32 = select(((stage - 1u) - sel_a), (stage - 1u), in_a);
+                var shift: u32 = (28u - (digit_pass * 4u));
+                var cnt0: u32 = 0u;
+                var mas0: u64 = 0lu;
+                var cnt1: u32 = 0u;
+                var mas1: u64 = 0lu;
+                var cnt2: u32 = 0u;
+                var mas2: u64 = 0lu;
+                var cnt3: u32 = 0u;
+                var mas3: u64 = 0lu;
+                var cnt4: u32 = 0u;
+                var mas4: u64 = 0lu;
+                var cnt5: u32 = 0u;
+                var mas5: u64 = 0lu;
+                var cnt6: u32 = 0u;
+                var mas6: u64 = 0lu;
+                var cnt7: u32 = 0u;
+                var mas7: u64 = 0lu;
+                var cnt8: u32 = 0u;
+                var mas8: u64 = 0lu;
+                var cnt9: u32 = 0u;
+                var mas9: u64 = 0lu;
+                var cnt10: u32 = 0u;
+                var mas10: u64 = 0lu;
+                var cnt11: u32 = 0u;
+                var mas11: u64 = 0lu;
+                var cnt12: u32 = 0u;
+                var mas12: u64 = 0lu;
+                var cnt13: u32 = 0u;
+                var mas13: u64 = 0lu;
+                var cnt14: u32 = 0u;
+                var mas14: u64 = 0lu;
+                var cnt15: u32 = 0u;
+                var mas15: u64 = 0lu;
+                sweeps = (sweeps + 1u);
+                {
+                    var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
+                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                    for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), (digit_pass == 7u)); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), (digit_pass == 7u)); c0 = c0 + select((BLOCK * 4u), 4u, (digit_pass == 7u))) {
+                        {
+                            var col: u32 = (c0 + 0u);
+                            if ((col < col_hi)) {
+                                var zv: f32 = x[(base + col)];
+                                var ov: f32 = zv;
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
+                                    var digit: u32 = ((key >> shift) & 15u);
+                                    if ((digit == 0u)) {
+                                        cnt0 = (cnt0 + 1u);
+                                        mas0 = (mas0 + mv);
+                                    }
+                                    if ((digit == 1u)) {
+                                        cnt1 = (cnt1 + 1u);
+                                        mas1 = (mas1 + mv);
+                                    }
+                                    if ((digit == 2u)) {
+                                        cnt2 = (cnt2 + 1u);
+                                        mas2 = (mas2 + mv);
+                                    }
+                                    if ((digit == 3u)) {
+                                        cnt3 = (cnt3 + 1u);
+                                        mas3 = (mas3 + mv);
+                                    }
+                                    if ((digit == 4u)) {
+                                        cnt4 = (cnt4 + 1u);
+                                        mas4 = (mas4 + mv);
+                                    }
+                                    if ((digit == 5u)) {
+                                        cnt5 = (cnt5 + 1u);
+                                        mas5 = (mas5 + mv);
+                                    }
+                                    if ((digit == 6u)) {
+                                        cnt6 = (cnt6 + 1u);
+                                        mas6 = (mas6 + mv);
+                                    }
+                                    if ((digit == 7u)) {
+                                        cnt7 = (cnt7 + 1u);
+                                        mas7 = (mas7 + mv);
+                                    }
+                                    if ((digit == 8u)) {
+                                        cnt8 = (cnt8 + 1u);
+                                        mas8 = (mas8 + mv);
+                                    }
+                                    if ((digit == 9u)) {
+                                        cnt9 = (cnt9 + 1u);
+                                        mas9 = (mas9 + mv);
+                                    }
+                                    if ((digit == 10u)) {
+                                        cnt10 = (cnt10 + 1u);
+                                        mas10 = (mas10 + mv);
+                                    }
+                                    if ((digit == 11u)) {
+                                        cnt11 = (cnt11 + 1u);
+                                        mas11 = (mas11 + mv);
+                                    }
+                                    if ((digit == 12u)) {
+                                        cnt12 = (cnt12 + 1u);
+                                        mas12 = (mas12 + mv);
+                                    }
+                                    if ((digit == 13u)) {
+                                        cnt13 = (cnt13 + 1u);
+                                        mas13 = (mas13 + mv);
+                                    }
+                                    if ((digit == 14u)) {
+                                        cnt14 = (cnt14 + 1u);
+                                        mas14 = (mas14 + mv);
+                                    }
+                                    if ((digit == 15u)) {
+                                        cnt15 = (cnt15 + 1u);
+                                        mas15 = (mas15 + mv);
+                                    }
+                                }
+                            }
+                        }
+                        {
+                            var col: u32 = (c0 + 1u);
+                            if ((col < col_hi)) {
+                                var zv: f32 = x[(base + col)];
+                                var ov: f32 = zv;
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
+                                    var digit: u32 = ((key >> shift) & 15u);
+                                    if ((digit == 0u)) {
+                                        cnt0 = (cnt0 + 1u);
+                                        mas0 = (mas0 + mv);
+                                    }
+                                    if ((digit == 1u)) {
+                                        cnt1 = (cnt1 + 1u);
+                                        mas1 = (mas1 + mv);
+                                    }
+                                    if ((digit == 2u)) {
+                                        cnt2 = (cnt2 + 1u);
+                                        mas2 = (mas2 + mv);
+                                    }
+                                    if ((digit == 3u)) {
+                                        cnt3 = (cnt3 + 1u);
+                                        mas3 = (mas3 + mv);
+                                    }
+                                    if ((digit == 4u)) {
+                                        cnt4 = (cnt4 + 1u);
+                                        mas4 = (mas4 + mv);
+                                    }
+                                    if ((digit == 5u)) {
+                                        cnt5 = (cnt5 + 1u);
+                                        mas5 = (mas5 + mv);
+                                    }
+                                    if ((digit == 6u)) {
+                                        cnt6 = (cnt6 + 1u);
+                                        mas6 = (mas6 + mv);
+                                    }
+                                    if ((digit == 7u)) {
+                                        cnt7 = (cnt7 + 1u);
+                                        mas7 = (mas7 + mv);
+                                    }
+                                    if ((digit == 8u)) {
+                                        cnt8 = (cnt8 + 1u);
+                                        mas8 = (mas8 + mv);
+                                    }
+                                    if ((digit == 9u)) {
+                                        cnt9 = (cnt9 + 1u);
+                                        mas9 = (mas9 + mv);
+                                    }
+                                    if ((digit == 10u)) {
+                                        cnt10 = (cnt10 + 1u);
+                                        mas10 = (mas10 + mv);
+                                    }
+                                    if ((digit == 11u)) {
+                                        cnt11 = (cnt11 + 1u);
+                                        mas11 = (mas11 + mv);
+                                    }
+                                    if ((digit == 12u)) {
+                                        cnt12 = (cnt12 + 1u);
+                                        mas12 = (mas12 + mv);
+                                    }
+                                    if ((digit == 13u)) {
+                                        cnt13 = (cnt13 + 1u);
+                                        mas13 = (mas13 + mv);
+                                    }
+                                    if ((digit == 14u)) {
+                                        cnt14 = (cnt14 + 1u);
+                                        mas14 = (mas14 + mv);
+                                    }
+                                    if ((digit == 15u)) {
+                                        cnt15 = (cnt15 + 1u);
+                                        mas15 = (mas15 + mv);
+                                    }
+                                }
+                            }
+                        }
+                        {
+                            var col: u32 = (c0 + 2u);
+                            if ((col < col_hi)) {
+                                var zv: f32 = x[(base + col)];
+                                var ov: f32 = zv;
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
+                                    var digit: u32 = ((key >> shift) & 15u);
+                                    if ((digit == 0u)) {
+                                        cnt0 = (cnt0 + 1u);
+                                        mas0 = (mas0 + mv);
+                                    }
+                                    if ((digit == 1u)) {
+                                        cnt1 = (cnt1 + 1u);
+                                        mas1 = (mas1 + mv);
+                                    }
+                                    if ((digit == 2u)) {
+                                        cnt2 = (cnt2 + 1u);
+                                        mas2 = (mas2 + mv);
+                                    }
+                                    if ((digit == 3u)) {
+                                        cnt3 = (cnt3 + 1u);
+                                        mas3 = (mas3 + mv);
+                                    }
+                                    if ((digit == 4u)) {
+                                        cnt4 = (cnt4 + 1u);
+                                        mas4 = (mas4 + mv);
+                                    }
+                                    if ((digit == 5u)) {
+                                        cnt5 = (cnt5 + 1u);
+                                        mas5 = (mas5 + mv);
+                                    }
+                                    if ((digit == 6u)) {
+                                        cnt6 = (cnt6 + 1u);
+                                        mas6 = (mas6 + mv);
+                                    }
+                                    if ((digit == 7u)) {
+                                        cnt7 = (cnt7 + 1u);
+                                        mas7 = (mas7 + mv);
+                                    }
+                                    if ((digit == 8u)) {
+                                        cnt8 = (cnt8 + 1u);
+                                        mas8 = (mas8 + mv);
+                                    }
+                                    if ((digit == 9u)) {
+                                        cnt9 = (cnt9 + 1u);
+                                        mas9 = (mas9 + mv);
+                                    }
+                                    if ((digit == 10u)) {
+                                        cnt10 = (cnt10 + 1u);
+                                        mas10 = (mas10 + mv);
+                                    }
+                                    if ((digit == 11u)) {
+                                        cnt11 = (cnt11 + 1u);
+                                        mas11 = (mas11 + mv);
+                                    }
+                                    if ((digit == 12u)) {
+                                        cnt12 = (cnt12 + 1u);
+                                        mas12 = (mas12 + mv);
+                                    }
+                                    if ((digit == 13u)) {
+                                        cnt13 = (cnt13 + 1u);
+                                        mas13 = (mas13 + mv);
+                                    }
+                                    if ((digit == 14u)) {
+                                        cnt14 = (cnt14 + 1u);
+                                        mas14 = (mas14 + mv);
+                                    }
+                                    if ((digit == 15u)) {
+                                        cnt15 = (cnt15 + 1u);
+                                        mas15 = (mas15 + mv);
+                                    }
+                                }
+                            }
+                        }
+                        {
+                            var col: u32 = (c0 + 3u);
+                            if ((col < col_hi)) {
+                                var zv: f32 = x[(base + col)];
+                                var ov: f32 = zv;
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
+                                    var digit: u32 = ((key >> shift) & 15u);
+                                    if ((digit == 0u)) {
+                                        cnt0 = (cnt0 + 1u);
+                                        mas0 = (mas0 + mv);
+                                    }
+                                    if ((digit == 1u)) {
+                                        cnt1 = (cnt1 + 1u);
+                                        mas1 = (mas1 + mv);
+                                    }
+                                    if ((digit == 2u)) {
+                                        cnt2 = (cnt2 + 1u);
+                                        mas2 = (mas2 + mv);
+                                    }
+                                    if ((digit == 3u)) {
+                                        cnt3 = (cnt3 + 1u);
+                                        mas3 = (mas3 + mv);
+                                    }
+                                    if ((digit == 4u)) {
+                                        cnt4 = (cnt4 + 1u);
+                                        mas4 = (mas4 + mv);
+                                    }
+                                    if ((digit == 5u)) {
+                                        cnt5 = (cnt5 + 1u);
+                                        mas5 = (mas5 + mv);
+                                    }
+                                    if ((digit == 6u)) {
+                                        cnt6 = (cnt6 + 1u);
+                                        mas6 = (mas6 + mv);
+                                    }
+                                    if ((digit == 7u)) {
+                                        cnt7 = (cnt7 + 1u);
+                                        mas7 = (mas7 + mv);
+                                    }
+                                    if ((digit == 8u)) {
+                                        cnt8 = (cnt8 + 1u);
+                                        mas8 = (mas8 + mv);
+                                    }
+                                    if ((digit == 9u)) {
+                                        cnt9 = (cnt9 + 1u);
+                                        mas9 = (mas9 + mv);
+                                    }
+                                    if ((digit == 10u)) {
+                                        cnt10 = (cnt10 + 1u);
+                                        mas10 = (mas10 + mv);
+                                    }
+                                    if ((digit == 11u)) {
+                                        cnt11 = (cnt11 + 1u);
+                                        mas11 = (mas11 + mv);
+                                    }
+                                    if ((digit == 12u)) {
+                                        cnt12 = (cnt12 + 1u);
+                                        mas12 = (mas12 + mv);
+                                    }
+                                    if ((digit == 13u)) {
+                                        cnt13 = (cnt13 + 1u);
+                                        mas13 = (mas13 + mv);
+                                    }
+                                    if ((digit == 14u)) {
+                                        cnt14 = (cnt14 + 1u);
+                                        mas14 = (mas14 + mv);
+                                    }
+                                    if ((digit == 15u)) {
+                                        cnt15 = (cnt15 + 1u);
+                                        mas15 = (mas15 + mv);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                var cnt_s0: u32 = 0u;
+                var cnt_s1: u32 = 0u;
+                var cnt_s2: u32 = 0u;
+                var cnt_s3: u32 = 0u;
+                var cnt_s4: u32 = 0u;
+                var cnt_s5: u32 = 0u;
+                var cnt_s6: u32 = 0u;
+                var cnt_s7: u32 = 0u;
+                var cnt_s8: u32 = 0u;
+                var cnt_s9: u32 = 0u;
+                var cnt_s10: u32 = 0u;
+                var cnt_s11: u32 = 0u;
+                var cnt_s12: u32 = 0u;
+                var cnt_s13: u32 = 0u;
+                var cnt_s14: u32 = 0u;
+                var cnt_s15: u32 = 0u;
+                {
+                    if (sk_lid < 16u) {
+                        atomicStore(&sk_sum_lo[sk_lid], 0u);
+                    }
+                    workgroupBarrier();
+                    {
+                        let sk_v = cnt0;
+                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+                    }
+                    {
+                        let sk_v = cnt1;
+                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+                    }
+                    {
+                        let sk_v = cnt2;
+                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
+                    }
+                    {
+                        let sk_v = cnt3;
+                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
+                    }
+                    {
+                        let sk_v = cnt4;
+                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
+                    }
+                    {
+                        let sk_v = cnt5;
+                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
+                    }
+                    {
+                        let sk_v = cnt6;
+                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
+                    }
+                    {
+                        let sk_v = cnt7;
+                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
+                    }
+                    {
+                        let sk_v = cnt8;
+                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
+                    }
+                    {
+                        let sk_v = cnt9;
+                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
+                    }
+                    {
+                        let sk_v = cnt10;
+                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
+                    }
+                    {
+                        let sk_v = cnt11;
+                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
+                    }
+                    {
+                        let sk_v = cnt12;
+                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
+                    }
+                    {
+                        let sk_v = cnt13;
+                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
+                    }
+                    {
+                        let sk_v = cnt14;
+                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
+                    }
+                    {
+                        let sk_v = cnt15;
+                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
+                    }
+                    workgroupBarrier();
+                    cnt_s0 = atomicLoad(&sk_sum_lo[0]);
+                    cnt_s1 = atomicLoad(&sk_sum_lo[1]);
+                    cnt_s2 = atomicLoad(&sk_sum_lo[2]);
+                    cnt_s3 = atomicLoad(&sk_sum_lo[3]);
+                    cnt_s4 = atomicLoad(&sk_sum_lo[4]);
+                    cnt_s5 = atomicLoad(&sk_sum_lo[5]);
+                    cnt_s6 = atomicLoad(&sk_sum_lo[6]);
+                    cnt_s7 = atomicLoad(&sk_sum_lo[7]);
+                    cnt_s8 = atomicLoad(&sk_sum_lo[8]);
+                    cnt_s9 = atomicLoad(&sk_sum_lo[9]);
+                    cnt_s10 = atomicLoad(&sk_sum_lo[10]);
+                    cnt_s11 = atomicLoad(&sk_sum_lo[11]);
+                    cnt_s12 = atomicLoad(&sk_sum_lo[12]);
+                    cnt_s13 = atomicLoad(&sk_sum_lo[13]);
+                    cnt_s14 = atomicLoad(&sk_sum_lo[14]);
+                    cnt_s15 = atomicLoad(&sk_sum_lo[15]);
+                    workgroupBarrier();
+                }
+                var mas_s0: u64 = 0lu;
+                var mas_s1: u64 = 0lu;
+                var mas_s2: u64 = 0lu;
+                var mas_s3: u64 = 0lu;
+                var mas_s4: u64 = 0lu;
+                var mas_s5: u64 = 0lu;
+                var mas_s6: u64 = 0lu;
+                var mas_s7: u64 = 0lu;
+                var mas_s8: u64 = 0lu;
+                var mas_s9: u64 = 0lu;
+                var mas_s10: u64 = 0lu;
+                var mas_s11: u64 = 0lu;
+                var mas_s12: u64 = 0lu;
+                var mas_s13: u64 = 0lu;
+                var mas_s14: u64 = 0lu;
+                var mas_s15: u64 = 0lu;
+                {
+                    if (sk_lid < 16u) {
+                        atomicStore(&sk_sum_lo[sk_lid], 0u);
+                        atomicStore(&sk_sum_hi[sk_lid], 0u);
+                    }
+                    workgroupBarrier();
+                    {
+                        let sk_v = mas0;
+                        let sk_lo = u32(sk_v & 0xfffffffflu);
+                        let sk_hi = u32(sk_v >> 32u);
+                        if (sk_lo != 0u) {
+                            let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
+                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
+                        }
+                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
+                    }
+                    {
+                        let sk_v = mas1;
+                        let sk_lo = u32(sk_v & 0xfffffffflu);
+                        let sk_hi = u32(sk_v >> 32u);
+                        if (sk_lo != 0u) {
+                            let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
+                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
+                        }
+                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
+                    }
+                    {
+                        let sk_v = mas2;
+                        let sk_lo = u32(sk_v & 0xfffffffflu);
+                        let sk_hi = u32(sk_v >> 32u);
+                        if (sk_lo != 0u) {
+                            let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
+                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
+                        }
+                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
+                    }
+                    {
+                        let sk_v = mas3;
+                        let sk_lo = u32(sk_v & 0xfffffffflu);
+                        let sk_hi = u32(sk_v >> 32u);
+                        if (sk_lo != 0u) {
+                            let sk_old = atomicAdd(&sk_sum_lo[3], sk_lo);
+                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[3], 1u); }
+                        }
+                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[3], sk_hi); }
+                    }
+                    {
+                        let sk_v = mas4;
+                        let sk_lo = u32(sk_v & 0xfffffffflu);
+                        let sk_hi = u32(sk_v >> 32u);
+                        if (sk_lo != 0u) {
+                            let sk_old = atomicAdd(&sk_sum_lo[4], sk_lo);
+                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[4], 1u); }
+                        }
+                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[4], sk_hi); }
+                    }
+                    {
+                        let sk_v = mas5;
+                        let sk_lo = u32(sk_v & 0xfffffffflu);
+                        let sk_hi = u32(sk_v >> 32u);
+                        if (sk_lo != 0u) {
+                            let sk_old = atomicAdd(&sk_sum_lo[5], sk_lo);
+                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[5], 1u); }
+                        }
+                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[5], sk_hi); }
+                    }
+                    {
+                        let sk_v = mas6;
+                        let sk_lo = u32(sk_v & 0xfffffffflu);
+                        let sk_hi = u32(sk_v >> 32u);
+                        if (sk_lo != 0u) {
+                            let sk_old = atomicAdd(&sk_sum_lo[6], sk_lo);
+                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[6], 1u); }
+                        }
+                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[6], sk_hi); }
+                    }
+                    {
+                        let sk_v = mas7;
+                        let sk_lo = u32(sk_v & 0xfffffffflu);
+                        let sk_hi = u32(sk_v >> 32u);
+                        if (sk_lo != 0u) {
+                            let sk_old = atomicAdd(&sk_sum_lo[7], sk_lo);
+                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[7], 1u); }
+                        }
+                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[7], sk_hi); }
+                    }
+                    {
+                        let sk_v = mas8;
+                        let sk_lo = u32(sk_v & 0xfffffffflu);
+                        let sk_hi = u32(sk_v >> 32u);
+                        if (sk_lo != 0u) {
+                            let sk_old = atomicAdd(&sk_sum_lo[8], sk_lo);
+                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[8], 1u); }
+                        }
+                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[8], sk_hi); }
+                    }
+                    {
+                        let sk_v = mas9;
+                        let sk_lo = u32(sk_v & 0xfffffffflu);
+                        let sk_hi = u32(sk_v >> 32u);
+                        if (sk_lo != 0u) {
+                            let sk_old = atomicAdd(&sk_sum_lo[9], sk_lo);
+                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[9], 1u); }
+                        }
+                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[9], sk_hi); }
+                    }
+                    {
+                        let sk_v = mas10;
+                        let sk_lo = u32(sk_v & 0xfffffffflu);
+                        let sk_hi = u32(sk_v >> 32u);
+                        if (sk_lo != 0u) {
+                            let sk_old = atomicAdd(&sk_sum_lo[10], sk_lo);
+                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[10], 1u); }
+                        }
+                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[10], sk_hi); }
+                    }
+                    {
+                        let sk_v = mas11;
+                        let sk_lo = u32(sk_v & 0xfffffffflu);
+                        let sk_hi = u32(sk_v >> 32u);
+                        if (sk_lo != 0u) {
+                            let sk_old = atomicAdd(&sk_sum_lo[11], sk_lo);
+                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[11], 1u); }
+                        }
+                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[11], sk_hi); }
+                    }
+                    {
+                        let sk_v = mas12;
+                        let sk_lo = u32(sk_v & 0xfffffffflu);
+                        let sk_hi = u32(sk_v >> 32u);
+                        if (sk_lo != 0u) {
+                            let sk_old = atomicAdd(&sk_sum_lo[12], sk_lo);
+                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[12], 1u); }
+                        }
+                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[12], sk_hi); }
+                    }
+                    {
+                        let sk_v = mas13;
+                        let sk_lo = u32(sk_v & 0xfffffffflu);
+                        let sk_hi = u32(sk_v >> 32u);
+                        if (sk_lo != 0u) {
+                            let sk_old = atomicAdd(&sk_sum_lo[13], sk_lo);
+                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[13], 1u); }
+                        }
+                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[13], sk_hi); }
+                    }
+                    {
+                        let sk_v = mas14;
+                        let sk_lo = u32(sk_v & 0xfffffffflu);
+                        let sk_hi = u32(sk_v >> 32u);
+                        if (sk_lo != 0u) {
+                            let sk_old = atomicAdd(&sk_sum_lo[14], sk_lo);
+                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[14], 1u); }
+                        }
+                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[14], sk_hi); }
+                    }
+                    {
+                        let sk_v = mas15;
+                        let sk_lo = u32(sk_v & 0xfffffffflu);
+                        let sk_hi = u32(sk_v >> 32u);
+                        if (sk_lo != 0u) {
+                            let sk_old = atomicAdd(&sk_sum_lo[15], sk_lo);
+                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[15], 1u); }
+                        }
+                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[15], sk_hi); }
+                    }
+                    workgroupBarrier();
+                    mas_s0 = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
+                    mas_s1 = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
+                    mas_s2 = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
+                    mas_s3 = (u64(atomicLoad(&sk_sum_hi[3])) << 32u) | u64(atomicLoad(&sk_sum_lo[3]));
+                    mas_s4 = (u64(atomicLoad(&sk_sum_hi[4])) << 32u) | u64(atomicLoad(&sk_sum_lo[4]));
+                    mas_s5 = (u64(atomicLoad(&sk_sum_hi[5])) << 32u) | u64(atomicLoad(&sk_sum_lo[5]));
+                    mas_s6 = (u64(atomicLoad(&sk_sum_hi[6])) << 32u) | u64(atomicLoad(&sk_sum_lo[6]));
+                    mas_s7 = (u64(atomicLoad(&sk_sum_hi[7])) << 32u) | u64(atomicLoad(&sk_sum_lo[7]));
+                    mas_s8 = (u64(atomicLoad(&sk_sum_hi[8])) << 32u) | u64(atomicLoad(&sk_sum_lo[8]));
+                    mas_s9 = (u64(atomicLoad(&sk_sum_hi[9])) << 32u) | u64(atomicLoad(&sk_sum_lo[9]));
+                    mas_s10 = (u64(atomicLoad(&sk_sum_hi[10])) << 32u) | u64(atomicLoad(&sk_sum_lo[10]));
+                    mas_s11 = (u64(atomicLoad(&sk_sum_hi[11])) << 32u) | u64(atomicLoad(&sk_sum_lo[11]));
+                    mas_s12 = (u64(atomicLoad(&sk_sum_hi[12])) << 32u) | u64(atomicLoad(&sk_sum_lo[12]));
+                    mas_s13 = (u64(atomicLoad(&sk_sum_hi[13])) << 32u) | u64(atomicLoad(&sk_sum_lo[13]));
+                    mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
+                    mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
+                    workgroupBarrier();
+                }
+                if ((digit_pass == 0u)) {
+                    row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                    if (((!in_a) && (!k_first))) {
+                        lim = sk_fraction(pp, row_mass);
+                    }
+                }
+                var nb: u32 = sel_n;
+                var mb: u64 = sel_m;
+                var chosen: u32 = 4294967295u;
+                var cn: u32 = sel_n;
+                var cm: u64 = sel_m;
+                if ((cnt_s15 > 0u)) {
+                    if (((nb < kk) && (mb <= lim))) {
+                        chosen = 15u;
+                        cn = nb;
+                        cm = mb;
+                    }
+                    nb = (nb + cnt_s15);
+                    mb = (mb + mas_s15);
+                }
+                if ((cnt_s14 > 0u)) {
+                    if (((nb < kk) && (mb <= lim))) {
+                        chosen = 14u;
+                        cn = nb;
+                        cm = mb;
+                    }
+                    nb = (nb + cnt_s14);
+                    mb = (mb + mas_s14);
+                }
+                if ((cnt_s13 > 0u)) {
+                    if (((nb < kk) && (mb <= lim))) {
+                        chosen = 13u;
+                        cn = nb;
+                        cm = mb;
+                    }
+                    nb = (nb + cnt_s13);
+                    mb = (mb + mas_s13);
+                }
+                if ((cnt_s12 > 0u)) {
+                    if (((nb < kk) && (mb <= lim))) {
+                        chosen = 12u;
+                        cn = nb;
+                        cm = mb;
+                    }
+                    nb = (nb + cnt_s12);
+                    mb = (mb + mas_s12);
+                }
+                if ((cnt_s11 > 0u)) {
+                    if (((nb < kk) && (mb <= lim))) {
+                        chosen = 11u;
+                        cn = nb;
+                        cm = mb;
+                    }
+                    nb = (nb + cnt_s11);
+                    mb = (mb + mas_s11);
+                }
+                if ((cnt_s10 > 0u)) {
+                    if (((nb < kk) && (mb <= lim))) {
+                        chosen = 10u;
+                        cn = nb;
+                        cm = mb;
+                    }
+                    nb = (nb + cnt_s10);
+                    mb = (mb + mas_s10);
+                }
+                if ((cnt_s9 > 0u)) {
+                    if (((nb < kk) && (mb <= lim))) {
+                        chosen = 9u;
+                        cn = nb;
+                        cm = mb;
+                    }
+                    nb = (nb + cnt_s9);
+                    mb = (mb + mas_s9);
+                }
+                if ((cnt_s8 > 0u)) {
+                    if (((nb < kk) && (mb <= lim))) {
+                        chosen = 8u;
+                        cn = nb;
+                        cm = mb;
+                    }
+                    nb = (nb + cnt_s8);
+                    mb = (mb + mas_s8);
+                }
+                if ((cnt_s7 > 0u)) {
+                    if (((nb < kk) && (mb <= lim))) {
+                        chosen = 7u;
+                        cn = nb;
+                        cm = mb;
+                    }
+                    nb = (nb + cnt_s7);
+                    mb = (mb + mas_s7);
+                }
+                if ((cnt_s6 > 0u)) {
+                    if (((nb < kk) && (mb <= lim))) {
+                        chosen = 6u;
+                        cn = nb;
+                        cm = mb;
+                    }
+                    nb = (nb + cnt_s6);
+                    mb = (mb + mas_s6);
+                }
+                if ((cnt_s5 > 0u)) {
+                    if (((nb < kk) && (mb <= lim))) {
+                        chosen = 5u;
+                        cn = nb;
+                        cm = mb;
+                    }
+                    nb = (nb + cnt_s5);
+                    mb = (mb + mas_s5);
+                }
+                if ((cnt_s4 > 0u)) {
+                    if (((nb < kk) && (mb <= lim))) {
+                        chosen = 4u;
+                        cn = nb;
+                        cm = mb;
+                    }
+                    nb = (nb + cnt_s4);
+                    mb = (mb + mas_s4);
+                }
+                if ((cnt_s3 > 0u)) {
+                    if (((nb < kk) && (mb <= lim))) {
+                        chosen = 3u;
+                        cn = nb;
+                        cm = mb;
+                    }
+                    nb = (nb + cnt_s3);
+                    mb = (mb + mas_s3);
+                }
+                if ((cnt_s2 > 0u)) {
+                    if (((nb < kk) && (mb <= lim))) {
+                        chosen = 2u;
+                        cn = nb;
+                        cm = mb;
+                    }
+                    nb = (nb + cnt_s2);
+                    mb = (mb + mas_s2);
+                }
+                if ((cnt_s1 > 0u)) {
+                    if (((nb < kk) && (mb <= lim))) {
+                        chosen = 1u;
+                        cn = nb;
+                        cm = mb;
+                    }
+                    nb = (nb + cnt_s1);
+                    mb = (mb + mas_s1);
+                }
+                if ((cnt_s0 > 0u)) {
+                    if (((nb < kk) && (mb <= lim))) {
+                        chosen = 0u;
+                        cn = nb;
+                        cm = mb;
+                    }
+                    nb = (nb + cnt_s0);
+                    mb = (mb + mas_s0);
+                }
+                if ((chosen != 4294967295u)) {
+                    sel_key = (sel_key | (chosen << shift));
+                    sel_n = cn;
+                    sel_m = cm;
+                    sel_tn = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt_s0, (chosen == 0u)), cnt_s1, (chosen == 1u)), cnt_s2, (chosen == 2u)), cnt_s3, (chosen == 3u)), cnt_s4, (chosen == 4u)), cnt_s5, (chosen == 5u)), cnt_s6, (chosen == 6u)), cnt_s7, (chosen == 7u)), cnt_s8, (chosen == 8u)), cnt_s9, (chosen == 9u)), cnt_s10, (chosen == 10u)), cnt_s11, (chosen == 11u)), cnt_s12, (chosen == 12u)), cnt_s13, (chosen == 13u)), cnt_s14, (chosen == 14u)), cnt_s15, (chosen == 15u));
+                    sel_tm = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0lu, mas_s0, (chosen == 0u)), mas_s1, (chosen == 1u)), mas_s2, (chosen == 2u)), mas_s3, (chosen == 3u)), mas_s4, (chosen == 4u)), mas_s5, (chosen == 5u)), mas_s6, (chosen == 6u)), mas_s7, (chosen == 7u)), mas_s8, (chosen == 8u)), mas_s9, (chosen == 9u)), mas_s10, (chosen == 10u)), mas_s11, (chosen == 11u)), mas_s12, (chosen == 12u)), mas_s13, (chosen == 13u)), mas_s14, (chosen == 14u)), mas_s15, (chosen == 15u));
+                    mine = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt0, (chosen == 0u)), cnt1, (chosen == 1u)), cnt2, (chosen == 2u)), cnt3, (chosen == 3u)), cnt4, (chosen == 4u)), cnt5, (chosen == 5u)), cnt6, (chosen == 6u)), cnt7, (chosen == 7u)), cnt8, (chosen == 8u)), cnt9, (chosen == 9u)), cnt10, (chosen == 10u)), cnt11, (chosen == 11u)), cnt12, (chosen == 12u)), cnt13, (chosen == 13u)), cnt14, (chosen == 14u)), cnt15, (chosen == 15u));
+                }
+                sel_mask = (sel_mask | (15u << shift));
+                if ((in_a && (digit_pass == 7u))) {
+                    var tn64: u64 = u64(sel_tn);
+                    var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
+                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
+                    lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
+                    sel_key = 0u;
+                    sel_mask = 0u;
+                    sel_n = 0u;
+                    sel_tn = 0u;
+                    sel_m = 0lu;
+                    sel_tm = 0lu;
+                }
+            }
+            var s_key: u32 = sel_key;
             var s_ties: u32 = 0u;
             var tie_start: u32 = 0u;
             if (searched) {
-                if (k_first) {
-                    var a_key: u32 = 0u;
-                    var a_mask: u32 = 0u;
-                    var a_n: u32 = 0u;
-                    var a_m: u64 = 0lu;
-                    var a_tn: u32 = 0u;
-                    var a_tm: u64 = 0lu;
-                    for (var a_pass: u32 = 0u; a_pass < 8u; a_pass = a_pass + 1u) {
-                        var shift: u32 = (28u - (a_pass * 4u));
-                        var cnt0: u32 = 0u;
-                        var mas0: u64 = 0lu;
-                        var cnt1: u32 = 0u;
-                        var mas1: u64 = 0lu;
-                        var cnt2: u32 = 0u;
-                        var mas2: u64 = 0lu;
-                        var cnt3: u32 = 0u;
-                        var mas3: u64 = 0lu;
-                        var cnt4: u32 = 0u;
-                        var mas4: u64 = 0lu;
-                        var cnt5: u32 = 0u;
-                        var mas5: u64 = 0lu;
-                        var cnt6: u32 = 0u;
-                        var mas6: u64 = 0lu;
-                        var cnt7: u32 = 0u;
-                        var mas7: u64 = 0lu;
-                        var cnt8: u32 = 0u;
-                        var mas8: u64 = 0lu;
-                        var cnt9: u32 = 0u;
-                        var mas9: u64 = 0lu;
-                        var cnt10: u32 = 0u;
-                        var mas10: u64 = 0lu;
-                        var cnt11: u32 = 0u;
-                        var mas11: u64 = 0lu;
-                        var cnt12: u32 = 0u;
-                        var mas12: u64 = 0lu;
-                        var cnt13: u32 = 0u;
-                        var mas13: u64 = 0lu;
-                        var cnt14: u32 = 0u;
-                        var mas14: u64 = 0lu;
-                        var cnt15: u32 = 0u;
-                        var mas15: u64 = 0lu;
-                        sweeps = (sweeps + 1u);
-                        {
-                            var quads: u32 = ((params.vocab >> 2u) + select(0u, 1u, ((params.vocab & 3u) != 0u)));
-                            var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                            for (var c0: u32 = select((sk_lid * 4u), (min((sk_lid * per), quads) * 4u), (a_pass == 7u)); c0 < select(params.vocab, (min(((sk_lid * per) + per), quads) * 4u), (a_pass == 7u)); c0 = c0 + select((BLOCK * 4u), 4u, (a_pass == 7u))) {
-                                {
-                                    var col: u32 = (c0 + 0u);
-                                    if ((col < params.vocab)) {
-                                        var zv: f32 = x[(base + col)];
-                                        var ov: f32 = zv;
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & a_mask) == a_key)) {
-                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            var digit: u32 = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
-                                            }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
-                                            }
-                                        }
-                                    }
-                                }
-                                {
-                                    var col: u32 = (c0 + 1u);
-                                    if ((col < params.vocab)) {
-                                        var zv: f32 = x[(base + col)];
-                                        var ov: f32 = zv;
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & a_mask) == a_key)) {
-                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            var digit: u32 = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
-                                            }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
-                                            }
-                                        }
-                                    }
-                                }
-                                {
-                                    var col: u32 = (c0 + 2u);
-                                    if ((col < params.vocab)) {
-                                        var zv: f32 = x[(base + col)];
-                                        var ov: f32 = zv;
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & a_mask) == a_key)) {
-                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            var digit: u32 = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
-                                            }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
-                                            }
-                                        }
-                                    }
-                                }
-                                {
-                                    var col: u32 = (c0 + 3u);
-                                    if ((col < params.vocab)) {
-                                        var zv: f32 = x[(base + col)];
-                                        var ov: f32 = zv;
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & a_mask) == a_key)) {
-                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            var digit: u32 = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
-                                            }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        var cnt_s0: u32 = 0u;
-                        var cnt_s1: u32 = 0u;
-                        var cnt_s2: u32 = 0u;
-                        var cnt_s3: u32 = 0u;
-                        var cnt_s4: u32 = 0u;
-                        var cnt_s5: u32 = 0u;
-                        var cnt_s6: u32 = 0u;
-                        var cnt_s7: u32 = 0u;
-                        var cnt_s8: u32 = 0u;
-                        var cnt_s9: u32 = 0u;
-                        var cnt_s10: u32 = 0u;
-                        var cnt_s11: u32 = 0u;
-                        var cnt_s12: u32 = 0u;
-                        var cnt_s13: u32 = 0u;
-                        var cnt_s14: u32 = 0u;
-                        var cnt_s15: u32 = 0u;
-                        {
-                            if (sk_lid < 16u) {
-                                atomicStore(&sk_sum_lo[sk_lid], 0u);
-                            }
-                            workgroupBarrier();
-                            {
-                                let sk_v = cnt0;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                            }
-                            {
-                                let sk_v = cnt1;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                            }
-                            {
-                                let sk_v = cnt2;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
-                            }
-                            {
-                                let sk_v = cnt3;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
-                            }
-                            {
-                                let sk_v = cnt4;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
-                            }
-                            {
-                                let sk_v = cnt5;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
-                            }
-                            {
-                                let sk_v = cnt6;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
-                            }
-                            {
-                                let sk_v = cnt7;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
-                            }
-                            {
-                                let sk_v = cnt8;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
-                            }
-                            {
-                                let sk_v = cnt9;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
-                            }
-                            {
-                                let sk_v = cnt10;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
-                            }
-                            {
-                                let sk_v = cnt11;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
-                            }
-                            {
-                                let sk_v = cnt12;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
-                            }
-                            {
-                                let sk_v = cnt13;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
-                            }
-                            {
-                                let sk_v = cnt14;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
-                            }
-                            {
-                                let sk_v = cnt15;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
-                            }
-                            workgroupBarrier();
-                            cnt_s0 = atomicLoad(&sk_sum_lo[0]);
-                            cnt_s1 = atomicLoad(&sk_sum_lo[1]);
-                            cnt_s2 = atomicLoad(&sk_sum_lo[2]);
-                            cnt_s3 = atomicLoad(&sk_sum_lo[3]);
-                            cnt_s4 = atomicLoad(&sk_sum_lo[4]);
-                            cnt_s5 = atomicLoad(&sk_sum_lo[5]);
-                            cnt_s6 = atomicLoad(&sk_sum_lo[6]);
-                            cnt_s7 = atomicLoad(&sk_sum_lo[7]);
-                            cnt_s8 = atomicLoad(&sk_sum_lo[8]);
-                            cnt_s9 = atomicLoad(&sk_sum_lo[9]);
-                            cnt_s10 = atomicLoad(&sk_sum_lo[10]);
-                            cnt_s11 = atomicLoad(&sk_sum_lo[11]);
-                            cnt_s12 = atomicLoad(&sk_sum_lo[12]);
-                            cnt_s13 = atomicLoad(&sk_sum_lo[13]);
-                            cnt_s14 = atomicLoad(&sk_sum_lo[14]);
-                            cnt_s15 = atomicLoad(&sk_sum_lo[15]);
-                            workgroupBarrier();
-                        }
-                        var mas_s0: u64 = 0lu;
-                        var mas_s1: u64 = 0lu;
-                        var mas_s2: u64 = 0lu;
-                        var mas_s3: u64 = 0lu;
-                        var mas_s4: u64 = 0lu;
-                        var mas_s5: u64 = 0lu;
-                        var mas_s6: u64 = 0lu;
-                        var mas_s7: u64 = 0lu;
-                        var mas_s8: u64 = 0lu;
-                        var mas_s9: u64 = 0lu;
-                        var mas_s10: u64 = 0lu;
-                        var mas_s11: u64 = 0lu;
-                        var mas_s12: u64 = 0lu;
-                        var mas_s13: u64 = 0lu;
-                        var mas_s14: u64 = 0lu;
-                        var mas_s15: u64 = 0lu;
-                        {
-                            if (sk_lid < 16u) {
-                                atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                atomicStore(&sk_sum_hi[sk_lid], 0u);
-                            }
-                            workgroupBarrier();
-                            {
-                                let sk_v = mas0;
-                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                let sk_hi = u32(sk_v >> 32u);
-                                if (sk_lo != 0u) {
-                                    let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
-                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
-                                }
-                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
-                            }
-                            {
-                                let sk_v = mas1;
-                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                let sk_hi = u32(sk_v >> 32u);
-                                if (sk_lo != 0u) {
-                                    let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
-                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
-                                }
-                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
-                            }
-                            {
-                                let sk_v = mas2;
-                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                let sk_hi = u32(sk_v >> 32u);
-                                if (sk_lo != 0u) {
-                                    let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
-                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
-                                }
-                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
-                            }
-                            {
-                                let sk_v = mas3;
-                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                let sk_hi = u32(sk_v >> 32u);
-                                if (sk_lo != 0u) {
-                                    let sk_old = atomicAdd(&sk_sum_lo[3], sk_lo);
-                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[3], 1u); }
-                                }
-                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[3], sk_hi); }
-                            }
-                            {
-                                let sk_v = mas4;
-                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                let sk_hi = u32(sk_v >> 32u);
-                                if (sk_lo != 0u) {
-                                    let sk_old = atomicAdd(&sk_sum_lo[4], sk_lo);
-                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[4], 1u); }
-                                }
-                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[4], sk_hi); }
-                            }
-                            {
-                                let sk_v = mas5;
-                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                let sk_hi = u32(sk_v >> 32u);
-                                if (sk_lo != 0u) {
-                                    let sk_old = atomicAdd(&sk_sum_lo[5], sk_lo);
-                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[5], 1u); }
-                                }
-                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[5], sk_hi); }
-                            }
-                            {
-                                let sk_v = mas6;
-                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                let sk_hi = u32(sk_v >> 32u);
-                                if (sk_lo != 0u) {
-                                    let sk_old = atomicAdd(&sk_sum_lo[6], sk_lo);
-                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[6], 1u); }
-                                }
-                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[6], sk_hi); }
-                            }
-                            {
-                                let sk_v = mas7;
-                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                let sk_hi = u32(sk_v >> 32u);
-                                if (sk_lo != 0u) {
-                                    let sk_old = atomicAdd(&sk_sum_lo[7], sk_lo);
-                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[7], 1u); }
-                                }
-                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[7], sk_hi); }
-                            }
-                            {
-                                let sk_v = mas8;
-                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                let sk_hi = u32(sk_v >> 32u);
-                                if (sk_lo != 0u) {
-                                    let sk_old = atomicAdd(&sk_sum_lo[8], sk_lo);
-                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[8], 1u); }
-                                }
-                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[8], sk_hi); }
-                            }
-                            {
-                                let sk_v = mas9;
-                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                let sk_hi = u32(sk_v >> 32u);
-                                if (sk_lo != 0u) {
-                                    let sk_old = atomicAdd(&sk_sum_lo[9], sk_lo);
-                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[9], 1u); }
-                                }
-                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[9], sk_hi); }
-                            }
-                            {
-                                let sk_v = mas10;
-                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                let sk_hi = u32(sk_v >> 32u);
-                                if (sk_lo != 0u) {
-                                    let sk_old = atomicAdd(&sk_sum_lo[10], sk_lo);
-                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[10], 1u); }
-                                }
-                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[10], sk_hi); }
-                            }
-                            {
-                                let sk_v = mas11;
-                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                let sk_hi = u32(sk_v >> 32u);
-                                if (sk_lo != 0u) {
-                                    let sk_old = atomicAdd(&sk_sum_lo[11], sk_lo);
-                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[11], 1u); }
-                                }
-                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[11], sk_hi); }
-                            }
-                            {
-                                let sk_v = mas12;
-                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                let sk_hi = u32(sk_v >> 32u);
-                                if (sk_lo != 0u) {
-                                    let sk_old = atomicAdd(&sk_sum_lo[12], sk_lo);
-                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[12], 1u); }
-                                }
-                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[12], sk_hi); }
-                            }
-                            {
-                                let sk_v = mas13;
-                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                let sk_hi = u32(sk_v >> 32u);
-                                if (sk_lo != 0u) {
-                                    let sk_old = atomicAdd(&sk_sum_lo[13], sk_lo);
-                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[13], 1u); }
-                                }
-                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[13], sk_hi); }
-                            }
-                            {
-                                let sk_v = mas14;
-                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                let sk_hi = u32(sk_v >> 32u);
-                                if (sk_lo != 0u) {
-                                    let sk_old = atomicAdd(&sk_sum_lo[14], sk_lo);
-                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[14], 1u); }
-                                }
-                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[14], sk_hi); }
-                            }
-                            {
-                                let sk_v = mas15;
-                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                let sk_hi = u32(sk_v >> 32u);
-                                if (sk_lo != 0u) {
-                                    let sk_old = atomicAdd(&sk_sum_lo[15], sk_lo);
-                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[15], 1u); }
-                                }
-                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[15], sk_hi); }
-                            }
-                            workgroupBarrier();
-                            mas_s0 = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
-                            mas_s1 = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
-                            mas_s2 = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
-                            mas_s3 = (u64(atomicLoad(&sk_sum_hi[3])) << 32u) | u64(atomicLoad(&sk_sum_lo[3]));
-                            mas_s4 = (u64(atomicLoad(&sk_sum_hi[4])) << 32u) | u64(atomicLoad(&sk_sum_lo[4]));
-                            mas_s5 = (u64(atomicLoad(&sk_sum_hi[5])) << 32u) | u64(atomicLoad(&sk_sum_lo[5]));
-                            mas_s6 = (u64(atomicLoad(&sk_sum_hi[6])) << 32u) | u64(atomicLoad(&sk_sum_lo[6]));
-                            mas_s7 = (u64(atomicLoad(&sk_sum_hi[7])) << 32u) | u64(atomicLoad(&sk_sum_lo[7]));
-                            mas_s8 = (u64(atomicLoad(&sk_sum_hi[8])) << 32u) | u64(atomicLoad(&sk_sum_lo[8]));
-                            mas_s9 = (u64(atomicLoad(&sk_sum_hi[9])) << 32u) | u64(atomicLoad(&sk_sum_lo[9]));
-                            mas_s10 = (u64(atomicLoad(&sk_sum_hi[10])) << 32u) | u64(atomicLoad(&sk_sum_lo[10]));
-                            mas_s11 = (u64(atomicLoad(&sk_sum_hi[11])) << 32u) | u64(atomicLoad(&sk_sum_lo[11]));
-                            mas_s12 = (u64(atomicLoad(&sk_sum_hi[12])) << 32u) | u64(atomicLoad(&sk_sum_lo[12]));
-                            mas_s13 = (u64(atomicLoad(&sk_sum_hi[13])) << 32u) | u64(atomicLoad(&sk_sum_lo[13]));
-                            mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
-                            mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
-                            workgroupBarrier();
-                        }
-                        if ((a_pass == 0u)) {
-                            row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
-                        }
-                        var nb: u32 = a_n;
-                        var mb: u64 = a_m;
-                        var chosen: u32 = 4294967295u;
-                        var cn: u32 = a_n;
-                        var cm: u64 = a_m;
-                        if ((cnt_s15 > 0u)) {
-                            if (((nb < kk) && (mb <= lim))) {
-                                chosen = 15u;
-                                cn = nb;
-                                cm = mb;
-                            }
-                            nb = (nb + cnt_s15);
-                            mb = (mb + mas_s15);
-                        }
-                        if ((cnt_s14 > 0u)) {
-                            if (((nb < kk) && (mb <= lim))) {
-                                chosen = 14u;
-                                cn = nb;
-                                cm = mb;
-                            }
-                            nb = (nb + cnt_s14);
-                            mb = (mb + mas_s14);
-                        }
-                        if ((cnt_s13 > 0u)) {
-                            if (((nb < kk) && (mb <= lim))) {
-                                chosen = 13u;
-                                cn = nb;
-                                cm = mb;
-                            }
-                            nb = (nb + cnt_s13);
-                            mb = (mb + mas_s13);
-                        }
-                        if ((cnt_s12 > 0u)) {
-                            if (((nb < kk) && (mb <= lim))) {
-                                chosen = 12u;
-                                cn = nb;
-                                cm = mb;
-                            }
-                            nb = (nb + cnt_s12);
-                            mb = (mb + mas_s12);
-                        }
-                        if ((cnt_s11 > 0u)) {
-                            if (((nb < kk) && (mb <= lim))) {
-                                chosen = 11u;
-                                cn = nb;
-                                cm = mb;
-                            }
-                            nb = (nb + cnt_s11);
-                            mb = (mb + mas_s11);
-                        }
-                        if ((cnt_s10 > 0u)) {
-                            if (((nb < kk) && (mb <= lim))) {
-                                chosen = 10u;
-                                cn = nb;
-                                cm = mb;
-                            }
-                            nb = (nb + cnt_s10);
-                            mb = (mb + mas_s10);
-                        }
-                        if ((cnt_s9 > 0u)) {
-                            if (((nb < kk) && (mb <= lim))) {
-                                chosen = 9u;
-                                cn = nb;
-                                cm = mb;
-                            }
-                            nb = (nb + cnt_s9);
-                            mb = (mb + mas_s9);
-                        }
-                        if ((cnt_s8 > 0u)) {
-                            if (((nb < kk) && (mb <= lim))) {
-                                chosen = 8u;
-                                cn = nb;
-                                cm = mb;
-                            }
-                            nb = (nb + cnt_s8);
-                            mb = (mb + mas_s8);
-                        }
-                        if ((cnt_s7 > 0u)) {
-                            if (((nb < kk) && (mb <= lim))) {
-                                chosen = 7u;
-                                cn = nb;
-                                cm = mb;
-                            }
-                            nb = (nb + cnt_s7);
-                            mb = (mb + mas_s7);
-                        }
-                        if ((cnt_s6 > 0u)) {
-                            if (((nb < kk) && (mb <= lim))) {
-                                chosen = 6u;
-                                cn = nb;
-                                cm = mb;
-                            }
-                            nb = (nb + cnt_s6);
-                            mb = (mb + mas_s6);
-                        }
-                        if ((cnt_s5 > 0u)) {
-                            if (((nb < kk) && (mb <= lim))) {
-                                chosen = 5u;
-                                cn = nb;
-                                cm = mb;
-                            }
-                            nb = (nb + cnt_s5);
-                            mb = (mb + mas_s5);
-                        }
-                        if ((cnt_s4 > 0u)) {
-                            if (((nb < kk) && (mb <= lim))) {
-                                chosen = 4u;
-                                cn = nb;
-                                cm = mb;
-                            }
-                            nb = (nb + cnt_s4);
-                            mb = (mb + mas_s4);
-                        }
-                        if ((cnt_s3 > 0u)) {
-                            if (((nb < kk) && (mb <= lim))) {
-                                chosen = 3u;
-                                cn = nb;
-                                cm = mb;
-                            }
-                            nb = (nb + cnt_s3);
-                            mb = (mb + mas_s3);
-                        }
-                        if ((cnt_s2 > 0u)) {
-                            if (((nb < kk) && (mb <= lim))) {
-                                chosen = 2u;
-                                cn = nb;
-                                cm = mb;
-                            }
-                            nb = (nb + cnt_s2);
-                            mb = (mb + mas_s2);
-                        }
-                        if ((cnt_s1 > 0u)) {
-                            if (((nb < kk) && (mb <= lim))) {
-                                chosen = 1u;
-                                cn = nb;
-                                cm = mb;
-                            }
-                            nb = (nb + cnt_s1);
-                            mb = (mb + mas_s1);
-                        }
-                        if ((cnt_s0 > 0u)) {
-                            if (((nb < kk) && (mb <= lim))) {
-                                chosen = 0u;
-                                cn = nb;
-                                cm = mb;
-                            }
-                            nb = (nb + cnt_s0);
-                            mb = (mb + mas_s0);
-                        }
-                        if ((chosen != 4294967295u)) {
-                            a_key = (a_key | (chosen << shift));
-                            a_n = cn;
-                            a_m = cm;
-                            a_tn = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt_s0, (chosen == 0u)), cnt_s1, (chosen == 1u)), cnt_s2, (chosen == 2u)), cnt_s3, (chosen == 3u)), cnt_s4, (chosen == 4u)), cnt_s5, (chosen == 5u)), cnt_s6, (chosen == 6u)), cnt_s7, (chosen == 7u)), cnt_s8, (chosen == 8u)), cnt_s9, (chosen == 9u)), cnt_s10, (chosen == 10u)), cnt_s11, (chosen == 11u)), cnt_s12, (chosen == 12u)), cnt_s13, (chosen == 13u)), cnt_s14, (chosen == 14u)), cnt_s15, (chosen == 15u));
-                            a_tm = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0lu, mas_s0, (chosen == 0u)), mas_s1, (chosen == 1u)), mas_s2, (chosen == 2u)), mas_s3, (chosen == 3u)), mas_s4, (chosen == 4u)), mas_s5, (chosen == 5u)), mas_s6, (chosen == 6u)), mas_s7, (chosen == 7u)), mas_s8, (chosen == 8u)), mas_s9, (chosen == 9u)), mas_s10, (chosen == 10u)), mas_s11, (chosen == 11u)), mas_s12, (chosen == 12u)), mas_s13, (chosen == 13u)), mas_s14, (chosen == 14u)), mas_s15, (chosen == 15u));
-                            mine = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt0, (chosen == 0u)), cnt1, (chosen == 1u)), cnt2, (chosen == 2u)), cnt3, (chosen == 3u)), cnt4, (chosen == 4u)), cnt5, (chosen == 5u)), cnt6, (chosen == 6u)), cnt7, (chosen == 7u)), cnt8, (chosen == 8u)), cnt9, (chosen == 9u)), cnt10, (chosen == 10u)), cnt11, (chosen == 11u)), cnt12, (chosen == 12u)), cnt13, (chosen == 13u)), cnt14, (chosen == 14u)), cnt15, (chosen == 15u));
-                        }
-                        a_mask = (a_mask | (15u << shift));
-                    }
-                    var a_tn64: u64 = u64(a_tn);
-                    var a_v: u64 = (a_tm / select(a_tn64, 1lu, (a_tn64 == 0lu)));
-                    var a_ties: u32 = u32(min(min(a_tn64, u64((kk - a_n))), select((((lim - a_m) / select(a_v, 1lu, (a_v == 0lu))) + 1lu), a_tn64, (a_v == 0lu))));
-                    lim = sk_fraction(pp, (a_m + (u64(a_ties) * a_v)));
-                }
-                var b_key: u32 = 0u;
-                var b_mask: u32 = 0u;
-                var b_n: u32 = 0u;
-                var b_m: u64 = 0lu;
-                var b_tn: u32 = 0u;
-                var b_tm: u64 = 0lu;
-                for (var b_pass: u32 = 0u; b_pass < 8u; b_pass = b_pass + 1u) {
-                    var shift: u32 = (28u - (b_pass * 4u));
-                    var cnt0: u32 = 0u;
-                    var mas0: u64 = 0lu;
-                    var cnt1: u32 = 0u;
-                    var mas1: u64 = 0lu;
-                    var cnt2: u32 = 0u;
-                    var mas2: u64 = 0lu;
-                    var cnt3: u32 = 0u;
-                    var mas3: u64 = 0lu;
-                    var cnt4: u32 = 0u;
-                    var mas4: u64 = 0lu;
-                    var cnt5: u32 = 0u;
-                    var mas5: u64 = 0lu;
-                    var cnt6: u32 = 0u;
-                    var mas6: u64 = 0lu;
-                    var cnt7: u32 = 0u;
-                    var mas7: u64 = 0lu;
-                    var cnt8: u32 = 0u;
-                    var mas8: u64 = 0lu;
-                    var cnt9: u32 = 0u;
-                    var mas9: u64 = 0lu;
-                    var cnt10: u32 = 0u;
-                    var mas10: u64 = 0lu;
-                    var cnt11: u32 = 0u;
-                    var mas11: u64 = 0lu;
-                    var cnt12: u32 = 0u;
-                    var mas12: u64 = 0lu;
-                    var cnt13: u32 = 0u;
-                    var mas13: u64 = 0lu;
-                    var cnt14: u32 = 0u;
-                    var mas14: u64 = 0lu;
-                    var cnt15: u32 = 0u;
-                    var mas15: u64 = 0lu;
-                    sweeps = (sweeps + 1u);
-                    {
-                        var quads: u32 = ((params.vocab >> 2u) + select(0u, 1u, ((params.vocab & 3u) != 0u)));
-                        var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                        for (var c0: u32 = select((sk_lid * 4u), (min((sk_lid * per), quads) * 4u), (b_pass == 7u)); c0 < select(params.vocab, (min(((sk_lid * per) + per), quads) * 4u), (b_pass == 7u)); c0 = c0 + select((BLOCK * 4u), 4u, (b_pass == 7u))) {
-                            {
-                                var col: u32 = (c0 + 0u);
-                                if ((col < params.vocab)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & b_mask) == b_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 1u);
-                                if ((col < params.vocab)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & b_mask) == b_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 2u);
-                                if ((col < params.vocab)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & b_mask) == b_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 3u);
-                                if ((col < params.vocab)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & b_mask) == b_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    var cnt_s0: u32 = 0u;
-                    var cnt_s1: u32 = 0u;
-                    var cnt_s2: u32 = 0u;
-                    var cnt_s3: u32 = 0u;
-                    var cnt_s4: u32 = 0u;
-                    var cnt_s5: u32 = 0u;
-                    var cnt_s6: u32 = 0u;
-                    var cnt_s7: u32 = 0u;
-                    var cnt_s8: u32 = 0u;
-                    var cnt_s9: u32 = 0u;
-                    var cnt_s10: u32 = 0u;
-                    var cnt_s11: u32 = 0u;
-                    var cnt_s12: u32 = 0u;
-                    var cnt_s13: u32 = 0u;
-                    var cnt_s14: u32 = 0u;
-                    var cnt_s15: u32 = 0u;
-                    {
-                        if (sk_lid < 16u) {
-                            atomicStore(&sk_sum_lo[sk_lid], 0u);
-                        }
-                        workgroupBarrier();
-                        {
-                            let sk_v = cnt0;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt1;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt2;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt3;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt4;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt5;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt6;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt7;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt8;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt9;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt10;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt11;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt12;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt13;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt14;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt15;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
-                        }
-                        workgroupBarrier();
-                        cnt_s0 = atomicLoad(&sk_sum_lo[0]);
-                        cnt_s1 = atomicLoad(&sk_sum_lo[1]);
-                        cnt_s2 = atomicLoad(&sk_sum_lo[2]);
-                        cnt_s3 = atomicLoad(&sk_sum_lo[3]);
-                        cnt_s4 = atomicLoad(&sk_sum_lo[4]);
-                        cnt_s5 = atomicLoad(&sk_sum_lo[5]);
-                        cnt_s6 = atomicLoad(&sk_sum_lo[6]);
-                        cnt_s7 = atomicLoad(&sk_sum_lo[7]);
-                        cnt_s8 = atomicLoad(&sk_sum_lo[8]);
-                        cnt_s9 = atomicLoad(&sk_sum_lo[9]);
-                        cnt_s10 = atomicLoad(&sk_sum_lo[10]);
-                        cnt_s11 = atomicLoad(&sk_sum_lo[11]);
-                        cnt_s12 = atomicLoad(&sk_sum_lo[12]);
-                        cnt_s13 = atomicLoad(&sk_sum_lo[13]);
-                        cnt_s14 = atomicLoad(&sk_sum_lo[14]);
-                        cnt_s15 = atomicLoad(&sk_sum_lo[15]);
-                        workgroupBarrier();
-                    }
-                    var mas_s0: u64 = 0lu;
-                    var mas_s1: u64 = 0lu;
-                    var mas_s2: u64 = 0lu;
-                    var mas_s3: u64 = 0lu;
-                    var mas_s4: u64 = 0lu;
-                    var mas_s5: u64 = 0lu;
-                    var mas_s6: u64 = 0lu;
-                    var mas_s7: u64 = 0lu;
-                    var mas_s8: u64 = 0lu;
-                    var mas_s9: u64 = 0lu;
-                    var mas_s10: u64 = 0lu;
-                    var mas_s11: u64 = 0lu;
-                    var mas_s12: u64 = 0lu;
-                    var mas_s13: u64 = 0lu;
-                    var mas_s14: u64 = 0lu;
-                    var mas_s15: u64 = 0lu;
-                    {
-                        if (sk_lid < 16u) {
-                            atomicStore(&sk_sum_lo[sk_lid], 0u);
-                            atomicStore(&sk_sum_hi[sk_lid], 0u);
-                        }
-                        workgroupBarrier();
-                        {
-                            let sk_v = mas0;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas1;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas2;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas3;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[3], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[3], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[3], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas4;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[4], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[4], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[4], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas5;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[5], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[5], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[5], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas6;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[6], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[6], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[6], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas7;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[7], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[7], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[7], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas8;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[8], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[8], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[8], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas9;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[9], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[9], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[9], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas10;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[10], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[10], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[10], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas11;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[11], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[11], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[11], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas12;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[12], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[12], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[12], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas13;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[13], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[13], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[13], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas14;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[14], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[14], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[14], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas15;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[15], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[15], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[15], sk_hi); }
-                        }
-                        workgroupBarrier();
-                        mas_s0 = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
-                        mas_s1 = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
-                        mas_s2 = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
-                        mas_s3 = (u64(atomicLoad(&sk_sum_hi[3])) << 32u) | u64(atomicLoad(&sk_sum_lo[3]));
-                        mas_s4 = (u64(atomicLoad(&sk_sum_hi[4])) << 32u) | u64(atomicLoad(&sk_sum_lo[4]));
-                        mas_s5 = (u64(atomicLoad(&sk_sum_hi[5])) << 32u) | u64(atomicLoad(&sk_sum_lo[5]));
-                        mas_s6 = (u64(atomicLoad(&sk_sum_hi[6])) << 32u) | u64(atomicLoad(&sk_sum_lo[6]));
-                        mas_s7 = (u64(atomicLoad(&sk_sum_hi[7])) << 32u) | u64(atomicLoad(&sk_sum_lo[7]));
-                        mas_s8 = (u64(atomicLoad(&sk_sum_hi[8])) << 32u) | u64(atomicLoad(&sk_sum_lo[8]));
-                        mas_s9 = (u64(atomicLoad(&sk_sum_hi[9])) << 32u) | u64(atomicLoad(&sk_sum_lo[9]));
-                        mas_s10 = (u64(atomicLoad(&sk_sum_hi[10])) << 32u) | u64(atomicLoad(&sk_sum_lo[10]));
-                        mas_s11 = (u64(atomicLoad(&sk_sum_hi[11])) << 32u) | u64(atomicLoad(&sk_sum_lo[11]));
-                        mas_s12 = (u64(atomicLoad(&sk_sum_hi[12])) << 32u) | u64(atomicLoad(&sk_sum_lo[12]));
-                        mas_s13 = (u64(atomicLoad(&sk_sum_hi[13])) << 32u) | u64(atomicLoad(&sk_sum_lo[13]));
-                        mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
-                        mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
-                        workgroupBarrier();
-                    }
-                    if ((b_pass == 0u)) {
-                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
-                        if ((!k_first)) {
-                            lim = sk_fraction(pp, row_mass);
-                        }
-                    }
-                    var nb: u32 = b_n;
-                    var mb: u64 = b_m;
-                    var chosen: u32 = 4294967295u;
-                    var cn: u32 = b_n;
-                    var cm: u64 = b_m;
-                    if ((cnt_s15 > 0u)) {
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 15u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s15);
-                        mb = (mb + mas_s15);
-                    }
-                    if ((cnt_s14 > 0u)) {
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 14u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s14);
-                        mb = (mb + mas_s14);
-                    }
-                    if ((cnt_s13 > 0u)) {
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 13u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s13);
-                        mb = (mb + mas_s13);
-                    }
-                    if ((cnt_s12 > 0u)) {
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 12u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s12);
-                        mb = (mb + mas_s12);
-                    }
-                    if ((cnt_s11 > 0u)) {
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 11u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s11);
-                        mb = (mb + mas_s11);
-                    }
-                    if ((cnt_s10 > 0u)) {
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 10u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s10);
-                        mb = (mb + mas_s10);
-                    }
-                    if ((cnt_s9 > 0u)) {
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 9u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s9);
-                        mb = (mb + mas_s9);
-                    }
-                    if ((cnt_s8 > 0u)) {
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 8u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s8);
-                        mb = (mb + mas_s8);
-                    }
-                    if ((cnt_s7 > 0u)) {
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 7u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s7);
-                        mb = (mb + mas_s7);
-                    }
-                    if ((cnt_s6 > 0u)) {
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 6u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s6);
-                        mb = (mb + mas_s6);
-                    }
-                    if ((cnt_s5 > 0u)) {
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 5u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s5);
-                        mb = (mb + mas_s5);
-                    }
-                    if ((cnt_s4 > 0u)) {
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 4u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s4);
-                        mb = (mb + mas_s4);
-                    }
-                    if ((cnt_s3 > 0u)) {
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 3u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s3);
-                        mb = (mb + mas_s3);
-                    }
-                    if ((cnt_s2 > 0u)) {
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 2u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s2);
-                        mb = (mb + mas_s2);
-                    }
-                    if ((cnt_s1 > 0u)) {
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 1u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s1);
-                        mb = (mb + mas_s1);
-                    }
-                    if ((cnt_s0 > 0u)) {
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 0u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s0);
-                        mb = (mb + mas_s0);
-                    }
-                    if ((chosen != 4294967295u)) {
-                        b_key = (b_key | (chosen << shift));
-                        b_n = cn;
-                        b_m = cm;
-                        b_tn = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt_s0, (chosen == 0u)), cnt_s1, (chosen == 1u)), cnt_s2, (chosen == 2u)), cnt_s3, (chosen == 3u)), cnt_s4, (chosen == 4u)), cnt_s5, (chosen == 5u)), cnt_s6, (chosen == 6u)), cnt_s7, (chosen == 7u)), cnt_s8, (chosen == 8u)), cnt_s9, (chosen == 9u)), cnt_s10, (chosen == 10u)), cnt_s11, (chosen == 11u)), cnt_s12, (chosen == 12u)), cnt_s13, (chosen == 13u)), cnt_s14, (chosen == 14u)), cnt_s15, (chosen == 15u));
-                        b_tm = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0lu, mas_s0, (chosen == 0u)), mas_s1, (chosen == 1u)), mas_s2, (chosen == 2u)), mas_s3, (chosen == 3u)), mas_s4, (chosen == 4u)), mas_s5, (chosen == 5u)), mas_s6, (chosen == 6u)), mas_s7, (chosen == 7u)), mas_s8, (chosen == 8u)), mas_s9, (chosen == 9u)), mas_s10, (chosen == 10u)), mas_s11, (chosen == 11u)), mas_s12, (chosen == 12u)), mas_s13, (chosen == 13u)), mas_s14, (chosen == 14u)), mas_s15, (chosen == 15u));
-                        mine = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt0, (chosen == 0u)), cnt1, (chosen == 1u)), cnt2, (chosen == 2u)), cnt3, (chosen == 3u)), cnt4, (chosen == 4u)), cnt5, (chosen == 5u)), cnt6, (chosen == 6u)), cnt7, (chosen == 7u)), cnt8, (chosen == 8u)), cnt9, (chosen == 9u)), cnt10, (chosen == 10u)), cnt11, (chosen == 11u)), cnt12, (chosen == 12u)), cnt13, (chosen == 13u)), cnt14, (chosen == 14u)), cnt15, (chosen == 15u));
-                    }
-                    b_mask = (b_mask | (15u << shift));
-                }
-                var b_tn64: u64 = u64(b_tn);
-                var b_v: u64 = (b_tm / select(b_tn64, 1lu, (b_tn64 == 0lu)));
-                var b_ties: u32 = u32(min(min(b_tn64, u64((kk - b_n))), select((((lim - b_m) / select(b_v, 1lu, (b_v == 0lu))) + 1lu), b_tn64, (b_v == 0lu))));
-                s_key = b_key;
-                s_ties = b_ties;
+                var tn64: u64 = u64(sel_tn);
+                var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
+                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
+                s_ties = ties;
+            }
+            var tie_rank: u32 = 0u;
+            var all_mass: u64 = 0lu;
+            if (searched) {
                 var ties_before: u32 = 0u;
                 {
                     let sk_x = mine;
@@ -2040,18 +1208,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 tie_start = ties_before;
             }
-            var tie_rank: u32 = 0u;
-            var all_mass: u64 = 0lu;
             var km: u64 = 0lu;
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
             {
-                var quads: u32 = ((params.vocab >> 2u) + select(0u, 1u, ((params.vocab & 3u) != 0u)));
+                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                for (var c0: u32 = select((sk_lid * 4u), (min((sk_lid * per), quads) * 4u), true); c0 < select(params.vocab, (min(((sk_lid * per) + per), quads) * 4u), true); c0 = c0 + select((BLOCK * 4u), 4u, true)) {
+                for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), true); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), true); c0 = c0 + select((BLOCK * 4u), 4u, true)) {
                     {
                         var col: u32 = (c0 + 0u);
-                        if ((col < params.vocab)) {
+                        if ((col < col_hi)) {
                             var zv: f32 = x[(base + col)];
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -2080,7 +1246,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     {
                         var col: u32 = (c0 + 1u);
-                        if ((col < params.vocab)) {
+                        if ((col < col_hi)) {
                             var zv: f32 = x[(base + col)];
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -2109,7 +1275,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     {
                         var col: u32 = (c0 + 2u);
-                        if ((col < params.vocab)) {
+                        if ((col < col_hi)) {
                             var zv: f32 = x[(base + col)];
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -2138,7 +1304,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     {
                         var col: u32 = (c0 + 3u);
-                        if ((col < params.vocab)) {
+                        if ((col < col_hi)) {
                             var zv: f32 = x[(base + col)];
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -2184,12 +1350,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
             {
-                var quads: u32 = ((params.vocab >> 2u) + select(0u, 1u, ((params.vocab & 3u) != 0u)));
+                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                for (var c0: u32 = select((sk_lid * 4u), (min((sk_lid * per), quads) * 4u), true); c0 < select(params.vocab, (min(((sk_lid * per) + per), quads) * 4u), true); c0 = c0 + select((BLOCK * 4u), 4u, true)) {
+                for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), true); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), true); c0 = c0 + select((BLOCK * 4u), 4u, true)) {
                     {
                         var col: u32 = (c0 + 0u);
-                        if ((col < params.vocab)) {
+                        if ((col < col_hi)) {
                             var zv: f32 = x[(base + col)];
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -2216,7 +1382,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     {
                         var col: u32 = (c0 + 1u);
-                        if ((col < params.vocab)) {
+                        if ((col < col_hi)) {
                             var zv: f32 = x[(base + col)];
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -2243,7 +1409,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     {
                         var col: u32 = (c0 + 2u);
-                        if ((col < params.vocab)) {
+                        if ((col < col_hi)) {
                             var zv: f32 = x[(base + col)];
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -2270,7 +1436,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     {
                         var col: u32 = (c0 + 3u);
-                        if ((col < params.vocab)) {
+                        if ((col < col_hi)) {
                             var zv: f32 = x[(base + col)];
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));

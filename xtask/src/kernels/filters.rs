@@ -103,31 +103,35 @@ fn fraction() -> Function {
     })
 }
 
-/// Visits this invocation's columns, four a step (whole quads either way, so each quad's Philox
-/// block is the plain path's), and counts the pass. Where `chunked` is false the block's steps lie
-/// side by side (coalesced, for the passes that only count and sum); where it holds, each
-/// invocation walks one contiguous chunk in index order (for the passes that rank the tokens
-/// tied at the boundary by index: the last digit pass, and the pass that uses the set). The
+/// One read of the workgroup's columns `[col_lo, col_hi)` (the row, or a split row's part),
+/// four a step (whole quads, so each quad's Philox block is the plain path's), counted in
+/// `sweeps`. Where `chunked` is false the block's steps lie side by side (coalesced, for the
+/// passes that only count and sum); where it holds, each invocation walks one contiguous chunk
+/// in index order (for the passes that rank the tokens tied at the boundary by index). The
 /// layout is a runtime value, so a pass is written once whichever it takes.
-fn sweep(b: &mut Block, chunked: Expr, per_quad: impl Fn(&mut Block, Expr), per_col: impl Fn(&mut Block, Expr, u8)) {
+pub(super) fn sweep(
+    b: &mut Block,
+    chunked: Expr,
+    per_quad: impl Fn(&mut Block, Expr),
+    per_col: impl Fn(&mut Block, Expr, u8),
+) {
     b.set("sweeps", var("sweeps") + u(1));
     b.scope(|b| {
-        let quads =
-            b.let_("quads", Ty::U32, (param("vocab") >> u(2)) + select((param("vocab") & u(3)).ne_(u(0)), u(1), u(0)));
+        let quads = b.let_("quads", Ty::U32, (var("col_hi") - var("col_lo") + u(3)) >> u(2));
         let per =
             b.let_("per", Ty::U32, (quads.clone() + builtin(Builtin::BlockSize) - u(1)) / builtin(Builtin::BlockSize));
         let lid = builtin(Builtin::LocalId);
-        let chunk_first = (lid.clone() * per.clone()).min(quads.clone()) * u(4);
-        let chunk_last = (lid.clone() * per.clone() + per).min(quads) * u(4);
-        let first = select(chunked.clone(), chunk_first, lid * u(4));
-        let last = select(chunked.clone(), chunk_last, param("vocab"));
+        let chunk_first = var("col_lo") + (lid.clone() * per.clone()).min(quads.clone()) * u(4);
+        let chunk_last = var("col_lo") + (lid.clone() * per.clone() + per).min(quads) * u(4);
+        let first = select(chunked.clone(), chunk_first, var("col_lo") + lid * u(4));
+        let last = select(chunked.clone(), chunk_last, var("col_hi"));
         let step = select(chunked, u(4), builtin(Builtin::BlockSize) * u(4));
         b.for_("c0", first, last, step, |b, c0| {
             per_quad(b, c0.clone());
             for j in 0..4u8 {
                 b.scope(|b| {
                     let col = b.let_("col", Ty::U32, c0.clone() + u(j as u32));
-                    b.if_(col.clone().lt(param("vocab")), |b| per_col(b, col, j));
+                    b.if_(col.clone().lt(var("col_hi")), |b| per_col(b, col, j));
                 });
             }
         });
@@ -179,8 +183,9 @@ fn weigh(b: &mut Block, input: Input) {
     b.set("mv", call(FIXED, vec![var("wv")]));
 }
 
-/// The row's largest value among tokens with probability, into `mx` (one pass).
-fn row_max(b: &mut Block, input: Input) {
+/// The largest value among this workgroup's tokens with probability, into the new `part_max`
+/// (one pass).
+pub(super) fn part_max(b: &mut Block, input: Input) -> Expr {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
     sweep(
         b,
@@ -195,100 +200,146 @@ fn row_max(b: &mut Block, input: Input) {
             }
         },
     );
-    b.reduce(ReduceOp::Max, Ty::F32, var("m"), "mx");
+    b.reduce(ReduceOp::Max, Ty::F32, var("m"), "part_max")
 }
 
-/// The radix select of one prefix. Keeps the tokens whose count before them is below `kk` and
-/// whose mass before them is at most `lim` (a u64 variable; where `set_lim` holds, the first pass
-/// sets it to `pp` of the row's whole mass, which that pass sums into `row_mass`). Leaves, under
-/// `tag`: `{tag}_key` (the last kept token's key), `{tag}_n` and `{tag}_m` (count and mass strictly
-/// above that key), `{tag}_ties` (how many tokens of that key are kept, the lowest indices),
-/// `{tag}_v` (the mass of each), and in `mine` this invocation's count of tokens of that key.
-fn select_prefix(b: &mut Block, input: Input, tag: &str, set_lim: Option<Expr>) {
-    let t = |s: &str| format!("{tag}_{s}");
-    let zero64 = || Expr::Lit(Lit::U64(0));
-    b.let_(&t("key"), Ty::U32, u(0));
-    b.let_(&t("mask"), Ty::U32, u(0));
-    b.let_(&t("n"), Ty::U32, u(0));
-    b.let_(&t("m"), Ty::U64, zero64());
-    b.let_(&t("tn"), Ty::U32, u(0));
-    b.let_(&t("tm"), Ty::U64, zero64());
-    b.for_(&t("pass"), u(0), u(DIGIT_PASSES), u(1), |b, pass| {
-        // Every digit pass but the last only counts and sums; the last also gives each
-        // invocation its count of the boundary key's tokens, which the scan ranks by index.
-        let chunked = pass.clone().eq_(u(DIGIT_PASSES - 1));
-        let shift = b.let_("shift", Ty::U32, u(32 - DIGIT_BITS) - pass.clone() * u(DIGIT_BITS));
-        for d in 0..DIGITS {
-            b.let_(&format!("cnt{d}"), Ty::U32, u(0));
-            b.let_(&format!("mas{d}"), Ty::U64, zero64());
-        }
-        sweep(
-            b,
-            chunked,
-            |_, _| {},
-            |b, col, _| {
-                element(b, input, col);
-                b.if_((var("key") & var(&t("mask"))).eq_(var(&t("key"))), |b| weigh(b, input));
-                b.if_(var("ok"), |b| {
-                    let digit = b.let_("digit", Ty::U32, (var("key") >> shift.clone()) & u(DIGITS - 1));
-                    for d in 0..DIGITS {
-                        b.if_(digit.clone().eq_(u(d)), |b| {
-                            b.set(&format!("cnt{d}"), var(&format!("cnt{d}")) + u(1));
-                            b.set(&format!("mas{d}"), var(&format!("mas{d}")) + var("mv"));
-                        });
-                    }
-                });
-            },
-        );
-        let names = |prefix: &str| (0..DIGITS).map(|d| format!("{prefix}{d}")).collect::<Vec<_>>();
-        b.sum_many(Ty::U32, names("cnt").iter().map(|n| var(n)).collect(), &names("cnt_s"));
-        b.sum_many(Ty::U64, names("mas").iter().map(|n| var(n)).collect(), &names("mas_s"));
-        // The first pass counts every token: its masses sum to the row's.
-        b.if_(pass.clone().eq_(u(0)), |b| {
-            b.set("row_mass", (1..DIGITS).fold(var("mas_s0"), |acc, d| acc + var(&format!("mas_s{d}"))));
-            if let Some(cond) = &set_lim {
-                b.if_(cond.clone(), |b| b.set("lim", call(FRACTION, vec![var("pp"), var("row_mass")])));
-            }
-        });
-        // From the highest digit down: the lowest non-empty digit whose first token is kept.
-        let nb = b.let_("nb", Ty::U32, var(&t("n")));
-        let mb = b.let_("mb", Ty::U64, var(&t("m")));
-        let chosen = b.let_("chosen", Ty::U32, u(NONE));
-        b.let_("cn", Ty::U32, var(&t("n")));
-        b.let_("cm", Ty::U64, var(&t("m")));
-        for d in (0..DIGITS).rev() {
-            let (cs, ws) = (var(&format!("cnt_s{d}")), var(&format!("mas_s{d}")));
-            b.if_(cs.clone().gt(u(0)), |b| {
-                b.if_(nb.clone().lt(var("kk")).and(mb.clone().le(var("lim"))), |b| {
-                    b.set("chosen", u(d));
-                    b.set("cn", nb.clone());
-                    b.set("cm", mb.clone());
-                });
-                b.set("nb", nb.clone() + cs);
-                b.set("mb", mb.clone() + ws);
+/// The select's state, carried from one digit pass to the next: `sel_key` (the last kept
+/// token's key so far), `sel_mask` (its resolved bits), `sel_n` and `sel_m` (count and mass
+/// strictly above the prefix), `sel_tn` and `sel_tm` (those of the prefix), `lim` (the mass
+/// limit; no limit until top-p sets one) and `row_mass`.
+pub(super) fn declare_select(b: &mut Block) {
+    for name in ["sel_key", "sel_mask", "sel_n", "sel_tn"] {
+        b.let_(name, Ty::U32, u(0));
+    }
+    for name in ["sel_m", "sel_tm", "row_mass"] {
+        b.let_(name, Ty::U64, Expr::Lit(Lit::U64(0)));
+    }
+    b.let_("lim", Ty::U64, Expr::Lit(Lit::U64(ALL)));
+}
+
+/// The row's digit passes: with top-k first and both filters, 8 for the first select (which
+/// finds the top-k mass top-p is measured against), then 8 for the second, with top-k or top-p.
+/// Declares `sel_a` (the first select's passes) and `digits` (all of them).
+pub(super) fn digit_schedule(b: &mut Block) {
+    b.let_("sel_a", Ty::U32, select(var("k_first"), u(DIGIT_PASSES), u(0)));
+    b.let_("digits", Ty::U32, var("sel_a") + select(var("searched"), u(DIGIT_PASSES), u(0)));
+}
+
+/// Declares, for the digit pass `st` (1 to `digits`), `in_a` (it is the first select's),
+/// `digit_pass` (0..8 within its select) and `shift` (of its digit in the key).
+pub(super) fn digit_pass(b: &mut Block, st: Expr) {
+    b.let_("in_a", Ty::Bool, st.clone().le(var("sel_a")));
+    b.let_("digit_pass", Ty::U32, select(var("in_a"), st.clone() - u(1), st - u(1) - var("sel_a")));
+    b.let_("shift", Ty::U32, u(32 - DIGIT_BITS) - var("digit_pass") * u(DIGIT_BITS));
+}
+
+/// One digit pass over the workgroup's columns: per digit, each invocation's count and mass of
+/// the candidates (the tokens whose key matches the prefix so far), in `cnt*` and `mas*`, and
+/// the workgroup's, in `cnt_s*` and `mas_s*`.
+pub(super) fn digit_counts(b: &mut Block, input: Input, chunked: Expr) {
+    for d in 0..DIGITS {
+        b.let_(&format!("cnt{d}"), Ty::U32, u(0));
+        b.let_(&format!("mas{d}"), Ty::U64, Expr::Lit(Lit::U64(0)));
+    }
+    sweep(
+        b,
+        chunked,
+        |_, _| {},
+        |b, col, _| {
+            element(b, input, col);
+            b.if_((var("key") & var("sel_mask")).eq_(var("sel_key")), |b| weigh(b, input));
+            b.if_(var("ok"), |b| {
+                let digit = b.let_("digit", Ty::U32, (var("key") >> var("shift")) & u(DIGITS - 1));
+                for d in 0..DIGITS {
+                    b.if_(digit.clone().eq_(u(d)), |b| {
+                        b.set(&format!("cnt{d}"), var(&format!("cnt{d}")) + u(1));
+                        b.set(&format!("mas{d}"), var(&format!("mas{d}")) + var("mv"));
+                    });
+                }
             });
-        }
-        b.if_(chosen.clone().ne_(u(NONE)), |b| {
-            b.set(&t("key"), var(&t("key")) | (chosen.clone() << shift.clone()));
-            b.set(&t("n"), var("cn"));
-            b.set(&t("m"), var("cm"));
-            let pick = |prefix: &str, zero: Expr| {
-                (0..DIGITS).fold(zero, |e, d| select(chosen.clone().eq_(u(d)), var(&format!("{prefix}{d}")), e))
-            };
-            b.set(&t("tn"), pick("cnt_s", u(0)));
-            b.set(&t("tm"), pick("mas_s", zero64()));
-            b.set("mine", pick("cnt", u(0)));
+        },
+    );
+    b.sum_many(Ty::U32, digit_names("cnt").iter().map(|n| var(n)).collect(), &digit_names("cnt_s"));
+    b.sum_many(Ty::U64, digit_names("mas").iter().map(|n| var(n)).collect(), &digit_names("mas_s"));
+}
+
+pub(super) fn digit_names(prefix: &str) -> Vec<String> {
+    (0..DIGITS).map(|d| format!("{prefix}{d}")).collect()
+}
+
+/// The select's step after a digit pass, from the row's counts and masses per digit (`cnt_s*`,
+/// `mas_s*`): the prefix grows by the lowest non-empty digit whose first token is kept (its
+/// count before it below `kk`, its mass before it at most `lim`). The joint select's first pass
+/// sets `lim` to `pp` of the row's whole mass (which it sums into `row_mass`); after the first
+/// select's last pass, `lim` becomes `pp` of the top-k mass and the second select starts. With
+/// `mine`, the invocation's own count of the chosen digit (`cnt*`) goes to `mine`, which the last
+/// pass's ranks of the tied tokens need.
+pub(super) fn decide(b: &mut Block, mine: bool) {
+    // The first pass counts every token: its masses sum to the row's.
+    b.if_(var("digit_pass").eq_(u(0)), |b| {
+        b.set("row_mass", (1..DIGITS).fold(var("mas_s0"), |acc, d| acc + var(&format!("mas_s{d}"))));
+        b.if_(var("in_a").not().and(var("k_first").not()), |b| {
+            b.set("lim", call(FRACTION, vec![var("pp"), var("row_mass")]))
         });
-        b.set(&t("mask"), var(&t("mask")) | (u(DIGITS - 1) << shift));
     });
-    // All the tied tokens weigh the same: keep as many as top-k and the mass limit allow.
-    let tn = b.let_(&t("tn64"), Ty::U64, var(&t("tn")).cast(Ty::U64));
+    // From the highest digit down: the lowest non-empty digit whose first token is kept.
+    let nb = b.let_("nb", Ty::U32, var("sel_n"));
+    let mb = b.let_("mb", Ty::U64, var("sel_m"));
+    let chosen = b.let_("chosen", Ty::U32, u(NONE));
+    b.let_("cn", Ty::U32, var("sel_n"));
+    b.let_("cm", Ty::U64, var("sel_m"));
+    for d in (0..DIGITS).rev() {
+        let (cs, ws) = (var(&format!("cnt_s{d}")), var(&format!("mas_s{d}")));
+        b.if_(cs.clone().gt(u(0)), |b| {
+            b.if_(nb.clone().lt(var("kk")).and(mb.clone().le(var("lim"))), |b| {
+                b.set("chosen", u(d));
+                b.set("cn", nb.clone());
+                b.set("cm", mb.clone());
+            });
+            b.set("nb", nb.clone() + cs);
+            b.set("mb", mb.clone() + ws);
+        });
+    }
+    b.if_(chosen.clone().ne_(u(NONE)), |b| {
+        b.set("sel_key", var("sel_key") | (chosen.clone() << var("shift")));
+        b.set("sel_n", var("cn"));
+        b.set("sel_m", var("cm"));
+        let pick = |prefix: &str, zero: Expr| {
+            (0..DIGITS).fold(zero, |e, d| select(chosen.clone().eq_(u(d)), var(&format!("{prefix}{d}")), e))
+        };
+        b.set("sel_tn", pick("cnt_s", u(0)));
+        b.set("sel_tm", pick("mas_s", Expr::Lit(Lit::U64(0))));
+        if mine {
+            b.set("mine", pick("cnt", u(0)));
+        }
+    });
+    b.set("sel_mask", var("sel_mask") | (u(DIGITS - 1) << var("shift")));
+    b.if_(var("in_a").and(var("digit_pass").eq_(u(DIGIT_PASSES - 1))), |b| {
+        // Top-k first: the mass of the top-k set is what top-p is measured against.
+        ties(b);
+        let mass = var("sel_m") + var("ties").cast(Ty::U64) * var("tie_v");
+        b.set("lim", call(FRACTION, vec![var("pp"), mass]));
+        for name in ["sel_key", "sel_mask", "sel_n", "sel_tn"] {
+            b.set(name, u(0));
+        }
+        for name in ["sel_m", "sel_tm"] {
+            b.set(name, Expr::Lit(Lit::U64(0)));
+        }
+    });
+}
+
+/// After a select's last pass: `ties`, how many tokens of the boundary key `sel_key` are kept
+/// (the lowest indices; all of them weigh the same, `tie_v`, so it is arithmetic: as many as
+/// top-k and the mass limit allow).
+pub(super) fn ties(b: &mut Block) {
+    let zero64 = || Expr::Lit(Lit::U64(0));
+    let tn = b.let_("tn64", Ty::U64, var("sel_tn").cast(Ty::U64));
     let nonzero = |e: Expr| select(e.clone().eq_(zero64()), Expr::Lit(Lit::U64(1)), e);
-    let v = b.let_(&t("v"), Ty::U64, var(&t("tm")) / nonzero(tn.clone()));
-    let by_k = (var("kk") - var(&t("n"))).cast(Ty::U64);
-    let room = var("lim") - var(&t("m"));
+    let v = b.let_("tie_v", Ty::U64, var("sel_tm") / nonzero(tn.clone()));
+    let by_k = (var("kk") - var("sel_n")).cast(Ty::U64);
+    let room = var("lim") - var("sel_m");
     let by_p = select(v.clone().eq_(zero64()), tn.clone(), room / nonzero(v) + Expr::Lit(Lit::U64(1)));
-    b.let_(&t("ties"), Ty::U32, tn.min(by_k).min(by_p).cast(Ty::U32));
+    b.let_("ties", Ty::U32, tn.min(by_k).min(by_p).cast(Ty::U32));
 }
 
 /// The per-row filter settings, read and clamped so that any bits are safe: `kk` (top-k count,
@@ -317,27 +368,37 @@ pub(super) fn row_is_filtered(b: &mut Block) -> Expr {
     b.let_("filtered", Ty::Bool, var("noisy").and(var("searched").or(var("mp").gt(f(0.0)))))
 }
 
-/// Finds the row's kept set. Afterwards a sweep decides each token with [`kept`], counting the
-/// tokens of the boundary key in `tie_rank` (which starts at `tie_start`).
+/// Finds the row's kept set with one workgroup: the digit passes, each deciding the select's
+/// step at once; the last pass of each select walks chunks in index order, so the invocations'
+/// counts of the boundary key rank its tied tokens (`tie_start`, from a scan). Afterwards a
+/// sweep decides each token with [`kept`].
 fn find_set(b: &mut Block, input: Input) {
-    b.let_("lim", Ty::U64, Expr::Lit(Lit::U64(ALL)));
-    b.let_("row_mass", Ty::U64, Expr::Lit(Lit::U64(0)));
+    declare_select(b);
     b.let_("mine", Ty::U32, u(0));
-    b.let_("s_key", Ty::U32, u(0));
+    digit_schedule(b);
+    b.for_("stage", u(1), var("digits") + u(1), u(1), |b, st| {
+        digit_pass(b, st);
+        digit_counts(b, input, var("digit_pass").eq_(u(DIGIT_PASSES - 1)));
+        decide(b, true);
+    });
+    set_bounds(b);
+    b.if_(var("searched"), |b| {
+        let before = b.scan(var("mine"), "ties_before");
+        b.set("tie_start", before);
+    });
+}
+
+/// After the select: the set's boundary `s_key` and how many of its tokens are kept, `s_ties`
+/// (rows without top-k or top-p keep min-p's set, with no boundary), and `tie_start` (how many
+/// tokens of that key come before this invocation's chunk; 0 until the caller ranks them), and
+/// the counters of the sweep that uses the set.
+pub(super) fn set_bounds(b: &mut Block) {
+    b.let_("s_key", Ty::U32, var("sel_key"));
     b.let_("s_ties", Ty::U32, u(0));
     b.let_("tie_start", Ty::U32, u(0));
     b.if_(var("searched"), |b| {
-        // Top-k first: the mass of the top-k set is what top-p is measured against.
-        b.if_(var("k_first"), |b| {
-            select_prefix(b, input, "a", None);
-            let mass = var("a_m") + var("a_ties").cast(Ty::U64) * var("a_v");
-            b.set("lim", call(FRACTION, vec![var("pp"), mass]));
-        });
-        select_prefix(b, input, "b", Some(var("k_first").not()));
-        b.set("s_key", var("b_key"));
-        b.set("s_ties", var("b_ties"));
-        let before = b.scan(var("mine"), "ties_before");
-        b.set("tie_start", before);
+        ties(b);
+        b.set("s_ties", var("ties"));
     });
     b.let_("tie_rank", Ty::U32, u(0));
     b.let_("all_mass", Ty::U64, Expr::Lit(Lit::U64(0)));
@@ -384,7 +445,8 @@ fn filter_row(b: &mut Block, input: Input, output: Output) {
     let only = (param("flags") & u(FLAG_FILTERED_ONLY)).ne_(u(0));
     b.if_(only.not().or(filtered), |b| {
         b.let_("sweeps", Ty::U32, u(0));
-        row_max(b, input);
+        let m = part_max(b, input);
+        b.let_("mx", Ty::F32, m);
         find_set(b, input);
         match output {
             Output::Sample => sample_in_set(b, input),
@@ -417,12 +479,37 @@ fn filter_row(b: &mut Block, input: Input, output: Output) {
 
 /// The race of the plain path restricted to `S`, with the same noise, then the row's results.
 fn sample_in_set(b: &mut Block, input: Input) {
-    // Seeded rows (SGLang's deterministic sampler) race in float64 on hashed noise instead.
-    let seeded = b.let_("seeded_row", Ty::Bool, row_word(word::MODE).eq_(u(MODE_SEEDED)));
+    race_in_set(b, input);
+    let (_, tok32) = b.argmax(var("best"), var("best_i"), "win", "tok32");
+    let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "win64", "tok64");
+    let summed = b.reduce(ReduceOp::Sum, Ty::U64, var("all_mass"), "summed_mass");
+    set_results(b, input, tok32, tok64, summed);
+}
+
+/// `best`, `best_i` (the f32 race) and `best64`, `best64_i` (the float64 one), nothing kept yet.
+pub(super) fn declare_best(b: &mut Block) {
     b.let_("best", Ty::F32, f(f32::NEG_INFINITY));
     b.let_("best_i", Ty::U32, u(NONE));
     b.let_("best64", Ty::F64, f64_(f64::NEG_INFINITY));
     b.let_("best64_i", Ty::U32, u(NONE));
+}
+
+/// `if v > best (or nothing yet): best, best_i = v, i` for the f32 race (`suffix` "") or the
+/// float64 one ("64").
+pub(super) fn keep_best(b: &mut Block, suffix: &str, v: Expr, i: Expr) {
+    let (best, best_i) = (format!("best{suffix}"), format!("best{suffix}_i"));
+    b.if_(v.clone().gt(var(&best)).or(var(&best_i).eq_(u(NONE))), |b| {
+        b.set(&best, v);
+        b.set(&best_i, i);
+    });
+}
+
+/// This invocation's part of the race inside `S` (after [`set_bounds`]): the plain path's race
+/// with its noise, or for seeded rows (SGLang's deterministic sampler) its float64 race on
+/// hashed noise, into [`declare_best`]'s variables; `all_mass` sums the mass it weighed.
+pub(super) fn race_in_set(b: &mut Block, input: Input) {
+    let seeded = b.let_("seeded_row", Ty::Bool, row_word(word::MODE).eq_(u(MODE_SEEDED)));
+    declare_best(b);
     b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
     let philox_rows = var("noisy").and(seeded.clone().not());
     sweep_set(
@@ -438,10 +525,7 @@ fn sample_in_set(b: &mut Block, input: Input) {
                     Input::Probs => call(math::LOG64, vec![var("zv").cast(Ty::F64)]),
                 };
                 let s = score64(b, lp, col.clone());
-                b.if_(s.clone().gt(var("best64")).or(var("best64_i").eq_(u(NONE))), |b| {
-                    b.set("best64", s);
-                    b.set("best64_i", col.clone());
-                });
+                keep_best(b, "64", s, col.clone());
             });
             b.if_(keep.and(seeded.clone().not()), |b| {
                 let z = var("zv");
@@ -453,20 +537,21 @@ fn sample_in_set(b: &mut Block, input: Input) {
                     Input::Probs => z.clone() / call(philox::EXPONENTIAL, vec![var("w").comp(j)]),
                 };
                 let s = b.let_("score", Ty::F32, select(var("noisy"), score, z));
-                b.if_(s.clone().gt(var("best")).or(var("best_i").eq_(u(NONE))), |b| {
-                    b.set("best", s);
-                    b.set("best_i", col);
-                });
+                keep_best(b, "", s, col);
             });
         },
     );
-    let (_, tok32) = b.argmax(var("best"), var("best_i"), "win", "tok32");
-    let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "win64", "tok64");
+}
+
+/// The row's results from the race's winners (`tok32` of the Philox race, `tok64` of the seeded
+/// one) and, for rows without a select, the mass `summed` by the race: the token, its
+/// log-probability under the whole row (as on the plain path), its status and the pass count.
+pub(super) fn set_results(b: &mut Block, input: Input, tok32: Expr, tok64: Expr, summed: Expr) {
+    let seeded = row_word(word::MODE).eq_(u(MODE_SEEDED));
     let tok = b.let_("tok", Ty::U32, select(seeded, tok64, tok32));
     let valid = b.let_("valid", Ty::Bool, tok.clone().lt(param("vocab")));
     let safe = b.let_("tok_at", Ty::U32, select(valid.clone(), tok.clone(), u(0)));
-    // The row's mass: from the select's first pass, or summed by this sweep where none ran.
-    let summed = b.reduce(ReduceOp::Sum, Ty::U64, var("all_mass"), "summed_mass");
+    // The row's mass: from the select's first pass, or summed by the race where none ran.
     let all = select(var("searched"), var("row_mass"), summed);
     write_results(b, tok, valid, |b| match input {
         // Under softmax(l / T) of the whole row, like the plain path's.
