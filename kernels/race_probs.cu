@@ -207,8 +207,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
     __shared__ unsigned int sk_am_i[33];
     unsigned int parts = (((flags >> 16u)) > (1u) ? ((flags >> 16u)) : (1u));
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
-        unsigned int row = (slot / parts);
-        unsigned int part = (slot - (row * parts));
+        unsigned int row_slot = (slot / parts);
+        unsigned int part = (slot - (row_slot * parts));
+        unsigned int row = row_slot;
         unsigned int base = (row * stride);
         unsigned int quads_per_part = (((((vocab + 3u) >> 2u) + parts) - 1u) / parts);
         unsigned int col_lo = ((((part * quads_per_part) * 4u)) < (vocab) ? (((part * quads_per_part) * 4u)) : (vocab));

@@ -221,8 +221,9 @@ fn sk_gumbel(w_in: u32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
-        var row: u32 = (slot / parts);
-        var part: u32 = (slot - (row * parts));
+        var row_slot: u32 = (slot / parts);
+        var part: u32 = (slot - (row_slot * parts));
+        var row: u32 = row_slot;
         var base: u32 = (row * params.stride);
         var quads_per_part: u32 = (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts);
         var col_lo: u32 = min(((part * quads_per_part) * 4u), params.vocab);

@@ -10,7 +10,7 @@
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
 use crate::kernels::KernelSource;
-use crate::launch::{partial_words, Device, Launch, Split};
+use crate::launch::{scratch_words, Device, Launch, Split};
 use crate::timing::{Clock, LaunchTime};
 use crate::types::Element;
 use arrayvec::ArrayVec;
@@ -33,11 +33,11 @@ pub struct CudaBackend {
     block: u32,
     /// Workgroups a launch aims at: the blocks the device holds resident at once.
     target_groups: u32,
-    /// The part records of split rows (see `launch::parts`), and the lock that keeps one
-    /// call's launches adjacent on the stream, so no other call's parts land between a split
-    /// launch and its combine.
-    partials: CudaSlice<u32>,
-    plan: Mutex<()>,
+    /// The scratch of split and staged launches (see `launch::scratch_words`), grown to the
+    /// largest job run so far, behind the lock that keeps one call's launches adjacent on the
+    /// stream, so no other call's launches land between a split launch and its combine or
+    /// between two stages.
+    scratch: Mutex<CudaSlice<u32>>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
 }
 
@@ -102,9 +102,9 @@ impl CudaBackend {
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)
             .map_err(cuda_error)?;
         let target_groups = (sms.max(1) as u32) * (per_sm.max(block as i32) as u32 / block);
-        let partials = stream.alloc_zeros(partial_words(target_groups)).map_err(cuda_error)?;
-        let (plan, functions) = (Mutex::default(), Mutex::default());
-        Ok(CudaBackend { stream, name, arch, block, target_groups, partials, plan, functions })
+        let scratch = Mutex::new(stream.alloc_zeros(1).map_err(cuda_error)?);
+        let functions = Mutex::default();
+        Ok(CudaBackend { stream, name, arch, block, target_groups, scratch, functions })
     }
 
     /// The stream every launch goes to.
@@ -171,10 +171,14 @@ impl Backend for CudaBackend {
         buf.len()
     }
     fn run(&self, job: Job<'_, Self>) -> Result<()> {
-        let partials = <Self as Device>::handle(&self.partials);
-        let split = Split { target_groups: self.target_groups, block: self.block, partials };
-        let _adjacent = self.plan.lock().map_err(|_| cuda_error("plan lock poisoned"))?;
-        for launch in Launch::plan(&job, &split).launches() {
+        let mut scratch = self.scratch.lock().map_err(|_| cuda_error("scratch lock poisoned"))?;
+        let need = scratch_words(&job, self.target_groups, self.block, true);
+        if scratch.len() < need {
+            *scratch = self.stream.alloc_zeros(need).map_err(cuda_error)?;
+        }
+        let partials = <Self as Device>::handle(&*scratch);
+        let split = Split { target_groups: self.target_groups, block: self.block, partials, split_filters: true };
+        for launch in Launch::plan(&job, &split) {
             self.launch(launch)?;
         }
         Ok(())

@@ -88,3 +88,11 @@ pub fn passes(filters: &Filters, vocab: usize) -> u32 {
     };
     2 + 8 * selects
 }
+
+/// [`passes`] for a row the filter kernels split over workgroups (a batch too small to fill a
+/// GPU): one read more where top-k or top-p is active, which ranks each part's tokens tied at
+/// the set's boundary.
+pub fn split_passes(filters: &Filters, vocab: usize) -> u32 {
+    let whole = passes(filters, vocab);
+    whole + u32::from(whole > 2)
+}

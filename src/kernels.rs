@@ -13,6 +13,9 @@ pub struct KernelSource {
     pub buffers: &'static [&'static str],
     /// How many times the kernel reads each element of a row, whatever the data.
     pub passes: u32,
+    /// How many launches one call takes: 1, or for a staged kernel one per stage, each with its
+    /// stage in its flags.
+    pub stages: u32,
     /// Uses float64 (wgpu needs SHADER_F64; Metal has no float64).
     pub needs_f64: bool,
     /// Uses u64 (wgpu needs SHADER_INT64).

@@ -8,7 +8,7 @@ use arrayvec::ArrayVec;
 
 use crate::generated::{
     FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SKIP_FILTERED, FLAG_STATUS, MAX_BUFFERS,
-    PARTS_SHIFT, PART_WORDS,
+    MAX_STAGES, PARTS_SHIFT, PART_WORDS, SLOT_WORDS, STAGE_SHIFT,
 };
 
 /// A backend whose buffers have a raw handle that a launch can bind.
@@ -28,6 +28,7 @@ fn bind<H, const N: usize>(items: [Option<H>; N]) -> Bindings<H> {
 }
 
 /// A launch in backend-neutral terms.
+#[derive(Clone)]
 pub(crate) struct Launch<H> {
     pub kernel: &'static KernelSource,
     /// In binding order; `None` is an output the kernel will not write (no log-probabilities).
@@ -63,42 +64,60 @@ pub(crate) struct Split<H> {
     pub target_groups: u32,
     /// Invocations per workgroup.
     pub block: u32,
-    /// The part records, [`partial_words`] u32.
+    /// The scratch of split and staged launches: [`scratch_words`] u32 for the job.
     pub partials: H,
-}
-
-/// The u32 a backend's part buffer holds: a launch never has more parts in all than
-/// `target_groups`.
-pub(crate) fn partial_words(target_groups: u32) -> usize {
-    target_groups.max(1) as usize * PART_WORDS
+    /// Whether filtered rows are split too: a launch per stage then (19), which pays where
+    /// launches are cheap beside a row's passes (GPUs), not on a CPU adapter.
+    pub split_filters: bool,
 }
 
 /// Each invocation of a part reads at least this many quads of four columns, so a part's
 /// fixed costs (its reductions and its record) stay small beside its reads.
 const MIN_QUADS_PER_INVOCATION: u32 = 2;
 
-/// Workgroups per row for the kernels that split rows (the argmax family and `sample`): enough
-/// for the batch to fill `target_groups`, but no part shorter than
-/// [`MIN_QUADS_PER_INVOCATION`] quads per invocation. One when the batch alone fills the
-/// device; then no combine launch follows.
-pub(crate) fn parts(shape: Shape, target_groups: u32, block: u32) -> u32 {
-    let batch = shape.batch as u32;
-    let by_size = shape.vocab as u32 / (block * 4 * MIN_QUADS_PER_INVOCATION);
-    (target_groups / batch.max(1)).min(by_size).max(1)
+/// Workgroups per row for the kernels that split rows (the argmax family, `sample`, and the
+/// filters' sampling path) when `rows` rows of `vocab` columns are launched: enough for them to
+/// fill `target_groups`, but no part shorter than [`MIN_QUADS_PER_INVOCATION`] quads per
+/// invocation. One when the rows alone fill the device; then no combine (or stage) launch
+/// follows.
+pub(crate) fn parts(rows: usize, vocab: usize, target_groups: u32, block: u32) -> u32 {
+    let by_size = vocab as u32 / (block * 4 * MIN_QUADS_PER_INVOCATION);
+    (target_groups / (rows as u32).max(1)).min(by_size).max(1)
 }
 
-/// The launches of one job: the first, and for a split row the combine of its parts.
-pub(crate) struct Plan<H> {
-    pub first: Launch<H>,
-    pub combine: Option<Launch<H>>,
+/// The rows a filter sampling job launches over, and the parts each gets (1: the one-workgroup
+/// kernel; more: the staged kernel).
+fn filter_parts<B: Backend + ?Sized>(
+    job: &Job<'_, B>,
+    target_groups: u32,
+    block: u32,
+    split: bool,
+) -> Option<(usize, u32)> {
+    let Job::Filter { shape, listed, .. } = job else { return None };
+    let rows = listed.map_or(shape.batch, |(_, count)| count);
+    Some((rows, if split { parts(rows, shape.vocab, target_groups, block) } else { 1 }))
 }
 
-impl<H> Plan<H> {
-    /// In the order they must run.
-    pub fn launches(self) -> impl Iterator<Item = Launch<H>> {
-        std::iter::once(self.first).chain(self.combine)
-    }
+/// The u32 of scratch a job needs: a record per part of a split launch (never more parts in
+/// all than `target_groups`), or a slot per (row, part) of a staged one. The backends keep one
+/// buffer and grow it to the largest job they have run.
+pub(crate) fn scratch_words<B: Backend + ?Sized>(
+    job: &Job<'_, B>,
+    target_groups: u32,
+    block: u32,
+    split_filters: bool,
+) -> usize {
+    let records = target_groups.max(1) as usize * PART_WORDS;
+    let slots = match filter_parts(job, target_groups, block, split_filters) {
+        Some((rows, parts)) if parts > 1 => rows * parts as usize,
+        _ => 0,
+    };
+    records.max(slots * SLOT_WORDS)
 }
+
+/// The launches of one job, in the order they must run: one; a split launch and its combine;
+/// or a staged kernel's stages.
+pub(crate) type Plan<H> = ArrayVec<Launch<H>, MAX_STAGES>;
 
 /// Binds the part records to a split kernel's launch and, when its rows get more than one part,
 /// widens its grid to `batch x parts` and adds the `combine` launch that writes the results.
@@ -110,9 +129,11 @@ fn split_rows<'a, B: Device + ?Sized>(
     combine: &str,
 ) -> Plan<B::Handle<'a>> {
     first.buffers.push(Some(split.partials));
-    let parts = parts(shape, split.target_groups, split.block);
+    let parts = parts(shape.batch, shape.vocab, split.target_groups, split.block);
+    let mut plan = Plan::new();
     if parts <= 1 {
-        return Plan { first, combine: None };
+        plan.push(first);
+        return plan;
     }
     first.params[3] |= parts << PARTS_SHIFT;
     first.work = Work::Rows(shape.batch as u32 * parts);
@@ -124,7 +145,27 @@ fn split_rows<'a, B: Device + ?Sized>(
         params: params(shape, flags | parts << PARTS_SHIFT),
         work: Work::Rows(shape.batch as u32),
     };
-    Plan { first, combine: Some(combine) }
+    plan.extend([first, combine]);
+    plan
+}
+
+/// A filter sampling launch with its rows split in `parts`: the staged kernel's launches, one per
+/// stage with the stage in its flags, over `rows x parts` workgroups, the scratch bound last.
+fn staged<H: Copy>(mut launch: Launch<H>, rows: usize, parts: u32, partials: H) -> Plan<H> {
+    launch.kernel = match launch.kernel.name.strip_prefix("filter_") {
+        Some(rest) => named("filter_split", rest),
+        None => unreachable!("only the filter kernels are staged"),
+    };
+    launch.buffers.push(Some(partials));
+    launch.params[3] |= parts << PARTS_SHIFT;
+    launch.work = Work::Rows(rows as u32 * parts);
+    (0..launch.kernel.stages)
+        .map(|stage| {
+            let mut l = launch.clone();
+            l.params[3] |= stage << STAGE_SHIFT;
+            l
+        })
+        .collect()
 }
 
 fn suffixed<B: Backend + ?Sized>(family: &str, logits: &Logits<'_, B>) -> &'static KernelSource {
@@ -197,7 +238,10 @@ impl<'a, H: Copy> Launch<H> {
                 split_rows::<B>(first, *shape, out, split, "combine_logits")
             }
             Job::RaceProbs { shape, out, .. } => split_rows::<B>(first, *shape, out, split, "combine_probs"),
-            _ => Plan { first, combine: None },
+            _ => match filter_parts(job, split.target_groups, split.block, split.split_filters) {
+                Some((rows, parts)) if parts > 1 => staged(first, rows, parts, split.partials),
+                _ => std::iter::once(first).collect(),
+            },
         }
     }
 

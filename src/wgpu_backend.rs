@@ -3,7 +3,7 @@
 
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
-use crate::launch::{partial_words, Device, Launch, Split};
+use crate::launch::{scratch_words, Device, Launch, Split};
 use crate::timing::{Clock, LaunchTime};
 use crate::types::Element;
 use arrayvec::ArrayVec;
@@ -70,10 +70,14 @@ pub struct WgpuBackend {
     /// Workgroups a launch aims at (see `launch::parts`): about what a discrete GPU holds
     /// resident; on a CPU adapter (lavapipe) few, as each workgroup there has a fixed cost.
     target_groups: u32,
-    /// The part records of split rows, and the lock that keeps one call's launches adjacent on
-    /// the queue, so no other call's parts land between a split launch and its combine.
-    partials: wgpu::Buffer,
-    plan: Mutex<()>,
+    /// The scratch of split and staged launches (see `launch::scratch_words`), grown to the
+    /// largest job run so far, behind the lock that keeps one call's launches adjacent on the
+    /// queue, so no other call's launches land between a split launch and its combine or
+    /// between two stages.
+    scratch: Mutex<wgpu::Buffer>,
+    /// Whether filtered rows are split over workgroups (a launch per stage): on GPUs; not on a
+    /// CPU adapter, where a launch costs about half a millisecond (lavapipe).
+    split_filters: bool,
 }
 
 /// Two timestamp queries and the buffers that bring them to the host. The first timed launch
@@ -126,6 +130,16 @@ fn device_error(message: impl std::fmt::Display) -> Error {
     Error::Device { backend: "wgpu", message: message.to_string() }
 }
 
+/// The scratch of split and staged launches, `words` u32 (only the kernels use it).
+fn scratch_buffer(device: &wgpu::Device, words: usize) -> wgpu::Buffer {
+    device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("sampling-kernels scratch"),
+        size: (words.max(1) * 4) as u64,
+        usage: wgpu::BufferUsages::STORAGE,
+        mapped_at_creation: false,
+    })
+}
+
 /// Byte size of `len` elements, rounded up to the 4 bytes wgpu copies and binds in.
 fn padded_bytes<T>(len: usize) -> u64 {
     ((len * size_of::<T>()).max(4) as u64).next_multiple_of(4)
@@ -172,12 +186,8 @@ impl WgpuBackend {
             device.features().contains(wgpu::Features::TIMESTAMP_QUERY).then(|| Timestamps::new(&device, &queue));
         let target_groups =
             if info.device_type == wgpu::DeviceType::Cpu { CPU_TARGET_GROUPS } else { GPU_TARGET_GROUPS };
-        let partials = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("sampling-kernels partials"),
-            size: (partial_words(target_groups) * 4) as u64,
-            usage: wgpu::BufferUsages::STORAGE,
-            mapped_at_creation: false,
-        });
+        let scratch = Mutex::new(scratch_buffer(&device, 1));
+        let split_filters = info.device_type != wgpu::DeviceType::Cpu;
         WgpuBackend {
             device,
             queue,
@@ -189,9 +199,17 @@ impl WgpuBackend {
             timestamps,
             timing: Mutex::default(),
             target_groups,
-            partials,
-            plan: Mutex::default(),
+            scratch,
+            split_filters,
         }
+    }
+
+    /// Splits (or not) filtered rows over workgroups where the batch leaves the device idle, at
+    /// the cost of a launch per stage (19). The default is to split on GPUs and not on a CPU
+    /// adapter; the tests turn it on on lavapipe to check the split path.
+    pub fn with_split_filters(mut self, split: bool) -> Self {
+        self.split_filters = split;
+        self
     }
 
     /// The adapter this backend runs on.
@@ -404,10 +422,15 @@ impl Backend for WgpuBackend {
         buf.len
     }
     fn run(&self, job: Job<'_, Self>) -> Result<()> {
-        let split =
-            Split { target_groups: self.target_groups, block: crate::generated::WGPU_BLOCK, partials: &self.partials };
-        let _adjacent = self.plan.lock().map_err(|_| device_error("plan lock poisoned"))?;
-        for launch in Launch::plan(&job, &split).launches() {
+        let (target_groups, block, split_filters) =
+            (self.target_groups, crate::generated::WGPU_BLOCK, self.split_filters);
+        let mut scratch = self.scratch.lock().map_err(|_| device_error("scratch lock poisoned"))?;
+        let need = scratch_words(&job, target_groups, block, split_filters);
+        if (scratch.size() as usize) < need * 4 {
+            *scratch = scratch_buffer(&self.device, need);
+        }
+        let split = Split { target_groups, block, partials: &*scratch, split_filters };
+        for launch in Launch::plan(&job, &split) {
             self.dispatch(launch)?;
         }
         Ok(())

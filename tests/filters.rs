@@ -13,7 +13,7 @@ mod common;
 
 use common::{chi_square, total_variation, Rng};
 use sampling_kernels::cpu::softmax;
-use sampling_kernels::filters::{kept, kept_from_logits, passes, Filters, Order};
+use sampling_kernels::filters::{kept, kept_from_logits, passes, split_passes, Filters, Order};
 use sampling_kernels::{Backend, Input, Logits, Output, RowParams, Shape};
 
 /// SEMANTICS.md per token: rank(j) counts the tokens ahead of j in (p desc, index asc); the mass
@@ -346,7 +346,8 @@ pub fn joint_and_top_k_first_differ<B: Backend>(b: &B) {
 }
 
 /// A flat row and a peaked row of the same size take the same number of passes, the one the
-/// parameters fix (the kernels count their own passes).
+/// parameters fix (the kernels count their own passes; a backend that splits these two rows
+/// over workgroups reads once more).
 pub fn flat_and_peaked_take_the_same_passes<B: Backend>(b: &B) {
     let vocab = 151_936;
     let flat = vec![0.25f32; vocab];
@@ -372,8 +373,12 @@ pub fn flat_and_peaked_take_the_same_passes<B: Backend>(b: &B) {
         )
         .unwrap();
         let count = b.download(&count).unwrap();
-        let want = passes(&row.filters(), vocab);
-        assert_eq!(count, [want, want], "flat and peaked rows with {:?}", row.filters());
+        let (whole, split) = (passes(&row.filters(), vocab), split_passes(&row.filters(), vocab));
+        assert!(
+            count == [whole, whole] || count == [split, split],
+            "flat and peaked rows with {:?}: {count:?} passes, not {whole} (or {split} split)",
+            row.filters()
+        );
     }
 }
 
@@ -417,6 +422,49 @@ pub fn no_filter_is_the_plain_race<B: Backend>(b: &B) {
     let top1: Vec<RowParams> = plain.iter().map(|r| r.with_top_k(1)).collect();
     let greedy: Vec<RowParams> = plain.iter().map(|_| RowParams::greedy()).collect();
     assert_eq!(run(&top1, true).0, run(&greedy, false).0, "top-k 1");
+}
+
+/// Rows split over workgroups (the staged kernel, a launch per stage) sample exactly as whole
+/// rows do on the same device: the same token, status and log-probability on every row, and one
+/// pass more with top-k or top-p. Small batches of long rows (2 to 16 parts on lavapipe), the
+/// random rows and filters of the set checks (ties, -inf blocks, NaN, seeded rows, both orders).
+pub fn split_rows_match_whole_rows<B: Backend>(split: &B, whole: &B) {
+    let mut rng = Rng::new(4242);
+    let mut rows_seen = 0;
+    for shape in [1, 2, 3, 8].map(|n| Shape::dense(n, 151_936)).into_iter().chain([Shape::dense(4, 5000)]) {
+        let (x, rows) = random_batch(&mut rng, shape);
+        let run = |b: &B| {
+            let (xb, rb) = (b.upload(&x).unwrap(), b.upload(&rows).unwrap());
+            let mut t = b.zeros::<u32>(shape.batch).unwrap();
+            let mut lp = b.zeros::<f32>(shape.batch).unwrap();
+            let mut st = b.zeros::<u32>(shape.batch).unwrap();
+            let mut ps = b.zeros::<u32>(shape.batch).unwrap();
+            let out = Output::new(&mut t).with_logprobs(&mut lp).with_status(&mut st).with_passes(&mut ps);
+            b.sample_filtered(shape, Input::Logits(Logits::F32(&xb)), &rb, out).unwrap();
+            let d = |v: &B::Buffer<u32>| b.download(v).unwrap();
+            (d(&t), b.download(&lp).unwrap(), d(&st), d(&ps))
+        };
+        let (s, w) = (run(split), run(whole));
+        for r in 0..shape.batch {
+            let what = format!("row {r} of {shape:?}, {:?}", rows[r]);
+            assert_eq!((s.0[r], s.2[r]), (w.0[r], w.2[r]), "token and status, {what}");
+            assert_eq!(s.1[r].to_bits(), w.1[r].to_bits(), "log-probability {} vs {}, {what}", s.1[r], w.1[r]);
+            let f = rows[r].filters();
+            assert_eq!((s.3[r], w.3[r]), (split_passes(&f, shape.vocab), passes(&f, shape.vocab)), "passes, {what}");
+            rows_seen += 1;
+        }
+    }
+    eprintln!("{}: {rows_seen} split rows equal to whole rows", split.describe());
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_split_rows_match_whole_rows() {
+    let whole = crate::common::wgpu();
+    let split = whole.map(|_| sampling_kernels::WgpuBackend::new().unwrap().with_split_filters(true));
+    crate::common::on("wgpu", "split_rows_match_whole_rows", split.as_ref(), |s| {
+        split_rows_match_whole_rows(s, whole.unwrap())
+    });
 }
 
 device_suites!(

@@ -56,14 +56,16 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         ));
     }
     {
+        use kernels::filter_split::{SLOT_WORDS, STAGE_SHIFT};
         use kernels::sampling::{PARTS_SHIFT, PART_WORDS};
         manifest.push_str(&format!(
-            "/// Split rows: `flags >> PARTS_SHIFT` workgroups per row, each writing `PART_WORDS` u32 to\n/// `partials` for the combine launch.\npub const PARTS_SHIFT: u32 = {PARTS_SHIFT};\npub const PART_WORDS: usize = {PART_WORDS};\n\n"
+            "/// Split rows: `flags >> PARTS_SHIFT` workgroups per row, each writing `PART_WORDS` u32 to\n/// `partials` for the combine launch.\npub const PARTS_SHIFT: u32 = {PARTS_SHIFT};\npub const PART_WORDS: usize = {PART_WORDS};\n/// Staged kernels (the split filters): `(flags >> STAGE_SHIFT) & 0xff` is a launch's stage, and\n/// each (row, part) keeps `SLOT_WORDS` u32 of `partials` from one stage to the next.\npub const STAGE_SHIFT: u32 = {STAGE_SHIFT};\npub const SLOT_WORDS: usize = {SLOT_WORDS};\n\n"
         ));
     }
     let most = kernels.iter().map(|k| k.buffers.len()).max().unwrap_or(0);
+    let stages = kernels.iter().map(|k| k.stages).max().unwrap_or(1);
     manifest.push_str(&format!(
-        "/// The most buffers any kernel binds: launches list their bindings in arrays this long.\npub const MAX_BUFFERS: usize = {most};\n\n"
+        "/// The most buffers any kernel binds: launches list their bindings in arrays this long.\npub const MAX_BUFFERS: usize = {most};\n/// The most launches (stages) any kernel takes per call.\npub const MAX_STAGES: usize = {stages};\n\n"
     ));
     manifest.push_str("pub const KERNELS: &[KernelSource] = &[\n");
     for k in &kernels {
@@ -74,10 +76,11 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         files.push((PathBuf::from(&cu_path), cuda::emit(k, sm75.block, SOURCE)));
         let bufs: Vec<String> = k.buffers.iter().map(|b| format!("{:?}", b.name)).collect();
         manifest.push_str(&format!(
-            "    KernelSource {{\n        name: {:?},\n        wgsl: include_str!(\"../{wgsl_path}\"),\n        cuda: include_str!(\"../{cu_path}\"),\n        buffers: &[{}],\n        passes: {},\n        needs_f64: {},\n        needs_int64: {},\n    }},\n",
+            "    KernelSource {{\n        name: {:?},\n        wgsl: include_str!(\"../{wgsl_path}\"),\n        cuda: include_str!(\"../{cu_path}\"),\n        buffers: &[{}],\n        passes: {},\n        stages: {},\n        needs_f64: {},\n        needs_int64: {},\n    }},\n",
             k.name,
             bufs.join(", "),
             k.passes,
+            k.stages,
             ir::uses(k, ir::Ty::F64),
             // Float64 code reads its bits as u64 (NaN and infinity tests), so it needs both.
             ir::uses(k, ir::Ty::U64) || ir::uses(k, ir::Ty::F64)

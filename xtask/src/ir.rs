@@ -301,6 +301,9 @@ pub struct Kernel {
     pub doc: String,
     /// How many times the kernel reads each element of a row, whatever the data.
     pub passes: u32,
+    /// How many launches one call takes: 1, or for a staged kernel one per stage (each launch
+    /// gets its stage in `flags`).
+    pub stages: u32,
     pub buffers: Vec<BufferDecl>,
     /// u32 scalar parameters, in order (a uniform struct on WGSL, arguments on CUDA).
     pub params: Vec<String>,

@@ -42,8 +42,8 @@ use crate::ir::*;
 pub const ORDER_TOP_K_FIRST: u32 = 1;
 /// Bits resolved per digit pass, and the passes that resolve the 32-bit key.
 const DIGIT_BITS: u32 = 4;
-const DIGITS: u32 = 1 << DIGIT_BITS;
-const DIGIT_PASSES: u32 = 32 / DIGIT_BITS;
+pub(super) const DIGITS: u32 = 1 << DIGIT_BITS;
+pub(super) const DIGIT_PASSES: u32 = 32 / DIGIT_BITS;
 /// Fixed-point scale of the masses: `w * 2^40` with `w <= 1`, so a row of up to 2^23 tokens sums
 /// below 2^63 (the host refuses longer rows for these kernels).
 pub const MASS_BITS: u32 = 40;
@@ -140,7 +140,7 @@ pub(super) fn sweep(
 
 /// Declares, for the column `col`, `zv` (the value the race scores: `z` or `p`), `ov` (the value
 /// the order is on) and `key` (u32, larger first), and `wv`, `ok`, `mv` unset (see [`weigh`]).
-fn element(b: &mut Block, input: Input, col: Expr) {
+pub(super) fn element(b: &mut Block, input: Input, col: Expr) {
     match input {
         Input::Logits(_) => {
             let z = b.let_("zv", Ty::F32, scaled(col));
@@ -167,7 +167,7 @@ fn element(b: &mut Block, input: Input, col: Expr) {
 /// Sets, after [`element`], `wv` (the token's weight relative to the row's largest, in [0, 1]),
 /// `ok` (it has probability) and `mv` (its fixed-point mass). Only the tokens a pass can still
 /// count pay for the exponential.
-fn weigh(b: &mut Block, input: Input) {
+pub(super) fn weigh(b: &mut Block, input: Input) {
     let w = match input {
         Input::Logits(_) => softmax_weight(var("zv"), var("mx")),
         Input::Probs => {
@@ -617,13 +617,17 @@ fn filter_kernel(input: Input, output: Output) -> Kernel {
         }
         _ => unreachable!("not generated"),
     };
-    let functions = super::union([
+    let functions = functions(output == Output::Sample);
+    kernel(name, doc, max_passes(output), buffers, functions, b)
+}
+
+/// The helpers the filter kernels call (with `sample`, the seeded race's hash and float64 log).
+pub(super) fn functions(sample: bool) -> Vec<Function> {
+    super::union([
         vec![math::exp(), math::log(), fixed(), fixed_f32(), fraction()],
         philox::noise_functions(),
-        // The seeded race's hash and float64 log, where the kernel samples.
-        if output == Output::Sample { seeded::functions() } else { vec![] },
-    ]);
-    kernel(name, doc, max_passes(output), buffers, functions, b)
+        if sample { seeded::functions() } else { vec![] },
+    ])
 }
 
 /// Every kernel of this family.

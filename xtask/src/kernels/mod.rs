@@ -1,6 +1,7 @@
 //! The kernel library: every entry point the crate launches, written once in the IR.
 
 pub mod combine;
+pub mod filter_split;
 pub mod filters;
 pub mod math;
 pub mod murmur;
@@ -18,6 +19,7 @@ pub fn all() -> Vec<Kernel> {
     all.extend(seeded::all());
     all.extend(sampler::all());
     all.extend(filters::all());
+    all.extend(filter_split::all());
     all.extend(read::all());
     all.extend(combine::all());
     all

@@ -93,6 +93,7 @@ pub(super) fn kernel(
         name,
         doc: doc.to_string(),
         passes,
+        stages: 1,
         buffers,
         params: PARAMS.iter().map(|p| p.to_string()).collect(),
         shared: vec![],
@@ -142,11 +143,18 @@ pub const PARTS_SHIFT: u32 = 16;
 /// the `p`-th of `parts` runs of whole quads, `[col_lo, col_hi)`; `slot` is the part's record.
 /// With one part this is [`for_each_row`].
 pub(super) fn for_each_row_part(b: &mut Block, body: impl FnOnce(&mut Block)) {
+    for_each_row_part_at(b, |i| i, body)
+}
+
+/// [`for_each_row_part`] over `batch` row slots, slot `i` taking the row `row(i)`; `slot` is
+/// still the part's own record (`i * parts + part`).
+pub(super) fn for_each_row_part_at(b: &mut Block, row: impl FnOnce(Expr) -> Expr, body: impl FnOnce(&mut Block)) {
     b.let_("parts", Ty::U32, (param("flags") >> u(PARTS_SHIFT)).max(u(1)));
     let groups = param("batch") * var("parts");
     b.for_("slot", builtin(Builtin::GroupId), groups, builtin(Builtin::NumGroups), |b, slot| {
-        b.let_("row", Ty::U32, slot.clone() / var("parts"));
-        b.let_("part", Ty::U32, slot - var("row") * var("parts"));
+        let index = b.let_("row_slot", Ty::U32, slot.clone() / var("parts"));
+        b.let_("part", Ty::U32, slot - index.clone() * var("parts"));
+        b.let_("row", Ty::U32, row(index));
         b.let_("base", Ty::U32, var("row") * param("stride"));
         let per = b.let_("quads_per_part", Ty::U32, quads_per_part(var("parts")));
         b.let_("col_lo", Ty::U32, (var("part") * per.clone() * u(4)).min(param("vocab")));
