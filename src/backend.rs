@@ -426,7 +426,9 @@ pub trait Backend {
     /// of the plain path: `S` = everything gives [`Backend::race_from_logits`]'s token (or
     /// [`Backend::race_from_probs`]'s), and top-k 1 gives greedy. Sorting-free; the number of
     /// passes over a row depends on its parameters only (`xtask/src/kernels/filters.rs`):
-    /// 2 with min-p alone, 10 with top-k or top-p, 18 with both top-k first. The
+    /// 2 with min-p alone, 10 with top-k or top-p, 18 with both top-k first (a GPU backend
+    /// splits the rows of a batch too small to fill it over workgroups: then 2, 11 and 19,
+    /// see [`crate::filters::split_passes`]; the tokens do not change). The
     /// log-probability is the token's under the whole row's distribution, as on the plain path.
     /// Rows made with [`RowParams::seeded`] run SGLang's seeded float64 race inside `S` instead
     /// (on `z - max`, or `ln p`, which differ from its log-probabilities by the row's constant).

@@ -3,7 +3,8 @@
 
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
-use crate::launch::{scratch_words, Device, Launch, Split};
+use crate::generated::MAX_STAGES;
+use crate::launch::{scratch_words, Device, Launch, Plan, Split};
 use crate::timing::{Clock, LaunchTime};
 use crate::types::Element;
 use arrayvec::ArrayVec;
@@ -44,6 +45,10 @@ impl<T: Element> WgpuBuffer<T> {
     }
 }
 
+/// Bytes from one launch's parameters to the next in the parameter buffer: the largest uniform
+/// offset alignment WebGPU allows, so every adapter takes it.
+const PARAMS_STRIDE: usize = 256;
+
 /// Workgroups a launch aims at on a discrete or integrated GPU: about what one holds resident
 /// (an H200's 132 multiprocessors take 8 workgroups of 256 each).
 const GPU_TARGET_GROUPS: u32 = 1024;
@@ -56,7 +61,8 @@ pub struct WgpuBackend {
     device: wgpu::Device,
     queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
-    /// The 16-byte uniform of `batch, vocab, stride, flags`, rewritten before each submit.
+    /// The uniforms `batch, vocab, stride, flags` of a job's launches, one per
+    /// [`PARAMS_STRIDE`] bytes, rewritten before each submit.
     params: wgpu::Buffer,
     /// Bound where a kernel's log-probability output is not asked for.
     unused_output: wgpu::Buffer,
@@ -180,7 +186,12 @@ impl WgpuBackend {
                 mapped_at_creation: false,
             })
         };
-        let params = uniform("sampling-kernels params", wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+        let params = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("sampling-kernels params"),
+            size: (MAX_STAGES * PARAMS_STRIDE) as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
         let unused_output = uniform("sampling-kernels unused output", wgpu::BufferUsages::STORAGE);
         let timestamps =
             device.features().contains(wgpu::Features::TIMESTAMP_QUERY).then(|| Timestamps::new(&device, &queue));
@@ -308,49 +319,61 @@ impl WgpuBackend {
         Ok(pipeline)
     }
 
-    fn dispatch(&self, launch: Launch<&wgpu::Buffer>) -> Result<()> {
-        let needs = [
-            (launch.kernel.needs_f64, wgpu::Features::SHADER_F64, "SHADER_F64"),
-            (launch.kernel.needs_int64, wgpu::Features::SHADER_INT64, "SHADER_INT64"),
-        ];
-        for (needed, feature, name) in needs {
-            if needed && !self.device.features().contains(feature) {
-                return Err(Error::Unsupported { backend: "wgpu", kernel: launch.kernel.name, feature: name });
+    /// Records a job's launches (a split launch and its combine, or a staged kernel's stages)
+    /// in one command buffer, each in its own pass with its own slot of the parameter buffer,
+    /// and submits them at once.
+    fn dispatch(&self, plan: Plan<&wgpu::Buffer>) -> Result<()> {
+        let mut pipelines: ArrayVec<Arc<wgpu::ComputePipeline>, MAX_STAGES> = ArrayVec::new();
+        for launch in &plan {
+            let needs = [
+                (launch.kernel.needs_f64, wgpu::Features::SHADER_F64, "SHADER_F64"),
+                (launch.kernel.needs_int64, wgpu::Features::SHADER_INT64, "SHADER_INT64"),
+            ];
+            for (needed, feature, name) in needs {
+                if needed && !self.device.features().contains(feature) {
+                    return Err(Error::Unsupported { backend: "wgpu", kernel: launch.kernel.name, feature: name });
+                }
             }
+            pipelines.push(self.pipeline(launch)?);
         }
-        let pipeline = self.pipeline(&launch)?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let layout = pipeline.get_bind_group_layout(0);
-        let mut entries: ArrayVec<wgpu::BindGroupEntry, { crate::generated::MAX_BUFFERS + 1 }> = launch
-            .buffers
-            .iter()
-            .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry {
-                binding: i as u32,
-                resource: b.unwrap_or(&self.unused_output).as_entire_binding(),
-            })
-            .collect();
-        entries.push(wgpu::BindGroupEntry { binding: entries.len() as u32, resource: self.params.as_entire_binding() });
-        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(launch.kernel.name),
-            layout: &layout,
-            entries: &entries,
-        });
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-        let groups = launch.work.groups(crate::generated::WGPU_BLOCK, max_groups);
+        let mut params = [0u8; MAX_STAGES * PARAMS_STRIDE];
         let mut encoder = self.device.create_command_encoder(&Default::default());
-        {
+        for (i, (launch, pipeline)) in plan.iter().zip(&pipelines).enumerate() {
+            let slot = i * PARAMS_STRIDE;
+            params[slot..slot + 16].copy_from_slice(bytemuck::cast_slice(&launch.params));
+            let mut entries: ArrayVec<wgpu::BindGroupEntry, { crate::generated::MAX_BUFFERS + 1 }> = launch
+                .buffers
+                .iter()
+                .enumerate()
+                .map(|(i, b)| wgpu::BindGroupEntry {
+                    binding: i as u32,
+                    resource: b.unwrap_or(&self.unused_output).as_entire_binding(),
+                })
+                .collect();
+            let own =
+                wgpu::BufferBinding { buffer: &self.params, offset: slot as u64, size: wgpu::BufferSize::new(16) };
+            entries.push(wgpu::BindGroupEntry {
+                binding: entries.len() as u32,
+                resource: wgpu::BindingResource::Buffer(own),
+            });
+            let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(launch.kernel.name),
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &entries,
+            });
             let timestamp_writes = self.timestamp_writes()?;
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
-            pass.set_pipeline(&pipeline);
+            pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
-            pass.dispatch_workgroups(groups, 1, 1);
+            pass.dispatch_workgroups(launch.work.groups(crate::generated::WGPU_BLOCK, max_groups), 1, 1);
         }
         let _order = self.submit.lock().map_err(|_| device_error("submit lock poisoned"))?;
-        self.queue.write_buffer(&self.params, 0, bytemuck::cast_slice(&launch.params));
+        self.queue.write_buffer(&self.params, 0, &params[..(plan.len().max(1) - 1) * PARAMS_STRIDE + 16]);
         self.queue.submit([encoder.finish()]);
         match pollster::block_on(scope.pop()) {
-            Some(e) => Err(device_error(format!("kernel {}: {e}", launch.kernel.name))),
+            Some(e) => Err(device_error(format!("kernel {}: {e}", plan[0].kernel.name))),
             None => Ok(()),
         }
     }
@@ -430,9 +453,6 @@ impl Backend for WgpuBackend {
             *scratch = scratch_buffer(&self.device, need);
         }
         let split = Split { target_groups, block, partials: &*scratch, split_filters };
-        for launch in Launch::plan(&job, &split) {
-            self.dispatch(launch)?;
-        }
-        Ok(())
+        self.dispatch(Launch::plan(&job, &split))
     }
 }

@@ -25,6 +25,10 @@
 //!   measured against, then the joint select);
 //! - the renormalizing kernel reads once more, for the kept mass before it writes.
 //!
+//! These kernels give each row one workgroup. `filter_split.rs` samples rows split over several
+//! (a launch per pass) from the same pieces: the digit counts, the select's step, the tie count,
+//! the race in the set and the results are functions here that both call.
+//!
 //! Row record words (see `sampling::word`): top_k (u32; 0 or at least the vocabulary: none),
 //! top_p (f32 bits; outside (0, 1): none), min_p (f32 bits; at most 0 or NaN: none; above 1:
 //! 1), order (1: top-k first; else joint). A zeroed record is a plain row.
