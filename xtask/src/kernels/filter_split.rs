@@ -20,12 +20,10 @@
 
 use super::filters::{
     decide, declare_best, declare_select, digit_counts, digit_names, digit_pass, digit_schedule, element, functions,
-    keep_best, part_max, race_in_set, row_is_filtered, set_bounds, set_results, weigh, Input, DIGITS, DIGIT_PASSES,
+    keep_best, listed_row, max_passes, part_max, race_in_set, sample_buffers, set_bounds, set_results, takes_row,
+    weigh, Input, Output, DIGITS, DIGIT_PASSES,
 };
-use super::sampling::{
-    buffer, for_each_row_part_at, kernel, output_buffers, partials_buffer, row_temperature, Dtype, FLAG_FILTERED_ONLY,
-    FLAG_ROW_LIST,
-};
+use super::sampling::{for_each_row_part_at, kernel, partials_buffer, Dtype};
 use crate::ir::*;
 
 /// Flag bits 8 to 15: the stage a launch runs.
@@ -248,38 +246,27 @@ fn combine(b: &mut Block, input: Input) {
 fn split_kernel(input: Input) -> Kernel {
     let mut b = Block::new();
     b.let_("stage", Ty::U32, (param("flags") >> u(STAGE_SHIFT)) & u(STAGE_BITS));
-    // The rows of a list where the host gives one (FLAG_ROW_LIST), else every row.
-    let listed = (param("flags") & u(FLAG_ROW_LIST)).ne_(u(0));
-    let row = |slot: Expr| select(listed, load("listed", slot.clone()), slot);
-    for_each_row_part_at(&mut b, row, |b| {
-        row_temperature(b);
-        let filtered = row_is_filtered(b);
-        let only = (param("flags") & u(FLAG_FILTERED_ONLY)).ne_(u(0));
+    for_each_row_part_at(&mut b, listed_row, |b| {
+        let takes = takes_row(b);
         digit_schedule(b);
         let last = var("digits") + u(2);
         // Every branch depends on the row and the stage only: uniform in the workgroup.
-        b.if_(only.not().or(filtered).and(var("stage").le(last)), |b| {
+        b.if_(takes.and(var("stage").le(last)), |b| {
             b.let_("slot0", Ty::U32, var("slot") - var("part"));
             load_state(b);
             stage(b, input);
             store_state(b);
         });
     });
-    let storage = match input {
-        Input::Logits(d) => d.storage(),
-        Input::Probs => Storage::F32,
-    };
-    let mut buffers = vec![buffer("x", storage, false), buffer("rows", Storage::U32, false)];
-    buffers.extend(output_buffers());
-    buffers.push(buffer("passes", Storage::U32, true));
-    buffers.push(buffer("listed", Storage::U32, false));
+    let mut buffers = sample_buffers(input);
     buffers.push(partials_buffer());
     let name = match input {
         Input::Logits(d) => format!("filter_split_logits_{}", d.suffix()),
         Input::Probs => "filter_split_probs".into(),
     };
     let doc = "top-k, top-p and min-p sampling with each row split over workgroups: one launch per stage";
-    let mut k = kernel(name, doc, 2 + 2 * DIGIT_PASSES + 1, buffers, functions(true), b);
+    // One read more than the one-workgroup kernel: the count that ranks each part's ties.
+    let mut k = kernel(name, doc, max_passes(Output::Sample) + 1, buffers, functions(true), b);
     k.stages = STAGES;
     k
 }

@@ -444,10 +444,8 @@ fn sweep_set(
 
 /// One row of a filter kernel.
 fn filter_row(b: &mut Block, input: Input, output: Output) {
-    row_temperature(b);
-    let filtered = row_is_filtered(b);
-    let only = (param("flags") & u(FLAG_FILTERED_ONLY)).ne_(u(0));
-    b.if_(only.not().or(filtered), |b| {
+    let takes = takes_row(b);
+    b.if_(takes, |b| {
         b.let_("sweeps", Ty::U32, u(0));
         let m = part_max(b, input);
         b.let_("mx", Ty::F32, m);
@@ -574,23 +572,29 @@ pub(super) fn set_results(b: &mut Block, input: Input, tok32: Expr, tok64: Expr,
 }
 
 /// The most passes any row takes (the renormalizing kernel reads once more).
-fn max_passes(output: Output) -> u32 {
+pub(super) fn max_passes(output: Output) -> u32 {
     2 + 2 * DIGIT_PASSES + u32::from(output == Output::Renorm)
 }
 
-fn filter_kernel(input: Input, output: Output) -> Kernel {
-    let mut b = Block::new();
-    if output == Output::Sample {
-        // The rows of a list where the host gives one (FLAG_ROW_LIST), else every row.
-        let listed = (param("flags") & u(FLAG_ROW_LIST)).ne_(u(0));
-        for_each_row_at(
-            &mut b,
-            |slot| select(listed, load("listed", slot.clone()), slot),
-            |b| filter_row(b, input, output),
-        );
-    } else {
-        for_each_row(&mut b, |b| filter_row(b, input, output));
-    }
+/// Declares the row's temperature and filters and returns whether the kernel takes the row:
+/// every row, or with [`FLAG_FILTERED_ONLY`] the rows with a filter.
+pub(super) fn takes_row(b: &mut Block) -> Expr {
+    row_temperature(b);
+    let filtered = row_is_filtered(b);
+    let only = (param("flags") & u(FLAG_FILTERED_ONLY)).ne_(u(0));
+    only.not().or(filtered)
+}
+
+/// The row of slot `slot` of a sampling launch: from `listed` where the host gives a list
+/// (FLAG_ROW_LIST), else the slot itself.
+pub(super) fn listed_row(slot: Expr) -> Expr {
+    let listed = (param("flags") & u(FLAG_ROW_LIST)).ne_(u(0));
+    select(listed, load("listed", slot.clone()), slot)
+}
+
+/// What a filter kernel binds: the input and the row records, then its outputs (a sampling
+/// kernel's, with the pass counts and the row list; or the filtered values).
+fn filter_buffers(input: Input, output: Output) -> Vec<BufferDecl> {
     let storage = match input {
         Input::Logits(d) => d.storage(),
         Input::Probs => Storage::F32,
@@ -604,6 +608,22 @@ fn filter_kernel(input: Input, output: Output) -> Kernel {
         }
         Output::Mask | Output::Renorm => buffers.push(buffer("out", Storage::F32, true)),
     }
+    buffers
+}
+
+/// [`filter_buffers`] of a sampling kernel.
+pub(super) fn sample_buffers(input: Input) -> Vec<BufferDecl> {
+    filter_buffers(input, Output::Sample)
+}
+
+fn filter_kernel(input: Input, output: Output) -> Kernel {
+    let mut b = Block::new();
+    if output == Output::Sample {
+        for_each_row_at(&mut b, listed_row, |b| filter_row(b, input, output));
+    } else {
+        for_each_row(&mut b, |b| filter_row(b, input, output));
+    }
+    let buffers = filter_buffers(input, output);
     let (name, doc) = match (output, input) {
         (Output::Sample, Input::Logits(d)) => (
             format!("filter_logits_{}", d.suffix()),
