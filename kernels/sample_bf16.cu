@@ -308,7 +308,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
             bool searched = ((kk < vocab) || (pp < (1.0f)));
             bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
             bool filtered = (noisy && (searched || (mp > (0.0f))));
-            skip = (filtered && ((flags & 16u) != 0u));
+            skip = filtered;
         }
         if ((rows[((row * 12u) + 1u)] == 1u)) {
             if (((part == 0u) && (!skip))) {

@@ -332,7 +332,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
             var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
             var filtered: bool = (noisy && (searched || (mp > (0.0f))));
-            skip = (filtered && ((params.flags & 16u) != 0u));
+            skip = filtered;
         }
         if ((rows[((row * 12u) + 1u)] == 1u)) {
             if (((part == 0u) && (!skip))) {

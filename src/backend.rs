@@ -137,8 +137,7 @@ pub enum SeededMode {
 /// [`Backend::seeded`], [`Backend::seeded_from_logits`], [`Backend::sample`], [`Backend::murmur3`],
 /// [`Backend::log_f64`], [`Backend::philox`], [`Backend::gumbel_noise`], [`Backend::read_rows`];
 /// `Filter` is [`Backend::sample_filtered`]'s, `MaskLogits` [`Backend::mask_logits`]'s and
-/// `RenormProbs` [`Backend::renorm_probs`]'s), checked by it. [`Backend::sample`] runs `Sample`
-/// then `Filter`, each taking its own rows.
+/// `RenormProbs` [`Backend::renorm_probs`]'s), checked by it.
 #[allow(missing_docs)]
 pub enum Job<'a, B: Backend + ?Sized> {
     Softmax {
@@ -177,25 +176,22 @@ pub enum Job<'a, B: Backend + ?Sized> {
         rows: &'a B::Buffer<RowParams>,
         out: Output<'a, B>,
     },
-    /// With `skip_filtered`, rows with a filter are left to a [`Job::Filter`] launch.
+    /// Every row on its own path: the plain sampler's launch, then the filter kernel's over the
+    /// rows with a filter. With `listed` (where the host knows the records, as
+    /// [`crate::Sampler`] does), those are the rows in its first `count` entries (a superset of
+    /// the filtered rows), so the filter launch is as small as the number of filtered rows.
     Sample {
         shape: Shape,
         logits: Logits<'a, B>,
         rows: &'a B::Buffer<RowParams>,
         out: Output<'a, B>,
-        skip_filtered: bool,
+        listed: Option<(&'a B::Buffer<u32>, usize)>,
     },
-    /// With `only_filtered`, rows without a filter (and greedy and seeded rows) are left alone.
-    /// With `listed`, only the rows named in its first `count` entries are visited (a superset
-    /// of the rows with a filter, which [`crate::Sampler`] knows on the host), so the launch is
-    /// as small as the number of filtered rows.
     Filter {
         shape: Shape,
         input: Input<'a, B>,
         rows: &'a B::Buffer<RowParams>,
         out: Output<'a, B>,
-        only_filtered: bool,
-        listed: Option<(&'a B::Buffer<u32>, usize)>,
     },
     MaskLogits {
         shape: Shape,
@@ -248,14 +244,16 @@ pub(crate) fn sample_rows<B: Backend + ?Sized>(
     shape: Shape,
     logits: Logits<'_, B>,
     rows: &B::Buffer<RowParams>,
-    mut out: Output<'_, B>,
+    out: Output<'_, B>,
     listed: Option<(&B::Buffer<u32>, usize)>,
 ) -> Result<()> {
     check_filter_shape(shape)?;
     check_rows::<B>(shape, logits.len(), rows)?;
     check_output(shape, &out)?;
-    b.run(Job::Sample { shape, logits, rows, out: out.reborrow(), skip_filtered: true })?;
-    b.run(Job::Filter { shape, input: Input::Logits(logits), rows, out, only_filtered: true, listed })
+    if let Some((list, count)) = listed {
+        need("row list", B::len(list), count)?;
+    }
+    b.run(Job::Sample { shape, logits, rows, out, listed })
 }
 
 /// `write` must fit: the data may be shorter than the buffer, never longer.
@@ -442,7 +440,7 @@ pub trait Backend {
         check_filter_shape(shape)?;
         check_rows::<Self>(shape, input.len(), rows)?;
         check_output(shape, &out)?;
-        self.run(Job::Filter { shape, input, rows, out, only_filtered: false, listed: None })
+        self.run(Job::Filter { shape, input, rows, out })
     }
 
     /// The logits with every token outside the row's kept set at -inf, in f32 with the input's

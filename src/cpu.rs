@@ -146,6 +146,29 @@ fn takes_filter_path(row: &RowParams) -> bool {
     row.is_sampled() && row.has_filters()
 }
 
+/// Row `r` sampled inside its kept set (the filter kernels' path), with its pass count.
+fn filtered_row(
+    input: Input<'_, CpuBackend>,
+    shape: Shape,
+    r: usize,
+    row: &RowParams,
+    mut out: Output<'_, CpuBackend>,
+) {
+    let (x, keep) = kept_set(input, shape, r, row);
+    let (token, valid, lp) = match (input, row.mode()) {
+        (Input::Logits(_), RowMode::Race) => race_logits_in(&x, row, |j| keep[j]),
+        (Input::Probs(_), RowMode::Race) => race_probs_in(&x, row, |j| keep[j]),
+        (Input::Logits(_), RowMode::Seeded) => seeded_in(&sglang_logprobs(&x, row), row, |j| keep[j]),
+        (Input::Probs(_), RowMode::Seeded) => {
+            seeded_in(&x.iter().map(|p| p.ln()).collect::<Vec<_>>(), row, |j| keep[j])
+        }
+    };
+    if let Some(passes) = out.passes.as_deref_mut() {
+        passes[r] = filters::passes(&row.filters(), shape.vocab);
+    }
+    write_output(out, r, token, valid, || lp);
+}
+
 /// SGLang's seeded race among the columns `keep` accepts, on log-probabilities `lp`: the token,
 /// whether it is valid, and its log-probability.
 fn seeded_in(lp: &[f64], row: &RowParams, keep: impl Fn(usize) -> bool) -> (usize, bool, f64) {
@@ -294,9 +317,10 @@ impl Backend for CpuBackend {
                     seeded_row(out.reborrow(), r, &lp, &rows[r]);
                 }
             }
-            Job::Sample { shape, logits, rows, mut out, skip_filtered } => {
+            Job::Sample { shape, logits, rows, mut out, listed: _ } => {
                 for r in 0..shape.batch {
-                    if skip_filtered && takes_filter_path(&rows[r]) {
+                    if takes_filter_path(&rows[r]) {
+                        filtered_row(Input::Logits(logits), shape, r, &rows[r], out.reborrow());
                         continue;
                     }
                     let x = row_values(logits, shape, r);
@@ -309,29 +333,9 @@ impl Backend for CpuBackend {
                     }
                 }
             }
-            Job::Filter { shape, input, rows, mut out, only_filtered, listed } => {
-                let all: Vec<usize> = match listed {
-                    Some((list, count)) => list[..count].iter().map(|&r| r as usize).collect(),
-                    None => (0..shape.batch).collect(),
-                };
-                for r in all {
-                    let row = &rows[r];
-                    if only_filtered && !takes_filter_path(row) {
-                        continue;
-                    }
-                    let (x, keep) = kept_set(input, shape, r, row);
-                    let (token, valid, lp) = match (input, row.mode()) {
-                        (Input::Logits(_), RowMode::Race) => race_logits_in(&x, row, |j| keep[j]),
-                        (Input::Probs(_), RowMode::Race) => race_probs_in(&x, row, |j| keep[j]),
-                        (Input::Logits(_), RowMode::Seeded) => seeded_in(&sglang_logprobs(&x, row), row, |j| keep[j]),
-                        (Input::Probs(_), RowMode::Seeded) => {
-                            seeded_in(&x.iter().map(|p| p.ln()).collect::<Vec<_>>(), row, |j| keep[j])
-                        }
-                    };
-                    if let Some(passes) = out.passes.as_deref_mut() {
-                        passes[r] = filters::passes(&row.filters(), shape.vocab);
-                    }
-                    write_output(out.reborrow(), r, token, valid, || lp);
+            Job::Filter { shape, input, rows, mut out } => {
+                for r in 0..shape.batch {
+                    filtered_row(input, shape, r, &rows[r], out.reborrow());
                 }
             }
             Job::MaskLogits { shape, logits, rows, masked } => {

@@ -23,11 +23,9 @@ pub const FLAG_LOGPROBS: u32 = 1;
 pub const FLAG_STATUS: u32 = 2;
 
 /// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter
-/// (filter kernels); leave those rows out (the plain sampler); take the rows of a list (filter
-/// kernels).
+/// (filter kernels); take the rows of a list (filter kernels).
 pub const FLAG_PASSES: u32 = 4;
 pub const FLAG_FILTERED_ONLY: u32 = 8;
-pub const FLAG_SKIP_FILTERED: u32 = 16;
 pub const FLAG_ROW_LIST: u32 = 32;
 
 /// Word indices of the row record that the layout of `RowParams` is checked against.

@@ -7,8 +7,8 @@ use crate::types::{Element, Shape};
 use arrayvec::ArrayVec;
 
 use crate::generated::{
-    FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SKIP_FILTERED, FLAG_STATUS, MAX_BUFFERS,
-    MAX_STAGES, PARTS_SHIFT, PART_WORDS, SLOT_WORDS, STAGE_SHIFT,
+    FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_ROW_LIST, FLAG_STATUS, MAX_BUFFERS, MAX_STAGES, PARTS_SHIFT,
+    PART_WORDS, SLOT_WORDS, STAGE_SHIFT,
 };
 
 /// A backend whose buffers have a raw handle that a launch can bind.
@@ -85,16 +85,19 @@ pub(crate) fn parts(rows: usize, vocab: usize, target_groups: u32, block: u32) -
     (target_groups / (rows as u32).max(1)).min(by_size).max(1)
 }
 
-/// The rows a filter sampling job launches over, and the parts each gets (1: the one-workgroup
-/// kernel; more: the staged kernel).
+/// The rows a job's filter launches go over, and the parts each gets (1: the one-workgroup
+/// kernel; more: the staged kernel); `None` for a job without filter launches.
 fn filter_parts<B: Backend + ?Sized>(
     job: &Job<'_, B>,
     target_groups: u32,
     block: u32,
     split: bool,
 ) -> Option<(usize, u32)> {
-    let Job::Filter { shape, listed, .. } = job else { return None };
-    let rows = listed.map_or(shape.batch, |(_, count)| count);
+    let (shape, rows) = match job {
+        Job::Filter { shape, .. } => (shape, shape.batch),
+        Job::Sample { shape, listed, .. } => (shape, listed.map_or(shape.batch, |(_, count)| count)),
+        _ => return None,
+    };
     Some((rows, if split { parts(rows, shape.vocab, target_groups, block) } else { 1 }))
 }
 
@@ -115,9 +118,13 @@ pub(crate) fn scratch_words<B: Backend + ?Sized>(
     records.max(slots * SLOT_WORDS)
 }
 
+/// The most launches one job takes: the plain sampler and its combine, then a staged kernel's
+/// stages.
+pub(crate) const MAX_LAUNCHES: usize = MAX_STAGES + 2;
+
 /// The launches of one job, in the order they must run: one; a split launch and its combine;
-/// or a staged kernel's stages.
-pub(crate) type Plan<H> = ArrayVec<Launch<H>, MAX_STAGES>;
+/// a staged kernel's stages; or the plain sampler's launches then the filter kernel's.
+pub(crate) type Plan<H> = ArrayVec<Launch<H>, MAX_LAUNCHES>;
 
 /// Binds the part records to a split kernel's launch and, when its rows get more than one part,
 /// widens its grid to `batch x parts` and adds the `combine` launch that writes the results.
@@ -147,25 +154,6 @@ fn split_rows<'a, B: Device + ?Sized>(
     };
     plan.extend([first, combine]);
     plan
-}
-
-/// A filter sampling launch with its rows split in `parts`: the staged kernel's launches, one per
-/// stage with the stage in its flags, over `rows x parts` workgroups, the scratch bound last.
-fn staged<H: Copy>(mut launch: Launch<H>, rows: usize, parts: u32, partials: H) -> Plan<H> {
-    launch.kernel = match launch.kernel.name.strip_prefix("filter_") {
-        Some(rest) => named("filter_split", rest),
-        None => unreachable!("only the filter kernels are staged"),
-    };
-    launch.buffers.push(Some(partials));
-    launch.params[3] |= parts << PARTS_SHIFT;
-    launch.work = Work::Rows(rows as u32 * parts);
-    (0..launch.kernel.stages)
-        .map(|stage| {
-            let mut l = launch.clone();
-            l.params[3] |= stage << STAGE_SHIFT;
-            l
-        })
-        .collect()
 }
 
 fn suffixed<B: Backend + ?Sized>(family: &str, logits: &Logits<'_, B>) -> &'static KernelSource {
@@ -233,16 +221,64 @@ impl<'a, H: Copy> Launch<H> {
     /// The launches of `job`, the split kernels' rows spread as `split` says.
     pub fn plan<B: Device<Handle<'a> = H> + ?Sized>(job: &'a Job<'a, B>, split: &Split<H>) -> Plan<H> {
         let first = Self::from_job(job);
+        let filters = filter_parts(job, split.target_groups, split.block, split.split_filters);
         match job {
-            Job::Greedy { shape, out, .. } | Job::RaceLogits { shape, out, .. } | Job::Sample { shape, out, .. } => {
+            Job::Sample { shape, logits, rows, out, listed } => {
+                // The plain rows, then the filter kernel's launches over the filtered rows.
+                let listed = listed.map(|(list, count)| (B::handle(list), count));
+                let inputs = bind([Some(logits_handle(logits)), Some(B::handle(*rows))]);
+                let filter = sampling::<B>(suffixed("filter_logits", logits), *shape, inputs, out, FLAG_FILTERED_ONLY);
+                let (filtered, parts) = filters.unwrap_or((shape.batch, 1));
+                let mut plan = split_rows::<B>(first, *shape, out, split, "combine_logits");
+                plan.extend(filter.with_list(listed).staged(filtered, parts, split.partials));
+                plan
+            }
+            Job::Greedy { shape, out, .. } | Job::RaceLogits { shape, out, .. } => {
                 split_rows::<B>(first, *shape, out, split, "combine_logits")
             }
             Job::RaceProbs { shape, out, .. } => split_rows::<B>(first, *shape, out, split, "combine_probs"),
-            _ => match filter_parts(job, split.target_groups, split.block, split.split_filters) {
-                Some((rows, parts)) if parts > 1 => staged(first, rows, parts, split.partials),
-                _ => std::iter::once(first).collect(),
+            _ => match filters {
+                Some((rows, parts)) => first.staged(rows, parts, split.partials),
+                None => std::iter::once(first).collect(),
             },
         }
+    }
+
+    /// With `listed` (a row list and its length), a filter launch visits only the rows listed.
+    /// Without it, the row records stand in for the list (never read; a read-only binding,
+    /// which wgpu will not share with an unused writable output).
+    fn with_list(mut self, listed: Option<(H, usize)>) -> Self {
+        let rows = self.buffers[1];
+        self.buffers.push(listed.map_or(rows, |(list, _)| Some(list)));
+        if let Some((_, count)) = listed {
+            self.params[0] = count as u32;
+            self.params[3] |= FLAG_ROW_LIST;
+            self.work = Work::Rows(count as u32);
+        }
+        self
+    }
+
+    /// A filter sampling launch over `rows` rows: as it is with one part each, else split in
+    /// `parts` (the staged kernel's launches, one per stage with the stage in its flags, over
+    /// `rows x parts` workgroups, the scratch bound last).
+    fn staged(mut self, rows: usize, parts: u32, partials: H) -> Plan<H> {
+        if parts <= 1 {
+            return std::iter::once(self).collect();
+        }
+        self.kernel = match self.kernel.name.strip_prefix("filter_") {
+            Some(rest) => named("filter_split", rest),
+            None => unreachable!("only the filter kernels are staged"),
+        };
+        self.buffers.push(Some(partials));
+        self.params[3] |= parts << PARTS_SHIFT;
+        self.work = Work::Rows(rows as u32 * parts);
+        (0..self.kernel.stages)
+            .map(|stage| {
+                let mut l = self.clone();
+                l.params[3] |= stage << STAGE_SHIFT;
+                l
+            })
+            .collect()
     }
 
     fn from_job<B: Device<Handle<'a> = H> + ?Sized>(job: &'a Job<'a, B>) -> Self {
@@ -281,27 +317,17 @@ impl<'a, H: Copy> Launch<H> {
                 let inputs = bind([Some(logits_handle(logits)), Some(B::handle(*r))]);
                 sampling::<B>(suffixed("seeded_logits", logits), *shape, inputs, out, 0)
             }
-            Job::Sample { shape, logits, rows: r, out, skip_filtered } => {
+            // The plain sampler, which leaves the filtered rows to the filter launches `plan` adds.
+            Job::Sample { shape, logits, rows: r, out, .. } => {
                 let inputs = bind([Some(logits_handle(logits)), Some(B::handle(*r))]);
-                let flags = if *skip_filtered { FLAG_SKIP_FILTERED } else { 0 };
-                sampling::<B>(suffixed("sample", logits), *shape, inputs, out, flags)
+                sampling::<B>(suffixed("sample", logits), *shape, inputs, out, 0)
             }
-            Job::Filter { shape, input, rows: r, out, only_filtered, listed } => {
+            Job::Filter { shape, input, rows: r, out } => {
                 let (kernel, x) = match input {
                     Input::Logits(l) => (suffixed("filter_logits", l), logits_handle(l)),
                     Input::Probs(p) => (source("filter_probs"), B::handle(*p)),
                 };
-                let flags = if *only_filtered { FLAG_FILTERED_ONLY } else { 0 };
-                let mut launch = sampling::<B>(kernel, *shape, bind([Some(x), Some(B::handle(*r))]), out, flags);
-                // Without a list, the row records stand in (never read; a read-only binding, which
-                // wgpu will not share with an unused writable output).
-                launch.buffers.push(Some(listed.map_or(B::handle(*r), |(list, _)| B::handle(list))));
-                if let Some((_, count)) = listed {
-                    launch.params[0] = *count as u32;
-                    launch.params[3] |= FLAG_ROW_LIST;
-                    launch.work = Work::Rows(*count as u32);
-                }
-                launch
+                sampling::<B>(kernel, *shape, bind([Some(x), Some(B::handle(*r))]), out, 0).with_list(None)
             }
             Job::MaskLogits { shape, logits, rows: r, masked } => Launch {
                 kernel: suffixed("mask_logits", logits),

@@ -1,5 +1,6 @@
-//! The per-row sampler: a batch mixing greedy, Philox-race, filtered and seeded rows is two
-//! launches, and each row gets exactly the token its own path gives alone, on every backend.
+//! The per-row sampler: a batch mixing greedy, Philox-race, filtered and seeded rows is the same
+//! launches whatever the mix, and each row gets exactly the token its own path gives alone, on
+//! every backend, whether the backend splits the filtered rows over workgroups or not.
 
 #[macro_use]
 mod common;
@@ -93,6 +94,57 @@ pub fn sampler_steps<B: Backend>(b: &B) {
     }
     let err = sampler.step(shape, Logits::F32(&x), &[RowParams::greedy()], Output::new(&mut t));
     assert!(matches!(err, Err(Error::Shape(_))), "{err:?}");
+}
+
+/// A sampling call gives the same rows on one device whether the filtered rows are split over
+/// workgroups (the staged filter kernel after the plain launches, as on GPUs) or not (one
+/// workgroup each, as on a CPU adapter), through [`Backend::sample`] and [`Sampler::step`]
+/// (which lists the filtered rows). Small batches of long rows, so the plain rows are split too
+/// and the filter launches follow a split launch and its combine in the same submission.
+pub fn split_and_whole_rows_agree<B: Backend>(split: &B, whole: &B) {
+    let mut rng = Rng::new(31);
+    let mut rows_seen = 0;
+    for shape in [Shape::dense(2, 151_936), Shape::dense(7, 40_000)] {
+        let logits: Vec<f32> = (0..shape.elements()).map(|_| rng.normal(3.0) as f32).collect();
+        let mut rows = mixed_rows(&mut rng, shape.batch, 5);
+        rows.reverse();
+        let run = |b: &B, stepped: bool| {
+            let (x, r) = (b.upload(&logits).unwrap(), b.upload(&rows).unwrap());
+            let (mut t, mut lp) = (b.zeros::<u32>(shape.batch).unwrap(), b.zeros::<f32>(shape.batch).unwrap());
+            let mut st = b.zeros::<u32>(shape.batch).unwrap();
+            let out = Output::new(&mut t).with_logprobs(&mut lp).with_status(&mut st);
+            if stepped {
+                Sampler::new(b, shape.batch).unwrap().step(shape, Logits::F32(&x), &rows, out).unwrap();
+            } else {
+                b.sample(shape, Logits::F32(&x), &r, out).unwrap();
+            }
+            (b.download(&t).unwrap(), b.download(&lp).unwrap(), b.download(&st).unwrap())
+        };
+        for stepped in [false, true] {
+            let (s, w) = (run(split, stepped), run(whole, stepped));
+            for r in 0..shape.batch {
+                let what = format!("row {r} of {shape:?} ({}), {:?}", if stepped { "step" } else { "sample" }, rows[r]);
+                assert_eq!((s.0[r], s.2[r]), (w.0[r], w.2[r]), "token and status, {what}");
+                let close = s.1[r] == w.1[r] || (s.1[r] - w.1[r]).abs() <= 1e-6 * w.1[r].abs();
+                assert!(close, "log-probability {} vs {}, {what}", s.1[r], w.1[r]);
+                rows_seen += 1;
+            }
+        }
+    }
+    eprintln!("{}: {rows_seen} rows equal split and whole", split.describe());
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_split_and_whole_rows_agree() {
+    // Two backends of their own: one splits filtered rows (as GPUs do), one does not.
+    let made = crate::common::wgpu().map(|_| {
+        let make = |split| sampling_kernels::WgpuBackend::new().unwrap().with_split_filters(split);
+        (make(true), make(false))
+    });
+    crate::common::on("wgpu", "split_and_whole_rows_agree", made.as_ref().map(|(s, _)| s), |s| {
+        split_and_whole_rows_agree(s, &made.as_ref().unwrap().1)
+    });
 }
 
 suite!(cpu, crate::common::cpu, sampler_steps);

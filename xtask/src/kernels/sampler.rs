@@ -3,7 +3,7 @@
 use super::filters::row_is_filtered;
 use super::sampling::{
     for_each_row_part, kernel, mark_not_raced, partials_buffer, race_row, row_temperature, row_word, word, Dtype, Race,
-    FLAG_SKIP_FILTERED, MODE_SEEDED,
+    MODE_SEEDED,
 };
 use super::seeded::{functions, logits_buffers, seeded_logits_row};
 use super::{math, philox};
@@ -11,16 +11,17 @@ use crate::ir::*;
 
 /// The per-row sampler: each row runs its own mode's path (the Philox race, greedy below
 /// 1e-6, or SGLang's seeded float64 race), so any mix of rows is one launch and each row pays
-/// only for its own path. A race row reads its logits once, a seeded row three times.
+/// only for its own path. A race row reads its logits once, a seeded row three times. Rows with
+/// a filter are left to the filter kernels, launched after this one over those rows.
 fn sample(dtype: Dtype) -> Kernel {
     let mut b = Block::new();
     for_each_row_part(&mut b, |b| {
-        // With FLAG_SKIP_FILTERED, rows with a filter are the filter kernel's (the second launch).
+        // Rows with a filter are the filter kernel's (the launch that follows this one).
         b.let_("skip", Ty::Bool, boolean(false));
         b.scope(|b| {
             row_temperature(b);
             let filtered = row_is_filtered(b);
-            b.set("skip", filtered.and((param("flags") & u(FLAG_SKIP_FILTERED)).ne_(u(0))));
+            b.set("skip", filtered);
         });
         // The mode is the same for every invocation of the row's workgroup: the branch is uniform.
         let seeded = row_word(word::MODE).eq_(u(MODE_SEEDED));

@@ -40,10 +40,9 @@ pub const FLAG_LOGPROBS: u32 = 1;
 pub const FLAG_STATUS: u32 = 2;
 /// Flag bit 2 asks the filter kernels for the number of passes each row took.
 pub const FLAG_PASSES: u32 = 4;
-/// Flag bit 3: the filter kernels take only the rows with a filter (the per-row sampler's second
-/// launch); flag bit 4: the plain sampler leaves those rows to them (its first launch).
+/// Flag bit 3: the filter kernels take only the rows with a filter (the per-row sampler's
+/// launch after `sample_*`, which leaves those rows to them).
 pub const FLAG_FILTERED_ONLY: u32 = 8;
-pub const FLAG_SKIP_FILTERED: u32 = 16;
 /// Flag bit 5: the filter kernels take the rows `listed[0..batch]` instead of rows `0..batch`
 /// (the per-row sampler's host knows which rows have a filter, so it launches only those).
 pub const FLAG_ROW_LIST: u32 = 32;
