@@ -3,8 +3,7 @@
 
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
-use crate::generated::MAX_STAGES;
-use crate::launch::{scratch_words, Device, Launch, Plan, Split};
+use crate::launch::{scratch_words, Device, Launch, Plan, Split, MAX_LAUNCHES};
 use crate::timing::{Clock, LaunchTime};
 use crate::types::Element;
 use arrayvec::ArrayVec;
@@ -56,19 +55,37 @@ const GPU_TARGET_GROUPS: u32 = 1024;
 /// do; batches of up to 8 rows still take the split path the GPUs take, so it is tested.
 const CPU_TARGET_GROUPS: u32 = 16;
 
+/// A launch's buffers in binding order (`None`: the unused output), what its bind group is made
+/// of besides the kernel and its parameter slot.
+type BoundBuffers = ArrayVec<Option<wgpu::Buffer>, { crate::generated::MAX_BUFFERS }>;
+
+/// Bind groups kept per kernel and parameter slot: an engine that alternates between a few
+/// logits buffers still finds its own; one that makes a new buffer per call keeps at most this
+/// many of its old ones alive.
+const BIND_GROUPS_KEPT: usize = 4;
+
+/// The bind groups kept for one kernel and parameter slot, with their buffers, oldest first.
+type KeptBindGroups = ArrayVec<(BoundBuffers, wgpu::BindGroup), BIND_GROUPS_KEPT>;
+
 /// Samples with the generated WGSL on one wgpu device and queue.
 pub struct WgpuBackend {
     device: wgpu::Device,
     queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
     /// The uniforms `batch, vocab, stride, flags` of a job's launches, one per
-    /// [`PARAMS_STRIDE`] bytes, rewritten before each submit.
+    /// [`PARAMS_STRIDE`] bytes, written before a submit whose launches differ in them from the
+    /// last one's.
     params: wgpu::Buffer,
     /// Bound where a kernel's log-probability output is not asked for.
     unused_output: wgpu::Buffer,
     pipelines: Mutex<HashMap<&'static str, Arc<wgpu::ComputePipeline>>>,
-    /// Held from the parameter write to the submit, so concurrent calls cannot swap parameters.
-    submit: Mutex<()>,
+    /// The bind groups of recent launches by kernel and parameter slot, the most recent last,
+    /// so a decode loop that samples the same buffers step after step makes none (wgpu
+    /// allocates for each). A bind group keeps its buffers alive, so only a few are kept.
+    bind_groups: Mutex<HashMap<(&'static str, usize), KeptBindGroups>>,
+    /// What the parameter buffer holds (its first bytes; the rest unwritten yet). Held from the
+    /// parameter write to the submit, so concurrent calls cannot swap parameters.
+    submit: Mutex<ArrayVec<u8, { MAX_LAUNCHES * PARAMS_STRIDE }>>,
     /// Where the device has TIMESTAMP_QUERY: what [`WgpuBackend::time_launches`] writes to.
     timestamps: Option<Timestamps>,
     /// Inside [`WgpuBackend::time_launches`], how many launches it has timed so far.
@@ -188,7 +205,7 @@ impl WgpuBackend {
         };
         let params = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("sampling-kernels params"),
-            size: (MAX_STAGES * PARAMS_STRIDE) as u64,
+            size: (MAX_LAUNCHES * PARAMS_STRIDE) as u64,
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
@@ -206,6 +223,7 @@ impl WgpuBackend {
             params,
             unused_output,
             pipelines: Mutex::default(),
+            bind_groups: Mutex::default(),
             submit: Mutex::default(),
             timestamps,
             timing: Mutex::default(),
@@ -319,11 +337,49 @@ impl WgpuBackend {
         Ok(pipeline)
     }
 
+    /// The bind group of `launch` with its parameters at byte `slot` of the parameter buffer:
+    /// from the cache, or made and kept.
+    fn bind_group(
+        &self,
+        launch: &Launch<&wgpu::Buffer>,
+        pipeline: &wgpu::ComputePipeline,
+        slot: usize,
+    ) -> Result<wgpu::BindGroup> {
+        let buffers: BoundBuffers = launch.buffers.iter().map(|b| b.cloned()).collect();
+        let mut cache = self.bind_groups.lock().map_err(|_| device_error("bind group cache poisoned"))?;
+        let kept = cache.entry((launch.kernel.name, slot)).or_default();
+        if let Some((_, group)) = kept.iter().find(|(bound, _)| *bound == buffers) {
+            return Ok(group.clone());
+        }
+        let mut entries: ArrayVec<wgpu::BindGroupEntry, { crate::generated::MAX_BUFFERS + 1 }> = launch
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.unwrap_or(&self.unused_output).as_entire_binding(),
+            })
+            .collect();
+        let own = wgpu::BufferBinding { buffer: &self.params, offset: slot as u64, size: wgpu::BufferSize::new(16) };
+        entries
+            .push(wgpu::BindGroupEntry { binding: entries.len() as u32, resource: wgpu::BindingResource::Buffer(own) });
+        let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(launch.kernel.name),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        if kept.is_full() {
+            kept.remove(0);
+        }
+        kept.push((buffers, group.clone()));
+        Ok(group)
+    }
+
     /// Records a job's launches (a split launch and its combine, or a staged kernel's stages)
     /// in one command buffer, each in its own pass with its own slot of the parameter buffer,
     /// and submits them at once.
     fn dispatch(&self, plan: Plan<&wgpu::Buffer>) -> Result<()> {
-        let mut pipelines: ArrayVec<Arc<wgpu::ComputePipeline>, MAX_STAGES> = ArrayVec::new();
+        let mut pipelines: ArrayVec<Arc<wgpu::ComputePipeline>, MAX_LAUNCHES> = ArrayVec::new();
         for launch in &plan {
             let needs = [
                 (launch.kernel.needs_f64, wgpu::Features::SHADER_F64, "SHADER_F64"),
@@ -338,39 +394,27 @@ impl WgpuBackend {
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
-        let mut params = [0u8; MAX_STAGES * PARAMS_STRIDE];
+        let mut params = [0u8; MAX_LAUNCHES * PARAMS_STRIDE];
         let mut encoder = self.device.create_command_encoder(&Default::default());
         for (i, (launch, pipeline)) in plan.iter().zip(&pipelines).enumerate() {
             let slot = i * PARAMS_STRIDE;
             params[slot..slot + 16].copy_from_slice(bytemuck::cast_slice(&launch.params));
-            let mut entries: ArrayVec<wgpu::BindGroupEntry, { crate::generated::MAX_BUFFERS + 1 }> = launch
-                .buffers
-                .iter()
-                .enumerate()
-                .map(|(i, b)| wgpu::BindGroupEntry {
-                    binding: i as u32,
-                    resource: b.unwrap_or(&self.unused_output).as_entire_binding(),
-                })
-                .collect();
-            let own =
-                wgpu::BufferBinding { buffer: &self.params, offset: slot as u64, size: wgpu::BufferSize::new(16) };
-            entries.push(wgpu::BindGroupEntry {
-                binding: entries.len() as u32,
-                resource: wgpu::BindingResource::Buffer(own),
-            });
-            let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some(launch.kernel.name),
-                layout: &pipeline.get_bind_group_layout(0),
-                entries: &entries,
-            });
+            let bind_group = self.bind_group(launch, pipeline, slot)?;
             let timestamp_writes = self.timestamp_writes()?;
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(launch.work.groups(crate::generated::WGPU_BLOCK, max_groups), 1, 1);
         }
-        let _order = self.submit.lock().map_err(|_| device_error("submit lock poisoned"))?;
-        self.queue.write_buffer(&self.params, 0, &params[..(plan.len().max(1) - 1) * PARAMS_STRIDE + 16]);
+        let mut written = self.submit.lock().map_err(|_| device_error("submit lock poisoned"))?;
+        // A decode loop launches the same shapes step after step: their parameters are written
+        // once (each write allocates inside wgpu).
+        let used = &params[..(plan.len().max(1) - 1) * PARAMS_STRIDE + 16];
+        if !written.starts_with(used) {
+            self.queue.write_buffer(&self.params, 0, used);
+            written.clear();
+            written.extend(used.iter().copied());
+        }
         self.queue.submit([encoder.finish()]);
         match pollster::block_on(scope.pop()) {
             Some(e) => Err(device_error(format!("kernel {}: {e}", plan[0].kernel.name))),
