@@ -14,7 +14,7 @@ use crate::launch::{scratch_words, Device, Launch, Split};
 use crate::timing::{Clock, LaunchTime};
 use crate::types::Element;
 use arrayvec::ArrayVec;
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -186,26 +186,36 @@ impl Backend for CudaBackend {
 }
 
 impl CudaBackend {
+    /// Launches with the driver's `cuLaunchKernel` and the arguments on the stack: cudarc's
+    /// launch builder collects them in vectors, allocations a decode loop would make per launch.
     fn launch(&self, launch: Launch<u64>) -> Result<()> {
         let function = self.function(launch.kernel)?;
         // A null pointer for an output the kernel is told (by its flags) not to write.
         let pointers: ArrayVec<u64, { crate::generated::MAX_BUFFERS }> =
             launch.buffers.iter().map(|h| h.unwrap_or(0)).collect();
-        let mut builder = self.stream.launch_builder(&function);
-        for p in &pointers {
-            builder.arg(p);
+        let params = launch.params;
+        // The driver reads each argument through a pointer to it: the buffers in binding order,
+        // then the four u32 parameters, as the generated signature declares them.
+        let mut args: ArrayVec<*mut std::ffi::c_void, { crate::generated::MAX_BUFFERS + 4 }> = pointers
+            .iter()
+            .map(|p| p as *const u64 as *mut std::ffi::c_void)
+            .chain(params.iter().map(|p| p as *const u32 as *mut std::ffi::c_void))
+            .collect();
+        let grid = launch.work.groups(self.block, i32::MAX as u32);
+        self.stream.context().bind_to_thread().map_err(cuda_error)?;
+        // SAFETY: the arguments match the generated signature and outlive the call (the driver
+        // copies them at launch), and every buffer was checked to cover the shape before this
+        // job was built.
+        unsafe {
+            cudarc::driver::result::launch_kernel(
+                function.cu_function(),
+                (grid, 1, 1),
+                (self.block, 1, 1),
+                0,
+                self.stream.cu_stream(),
+                &mut args,
+            )
         }
-        for p in &launch.params {
-            builder.arg(p);
-        }
-        let config = LaunchConfig {
-            grid_dim: (launch.work.groups(self.block, i32::MAX as u32), 1, 1),
-            block_dim: (self.block, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: the arguments match the generated signature (buffers in binding order, then four
-        // u32), and every buffer was checked to cover the shape before this job was built.
-        unsafe { builder.launch(config) }.map_err(cuda_error)?;
-        Ok(())
+        .map_err(cuda_error)
     }
 }
