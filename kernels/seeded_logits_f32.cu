@@ -145,245 +145,263 @@ __device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
-    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, const unsigned int* __restrict__ listed, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_red_f32[33];
     __shared__ double sk_am_f64[33];
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
-        unsigned int row = slot;
+        unsigned int row = ((((flags & 32u) != 0u)) ? (listed[slot]) : (slot));
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;
-        float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
-        bool noisy = (t_raw >= (1e-6f));
-        float temp = ((noisy) ? (t_raw) : ((1.0f)));
-        float m = sk_bitcast<float>(4286578688u);
-        for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-            {
-                unsigned int col = (c0 + 0u);
-                if ((col < col_hi)) {
-                    m = fmaxf(m, (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp));
-                }
-            }
-            {
-                unsigned int col = (c0 + 1u);
-                if ((col < col_hi)) {
-                    m = fmaxf(m, (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp));
-                }
-            }
-            {
-                unsigned int col = (c0 + 2u);
-                if ((col < col_hi)) {
-                    m = fmaxf(m, (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp));
-                }
-            }
-            {
-                unsigned int col = (c0 + 3u);
-                if ((col < col_hi)) {
-                    m = fmaxf(m, (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp));
-                }
-            }
+        bool takes = true;
+        if (((flags & 16u) != 0u)) {
+            float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
+            bool noisy = (t_raw >= (1e-6f));
+            float temp = ((noisy) ? (t_raw) : ((1.0f)));
+            unsigned int k_raw = rows[((row * 12u) + 2u)];
+            unsigned int kk = ((((k_raw == 0u) || (k_raw > vocab))) ? (vocab) : (k_raw));
+            float p_raw = sk_bitcast<float>(rows[((row * 12u) + 3u)]);
+            float pp = ((((p_raw > (0.0f)) && (p_raw < (1.0f)))) ? (p_raw) : ((1.0f)));
+            float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
+            float mp = (((mp_raw > (0.0f))) ? (fminf(mp_raw, (1.0f))) : ((0.0f)));
+            bool searched = ((kk < vocab) || (pp < (1.0f)));
+            bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
+            bool filtered = (noisy && (searched || (mp > (0.0f))));
+            takes = ((rows[((row * 12u) + 1u)] == 1u) && (!filtered));
         }
-        float row_max = (0.0f);
-        {
-            float sk_v = m;
-            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                sk_v = fmaxf(sk_v, ov);
+        if (takes) {
+            float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
+            bool noisy = (t_raw >= (1e-6f));
+            float temp = ((noisy) ? (t_raw) : ((1.0f)));
+            float m = sk_bitcast<float>(4286578688u);
+            for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                {
+                    unsigned int col = (c0 + 0u);
+                    if ((col < col_hi)) {
+                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp));
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 1u);
+                    if ((col < col_hi)) {
+                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp));
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 2u);
+                    if ((col < col_hi)) {
+                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp));
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 3u);
+                    if ((col < col_hi)) {
+                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp));
+                    }
+                }
             }
-            if ((threadIdx.x & 31u) == 0u) {
-                sk_red_f32[threadIdx.x >> 5] = sk_v;
-            }
-            __syncthreads();
-            if (threadIdx.x < 32u) {
-                sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+            float row_max = (0.0f);
+            {
+                float sk_v = m;
                 for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                     float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                     sk_v = fmaxf(sk_v, ov);
                 }
-                if (threadIdx.x == 0u) {
-                    sk_red_f32[32] = sk_v;
+                if ((threadIdx.x & 31u) == 0u) {
+                    sk_red_f32[threadIdx.x >> 5] = sk_v;
+                }
+                __syncthreads();
+                if (threadIdx.x < 32u) {
+                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = fmaxf(sk_v, ov);
+                    }
+                    if (threadIdx.x == 0u) {
+                        sk_red_f32[32] = sk_v;
+                    }
+                }
+                __syncthreads();
+                row_max = sk_red_f32[32];
+                __syncthreads();
+            }
+            float s = (0.0f);
+            float comp = (0.0f);
+            for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                {
+                    unsigned int col = (c0 + 0u);
+                    if ((col < col_hi)) {
+                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) - comp);
+                        float t = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 1u);
+                    if ((col < col_hi)) {
+                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) - comp);
+                        float t = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 2u);
+                    if ((col < col_hi)) {
+                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) - comp);
+                        float t = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 3u);
+                    if ((col < col_hi)) {
+                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) - comp);
+                        float t = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
+                    }
                 }
             }
-            __syncthreads();
-            row_max = sk_red_f32[32];
-            __syncthreads();
-        }
-        float s = (0.0f);
-        float comp = (0.0f);
-        for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+            float row_sum = (0.0f);
             {
-                unsigned int col = (c0 + 0u);
-                if ((col < col_hi)) {
-                    float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) - comp);
-                    float t = (s + y);
-                    comp = ((t - s) - y);
-                    s = t;
-                }
-            }
-            {
-                unsigned int col = (c0 + 1u);
-                if ((col < col_hi)) {
-                    float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) - comp);
-                    float t = (s + y);
-                    comp = ((t - s) - y);
-                    s = t;
-                }
-            }
-            {
-                unsigned int col = (c0 + 2u);
-                if ((col < col_hi)) {
-                    float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) - comp);
-                    float t = (s + y);
-                    comp = ((t - s) - y);
-                    s = t;
-                }
-            }
-            {
-                unsigned int col = (c0 + 3u);
-                if ((col < col_hi)) {
-                    float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) - comp);
-                    float t = (s + y);
-                    comp = ((t - s) - y);
-                    s = t;
-                }
-            }
-        }
-        float row_sum = (0.0f);
-        {
-            float sk_v = (s - comp);
-            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                sk_v = sk_v + ov;
-            }
-            if ((threadIdx.x & 31u) == 0u) {
-                sk_red_f32[threadIdx.x >> 5] = sk_v;
-            }
-            __syncthreads();
-            if (threadIdx.x < 32u) {
-                sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+                float sk_v = (s - comp);
                 for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                     float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                     sk_v = sk_v + ov;
                 }
-                if (threadIdx.x == 0u) {
-                    sk_red_f32[32] = sk_v;
+                if ((threadIdx.x & 31u) == 0u) {
+                    sk_red_f32[threadIdx.x >> 5] = sk_v;
+                }
+                __syncthreads();
+                if (threadIdx.x < 32u) {
+                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = sk_v + ov;
+                    }
+                    if (threadIdx.x == 0u) {
+                        sk_red_f32[32] = sk_v;
+                    }
+                }
+                __syncthreads();
+                row_sum = sk_red_f32[32];
+                __syncthreads();
+            }
+            float inv = (((row_sum > (0.0f))) ? (((1.0f) / row_sum)) : ((0.0f)));
+            double best = sk_bitcast<double>(18442240474082181120ull);
+            unsigned int best_i = 4294967295u;
+            for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                {
+                    unsigned int col = (c0 + 0u);
+                    if ((col < col_hi)) {
+                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) * inv);
+                        double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
+                        double s64 = lp;
+                        if (noisy) {
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        if (((s64 > best) || (best_i == 4294967295u))) {
+                            best = s64;
+                            best_i = col;
+                        }
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 1u);
+                    if ((col < col_hi)) {
+                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) * inv);
+                        double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
+                        double s64 = lp;
+                        if (noisy) {
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        if (((s64 > best) || (best_i == 4294967295u))) {
+                            best = s64;
+                            best_i = col;
+                        }
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 2u);
+                    if ((col < col_hi)) {
+                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) * inv);
+                        double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
+                        double s64 = lp;
+                        if (noisy) {
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        if (((s64 > best) || (best_i == 4294967295u))) {
+                            best = s64;
+                            best_i = col;
+                        }
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 3u);
+                    if ((col < col_hi)) {
+                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) * inv);
+                        double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
+                        double s64 = lp;
+                        if (noisy) {
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        if (((s64 > best) || (best_i == 4294967295u))) {
+                            best = s64;
+                            best_i = col;
+                        }
+                    }
                 }
             }
-            __syncthreads();
-            row_sum = sk_red_f32[32];
-            __syncthreads();
-        }
-        float inv = (((row_sum > (0.0f))) ? (((1.0f) / row_sum)) : ((0.0f)));
-        double best = sk_bitcast<double>(18442240474082181120ull);
-        unsigned int best_i = 4294967295u;
-        for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+            double win = (0.0);
+            unsigned int tok = 0u;
             {
-                unsigned int col = (c0 + 0u);
-                if ((col < col_hi)) {
-                    float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) * inv);
-                    double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
-                    double s64 = lp;
-                    if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                    }
-                    if (((s64 > best) || (best_i == 4294967295u))) {
-                        best = s64;
-                        best_i = col;
-                    }
-                }
-            }
-            {
-                unsigned int col = (c0 + 1u);
-                if ((col < col_hi)) {
-                    float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) * inv);
-                    double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
-                    double s64 = lp;
-                    if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                    }
-                    if (((s64 > best) || (best_i == 4294967295u))) {
-                        best = s64;
-                        best_i = col;
-                    }
-                }
-            }
-            {
-                unsigned int col = (c0 + 2u);
-                if ((col < col_hi)) {
-                    float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) * inv);
-                    double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
-                    double s64 = lp;
-                    if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                    }
-                    if (((s64 > best) || (best_i == 4294967295u))) {
-                        best = s64;
-                        best_i = col;
-                    }
-                }
-            }
-            {
-                unsigned int col = (c0 + 3u);
-                if ((col < col_hi)) {
-                    float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp) - row_max)))))) * inv);
-                    double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
-                    double s64 = lp;
-                    if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                    }
-                    if (((s64 > best) || (best_i == 4294967295u))) {
-                        best = s64;
-                        best_i = col;
-                    }
-                }
-            }
-        }
-        double win = (0.0);
-        unsigned int tok = 0u;
-        {
-            double sk_v = best;
-            unsigned int sk_i = best_i;
-            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-            }
-            if ((threadIdx.x & 31u) == 0u) {
-                sk_am_f64[threadIdx.x >> 5] = sk_v;
-                sk_am_i[threadIdx.x >> 5] = sk_i;
-            }
-            __syncthreads();
-            if (threadIdx.x < 32u) {
-                sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                double sk_v = best;
+                unsigned int sk_i = best_i;
                 for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                     double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                     unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
                     if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
                 }
-                if (threadIdx.x == 0u) {
-                    sk_am_f64[32] = sk_v;
-                    sk_am_i[32] = sk_i;
+                if ((threadIdx.x & 31u) == 0u) {
+                    sk_am_f64[threadIdx.x >> 5] = sk_v;
+                    sk_am_i[threadIdx.x >> 5] = sk_i;
+                }
+                __syncthreads();
+                if (threadIdx.x < 32u) {
+                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
+                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                    }
+                    if (threadIdx.x == 0u) {
+                        sk_am_f64[32] = sk_v;
+                        sk_am_i[32] = sk_i;
+                    }
+                }
+                __syncthreads();
+                win = sk_am_f64[32];
+                tok = sk_am_i[32];
+                __syncthreads();
+            }
+            bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
+            if ((threadIdx.x == 0u)) {
+                tokens[row] = ((valid) ? (tok) : (0u));
+                if (((flags & 2u) != 0u)) {
+                    status[row] = ((valid) ? (1u) : (0u));
                 }
             }
-            __syncthreads();
-            win = sk_am_f64[32];
-            tok = sk_am_i[32];
-            __syncthreads();
-        }
-        bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
-        if ((threadIdx.x == 0u)) {
-            tokens[row] = ((valid) ? (tok) : (0u));
-            if (((flags & 2u) != 0u)) {
-                status[row] = ((valid) ? (1u) : (0u));
-            }
-        }
-        if (((flags & 1u) != 0u)) {
-            float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + tok)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + tok)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + tok)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + tok)])) / temp) - row_max)))))) * inv);
-            double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
-            if ((threadIdx.x == 0u)) {
-                logprobs[row] = ((valid) ? (((float)(lp))) : (sk_bitcast<float>(4286578688u)));
+            if (((flags & 1u) != 0u)) {
+                float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(x[(base + tok)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + tok)])) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(x[(base + tok)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + tok)])) / temp) - row_max)))))) * inv);
+                double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
+                if ((threadIdx.x == 0u)) {
+                    logprobs[row] = ((valid) ? (((float)(lp))) : (sk_bitcast<float>(4286578688u)));
+                }
             }
         }
     }

@@ -17,7 +17,8 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> tokens: array<u32>;
 @group(0) @binding(3) var<storage, read_write> logprobs: array<f32>;
 @group(0) @binding(4) var<storage, read_write> status: array<u32>;
-@group(0) @binding(5) var<uniform> params: Params;
+@group(0) @binding(5) var<storage, read> listed: array<u32>;
+@group(0) @binding(6) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
@@ -167,204 +168,222 @@ fn sk_seeded_gumbel32(h_in: u32) -> f32 {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
-        var row: u32 = slot;
+        var row: u32 = select(slot, listed[slot], ((params.flags & 32u) != 0u));
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
         var col_hi: u32 = params.vocab;
-        var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
-        var noisy: bool = (t_raw >= (1e-6f));
-        var temp: f32 = select((1.0f), t_raw, noisy);
-        var m: f32 = bitcast<f32>(4286578688u);
-        for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-            {
-                var col: u32 = (c0 + 0u);
-                if ((col < col_hi)) {
-                    m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
-                }
-            }
-            {
-                var col: u32 = (c0 + 1u);
-                if ((col < col_hi)) {
-                    m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
-                }
-            }
-            {
-                var col: u32 = (c0 + 2u);
-                if ((col < col_hi)) {
-                    m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
-                }
-            }
-            {
-                var col: u32 = (c0 + 3u);
-                if ((col < col_hi)) {
-                    m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
-                }
-            }
+        var takes: bool = true;
+        if (((params.flags & 16u) != 0u)) {
+            var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
+            var noisy: bool = (t_raw >= (1e-6f));
+            var temp: f32 = select((1.0f), t_raw, noisy);
+            var k_raw: u32 = rows[((row * 12u) + 2u)];
+            var kk: u32 = select(k_raw, params.vocab, ((k_raw == 0u) || (k_raw > params.vocab)));
+            var p_raw: f32 = bitcast<f32>(rows[((row * 12u) + 3u)]);
+            var pp: f32 = select((1.0f), p_raw, ((p_raw > (0.0f)) && (p_raw < (1.0f))));
+            var mp_raw: f32 = bitcast<f32>(rows[((row * 12u) + 4u)]);
+            var mp: f32 = select((0.0f), min(mp_raw, (1.0f)), (mp_raw > (0.0f)));
+            var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
+            var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
+            var filtered: bool = (noisy && (searched || (mp > (0.0f))));
+            takes = ((rows[((row * 12u) + 1u)] == 1u) && (!filtered));
         }
-        var row_max: f32 = (0.0f);
-        {
-            sk_red_f32[sk_lid] = m;
-            workgroupBarrier();
-            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                if (sk_lid < sk_s) {
-                    sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+        if (takes) {
+            var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
+            var noisy: bool = (t_raw >= (1e-6f));
+            var temp: f32 = select((1.0f), t_raw, noisy);
+            var m: f32 = bitcast<f32>(4286578688u);
+            for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                {
+                    var col: u32 = (c0 + 0u);
+                    if ((col < col_hi)) {
+                        m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
+                    }
                 }
+                {
+                    var col: u32 = (c0 + 1u);
+                    if ((col < col_hi)) {
+                        m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 2u);
+                    if ((col < col_hi)) {
+                        m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 3u);
+                    if ((col < col_hi)) {
+                        m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
+                    }
+                }
+            }
+            var row_max: f32 = (0.0f);
+            {
+                sk_red_f32[sk_lid] = m;
+                workgroupBarrier();
+                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                    if (sk_lid < sk_s) {
+                        sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                    }
+                    workgroupBarrier();
+                }
+                row_max = sk_red_f32[0];
                 workgroupBarrier();
             }
-            row_max = sk_red_f32[0];
-            workgroupBarrier();
-        }
-        var s: f32 = (0.0f);
-        var comp: f32 = (0.0f);
-        for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-            {
-                var col: u32 = (c0 + 0u);
-                if ((col < col_hi)) {
-                    var y: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
-                    var t: f32 = (s + y);
-                    comp = ((t - s) - y);
-                    s = t;
+            var s: f32 = (0.0f);
+            var comp: f32 = (0.0f);
+            for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                {
+                    var col: u32 = (c0 + 0u);
+                    if ((col < col_hi)) {
+                        var y: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
+                        var t: f32 = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 1u);
+                    if ((col < col_hi)) {
+                        var y: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
+                        var t: f32 = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 2u);
+                    if ((col < col_hi)) {
+                        var y: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
+                        var t: f32 = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 3u);
+                    if ((col < col_hi)) {
+                        var y: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
+                        var t: f32 = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
+                    }
                 }
             }
+            var row_sum: f32 = (0.0f);
             {
-                var col: u32 = (c0 + 1u);
-                if ((col < col_hi)) {
-                    var y: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
-                    var t: f32 = (s + y);
-                    comp = ((t - s) - y);
-                    s = t;
+                sk_red_f32[sk_lid] = (s - comp);
+                workgroupBarrier();
+                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                    if (sk_lid < sk_s) {
+                        sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+                    }
+                    workgroupBarrier();
                 }
-            }
-            {
-                var col: u32 = (c0 + 2u);
-                if ((col < col_hi)) {
-                    var y: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
-                    var t: f32 = (s + y);
-                    comp = ((t - s) - y);
-                    s = t;
-                }
-            }
-            {
-                var col: u32 = (c0 + 3u);
-                if ((col < col_hi)) {
-                    var y: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
-                    var t: f32 = (s + y);
-                    comp = ((t - s) - y);
-                    s = t;
-                }
-            }
-        }
-        var row_sum: f32 = (0.0f);
-        {
-            sk_red_f32[sk_lid] = (s - comp);
-            workgroupBarrier();
-            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                if (sk_lid < sk_s) {
-                    sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-                }
+                row_sum = sk_red_f32[0];
                 workgroupBarrier();
             }
-            row_sum = sk_red_f32[0];
-            workgroupBarrier();
-        }
-        var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
-        var best: f64 = bitcast<f64>(18442240474082181120lu);
-        var best_i: u32 = 4294967295u;
-        for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-            {
-                var col: u32 = (c0 + 0u);
-                if ((col < col_hi)) {
-                    var p: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-                    var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
-                    var s64: f64 = lp;
-                    if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+            var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
+            var best: f64 = bitcast<f64>(18442240474082181120lu);
+            var best_i: u32 = 4294967295u;
+            for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                {
+                    var col: u32 = (c0 + 0u);
+                    if ((col < col_hi)) {
+                        var p: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
+                        var s64: f64 = lp;
+                        if (noisy) {
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        if (((s64 > best) || (best_i == 4294967295u))) {
+                            best = s64;
+                            best_i = col;
+                        }
                     }
-                    if (((s64 > best) || (best_i == 4294967295u))) {
-                        best = s64;
-                        best_i = col;
+                }
+                {
+                    var col: u32 = (c0 + 1u);
+                    if ((col < col_hi)) {
+                        var p: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
+                        var s64: f64 = lp;
+                        if (noisy) {
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        if (((s64 > best) || (best_i == 4294967295u))) {
+                            best = s64;
+                            best_i = col;
+                        }
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 2u);
+                    if ((col < col_hi)) {
+                        var p: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
+                        var s64: f64 = lp;
+                        if (noisy) {
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        if (((s64 > best) || (best_i == 4294967295u))) {
+                            best = s64;
+                            best_i = col;
+                        }
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 3u);
+                    if ((col < col_hi)) {
+                        var p: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
+                        var s64: f64 = lp;
+                        if (noisy) {
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        if (((s64 > best) || (best_i == 4294967295u))) {
+                            best = s64;
+                            best_i = col;
+                        }
                     }
                 }
             }
+            var win: f64 = (0.0lf);
+            var tok: u32 = 0u;
             {
-                var col: u32 = (c0 + 1u);
-                if ((col < col_hi)) {
-                    var p: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-                    var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
-                    var s64: f64 = lp;
-                    if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                sk_am_f64[sk_lid] = best;
+                sk_am_i[sk_lid] = best_i;
+                workgroupBarrier();
+                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                    if (sk_lid < sk_s) {
+                        let ov = sk_am_f64[sk_lid + sk_s];
+                        let oi = sk_am_i[sk_lid + sk_s];
+                        if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
+                            sk_am_f64[sk_lid] = ov;
+                            sk_am_i[sk_lid] = oi;
+                        }
                     }
-                    if (((s64 > best) || (best_i == 4294967295u))) {
-                        best = s64;
-                        best_i = col;
-                    }
+                    workgroupBarrier();
                 }
-            }
-            {
-                var col: u32 = (c0 + 2u);
-                if ((col < col_hi)) {
-                    var p: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-                    var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
-                    var s64: f64 = lp;
-                    if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                    }
-                    if (((s64 > best) || (best_i == 4294967295u))) {
-                        best = s64;
-                        best_i = col;
-                    }
-                }
-            }
-            {
-                var col: u32 = (c0 + 3u);
-                if ((col < col_hi)) {
-                    var p: f32 = (select(select(sk_exp(((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-                    var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
-                    var s64: f64 = lp;
-                    if (noisy) {
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                    }
-                    if (((s64 > best) || (best_i == 4294967295u))) {
-                        best = s64;
-                        best_i = col;
-                    }
-                }
-            }
-        }
-        var win: f64 = (0.0lf);
-        var tok: u32 = 0u;
-        {
-            sk_am_f64[sk_lid] = best;
-            sk_am_i[sk_lid] = best_i;
-            workgroupBarrier();
-            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                if (sk_lid < sk_s) {
-                    let ov = sk_am_f64[sk_lid + sk_s];
-                    let oi = sk_am_i[sk_lid + sk_s];
-                    if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                        sk_am_f64[sk_lid] = ov;
-                        sk_am_i[sk_lid] = oi;
-                    }
-                }
+                win = sk_am_f64[0];
+                tok = sk_am_i[0];
                 workgroupBarrier();
             }
-            win = sk_am_f64[0];
-            tok = sk_am_i[0];
-            workgroupBarrier();
-        }
-        var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
-        if ((sk_lid == 0u)) {
-            tokens[row] = select(0u, tok, valid);
-            if (((params.flags & 2u) != 0u)) {
-                status[row] = select(0u, 1u, valid);
-            }
-        }
-        if (((params.flags & 1u) != 0u)) {
-            var p: f32 = (select(select(sk_exp(((select(sk_load_x((base + tok)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + tok))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + tok)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + tok))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-            var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
+            var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
             if ((sk_lid == 0u)) {
-                logprobs[row] = select(bitcast<f32>(4286578688u), f32(lp), valid);
+                tokens[row] = select(0u, tok, valid);
+                if (((params.flags & 2u) != 0u)) {
+                    status[row] = select(0u, 1u, valid);
+                }
+            }
+            if (((params.flags & 1u) != 0u)) {
+                var p: f32 = (select(select(sk_exp(((select(sk_load_x((base + tok)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + tok))) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(sk_load_x((base + tok)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + tok))) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
+                if ((sk_lid == 0u)) {
+                    logprobs[row] = select(bitcast<f32>(4286578688u), f32(lp), valid);
+                }
             }
         }
     }

@@ -131,6 +131,25 @@ pub enum SeededMode {
     Screened,
 }
 
+/// Where the host knows a sampling call's row records ([`crate::Sampler`] does): the rows each of
+/// the per-row sampler's launches after the plain one may take, so each is as small as its rows.
+/// Each list holds row indices, the rows in its first entries (how many, the `usize`); each is a
+/// superset of the rows its kernel takes, which checks each row again.
+pub struct RowLists<'a, B: Backend + ?Sized> {
+    /// The seeded rows (the seeded kernel takes those without a filter).
+    pub seeded: (&'a B::Buffer<u32>, usize),
+    /// The rows with a filter (the filter kernel takes those with a temperature too).
+    pub filtered: (&'a B::Buffer<u32>, usize),
+}
+
+impl<B: Backend + ?Sized> Clone for RowLists<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend + ?Sized> Copy for RowLists<'_, B> {}
+
 /// One validated kernel launch, what a backend's [`Backend::run`] executes. Each variant's
 /// fields are the arguments of the provided method of the same name ([`Backend::softmax`],
 /// [`Backend::greedy`], [`Backend::race_from_logits`], [`Backend::race_from_probs`],
@@ -176,16 +195,15 @@ pub enum Job<'a, B: Backend + ?Sized> {
         rows: &'a B::Buffer<RowParams>,
         out: Output<'a, B>,
     },
-    /// Every row on its own path: the plain sampler's launch, then the filter kernel's over the
-    /// rows with a filter. With `listed` (where the host knows the records, as
-    /// [`crate::Sampler`] does), those are the rows in its first `count` entries (a superset of
-    /// the filtered rows), so the filter launch is as small as the number of filtered rows.
+    /// Every row on its own path: the plain sampler's launch, then the seeded kernel's over the
+    /// seeded rows without a filter, then the filter kernel's over the rows with a filter (all
+    /// rows each, or the [`RowLists`] where the host knows the records).
     Sample {
         shape: Shape,
         logits: Logits<'a, B>,
         rows: &'a B::Buffer<RowParams>,
         out: Output<'a, B>,
-        listed: Option<(&'a B::Buffer<u32>, usize)>,
+        listed: Option<RowLists<'a, B>>,
     },
     Filter {
         shape: Shape,
@@ -237,21 +255,23 @@ pub enum Job<'a, B: Backend + ?Sized> {
     },
 }
 
-/// [`Backend::sample`], the filter launch visiting only the rows of `listed` (its first `count`
-/// entries) where the caller knows them on the host ([`crate::Sampler::step`]).
+/// [`Backend::sample`], the seeded and filter launches visiting only the rows `listed` where the
+/// caller knows them on the host ([`crate::Sampler::step`]).
 pub(crate) fn sample_rows<B: Backend + ?Sized>(
     b: &B,
     shape: Shape,
     logits: Logits<'_, B>,
     rows: &B::Buffer<RowParams>,
     out: Output<'_, B>,
-    listed: Option<(&B::Buffer<u32>, usize)>,
+    listed: Option<RowLists<'_, B>>,
 ) -> Result<()> {
     check_filter_shape(shape)?;
     check_rows::<B>(shape, logits.len(), rows)?;
     check_output(shape, &out)?;
-    if let Some((list, count)) = listed {
-        need("row list", B::len(list), count)?;
+    if let Some(l) = listed {
+        for (list, count) in [l.seeded, l.filtered] {
+            need("row list", B::len(list), count)?;
+        }
     }
     b.run(Job::Sample { shape, logits, rows, out, listed })
 }
@@ -404,9 +424,9 @@ pub trait Backend {
     /// race (greedy below [`crate::GREEDY_EPS`]), SGLang's seeded float64 race for rows made
     /// with [`RowParams::seeded`], or the race inside the row's top-k / top-p / min-p set. The
     /// same launches whatever the mix (the plain kernel, its combine where rows are split, then
-    /// the filter kernel, whose workgroups leave the rows without a filter at once; with the
-    /// records on the host, [`crate::Sampler::step`] launches it over the filtered rows only),
-    /// each row paying only for its own path. Gives each row the token of
+    /// the seeded kernel and the filter kernel, whose workgroups leave the rows that are not
+    /// theirs at once; with the records on the host, [`crate::Sampler::step`] launches them
+    /// over their rows only), each row paying only for its own path. Gives each row the token of
     /// [`Backend::race_from_logits`], [`Backend::seeded_from_logits`] or
     /// [`Backend::sample_filtered`].
     fn sample(

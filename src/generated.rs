@@ -23,9 +23,11 @@ pub const FLAG_LOGPROBS: u32 = 1;
 pub const FLAG_STATUS: u32 = 2;
 
 /// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter
-/// (filter kernels); take the rows of a list (filter kernels).
+/// (filter kernels); take only the seeded rows without one (seeded kernels); take the rows of a
+/// list (filter and seeded kernels).
 pub const FLAG_PASSES: u32 = 4;
 pub const FLAG_FILTERED_ONLY: u32 = 8;
+pub const FLAG_SEEDED_ONLY: u32 = 16;
 pub const FLAG_ROW_LIST: u32 = 32;
 
 /// Word indices of the row record that the layout of `RowParams` is checked against.
@@ -222,7 +224,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "seeded_logits_f32",
         wgsl: include_str!("../shaders/seeded_logits_f32.wgsl"),
         cuda: include_str!("../kernels/seeded_logits_f32.cu"),
-        buffers: &["x", "rows", "tokens", "logprobs", "status"],
+        buffers: &["x", "rows", "tokens", "logprobs", "status", "listed"],
         passes: 3,
         stages: 1,
         needs_f64: true,
@@ -232,7 +234,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "seeded_logits_f16",
         wgsl: include_str!("../shaders/seeded_logits_f16.wgsl"),
         cuda: include_str!("../kernels/seeded_logits_f16.cu"),
-        buffers: &["x", "rows", "tokens", "logprobs", "status"],
+        buffers: &["x", "rows", "tokens", "logprobs", "status", "listed"],
         passes: 3,
         stages: 1,
         needs_f64: true,
@@ -242,7 +244,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "seeded_logits_bf16",
         wgsl: include_str!("../shaders/seeded_logits_bf16.wgsl"),
         cuda: include_str!("../kernels/seeded_logits_bf16.cu"),
-        buffers: &["x", "rows", "tokens", "logprobs", "status"],
+        buffers: &["x", "rows", "tokens", "logprobs", "status", "listed"],
         passes: 3,
         stages: 1,
         needs_f64: true,
@@ -273,30 +275,30 @@ pub const KERNELS: &[KernelSource] = &[
         wgsl: include_str!("../shaders/sample_f32.wgsl"),
         cuda: include_str!("../kernels/sample_f32.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status", "partials"],
-        passes: 3,
+        passes: 1,
         stages: 1,
-        needs_f64: true,
-        needs_int64: true,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "sample_f16",
         wgsl: include_str!("../shaders/sample_f16.wgsl"),
         cuda: include_str!("../kernels/sample_f16.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status", "partials"],
-        passes: 3,
+        passes: 1,
         stages: 1,
-        needs_f64: true,
-        needs_int64: true,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "sample_bf16",
         wgsl: include_str!("../shaders/sample_bf16.wgsl"),
         cuda: include_str!("../kernels/sample_bf16.cu"),
         buffers: &["x", "rows", "tokens", "logprobs", "status", "partials"],
-        passes: 3,
+        passes: 1,
         stages: 1,
-        needs_f64: true,
-        needs_int64: true,
+        needs_f64: false,
+        needs_int64: false,
     },
     KernelSource {
         name: "filter_logits_f32",

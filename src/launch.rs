@@ -1,14 +1,14 @@
 //! The one place that turns a [`Job`] into a launch: which kernel, which buffers in binding
 //! order, which parameters. The GPU backends only execute the plan.
 
-use crate::backend::{Backend, Input, Job, LogProbs, Logits, SeededMode};
+use crate::backend::{Backend, Input, Job, LogProbs, Logits, RowLists, SeededMode};
 use crate::kernels::{source, KernelSource};
 use crate::types::{Element, Shape};
 use arrayvec::ArrayVec;
 
 use crate::generated::{
-    FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_ROW_LIST, FLAG_STATUS, MAX_BUFFERS, MAX_STAGES, PARTS_SHIFT,
-    PART_WORDS, SLOT_WORDS, STAGE_SHIFT,
+    FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY, FLAG_STATUS, MAX_BUFFERS,
+    MAX_STAGES, PARTS_SHIFT, PART_WORDS, SLOT_WORDS, STAGE_SHIFT,
 };
 
 /// A backend whose buffers have a raw handle that a launch can bind.
@@ -95,7 +95,7 @@ fn filter_parts<B: Backend + ?Sized>(
 ) -> Option<(usize, u32)> {
     let (shape, rows) = match job {
         Job::Filter { shape, .. } => (shape, shape.batch),
-        Job::Sample { shape, listed, .. } => (shape, listed.map_or(shape.batch, |(_, count)| count)),
+        Job::Sample { shape, listed, .. } => (shape, listed.map_or(shape.batch, |l| l.filtered.1)),
         _ => return None,
     };
     Some((rows, if split { parts(rows, shape.vocab, target_groups, block) } else { 1 }))
@@ -118,9 +118,9 @@ pub(crate) fn scratch_words<B: Backend + ?Sized>(
     records.max(slots * SLOT_WORDS)
 }
 
-/// The most launches one job takes: the plain sampler and its combine, then a staged kernel's
-/// stages.
-pub(crate) const MAX_LAUNCHES: usize = MAX_STAGES + 2;
+/// The most launches one job takes: the plain sampler and its combine, the seeded kernel, then a
+/// staged kernel's stages.
+pub(crate) const MAX_LAUNCHES: usize = MAX_STAGES + 3;
 
 /// The launches of one job, in the order they must run: one; a split launch and its combine;
 /// a staged kernel's stages; or the plain sampler's launches then the filter kernel's.
@@ -224,13 +224,19 @@ impl<'a, H: Copy> Launch<H> {
         let filters = filter_parts(job, split.target_groups, split.block, split.split_filters);
         match job {
             Job::Sample { shape, logits, rows, out, listed } => {
-                // The plain rows, then the filter kernel's launches over the filtered rows.
-                let listed = listed.map(|(list, count)| (B::handle(list), count));
+                // The plain rows, then the seeded kernel's launch over the seeded rows and the
+                // filter kernel's over the filtered rows.
+                let list = |pick: fn(&RowLists<'a, B>) -> (&'a B::Buffer<u32>, usize)| {
+                    listed.as_ref().map(|l| (B::handle(pick(l).0), pick(l).1))
+                };
                 let inputs = bind([Some(logits_handle(logits)), Some(B::handle(*rows))]);
+                let seeded =
+                    sampling::<B>(suffixed("seeded_logits", logits), *shape, inputs.clone(), out, FLAG_SEEDED_ONLY);
                 let filter = sampling::<B>(suffixed("filter_logits", logits), *shape, inputs, out, FLAG_FILTERED_ONLY);
                 let (filtered, parts) = filters.unwrap_or((shape.batch, 1));
                 let mut plan = split_rows::<B>(first, *shape, out, split, "combine_logits");
-                plan.extend(filter.with_list(listed).staged(filtered, parts, split.partials));
+                plan.push(seeded.with_list(list(|l| l.seeded)));
+                plan.extend(filter.with_list(list(|l| l.filtered)).staged(filtered, parts, split.partials));
                 plan
             }
             Job::Greedy { shape, out, .. } | Job::RaceLogits { shape, out, .. } => {
@@ -244,7 +250,8 @@ impl<'a, H: Copy> Launch<H> {
         }
     }
 
-    /// With `listed` (a row list and its length), a filter launch visits only the rows listed.
+    /// With `listed` (a row list and its length), a filter or seeded launch visits only the rows
+    /// listed.
     /// Without it, the row records stand in for the list (never read; a read-only binding,
     /// which wgpu will not share with an unused writable output).
     fn with_list(mut self, listed: Option<(H, usize)>) -> Self {
@@ -315,7 +322,7 @@ impl<'a, H: Copy> Launch<H> {
             }
             Job::SeededLogits { shape, logits, rows: r, out } => {
                 let inputs = bind([Some(logits_handle(logits)), Some(B::handle(*r))]);
-                sampling::<B>(suffixed("seeded_logits", logits), *shape, inputs, out, 0)
+                sampling::<B>(suffixed("seeded_logits", logits), *shape, inputs, out, 0).with_list(None)
             }
             // The plain sampler, which leaves the filtered rows to the filter launches `plan` adds.
             Job::Sample { shape, logits, rows: r, out, .. } => {

@@ -43,7 +43,7 @@ pub mod types;
 #[cfg(feature = "wgpu")]
 pub mod wgpu_backend;
 
-pub use backend::{Backend, Input, Job, LogProbs, Logits, Output, SeededMode};
+pub use backend::{Backend, Input, Job, LogProbs, Logits, Output, RowLists, SeededMode};
 pub use cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 pub use cuda_backend::{CudaBackend, CudaBuffer};

@@ -3,10 +3,10 @@
 //! batch is small enough to split rows, the filter kernel over the filtered rows), the row
 //! records' device buffers made once and rewritten in place.
 
-use crate::backend::{sample_rows, Backend, Logits, Output};
+use crate::backend::{sample_rows, Backend, Logits, Output, RowLists};
 use crate::error::{Error, Result};
 use crate::planner::NormalizedParams;
-use crate::types::{RowParams, Shape};
+use crate::types::{RowMode, RowParams, Shape};
 
 /// SGLang's seed for requests that give none, in deterministic inference.
 pub const DEFAULT_SEED: u64 = 42;
@@ -18,6 +18,9 @@ pub struct Sampler<'b, B: Backend> {
     /// The rows with a filter this step, on the host and on the device (made once).
     filtered: Vec<u32>,
     filtered_rows: B::Buffer<u32>,
+    /// The seeded rows this step, likewise.
+    seeded: Vec<u32>,
+    seeded_rows: B::Buffer<u32>,
     capacity: usize,
 }
 
@@ -25,17 +28,18 @@ impl<'b, B: Backend> Sampler<'b, B> {
     /// A sampler for batches of up to `max_batch` rows (its buffers are made here, once).
     pub fn new(backend: &'b B, max_batch: usize) -> Result<Self> {
         let rows = backend.zeros::<RowParams>(max_batch)?;
-        let filtered_rows = backend.zeros::<u32>(max_batch)?;
-        Ok(Sampler { backend, rows, filtered: Vec::with_capacity(max_batch), filtered_rows, capacity: max_batch })
+        let list = || Ok::<_, Error>((Vec::with_capacity(max_batch), backend.zeros::<u32>(max_batch)?));
+        let ((filtered, filtered_rows), (seeded, seeded_rows)) = (list()?, list()?);
+        Ok(Sampler { backend, rows, filtered, filtered_rows, seeded, seeded_rows, capacity: max_batch })
     }
 
     /// One decode step: row `r` of `logits` is sampled as `rows[r]` asks (see
     /// [`Backend::sample`]). Tokens, and on request log-probabilities and statuses, go to `out`
     /// on the device; nothing waits for the host.
     ///
-    /// The records are on the host here, so the filter kernel is launched over the rows that
-    /// have a filter only (one empty workgroup when none has): a top-p request in a batch costs
-    /// its own row, not a launch over the batch.
+    /// The records are on the host here, so the seeded and filter kernels are launched over
+    /// their rows only (one empty workgroup each when there are none): a top-p or seeded request
+    /// in a batch costs its own row, not a launch over the batch.
     pub fn step(&mut self, shape: Shape, logits: Logits<'_, B>, rows: &[RowParams], out: Output<'_, B>) -> Result<()> {
         if rows.len() != shape.batch {
             return Err(Error::Shape(format!("{} row records for a batch of {}", rows.len(), shape.batch)));
@@ -44,17 +48,25 @@ impl<'b, B: Backend> Sampler<'b, B> {
             return Err(Error::Shape(format!("batch {} exceeds the sampler's {} rows", rows.len(), self.capacity)));
         }
         self.backend.write(&mut self.rows, rows)?;
-        // A superset of the rows the kernels filter (those also need a temperature, and a top-k
-        // below the vocabulary): the filter kernel still checks each row it is given.
-        self.filtered.clear();
-        self.filtered.extend((0..rows.len() as u32).filter(|&r| rows[r as usize].has_filters()));
-        // With no row listed the filter kernel still launches (over none), so the launches do not
-        // depend on the mix.
-        if !self.filtered.is_empty() {
-            self.backend.write(&mut self.filtered_rows, &self.filtered)?;
-        }
-        let listed = Some((&self.filtered_rows, self.filtered.len()));
-        sample_rows(self.backend, shape, logits, &self.rows, out, listed)
+        // Supersets of the rows the kernels take (a filter also needs a temperature and a top-k
+        // below the vocabulary; a seeded row with a filter is the filter kernel's): each kernel
+        // checks each row it is given. With no row listed a kernel still launches (over none),
+        // so the launches do not depend on the mix.
+        let pick = |list: &mut Vec<u32>, device: &mut B::Buffer<u32>, take: fn(&RowParams) -> bool| {
+            list.clear();
+            list.extend((0..rows.len() as u32).filter(|&r| take(&rows[r as usize])));
+            if list.is_empty() {
+                return Ok(());
+            }
+            self.backend.write(device, list)
+        };
+        pick(&mut self.filtered, &mut self.filtered_rows, RowParams::has_filters)?;
+        pick(&mut self.seeded, &mut self.seeded_rows, |r| r.mode() == RowMode::Seeded)?;
+        let listed = RowLists {
+            seeded: (&self.seeded_rows, self.seeded.len()),
+            filtered: (&self.filtered_rows, self.filtered.len()),
+        };
+        sample_rows(self.backend, shape, logits, &self.rows, out, Some(listed))
     }
 }
 

@@ -6,9 +6,9 @@
 //! and collects bindings and arguments in fixed-capacity arrays; wgpu's bind groups are cached.
 //! On CUDA a step must allocate nothing. wgpu itself allocates inside the command encoder, the
 //! queue's writes and `submit`, so on wgpu a step may allocate what the same wgpu calls do
-//! alone, measured beside it: the step's own launches (two here: the plain kernel and the filter
-//! kernel) recorded with a trivial kernel, and three writes (row records, row list, parameters;
-//! the backend skips the last when the parameters are those it wrote last).
+//! alone, measured beside it: the step's own launches (three here: the plain, seeded and filter
+//! kernels) recorded with a trivial kernel, and four writes (row records, two row lists,
+//! parameters; the backend skips the last when the parameters are those it wrote last).
 
 #[macro_use]
 mod common;
@@ -44,8 +44,9 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 /// Launches a step of [`steps_allocate_nothing_of_their_own`] makes on every backend: the plain
-/// kernel, then the filter kernel over the one filtered row (neither is split at this size).
-const LAUNCHES: usize = 2;
+/// kernel, then the seeded and filter kernels over their one row each (none is split at this
+/// size).
+const LAUNCHES: usize = 3;
 
 /// What a backend's own API allocates for one step, which the step may allocate too.
 pub trait Floor: Backend {
@@ -61,7 +62,7 @@ impl Floor for sampling_kernels::CudaBackend {
 
 /// The allocations of 1,000 steps' worth of bare wgpu calls, per step: an error scope, a
 /// command encoder with [`LAUNCHES`] compute passes of a trivial kernel (pipeline, bind group,
-/// dispatch), three queue writes, `finish` and `submit`; measured as the steps are (after 100
+/// dispatch), four queue writes, `finish` and `submit`; measured as the steps are (after 100
 /// to warm up, no wait between them), on a device of the same adapter.
 #[cfg(feature = "wgpu")]
 impl Floor for sampling_kernels::WgpuBackend {
@@ -98,7 +99,7 @@ impl Floor for sampling_kernels::WgpuBackend {
             layout: &pipeline.get_bind_group_layout(0),
             entries: &[::wgpu::BindGroupEntry { binding: 0, resource: buffer.as_entire_binding() }],
         });
-        let data = [0u8; 512];
+        let data = [0u8; 1024];
         let mut start = 0;
         for n in 0..1100 {
             if n == 100 {
@@ -112,7 +113,7 @@ impl Floor for sampling_kernels::WgpuBackend {
                 pass.set_bind_group(0, &group, &[]);
                 pass.dispatch_workgroups(1, 1, 1);
             }
-            for bytes in [192, 16, 272] {
+            for bytes in [192, 4, 4, 528] {
                 queue.write_buffer(&buffer, 0, &data[..bytes]);
             }
             queue.submit([encoder.finish()]);

@@ -41,9 +41,9 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
     ));
     {
         use kernels::filters;
-        use kernels::sampling::{word, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST};
+        use kernels::sampling::{word, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY};
         manifest.push_str(&format!(
-            "/// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter\n/// (filter kernels); take the rows of a list (filter kernels).\npub const FLAG_PASSES: u32 = {FLAG_PASSES};\npub const FLAG_FILTERED_ONLY: u32 = {FLAG_FILTERED_ONLY};\npub const FLAG_ROW_LIST: u32 = {FLAG_ROW_LIST};\n\n"
+            "/// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter\n/// (filter kernels); take only the seeded rows without one (seeded kernels); take the rows of a\n/// list (filter and seeded kernels).\npub const FLAG_PASSES: u32 = {FLAG_PASSES};\npub const FLAG_FILTERED_ONLY: u32 = {FLAG_FILTERED_ONLY};\npub const FLAG_SEEDED_ONLY: u32 = {FLAG_SEEDED_ONLY};\npub const FLAG_ROW_LIST: u32 = {FLAG_ROW_LIST};\n\n"
         ));
         manifest.push_str(&format!(
             "/// Word indices of the row record that the layout of `RowParams` is checked against.\npub const WORD_TEMPERATURE: usize = {};\npub const WORD_MODE: usize = {};\npub const WORD_TOP_K: usize = {};\npub const WORD_TOP_P: usize = {};\npub const WORD_MIN_P: usize = {};\npub const WORD_ORDER: usize = {};\npub const WORD_SEED: usize = {};\npub const WORD_OFFSET: usize = {};\n\n",

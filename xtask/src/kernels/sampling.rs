@@ -43,8 +43,12 @@ pub const FLAG_PASSES: u32 = 4;
 /// Flag bit 3: the filter kernels take only the rows with a filter (the per-row sampler's
 /// launch after `sample_*`, which leaves those rows to them).
 pub const FLAG_FILTERED_ONLY: u32 = 8;
-/// Flag bit 5: the filter kernels take the rows `listed[0..batch]` instead of rows `0..batch`
-/// (the per-row sampler's host knows which rows have a filter, so it launches only those).
+/// Flag bit 4: the seeded kernel takes only the seeded rows without a filter (the per-row
+/// sampler's launch after `sample_*`, which leaves those rows to it).
+pub const FLAG_SEEDED_ONLY: u32 = 16;
+/// Flag bit 5: the filter and seeded kernels take the rows `listed[0..batch]` instead of rows
+/// `0..batch` (the per-row sampler's host knows which rows have a filter or a seed, so it
+/// launches only those).
 pub const FLAG_ROW_LIST: u32 = 32;
 /// Temperatures below this are greedy (SGLang's `_SAMPLING_EPS`).
 pub const GREEDY_EPS: f32 = 1e-6;

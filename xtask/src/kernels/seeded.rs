@@ -12,11 +12,12 @@
 //! - `seeded_logits_*`: from logits and temperature, computing the log-probabilities as SGLang
 //!   does (float32 log of the float32 softmax), then the float64 race. Three reads.
 
+use super::filters::{listed_row, row_is_filtered};
 use super::math;
 use super::murmur::{self, SCREEN_ABS, SCREEN_REL};
 use super::sampling::{
-    buffer, for_each_column, for_each_item, for_each_row, kernel, output_buffers, row_temperature, row_word, scaled,
-    softmax_stats, softmax_weight, word, write_results, Dtype,
+    buffer, for_each_column, for_each_item, for_each_row, for_each_row_at, kernel, output_buffers, row_temperature,
+    row_word, scaled, softmax_stats, softmax_weight, word, write_results, Dtype, FLAG_SEEDED_ONLY, MODE_SEEDED,
 };
 use crate::ir::*;
 
@@ -196,13 +197,26 @@ pub(super) fn logits_buffers(dtype: Dtype) -> Vec<BufferDecl> {
     buffers
 }
 
+/// SGLang's seeded race from logits; with [`FLAG_SEEDED_ONLY`], the per-row sampler's launch for
+/// its seeded rows without a filter (the rows of its list, with
+/// [`FLAG_ROW_LIST`](super::sampling::FLAG_ROW_LIST)).
 fn seeded_logits(dtype: Dtype) -> Kernel {
     let mut b = Block::new();
-    for_each_row(&mut b, seeded_logits_row);
+    for_each_row_at(&mut b, listed_row, |b| {
+        b.let_("takes", Ty::Bool, boolean(true));
+        b.if_((param("flags") & u(FLAG_SEEDED_ONLY)).ne_(u(0)), |b| {
+            row_temperature(b);
+            let filtered = row_is_filtered(b);
+            b.set("takes", row_word(word::MODE).eq_(u(MODE_SEEDED)).and(filtered.not()));
+        });
+        b.if_(var("takes"), seeded_logits_row);
+    });
     let mut functions = vec![math::exp()];
     functions.extend(self::functions());
     let doc = "the seeded float64 race from logits, log-probabilities computed as SGLang does";
-    kernel(format!("seeded_logits_{}", dtype.suffix()), doc, 3, logits_buffers(dtype), functions, b)
+    let mut buffers = logits_buffers(dtype);
+    buffers.push(buffer("listed", Storage::U32, false));
+    kernel(format!("seeded_logits_{}", dtype.suffix()), doc, 3, buffers, functions, b)
 }
 
 /// Diagnostic: Murmur3 of `batch` items of four words.
