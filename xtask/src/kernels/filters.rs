@@ -36,8 +36,8 @@
 use super::math;
 use super::philox;
 use super::sampling::{
-    buffer, for_each_row, for_each_row_at, kernel, output_buffers, philox_block, row_temperature, row_word, scaled,
-    softmax_weight, word, write_results, Dtype, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST, MODE_SEEDED,
+    buffer, for_each_row, for_each_row_at, kernel, output_buffers, philox_block, row_is_seeded, row_temperature,
+    row_word, scaled, softmax_weight, word, write_results, Dtype, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST,
 };
 use super::seeded::{self, score64};
 use crate::ir::*;
@@ -510,7 +510,7 @@ pub(super) fn keep_best(b: &mut Block, suffix: &str, v: Expr, i: Expr) {
 /// with its noise, or for seeded rows (SGLang's deterministic sampler) its float64 race on
 /// hashed noise, into [`declare_best`]'s variables; `all_mass` sums the mass it weighed.
 pub(super) fn race_in_set(b: &mut Block, input: Input) {
-    let seeded = b.let_("seeded_row", Ty::Bool, row_word(word::MODE).eq_(u(MODE_SEEDED)));
+    let seeded = b.let_("seeded_row", Ty::Bool, row_is_seeded());
     declare_best(b);
     b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
     let philox_rows = var("noisy").and(seeded.clone().not());
@@ -549,7 +549,7 @@ pub(super) fn race_in_set(b: &mut Block, input: Input) {
 /// one) and, for rows without a select, the mass `summed` by the race: the token, its
 /// log-probability under the whole row (as on the plain path), its status and the pass count.
 pub(super) fn set_results(b: &mut Block, input: Input, tok32: Expr, tok64: Expr, summed: Expr) {
-    let seeded = row_word(word::MODE).eq_(u(MODE_SEEDED));
+    let seeded = row_is_seeded();
     let tok = b.let_("tok", Ty::U32, select(seeded, tok64, tok32));
     let valid = b.let_("valid", Ty::Bool, tok.clone().lt(param("vocab")));
     let safe = b.let_("tok_at", Ty::U32, select(valid.clone(), tok.clone(), u(0)));

@@ -2,8 +2,7 @@
 
 use super::filters::row_is_filtered;
 use super::sampling::{
-    for_each_row_part, kernel, mark_not_raced, partials_buffer, race_row, row_temperature, row_word, word, Dtype, Race,
-    MODE_SEEDED,
+    for_each_row_part, kernel, mark_not_raced, partials_buffer, race_row, row_is_seeded, row_temperature, Dtype, Race,
 };
 use super::seeded::logits_buffers;
 use super::{math, philox};
@@ -20,7 +19,7 @@ fn sample(dtype: Dtype) -> Kernel {
         b.scope(|b| {
             row_temperature(b);
             let filtered = row_is_filtered(b);
-            b.set("skip", filtered.or(row_word(word::MODE).eq_(u(MODE_SEEDED))));
+            b.set("skip", filtered.or(row_is_seeded()));
         });
         // The mode and filters are the same for every invocation of the row's workgroup: the
         // branch is uniform.

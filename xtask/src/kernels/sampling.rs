@@ -204,6 +204,11 @@ pub(super) fn row_word(k: u32) -> Expr {
     load("rows", var("row") * u(ROW_WORDS) + u(k))
 }
 
+/// Whether the row is one of SGLang's seeded sampler (its mode word).
+pub(super) fn row_is_seeded() -> Expr {
+    row_word(word::MODE).eq_(u(MODE_SEEDED))
+}
+
 /// Declares `temp` (the row's temperature, 1 for greedy rows) and `noisy` (not greedy).
 pub(super) fn row_temperature(b: &mut Block) {
     let t = b.let_("t_raw", Ty::F32, row_word(word::TEMPERATURE).bitcast(Ty::F32));

@@ -16,8 +16,8 @@ use super::filters::{listed_row, row_is_filtered};
 use super::math;
 use super::murmur::{self, SCREEN_ABS, SCREEN_REL};
 use super::sampling::{
-    buffer, for_each_column, for_each_item, for_each_row, for_each_row_at, kernel, output_buffers, row_temperature,
-    row_word, scaled, softmax_stats, softmax_weight, word, write_results, Dtype, FLAG_SEEDED_ONLY, MODE_SEEDED,
+    buffer, for_each_column, for_each_item, for_each_row, for_each_row_at, kernel, output_buffers, row_is_seeded,
+    row_temperature, row_word, scaled, softmax_stats, softmax_weight, word, write_results, Dtype, FLAG_SEEDED_ONLY,
 };
 use crate::ir::*;
 
@@ -207,7 +207,7 @@ fn seeded_logits(dtype: Dtype) -> Kernel {
         b.if_((param("flags") & u(FLAG_SEEDED_ONLY)).ne_(u(0)), |b| {
             row_temperature(b);
             let filtered = row_is_filtered(b);
-            b.set("takes", row_word(word::MODE).eq_(u(MODE_SEEDED)).and(filtered.not()));
+            b.set("takes", row_is_seeded().and(filtered.not()));
         });
         b.if_(var("takes"), seeded_logits_row);
     });
