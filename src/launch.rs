@@ -1,7 +1,7 @@
 //! The one place that turns a [`Job`] into a launch: which kernel, which buffers in binding
 //! order, which parameters. The GPU backends only execute the plan.
 
-use crate::backend::{Backend, Input, Job, LogProbs, Logits, RowLists, SeededMode};
+use crate::backend::{Backend, Input, Job, LogProbs, Logits, SeededMode};
 use crate::kernels::{source, KernelSource};
 use crate::types::{Element, Shape};
 use arrayvec::ArrayVec;
@@ -123,7 +123,8 @@ pub(crate) fn scratch_words<B: Backend + ?Sized>(
 pub(crate) const MAX_LAUNCHES: usize = MAX_STAGES + 3;
 
 /// The launches of one job, in the order they must run: one; a split launch and its combine;
-/// a staged kernel's stages; or the plain sampler's launches then the filter kernel's.
+/// a staged kernel's stages; or the plain sampler's launches then the seeded kernel's and the
+/// filter kernel's.
 pub(crate) type Plan<H> = ArrayVec<Launch<H>, MAX_LAUNCHES>;
 
 /// Binds the part records to a split kernel's launch and, when its rows get more than one part,
@@ -226,17 +227,19 @@ impl<'a, H: Copy> Launch<H> {
             Job::Sample { shape, logits, rows, out, listed } => {
                 // The plain rows, then the seeded kernel's launch over the seeded rows and the
                 // filter kernel's over the filtered rows.
-                let list = |pick: fn(&RowLists<'a, B>) -> (&'a B::Buffer<u32>, usize)| {
-                    listed.as_ref().map(|l| (B::handle(pick(l).0), pick(l).1))
-                };
+                let handle = |(list, count): (&'a B::Buffer<u32>, usize)| (B::handle(list), count);
                 let inputs = bind([Some(logits_handle(logits)), Some(B::handle(*rows))]);
                 let seeded =
                     sampling::<B>(suffixed("seeded_logits", logits), *shape, inputs.clone(), out, FLAG_SEEDED_ONLY);
                 let filter = sampling::<B>(suffixed("filter_logits", logits), *shape, inputs, out, FLAG_FILTERED_ONLY);
                 let (filtered, parts) = filters.unwrap_or((shape.batch, 1));
                 let mut plan = split_rows::<B>(first, *shape, out, split, "combine_logits");
-                plan.push(seeded.with_list(list(|l| l.seeded)));
-                plan.extend(filter.with_list(list(|l| l.filtered)).staged(filtered, parts, split.partials));
+                plan.push(seeded.with_list(listed.map(|l| handle(l.seeded))));
+                plan.extend(filter.with_list(listed.map(|l| handle(l.filtered))).staged(
+                    filtered,
+                    parts,
+                    split.partials,
+                ));
                 plan
             }
             Job::Greedy { shape, out, .. } | Job::RaceLogits { shape, out, .. } => {
@@ -251,9 +254,8 @@ impl<'a, H: Copy> Launch<H> {
     }
 
     /// With `listed` (a row list and its length), a filter or seeded launch visits only the rows
-    /// listed.
-    /// Without it, the row records stand in for the list (never read; a read-only binding,
-    /// which wgpu will not share with an unused writable output).
+    /// listed. Without it, the row records stand in for the list (never read; a read-only
+    /// binding, which wgpu will not share with an unused writable output).
     fn with_list(mut self, listed: Option<(H, usize)>) -> Self {
         let rows = self.buffers[1];
         self.buffers.push(listed.map_or(rows, |(list, _)| Some(list)));
@@ -324,7 +326,8 @@ impl<'a, H: Copy> Launch<H> {
                 let inputs = bind([Some(logits_handle(logits)), Some(B::handle(*r))]);
                 sampling::<B>(suffixed("seeded_logits", logits), *shape, inputs, out, 0).with_list(None)
             }
-            // The plain sampler, which leaves the filtered rows to the filter launches `plan` adds.
+            // The plain sampler, which leaves the seeded and filtered rows to the launches `plan`
+            // adds.
             Job::Sample { shape, logits, rows: r, out, .. } => {
                 let inputs = bind([Some(logits_handle(logits)), Some(B::handle(*r))]);
                 sampling::<B>(suffixed("sample", logits), *shape, inputs, out, 0)

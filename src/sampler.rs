@@ -1,7 +1,8 @@
 //! The per-step API for engines: one call per decode step, any mix of greedy, sampled, filtered
 //! and seeded rows in the same launches whatever the mix (the plain kernel, its combine where the
-//! batch is small enough to split rows, the filter kernel over the filtered rows), the row
-//! records' device buffers made once and rewritten in place.
+//! batch is small enough to split rows, the seeded kernel over the seeded rows and the filter
+//! kernel over the filtered rows), the row records' device buffers made once and rewritten in
+//! place.
 
 use crate::backend::{sample_rows, Backend, Logits, Output, RowLists};
 use crate::error::{Error, Result};

@@ -375,9 +375,8 @@ impl WgpuBackend {
         Ok(group)
     }
 
-    /// Records a job's launches (a split launch and its combine, or a staged kernel's stages)
-    /// in one command buffer, each in its own pass with its own slot of the parameter buffer,
-    /// and submits them at once.
+    /// Records a job's launches (see `launch::Plan`) in one command buffer, each in its own pass
+    /// with its own slot of the parameter buffer, and submits them at once.
     fn dispatch(&self, plan: Plan<&wgpu::Buffer>) -> Result<()> {
         let mut pipelines: ArrayVec<Arc<wgpu::ComputePipeline>, MAX_LAUNCHES> = ArrayVec::new();
         for launch in &plan {
