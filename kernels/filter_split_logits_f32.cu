@@ -1650,183 +1650,299 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         double best64 = sk_bitcast<double>(18442240474082181120ull);
                         unsigned int best64_i = 4294967295u;
                         uint4 w = make_uint4(0u, 0u, 0u, 0u);
-                        tie_rank = tie_start;
-                        sweeps = (sweeps + 1u);
-                        {
-                            unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                            unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                            for (unsigned int c0 = ((true) ? ((col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u))) : ((col_lo + (threadIdx.x * 4u)))); c0 < ((true) ? ((col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u))) : (col_hi)); c0 += ((true) ? (4u) : ((((unsigned int)SK_BLOCK) * 4u)))) {
-                                if ((noisy && (!seeded_row))) {
-                                    w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
-                                }
-                                {
-                                    unsigned int col = (c0 + 0u);
-                                    if ((col < col_hi)) {
-                                        float zv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        bool kept = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
+                        if (seeded_row) {
+                            tie_rank = tie_start;
+                            sweeps = (sweeps + 1u);
+                            {
+                                unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
+                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                for (unsigned int c0 = ((true) ? ((col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u))) : ((col_lo + (threadIdx.x * 4u)))); c0 < ((true) ? ((col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u))) : (col_hi)); c0 += ((true) ? (4u) : ((((unsigned int)SK_BLOCK) * 4u)))) {
+                                    {
+                                        unsigned int col = (c0 + 0u);
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
                                             }
-                                            bool tie = (ok && (key == s_key));
-                                            bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                                            if (tie) {
-                                                tie_rank = (tie_rank + 1u);
+                                            if (kept) {
+                                                double s64 = ((double)(ov));
+                                                if (noisy) {
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                }
+                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    best64 = s64;
+                                                    best64_i = col;
+                                                }
                                             }
-                                            kept = in_set;
                                         }
-                                        if ((kept && seeded_row)) {
-                                            double s64 = ((double)(ov));
-                                            if (noisy) {
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                    }
+                                    {
+                                        unsigned int col = (c0 + 1u);
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
                                             }
-                                            if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                best64 = s64;
-                                                best64_i = col;
+                                            if (kept) {
+                                                double s64 = ((double)(ov));
+                                                if (noisy) {
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                }
+                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    best64 = s64;
+                                                    best64_i = col;
+                                                }
                                             }
                                         }
-                                        if ((kept && (!seeded_row))) {
-                                            float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).x)) : ((zv + sk_gumbel((w).x))))) : (zv));
-                                            if (((score > best) || (best_i == 4294967295u))) {
-                                                best = score;
-                                                best_i = col;
+                                    }
+                                    {
+                                        unsigned int col = (c0 + 2u);
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                double s64 = ((double)(ov));
+                                                if (noisy) {
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                }
+                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    best64 = s64;
+                                                    best64_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = (c0 + 3u);
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                double s64 = ((double)(ov));
+                                                if (noisy) {
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                }
+                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    best64 = s64;
+                                                    best64_i = col;
+                                                }
                                             }
                                         }
                                     }
                                 }
-                                {
-                                    unsigned int col = (c0 + 1u);
-                                    if ((col < col_hi)) {
-                                        float zv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        bool kept = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
+                            }
+                        }
+                        if ((!seeded_row)) {
+                            tie_rank = tie_start;
+                            sweeps = (sweeps + 1u);
+                            {
+                                unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
+                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                for (unsigned int c0 = ((true) ? ((col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u))) : ((col_lo + (threadIdx.x * 4u)))); c0 < ((true) ? ((col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u))) : (col_hi)); c0 += ((true) ? (4u) : ((((unsigned int)SK_BLOCK) * 4u)))) {
+                                    if (noisy) {
+                                        w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                                    }
+                                    {
+                                        unsigned int col = (c0 + 0u);
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
                                             }
-                                            bool tie = (ok && (key == s_key));
-                                            bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                                            if (tie) {
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if ((kept && seeded_row)) {
-                                            double s64 = ((double)(ov));
-                                            if (noisy) {
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        }
-                                        if ((kept && (!seeded_row))) {
-                                            float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).y)) : ((zv + sk_gumbel((w).y))))) : (zv));
-                                            if (((score > best) || (best_i == 4294967295u))) {
-                                                best = score;
-                                                best_i = col;
+                                            if (kept) {
+                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).x)) : ((zv + sk_gumbel((w).x))))) : (zv));
+                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    best = score;
+                                                    best_i = col;
+                                                }
                                             }
                                         }
                                     }
-                                }
-                                {
-                                    unsigned int col = (c0 + 2u);
-                                    if ((col < col_hi)) {
-                                        float zv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        bool kept = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
+                                    {
+                                        unsigned int col = (c0 + 1u);
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
                                             }
-                                            bool tie = (ok && (key == s_key));
-                                            bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                                            if (tie) {
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if ((kept && seeded_row)) {
-                                            double s64 = ((double)(ov));
-                                            if (noisy) {
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        }
-                                        if ((kept && (!seeded_row))) {
-                                            float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).z)) : ((zv + sk_gumbel((w).z))))) : (zv));
-                                            if (((score > best) || (best_i == 4294967295u))) {
-                                                best = score;
-                                                best_i = col;
+                                            if (kept) {
+                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).y)) : ((zv + sk_gumbel((w).y))))) : (zv));
+                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    best = score;
+                                                    best_i = col;
+                                                }
                                             }
                                         }
                                     }
-                                }
-                                {
-                                    unsigned int col = (c0 + 3u);
-                                    if ((col < col_hi)) {
-                                        float zv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        bool kept = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
+                                    {
+                                        unsigned int col = (c0 + 2u);
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
                                             }
-                                            bool tie = (ok && (key == s_key));
-                                            bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                                            if (tie) {
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if ((kept && seeded_row)) {
-                                            double s64 = ((double)(ov));
-                                            if (noisy) {
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                best64 = s64;
-                                                best64_i = col;
+                                            if (kept) {
+                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).z)) : ((zv + sk_gumbel((w).z))))) : (zv));
+                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    best = score;
+                                                    best_i = col;
+                                                }
                                             }
                                         }
-                                        if ((kept && (!seeded_row))) {
-                                            float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).w)) : ((zv + sk_gumbel((w).w))))) : (zv));
-                                            if (((score > best) || (best_i == 4294967295u))) {
-                                                best = score;
-                                                best_i = col;
+                                    }
+                                    {
+                                        unsigned int col = (c0 + 3u);
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).w)) : ((zv + sk_gumbel((w).w))))) : (zv));
+                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    best = score;
+                                                    best_i = col;
+                                                }
                                             }
                                         }
                                     }

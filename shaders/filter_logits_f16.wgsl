@@ -1297,183 +1297,299 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var best64: f64 = bitcast<f64>(18442240474082181120lu);
             var best64_i: u32 = 4294967295u;
             var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
-            tie_rank = tie_start;
-            sweeps = (sweeps + 1u);
-            {
-                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), true); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), true); c0 = c0 + select((BLOCK * 4u), 4u, true)) {
-                    if ((noisy && (!seeded_row))) {
-                        w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
-                    }
-                    {
-                        var col: u32 = (c0 + 0u);
-                        if ((col < col_hi)) {
-                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var wv: f32 = (0.0f);
-                            var ok: bool = false;
-                            var mv: u64 = 0lu;
-                            var kept: bool = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
+            if (seeded_row) {
+                tie_rank = tie_start;
+                sweeps = (sweeps + 1u);
+                {
+                    var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
+                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                    for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), true); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), true); c0 = c0 + select((BLOCK * 4u), 4u, true)) {
+                        {
+                            var col: u32 = (c0 + 0u);
+                            if ((col < col_hi)) {
+                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                var kept: bool = false;
+                                if (((!searched) || (key >= s_key))) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                    if (ok) {
+                                        all_mass = (all_mass + mv);
+                                    }
+                                    var tie: bool = (ok && (key == s_key));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                    if (tie) {
+                                        tie_rank = (tie_rank + 1u);
+                                    }
+                                    kept = in_set;
                                 }
-                                var tie: bool = (ok && (key == s_key));
-                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
+                                if (kept) {
+                                    var s64: f64 = f64(ov);
+                                    if (noisy) {
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                    }
+                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                        best64 = s64;
+                                        best64_i = col;
+                                    }
                                 }
-                                kept = in_set;
                             }
-                            if ((kept && seeded_row)) {
-                                var s64: f64 = f64(ov);
-                                if (noisy) {
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        }
+                        {
+                            var col: u32 = (c0 + 1u);
+                            if ((col < col_hi)) {
+                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                var kept: bool = false;
+                                if (((!searched) || (key >= s_key))) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                    if (ok) {
+                                        all_mass = (all_mass + mv);
+                                    }
+                                    var tie: bool = (ok && (key == s_key));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                    if (tie) {
+                                        tie_rank = (tie_rank + 1u);
+                                    }
+                                    kept = in_set;
                                 }
-                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                    best64 = s64;
-                                    best64_i = col;
+                                if (kept) {
+                                    var s64: f64 = f64(ov);
+                                    if (noisy) {
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                    }
+                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                        best64 = s64;
+                                        best64_i = col;
+                                    }
                                 }
                             }
-                            if ((kept && (!seeded_row))) {
-                                var score: f32 = select(zv, select((zv + sk_gumbel(w[0])), sk_gumbel(w[0]), (zv == bitcast<f32>(2139095040u))), noisy);
-                                if (((score > best) || (best_i == 4294967295u))) {
-                                    best = score;
-                                    best_i = col;
+                        }
+                        {
+                            var col: u32 = (c0 + 2u);
+                            if ((col < col_hi)) {
+                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                var kept: bool = false;
+                                if (((!searched) || (key >= s_key))) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                    if (ok) {
+                                        all_mass = (all_mass + mv);
+                                    }
+                                    var tie: bool = (ok && (key == s_key));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                    if (tie) {
+                                        tie_rank = (tie_rank + 1u);
+                                    }
+                                    kept = in_set;
+                                }
+                                if (kept) {
+                                    var s64: f64 = f64(ov);
+                                    if (noisy) {
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                    }
+                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                        best64 = s64;
+                                        best64_i = col;
+                                    }
+                                }
+                            }
+                        }
+                        {
+                            var col: u32 = (c0 + 3u);
+                            if ((col < col_hi)) {
+                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                var kept: bool = false;
+                                if (((!searched) || (key >= s_key))) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                    if (ok) {
+                                        all_mass = (all_mass + mv);
+                                    }
+                                    var tie: bool = (ok && (key == s_key));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                    if (tie) {
+                                        tie_rank = (tie_rank + 1u);
+                                    }
+                                    kept = in_set;
+                                }
+                                if (kept) {
+                                    var s64: f64 = f64(ov);
+                                    if (noisy) {
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                    }
+                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                        best64 = s64;
+                                        best64_i = col;
+                                    }
                                 }
                             }
                         }
                     }
-                    {
-                        var col: u32 = (c0 + 1u);
-                        if ((col < col_hi)) {
-                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var wv: f32 = (0.0f);
-                            var ok: bool = false;
-                            var mv: u64 = 0lu;
-                            var kept: bool = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
+                }
+            }
+            if ((!seeded_row)) {
+                tie_rank = tie_start;
+                sweeps = (sweeps + 1u);
+                {
+                    var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
+                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                    for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), true); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), true); c0 = c0 + select((BLOCK * 4u), 4u, true)) {
+                        if (noisy) {
+                            w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                        }
+                        {
+                            var col: u32 = (c0 + 0u);
+                            if ((col < col_hi)) {
+                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                var kept: bool = false;
+                                if (((!searched) || (key >= s_key))) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                    if (ok) {
+                                        all_mass = (all_mass + mv);
+                                    }
+                                    var tie: bool = (ok && (key == s_key));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                    if (tie) {
+                                        tie_rank = (tie_rank + 1u);
+                                    }
+                                    kept = in_set;
                                 }
-                                var tie: bool = (ok && (key == s_key));
-                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            if ((kept && seeded_row)) {
-                                var s64: f64 = f64(ov);
-                                if (noisy) {
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                }
-                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                    best64 = s64;
-                                    best64_i = col;
-                                }
-                            }
-                            if ((kept && (!seeded_row))) {
-                                var score: f32 = select(zv, select((zv + sk_gumbel(w[1])), sk_gumbel(w[1]), (zv == bitcast<f32>(2139095040u))), noisy);
-                                if (((score > best) || (best_i == 4294967295u))) {
-                                    best = score;
-                                    best_i = col;
+                                if (kept) {
+                                    var score: f32 = select(zv, select((zv + sk_gumbel(w[0])), sk_gumbel(w[0]), (zv == bitcast<f32>(2139095040u))), noisy);
+                                    if (((score > best) || (best_i == 4294967295u))) {
+                                        best = score;
+                                        best_i = col;
+                                    }
                                 }
                             }
                         }
-                    }
-                    {
-                        var col: u32 = (c0 + 2u);
-                        if ((col < col_hi)) {
-                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var wv: f32 = (0.0f);
-                            var ok: bool = false;
-                            var mv: u64 = 0lu;
-                            var kept: bool = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
+                        {
+                            var col: u32 = (c0 + 1u);
+                            if ((col < col_hi)) {
+                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                var kept: bool = false;
+                                if (((!searched) || (key >= s_key))) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                    if (ok) {
+                                        all_mass = (all_mass + mv);
+                                    }
+                                    var tie: bool = (ok && (key == s_key));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                    if (tie) {
+                                        tie_rank = (tie_rank + 1u);
+                                    }
+                                    kept = in_set;
                                 }
-                                var tie: bool = (ok && (key == s_key));
-                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            if ((kept && seeded_row)) {
-                                var s64: f64 = f64(ov);
-                                if (noisy) {
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                }
-                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                    best64 = s64;
-                                    best64_i = col;
-                                }
-                            }
-                            if ((kept && (!seeded_row))) {
-                                var score: f32 = select(zv, select((zv + sk_gumbel(w[2])), sk_gumbel(w[2]), (zv == bitcast<f32>(2139095040u))), noisy);
-                                if (((score > best) || (best_i == 4294967295u))) {
-                                    best = score;
-                                    best_i = col;
+                                if (kept) {
+                                    var score: f32 = select(zv, select((zv + sk_gumbel(w[1])), sk_gumbel(w[1]), (zv == bitcast<f32>(2139095040u))), noisy);
+                                    if (((score > best) || (best_i == 4294967295u))) {
+                                        best = score;
+                                        best_i = col;
+                                    }
                                 }
                             }
                         }
-                    }
-                    {
-                        var col: u32 = (c0 + 3u);
-                        if ((col < col_hi)) {
-                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var wv: f32 = (0.0f);
-                            var ok: bool = false;
-                            var mv: u64 = 0lu;
-                            var kept: bool = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
+                        {
+                            var col: u32 = (c0 + 2u);
+                            if ((col < col_hi)) {
+                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                var kept: bool = false;
+                                if (((!searched) || (key >= s_key))) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                    if (ok) {
+                                        all_mass = (all_mass + mv);
+                                    }
+                                    var tie: bool = (ok && (key == s_key));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                    if (tie) {
+                                        tie_rank = (tie_rank + 1u);
+                                    }
+                                    kept = in_set;
                                 }
-                                var tie: bool = (ok && (key == s_key));
-                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            if ((kept && seeded_row)) {
-                                var s64: f64 = f64(ov);
-                                if (noisy) {
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                }
-                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                    best64 = s64;
-                                    best64_i = col;
+                                if (kept) {
+                                    var score: f32 = select(zv, select((zv + sk_gumbel(w[2])), sk_gumbel(w[2]), (zv == bitcast<f32>(2139095040u))), noisy);
+                                    if (((score > best) || (best_i == 4294967295u))) {
+                                        best = score;
+                                        best_i = col;
+                                    }
                                 }
                             }
-                            if ((kept && (!seeded_row))) {
-                                var score: f32 = select(zv, select((zv + sk_gumbel(w[3])), sk_gumbel(w[3]), (zv == bitcast<f32>(2139095040u))), noisy);
-                                if (((score > best) || (best_i == 4294967295u))) {
-                                    best = score;
-                                    best_i = col;
+                        }
+                        {
+                            var col: u32 = (c0 + 3u);
+                            if ((col < col_hi)) {
+                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                var kept: bool = false;
+                                if (((!searched) || (key >= s_key))) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                    if (ok) {
+                                        all_mass = (all_mass + mv);
+                                    }
+                                    var tie: bool = (ok && (key == s_key));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                    if (tie) {
+                                        tie_rank = (tie_rank + 1u);
+                                    }
+                                    kept = in_set;
+                                }
+                                if (kept) {
+                                    var score: f32 = select(zv, select((zv + sk_gumbel(w[3])), sk_gumbel(w[3]), (zv == bitcast<f32>(2139095040u))), noisy);
+                                    if (((score > best) || (best_i == 4294967295u))) {
+                                        best = score;
+                                        best_i = col;
+                                    }
                                 }
                             }
                         }

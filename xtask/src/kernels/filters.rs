@@ -508,18 +508,29 @@ pub(super) fn keep_best(b: &mut Block, suffix: &str, v: Expr, i: Expr) {
 
 /// This invocation's part of the race inside `S` (after [`set_bounds`]): the plain path's race
 /// with its noise, or for seeded rows (SGLang's deterministic sampler) its float64 race on
-/// hashed noise, into [`declare_best`]'s variables; `all_mass` sums the mass it weighed.
+/// hashed noise, into [`declare_best`]'s variables; `all_mass` sums the mass it weighed. The
+/// two races are separate sweeps under the row's (uniform) kind, not one sweep that tests each
+/// token: lavapipe runs every branch inside a loop, taken or not, and the float64 race would
+/// cost the Philox rows about 2 ms a row there.
 pub(super) fn race_in_set(b: &mut Block, input: Input) {
     let seeded = b.let_("seeded_row", Ty::Bool, row_is_seeded());
     declare_best(b);
     b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
-    let philox_rows = var("noisy").and(seeded.clone().not());
-    sweep_set(
-        b,
-        input,
-        |b, c0| b.if_(philox_rows.clone(), |b| b.set("w", philox_block(c0))),
-        |b, col, j, keep| {
-            b.if_(keep.clone().and(seeded.clone()), |b| {
+    b.if_(seeded.clone(), |b| race_sweep(b, input, true));
+    b.if_(seeded.not(), |b| race_sweep(b, input, false));
+}
+
+/// One race sweep over `S`: SGLang's float64 race on hashed noise (`seeded`), else the Philox one.
+fn race_sweep(b: &mut Block, input: Input, seeded: bool) {
+    let noisy = var("noisy");
+    let per_quad = |b: &mut Block, c0: Expr| {
+        if !seeded {
+            b.if_(noisy.clone(), |b| b.set("w", philox_block(c0)));
+        }
+    };
+    sweep_set(b, input, per_quad, |b, col, j, keep| {
+        b.if_(keep, |b| {
+            if seeded {
                 // The log-probability up to the row's constant (which no argmax sees): `z - max`
                 // from logits, `ln p` from probabilities; then SGLang's float64 race.
                 let lp = match input {
@@ -528,8 +539,7 @@ pub(super) fn race_in_set(b: &mut Block, input: Input) {
                 };
                 let s = score64(b, lp, col.clone());
                 keep_best(b, "64", s, col.clone());
-            });
-            b.if_(keep.and(seeded.clone().not()), |b| {
+            } else {
                 let z = var("zv");
                 let score = match input {
                     Input::Logits(_) => {
@@ -540,9 +550,9 @@ pub(super) fn race_in_set(b: &mut Block, input: Input) {
                 };
                 let s = b.let_("score", Ty::F32, select(var("noisy"), score, z));
                 keep_best(b, "", s, col);
-            });
-        },
-    );
+            }
+        });
+    });
 }
 
 /// The row's results from the race's winners (`tok32` of the Philox race, `tok64` of the seeded
