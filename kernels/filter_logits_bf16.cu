@@ -301,6 +301,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
     __shared__ unsigned int sk_scan[32];
     __shared__ unsigned int sk_many_u32[544];
     __shared__ unsigned long long sk_many_u64[544];
+    __shared__ unsigned int listed_cols[4096];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
         unsigned int row = ((((flags & 32u) != 0u)) ? (listed[slot]) : (slot));
         unsigned int base = (row * stride);
@@ -387,12 +388,47 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
             unsigned long long row_mass = 0ull;
             unsigned long long lim = 18446744073709551615ull;
             unsigned int mine = 0u;
+            bool listed = false;
+            unsigned int n_list = 0u;
             unsigned int sel_a = ((k_first) ? (8u) : (0u));
             unsigned int digits = (sel_a + ((searched) ? (8u) : (0u)));
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                 bool in_a = (stage <= sel_a);
                 unsigned int digit_pass = ((in_a) ? ((stage - 1u)) : (((stage - 1u) - sel_a)));
                 unsigned int shift = (28u - (digit_pass * 4u));
+                if ((digit_pass == 0u)) {
+                    listed = false;
+                }
+                bool compact = (((!listed) && ((digit_pass >= 1u) && (digit_pass < 7u))) && (sel_tn <= 4096u));
+                unsigned int list_at = 0u;
+                unsigned int listing = sel_tn;
+                if (compact) {
+                    unsigned int list_from = 0u;
+                    {
+                        unsigned int sk_x = mine;
+                        unsigned int sk_v = sk_x;
+                        for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+                            unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+                            if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
+                        }
+                        if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
+                        __syncthreads();
+                        if (threadIdx.x < 32u) {
+                            unsigned int sk_own = sk_v;
+                            sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
+                            for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+                                unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+                                if (threadIdx.x >= sk_o) sk_v += on;
+                            }
+                            if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
+                            sk_v = sk_own;
+                        }
+                        __syncthreads();
+                        list_from = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
+                        __syncthreads();
+                    }
+                    list_at = list_from;
+                }
                 unsigned int cnt0 = 0u;
                 unsigned long long mas0 = 0ull;
                 unsigned int cnt1 = 0u;
@@ -425,14 +461,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                 unsigned long long mas14 = 0ull;
                 unsigned int cnt15 = 0u;
                 unsigned long long mas15 = 0ull;
-                sweeps = (sweeps + 1u);
-                {
-                    unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                    unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                    for (unsigned int c0 = (((digit_pass == 7u)) ? ((col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u))) : ((col_lo + (threadIdx.x * 4u)))); c0 < (((digit_pass == 7u)) ? ((col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u))) : (col_hi)); c0 += (((digit_pass == 7u)) ? (4u) : ((((unsigned int)SK_BLOCK) * 4u)))) {
-                        {
-                            unsigned int col = (c0 + 0u);
-                            if ((col < col_hi)) {
+                if (listed) {
+                    {
+                        unsigned int per = (((n_list + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                        for (unsigned int q = 0u; q < per; q += 1u) {
+                            unsigned int at = (((digit_pass == 7u)) ? (((threadIdx.x * per) + q)) : (((q * ((unsigned int)SK_BLOCK)) + threadIdx.x)));
+                            if ((at < n_list)) {
+                                unsigned int col = listed_cols[at];
                                 float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
                                 float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
                                 unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
@@ -445,6 +480,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                     mv = sk_fixed(wv);
                                 }
                                 if (ok) {
+                                    if ((compact && (list_at < 4096u))) {
+                                        listed_cols[list_at] = col;
+                                        list_at = (list_at + 1u);
+                                    }
                                     unsigned int digit = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -513,251 +552,359 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 }
                             }
                         }
-                        {
-                            unsigned int col = (c0 + 1u);
-                            if ((col < col_hi)) {
-                                float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                float wv = (0.0f);
-                                bool ok = false;
-                                unsigned long long mv = 0ull;
-                                if (((key & sel_mask) == sel_key)) {
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if (ok) {
-                                    unsigned int digit = ((key >> shift) & 15u);
-                                    if ((digit == 0u)) {
-                                        cnt0 = (cnt0 + 1u);
-                                        mas0 = (mas0 + mv);
+                    }
+                }
+                if ((!listed)) {
+                    sweeps = (sweeps + 1u);
+                    {
+                        unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
+                        unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                        for (unsigned int c0 = (((digit_pass == 7u)) ? ((col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u))) : ((col_lo + (threadIdx.x * 4u)))); c0 < (((digit_pass == 7u)) ? ((col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u))) : (col_hi)); c0 += (((digit_pass == 7u)) ? (4u) : ((((unsigned int)SK_BLOCK) * 4u)))) {
+                            {
+                                unsigned int col = (c0 + 0u);
+                                if ((col < col_hi)) {
+                                    float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
                                     }
-                                    if ((digit == 1u)) {
-                                        cnt1 = (cnt1 + 1u);
-                                        mas1 = (mas1 + mv);
-                                    }
-                                    if ((digit == 2u)) {
-                                        cnt2 = (cnt2 + 1u);
-                                        mas2 = (mas2 + mv);
-                                    }
-                                    if ((digit == 3u)) {
-                                        cnt3 = (cnt3 + 1u);
-                                        mas3 = (mas3 + mv);
-                                    }
-                                    if ((digit == 4u)) {
-                                        cnt4 = (cnt4 + 1u);
-                                        mas4 = (mas4 + mv);
-                                    }
-                                    if ((digit == 5u)) {
-                                        cnt5 = (cnt5 + 1u);
-                                        mas5 = (mas5 + mv);
-                                    }
-                                    if ((digit == 6u)) {
-                                        cnt6 = (cnt6 + 1u);
-                                        mas6 = (mas6 + mv);
-                                    }
-                                    if ((digit == 7u)) {
-                                        cnt7 = (cnt7 + 1u);
-                                        mas7 = (mas7 + mv);
-                                    }
-                                    if ((digit == 8u)) {
-                                        cnt8 = (cnt8 + 1u);
-                                        mas8 = (mas8 + mv);
-                                    }
-                                    if ((digit == 9u)) {
-                                        cnt9 = (cnt9 + 1u);
-                                        mas9 = (mas9 + mv);
-                                    }
-                                    if ((digit == 10u)) {
-                                        cnt10 = (cnt10 + 1u);
-                                        mas10 = (mas10 + mv);
-                                    }
-                                    if ((digit == 11u)) {
-                                        cnt11 = (cnt11 + 1u);
-                                        mas11 = (mas11 + mv);
-                                    }
-                                    if ((digit == 12u)) {
-                                        cnt12 = (cnt12 + 1u);
-                                        mas12 = (mas12 + mv);
-                                    }
-                                    if ((digit == 13u)) {
-                                        cnt13 = (cnt13 + 1u);
-                                        mas13 = (mas13 + mv);
-                                    }
-                                    if ((digit == 14u)) {
-                                        cnt14 = (cnt14 + 1u);
-                                        mas14 = (mas14 + mv);
-                                    }
-                                    if ((digit == 15u)) {
-                                        cnt15 = (cnt15 + 1u);
-                                        mas15 = (mas15 + mv);
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            unsigned int col = (c0 + 2u);
-                            if ((col < col_hi)) {
-                                float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                float wv = (0.0f);
-                                bool ok = false;
-                                unsigned long long mv = 0ull;
-                                if (((key & sel_mask) == sel_key)) {
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if (ok) {
-                                    unsigned int digit = ((key >> shift) & 15u);
-                                    if ((digit == 0u)) {
-                                        cnt0 = (cnt0 + 1u);
-                                        mas0 = (mas0 + mv);
-                                    }
-                                    if ((digit == 1u)) {
-                                        cnt1 = (cnt1 + 1u);
-                                        mas1 = (mas1 + mv);
-                                    }
-                                    if ((digit == 2u)) {
-                                        cnt2 = (cnt2 + 1u);
-                                        mas2 = (mas2 + mv);
-                                    }
-                                    if ((digit == 3u)) {
-                                        cnt3 = (cnt3 + 1u);
-                                        mas3 = (mas3 + mv);
-                                    }
-                                    if ((digit == 4u)) {
-                                        cnt4 = (cnt4 + 1u);
-                                        mas4 = (mas4 + mv);
-                                    }
-                                    if ((digit == 5u)) {
-                                        cnt5 = (cnt5 + 1u);
-                                        mas5 = (mas5 + mv);
-                                    }
-                                    if ((digit == 6u)) {
-                                        cnt6 = (cnt6 + 1u);
-                                        mas6 = (mas6 + mv);
-                                    }
-                                    if ((digit == 7u)) {
-                                        cnt7 = (cnt7 + 1u);
-                                        mas7 = (mas7 + mv);
-                                    }
-                                    if ((digit == 8u)) {
-                                        cnt8 = (cnt8 + 1u);
-                                        mas8 = (mas8 + mv);
-                                    }
-                                    if ((digit == 9u)) {
-                                        cnt9 = (cnt9 + 1u);
-                                        mas9 = (mas9 + mv);
-                                    }
-                                    if ((digit == 10u)) {
-                                        cnt10 = (cnt10 + 1u);
-                                        mas10 = (mas10 + mv);
-                                    }
-                                    if ((digit == 11u)) {
-                                        cnt11 = (cnt11 + 1u);
-                                        mas11 = (mas11 + mv);
-                                    }
-                                    if ((digit == 12u)) {
-                                        cnt12 = (cnt12 + 1u);
-                                        mas12 = (mas12 + mv);
-                                    }
-                                    if ((digit == 13u)) {
-                                        cnt13 = (cnt13 + 1u);
-                                        mas13 = (mas13 + mv);
-                                    }
-                                    if ((digit == 14u)) {
-                                        cnt14 = (cnt14 + 1u);
-                                        mas14 = (mas14 + mv);
-                                    }
-                                    if ((digit == 15u)) {
-                                        cnt15 = (cnt15 + 1u);
-                                        mas15 = (mas15 + mv);
+                                    if (ok) {
+                                        if ((compact && (list_at < 4096u))) {
+                                            listed_cols[list_at] = col;
+                                            list_at = (list_at + 1u);
+                                        }
+                                        unsigned int digit = ((key >> shift) & 15u);
+                                        if ((digit == 0u)) {
+                                            cnt0 = (cnt0 + 1u);
+                                            mas0 = (mas0 + mv);
+                                        }
+                                        if ((digit == 1u)) {
+                                            cnt1 = (cnt1 + 1u);
+                                            mas1 = (mas1 + mv);
+                                        }
+                                        if ((digit == 2u)) {
+                                            cnt2 = (cnt2 + 1u);
+                                            mas2 = (mas2 + mv);
+                                        }
+                                        if ((digit == 3u)) {
+                                            cnt3 = (cnt3 + 1u);
+                                            mas3 = (mas3 + mv);
+                                        }
+                                        if ((digit == 4u)) {
+                                            cnt4 = (cnt4 + 1u);
+                                            mas4 = (mas4 + mv);
+                                        }
+                                        if ((digit == 5u)) {
+                                            cnt5 = (cnt5 + 1u);
+                                            mas5 = (mas5 + mv);
+                                        }
+                                        if ((digit == 6u)) {
+                                            cnt6 = (cnt6 + 1u);
+                                            mas6 = (mas6 + mv);
+                                        }
+                                        if ((digit == 7u)) {
+                                            cnt7 = (cnt7 + 1u);
+                                            mas7 = (mas7 + mv);
+                                        }
+                                        if ((digit == 8u)) {
+                                            cnt8 = (cnt8 + 1u);
+                                            mas8 = (mas8 + mv);
+                                        }
+                                        if ((digit == 9u)) {
+                                            cnt9 = (cnt9 + 1u);
+                                            mas9 = (mas9 + mv);
+                                        }
+                                        if ((digit == 10u)) {
+                                            cnt10 = (cnt10 + 1u);
+                                            mas10 = (mas10 + mv);
+                                        }
+                                        if ((digit == 11u)) {
+                                            cnt11 = (cnt11 + 1u);
+                                            mas11 = (mas11 + mv);
+                                        }
+                                        if ((digit == 12u)) {
+                                            cnt12 = (cnt12 + 1u);
+                                            mas12 = (mas12 + mv);
+                                        }
+                                        if ((digit == 13u)) {
+                                            cnt13 = (cnt13 + 1u);
+                                            mas13 = (mas13 + mv);
+                                        }
+                                        if ((digit == 14u)) {
+                                            cnt14 = (cnt14 + 1u);
+                                            mas14 = (mas14 + mv);
+                                        }
+                                        if ((digit == 15u)) {
+                                            cnt15 = (cnt15 + 1u);
+                                            mas15 = (mas15 + mv);
+                                        }
                                     }
                                 }
                             }
-                        }
-                        {
-                            unsigned int col = (c0 + 3u);
-                            if ((col < col_hi)) {
-                                float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                float wv = (0.0f);
-                                bool ok = false;
-                                unsigned long long mv = 0ull;
-                                if (((key & sel_mask) == sel_key)) {
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
+                            {
+                                unsigned int col = (c0 + 1u);
+                                if ((col < col_hi)) {
+                                    float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
+                                        if ((compact && (list_at < 4096u))) {
+                                            listed_cols[list_at] = col;
+                                            list_at = (list_at + 1u);
+                                        }
+                                        unsigned int digit = ((key >> shift) & 15u);
+                                        if ((digit == 0u)) {
+                                            cnt0 = (cnt0 + 1u);
+                                            mas0 = (mas0 + mv);
+                                        }
+                                        if ((digit == 1u)) {
+                                            cnt1 = (cnt1 + 1u);
+                                            mas1 = (mas1 + mv);
+                                        }
+                                        if ((digit == 2u)) {
+                                            cnt2 = (cnt2 + 1u);
+                                            mas2 = (mas2 + mv);
+                                        }
+                                        if ((digit == 3u)) {
+                                            cnt3 = (cnt3 + 1u);
+                                            mas3 = (mas3 + mv);
+                                        }
+                                        if ((digit == 4u)) {
+                                            cnt4 = (cnt4 + 1u);
+                                            mas4 = (mas4 + mv);
+                                        }
+                                        if ((digit == 5u)) {
+                                            cnt5 = (cnt5 + 1u);
+                                            mas5 = (mas5 + mv);
+                                        }
+                                        if ((digit == 6u)) {
+                                            cnt6 = (cnt6 + 1u);
+                                            mas6 = (mas6 + mv);
+                                        }
+                                        if ((digit == 7u)) {
+                                            cnt7 = (cnt7 + 1u);
+                                            mas7 = (mas7 + mv);
+                                        }
+                                        if ((digit == 8u)) {
+                                            cnt8 = (cnt8 + 1u);
+                                            mas8 = (mas8 + mv);
+                                        }
+                                        if ((digit == 9u)) {
+                                            cnt9 = (cnt9 + 1u);
+                                            mas9 = (mas9 + mv);
+                                        }
+                                        if ((digit == 10u)) {
+                                            cnt10 = (cnt10 + 1u);
+                                            mas10 = (mas10 + mv);
+                                        }
+                                        if ((digit == 11u)) {
+                                            cnt11 = (cnt11 + 1u);
+                                            mas11 = (mas11 + mv);
+                                        }
+                                        if ((digit == 12u)) {
+                                            cnt12 = (cnt12 + 1u);
+                                            mas12 = (mas12 + mv);
+                                        }
+                                        if ((digit == 13u)) {
+                                            cnt13 = (cnt13 + 1u);
+                                            mas13 = (mas13 + mv);
+                                        }
+                                        if ((digit == 14u)) {
+                                            cnt14 = (cnt14 + 1u);
+                                            mas14 = (mas14 + mv);
+                                        }
+                                        if ((digit == 15u)) {
+                                            cnt15 = (cnt15 + 1u);
+                                            mas15 = (mas15 + mv);
+                                        }
+                                    }
                                 }
-                                if (ok) {
-                                    unsigned int digit = ((key >> shift) & 15u);
-                                    if ((digit == 0u)) {
-                                        cnt0 = (cnt0 + 1u);
-                                        mas0 = (mas0 + mv);
+                            }
+                            {
+                                unsigned int col = (c0 + 2u);
+                                if ((col < col_hi)) {
+                                    float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
                                     }
-                                    if ((digit == 1u)) {
-                                        cnt1 = (cnt1 + 1u);
-                                        mas1 = (mas1 + mv);
+                                    if (ok) {
+                                        if ((compact && (list_at < 4096u))) {
+                                            listed_cols[list_at] = col;
+                                            list_at = (list_at + 1u);
+                                        }
+                                        unsigned int digit = ((key >> shift) & 15u);
+                                        if ((digit == 0u)) {
+                                            cnt0 = (cnt0 + 1u);
+                                            mas0 = (mas0 + mv);
+                                        }
+                                        if ((digit == 1u)) {
+                                            cnt1 = (cnt1 + 1u);
+                                            mas1 = (mas1 + mv);
+                                        }
+                                        if ((digit == 2u)) {
+                                            cnt2 = (cnt2 + 1u);
+                                            mas2 = (mas2 + mv);
+                                        }
+                                        if ((digit == 3u)) {
+                                            cnt3 = (cnt3 + 1u);
+                                            mas3 = (mas3 + mv);
+                                        }
+                                        if ((digit == 4u)) {
+                                            cnt4 = (cnt4 + 1u);
+                                            mas4 = (mas4 + mv);
+                                        }
+                                        if ((digit == 5u)) {
+                                            cnt5 = (cnt5 + 1u);
+                                            mas5 = (mas5 + mv);
+                                        }
+                                        if ((digit == 6u)) {
+                                            cnt6 = (cnt6 + 1u);
+                                            mas6 = (mas6 + mv);
+                                        }
+                                        if ((digit == 7u)) {
+                                            cnt7 = (cnt7 + 1u);
+                                            mas7 = (mas7 + mv);
+                                        }
+                                        if ((digit == 8u)) {
+                                            cnt8 = (cnt8 + 1u);
+                                            mas8 = (mas8 + mv);
+                                        }
+                                        if ((digit == 9u)) {
+                                            cnt9 = (cnt9 + 1u);
+                                            mas9 = (mas9 + mv);
+                                        }
+                                        if ((digit == 10u)) {
+                                            cnt10 = (cnt10 + 1u);
+                                            mas10 = (mas10 + mv);
+                                        }
+                                        if ((digit == 11u)) {
+                                            cnt11 = (cnt11 + 1u);
+                                            mas11 = (mas11 + mv);
+                                        }
+                                        if ((digit == 12u)) {
+                                            cnt12 = (cnt12 + 1u);
+                                            mas12 = (mas12 + mv);
+                                        }
+                                        if ((digit == 13u)) {
+                                            cnt13 = (cnt13 + 1u);
+                                            mas13 = (mas13 + mv);
+                                        }
+                                        if ((digit == 14u)) {
+                                            cnt14 = (cnt14 + 1u);
+                                            mas14 = (mas14 + mv);
+                                        }
+                                        if ((digit == 15u)) {
+                                            cnt15 = (cnt15 + 1u);
+                                            mas15 = (mas15 + mv);
+                                        }
                                     }
-                                    if ((digit == 2u)) {
-                                        cnt2 = (cnt2 + 1u);
-                                        mas2 = (mas2 + mv);
+                                }
+                            }
+                            {
+                                unsigned int col = (c0 + 3u);
+                                if ((col < col_hi)) {
+                                    float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
                                     }
-                                    if ((digit == 3u)) {
-                                        cnt3 = (cnt3 + 1u);
-                                        mas3 = (mas3 + mv);
-                                    }
-                                    if ((digit == 4u)) {
-                                        cnt4 = (cnt4 + 1u);
-                                        mas4 = (mas4 + mv);
-                                    }
-                                    if ((digit == 5u)) {
-                                        cnt5 = (cnt5 + 1u);
-                                        mas5 = (mas5 + mv);
-                                    }
-                                    if ((digit == 6u)) {
-                                        cnt6 = (cnt6 + 1u);
-                                        mas6 = (mas6 + mv);
-                                    }
-                                    if ((digit == 7u)) {
-                                        cnt7 = (cnt7 + 1u);
-                                        mas7 = (mas7 + mv);
-                                    }
-                                    if ((digit == 8u)) {
-                                        cnt8 = (cnt8 + 1u);
-                                        mas8 = (mas8 + mv);
-                                    }
-                                    if ((digit == 9u)) {
-                                        cnt9 = (cnt9 + 1u);
-                                        mas9 = (mas9 + mv);
-                                    }
-                                    if ((digit == 10u)) {
-                                        cnt10 = (cnt10 + 1u);
-                                        mas10 = (mas10 + mv);
-                                    }
-                                    if ((digit == 11u)) {
-                                        cnt11 = (cnt11 + 1u);
-                                        mas11 = (mas11 + mv);
-                                    }
-                                    if ((digit == 12u)) {
-                                        cnt12 = (cnt12 + 1u);
-                                        mas12 = (mas12 + mv);
-                                    }
-                                    if ((digit == 13u)) {
-                                        cnt13 = (cnt13 + 1u);
-                                        mas13 = (mas13 + mv);
-                                    }
-                                    if ((digit == 14u)) {
-                                        cnt14 = (cnt14 + 1u);
-                                        mas14 = (mas14 + mv);
-                                    }
-                                    if ((digit == 15u)) {
-                                        cnt15 = (cnt15 + 1u);
-                                        mas15 = (mas15 + mv);
+                                    if (ok) {
+                                        if ((compact && (list_at < 4096u))) {
+                                            listed_cols[list_at] = col;
+                                            list_at = (list_at + 1u);
+                                        }
+                                        unsigned int digit = ((key >> shift) & 15u);
+                                        if ((digit == 0u)) {
+                                            cnt0 = (cnt0 + 1u);
+                                            mas0 = (mas0 + mv);
+                                        }
+                                        if ((digit == 1u)) {
+                                            cnt1 = (cnt1 + 1u);
+                                            mas1 = (mas1 + mv);
+                                        }
+                                        if ((digit == 2u)) {
+                                            cnt2 = (cnt2 + 1u);
+                                            mas2 = (mas2 + mv);
+                                        }
+                                        if ((digit == 3u)) {
+                                            cnt3 = (cnt3 + 1u);
+                                            mas3 = (mas3 + mv);
+                                        }
+                                        if ((digit == 4u)) {
+                                            cnt4 = (cnt4 + 1u);
+                                            mas4 = (mas4 + mv);
+                                        }
+                                        if ((digit == 5u)) {
+                                            cnt5 = (cnt5 + 1u);
+                                            mas5 = (mas5 + mv);
+                                        }
+                                        if ((digit == 6u)) {
+                                            cnt6 = (cnt6 + 1u);
+                                            mas6 = (mas6 + mv);
+                                        }
+                                        if ((digit == 7u)) {
+                                            cnt7 = (cnt7 + 1u);
+                                            mas7 = (mas7 + mv);
+                                        }
+                                        if ((digit == 8u)) {
+                                            cnt8 = (cnt8 + 1u);
+                                            mas8 = (mas8 + mv);
+                                        }
+                                        if ((digit == 9u)) {
+                                            cnt9 = (cnt9 + 1u);
+                                            mas9 = (mas9 + mv);
+                                        }
+                                        if ((digit == 10u)) {
+                                            cnt10 = (cnt10 + 1u);
+                                            mas10 = (mas10 + mv);
+                                        }
+                                        if ((digit == 11u)) {
+                                            cnt11 = (cnt11 + 1u);
+                                            mas11 = (mas11 + mv);
+                                        }
+                                        if ((digit == 12u)) {
+                                            cnt12 = (cnt12 + 1u);
+                                            mas12 = (mas12 + mv);
+                                        }
+                                        if ((digit == 13u)) {
+                                            cnt13 = (cnt13 + 1u);
+                                            mas13 = (mas13 + mv);
+                                        }
+                                        if ((digit == 14u)) {
+                                            cnt14 = (cnt14 + 1u);
+                                            mas14 = (mas14 + mv);
+                                        }
+                                        if ((digit == 15u)) {
+                                            cnt15 = (cnt15 + 1u);
+                                            mas15 = (mas15 + mv);
+                                        }
                                     }
                                 }
                             }
@@ -1128,6 +1275,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                     sel_m = 0ull;
                     sel_tm = 0ull;
                 }
+                if (compact) {
+                    __syncthreads();
+                    listed = true;
+                    n_list = listing;
+                }
             }
             unsigned int s_key = sel_key;
             unsigned int s_ties = 0u;
@@ -1141,6 +1293,96 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
             unsigned int tie_rank = 0u;
             unsigned long long all_mass = 0ull;
             if (searched) {
+                if (listed) {
+                    if ((s_ties >= sel_tn)) {
+                        s_ties = 4294967295u;
+                    } else {
+                        mine = 0u;
+                        sweeps = (sweeps + 1u);
+                        {
+                            unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
+                            unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                            for (unsigned int c0 = ((true) ? ((col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u))) : ((col_lo + (threadIdx.x * 4u)))); c0 < ((true) ? ((col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u))) : (col_hi)); c0 += ((true) ? (4u) : ((((unsigned int)SK_BLOCK) * 4u)))) {
+                                {
+                                    unsigned int col = (c0 + 0u);
+                                    if ((col < col_hi)) {
+                                        float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if ((key == s_key)) {
+                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            mine = (mine + 1u);
+                                        }
+                                    }
+                                }
+                                {
+                                    unsigned int col = (c0 + 1u);
+                                    if ((col < col_hi)) {
+                                        float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if ((key == s_key)) {
+                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            mine = (mine + 1u);
+                                        }
+                                    }
+                                }
+                                {
+                                    unsigned int col = (c0 + 2u);
+                                    if ((col < col_hi)) {
+                                        float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if ((key == s_key)) {
+                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            mine = (mine + 1u);
+                                        }
+                                    }
+                                }
+                                {
+                                    unsigned int col = (c0 + 3u);
+                                    if ((col < col_hi)) {
+                                        float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if ((key == s_key)) {
+                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            mine = (mine + 1u);
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
                 unsigned int ties_before = 0u;
                 {
                     unsigned int sk_x = mine;

@@ -1535,6 +1535,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                                 __syncthreads();
                             }
                             unsigned int mine = 0u;
+                            mine = 0u;
                             sweeps = (sweeps + 1u);
                             {
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);

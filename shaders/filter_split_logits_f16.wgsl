@@ -1763,6 +1763,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 workgroupBarrier();
                             }
                             var mine: u32 = 0u;
+                            mine = 0u;
                             sweeps = (sweeps + 1u);
                             {
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);

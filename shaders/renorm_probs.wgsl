@@ -22,6 +22,7 @@ var<workgroup> sk_red_u64: array<u64, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> sk_sum_lo: array<atomic<u32>, 16>;
 var<workgroup> sk_sum_hi: array<atomic<u32>, 16>;
+var<workgroup> listed_cols: array<u32, 4096>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
     let ll = (a & 0xffffu) * (b & 0xffffu);
@@ -321,12 +322,37 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var row_mass: u64 = 0lu;
             var lim: u64 = 18446744073709551615lu;
             var mine: u32 = 0u;
+            var listed: bool = false;
+            var n_list: u32 = 0u;
             var sel_a: u32 = select(0u, 8u, k_first);
             var digits: u32 = (sel_a + select(0u, 8u, searched));
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                 var in_a: bool = (stage <= sel_a);
                 var digit_pass: u32 = select(((stage - 1u) - sel_a), (stage - 1u), in_a);
                 var shift: u32 = (28u - (digit_pass * 4u));
+                if ((digit_pass == 0u)) {
+                    listed = false;
+                }
+                var compact: bool = (((!listed) && ((digit_pass >= 1u) && (digit_pass < 7u))) && (sel_tn <= 4096u));
+                var list_at: u32 = 0u;
+                var listing: u32 = sel_tn;
+                if (compact) {
+                    var list_from: u32 = 0u;
+                    {
+                        let sk_x = mine;
+                        sk_scan[sk_lid] = sk_x;
+                        workgroupBarrier();
+                        for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
+                            let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
+                            workgroupBarrier();
+                            sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
+                            workgroupBarrier();
+                        }
+                        list_from = sk_scan[sk_lid] - sk_x;
+                        workgroupBarrier();
+                    }
+                    list_at = list_from;
+                }
                 var cnt0: u32 = 0u;
                 var mas0: u64 = 0lu;
                 var cnt1: u32 = 0u;
@@ -359,14 +385,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var mas14: u64 = 0lu;
                 var cnt15: u32 = 0u;
                 var mas15: u64 = 0lu;
-                sweeps = (sweeps + 1u);
-                {
-                    var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                    for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), (digit_pass == 7u)); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), (digit_pass == 7u)); c0 = c0 + select((BLOCK * 4u), 4u, (digit_pass == 7u))) {
-                        {
-                            var col: u32 = (c0 + 0u);
-                            if ((col < col_hi)) {
+                if (listed) {
+                    {
+                        var per: u32 = (((n_list + BLOCK) - 1u) / BLOCK);
+                        for (var q: u32 = 0u; q < per; q = q + 1u) {
+                            var at: u32 = select(((q * BLOCK) + sk_lid), ((sk_lid * per) + q), (digit_pass == 7u));
+                            if ((at < n_list)) {
+                                var col: u32 = listed_cols[at];
                                 var zv: f32 = x[(base + col)];
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -379,6 +404,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mv = sk_fixed(wv);
                                 }
                                 if (ok) {
+                                    if ((compact && (list_at < 4096u))) {
+                                        listed_cols[list_at] = col;
+                                        list_at = (list_at + 1u);
+                                    }
                                     var digit: u32 = ((key >> shift) & 15u);
                                     if ((digit == 0u)) {
                                         cnt0 = (cnt0 + 1u);
@@ -447,251 +476,359 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                         }
-                        {
-                            var col: u32 = (c0 + 1u);
-                            if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
-                                var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                if (((key & sel_mask) == sel_key)) {
-                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if (ok) {
-                                    var digit: u32 = ((key >> shift) & 15u);
-                                    if ((digit == 0u)) {
-                                        cnt0 = (cnt0 + 1u);
-                                        mas0 = (mas0 + mv);
+                    }
+                }
+                if ((!listed)) {
+                    sweeps = (sweeps + 1u);
+                    {
+                        var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
+                        var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                        for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), (digit_pass == 7u)); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), (digit_pass == 7u)); c0 = c0 + select((BLOCK * 4u), 4u, (digit_pass == 7u))) {
+                            {
+                                var col: u32 = (c0 + 0u);
+                                if ((col < col_hi)) {
+                                    var zv: f32 = x[(base + col)];
+                                    var ov: f32 = zv;
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
                                     }
-                                    if ((digit == 1u)) {
-                                        cnt1 = (cnt1 + 1u);
-                                        mas1 = (mas1 + mv);
-                                    }
-                                    if ((digit == 2u)) {
-                                        cnt2 = (cnt2 + 1u);
-                                        mas2 = (mas2 + mv);
-                                    }
-                                    if ((digit == 3u)) {
-                                        cnt3 = (cnt3 + 1u);
-                                        mas3 = (mas3 + mv);
-                                    }
-                                    if ((digit == 4u)) {
-                                        cnt4 = (cnt4 + 1u);
-                                        mas4 = (mas4 + mv);
-                                    }
-                                    if ((digit == 5u)) {
-                                        cnt5 = (cnt5 + 1u);
-                                        mas5 = (mas5 + mv);
-                                    }
-                                    if ((digit == 6u)) {
-                                        cnt6 = (cnt6 + 1u);
-                                        mas6 = (mas6 + mv);
-                                    }
-                                    if ((digit == 7u)) {
-                                        cnt7 = (cnt7 + 1u);
-                                        mas7 = (mas7 + mv);
-                                    }
-                                    if ((digit == 8u)) {
-                                        cnt8 = (cnt8 + 1u);
-                                        mas8 = (mas8 + mv);
-                                    }
-                                    if ((digit == 9u)) {
-                                        cnt9 = (cnt9 + 1u);
-                                        mas9 = (mas9 + mv);
-                                    }
-                                    if ((digit == 10u)) {
-                                        cnt10 = (cnt10 + 1u);
-                                        mas10 = (mas10 + mv);
-                                    }
-                                    if ((digit == 11u)) {
-                                        cnt11 = (cnt11 + 1u);
-                                        mas11 = (mas11 + mv);
-                                    }
-                                    if ((digit == 12u)) {
-                                        cnt12 = (cnt12 + 1u);
-                                        mas12 = (mas12 + mv);
-                                    }
-                                    if ((digit == 13u)) {
-                                        cnt13 = (cnt13 + 1u);
-                                        mas13 = (mas13 + mv);
-                                    }
-                                    if ((digit == 14u)) {
-                                        cnt14 = (cnt14 + 1u);
-                                        mas14 = (mas14 + mv);
-                                    }
-                                    if ((digit == 15u)) {
-                                        cnt15 = (cnt15 + 1u);
-                                        mas15 = (mas15 + mv);
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + 2u);
-                            if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
-                                var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                if (((key & sel_mask) == sel_key)) {
-                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if (ok) {
-                                    var digit: u32 = ((key >> shift) & 15u);
-                                    if ((digit == 0u)) {
-                                        cnt0 = (cnt0 + 1u);
-                                        mas0 = (mas0 + mv);
-                                    }
-                                    if ((digit == 1u)) {
-                                        cnt1 = (cnt1 + 1u);
-                                        mas1 = (mas1 + mv);
-                                    }
-                                    if ((digit == 2u)) {
-                                        cnt2 = (cnt2 + 1u);
-                                        mas2 = (mas2 + mv);
-                                    }
-                                    if ((digit == 3u)) {
-                                        cnt3 = (cnt3 + 1u);
-                                        mas3 = (mas3 + mv);
-                                    }
-                                    if ((digit == 4u)) {
-                                        cnt4 = (cnt4 + 1u);
-                                        mas4 = (mas4 + mv);
-                                    }
-                                    if ((digit == 5u)) {
-                                        cnt5 = (cnt5 + 1u);
-                                        mas5 = (mas5 + mv);
-                                    }
-                                    if ((digit == 6u)) {
-                                        cnt6 = (cnt6 + 1u);
-                                        mas6 = (mas6 + mv);
-                                    }
-                                    if ((digit == 7u)) {
-                                        cnt7 = (cnt7 + 1u);
-                                        mas7 = (mas7 + mv);
-                                    }
-                                    if ((digit == 8u)) {
-                                        cnt8 = (cnt8 + 1u);
-                                        mas8 = (mas8 + mv);
-                                    }
-                                    if ((digit == 9u)) {
-                                        cnt9 = (cnt9 + 1u);
-                                        mas9 = (mas9 + mv);
-                                    }
-                                    if ((digit == 10u)) {
-                                        cnt10 = (cnt10 + 1u);
-                                        mas10 = (mas10 + mv);
-                                    }
-                                    if ((digit == 11u)) {
-                                        cnt11 = (cnt11 + 1u);
-                                        mas11 = (mas11 + mv);
-                                    }
-                                    if ((digit == 12u)) {
-                                        cnt12 = (cnt12 + 1u);
-                                        mas12 = (mas12 + mv);
-                                    }
-                                    if ((digit == 13u)) {
-                                        cnt13 = (cnt13 + 1u);
-                                        mas13 = (mas13 + mv);
-                                    }
-                                    if ((digit == 14u)) {
-                                        cnt14 = (cnt14 + 1u);
-                                        mas14 = (mas14 + mv);
-                                    }
-                                    if ((digit == 15u)) {
-                                        cnt15 = (cnt15 + 1u);
-                                        mas15 = (mas15 + mv);
+                                    if (ok) {
+                                        if ((compact && (list_at < 4096u))) {
+                                            listed_cols[list_at] = col;
+                                            list_at = (list_at + 1u);
+                                        }
+                                        var digit: u32 = ((key >> shift) & 15u);
+                                        if ((digit == 0u)) {
+                                            cnt0 = (cnt0 + 1u);
+                                            mas0 = (mas0 + mv);
+                                        }
+                                        if ((digit == 1u)) {
+                                            cnt1 = (cnt1 + 1u);
+                                            mas1 = (mas1 + mv);
+                                        }
+                                        if ((digit == 2u)) {
+                                            cnt2 = (cnt2 + 1u);
+                                            mas2 = (mas2 + mv);
+                                        }
+                                        if ((digit == 3u)) {
+                                            cnt3 = (cnt3 + 1u);
+                                            mas3 = (mas3 + mv);
+                                        }
+                                        if ((digit == 4u)) {
+                                            cnt4 = (cnt4 + 1u);
+                                            mas4 = (mas4 + mv);
+                                        }
+                                        if ((digit == 5u)) {
+                                            cnt5 = (cnt5 + 1u);
+                                            mas5 = (mas5 + mv);
+                                        }
+                                        if ((digit == 6u)) {
+                                            cnt6 = (cnt6 + 1u);
+                                            mas6 = (mas6 + mv);
+                                        }
+                                        if ((digit == 7u)) {
+                                            cnt7 = (cnt7 + 1u);
+                                            mas7 = (mas7 + mv);
+                                        }
+                                        if ((digit == 8u)) {
+                                            cnt8 = (cnt8 + 1u);
+                                            mas8 = (mas8 + mv);
+                                        }
+                                        if ((digit == 9u)) {
+                                            cnt9 = (cnt9 + 1u);
+                                            mas9 = (mas9 + mv);
+                                        }
+                                        if ((digit == 10u)) {
+                                            cnt10 = (cnt10 + 1u);
+                                            mas10 = (mas10 + mv);
+                                        }
+                                        if ((digit == 11u)) {
+                                            cnt11 = (cnt11 + 1u);
+                                            mas11 = (mas11 + mv);
+                                        }
+                                        if ((digit == 12u)) {
+                                            cnt12 = (cnt12 + 1u);
+                                            mas12 = (mas12 + mv);
+                                        }
+                                        if ((digit == 13u)) {
+                                            cnt13 = (cnt13 + 1u);
+                                            mas13 = (mas13 + mv);
+                                        }
+                                        if ((digit == 14u)) {
+                                            cnt14 = (cnt14 + 1u);
+                                            mas14 = (mas14 + mv);
+                                        }
+                                        if ((digit == 15u)) {
+                                            cnt15 = (cnt15 + 1u);
+                                            mas15 = (mas15 + mv);
+                                        }
                                     }
                                 }
                             }
-                        }
-                        {
-                            var col: u32 = (c0 + 3u);
-                            if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
-                                var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                if (((key & sel_mask) == sel_key)) {
-                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
+                            {
+                                var col: u32 = (c0 + 1u);
+                                if ((col < col_hi)) {
+                                    var zv: f32 = x[(base + col)];
+                                    var ov: f32 = zv;
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
+                                        if ((compact && (list_at < 4096u))) {
+                                            listed_cols[list_at] = col;
+                                            list_at = (list_at + 1u);
+                                        }
+                                        var digit: u32 = ((key >> shift) & 15u);
+                                        if ((digit == 0u)) {
+                                            cnt0 = (cnt0 + 1u);
+                                            mas0 = (mas0 + mv);
+                                        }
+                                        if ((digit == 1u)) {
+                                            cnt1 = (cnt1 + 1u);
+                                            mas1 = (mas1 + mv);
+                                        }
+                                        if ((digit == 2u)) {
+                                            cnt2 = (cnt2 + 1u);
+                                            mas2 = (mas2 + mv);
+                                        }
+                                        if ((digit == 3u)) {
+                                            cnt3 = (cnt3 + 1u);
+                                            mas3 = (mas3 + mv);
+                                        }
+                                        if ((digit == 4u)) {
+                                            cnt4 = (cnt4 + 1u);
+                                            mas4 = (mas4 + mv);
+                                        }
+                                        if ((digit == 5u)) {
+                                            cnt5 = (cnt5 + 1u);
+                                            mas5 = (mas5 + mv);
+                                        }
+                                        if ((digit == 6u)) {
+                                            cnt6 = (cnt6 + 1u);
+                                            mas6 = (mas6 + mv);
+                                        }
+                                        if ((digit == 7u)) {
+                                            cnt7 = (cnt7 + 1u);
+                                            mas7 = (mas7 + mv);
+                                        }
+                                        if ((digit == 8u)) {
+                                            cnt8 = (cnt8 + 1u);
+                                            mas8 = (mas8 + mv);
+                                        }
+                                        if ((digit == 9u)) {
+                                            cnt9 = (cnt9 + 1u);
+                                            mas9 = (mas9 + mv);
+                                        }
+                                        if ((digit == 10u)) {
+                                            cnt10 = (cnt10 + 1u);
+                                            mas10 = (mas10 + mv);
+                                        }
+                                        if ((digit == 11u)) {
+                                            cnt11 = (cnt11 + 1u);
+                                            mas11 = (mas11 + mv);
+                                        }
+                                        if ((digit == 12u)) {
+                                            cnt12 = (cnt12 + 1u);
+                                            mas12 = (mas12 + mv);
+                                        }
+                                        if ((digit == 13u)) {
+                                            cnt13 = (cnt13 + 1u);
+                                            mas13 = (mas13 + mv);
+                                        }
+                                        if ((digit == 14u)) {
+                                            cnt14 = (cnt14 + 1u);
+                                            mas14 = (mas14 + mv);
+                                        }
+                                        if ((digit == 15u)) {
+                                            cnt15 = (cnt15 + 1u);
+                                            mas15 = (mas15 + mv);
+                                        }
+                                    }
                                 }
-                                if (ok) {
-                                    var digit: u32 = ((key >> shift) & 15u);
-                                    if ((digit == 0u)) {
-                                        cnt0 = (cnt0 + 1u);
-                                        mas0 = (mas0 + mv);
+                            }
+                            {
+                                var col: u32 = (c0 + 2u);
+                                if ((col < col_hi)) {
+                                    var zv: f32 = x[(base + col)];
+                                    var ov: f32 = zv;
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
                                     }
-                                    if ((digit == 1u)) {
-                                        cnt1 = (cnt1 + 1u);
-                                        mas1 = (mas1 + mv);
+                                    if (ok) {
+                                        if ((compact && (list_at < 4096u))) {
+                                            listed_cols[list_at] = col;
+                                            list_at = (list_at + 1u);
+                                        }
+                                        var digit: u32 = ((key >> shift) & 15u);
+                                        if ((digit == 0u)) {
+                                            cnt0 = (cnt0 + 1u);
+                                            mas0 = (mas0 + mv);
+                                        }
+                                        if ((digit == 1u)) {
+                                            cnt1 = (cnt1 + 1u);
+                                            mas1 = (mas1 + mv);
+                                        }
+                                        if ((digit == 2u)) {
+                                            cnt2 = (cnt2 + 1u);
+                                            mas2 = (mas2 + mv);
+                                        }
+                                        if ((digit == 3u)) {
+                                            cnt3 = (cnt3 + 1u);
+                                            mas3 = (mas3 + mv);
+                                        }
+                                        if ((digit == 4u)) {
+                                            cnt4 = (cnt4 + 1u);
+                                            mas4 = (mas4 + mv);
+                                        }
+                                        if ((digit == 5u)) {
+                                            cnt5 = (cnt5 + 1u);
+                                            mas5 = (mas5 + mv);
+                                        }
+                                        if ((digit == 6u)) {
+                                            cnt6 = (cnt6 + 1u);
+                                            mas6 = (mas6 + mv);
+                                        }
+                                        if ((digit == 7u)) {
+                                            cnt7 = (cnt7 + 1u);
+                                            mas7 = (mas7 + mv);
+                                        }
+                                        if ((digit == 8u)) {
+                                            cnt8 = (cnt8 + 1u);
+                                            mas8 = (mas8 + mv);
+                                        }
+                                        if ((digit == 9u)) {
+                                            cnt9 = (cnt9 + 1u);
+                                            mas9 = (mas9 + mv);
+                                        }
+                                        if ((digit == 10u)) {
+                                            cnt10 = (cnt10 + 1u);
+                                            mas10 = (mas10 + mv);
+                                        }
+                                        if ((digit == 11u)) {
+                                            cnt11 = (cnt11 + 1u);
+                                            mas11 = (mas11 + mv);
+                                        }
+                                        if ((digit == 12u)) {
+                                            cnt12 = (cnt12 + 1u);
+                                            mas12 = (mas12 + mv);
+                                        }
+                                        if ((digit == 13u)) {
+                                            cnt13 = (cnt13 + 1u);
+                                            mas13 = (mas13 + mv);
+                                        }
+                                        if ((digit == 14u)) {
+                                            cnt14 = (cnt14 + 1u);
+                                            mas14 = (mas14 + mv);
+                                        }
+                                        if ((digit == 15u)) {
+                                            cnt15 = (cnt15 + 1u);
+                                            mas15 = (mas15 + mv);
+                                        }
                                     }
-                                    if ((digit == 2u)) {
-                                        cnt2 = (cnt2 + 1u);
-                                        mas2 = (mas2 + mv);
+                                }
+                            }
+                            {
+                                var col: u32 = (c0 + 3u);
+                                if ((col < col_hi)) {
+                                    var zv: f32 = x[(base + col)];
+                                    var ov: f32 = zv;
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
                                     }
-                                    if ((digit == 3u)) {
-                                        cnt3 = (cnt3 + 1u);
-                                        mas3 = (mas3 + mv);
-                                    }
-                                    if ((digit == 4u)) {
-                                        cnt4 = (cnt4 + 1u);
-                                        mas4 = (mas4 + mv);
-                                    }
-                                    if ((digit == 5u)) {
-                                        cnt5 = (cnt5 + 1u);
-                                        mas5 = (mas5 + mv);
-                                    }
-                                    if ((digit == 6u)) {
-                                        cnt6 = (cnt6 + 1u);
-                                        mas6 = (mas6 + mv);
-                                    }
-                                    if ((digit == 7u)) {
-                                        cnt7 = (cnt7 + 1u);
-                                        mas7 = (mas7 + mv);
-                                    }
-                                    if ((digit == 8u)) {
-                                        cnt8 = (cnt8 + 1u);
-                                        mas8 = (mas8 + mv);
-                                    }
-                                    if ((digit == 9u)) {
-                                        cnt9 = (cnt9 + 1u);
-                                        mas9 = (mas9 + mv);
-                                    }
-                                    if ((digit == 10u)) {
-                                        cnt10 = (cnt10 + 1u);
-                                        mas10 = (mas10 + mv);
-                                    }
-                                    if ((digit == 11u)) {
-                                        cnt11 = (cnt11 + 1u);
-                                        mas11 = (mas11 + mv);
-                                    }
-                                    if ((digit == 12u)) {
-                                        cnt12 = (cnt12 + 1u);
-                                        mas12 = (mas12 + mv);
-                                    }
-                                    if ((digit == 13u)) {
-                                        cnt13 = (cnt13 + 1u);
-                                        mas13 = (mas13 + mv);
-                                    }
-                                    if ((digit == 14u)) {
-                                        cnt14 = (cnt14 + 1u);
-                                        mas14 = (mas14 + mv);
-                                    }
-                                    if ((digit == 15u)) {
-                                        cnt15 = (cnt15 + 1u);
-                                        mas15 = (mas15 + mv);
+                                    if (ok) {
+                                        if ((compact && (list_at < 4096u))) {
+                                            listed_cols[list_at] = col;
+                                            list_at = (list_at + 1u);
+                                        }
+                                        var digit: u32 = ((key >> shift) & 15u);
+                                        if ((digit == 0u)) {
+                                            cnt0 = (cnt0 + 1u);
+                                            mas0 = (mas0 + mv);
+                                        }
+                                        if ((digit == 1u)) {
+                                            cnt1 = (cnt1 + 1u);
+                                            mas1 = (mas1 + mv);
+                                        }
+                                        if ((digit == 2u)) {
+                                            cnt2 = (cnt2 + 1u);
+                                            mas2 = (mas2 + mv);
+                                        }
+                                        if ((digit == 3u)) {
+                                            cnt3 = (cnt3 + 1u);
+                                            mas3 = (mas3 + mv);
+                                        }
+                                        if ((digit == 4u)) {
+                                            cnt4 = (cnt4 + 1u);
+                                            mas4 = (mas4 + mv);
+                                        }
+                                        if ((digit == 5u)) {
+                                            cnt5 = (cnt5 + 1u);
+                                            mas5 = (mas5 + mv);
+                                        }
+                                        if ((digit == 6u)) {
+                                            cnt6 = (cnt6 + 1u);
+                                            mas6 = (mas6 + mv);
+                                        }
+                                        if ((digit == 7u)) {
+                                            cnt7 = (cnt7 + 1u);
+                                            mas7 = (mas7 + mv);
+                                        }
+                                        if ((digit == 8u)) {
+                                            cnt8 = (cnt8 + 1u);
+                                            mas8 = (mas8 + mv);
+                                        }
+                                        if ((digit == 9u)) {
+                                            cnt9 = (cnt9 + 1u);
+                                            mas9 = (mas9 + mv);
+                                        }
+                                        if ((digit == 10u)) {
+                                            cnt10 = (cnt10 + 1u);
+                                            mas10 = (mas10 + mv);
+                                        }
+                                        if ((digit == 11u)) {
+                                            cnt11 = (cnt11 + 1u);
+                                            mas11 = (mas11 + mv);
+                                        }
+                                        if ((digit == 12u)) {
+                                            cnt12 = (cnt12 + 1u);
+                                            mas12 = (mas12 + mv);
+                                        }
+                                        if ((digit == 13u)) {
+                                            cnt13 = (cnt13 + 1u);
+                                            mas13 = (mas13 + mv);
+                                        }
+                                        if ((digit == 14u)) {
+                                            cnt14 = (cnt14 + 1u);
+                                            mas14 = (mas14 + mv);
+                                        }
+                                        if ((digit == 15u)) {
+                                            cnt15 = (cnt15 + 1u);
+                                            mas15 = (mas15 + mv);
+                                        }
                                     }
                                 }
                             }
@@ -1179,6 +1316,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     sel_m = 0lu;
                     sel_tm = 0lu;
                 }
+                if (compact) {
+                    workgroupBarrier();
+                    listed = true;
+                    n_list = listing;
+                }
             }
             var s_key: u32 = sel_key;
             var s_ties: u32 = 0u;
@@ -1192,6 +1334,96 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var tie_rank: u32 = 0u;
             var all_mass: u64 = 0lu;
             if (searched) {
+                if (listed) {
+                    if ((s_ties >= sel_tn)) {
+                        s_ties = 4294967295u;
+                    } else {
+                        mine = 0u;
+                        sweeps = (sweeps + 1u);
+                        {
+                            var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
+                            var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                            for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), true); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), true); c0 = c0 + select((BLOCK * 4u), 4u, true)) {
+                                {
+                                    var col: u32 = (c0 + 0u);
+                                    if ((col < col_hi)) {
+                                        var zv: f32 = x[(base + col)];
+                                        var ov: f32 = zv;
+                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if ((key == s_key)) {
+                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            mine = (mine + 1u);
+                                        }
+                                    }
+                                }
+                                {
+                                    var col: u32 = (c0 + 1u);
+                                    if ((col < col_hi)) {
+                                        var zv: f32 = x[(base + col)];
+                                        var ov: f32 = zv;
+                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if ((key == s_key)) {
+                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            mine = (mine + 1u);
+                                        }
+                                    }
+                                }
+                                {
+                                    var col: u32 = (c0 + 2u);
+                                    if ((col < col_hi)) {
+                                        var zv: f32 = x[(base + col)];
+                                        var ov: f32 = zv;
+                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if ((key == s_key)) {
+                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            mine = (mine + 1u);
+                                        }
+                                    }
+                                }
+                                {
+                                    var col: u32 = (c0 + 3u);
+                                    if ((col < col_hi)) {
+                                        var zv: f32 = x[(base + col)];
+                                        var ov: f32 = zv;
+                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if ((key == s_key)) {
+                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            mine = (mine + 1u);
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
                 var ties_before: u32 = 0u;
                 {
                     let sk_x = mine;

@@ -442,11 +442,11 @@ pub trait Backend {
     /// Samples each row inside its kept set `S` (top-k, top-p and min-p from its [`RowParams`],
     /// joint or top-k first; exact sets, ties to the lower index), with the race and the noise
     /// of the plain path: `S` = everything gives [`Backend::race_from_logits`]'s token (or
-    /// [`Backend::race_from_probs`]'s), and top-k 1 gives greedy. Sorting-free; the number of
-    /// passes over a row depends on its parameters only (`xtask/src/kernels/filters.rs`):
-    /// 2 with min-p alone, 10 with top-k or top-p, 18 with both top-k first (a GPU backend
-    /// splits the rows of a batch too small to fill it over workgroups: then 2, 11 and 19,
-    /// see [`crate::filters::split_passes`]; the tokens do not change). The
+    /// [`Backend::race_from_probs`]'s), and top-k 1 gives greedy. Sorting-free; a row is read at
+    /// most 2 times with min-p alone, 10 with top-k or top-p, 18 with both top-k first, fewer
+    /// once its select narrows to a few thousand candidates (see [`crate::filters::passes`]; a GPU
+    /// backend splits the rows of a batch too small to fill it over workgroups: then exactly 2,
+    /// 11 and 19, see [`crate::filters::split_passes`]; the tokens do not change). The
     /// log-probability is the token's under the whole row's distribution, as on the plain path.
     /// Rows made with [`RowParams::seeded`] run SGLang's seeded float64 race inside `S` instead
     /// (on `z - max`, or `ln p`, which differ from its log-probabilities by the row's constant).

@@ -347,10 +347,12 @@ pub fn joint_and_top_k_first_differ<B: Backend>(b: &B) {
     assert_eq!(kept[4..], [true, false, false, false], "top-k first");
 }
 
-/// A flat row and a peaked row of the same size take the same number of passes, the one the
-/// parameters fix (the kernels count their own passes; a backend that splits these two rows
-/// over workgroups reads once more).
-pub fn flat_and_peaked_take_the_same_passes<B: Backend>(b: &B) {
+/// The kernels count their reads of each row: a flat row (every token tied, so the select's
+/// bucket never shrinks into the workgroup list) takes the parameters' number, and a peaked row
+/// of the same size fewer wherever top-k or top-p runs a select (its bucket fits the list after
+/// a pass or two). A backend that splits these rows over workgroups reads the parameters' number
+/// plus one for both.
+pub fn peaked_rows_take_fewer_passes<B: Backend>(b: &B) {
     let vocab = 151_936;
     let flat = vec![0.25f32; vocab];
     let peaked: Vec<f32> = (0..vocab).map(|j| if j == 4321 { 30.0 } else { -((j % 977) as f32) / 50.0 }).collect();
@@ -376,9 +378,10 @@ pub fn flat_and_peaked_take_the_same_passes<B: Backend>(b: &B) {
         .unwrap();
         let count = b.download(&count).unwrap();
         let (whole, split) = (passes(&row.filters(), vocab), split_passes(&row.filters(), vocab));
+        let fewer = if whole > 2 { count[1] < whole } else { count[1] == whole };
         assert!(
-            count == [whole, whole] || count == [split, split],
-            "flat and peaked rows with {:?}: {count:?} passes, not {whole} (or {split} split)",
+            (count[0] == whole && fewer) || count == [split, split],
+            "flat and peaked rows with {:?}: {count:?} passes, not {whole} and fewer (or {split} split)",
             row.filters()
         );
     }
@@ -427,8 +430,9 @@ pub fn no_filter_is_the_plain_race<B: Backend>(b: &B) {
 }
 
 /// Rows split over workgroups (the staged kernel, a launch per stage) sample exactly as whole
-/// rows do on the same device: the same token, status and log-probability on every row, and one
-/// pass more with top-k or top-p. Small batches of long rows (2 to 16 parts on lavapipe), the
+/// rows do on the same device: the same token, status and log-probability on every row; the
+/// split rows read the parameters' passes plus one with top-k or top-p, the whole rows at most
+/// the parameters' passes. Small batches of long rows (2 to 16 parts on lavapipe), the
 /// random rows and filters of the set checks (ties, -inf blocks, NaN, seeded rows, both orders).
 pub fn split_rows_match_whole_rows<B: Backend>(split: &B, whole: &B) {
     let mut rng = Rng::new(4242);
@@ -452,7 +456,13 @@ pub fn split_rows_match_whole_rows<B: Backend>(split: &B, whole: &B) {
             assert_eq!((s.0[r], s.2[r]), (w.0[r], w.2[r]), "token and status, {what}");
             assert_eq!(s.1[r].to_bits(), w.1[r].to_bits(), "log-probability {} vs {}, {what}", s.1[r], w.1[r]);
             let f = rows[r].filters();
-            assert_eq!((s.3[r], w.3[r]), (split_passes(&f, shape.vocab), passes(&f, shape.vocab)), "passes, {what}");
+            assert_eq!(s.3[r], split_passes(&f, shape.vocab), "split passes, {what}");
+            assert!(
+                w.3[r] <= passes(&f, shape.vocab),
+                "{} passes, more than {}, {what}",
+                w.3[r],
+                passes(&f, shape.vocab)
+            );
             rows_seen += 1;
         }
     }
@@ -477,7 +487,7 @@ device_suites!(
     tokens_lie_in_the_set,
     draws_follow_the_set,
     joint_and_top_k_first_differ,
-    flat_and_peaked_take_the_same_passes,
+    peaked_rows_take_fewer_passes,
     no_filter_is_the_plain_race
 );
 suite!(cpu, crate::common::cpu, joint_and_top_k_first_differ, no_filter_is_the_plain_race, draws_follow_the_set);

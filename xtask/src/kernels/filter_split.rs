@@ -19,9 +19,9 @@
 //! part). Launches past a row's last stage leave it alone.
 
 use super::filters::{
-    decide, declare_best, declare_select, digit_counts, digit_names, digit_pass, digit_schedule, element, functions,
+    count_ties, decide, declare_best, declare_select, digit_counts, digit_names, digit_pass, digit_schedule, functions,
     keep_best, listed_row, max_passes, part_max, race_in_set, sample_buffers, set_bounds, set_results, takes_row,
-    weigh, Input, Output, DIGITS, DIGIT_PASSES,
+    Input, Output, DIGITS, DIGIT_PASSES,
 };
 use super::sampling::{for_each_row_part_at, kernel, partials_buffer, Dtype};
 use crate::ir::*;
@@ -166,7 +166,7 @@ fn stage(b: &mut Block, input: Input) {
                 stage.clone().lt(set.clone()),
                 |b| {
                     digit_pass(b, stage.clone());
-                    digit_counts(b, input, boolean(false));
+                    digit_counts(b, input, boolean(false), false);
                     publish(b, |b, at| {
                         for d in 0..DIGITS {
                             b.store(SCRATCH, at(area::CNT + d), var(&format!("cnt_s{d}")));
@@ -194,16 +194,7 @@ fn race(b: &mut Block, input: Input) {
         let earlier = b.reduce(ReduceOp::Sum, Ty::U32, var("c"), "ties_parts");
         // And in this part, before each invocation's chunk: one read that counts them.
         b.let_("mine", Ty::U32, u(0));
-        super::filters::sweep(
-            b,
-            boolean(true),
-            |_, _| {},
-            |b, col, _| {
-                element(b, input, col);
-                b.if_(var("key").eq_(var("s_key")), |b| weigh(b, input));
-                b.if_(var("ok"), |b| b.set("mine", var("mine") + u(1)));
-            },
-        );
+        count_ties(b, input);
         let before = b.scan(var("mine"), "ties_before");
         b.set("tie_start", earlier + before);
     });

@@ -1,6 +1,6 @@
-//! Top-k, top-p and min-p: the exact kept set `S` of each row without sorting, in a number of
-//! passes over the row fixed by the row's parameters (never by its data), then the same race as
-//! the plain path inside `S`.
+//! Top-k, top-p and min-p: the exact kept set `S` of each row without sorting, in at most a
+//! number of passes over the row fixed by the row's parameters, then the same race as the plain
+//! path inside `S`.
 //!
 //! Tokens are ordered by (value descending, index ascending), the value being `z - max z` rounded
 //! to f32, `z = l / T` (logits; the order of the float32 softmax's probabilities), or `p`
@@ -18,7 +18,11 @@
 //! Seeded rows (SGLang's deterministic sampler) run its float64 race on hashed noise inside `S`
 //! instead of the Philox race, so deterministic inference keeps its filters.
 //!
-//! Passes over the row, by parameters:
+//! Once a select's candidates fit in [`LIST_CAP`], the one-workgroup kernels list them in
+//! workgroup memory and read only the list for the select's later passes (see [`find_set`]), so
+//! the passes below are a bound; the split kernels always take them (plus one).
+//!
+//! Passes over the row at most, by parameters:
 //! - min-p only: 2 (the maximum, then the race);
 //! - any top-k or top-p (joint, or top-k first without both): 10 (maximum, 8 digit passes, race);
 //! - top-k first with both top-k and top-p: 18 (a first select finds the top-k mass that top-p is
@@ -53,6 +57,12 @@ pub(super) const DIGIT_PASSES: u32 = 32 / DIGIT_BITS;
 pub const MASS_BITS: u32 = 40;
 pub const MAX_VOCAB: u32 = 1 << (63 - MASS_BITS);
 const NONE: u32 = u32::MAX;
+/// The workgroup array the one-workgroup kernels list a select's last candidates in (16 KiB of
+/// column indices): once a prefix's bucket holds at most this many tokens, the select's later
+/// passes read the list, not the row. A long row's bucket after three digit passes is a sixteenth
+/// of an octave of `z - max`; on a flat 151936-token row that is about 3000 tokens.
+pub const LIST_CAP: u32 = 4096;
+const LIST: &str = "listed_cols";
 const ALL: u64 = u64::MAX;
 
 /// What the filter kernels read.
@@ -113,12 +123,7 @@ fn fraction() -> Function {
 /// passes that only count and sum); where it holds, each invocation walks one contiguous chunk
 /// in index order (for the passes that rank the tokens tied at the boundary by index). The
 /// layout is a runtime value, so a pass is written once whichever it takes.
-pub(super) fn sweep(
-    b: &mut Block,
-    chunked: Expr,
-    per_quad: impl Fn(&mut Block, Expr),
-    per_col: impl Fn(&mut Block, Expr, u8),
-) {
+fn sweep(b: &mut Block, chunked: Expr, per_quad: impl Fn(&mut Block, Expr), per_col: impl Fn(&mut Block, Expr, u8)) {
     b.set("sweeps", var("sweeps") + u(1));
     b.scope(|b| {
         let quads = b.let_("quads", Ty::U32, (var("col_hi") - var("col_lo") + u(3)) >> u(2));
@@ -142,9 +147,27 @@ pub(super) fn sweep(
     });
 }
 
+/// A sweep over the `n_list` columns listed in workgroup memory, in [`sweep`]'s two layouts
+/// (of list positions); not a read of the row, so `sweeps` does not count it.
+fn sweep_list(b: &mut Block, chunked: Expr, per_col: &impl Fn(&mut Block, Expr)) {
+    b.scope(|b| {
+        let bs = builtin(Builtin::BlockSize);
+        let per = b.let_("per", Ty::U32, (var("n_list") + bs.clone() - u(1)) / bs.clone());
+        let lid = builtin(Builtin::LocalId);
+        b.for_("q", u(0), per.clone(), u(1), |b, q| {
+            let at = select(chunked, lid.clone() * per + q.clone(), q * bs + lid);
+            let at = b.let_("at", Ty::U32, at);
+            b.if_(at.clone().lt(var("n_list")), |b| {
+                let col = b.let_("col", Ty::U32, load_shared(LIST, at));
+                per_col(b, col);
+            });
+        });
+    });
+}
+
 /// Declares, for the column `col`, `zv` (the value the race scores: `z` or `p`), `ov` (the value
 /// the order is on) and `key` (u32, larger first), and `wv`, `ok`, `mv` unset (see [`weigh`]).
-pub(super) fn element(b: &mut Block, input: Input, col: Expr) {
+fn element(b: &mut Block, input: Input, col: Expr) {
     match input {
         Input::Logits(_) => {
             let z = b.let_("zv", Ty::F32, scaled(col));
@@ -171,7 +194,7 @@ pub(super) fn element(b: &mut Block, input: Input, col: Expr) {
 /// Sets, after [`element`], `wv` (the token's weight relative to the row's largest, in [0, 1]),
 /// `ok` (it has probability) and `mv` (its fixed-point mass). Only the tokens a pass can still
 /// count pay for the exponential.
-pub(super) fn weigh(b: &mut Block, input: Input) {
+fn weigh(b: &mut Block, input: Input) {
     let w = match input {
         Input::Logits(_) => softmax_weight(var("zv"), var("mx")),
         Input::Probs => {
@@ -239,30 +262,41 @@ pub(super) fn digit_pass(b: &mut Block, st: Expr) {
 
 /// One digit pass over the workgroup's columns: per digit, each invocation's count and mass of
 /// the candidates (the tokens whose key matches the prefix so far), in `cnt*` and `mas*`, and
-/// the workgroup's, in `cnt_s*` and `mas_s*`.
-pub(super) fn digit_counts(b: &mut Block, input: Input, chunked: Expr) {
+/// the workgroup's, in `cnt_s*` and `mas_s*`. With `listing` (the one-workgroup kernels), the
+/// pass reads the list instead of the row where `listed` holds, and where `compact` holds it
+/// also writes each candidate's column to the list, from `list_at` on.
+pub(super) fn digit_counts(b: &mut Block, input: Input, chunked: Expr, listing: bool) {
     for d in 0..DIGITS {
         b.let_(&format!("cnt{d}"), Ty::U32, u(0));
         b.let_(&format!("mas{d}"), Ty::U64, Expr::Lit(Lit::U64(0)));
     }
-    sweep(
-        b,
-        chunked,
-        |_, _| {},
-        |b, col, _| {
-            element(b, input, col);
-            b.if_((var("key") & var("sel_mask")).eq_(var("sel_key")), |b| weigh(b, input));
-            b.if_(var("ok"), |b| {
-                let digit = b.let_("digit", Ty::U32, (var("key") >> var("shift")) & u(DIGITS - 1));
-                for d in 0..DIGITS {
-                    b.if_(digit.clone().eq_(u(d)), |b| {
-                        b.set(&format!("cnt{d}"), var(&format!("cnt{d}")) + u(1));
-                        b.set(&format!("mas{d}"), var(&format!("mas{d}")) + var("mv"));
-                    });
-                }
-            });
-        },
-    );
+    let count = |b: &mut Block, col: Expr| {
+        element(b, input, col.clone());
+        b.if_((var("key") & var("sel_mask")).eq_(var("sel_key")), |b| weigh(b, input));
+        b.if_(var("ok"), |b| {
+            if listing {
+                // The offsets are exact (this pass takes the tokens the last one counted); the
+                // bound only keeps a store inside the array whatever happens.
+                b.if_(var("compact").and(var("list_at").lt(u(LIST_CAP))), |b| {
+                    b.store_shared(LIST, var("list_at"), col);
+                    b.set("list_at", var("list_at") + u(1));
+                });
+            }
+            let digit = b.let_("digit", Ty::U32, (var("key") >> var("shift")) & u(DIGITS - 1));
+            for d in 0..DIGITS {
+                b.if_(digit.clone().eq_(u(d)), |b| {
+                    b.set(&format!("cnt{d}"), var(&format!("cnt{d}")) + u(1));
+                    b.set(&format!("mas{d}"), var(&format!("mas{d}")) + var("mv"));
+                });
+            }
+        });
+    };
+    if listing {
+        b.if_(var("listed"), |b| sweep_list(b, chunked.clone(), &count));
+        b.if_(var("listed").not(), |b| sweep(b, chunked, |_, _| {}, |b, col, _| count(b, col)));
+    } else {
+        sweep(b, chunked, |_, _| {}, |b, col, _| count(b, col));
+    }
     b.sum_many(Ty::U32, digit_names("cnt").iter().map(|n| var(n)).collect(), &digit_names("cnt_s"));
     b.sum_many(Ty::U64, digit_names("mas").iter().map(|n| var(n)).collect(), &digit_names("mas_s"));
 }
@@ -376,20 +410,65 @@ pub(super) fn row_is_filtered(b: &mut Block) -> Expr {
 /// step at once; the last pass of each select walks chunks in index order, so the invocations'
 /// counts of the boundary key rank its tied tokens (`tie_start`, from a scan). Afterwards a
 /// sweep decides each token with [`kept`].
+///
+/// Once the prefix's bucket fits in [`LIST_CAP`], the next pass also lists its tokens in
+/// workgroup memory and the select's later passes read only them: the row is read fewer times
+/// (how many depends on the data), and the set is the same. The list is written in the previous
+/// pass's layout, each invocation from the offset its count of the chosen digit gives, so it is
+/// not in index order; where the boundary key's tokens are not all kept, one more read of the
+/// row in chunks ranks them.
 fn find_set(b: &mut Block, input: Input) {
     declare_select(b);
     b.let_("mine", Ty::U32, u(0));
+    b.let_("listed", Ty::Bool, boolean(false));
+    b.let_("n_list", Ty::U32, u(0));
     digit_schedule(b);
     b.for_("stage", u(1), var("digits") + u(1), u(1), |b, st| {
         digit_pass(b, st);
-        digit_counts(b, input, var("digit_pass").eq_(u(DIGIT_PASSES - 1)));
+        b.if_(var("digit_pass").eq_(u(0)), |b| b.set("listed", boolean(false)));
+        // Not in a select's first pass (no counts yet) nor its last (which ranks the ties), so
+        // the listing pass and the one before it are both coalesced: the same tokens per invocation.
+        let fits = var("sel_tn").le(u(LIST_CAP));
+        let middle = var("digit_pass").ge(u(1)).and(var("digit_pass").lt(u(DIGIT_PASSES - 1)));
+        let compact = b.let_("compact", Ty::Bool, var("listed").not().and(middle).and(fits));
+        b.let_("list_at", Ty::U32, u(0));
+        b.let_("listing", Ty::U32, var("sel_tn"));
+        b.if_(compact.clone(), |b| {
+            let from = b.scan(var("mine"), "list_from");
+            b.set("list_at", from);
+        });
+        digit_counts(b, input, var("digit_pass").eq_(u(DIGIT_PASSES - 1)), true);
         decide(b, true);
+        b.if_(compact, |b| {
+            b.barrier();
+            b.set("listed", boolean(true));
+            b.set("n_list", var("listing"));
+        });
     });
     set_bounds(b);
     b.if_(var("searched"), |b| {
+        b.if_(var("listed"), |b| {
+            b.if_else(var("s_ties").ge(var("sel_tn")), |b| b.set("s_ties", u(NONE)), |b| count_ties(b, input));
+        });
         let before = b.scan(var("mine"), "ties_before");
         b.set("tie_start", before);
     });
+}
+
+/// One read of the row in chunks that counts, per invocation, the tokens of the boundary key
+/// `s_key` into `mine` (declared), which a scan turns into the ranks of the tied tokens.
+pub(super) fn count_ties(b: &mut Block, input: Input) {
+    b.set("mine", u(0));
+    sweep(
+        b,
+        boolean(true),
+        |_, _| {},
+        |b, col, _| {
+            element(b, input, col);
+            b.if_(var("key").eq_(var("s_key")), |b| weigh(b, input));
+            b.if_(var("ok"), |b| b.set("mine", var("mine") + u(1)));
+        },
+    );
 }
 
 /// After the select: the set's boundary `s_key` and how many of its tokens are kept, `s_ties`
@@ -652,7 +731,9 @@ fn filter_kernel(input: Input, output: Output) -> Kernel {
         _ => unreachable!("not generated"),
     };
     let functions = functions(output == Output::Sample);
-    kernel(name, doc, max_passes(output), buffers, functions, b)
+    let mut k = kernel(name, doc, max_passes(output), buffers, functions, b);
+    k.shared.push(SharedDecl { name: LIST.into(), ty: Ty::U32, len: LIST_CAP });
+    k
 }
 
 /// The helpers the filter kernels call (with `sample`, the seeded race's hash and float64 log).
