@@ -1502,6 +1502,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                             unsigned int ties = ((unsigned int)(((((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) < ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))) ? (((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) : ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))))));
                             s_ties = ties;
                         }
+                        unsigned int tie_col = 4294967295u;
                         unsigned int tie_rank = 0u;
                         unsigned long long all_mass = 0ull;
                         if (searched) {
@@ -1676,7 +1677,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1712,7 +1713,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1748,7 +1749,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1784,7 +1785,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1833,7 +1834,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1866,7 +1867,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1899,7 +1900,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1932,7 +1933,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }

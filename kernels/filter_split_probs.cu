@@ -1514,6 +1514,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                             unsigned int ties = ((unsigned int)(((((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) < ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))) ? (((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) : ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))))));
                             s_ties = ties;
                         }
+                        unsigned int tie_col = 4294967295u;
                         unsigned int tie_rank = 0u;
                         unsigned long long all_mass = 0ull;
                         if (searched) {
@@ -1688,7 +1689,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1724,7 +1725,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1760,7 +1761,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1796,7 +1797,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1845,7 +1846,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1878,7 +1879,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1911,7 +1912,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1944,7 +1945,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }

@@ -222,6 +222,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
     __shared__ unsigned int sk_many_u32[544];
     __shared__ unsigned long long sk_many_u64[544];
     __shared__ unsigned int listed_cols[4096];
+    __shared__ unsigned int bucket_cols[64];
+    __shared__ unsigned int bucket_keys[64];
+    __shared__ unsigned long long bucket_masses[64];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
         unsigned int row = slot;
         unsigned int base = (row * stride);
@@ -322,6 +325,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
             unsigned int mine = 0u;
             bool listed = false;
             unsigned int n_list = 0u;
+            bool done = false;
+            unsigned int last_key = 0u;
+            unsigned int last_col = 0u;
             unsigned int sel_a = ((k_first) ? (8u) : (0u));
             unsigned int digits = (sel_a + ((searched) ? (8u) : (0u)));
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
@@ -331,10 +337,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                 if ((digit_pass == 0u)) {
                     listed = false;
                 }
-                bool compact = (((!listed) && ((digit_pass >= 1u) && (digit_pass < 7u))) && (sel_tn <= 4096u));
-                unsigned int list_at = 0u;
-                unsigned int listing = sel_tn;
-                if (compact) {
+                if (((((!listed) && (digit_pass >= 1u)) && (sel_tn <= 4096u)) && (!done))) {
                     unsigned int list_from = 0u;
                     {
                         unsigned int sk_x = mine;
@@ -359,139 +362,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         list_from = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
                         __syncthreads();
                     }
-                    list_at = list_from;
-                }
-                unsigned int cnt0 = 0u;
-                unsigned long long mas0 = 0ull;
-                unsigned int cnt1 = 0u;
-                unsigned long long mas1 = 0ull;
-                unsigned int cnt2 = 0u;
-                unsigned long long mas2 = 0ull;
-                unsigned int cnt3 = 0u;
-                unsigned long long mas3 = 0ull;
-                unsigned int cnt4 = 0u;
-                unsigned long long mas4 = 0ull;
-                unsigned int cnt5 = 0u;
-                unsigned long long mas5 = 0ull;
-                unsigned int cnt6 = 0u;
-                unsigned long long mas6 = 0ull;
-                unsigned int cnt7 = 0u;
-                unsigned long long mas7 = 0ull;
-                unsigned int cnt8 = 0u;
-                unsigned long long mas8 = 0ull;
-                unsigned int cnt9 = 0u;
-                unsigned long long mas9 = 0ull;
-                unsigned int cnt10 = 0u;
-                unsigned long long mas10 = 0ull;
-                unsigned int cnt11 = 0u;
-                unsigned long long mas11 = 0ull;
-                unsigned int cnt12 = 0u;
-                unsigned long long mas12 = 0ull;
-                unsigned int cnt13 = 0u;
-                unsigned long long mas13 = 0ull;
-                unsigned int cnt14 = 0u;
-                unsigned long long mas14 = 0ull;
-                unsigned int cnt15 = 0u;
-                unsigned long long mas15 = 0ull;
-                if (listed) {
-                    {
-                        unsigned int per = (((n_list + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                        for (unsigned int q = 0u; q < per; q += 1u) {
-                            unsigned int at = (((digit_pass == 7u)) ? (((threadIdx.x * per) + q)) : (((q * ((unsigned int)SK_BLOCK)) + threadIdx.x)));
-                            if ((at < n_list)) {
-                                unsigned int col = listed_cols[at];
-                                float zv = x[(base + col)];
-                                float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                float wv = (0.0f);
-                                bool ok = false;
-                                unsigned long long mv = 0ull;
-                                if (((key & sel_mask) == sel_key)) {
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if (ok) {
-                                    if ((compact && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
-                                    unsigned int digit = ((key >> shift) & 15u);
-                                    if ((digit == 0u)) {
-                                        cnt0 = (cnt0 + 1u);
-                                        mas0 = (mas0 + mv);
-                                    }
-                                    if ((digit == 1u)) {
-                                        cnt1 = (cnt1 + 1u);
-                                        mas1 = (mas1 + mv);
-                                    }
-                                    if ((digit == 2u)) {
-                                        cnt2 = (cnt2 + 1u);
-                                        mas2 = (mas2 + mv);
-                                    }
-                                    if ((digit == 3u)) {
-                                        cnt3 = (cnt3 + 1u);
-                                        mas3 = (mas3 + mv);
-                                    }
-                                    if ((digit == 4u)) {
-                                        cnt4 = (cnt4 + 1u);
-                                        mas4 = (mas4 + mv);
-                                    }
-                                    if ((digit == 5u)) {
-                                        cnt5 = (cnt5 + 1u);
-                                        mas5 = (mas5 + mv);
-                                    }
-                                    if ((digit == 6u)) {
-                                        cnt6 = (cnt6 + 1u);
-                                        mas6 = (mas6 + mv);
-                                    }
-                                    if ((digit == 7u)) {
-                                        cnt7 = (cnt7 + 1u);
-                                        mas7 = (mas7 + mv);
-                                    }
-                                    if ((digit == 8u)) {
-                                        cnt8 = (cnt8 + 1u);
-                                        mas8 = (mas8 + mv);
-                                    }
-                                    if ((digit == 9u)) {
-                                        cnt9 = (cnt9 + 1u);
-                                        mas9 = (mas9 + mv);
-                                    }
-                                    if ((digit == 10u)) {
-                                        cnt10 = (cnt10 + 1u);
-                                        mas10 = (mas10 + mv);
-                                    }
-                                    if ((digit == 11u)) {
-                                        cnt11 = (cnt11 + 1u);
-                                        mas11 = (mas11 + mv);
-                                    }
-                                    if ((digit == 12u)) {
-                                        cnt12 = (cnt12 + 1u);
-                                        mas12 = (mas12 + mv);
-                                    }
-                                    if ((digit == 13u)) {
-                                        cnt13 = (cnt13 + 1u);
-                                        mas13 = (mas13 + mv);
-                                    }
-                                    if ((digit == 14u)) {
-                                        cnt14 = (cnt14 + 1u);
-                                        mas14 = (mas14 + mv);
-                                    }
-                                    if ((digit == 15u)) {
-                                        cnt15 = (cnt15 + 1u);
-                                        mas15 = (mas15 + mv);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-                if ((!listed)) {
+                    unsigned int list_at = list_from;
                     sweeps = (sweeps + 1u);
                     {
                         unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                        for (unsigned int c0 = (((digit_pass == 7u)) ? ((col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u))) : ((col_lo + (threadIdx.x * 4u)))); c0 < (((digit_pass == 7u)) ? ((col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u))) : (col_hi)); c0 += (((digit_pass == 7u)) ? (4u) : ((((unsigned int)SK_BLOCK) * 4u)))) {
+                        for (unsigned int c0 = ((false) ? ((col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u))) : ((col_lo + (threadIdx.x * 4u)))); c0 < ((false) ? ((col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u))) : (col_hi)); c0 += ((false) ? (4u) : ((((unsigned int)SK_BLOCK) * 4u)))) {
                             {
                                 unsigned int col = (c0 + 0u);
                                 if ((col < col_hi)) {
@@ -506,76 +382,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
-                                    if (ok) {
-                                        if ((compact && (list_at < 4096u))) {
-                                            listed_cols[list_at] = col;
-                                            list_at = (list_at + 1u);
-                                        }
-                                        unsigned int digit = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
+                                    if ((ok && (list_at < 4096u))) {
+                                        listed_cols[list_at] = col;
+                                        list_at = (list_at + 1u);
                                     }
                                 }
                             }
@@ -593,76 +402,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
-                                    if (ok) {
-                                        if ((compact && (list_at < 4096u))) {
-                                            listed_cols[list_at] = col;
-                                            list_at = (list_at + 1u);
-                                        }
-                                        unsigned int digit = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
+                                    if ((ok && (list_at < 4096u))) {
+                                        listed_cols[list_at] = col;
+                                        list_at = (list_at + 1u);
                                     }
                                 }
                             }
@@ -680,76 +422,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
-                                    if (ok) {
-                                        if ((compact && (list_at < 4096u))) {
-                                            listed_cols[list_at] = col;
-                                            list_at = (list_at + 1u);
-                                        }
-                                        unsigned int digit = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
+                                    if ((ok && (list_at < 4096u))) {
+                                        listed_cols[list_at] = col;
+                                        list_at = (list_at + 1u);
                                     }
                                 }
                             }
@@ -767,11 +442,197 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
+                                    if ((ok && (list_at < 4096u))) {
+                                        listed_cols[list_at] = col;
+                                        list_at = (list_at + 1u);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    __syncthreads();
+                    listed = true;
+                    n_list = sel_tn;
+                }
+                if ((((listed && (!in_a)) && (sel_tn <= 64u)) && (!done))) {
+                    mine = 0u;
+                    {
+                        unsigned int per = (((n_list + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                        for (unsigned int q = 0u; q < per; q += 1u) {
+                            unsigned int at = ((false) ? (((threadIdx.x * per) + q)) : (((q * ((unsigned int)SK_BLOCK)) + threadIdx.x)));
+                            if ((at < n_list)) {
+                                unsigned int col = listed_cols[at];
+                                float zv = x[(base + col)];
+                                float ov = zv;
+                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & sel_mask) == sel_key)) {
+                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
+                                    mine = (mine + 1u);
+                                }
+                            }
+                        }
+                    }
+                    unsigned int bucket_from = 0u;
+                    {
+                        unsigned int sk_x = mine;
+                        unsigned int sk_v = sk_x;
+                        for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+                            unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+                            if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
+                        }
+                        if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
+                        __syncthreads();
+                        if (threadIdx.x < 32u) {
+                            unsigned int sk_own = sk_v;
+                            sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
+                            for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+                                unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+                                if (threadIdx.x >= sk_o) sk_v += on;
+                            }
+                            if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
+                            sk_v = sk_own;
+                        }
+                        __syncthreads();
+                        bucket_from = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
+                        __syncthreads();
+                    }
+                    unsigned int bucket_at = bucket_from;
+                    {
+                        unsigned int per = (((n_list + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                        for (unsigned int q = 0u; q < per; q += 1u) {
+                            unsigned int at = ((false) ? (((threadIdx.x * per) + q)) : (((q * ((unsigned int)SK_BLOCK)) + threadIdx.x)));
+                            if ((at < n_list)) {
+                                unsigned int col = listed_cols[at];
+                                float zv = x[(base + col)];
+                                float ov = zv;
+                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & sel_mask) == sel_key)) {
+                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
+                                    if ((bucket_at < 64u)) {
+                                        bucket_cols[bucket_at] = col;
+                                        bucket_keys[bucket_at] = key;
+                                        bucket_masses[bucket_at] = mv;
+                                    }
+                                    bucket_at = (bucket_at + 1u);
+                                }
+                            }
+                        }
+                    }
+                    __syncthreads();
+                    unsigned int found_key = 0u;
+                    unsigned int found_col = 0u;
+                    for (unsigned int t = threadIdx.x; t < ((sel_tn) < (64u) ? (sel_tn) : (64u)); t += ((unsigned int)SK_BLOCK)) {
+                        unsigned int kt = bucket_keys[t];
+                        unsigned int ct = bucket_cols[t];
+                        unsigned long long mt = bucket_masses[t];
+                        unsigned int before = sel_n;
+                        unsigned long long mass_before = sel_m;
+                        for (unsigned int v = 0u; v < ((sel_tn) < (64u) ? (sel_tn) : (64u)); v += 1u) {
+                            unsigned int kv = bucket_keys[v];
+                            if (((kv > kt) || ((kv == kt) && (bucket_cols[v] < ct)))) {
+                                before = (before + 1u);
+                                mass_before = (mass_before + bucket_masses[v]);
+                            }
+                        }
+                        if ((((before < kk) && (mass_before <= lim)) && (((before + 1u) == (sel_n + ((sel_tn) < (64u) ? (sel_tn) : (64u)))) || (!(((before + 1u) < kk) && ((mass_before + mt) <= lim)))))) {
+                            found_key = kt;
+                            found_col = ct;
+                        }
+                    }
+                    unsigned int last_at = 0u;
+                    unsigned int last_idx = 0u;
+                    {
+                        unsigned int sk_m0 = found_key;
+                        unsigned int sk_m1 = found_col;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+                        }
+                        if ((threadIdx.x & 31u) == 0u) {
+                            sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+                            sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+                        }
+                        __syncthreads();
+                        if (threadIdx.x < 2u) {
+                            unsigned int sk_s = 0;
+                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+                            sk_many_u32[2 * 32 + threadIdx.x] = sk_s;
+                        }
+                        __syncthreads();
+                        last_at = sk_many_u32[2 * 32 + 0];
+                        last_idx = sk_many_u32[2 * 32 + 1];
+                        __syncthreads();
+                    }
+                    last_key = last_at;
+                    last_col = last_idx;
+                    done = true;
+                }
+                if ((!done)) {
+                    unsigned int cnt0 = 0u;
+                    unsigned long long mas0 = 0ull;
+                    unsigned int cnt1 = 0u;
+                    unsigned long long mas1 = 0ull;
+                    unsigned int cnt2 = 0u;
+                    unsigned long long mas2 = 0ull;
+                    unsigned int cnt3 = 0u;
+                    unsigned long long mas3 = 0ull;
+                    unsigned int cnt4 = 0u;
+                    unsigned long long mas4 = 0ull;
+                    unsigned int cnt5 = 0u;
+                    unsigned long long mas5 = 0ull;
+                    unsigned int cnt6 = 0u;
+                    unsigned long long mas6 = 0ull;
+                    unsigned int cnt7 = 0u;
+                    unsigned long long mas7 = 0ull;
+                    unsigned int cnt8 = 0u;
+                    unsigned long long mas8 = 0ull;
+                    unsigned int cnt9 = 0u;
+                    unsigned long long mas9 = 0ull;
+                    unsigned int cnt10 = 0u;
+                    unsigned long long mas10 = 0ull;
+                    unsigned int cnt11 = 0u;
+                    unsigned long long mas11 = 0ull;
+                    unsigned int cnt12 = 0u;
+                    unsigned long long mas12 = 0ull;
+                    unsigned int cnt13 = 0u;
+                    unsigned long long mas13 = 0ull;
+                    unsigned int cnt14 = 0u;
+                    unsigned long long mas14 = 0ull;
+                    unsigned int cnt15 = 0u;
+                    unsigned long long mas15 = 0ull;
+                    if (listed) {
+                        {
+                            unsigned int per = (((n_list + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                            for (unsigned int q = 0u; q < per; q += 1u) {
+                                unsigned int at = (((digit_pass == 7u)) ? (((threadIdx.x * per) + q)) : (((q * ((unsigned int)SK_BLOCK)) + threadIdx.x)));
+                                if ((at < n_list)) {
+                                    unsigned int col = listed_cols[at];
+                                    float zv = x[(base + col)];
+                                    float ov = zv;
+                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
                                     if (ok) {
-                                        if ((compact && (list_at < 4096u))) {
-                                            listed_cols[list_at] = col;
-                                            list_at = (list_at + 1u);
-                                        }
                                         unsigned int digit = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -842,375 +703,711 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             }
                         }
                     }
-                }
-                unsigned int cnt_s0 = 0u;
-                unsigned int cnt_s1 = 0u;
-                unsigned int cnt_s2 = 0u;
-                unsigned int cnt_s3 = 0u;
-                unsigned int cnt_s4 = 0u;
-                unsigned int cnt_s5 = 0u;
-                unsigned int cnt_s6 = 0u;
-                unsigned int cnt_s7 = 0u;
-                unsigned int cnt_s8 = 0u;
-                unsigned int cnt_s9 = 0u;
-                unsigned int cnt_s10 = 0u;
-                unsigned int cnt_s11 = 0u;
-                unsigned int cnt_s12 = 0u;
-                unsigned int cnt_s13 = 0u;
-                unsigned int cnt_s14 = 0u;
-                unsigned int cnt_s15 = 0u;
-                {
-                    unsigned int sk_m0 = cnt0;
-                    unsigned int sk_m1 = cnt1;
-                    unsigned int sk_m2 = cnt2;
-                    unsigned int sk_m3 = cnt3;
-                    unsigned int sk_m4 = cnt4;
-                    unsigned int sk_m5 = cnt5;
-                    unsigned int sk_m6 = cnt6;
-                    unsigned int sk_m7 = cnt7;
-                    unsigned int sk_m8 = cnt8;
-                    unsigned int sk_m9 = cnt9;
-                    unsigned int sk_m10 = cnt10;
-                    unsigned int sk_m11 = cnt11;
-                    unsigned int sk_m12 = cnt12;
-                    unsigned int sk_m13 = cnt13;
-                    unsigned int sk_m14 = cnt14;
-                    unsigned int sk_m15 = cnt15;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                        sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                        sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                        sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                        sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                        sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                        sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                        sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                        sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                        sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                        sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                        sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                        sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                        sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+                    if ((!listed)) {
+                        sweeps = (sweeps + 1u);
+                        {
+                            unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
+                            unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                            for (unsigned int c0 = (((digit_pass == 7u)) ? ((col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u))) : ((col_lo + (threadIdx.x * 4u)))); c0 < (((digit_pass == 7u)) ? ((col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u))) : (col_hi)); c0 += (((digit_pass == 7u)) ? (4u) : ((((unsigned int)SK_BLOCK) * 4u)))) {
+                                {
+                                    unsigned int col = (c0 + 0u);
+                                    if ((col < col_hi)) {
+                                        float zv = x[(base + col)];
+                                        float ov = zv;
+                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & sel_mask) == sel_key)) {
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            unsigned int digit = ((key >> shift) & 15u);
+                                            if ((digit == 0u)) {
+                                                cnt0 = (cnt0 + 1u);
+                                                mas0 = (mas0 + mv);
+                                            }
+                                            if ((digit == 1u)) {
+                                                cnt1 = (cnt1 + 1u);
+                                                mas1 = (mas1 + mv);
+                                            }
+                                            if ((digit == 2u)) {
+                                                cnt2 = (cnt2 + 1u);
+                                                mas2 = (mas2 + mv);
+                                            }
+                                            if ((digit == 3u)) {
+                                                cnt3 = (cnt3 + 1u);
+                                                mas3 = (mas3 + mv);
+                                            }
+                                            if ((digit == 4u)) {
+                                                cnt4 = (cnt4 + 1u);
+                                                mas4 = (mas4 + mv);
+                                            }
+                                            if ((digit == 5u)) {
+                                                cnt5 = (cnt5 + 1u);
+                                                mas5 = (mas5 + mv);
+                                            }
+                                            if ((digit == 6u)) {
+                                                cnt6 = (cnt6 + 1u);
+                                                mas6 = (mas6 + mv);
+                                            }
+                                            if ((digit == 7u)) {
+                                                cnt7 = (cnt7 + 1u);
+                                                mas7 = (mas7 + mv);
+                                            }
+                                            if ((digit == 8u)) {
+                                                cnt8 = (cnt8 + 1u);
+                                                mas8 = (mas8 + mv);
+                                            }
+                                            if ((digit == 9u)) {
+                                                cnt9 = (cnt9 + 1u);
+                                                mas9 = (mas9 + mv);
+                                            }
+                                            if ((digit == 10u)) {
+                                                cnt10 = (cnt10 + 1u);
+                                                mas10 = (mas10 + mv);
+                                            }
+                                            if ((digit == 11u)) {
+                                                cnt11 = (cnt11 + 1u);
+                                                mas11 = (mas11 + mv);
+                                            }
+                                            if ((digit == 12u)) {
+                                                cnt12 = (cnt12 + 1u);
+                                                mas12 = (mas12 + mv);
+                                            }
+                                            if ((digit == 13u)) {
+                                                cnt13 = (cnt13 + 1u);
+                                                mas13 = (mas13 + mv);
+                                            }
+                                            if ((digit == 14u)) {
+                                                cnt14 = (cnt14 + 1u);
+                                                mas14 = (mas14 + mv);
+                                            }
+                                            if ((digit == 15u)) {
+                                                cnt15 = (cnt15 + 1u);
+                                                mas15 = (mas15 + mv);
+                                            }
+                                        }
+                                    }
+                                }
+                                {
+                                    unsigned int col = (c0 + 1u);
+                                    if ((col < col_hi)) {
+                                        float zv = x[(base + col)];
+                                        float ov = zv;
+                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & sel_mask) == sel_key)) {
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            unsigned int digit = ((key >> shift) & 15u);
+                                            if ((digit == 0u)) {
+                                                cnt0 = (cnt0 + 1u);
+                                                mas0 = (mas0 + mv);
+                                            }
+                                            if ((digit == 1u)) {
+                                                cnt1 = (cnt1 + 1u);
+                                                mas1 = (mas1 + mv);
+                                            }
+                                            if ((digit == 2u)) {
+                                                cnt2 = (cnt2 + 1u);
+                                                mas2 = (mas2 + mv);
+                                            }
+                                            if ((digit == 3u)) {
+                                                cnt3 = (cnt3 + 1u);
+                                                mas3 = (mas3 + mv);
+                                            }
+                                            if ((digit == 4u)) {
+                                                cnt4 = (cnt4 + 1u);
+                                                mas4 = (mas4 + mv);
+                                            }
+                                            if ((digit == 5u)) {
+                                                cnt5 = (cnt5 + 1u);
+                                                mas5 = (mas5 + mv);
+                                            }
+                                            if ((digit == 6u)) {
+                                                cnt6 = (cnt6 + 1u);
+                                                mas6 = (mas6 + mv);
+                                            }
+                                            if ((digit == 7u)) {
+                                                cnt7 = (cnt7 + 1u);
+                                                mas7 = (mas7 + mv);
+                                            }
+                                            if ((digit == 8u)) {
+                                                cnt8 = (cnt8 + 1u);
+                                                mas8 = (mas8 + mv);
+                                            }
+                                            if ((digit == 9u)) {
+                                                cnt9 = (cnt9 + 1u);
+                                                mas9 = (mas9 + mv);
+                                            }
+                                            if ((digit == 10u)) {
+                                                cnt10 = (cnt10 + 1u);
+                                                mas10 = (mas10 + mv);
+                                            }
+                                            if ((digit == 11u)) {
+                                                cnt11 = (cnt11 + 1u);
+                                                mas11 = (mas11 + mv);
+                                            }
+                                            if ((digit == 12u)) {
+                                                cnt12 = (cnt12 + 1u);
+                                                mas12 = (mas12 + mv);
+                                            }
+                                            if ((digit == 13u)) {
+                                                cnt13 = (cnt13 + 1u);
+                                                mas13 = (mas13 + mv);
+                                            }
+                                            if ((digit == 14u)) {
+                                                cnt14 = (cnt14 + 1u);
+                                                mas14 = (mas14 + mv);
+                                            }
+                                            if ((digit == 15u)) {
+                                                cnt15 = (cnt15 + 1u);
+                                                mas15 = (mas15 + mv);
+                                            }
+                                        }
+                                    }
+                                }
+                                {
+                                    unsigned int col = (c0 + 2u);
+                                    if ((col < col_hi)) {
+                                        float zv = x[(base + col)];
+                                        float ov = zv;
+                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & sel_mask) == sel_key)) {
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            unsigned int digit = ((key >> shift) & 15u);
+                                            if ((digit == 0u)) {
+                                                cnt0 = (cnt0 + 1u);
+                                                mas0 = (mas0 + mv);
+                                            }
+                                            if ((digit == 1u)) {
+                                                cnt1 = (cnt1 + 1u);
+                                                mas1 = (mas1 + mv);
+                                            }
+                                            if ((digit == 2u)) {
+                                                cnt2 = (cnt2 + 1u);
+                                                mas2 = (mas2 + mv);
+                                            }
+                                            if ((digit == 3u)) {
+                                                cnt3 = (cnt3 + 1u);
+                                                mas3 = (mas3 + mv);
+                                            }
+                                            if ((digit == 4u)) {
+                                                cnt4 = (cnt4 + 1u);
+                                                mas4 = (mas4 + mv);
+                                            }
+                                            if ((digit == 5u)) {
+                                                cnt5 = (cnt5 + 1u);
+                                                mas5 = (mas5 + mv);
+                                            }
+                                            if ((digit == 6u)) {
+                                                cnt6 = (cnt6 + 1u);
+                                                mas6 = (mas6 + mv);
+                                            }
+                                            if ((digit == 7u)) {
+                                                cnt7 = (cnt7 + 1u);
+                                                mas7 = (mas7 + mv);
+                                            }
+                                            if ((digit == 8u)) {
+                                                cnt8 = (cnt8 + 1u);
+                                                mas8 = (mas8 + mv);
+                                            }
+                                            if ((digit == 9u)) {
+                                                cnt9 = (cnt9 + 1u);
+                                                mas9 = (mas9 + mv);
+                                            }
+                                            if ((digit == 10u)) {
+                                                cnt10 = (cnt10 + 1u);
+                                                mas10 = (mas10 + mv);
+                                            }
+                                            if ((digit == 11u)) {
+                                                cnt11 = (cnt11 + 1u);
+                                                mas11 = (mas11 + mv);
+                                            }
+                                            if ((digit == 12u)) {
+                                                cnt12 = (cnt12 + 1u);
+                                                mas12 = (mas12 + mv);
+                                            }
+                                            if ((digit == 13u)) {
+                                                cnt13 = (cnt13 + 1u);
+                                                mas13 = (mas13 + mv);
+                                            }
+                                            if ((digit == 14u)) {
+                                                cnt14 = (cnt14 + 1u);
+                                                mas14 = (mas14 + mv);
+                                            }
+                                            if ((digit == 15u)) {
+                                                cnt15 = (cnt15 + 1u);
+                                                mas15 = (mas15 + mv);
+                                            }
+                                        }
+                                    }
+                                }
+                                {
+                                    unsigned int col = (c0 + 3u);
+                                    if ((col < col_hi)) {
+                                        float zv = x[(base + col)];
+                                        float ov = zv;
+                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & sel_mask) == sel_key)) {
+                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            unsigned int digit = ((key >> shift) & 15u);
+                                            if ((digit == 0u)) {
+                                                cnt0 = (cnt0 + 1u);
+                                                mas0 = (mas0 + mv);
+                                            }
+                                            if ((digit == 1u)) {
+                                                cnt1 = (cnt1 + 1u);
+                                                mas1 = (mas1 + mv);
+                                            }
+                                            if ((digit == 2u)) {
+                                                cnt2 = (cnt2 + 1u);
+                                                mas2 = (mas2 + mv);
+                                            }
+                                            if ((digit == 3u)) {
+                                                cnt3 = (cnt3 + 1u);
+                                                mas3 = (mas3 + mv);
+                                            }
+                                            if ((digit == 4u)) {
+                                                cnt4 = (cnt4 + 1u);
+                                                mas4 = (mas4 + mv);
+                                            }
+                                            if ((digit == 5u)) {
+                                                cnt5 = (cnt5 + 1u);
+                                                mas5 = (mas5 + mv);
+                                            }
+                                            if ((digit == 6u)) {
+                                                cnt6 = (cnt6 + 1u);
+                                                mas6 = (mas6 + mv);
+                                            }
+                                            if ((digit == 7u)) {
+                                                cnt7 = (cnt7 + 1u);
+                                                mas7 = (mas7 + mv);
+                                            }
+                                            if ((digit == 8u)) {
+                                                cnt8 = (cnt8 + 1u);
+                                                mas8 = (mas8 + mv);
+                                            }
+                                            if ((digit == 9u)) {
+                                                cnt9 = (cnt9 + 1u);
+                                                mas9 = (mas9 + mv);
+                                            }
+                                            if ((digit == 10u)) {
+                                                cnt10 = (cnt10 + 1u);
+                                                mas10 = (mas10 + mv);
+                                            }
+                                            if ((digit == 11u)) {
+                                                cnt11 = (cnt11 + 1u);
+                                                mas11 = (mas11 + mv);
+                                            }
+                                            if ((digit == 12u)) {
+                                                cnt12 = (cnt12 + 1u);
+                                                mas12 = (mas12 + mv);
+                                            }
+                                            if ((digit == 13u)) {
+                                                cnt13 = (cnt13 + 1u);
+                                                mas13 = (mas13 + mv);
+                                            }
+                                            if ((digit == 14u)) {
+                                                cnt14 = (cnt14 + 1u);
+                                                mas14 = (mas14 + mv);
+                                            }
+                                            if ((digit == 15u)) {
+                                                cnt15 = (cnt15 + 1u);
+                                                mas15 = (mas15 + mv);
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
                     }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                        sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                        sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                        sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                        sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                        sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                        sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                        sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                        sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                        sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                        sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                        sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                        sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                        sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                        sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+                    unsigned int cnt_s0 = 0u;
+                    unsigned int cnt_s1 = 0u;
+                    unsigned int cnt_s2 = 0u;
+                    unsigned int cnt_s3 = 0u;
+                    unsigned int cnt_s4 = 0u;
+                    unsigned int cnt_s5 = 0u;
+                    unsigned int cnt_s6 = 0u;
+                    unsigned int cnt_s7 = 0u;
+                    unsigned int cnt_s8 = 0u;
+                    unsigned int cnt_s9 = 0u;
+                    unsigned int cnt_s10 = 0u;
+                    unsigned int cnt_s11 = 0u;
+                    unsigned int cnt_s12 = 0u;
+                    unsigned int cnt_s13 = 0u;
+                    unsigned int cnt_s14 = 0u;
+                    unsigned int cnt_s15 = 0u;
+                    {
+                        unsigned int sk_m0 = cnt0;
+                        unsigned int sk_m1 = cnt1;
+                        unsigned int sk_m2 = cnt2;
+                        unsigned int sk_m3 = cnt3;
+                        unsigned int sk_m4 = cnt4;
+                        unsigned int sk_m5 = cnt5;
+                        unsigned int sk_m6 = cnt6;
+                        unsigned int sk_m7 = cnt7;
+                        unsigned int sk_m8 = cnt8;
+                        unsigned int sk_m9 = cnt9;
+                        unsigned int sk_m10 = cnt10;
+                        unsigned int sk_m11 = cnt11;
+                        unsigned int sk_m12 = cnt12;
+                        unsigned int sk_m13 = cnt13;
+                        unsigned int sk_m14 = cnt14;
+                        unsigned int sk_m15 = cnt15;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+                        }
+                        if ((threadIdx.x & 31u) == 0u) {
+                            sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+                            sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+                            sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+                            sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+                            sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+                            sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+                            sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+                            sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+                            sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+                            sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+                            sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+                            sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+                            sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+                            sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+                            sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+                            sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+                        }
+                        __syncthreads();
+                        if (threadIdx.x < 16u) {
+                            unsigned int sk_s = 0;
+                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+                            sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
+                        }
+                        __syncthreads();
+                        cnt_s0 = sk_many_u32[16 * 32 + 0];
+                        cnt_s1 = sk_many_u32[16 * 32 + 1];
+                        cnt_s2 = sk_many_u32[16 * 32 + 2];
+                        cnt_s3 = sk_many_u32[16 * 32 + 3];
+                        cnt_s4 = sk_many_u32[16 * 32 + 4];
+                        cnt_s5 = sk_many_u32[16 * 32 + 5];
+                        cnt_s6 = sk_many_u32[16 * 32 + 6];
+                        cnt_s7 = sk_many_u32[16 * 32 + 7];
+                        cnt_s8 = sk_many_u32[16 * 32 + 8];
+                        cnt_s9 = sk_many_u32[16 * 32 + 9];
+                        cnt_s10 = sk_many_u32[16 * 32 + 10];
+                        cnt_s11 = sk_many_u32[16 * 32 + 11];
+                        cnt_s12 = sk_many_u32[16 * 32 + 12];
+                        cnt_s13 = sk_many_u32[16 * 32 + 13];
+                        cnt_s14 = sk_many_u32[16 * 32 + 14];
+                        cnt_s15 = sk_many_u32[16 * 32 + 15];
+                        __syncthreads();
                     }
-                    __syncthreads();
-                    if (threadIdx.x < 16u) {
-                        unsigned int sk_s = 0;
-                        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                        sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
+                    unsigned long long mas_s0 = 0ull;
+                    unsigned long long mas_s1 = 0ull;
+                    unsigned long long mas_s2 = 0ull;
+                    unsigned long long mas_s3 = 0ull;
+                    unsigned long long mas_s4 = 0ull;
+                    unsigned long long mas_s5 = 0ull;
+                    unsigned long long mas_s6 = 0ull;
+                    unsigned long long mas_s7 = 0ull;
+                    unsigned long long mas_s8 = 0ull;
+                    unsigned long long mas_s9 = 0ull;
+                    unsigned long long mas_s10 = 0ull;
+                    unsigned long long mas_s11 = 0ull;
+                    unsigned long long mas_s12 = 0ull;
+                    unsigned long long mas_s13 = 0ull;
+                    unsigned long long mas_s14 = 0ull;
+                    unsigned long long mas_s15 = 0ull;
+                    {
+                        unsigned long long sk_m0 = mas0;
+                        unsigned long long sk_m1 = mas1;
+                        unsigned long long sk_m2 = mas2;
+                        unsigned long long sk_m3 = mas3;
+                        unsigned long long sk_m4 = mas4;
+                        unsigned long long sk_m5 = mas5;
+                        unsigned long long sk_m6 = mas6;
+                        unsigned long long sk_m7 = mas7;
+                        unsigned long long sk_m8 = mas8;
+                        unsigned long long sk_m9 = mas9;
+                        unsigned long long sk_m10 = mas10;
+                        unsigned long long sk_m11 = mas11;
+                        unsigned long long sk_m12 = mas12;
+                        unsigned long long sk_m13 = mas13;
+                        unsigned long long sk_m14 = mas14;
+                        unsigned long long sk_m15 = mas15;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+                        }
+                        if ((threadIdx.x & 31u) == 0u) {
+                            sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+                            sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+                            sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+                            sk_many_u64[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+                            sk_many_u64[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+                            sk_many_u64[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+                            sk_many_u64[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+                            sk_many_u64[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+                            sk_many_u64[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+                            sk_many_u64[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+                            sk_many_u64[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+                            sk_many_u64[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+                            sk_many_u64[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+                            sk_many_u64[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+                            sk_many_u64[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+                            sk_many_u64[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+                        }
+                        __syncthreads();
+                        if (threadIdx.x < 16u) {
+                            unsigned long long sk_s = 0;
+                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
+                            sk_many_u64[16 * 32 + threadIdx.x] = sk_s;
+                        }
+                        __syncthreads();
+                        mas_s0 = sk_many_u64[16 * 32 + 0];
+                        mas_s1 = sk_many_u64[16 * 32 + 1];
+                        mas_s2 = sk_many_u64[16 * 32 + 2];
+                        mas_s3 = sk_many_u64[16 * 32 + 3];
+                        mas_s4 = sk_many_u64[16 * 32 + 4];
+                        mas_s5 = sk_many_u64[16 * 32 + 5];
+                        mas_s6 = sk_many_u64[16 * 32 + 6];
+                        mas_s7 = sk_many_u64[16 * 32 + 7];
+                        mas_s8 = sk_many_u64[16 * 32 + 8];
+                        mas_s9 = sk_many_u64[16 * 32 + 9];
+                        mas_s10 = sk_many_u64[16 * 32 + 10];
+                        mas_s11 = sk_many_u64[16 * 32 + 11];
+                        mas_s12 = sk_many_u64[16 * 32 + 12];
+                        mas_s13 = sk_many_u64[16 * 32 + 13];
+                        mas_s14 = sk_many_u64[16 * 32 + 14];
+                        mas_s15 = sk_many_u64[16 * 32 + 15];
+                        __syncthreads();
                     }
-                    __syncthreads();
-                    cnt_s0 = sk_many_u32[16 * 32 + 0];
-                    cnt_s1 = sk_many_u32[16 * 32 + 1];
-                    cnt_s2 = sk_many_u32[16 * 32 + 2];
-                    cnt_s3 = sk_many_u32[16 * 32 + 3];
-                    cnt_s4 = sk_many_u32[16 * 32 + 4];
-                    cnt_s5 = sk_many_u32[16 * 32 + 5];
-                    cnt_s6 = sk_many_u32[16 * 32 + 6];
-                    cnt_s7 = sk_many_u32[16 * 32 + 7];
-                    cnt_s8 = sk_many_u32[16 * 32 + 8];
-                    cnt_s9 = sk_many_u32[16 * 32 + 9];
-                    cnt_s10 = sk_many_u32[16 * 32 + 10];
-                    cnt_s11 = sk_many_u32[16 * 32 + 11];
-                    cnt_s12 = sk_many_u32[16 * 32 + 12];
-                    cnt_s13 = sk_many_u32[16 * 32 + 13];
-                    cnt_s14 = sk_many_u32[16 * 32 + 14];
-                    cnt_s15 = sk_many_u32[16 * 32 + 15];
-                    __syncthreads();
-                }
-                unsigned long long mas_s0 = 0ull;
-                unsigned long long mas_s1 = 0ull;
-                unsigned long long mas_s2 = 0ull;
-                unsigned long long mas_s3 = 0ull;
-                unsigned long long mas_s4 = 0ull;
-                unsigned long long mas_s5 = 0ull;
-                unsigned long long mas_s6 = 0ull;
-                unsigned long long mas_s7 = 0ull;
-                unsigned long long mas_s8 = 0ull;
-                unsigned long long mas_s9 = 0ull;
-                unsigned long long mas_s10 = 0ull;
-                unsigned long long mas_s11 = 0ull;
-                unsigned long long mas_s12 = 0ull;
-                unsigned long long mas_s13 = 0ull;
-                unsigned long long mas_s14 = 0ull;
-                unsigned long long mas_s15 = 0ull;
-                {
-                    unsigned long long sk_m0 = mas0;
-                    unsigned long long sk_m1 = mas1;
-                    unsigned long long sk_m2 = mas2;
-                    unsigned long long sk_m3 = mas3;
-                    unsigned long long sk_m4 = mas4;
-                    unsigned long long sk_m5 = mas5;
-                    unsigned long long sk_m6 = mas6;
-                    unsigned long long sk_m7 = mas7;
-                    unsigned long long sk_m8 = mas8;
-                    unsigned long long sk_m9 = mas9;
-                    unsigned long long sk_m10 = mas10;
-                    unsigned long long sk_m11 = mas11;
-                    unsigned long long sk_m12 = mas12;
-                    unsigned long long sk_m13 = mas13;
-                    unsigned long long sk_m14 = mas14;
-                    unsigned long long sk_m15 = mas15;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                        sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                        sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                        sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                        sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                        sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                        sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                        sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                        sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                        sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                        sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                        sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                        sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                        sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+                    if ((digit_pass == 0u)) {
+                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                        if (((!in_a) && (!k_first))) {
+                            lim = sk_fraction(pp, row_mass);
+                        }
                     }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                        sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                        sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                        sk_many_u64[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                        sk_many_u64[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                        sk_many_u64[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                        sk_many_u64[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                        sk_many_u64[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                        sk_many_u64[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                        sk_many_u64[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                        sk_many_u64[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                        sk_many_u64[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                        sk_many_u64[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                        sk_many_u64[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                        sk_many_u64[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                        sk_many_u64[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+                    unsigned int nb = sel_n;
+                    unsigned long long mb = sel_m;
+                    unsigned int chosen = 4294967295u;
+                    unsigned int cn = sel_n;
+                    unsigned long long cm = sel_m;
+                    if ((cnt_s15 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 15u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s15);
+                        mb = (mb + mas_s15);
                     }
-                    __syncthreads();
-                    if (threadIdx.x < 16u) {
-                        unsigned long long sk_s = 0;
-                        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
-                        sk_many_u64[16 * 32 + threadIdx.x] = sk_s;
+                    if ((cnt_s14 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 14u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s14);
+                        mb = (mb + mas_s14);
                     }
-                    __syncthreads();
-                    mas_s0 = sk_many_u64[16 * 32 + 0];
-                    mas_s1 = sk_many_u64[16 * 32 + 1];
-                    mas_s2 = sk_many_u64[16 * 32 + 2];
-                    mas_s3 = sk_many_u64[16 * 32 + 3];
-                    mas_s4 = sk_many_u64[16 * 32 + 4];
-                    mas_s5 = sk_many_u64[16 * 32 + 5];
-                    mas_s6 = sk_many_u64[16 * 32 + 6];
-                    mas_s7 = sk_many_u64[16 * 32 + 7];
-                    mas_s8 = sk_many_u64[16 * 32 + 8];
-                    mas_s9 = sk_many_u64[16 * 32 + 9];
-                    mas_s10 = sk_many_u64[16 * 32 + 10];
-                    mas_s11 = sk_many_u64[16 * 32 + 11];
-                    mas_s12 = sk_many_u64[16 * 32 + 12];
-                    mas_s13 = sk_many_u64[16 * 32 + 13];
-                    mas_s14 = sk_many_u64[16 * 32 + 14];
-                    mas_s15 = sk_many_u64[16 * 32 + 15];
-                    __syncthreads();
-                }
-                if ((digit_pass == 0u)) {
-                    row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
-                    if (((!in_a) && (!k_first))) {
-                        lim = sk_fraction(pp, row_mass);
+                    if ((cnt_s13 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 13u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s13);
+                        mb = (mb + mas_s13);
                     }
-                }
-                unsigned int nb = sel_n;
-                unsigned long long mb = sel_m;
-                unsigned int chosen = 4294967295u;
-                unsigned int cn = sel_n;
-                unsigned long long cm = sel_m;
-                if ((cnt_s15 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 15u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s12 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 12u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s12);
+                        mb = (mb + mas_s12);
                     }
-                    nb = (nb + cnt_s15);
-                    mb = (mb + mas_s15);
-                }
-                if ((cnt_s14 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 14u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s11 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 11u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s11);
+                        mb = (mb + mas_s11);
                     }
-                    nb = (nb + cnt_s14);
-                    mb = (mb + mas_s14);
-                }
-                if ((cnt_s13 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 13u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s10 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 10u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s10);
+                        mb = (mb + mas_s10);
                     }
-                    nb = (nb + cnt_s13);
-                    mb = (mb + mas_s13);
-                }
-                if ((cnt_s12 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 12u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s9 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 9u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s9);
+                        mb = (mb + mas_s9);
                     }
-                    nb = (nb + cnt_s12);
-                    mb = (mb + mas_s12);
-                }
-                if ((cnt_s11 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 11u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s8 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 8u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s8);
+                        mb = (mb + mas_s8);
                     }
-                    nb = (nb + cnt_s11);
-                    mb = (mb + mas_s11);
-                }
-                if ((cnt_s10 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 10u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s7 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 7u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s7);
+                        mb = (mb + mas_s7);
                     }
-                    nb = (nb + cnt_s10);
-                    mb = (mb + mas_s10);
-                }
-                if ((cnt_s9 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 9u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s6 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 6u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s6);
+                        mb = (mb + mas_s6);
                     }
-                    nb = (nb + cnt_s9);
-                    mb = (mb + mas_s9);
-                }
-                if ((cnt_s8 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 8u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s5 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 5u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s5);
+                        mb = (mb + mas_s5);
                     }
-                    nb = (nb + cnt_s8);
-                    mb = (mb + mas_s8);
-                }
-                if ((cnt_s7 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 7u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s4 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 4u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s4);
+                        mb = (mb + mas_s4);
                     }
-                    nb = (nb + cnt_s7);
-                    mb = (mb + mas_s7);
-                }
-                if ((cnt_s6 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 6u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s3 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 3u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s3);
+                        mb = (mb + mas_s3);
                     }
-                    nb = (nb + cnt_s6);
-                    mb = (mb + mas_s6);
-                }
-                if ((cnt_s5 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 5u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s2 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 2u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s2);
+                        mb = (mb + mas_s2);
                     }
-                    nb = (nb + cnt_s5);
-                    mb = (mb + mas_s5);
-                }
-                if ((cnt_s4 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 4u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s1 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 1u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s1);
+                        mb = (mb + mas_s1);
                     }
-                    nb = (nb + cnt_s4);
-                    mb = (mb + mas_s4);
-                }
-                if ((cnt_s3 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 3u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s0 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 0u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s0);
+                        mb = (mb + mas_s0);
                     }
-                    nb = (nb + cnt_s3);
-                    mb = (mb + mas_s3);
-                }
-                if ((cnt_s2 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 2u;
-                        cn = nb;
-                        cm = mb;
+                    if ((chosen != 4294967295u)) {
+                        sel_key = (sel_key | (chosen << shift));
+                        sel_n = cn;
+                        sel_m = cm;
+                        sel_tn = (((chosen == 15u)) ? (cnt_s15) : ((((chosen == 14u)) ? (cnt_s14) : ((((chosen == 13u)) ? (cnt_s13) : ((((chosen == 12u)) ? (cnt_s12) : ((((chosen == 11u)) ? (cnt_s11) : ((((chosen == 10u)) ? (cnt_s10) : ((((chosen == 9u)) ? (cnt_s9) : ((((chosen == 8u)) ? (cnt_s8) : ((((chosen == 7u)) ? (cnt_s7) : ((((chosen == 6u)) ? (cnt_s6) : ((((chosen == 5u)) ? (cnt_s5) : ((((chosen == 4u)) ? (cnt_s4) : ((((chosen == 3u)) ? (cnt_s3) : ((((chosen == 2u)) ? (cnt_s2) : ((((chosen == 1u)) ? (cnt_s1) : ((((chosen == 0u)) ? (cnt_s0) : (0u))))))))))))))))))))))))))))))));
+                        sel_tm = (((chosen == 15u)) ? (mas_s15) : ((((chosen == 14u)) ? (mas_s14) : ((((chosen == 13u)) ? (mas_s13) : ((((chosen == 12u)) ? (mas_s12) : ((((chosen == 11u)) ? (mas_s11) : ((((chosen == 10u)) ? (mas_s10) : ((((chosen == 9u)) ? (mas_s9) : ((((chosen == 8u)) ? (mas_s8) : ((((chosen == 7u)) ? (mas_s7) : ((((chosen == 6u)) ? (mas_s6) : ((((chosen == 5u)) ? (mas_s5) : ((((chosen == 4u)) ? (mas_s4) : ((((chosen == 3u)) ? (mas_s3) : ((((chosen == 2u)) ? (mas_s2) : ((((chosen == 1u)) ? (mas_s1) : ((((chosen == 0u)) ? (mas_s0) : (0ull))))))))))))))))))))))))))))))));
+                        mine = (((chosen == 15u)) ? (cnt15) : ((((chosen == 14u)) ? (cnt14) : ((((chosen == 13u)) ? (cnt13) : ((((chosen == 12u)) ? (cnt12) : ((((chosen == 11u)) ? (cnt11) : ((((chosen == 10u)) ? (cnt10) : ((((chosen == 9u)) ? (cnt9) : ((((chosen == 8u)) ? (cnt8) : ((((chosen == 7u)) ? (cnt7) : ((((chosen == 6u)) ? (cnt6) : ((((chosen == 5u)) ? (cnt5) : ((((chosen == 4u)) ? (cnt4) : ((((chosen == 3u)) ? (cnt3) : ((((chosen == 2u)) ? (cnt2) : ((((chosen == 1u)) ? (cnt1) : ((((chosen == 0u)) ? (cnt0) : (0u))))))))))))))))))))))))))))))));
                     }
-                    nb = (nb + cnt_s2);
-                    mb = (mb + mas_s2);
-                }
-                if ((cnt_s1 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 1u;
-                        cn = nb;
-                        cm = mb;
+                    sel_mask = (sel_mask | (15u << shift));
+                    if ((in_a && (digit_pass == 7u))) {
+                        unsigned long long tn64 = ((unsigned long long)(sel_tn));
+                        unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
+                        unsigned int ties = ((unsigned int)(((((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) < ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))) ? (((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) : ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))))));
+                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)(ties)) * tie_v)));
+                        sel_key = 0u;
+                        sel_mask = 0u;
+                        sel_n = 0u;
+                        sel_tn = 0u;
+                        sel_m = 0ull;
+                        sel_tm = 0ull;
                     }
-                    nb = (nb + cnt_s1);
-                    mb = (mb + mas_s1);
-                }
-                if ((cnt_s0 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 0u;
-                        cn = nb;
-                        cm = mb;
-                    }
-                    nb = (nb + cnt_s0);
-                    mb = (mb + mas_s0);
-                }
-                if ((chosen != 4294967295u)) {
-                    sel_key = (sel_key | (chosen << shift));
-                    sel_n = cn;
-                    sel_m = cm;
-                    sel_tn = (((chosen == 15u)) ? (cnt_s15) : ((((chosen == 14u)) ? (cnt_s14) : ((((chosen == 13u)) ? (cnt_s13) : ((((chosen == 12u)) ? (cnt_s12) : ((((chosen == 11u)) ? (cnt_s11) : ((((chosen == 10u)) ? (cnt_s10) : ((((chosen == 9u)) ? (cnt_s9) : ((((chosen == 8u)) ? (cnt_s8) : ((((chosen == 7u)) ? (cnt_s7) : ((((chosen == 6u)) ? (cnt_s6) : ((((chosen == 5u)) ? (cnt_s5) : ((((chosen == 4u)) ? (cnt_s4) : ((((chosen == 3u)) ? (cnt_s3) : ((((chosen == 2u)) ? (cnt_s2) : ((((chosen == 1u)) ? (cnt_s1) : ((((chosen == 0u)) ? (cnt_s0) : (0u))))))))))))))))))))))))))))))));
-                    sel_tm = (((chosen == 15u)) ? (mas_s15) : ((((chosen == 14u)) ? (mas_s14) : ((((chosen == 13u)) ? (mas_s13) : ((((chosen == 12u)) ? (mas_s12) : ((((chosen == 11u)) ? (mas_s11) : ((((chosen == 10u)) ? (mas_s10) : ((((chosen == 9u)) ? (mas_s9) : ((((chosen == 8u)) ? (mas_s8) : ((((chosen == 7u)) ? (mas_s7) : ((((chosen == 6u)) ? (mas_s6) : ((((chosen == 5u)) ? (mas_s5) : ((((chosen == 4u)) ? (mas_s4) : ((((chosen == 3u)) ? (mas_s3) : ((((chosen == 2u)) ? (mas_s2) : ((((chosen == 1u)) ? (mas_s1) : ((((chosen == 0u)) ? (mas_s0) : (0ull))))))))))))))))))))))))))))))));
-                    mine = (((chosen == 15u)) ? (cnt15) : ((((chosen == 14u)) ? (cnt14) : ((((chosen == 13u)) ? (cnt13) : ((((chosen == 12u)) ? (cnt12) : ((((chosen == 11u)) ? (cnt11) : ((((chosen == 10u)) ? (cnt10) : ((((chosen == 9u)) ? (cnt9) : ((((chosen == 8u)) ? (cnt8) : ((((chosen == 7u)) ? (cnt7) : ((((chosen == 6u)) ? (cnt6) : ((((chosen == 5u)) ? (cnt5) : ((((chosen == 4u)) ? (cnt4) : ((((chosen == 3u)) ? (cnt3) : ((((chosen == 2u)) ? (cnt2) : ((((chosen == 1u)) ? (cnt1) : ((((chosen == 0u)) ? (cnt0) : (0u))))))))))))))))))))))))))))))));
-                }
-                sel_mask = (sel_mask | (15u << shift));
-                if ((in_a && (digit_pass == 7u))) {
-                    unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                    unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
-                    unsigned int ties = ((unsigned int)(((((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) < ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))) ? (((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) : ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))))));
-                    lim = sk_fraction(pp, (sel_m + (((unsigned long long)(ties)) * tie_v)));
-                    sel_key = 0u;
-                    sel_mask = 0u;
-                    sel_n = 0u;
-                    sel_tn = 0u;
-                    sel_m = 0ull;
-                    sel_tm = 0ull;
-                }
-                if (compact) {
-                    __syncthreads();
-                    listed = true;
-                    n_list = listing;
                 }
             }
             unsigned int s_key = sel_key;
@@ -1222,10 +1419,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                 unsigned int ties = ((unsigned int)(((((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) < ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))) ? (((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) : ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))))));
                 s_ties = ties;
             }
+            unsigned int tie_col = 4294967295u;
             unsigned int tie_rank = 0u;
             unsigned long long all_mass = 0ull;
             if (searched) {
-                if (listed) {
+                if (done) {
+                    s_key = last_key;
+                    tie_col = last_col;
+                    s_ties = 4294967295u;
+                }
+                if ((listed && (!done))) {
                     if ((s_ties >= sel_tn)) {
                         s_ties = 4294967295u;
                     } else {
@@ -1366,7 +1569,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     all_mass = (all_mass + mv);
                                 }
                                 bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
                                     tie_rank = (tie_rank + 1u);
                                 }
@@ -1395,7 +1598,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     all_mass = (all_mass + mv);
                                 }
                                 bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
                                     tie_rank = (tie_rank + 1u);
                                 }
@@ -1424,7 +1627,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     all_mass = (all_mass + mv);
                                 }
                                 bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
                                     tie_rank = (tie_rank + 1u);
                                 }
@@ -1453,7 +1656,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     all_mass = (all_mass + mv);
                                 }
                                 bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
                                     tie_rank = (tie_rank + 1u);
                                 }
@@ -1516,7 +1719,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     all_mass = (all_mass + mv);
                                 }
                                 bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
                                     tie_rank = (tie_rank + 1u);
                                 }
@@ -1543,7 +1746,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     all_mass = (all_mass + mv);
                                 }
                                 bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
                                     tie_rank = (tie_rank + 1u);
                                 }
@@ -1570,7 +1773,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     all_mass = (all_mass + mv);
                                 }
                                 bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
                                     tie_rank = (tie_rank + 1u);
                                 }
@@ -1597,7 +1800,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     all_mass = (all_mass + mv);
                                 }
                                 bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
                                     tie_rank = (tie_rank + 1u);
                                 }

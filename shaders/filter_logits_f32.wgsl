@@ -30,6 +30,9 @@ var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> sk_sum_lo: array<atomic<u32>, 16>;
 var<workgroup> sk_sum_hi: array<atomic<u32>, 16>;
 var<workgroup> listed_cols: array<u32, 4096>;
+var<workgroup> bucket_cols: array<u32, 64>;
+var<workgroup> bucket_keys: array<u32, 64>;
+var<workgroup> bucket_masses: array<u64, 64>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
     let ll = (a & 0xffffu) * (b & 0xffffu);
@@ -403,6 +406,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var mine: u32 = 0u;
             var listed: bool = false;
             var n_list: u32 = 0u;
+            var done: bool = false;
+            var last_key: u32 = 0u;
+            var last_col: u32 = 0u;
             var sel_a: u32 = select(0u, 8u, k_first);
             var digits: u32 = (sel_a + select(0u, 8u, searched));
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
@@ -412,10 +418,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if ((digit_pass == 0u)) {
                     listed = false;
                 }
-                var compact: bool = (((!listed) && ((digit_pass >= 1u) && (digit_pass < 7u))) && (sel_tn <= 4096u));
-                var list_at: u32 = 0u;
-                var listing: u32 = sel_tn;
-                if (compact) {
+                if (((((!listed) && (digit_pass >= 1u)) && (sel_tn <= 4096u)) && (!done))) {
                     var list_from: u32 = 0u;
                     {
                         let sk_x = mine;
@@ -430,139 +433,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         list_from = sk_scan[sk_lid] - sk_x;
                         workgroupBarrier();
                     }
-                    list_at = list_from;
-                }
-                var cnt0: u32 = 0u;
-                var mas0: u64 = 0lu;
-                var cnt1: u32 = 0u;
-                var mas1: u64 = 0lu;
-                var cnt2: u32 = 0u;
-                var mas2: u64 = 0lu;
-                var cnt3: u32 = 0u;
-                var mas3: u64 = 0lu;
-                var cnt4: u32 = 0u;
-                var mas4: u64 = 0lu;
-                var cnt5: u32 = 0u;
-                var mas5: u64 = 0lu;
-                var cnt6: u32 = 0u;
-                var mas6: u64 = 0lu;
-                var cnt7: u32 = 0u;
-                var mas7: u64 = 0lu;
-                var cnt8: u32 = 0u;
-                var mas8: u64 = 0lu;
-                var cnt9: u32 = 0u;
-                var mas9: u64 = 0lu;
-                var cnt10: u32 = 0u;
-                var mas10: u64 = 0lu;
-                var cnt11: u32 = 0u;
-                var mas11: u64 = 0lu;
-                var cnt12: u32 = 0u;
-                var mas12: u64 = 0lu;
-                var cnt13: u32 = 0u;
-                var mas13: u64 = 0lu;
-                var cnt14: u32 = 0u;
-                var mas14: u64 = 0lu;
-                var cnt15: u32 = 0u;
-                var mas15: u64 = 0lu;
-                if (listed) {
-                    {
-                        var per: u32 = (((n_list + BLOCK) - 1u) / BLOCK);
-                        for (var q: u32 = 0u; q < per; q = q + 1u) {
-                            var at: u32 = select(((q * BLOCK) + sk_lid), ((sk_lid * per) + q), (digit_pass == 7u));
-                            if ((at < n_list)) {
-                                var col: u32 = listed_cols[at];
-                                var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                if (((key & sel_mask) == sel_key)) {
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if (ok) {
-                                    if ((compact && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
-                                    var digit: u32 = ((key >> shift) & 15u);
-                                    if ((digit == 0u)) {
-                                        cnt0 = (cnt0 + 1u);
-                                        mas0 = (mas0 + mv);
-                                    }
-                                    if ((digit == 1u)) {
-                                        cnt1 = (cnt1 + 1u);
-                                        mas1 = (mas1 + mv);
-                                    }
-                                    if ((digit == 2u)) {
-                                        cnt2 = (cnt2 + 1u);
-                                        mas2 = (mas2 + mv);
-                                    }
-                                    if ((digit == 3u)) {
-                                        cnt3 = (cnt3 + 1u);
-                                        mas3 = (mas3 + mv);
-                                    }
-                                    if ((digit == 4u)) {
-                                        cnt4 = (cnt4 + 1u);
-                                        mas4 = (mas4 + mv);
-                                    }
-                                    if ((digit == 5u)) {
-                                        cnt5 = (cnt5 + 1u);
-                                        mas5 = (mas5 + mv);
-                                    }
-                                    if ((digit == 6u)) {
-                                        cnt6 = (cnt6 + 1u);
-                                        mas6 = (mas6 + mv);
-                                    }
-                                    if ((digit == 7u)) {
-                                        cnt7 = (cnt7 + 1u);
-                                        mas7 = (mas7 + mv);
-                                    }
-                                    if ((digit == 8u)) {
-                                        cnt8 = (cnt8 + 1u);
-                                        mas8 = (mas8 + mv);
-                                    }
-                                    if ((digit == 9u)) {
-                                        cnt9 = (cnt9 + 1u);
-                                        mas9 = (mas9 + mv);
-                                    }
-                                    if ((digit == 10u)) {
-                                        cnt10 = (cnt10 + 1u);
-                                        mas10 = (mas10 + mv);
-                                    }
-                                    if ((digit == 11u)) {
-                                        cnt11 = (cnt11 + 1u);
-                                        mas11 = (mas11 + mv);
-                                    }
-                                    if ((digit == 12u)) {
-                                        cnt12 = (cnt12 + 1u);
-                                        mas12 = (mas12 + mv);
-                                    }
-                                    if ((digit == 13u)) {
-                                        cnt13 = (cnt13 + 1u);
-                                        mas13 = (mas13 + mv);
-                                    }
-                                    if ((digit == 14u)) {
-                                        cnt14 = (cnt14 + 1u);
-                                        mas14 = (mas14 + mv);
-                                    }
-                                    if ((digit == 15u)) {
-                                        cnt15 = (cnt15 + 1u);
-                                        mas15 = (mas15 + mv);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-                if ((!listed)) {
+                    var list_at: u32 = list_from;
                     sweeps = (sweeps + 1u);
                     {
                         var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                        for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), (digit_pass == 7u)); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), (digit_pass == 7u)); c0 = c0 + select((BLOCK * 4u), 4u, (digit_pass == 7u))) {
+                        for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), false); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), false); c0 = c0 + select((BLOCK * 4u), 4u, false)) {
                             {
                                 var col: u32 = (c0 + 0u);
                                 if ((col < col_hi)) {
@@ -577,76 +453,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
-                                    if (ok) {
-                                        if ((compact && (list_at < 4096u))) {
-                                            listed_cols[list_at] = col;
-                                            list_at = (list_at + 1u);
-                                        }
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
+                                    if ((ok && (list_at < 4096u))) {
+                                        listed_cols[list_at] = col;
+                                        list_at = (list_at + 1u);
                                     }
                                 }
                             }
@@ -664,76 +473,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
-                                    if (ok) {
-                                        if ((compact && (list_at < 4096u))) {
-                                            listed_cols[list_at] = col;
-                                            list_at = (list_at + 1u);
-                                        }
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
+                                    if ((ok && (list_at < 4096u))) {
+                                        listed_cols[list_at] = col;
+                                        list_at = (list_at + 1u);
                                     }
                                 }
                             }
@@ -751,76 +493,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
-                                    if (ok) {
-                                        if ((compact && (list_at < 4096u))) {
-                                            listed_cols[list_at] = col;
-                                            list_at = (list_at + 1u);
-                                        }
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
+                                    if ((ok && (list_at < 4096u))) {
+                                        listed_cols[list_at] = col;
+                                        list_at = (list_at + 1u);
                                     }
                                 }
                             }
@@ -838,11 +513,183 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         ok = (wv > (0.0f));
                                         mv = sk_fixed(wv);
                                     }
+                                    if ((ok && (list_at < 4096u))) {
+                                        listed_cols[list_at] = col;
+                                        list_at = (list_at + 1u);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    workgroupBarrier();
+                    listed = true;
+                    n_list = sel_tn;
+                }
+                if ((((listed && (!in_a)) && (sel_tn <= 64u)) && (!done))) {
+                    mine = 0u;
+                    {
+                        var per: u32 = (((n_list + BLOCK) - 1u) / BLOCK);
+                        for (var q: u32 = 0u; q < per; q = q + 1u) {
+                            var at: u32 = select(((q * BLOCK) + sk_lid), ((sk_lid * per) + q), false);
+                            if ((at < n_list)) {
+                                var col: u32 = listed_cols[at];
+                                var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
+                                    mine = (mine + 1u);
+                                }
+                            }
+                        }
+                    }
+                    var bucket_from: u32 = 0u;
+                    {
+                        let sk_x = mine;
+                        sk_scan[sk_lid] = sk_x;
+                        workgroupBarrier();
+                        for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
+                            let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
+                            workgroupBarrier();
+                            sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
+                            workgroupBarrier();
+                        }
+                        bucket_from = sk_scan[sk_lid] - sk_x;
+                        workgroupBarrier();
+                    }
+                    var bucket_at: u32 = bucket_from;
+                    {
+                        var per: u32 = (((n_list + BLOCK) - 1u) / BLOCK);
+                        for (var q: u32 = 0u; q < per; q = q + 1u) {
+                            var at: u32 = select(((q * BLOCK) + sk_lid), ((sk_lid * per) + q), false);
+                            if ((at < n_list)) {
+                                var col: u32 = listed_cols[at];
+                                var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
+                                    if ((bucket_at < 64u)) {
+                                        bucket_cols[bucket_at] = col;
+                                        bucket_keys[bucket_at] = key;
+                                        bucket_masses[bucket_at] = mv;
+                                    }
+                                    bucket_at = (bucket_at + 1u);
+                                }
+                            }
+                        }
+                    }
+                    workgroupBarrier();
+                    var found_key: u32 = 0u;
+                    var found_col: u32 = 0u;
+                    for (var t: u32 = sk_lid; t < min(sel_tn, 64u); t = t + BLOCK) {
+                        var kt: u32 = bucket_keys[t];
+                        var ct: u32 = bucket_cols[t];
+                        var mt: u64 = bucket_masses[t];
+                        var before: u32 = sel_n;
+                        var mass_before: u64 = sel_m;
+                        for (var v: u32 = 0u; v < min(sel_tn, 64u); v = v + 1u) {
+                            var kv: u32 = bucket_keys[v];
+                            if (((kv > kt) || ((kv == kt) && (bucket_cols[v] < ct)))) {
+                                before = (before + 1u);
+                                mass_before = (mass_before + bucket_masses[v]);
+                            }
+                        }
+                        if ((((before < kk) && (mass_before <= lim)) && (((before + 1u) == (sel_n + min(sel_tn, 64u))) || (!(((before + 1u) < kk) && ((mass_before + mt) <= lim)))))) {
+                            found_key = kt;
+                            found_col = ct;
+                        }
+                    }
+                    var last_at: u32 = 0u;
+                    var last_idx: u32 = 0u;
+                    {
+                        if (sk_lid < 2u) {
+                            atomicStore(&sk_sum_lo[sk_lid], 0u);
+                        }
+                        workgroupBarrier();
+                        {
+                            let sk_v = found_key;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+                        }
+                        {
+                            let sk_v = found_col;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+                        }
+                        workgroupBarrier();
+                        last_at = atomicLoad(&sk_sum_lo[0]);
+                        last_idx = atomicLoad(&sk_sum_lo[1]);
+                        workgroupBarrier();
+                    }
+                    last_key = last_at;
+                    last_col = last_idx;
+                    done = true;
+                }
+                if ((!done)) {
+                    var cnt0: u32 = 0u;
+                    var mas0: u64 = 0lu;
+                    var cnt1: u32 = 0u;
+                    var mas1: u64 = 0lu;
+                    var cnt2: u32 = 0u;
+                    var mas2: u64 = 0lu;
+                    var cnt3: u32 = 0u;
+                    var mas3: u64 = 0lu;
+                    var cnt4: u32 = 0u;
+                    var mas4: u64 = 0lu;
+                    var cnt5: u32 = 0u;
+                    var mas5: u64 = 0lu;
+                    var cnt6: u32 = 0u;
+                    var mas6: u64 = 0lu;
+                    var cnt7: u32 = 0u;
+                    var mas7: u64 = 0lu;
+                    var cnt8: u32 = 0u;
+                    var mas8: u64 = 0lu;
+                    var cnt9: u32 = 0u;
+                    var mas9: u64 = 0lu;
+                    var cnt10: u32 = 0u;
+                    var mas10: u64 = 0lu;
+                    var cnt11: u32 = 0u;
+                    var mas11: u64 = 0lu;
+                    var cnt12: u32 = 0u;
+                    var mas12: u64 = 0lu;
+                    var cnt13: u32 = 0u;
+                    var mas13: u64 = 0lu;
+                    var cnt14: u32 = 0u;
+                    var mas14: u64 = 0lu;
+                    var cnt15: u32 = 0u;
+                    var mas15: u64 = 0lu;
+                    if (listed) {
+                        {
+                            var per: u32 = (((n_list + BLOCK) - 1u) / BLOCK);
+                            for (var q: u32 = 0u; q < per; q = q + 1u) {
+                                var at: u32 = select(((q * BLOCK) + sk_lid), ((sk_lid * per) + q), (digit_pass == 7u));
+                                if ((at < n_list)) {
+                                    var col: u32 = listed_cols[at];
+                                    var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
                                     if (ok) {
-                                        if ((compact && (list_at < 4096u))) {
-                                            listed_cols[list_at] = col;
-                                            list_at = (list_at + 1u);
-                                        }
                                         var digit: u32 = ((key >> shift) & 15u);
                                         if ((digit == 0u)) {
                                             cnt0 = (cnt0 + 1u);
@@ -913,492 +760,828 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                     }
-                }
-                var cnt_s0: u32 = 0u;
-                var cnt_s1: u32 = 0u;
-                var cnt_s2: u32 = 0u;
-                var cnt_s3: u32 = 0u;
-                var cnt_s4: u32 = 0u;
-                var cnt_s5: u32 = 0u;
-                var cnt_s6: u32 = 0u;
-                var cnt_s7: u32 = 0u;
-                var cnt_s8: u32 = 0u;
-                var cnt_s9: u32 = 0u;
-                var cnt_s10: u32 = 0u;
-                var cnt_s11: u32 = 0u;
-                var cnt_s12: u32 = 0u;
-                var cnt_s13: u32 = 0u;
-                var cnt_s14: u32 = 0u;
-                var cnt_s15: u32 = 0u;
-                {
-                    if (sk_lid < 16u) {
-                        atomicStore(&sk_sum_lo[sk_lid], 0u);
-                    }
-                    workgroupBarrier();
-                    {
-                        let sk_v = cnt0;
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                    }
-                    {
-                        let sk_v = cnt1;
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                    }
-                    {
-                        let sk_v = cnt2;
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
-                    }
-                    {
-                        let sk_v = cnt3;
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
-                    }
-                    {
-                        let sk_v = cnt4;
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
-                    }
-                    {
-                        let sk_v = cnt5;
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
-                    }
-                    {
-                        let sk_v = cnt6;
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
-                    }
-                    {
-                        let sk_v = cnt7;
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
-                    }
-                    {
-                        let sk_v = cnt8;
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
-                    }
-                    {
-                        let sk_v = cnt9;
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
-                    }
-                    {
-                        let sk_v = cnt10;
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
-                    }
-                    {
-                        let sk_v = cnt11;
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
-                    }
-                    {
-                        let sk_v = cnt12;
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
-                    }
-                    {
-                        let sk_v = cnt13;
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
-                    }
-                    {
-                        let sk_v = cnt14;
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
-                    }
-                    {
-                        let sk_v = cnt15;
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
-                    }
-                    workgroupBarrier();
-                    cnt_s0 = atomicLoad(&sk_sum_lo[0]);
-                    cnt_s1 = atomicLoad(&sk_sum_lo[1]);
-                    cnt_s2 = atomicLoad(&sk_sum_lo[2]);
-                    cnt_s3 = atomicLoad(&sk_sum_lo[3]);
-                    cnt_s4 = atomicLoad(&sk_sum_lo[4]);
-                    cnt_s5 = atomicLoad(&sk_sum_lo[5]);
-                    cnt_s6 = atomicLoad(&sk_sum_lo[6]);
-                    cnt_s7 = atomicLoad(&sk_sum_lo[7]);
-                    cnt_s8 = atomicLoad(&sk_sum_lo[8]);
-                    cnt_s9 = atomicLoad(&sk_sum_lo[9]);
-                    cnt_s10 = atomicLoad(&sk_sum_lo[10]);
-                    cnt_s11 = atomicLoad(&sk_sum_lo[11]);
-                    cnt_s12 = atomicLoad(&sk_sum_lo[12]);
-                    cnt_s13 = atomicLoad(&sk_sum_lo[13]);
-                    cnt_s14 = atomicLoad(&sk_sum_lo[14]);
-                    cnt_s15 = atomicLoad(&sk_sum_lo[15]);
-                    workgroupBarrier();
-                }
-                var mas_s0: u64 = 0lu;
-                var mas_s1: u64 = 0lu;
-                var mas_s2: u64 = 0lu;
-                var mas_s3: u64 = 0lu;
-                var mas_s4: u64 = 0lu;
-                var mas_s5: u64 = 0lu;
-                var mas_s6: u64 = 0lu;
-                var mas_s7: u64 = 0lu;
-                var mas_s8: u64 = 0lu;
-                var mas_s9: u64 = 0lu;
-                var mas_s10: u64 = 0lu;
-                var mas_s11: u64 = 0lu;
-                var mas_s12: u64 = 0lu;
-                var mas_s13: u64 = 0lu;
-                var mas_s14: u64 = 0lu;
-                var mas_s15: u64 = 0lu;
-                {
-                    if (sk_lid < 16u) {
-                        atomicStore(&sk_sum_lo[sk_lid], 0u);
-                        atomicStore(&sk_sum_hi[sk_lid], 0u);
-                    }
-                    workgroupBarrier();
-                    {
-                        let sk_v = mas0;
-                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                        let sk_hi = u32(sk_v >> 32u);
-                        if (sk_lo != 0u) {
-                            let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
-                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
+                    if ((!listed)) {
+                        sweeps = (sweeps + 1u);
+                        {
+                            var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
+                            var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                            for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), (digit_pass == 7u)); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), (digit_pass == 7u)); c0 = c0 + select((BLOCK * 4u), 4u, (digit_pass == 7u))) {
+                                {
+                                    var col: u32 = (c0 + 0u);
+                                    if ((col < col_hi)) {
+                                        var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & sel_mask) == sel_key)) {
+                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            var digit: u32 = ((key >> shift) & 15u);
+                                            if ((digit == 0u)) {
+                                                cnt0 = (cnt0 + 1u);
+                                                mas0 = (mas0 + mv);
+                                            }
+                                            if ((digit == 1u)) {
+                                                cnt1 = (cnt1 + 1u);
+                                                mas1 = (mas1 + mv);
+                                            }
+                                            if ((digit == 2u)) {
+                                                cnt2 = (cnt2 + 1u);
+                                                mas2 = (mas2 + mv);
+                                            }
+                                            if ((digit == 3u)) {
+                                                cnt3 = (cnt3 + 1u);
+                                                mas3 = (mas3 + mv);
+                                            }
+                                            if ((digit == 4u)) {
+                                                cnt4 = (cnt4 + 1u);
+                                                mas4 = (mas4 + mv);
+                                            }
+                                            if ((digit == 5u)) {
+                                                cnt5 = (cnt5 + 1u);
+                                                mas5 = (mas5 + mv);
+                                            }
+                                            if ((digit == 6u)) {
+                                                cnt6 = (cnt6 + 1u);
+                                                mas6 = (mas6 + mv);
+                                            }
+                                            if ((digit == 7u)) {
+                                                cnt7 = (cnt7 + 1u);
+                                                mas7 = (mas7 + mv);
+                                            }
+                                            if ((digit == 8u)) {
+                                                cnt8 = (cnt8 + 1u);
+                                                mas8 = (mas8 + mv);
+                                            }
+                                            if ((digit == 9u)) {
+                                                cnt9 = (cnt9 + 1u);
+                                                mas9 = (mas9 + mv);
+                                            }
+                                            if ((digit == 10u)) {
+                                                cnt10 = (cnt10 + 1u);
+                                                mas10 = (mas10 + mv);
+                                            }
+                                            if ((digit == 11u)) {
+                                                cnt11 = (cnt11 + 1u);
+                                                mas11 = (mas11 + mv);
+                                            }
+                                            if ((digit == 12u)) {
+                                                cnt12 = (cnt12 + 1u);
+                                                mas12 = (mas12 + mv);
+                                            }
+                                            if ((digit == 13u)) {
+                                                cnt13 = (cnt13 + 1u);
+                                                mas13 = (mas13 + mv);
+                                            }
+                                            if ((digit == 14u)) {
+                                                cnt14 = (cnt14 + 1u);
+                                                mas14 = (mas14 + mv);
+                                            }
+                                            if ((digit == 15u)) {
+                                                cnt15 = (cnt15 + 1u);
+                                                mas15 = (mas15 + mv);
+                                            }
+                                        }
+                                    }
+                                }
+                                {
+                                    var col: u32 = (c0 + 1u);
+                                    if ((col < col_hi)) {
+                                        var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & sel_mask) == sel_key)) {
+                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            var digit: u32 = ((key >> shift) & 15u);
+                                            if ((digit == 0u)) {
+                                                cnt0 = (cnt0 + 1u);
+                                                mas0 = (mas0 + mv);
+                                            }
+                                            if ((digit == 1u)) {
+                                                cnt1 = (cnt1 + 1u);
+                                                mas1 = (mas1 + mv);
+                                            }
+                                            if ((digit == 2u)) {
+                                                cnt2 = (cnt2 + 1u);
+                                                mas2 = (mas2 + mv);
+                                            }
+                                            if ((digit == 3u)) {
+                                                cnt3 = (cnt3 + 1u);
+                                                mas3 = (mas3 + mv);
+                                            }
+                                            if ((digit == 4u)) {
+                                                cnt4 = (cnt4 + 1u);
+                                                mas4 = (mas4 + mv);
+                                            }
+                                            if ((digit == 5u)) {
+                                                cnt5 = (cnt5 + 1u);
+                                                mas5 = (mas5 + mv);
+                                            }
+                                            if ((digit == 6u)) {
+                                                cnt6 = (cnt6 + 1u);
+                                                mas6 = (mas6 + mv);
+                                            }
+                                            if ((digit == 7u)) {
+                                                cnt7 = (cnt7 + 1u);
+                                                mas7 = (mas7 + mv);
+                                            }
+                                            if ((digit == 8u)) {
+                                                cnt8 = (cnt8 + 1u);
+                                                mas8 = (mas8 + mv);
+                                            }
+                                            if ((digit == 9u)) {
+                                                cnt9 = (cnt9 + 1u);
+                                                mas9 = (mas9 + mv);
+                                            }
+                                            if ((digit == 10u)) {
+                                                cnt10 = (cnt10 + 1u);
+                                                mas10 = (mas10 + mv);
+                                            }
+                                            if ((digit == 11u)) {
+                                                cnt11 = (cnt11 + 1u);
+                                                mas11 = (mas11 + mv);
+                                            }
+                                            if ((digit == 12u)) {
+                                                cnt12 = (cnt12 + 1u);
+                                                mas12 = (mas12 + mv);
+                                            }
+                                            if ((digit == 13u)) {
+                                                cnt13 = (cnt13 + 1u);
+                                                mas13 = (mas13 + mv);
+                                            }
+                                            if ((digit == 14u)) {
+                                                cnt14 = (cnt14 + 1u);
+                                                mas14 = (mas14 + mv);
+                                            }
+                                            if ((digit == 15u)) {
+                                                cnt15 = (cnt15 + 1u);
+                                                mas15 = (mas15 + mv);
+                                            }
+                                        }
+                                    }
+                                }
+                                {
+                                    var col: u32 = (c0 + 2u);
+                                    if ((col < col_hi)) {
+                                        var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & sel_mask) == sel_key)) {
+                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            var digit: u32 = ((key >> shift) & 15u);
+                                            if ((digit == 0u)) {
+                                                cnt0 = (cnt0 + 1u);
+                                                mas0 = (mas0 + mv);
+                                            }
+                                            if ((digit == 1u)) {
+                                                cnt1 = (cnt1 + 1u);
+                                                mas1 = (mas1 + mv);
+                                            }
+                                            if ((digit == 2u)) {
+                                                cnt2 = (cnt2 + 1u);
+                                                mas2 = (mas2 + mv);
+                                            }
+                                            if ((digit == 3u)) {
+                                                cnt3 = (cnt3 + 1u);
+                                                mas3 = (mas3 + mv);
+                                            }
+                                            if ((digit == 4u)) {
+                                                cnt4 = (cnt4 + 1u);
+                                                mas4 = (mas4 + mv);
+                                            }
+                                            if ((digit == 5u)) {
+                                                cnt5 = (cnt5 + 1u);
+                                                mas5 = (mas5 + mv);
+                                            }
+                                            if ((digit == 6u)) {
+                                                cnt6 = (cnt6 + 1u);
+                                                mas6 = (mas6 + mv);
+                                            }
+                                            if ((digit == 7u)) {
+                                                cnt7 = (cnt7 + 1u);
+                                                mas7 = (mas7 + mv);
+                                            }
+                                            if ((digit == 8u)) {
+                                                cnt8 = (cnt8 + 1u);
+                                                mas8 = (mas8 + mv);
+                                            }
+                                            if ((digit == 9u)) {
+                                                cnt9 = (cnt9 + 1u);
+                                                mas9 = (mas9 + mv);
+                                            }
+                                            if ((digit == 10u)) {
+                                                cnt10 = (cnt10 + 1u);
+                                                mas10 = (mas10 + mv);
+                                            }
+                                            if ((digit == 11u)) {
+                                                cnt11 = (cnt11 + 1u);
+                                                mas11 = (mas11 + mv);
+                                            }
+                                            if ((digit == 12u)) {
+                                                cnt12 = (cnt12 + 1u);
+                                                mas12 = (mas12 + mv);
+                                            }
+                                            if ((digit == 13u)) {
+                                                cnt13 = (cnt13 + 1u);
+                                                mas13 = (mas13 + mv);
+                                            }
+                                            if ((digit == 14u)) {
+                                                cnt14 = (cnt14 + 1u);
+                                                mas14 = (mas14 + mv);
+                                            }
+                                            if ((digit == 15u)) {
+                                                cnt15 = (cnt15 + 1u);
+                                                mas15 = (mas15 + mv);
+                                            }
+                                        }
+                                    }
+                                }
+                                {
+                                    var col: u32 = (c0 + 3u);
+                                    if ((col < col_hi)) {
+                                        var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & sel_mask) == sel_key)) {
+                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            var digit: u32 = ((key >> shift) & 15u);
+                                            if ((digit == 0u)) {
+                                                cnt0 = (cnt0 + 1u);
+                                                mas0 = (mas0 + mv);
+                                            }
+                                            if ((digit == 1u)) {
+                                                cnt1 = (cnt1 + 1u);
+                                                mas1 = (mas1 + mv);
+                                            }
+                                            if ((digit == 2u)) {
+                                                cnt2 = (cnt2 + 1u);
+                                                mas2 = (mas2 + mv);
+                                            }
+                                            if ((digit == 3u)) {
+                                                cnt3 = (cnt3 + 1u);
+                                                mas3 = (mas3 + mv);
+                                            }
+                                            if ((digit == 4u)) {
+                                                cnt4 = (cnt4 + 1u);
+                                                mas4 = (mas4 + mv);
+                                            }
+                                            if ((digit == 5u)) {
+                                                cnt5 = (cnt5 + 1u);
+                                                mas5 = (mas5 + mv);
+                                            }
+                                            if ((digit == 6u)) {
+                                                cnt6 = (cnt6 + 1u);
+                                                mas6 = (mas6 + mv);
+                                            }
+                                            if ((digit == 7u)) {
+                                                cnt7 = (cnt7 + 1u);
+                                                mas7 = (mas7 + mv);
+                                            }
+                                            if ((digit == 8u)) {
+                                                cnt8 = (cnt8 + 1u);
+                                                mas8 = (mas8 + mv);
+                                            }
+                                            if ((digit == 9u)) {
+                                                cnt9 = (cnt9 + 1u);
+                                                mas9 = (mas9 + mv);
+                                            }
+                                            if ((digit == 10u)) {
+                                                cnt10 = (cnt10 + 1u);
+                                                mas10 = (mas10 + mv);
+                                            }
+                                            if ((digit == 11u)) {
+                                                cnt11 = (cnt11 + 1u);
+                                                mas11 = (mas11 + mv);
+                                            }
+                                            if ((digit == 12u)) {
+                                                cnt12 = (cnt12 + 1u);
+                                                mas12 = (mas12 + mv);
+                                            }
+                                            if ((digit == 13u)) {
+                                                cnt13 = (cnt13 + 1u);
+                                                mas13 = (mas13 + mv);
+                                            }
+                                            if ((digit == 14u)) {
+                                                cnt14 = (cnt14 + 1u);
+                                                mas14 = (mas14 + mv);
+                                            }
+                                            if ((digit == 15u)) {
+                                                cnt15 = (cnt15 + 1u);
+                                                mas15 = (mas15 + mv);
+                                            }
+                                        }
+                                    }
+                                }
+                            }
                         }
-                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
                     }
+                    var cnt_s0: u32 = 0u;
+                    var cnt_s1: u32 = 0u;
+                    var cnt_s2: u32 = 0u;
+                    var cnt_s3: u32 = 0u;
+                    var cnt_s4: u32 = 0u;
+                    var cnt_s5: u32 = 0u;
+                    var cnt_s6: u32 = 0u;
+                    var cnt_s7: u32 = 0u;
+                    var cnt_s8: u32 = 0u;
+                    var cnt_s9: u32 = 0u;
+                    var cnt_s10: u32 = 0u;
+                    var cnt_s11: u32 = 0u;
+                    var cnt_s12: u32 = 0u;
+                    var cnt_s13: u32 = 0u;
+                    var cnt_s14: u32 = 0u;
+                    var cnt_s15: u32 = 0u;
                     {
-                        let sk_v = mas1;
-                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                        let sk_hi = u32(sk_v >> 32u);
-                        if (sk_lo != 0u) {
-                            let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
-                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
+                        if (sk_lid < 16u) {
+                            atomicStore(&sk_sum_lo[sk_lid], 0u);
                         }
-                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
+                        workgroupBarrier();
+                        {
+                            let sk_v = cnt0;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+                        }
+                        {
+                            let sk_v = cnt1;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+                        }
+                        {
+                            let sk_v = cnt2;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
+                        }
+                        {
+                            let sk_v = cnt3;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
+                        }
+                        {
+                            let sk_v = cnt4;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
+                        }
+                        {
+                            let sk_v = cnt5;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
+                        }
+                        {
+                            let sk_v = cnt6;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
+                        }
+                        {
+                            let sk_v = cnt7;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
+                        }
+                        {
+                            let sk_v = cnt8;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
+                        }
+                        {
+                            let sk_v = cnt9;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
+                        }
+                        {
+                            let sk_v = cnt10;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
+                        }
+                        {
+                            let sk_v = cnt11;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
+                        }
+                        {
+                            let sk_v = cnt12;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
+                        }
+                        {
+                            let sk_v = cnt13;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
+                        }
+                        {
+                            let sk_v = cnt14;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
+                        }
+                        {
+                            let sk_v = cnt15;
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
+                        }
+                        workgroupBarrier();
+                        cnt_s0 = atomicLoad(&sk_sum_lo[0]);
+                        cnt_s1 = atomicLoad(&sk_sum_lo[1]);
+                        cnt_s2 = atomicLoad(&sk_sum_lo[2]);
+                        cnt_s3 = atomicLoad(&sk_sum_lo[3]);
+                        cnt_s4 = atomicLoad(&sk_sum_lo[4]);
+                        cnt_s5 = atomicLoad(&sk_sum_lo[5]);
+                        cnt_s6 = atomicLoad(&sk_sum_lo[6]);
+                        cnt_s7 = atomicLoad(&sk_sum_lo[7]);
+                        cnt_s8 = atomicLoad(&sk_sum_lo[8]);
+                        cnt_s9 = atomicLoad(&sk_sum_lo[9]);
+                        cnt_s10 = atomicLoad(&sk_sum_lo[10]);
+                        cnt_s11 = atomicLoad(&sk_sum_lo[11]);
+                        cnt_s12 = atomicLoad(&sk_sum_lo[12]);
+                        cnt_s13 = atomicLoad(&sk_sum_lo[13]);
+                        cnt_s14 = atomicLoad(&sk_sum_lo[14]);
+                        cnt_s15 = atomicLoad(&sk_sum_lo[15]);
+                        workgroupBarrier();
                     }
+                    var mas_s0: u64 = 0lu;
+                    var mas_s1: u64 = 0lu;
+                    var mas_s2: u64 = 0lu;
+                    var mas_s3: u64 = 0lu;
+                    var mas_s4: u64 = 0lu;
+                    var mas_s5: u64 = 0lu;
+                    var mas_s6: u64 = 0lu;
+                    var mas_s7: u64 = 0lu;
+                    var mas_s8: u64 = 0lu;
+                    var mas_s9: u64 = 0lu;
+                    var mas_s10: u64 = 0lu;
+                    var mas_s11: u64 = 0lu;
+                    var mas_s12: u64 = 0lu;
+                    var mas_s13: u64 = 0lu;
+                    var mas_s14: u64 = 0lu;
+                    var mas_s15: u64 = 0lu;
                     {
-                        let sk_v = mas2;
-                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                        let sk_hi = u32(sk_v >> 32u);
-                        if (sk_lo != 0u) {
-                            let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
-                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
+                        if (sk_lid < 16u) {
+                            atomicStore(&sk_sum_lo[sk_lid], 0u);
+                            atomicStore(&sk_sum_hi[sk_lid], 0u);
                         }
-                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
-                    }
-                    {
-                        let sk_v = mas3;
-                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                        let sk_hi = u32(sk_v >> 32u);
-                        if (sk_lo != 0u) {
-                            let sk_old = atomicAdd(&sk_sum_lo[3], sk_lo);
-                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[3], 1u); }
+                        workgroupBarrier();
+                        {
+                            let sk_v = mas0;
+                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                            let sk_hi = u32(sk_v >> 32u);
+                            if (sk_lo != 0u) {
+                                let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
+                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
+                            }
+                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
                         }
-                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[3], sk_hi); }
-                    }
-                    {
-                        let sk_v = mas4;
-                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                        let sk_hi = u32(sk_v >> 32u);
-                        if (sk_lo != 0u) {
-                            let sk_old = atomicAdd(&sk_sum_lo[4], sk_lo);
-                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[4], 1u); }
+                        {
+                            let sk_v = mas1;
+                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                            let sk_hi = u32(sk_v >> 32u);
+                            if (sk_lo != 0u) {
+                                let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
+                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
+                            }
+                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
                         }
-                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[4], sk_hi); }
-                    }
-                    {
-                        let sk_v = mas5;
-                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                        let sk_hi = u32(sk_v >> 32u);
-                        if (sk_lo != 0u) {
-                            let sk_old = atomicAdd(&sk_sum_lo[5], sk_lo);
-                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[5], 1u); }
+                        {
+                            let sk_v = mas2;
+                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                            let sk_hi = u32(sk_v >> 32u);
+                            if (sk_lo != 0u) {
+                                let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
+                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
+                            }
+                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
                         }
-                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[5], sk_hi); }
-                    }
-                    {
-                        let sk_v = mas6;
-                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                        let sk_hi = u32(sk_v >> 32u);
-                        if (sk_lo != 0u) {
-                            let sk_old = atomicAdd(&sk_sum_lo[6], sk_lo);
-                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[6], 1u); }
+                        {
+                            let sk_v = mas3;
+                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                            let sk_hi = u32(sk_v >> 32u);
+                            if (sk_lo != 0u) {
+                                let sk_old = atomicAdd(&sk_sum_lo[3], sk_lo);
+                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[3], 1u); }
+                            }
+                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[3], sk_hi); }
                         }
-                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[6], sk_hi); }
-                    }
-                    {
-                        let sk_v = mas7;
-                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                        let sk_hi = u32(sk_v >> 32u);
-                        if (sk_lo != 0u) {
-                            let sk_old = atomicAdd(&sk_sum_lo[7], sk_lo);
-                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[7], 1u); }
+                        {
+                            let sk_v = mas4;
+                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                            let sk_hi = u32(sk_v >> 32u);
+                            if (sk_lo != 0u) {
+                                let sk_old = atomicAdd(&sk_sum_lo[4], sk_lo);
+                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[4], 1u); }
+                            }
+                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[4], sk_hi); }
                         }
-                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[7], sk_hi); }
-                    }
-                    {
-                        let sk_v = mas8;
-                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                        let sk_hi = u32(sk_v >> 32u);
-                        if (sk_lo != 0u) {
-                            let sk_old = atomicAdd(&sk_sum_lo[8], sk_lo);
-                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[8], 1u); }
+                        {
+                            let sk_v = mas5;
+                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                            let sk_hi = u32(sk_v >> 32u);
+                            if (sk_lo != 0u) {
+                                let sk_old = atomicAdd(&sk_sum_lo[5], sk_lo);
+                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[5], 1u); }
+                            }
+                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[5], sk_hi); }
                         }
-                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[8], sk_hi); }
-                    }
-                    {
-                        let sk_v = mas9;
-                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                        let sk_hi = u32(sk_v >> 32u);
-                        if (sk_lo != 0u) {
-                            let sk_old = atomicAdd(&sk_sum_lo[9], sk_lo);
-                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[9], 1u); }
+                        {
+                            let sk_v = mas6;
+                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                            let sk_hi = u32(sk_v >> 32u);
+                            if (sk_lo != 0u) {
+                                let sk_old = atomicAdd(&sk_sum_lo[6], sk_lo);
+                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[6], 1u); }
+                            }
+                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[6], sk_hi); }
                         }
-                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[9], sk_hi); }
-                    }
-                    {
-                        let sk_v = mas10;
-                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                        let sk_hi = u32(sk_v >> 32u);
-                        if (sk_lo != 0u) {
-                            let sk_old = atomicAdd(&sk_sum_lo[10], sk_lo);
-                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[10], 1u); }
+                        {
+                            let sk_v = mas7;
+                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                            let sk_hi = u32(sk_v >> 32u);
+                            if (sk_lo != 0u) {
+                                let sk_old = atomicAdd(&sk_sum_lo[7], sk_lo);
+                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[7], 1u); }
+                            }
+                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[7], sk_hi); }
                         }
-                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[10], sk_hi); }
-                    }
-                    {
-                        let sk_v = mas11;
-                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                        let sk_hi = u32(sk_v >> 32u);
-                        if (sk_lo != 0u) {
-                            let sk_old = atomicAdd(&sk_sum_lo[11], sk_lo);
-                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[11], 1u); }
+                        {
+                            let sk_v = mas8;
+                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                            let sk_hi = u32(sk_v >> 32u);
+                            if (sk_lo != 0u) {
+                                let sk_old = atomicAdd(&sk_sum_lo[8], sk_lo);
+                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[8], 1u); }
+                            }
+                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[8], sk_hi); }
                         }
-                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[11], sk_hi); }
-                    }
-                    {
-                        let sk_v = mas12;
-                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                        let sk_hi = u32(sk_v >> 32u);
-                        if (sk_lo != 0u) {
-                            let sk_old = atomicAdd(&sk_sum_lo[12], sk_lo);
-                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[12], 1u); }
+                        {
+                            let sk_v = mas9;
+                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                            let sk_hi = u32(sk_v >> 32u);
+                            if (sk_lo != 0u) {
+                                let sk_old = atomicAdd(&sk_sum_lo[9], sk_lo);
+                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[9], 1u); }
+                            }
+                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[9], sk_hi); }
                         }
-                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[12], sk_hi); }
-                    }
-                    {
-                        let sk_v = mas13;
-                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                        let sk_hi = u32(sk_v >> 32u);
-                        if (sk_lo != 0u) {
-                            let sk_old = atomicAdd(&sk_sum_lo[13], sk_lo);
-                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[13], 1u); }
+                        {
+                            let sk_v = mas10;
+                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                            let sk_hi = u32(sk_v >> 32u);
+                            if (sk_lo != 0u) {
+                                let sk_old = atomicAdd(&sk_sum_lo[10], sk_lo);
+                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[10], 1u); }
+                            }
+                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[10], sk_hi); }
                         }
-                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[13], sk_hi); }
-                    }
-                    {
-                        let sk_v = mas14;
-                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                        let sk_hi = u32(sk_v >> 32u);
-                        if (sk_lo != 0u) {
-                            let sk_old = atomicAdd(&sk_sum_lo[14], sk_lo);
-                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[14], 1u); }
+                        {
+                            let sk_v = mas11;
+                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                            let sk_hi = u32(sk_v >> 32u);
+                            if (sk_lo != 0u) {
+                                let sk_old = atomicAdd(&sk_sum_lo[11], sk_lo);
+                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[11], 1u); }
+                            }
+                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[11], sk_hi); }
                         }
-                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[14], sk_hi); }
-                    }
-                    {
-                        let sk_v = mas15;
-                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                        let sk_hi = u32(sk_v >> 32u);
-                        if (sk_lo != 0u) {
-                            let sk_old = atomicAdd(&sk_sum_lo[15], sk_lo);
-                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[15], 1u); }
+                        {
+                            let sk_v = mas12;
+                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                            let sk_hi = u32(sk_v >> 32u);
+                            if (sk_lo != 0u) {
+                                let sk_old = atomicAdd(&sk_sum_lo[12], sk_lo);
+                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[12], 1u); }
+                            }
+                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[12], sk_hi); }
                         }
-                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[15], sk_hi); }
+                        {
+                            let sk_v = mas13;
+                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                            let sk_hi = u32(sk_v >> 32u);
+                            if (sk_lo != 0u) {
+                                let sk_old = atomicAdd(&sk_sum_lo[13], sk_lo);
+                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[13], 1u); }
+                            }
+                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[13], sk_hi); }
+                        }
+                        {
+                            let sk_v = mas14;
+                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                            let sk_hi = u32(sk_v >> 32u);
+                            if (sk_lo != 0u) {
+                                let sk_old = atomicAdd(&sk_sum_lo[14], sk_lo);
+                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[14], 1u); }
+                            }
+                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[14], sk_hi); }
+                        }
+                        {
+                            let sk_v = mas15;
+                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                            let sk_hi = u32(sk_v >> 32u);
+                            if (sk_lo != 0u) {
+                                let sk_old = atomicAdd(&sk_sum_lo[15], sk_lo);
+                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[15], 1u); }
+                            }
+                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[15], sk_hi); }
+                        }
+                        workgroupBarrier();
+                        mas_s0 = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
+                        mas_s1 = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
+                        mas_s2 = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
+                        mas_s3 = (u64(atomicLoad(&sk_sum_hi[3])) << 32u) | u64(atomicLoad(&sk_sum_lo[3]));
+                        mas_s4 = (u64(atomicLoad(&sk_sum_hi[4])) << 32u) | u64(atomicLoad(&sk_sum_lo[4]));
+                        mas_s5 = (u64(atomicLoad(&sk_sum_hi[5])) << 32u) | u64(atomicLoad(&sk_sum_lo[5]));
+                        mas_s6 = (u64(atomicLoad(&sk_sum_hi[6])) << 32u) | u64(atomicLoad(&sk_sum_lo[6]));
+                        mas_s7 = (u64(atomicLoad(&sk_sum_hi[7])) << 32u) | u64(atomicLoad(&sk_sum_lo[7]));
+                        mas_s8 = (u64(atomicLoad(&sk_sum_hi[8])) << 32u) | u64(atomicLoad(&sk_sum_lo[8]));
+                        mas_s9 = (u64(atomicLoad(&sk_sum_hi[9])) << 32u) | u64(atomicLoad(&sk_sum_lo[9]));
+                        mas_s10 = (u64(atomicLoad(&sk_sum_hi[10])) << 32u) | u64(atomicLoad(&sk_sum_lo[10]));
+                        mas_s11 = (u64(atomicLoad(&sk_sum_hi[11])) << 32u) | u64(atomicLoad(&sk_sum_lo[11]));
+                        mas_s12 = (u64(atomicLoad(&sk_sum_hi[12])) << 32u) | u64(atomicLoad(&sk_sum_lo[12]));
+                        mas_s13 = (u64(atomicLoad(&sk_sum_hi[13])) << 32u) | u64(atomicLoad(&sk_sum_lo[13]));
+                        mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
+                        mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
+                        workgroupBarrier();
                     }
-                    workgroupBarrier();
-                    mas_s0 = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
-                    mas_s1 = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
-                    mas_s2 = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
-                    mas_s3 = (u64(atomicLoad(&sk_sum_hi[3])) << 32u) | u64(atomicLoad(&sk_sum_lo[3]));
-                    mas_s4 = (u64(atomicLoad(&sk_sum_hi[4])) << 32u) | u64(atomicLoad(&sk_sum_lo[4]));
-                    mas_s5 = (u64(atomicLoad(&sk_sum_hi[5])) << 32u) | u64(atomicLoad(&sk_sum_lo[5]));
-                    mas_s6 = (u64(atomicLoad(&sk_sum_hi[6])) << 32u) | u64(atomicLoad(&sk_sum_lo[6]));
-                    mas_s7 = (u64(atomicLoad(&sk_sum_hi[7])) << 32u) | u64(atomicLoad(&sk_sum_lo[7]));
-                    mas_s8 = (u64(atomicLoad(&sk_sum_hi[8])) << 32u) | u64(atomicLoad(&sk_sum_lo[8]));
-                    mas_s9 = (u64(atomicLoad(&sk_sum_hi[9])) << 32u) | u64(atomicLoad(&sk_sum_lo[9]));
-                    mas_s10 = (u64(atomicLoad(&sk_sum_hi[10])) << 32u) | u64(atomicLoad(&sk_sum_lo[10]));
-                    mas_s11 = (u64(atomicLoad(&sk_sum_hi[11])) << 32u) | u64(atomicLoad(&sk_sum_lo[11]));
-                    mas_s12 = (u64(atomicLoad(&sk_sum_hi[12])) << 32u) | u64(atomicLoad(&sk_sum_lo[12]));
-                    mas_s13 = (u64(atomicLoad(&sk_sum_hi[13])) << 32u) | u64(atomicLoad(&sk_sum_lo[13]));
-                    mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
-                    mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
-                    workgroupBarrier();
-                }
-                if ((digit_pass == 0u)) {
-                    row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
-                    if (((!in_a) && (!k_first))) {
-                        lim = sk_fraction(pp, row_mass);
+                    if ((digit_pass == 0u)) {
+                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
+                        if (((!in_a) && (!k_first))) {
+                            lim = sk_fraction(pp, row_mass);
+                        }
                     }
-                }
-                var nb: u32 = sel_n;
-                var mb: u64 = sel_m;
-                var chosen: u32 = 4294967295u;
-                var cn: u32 = sel_n;
-                var cm: u64 = sel_m;
-                if ((cnt_s15 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 15u;
-                        cn = nb;
-                        cm = mb;
+                    var nb: u32 = sel_n;
+                    var mb: u64 = sel_m;
+                    var chosen: u32 = 4294967295u;
+                    var cn: u32 = sel_n;
+                    var cm: u64 = sel_m;
+                    if ((cnt_s15 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 15u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s15);
+                        mb = (mb + mas_s15);
                     }
-                    nb = (nb + cnt_s15);
-                    mb = (mb + mas_s15);
-                }
-                if ((cnt_s14 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 14u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s14 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 14u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s14);
+                        mb = (mb + mas_s14);
                     }
-                    nb = (nb + cnt_s14);
-                    mb = (mb + mas_s14);
-                }
-                if ((cnt_s13 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 13u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s13 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 13u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s13);
+                        mb = (mb + mas_s13);
                     }
-                    nb = (nb + cnt_s13);
-                    mb = (mb + mas_s13);
-                }
-                if ((cnt_s12 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 12u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s12 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 12u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s12);
+                        mb = (mb + mas_s12);
                     }
-                    nb = (nb + cnt_s12);
-                    mb = (mb + mas_s12);
-                }
-                if ((cnt_s11 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 11u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s11 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 11u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s11);
+                        mb = (mb + mas_s11);
                     }
-                    nb = (nb + cnt_s11);
-                    mb = (mb + mas_s11);
-                }
-                if ((cnt_s10 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 10u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s10 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 10u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s10);
+                        mb = (mb + mas_s10);
                     }
-                    nb = (nb + cnt_s10);
-                    mb = (mb + mas_s10);
-                }
-                if ((cnt_s9 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 9u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s9 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 9u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s9);
+                        mb = (mb + mas_s9);
                     }
-                    nb = (nb + cnt_s9);
-                    mb = (mb + mas_s9);
-                }
-                if ((cnt_s8 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 8u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s8 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 8u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s8);
+                        mb = (mb + mas_s8);
                     }
-                    nb = (nb + cnt_s8);
-                    mb = (mb + mas_s8);
-                }
-                if ((cnt_s7 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 7u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s7 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 7u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s7);
+                        mb = (mb + mas_s7);
                     }
-                    nb = (nb + cnt_s7);
-                    mb = (mb + mas_s7);
-                }
-                if ((cnt_s6 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 6u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s6 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 6u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s6);
+                        mb = (mb + mas_s6);
                     }
-                    nb = (nb + cnt_s6);
-                    mb = (mb + mas_s6);
-                }
-                if ((cnt_s5 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 5u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s5 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 5u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s5);
+                        mb = (mb + mas_s5);
                     }
-                    nb = (nb + cnt_s5);
-                    mb = (mb + mas_s5);
-                }
-                if ((cnt_s4 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 4u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s4 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 4u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s4);
+                        mb = (mb + mas_s4);
                     }
-                    nb = (nb + cnt_s4);
-                    mb = (mb + mas_s4);
-                }
-                if ((cnt_s3 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 3u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s3 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 3u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s3);
+                        mb = (mb + mas_s3);
                     }
-                    nb = (nb + cnt_s3);
-                    mb = (mb + mas_s3);
-                }
-                if ((cnt_s2 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 2u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s2 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 2u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s2);
+                        mb = (mb + mas_s2);
                     }
-                    nb = (nb + cnt_s2);
-                    mb = (mb + mas_s2);
-                }
-                if ((cnt_s1 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 1u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s1 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 1u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s1);
+                        mb = (mb + mas_s1);
                     }
-                    nb = (nb + cnt_s1);
-                    mb = (mb + mas_s1);
-                }
-                if ((cnt_s0 > 0u)) {
-                    if (((nb < kk) && (mb <= lim))) {
-                        chosen = 0u;
-                        cn = nb;
-                        cm = mb;
+                    if ((cnt_s0 > 0u)) {
+                        if (((nb < kk) && (mb <= lim))) {
+                            chosen = 0u;
+                            cn = nb;
+                            cm = mb;
+                        }
+                        nb = (nb + cnt_s0);
+                        mb = (mb + mas_s0);
                     }
-                    nb = (nb + cnt_s0);
-                    mb = (mb + mas_s0);
-                }
-                if ((chosen != 4294967295u)) {
-                    sel_key = (sel_key | (chosen << shift));
-                    sel_n = cn;
-                    sel_m = cm;
-                    sel_tn = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt_s0, (chosen == 0u)), cnt_s1, (chosen == 1u)), cnt_s2, (chosen == 2u)), cnt_s3, (chosen == 3u)), cnt_s4, (chosen == 4u)), cnt_s5, (chosen == 5u)), cnt_s6, (chosen == 6u)), cnt_s7, (chosen == 7u)), cnt_s8, (chosen == 8u)), cnt_s9, (chosen == 9u)), cnt_s10, (chosen == 10u)), cnt_s11, (chosen == 11u)), cnt_s12, (chosen == 12u)), cnt_s13, (chosen == 13u)), cnt_s14, (chosen == 14u)), cnt_s15, (chosen == 15u));
-                    sel_tm = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0lu, mas_s0, (chosen == 0u)), mas_s1, (chosen == 1u)), mas_s2, (chosen == 2u)), mas_s3, (chosen == 3u)), mas_s4, (chosen == 4u)), mas_s5, (chosen == 5u)), mas_s6, (chosen == 6u)), mas_s7, (chosen == 7u)), mas_s8, (chosen == 8u)), mas_s9, (chosen == 9u)), mas_s10, (chosen == 10u)), mas_s11, (chosen == 11u)), mas_s12, (chosen == 12u)), mas_s13, (chosen == 13u)), mas_s14, (chosen == 14u)), mas_s15, (chosen == 15u));
-                    mine = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt0, (chosen == 0u)), cnt1, (chosen == 1u)), cnt2, (chosen == 2u)), cnt3, (chosen == 3u)), cnt4, (chosen == 4u)), cnt5, (chosen == 5u)), cnt6, (chosen == 6u)), cnt7, (chosen == 7u)), cnt8, (chosen == 8u)), cnt9, (chosen == 9u)), cnt10, (chosen == 10u)), cnt11, (chosen == 11u)), cnt12, (chosen == 12u)), cnt13, (chosen == 13u)), cnt14, (chosen == 14u)), cnt15, (chosen == 15u));
-                }
-                sel_mask = (sel_mask | (15u << shift));
-                if ((in_a && (digit_pass == 7u))) {
-                    var tn64: u64 = u64(sel_tn);
-                    var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
-                    lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
-                    sel_key = 0u;
-                    sel_mask = 0u;
-                    sel_n = 0u;
-                    sel_tn = 0u;
-                    sel_m = 0lu;
-                    sel_tm = 0lu;
-                }
-                if (compact) {
-                    workgroupBarrier();
-                    listed = true;
-                    n_list = listing;
+                    if ((chosen != 4294967295u)) {
+                        sel_key = (sel_key | (chosen << shift));
+                        sel_n = cn;
+                        sel_m = cm;
+                        sel_tn = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt_s0, (chosen == 0u)), cnt_s1, (chosen == 1u)), cnt_s2, (chosen == 2u)), cnt_s3, (chosen == 3u)), cnt_s4, (chosen == 4u)), cnt_s5, (chosen == 5u)), cnt_s6, (chosen == 6u)), cnt_s7, (chosen == 7u)), cnt_s8, (chosen == 8u)), cnt_s9, (chosen == 9u)), cnt_s10, (chosen == 10u)), cnt_s11, (chosen == 11u)), cnt_s12, (chosen == 12u)), cnt_s13, (chosen == 13u)), cnt_s14, (chosen == 14u)), cnt_s15, (chosen == 15u));
+                        sel_tm = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0lu, mas_s0, (chosen == 0u)), mas_s1, (chosen == 1u)), mas_s2, (chosen == 2u)), mas_s3, (chosen == 3u)), mas_s4, (chosen == 4u)), mas_s5, (chosen == 5u)), mas_s6, (chosen == 6u)), mas_s7, (chosen == 7u)), mas_s8, (chosen == 8u)), mas_s9, (chosen == 9u)), mas_s10, (chosen == 10u)), mas_s11, (chosen == 11u)), mas_s12, (chosen == 12u)), mas_s13, (chosen == 13u)), mas_s14, (chosen == 14u)), mas_s15, (chosen == 15u));
+                        mine = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt0, (chosen == 0u)), cnt1, (chosen == 1u)), cnt2, (chosen == 2u)), cnt3, (chosen == 3u)), cnt4, (chosen == 4u)), cnt5, (chosen == 5u)), cnt6, (chosen == 6u)), cnt7, (chosen == 7u)), cnt8, (chosen == 8u)), cnt9, (chosen == 9u)), cnt10, (chosen == 10u)), cnt11, (chosen == 11u)), cnt12, (chosen == 12u)), cnt13, (chosen == 13u)), cnt14, (chosen == 14u)), cnt15, (chosen == 15u));
+                    }
+                    sel_mask = (sel_mask | (15u << shift));
+                    if ((in_a && (digit_pass == 7u))) {
+                        var tn64: u64 = u64(sel_tn);
+                        var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
+                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
+                        lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
+                        sel_key = 0u;
+                        sel_mask = 0u;
+                        sel_n = 0u;
+                        sel_tn = 0u;
+                        sel_m = 0lu;
+                        sel_tm = 0lu;
+                    }
                 }
             }
             var s_key: u32 = sel_key;
@@ -1410,10 +1593,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
                 s_ties = ties;
             }
+            var tie_col: u32 = 4294967295u;
             var tie_rank: u32 = 0u;
             var all_mass: u64 = 0lu;
             if (searched) {
-                if (listed) {
+                if (done) {
+                    s_key = last_key;
+                    tie_col = last_col;
+                    s_ties = 4294967295u;
+                }
+                if ((listed && (!done))) {
                     if ((s_ties >= sel_tn)) {
                         s_ties = 4294967295u;
                     } else {
@@ -1550,7 +1739,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         all_mass = (all_mass + mv);
                                     }
                                     var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
                                         tie_rank = (tie_rank + 1u);
                                     }
@@ -1586,7 +1775,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         all_mass = (all_mass + mv);
                                     }
                                     var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
                                         tie_rank = (tie_rank + 1u);
                                     }
@@ -1622,7 +1811,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         all_mass = (all_mass + mv);
                                     }
                                     var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
                                         tie_rank = (tie_rank + 1u);
                                     }
@@ -1658,7 +1847,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         all_mass = (all_mass + mv);
                                     }
                                     var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
                                         tie_rank = (tie_rank + 1u);
                                     }
@@ -1707,7 +1896,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         all_mass = (all_mass + mv);
                                     }
                                     var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
                                         tie_rank = (tie_rank + 1u);
                                     }
@@ -1740,7 +1929,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         all_mass = (all_mass + mv);
                                     }
                                     var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
                                         tie_rank = (tie_rank + 1u);
                                     }
@@ -1773,7 +1962,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         all_mass = (all_mass + mv);
                                     }
                                     var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
                                         tie_rank = (tie_rank + 1u);
                                     }
@@ -1806,7 +1995,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         all_mass = (all_mass + mv);
                                     }
                                     var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
                                         tie_rank = (tie_rank + 1u);
                                     }

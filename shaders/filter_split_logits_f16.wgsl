@@ -1742,6 +1742,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
                             s_ties = ties;
                         }
+                        var tie_col: u32 = 4294967295u;
                         var tie_rank: u32 = 0u;
                         var all_mass: u64 = 0lu;
                         if (searched) {
@@ -1894,7 +1895,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1930,7 +1931,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1966,7 +1967,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -2002,7 +2003,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -2051,7 +2052,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -2084,7 +2085,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -2117,7 +2118,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -2150,7 +2151,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }

@@ -1738,6 +1738,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
                             s_ties = ties;
                         }
+                        var tie_col: u32 = 4294967295u;
                         var tie_rank: u32 = 0u;
                         var all_mass: u64 = 0lu;
                         if (searched) {
@@ -1890,7 +1891,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1926,7 +1927,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1962,7 +1963,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1998,7 +1999,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -2047,7 +2048,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -2080,7 +2081,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -2113,7 +2114,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -2146,7 +2147,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }

@@ -1750,6 +1750,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
                             s_ties = ties;
                         }
+                        var tie_col: u32 = 4294967295u;
                         var tie_rank: u32 = 0u;
                         var all_mass: u64 = 0lu;
                         if (searched) {
@@ -1902,7 +1903,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1938,7 +1939,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -1974,7 +1975,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -2010,7 +2011,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -2059,7 +2060,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -2092,7 +2093,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -2125,7 +2126,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }
@@ -2158,7 +2159,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     all_mass = (all_mass + mv);
                                                 }
                                                 var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && (tie_rank < s_ties)))));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
                                                     tie_rank = (tie_rank + 1u);
                                                 }

@@ -78,8 +78,8 @@ pub fn kept_from_logits(logits: &[f64], row: &RowParams, filters: &Filters) -> V
 /// The most times the filter kernels read a row with these filters: the maximum and the race,
 /// plus eight digit passes when top-k or top-p is active, plus eight more for top-k first with
 /// both (the top-k mass top-p is measured against). A row whose select narrows to a few
-/// thousand candidates takes fewer: the later digit passes read those from workgroup memory
-/// (see `LIST_CAP` in `xtask/src/kernels/filters.rs`). The CPU backend reports this bound.
+/// thousand candidates takes fewer: one read lists them in workgroup memory and the select goes
+/// on there (see `find_set` in `xtask/src/kernels/filters.rs`). The CPU backend reports this bound.
 pub fn passes(filters: &Filters, vocab: usize) -> u32 {
     let by_k = filters.top_k.is_some_and(|k| k < vocab);
     let by_p = filters.top_p < 1.0;

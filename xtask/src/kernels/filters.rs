@@ -59,10 +59,17 @@ pub const MAX_VOCAB: u32 = 1 << (63 - MASS_BITS);
 const NONE: u32 = u32::MAX;
 /// The workgroup array the one-workgroup kernels list a select's last candidates in (16 KiB of
 /// column indices): once a prefix's bucket holds at most this many tokens, the select's later
-/// passes read the list, not the row. A long row's bucket after three digit passes is a sixteenth
-/// of an octave of `z - max`; on a flat 151936-token row that is about 3000 tokens.
-pub const LIST_CAP: u32 = 4096;
+/// passes read the list, not the row. A bucket after three digit passes is an eighth of an
+/// octave of `z - max`: about 3000 tokens of the benchmarks' 151936-token rows of evenly spread
+/// logits, so the list takes them after three reads of the row.
+const LIST_CAP: u32 = 4096;
 const LIST: &str = "listed_cols";
+/// A listed select whose bucket holds at most this many tokens ends at once: each of them is
+/// ranked against all the others in workgroup memory (see [`select_in_bucket`]).
+const BUCKET_CAP: u32 = 64;
+const BUCKET_COLS: &str = "bucket_cols";
+const BUCKET_KEYS: &str = "bucket_keys";
+const BUCKET_MASSES: &str = "bucket_masses";
 const ALL: u64 = u64::MAX;
 
 /// What the filter kernels read.
@@ -263,8 +270,7 @@ pub(super) fn digit_pass(b: &mut Block, st: Expr) {
 /// One digit pass over the workgroup's columns: per digit, each invocation's count and mass of
 /// the candidates (the tokens whose key matches the prefix so far), in `cnt*` and `mas*`, and
 /// the workgroup's, in `cnt_s*` and `mas_s*`. With `listing` (the one-workgroup kernels), the
-/// pass reads the list instead of the row where `listed` holds, and where `compact` holds it
-/// also writes each candidate's column to the list, from `list_at` on.
+/// pass reads the list instead of the row where `listed` holds.
 pub(super) fn digit_counts(b: &mut Block, input: Input, chunked: Expr, listing: bool) {
     for d in 0..DIGITS {
         b.let_(&format!("cnt{d}"), Ty::U32, u(0));
@@ -274,14 +280,6 @@ pub(super) fn digit_counts(b: &mut Block, input: Input, chunked: Expr, listing: 
         element(b, input, col.clone());
         b.if_((var("key") & var("sel_mask")).eq_(var("sel_key")), |b| weigh(b, input));
         b.if_(var("ok"), |b| {
-            if listing {
-                // The offsets are exact (this pass takes the tokens the last one counted); the
-                // bound only keeps a store inside the array whatever happens.
-                b.if_(var("compact").and(var("list_at").lt(u(LIST_CAP))), |b| {
-                    b.store_shared(LIST, var("list_at"), col);
-                    b.set("list_at", var("list_at") + u(1));
-                });
-            }
             let digit = b.let_("digit", Ty::U32, (var("key") >> var("shift")) & u(DIGITS - 1));
             for d in 0..DIGITS {
                 b.if_(digit.clone().eq_(u(d)), |b| {
@@ -411,48 +409,148 @@ pub(super) fn row_is_filtered(b: &mut Block) -> Expr {
 /// counts of the boundary key rank its tied tokens (`tie_start`, from a scan). Afterwards a
 /// sweep decides each token with [`kept`].
 ///
-/// Once the prefix's bucket fits in [`LIST_CAP`], the next pass also lists its tokens in
+/// Once the prefix's bucket fits in [`LIST_CAP`], one read of the row lists its tokens in
 /// workgroup memory and the select's later passes read only them: the row is read fewer times
 /// (how many depends on the data), and the set is the same. The list is written in the previous
 /// pass's layout, each invocation from the offset its count of the chosen digit gives, so it is
-/// not in index order; where the boundary key's tokens are not all kept, one more read of the
-/// row in chunks ranks them.
+/// not in index order. Once the bucket holds at most [`BUCKET_CAP`] tokens, the select ends in
+/// workgroup memory (`done`; [`select_in_bucket`]), its boundary being a key and the highest
+/// index kept at it (`tie_col`). A listed select that never gets there ranks its tied tokens
+/// with one more read of the row in chunks, unless they are all kept.
 fn find_set(b: &mut Block, input: Input) {
     declare_select(b);
     b.let_("mine", Ty::U32, u(0));
     b.let_("listed", Ty::Bool, boolean(false));
     b.let_("n_list", Ty::U32, u(0));
+    b.let_("done", Ty::Bool, boolean(false));
+    b.let_("last_key", Ty::U32, u(0));
+    b.let_("last_col", Ty::U32, u(0));
     digit_schedule(b);
     b.for_("stage", u(1), var("digits") + u(1), u(1), |b, st| {
         digit_pass(b, st);
         b.if_(var("digit_pass").eq_(u(0)), |b| b.set("listed", boolean(false)));
-        // Not in a select's first pass (no counts yet) nor its last (which ranks the ties), so
-        // the listing pass and the one before it are both coalesced: the same tokens per invocation.
+        // Not in a select's first pass, which has no counts yet.
         let fits = var("sel_tn").le(u(LIST_CAP));
-        let middle = var("digit_pass").ge(u(1)).and(var("digit_pass").lt(u(DIGIT_PASSES - 1)));
-        let compact = b.let_("compact", Ty::Bool, var("listed").not().and(middle).and(fits));
-        b.let_("list_at", Ty::U32, u(0));
-        b.let_("listing", Ty::U32, var("sel_tn"));
-        b.if_(compact.clone(), |b| {
-            let from = b.scan(var("mine"), "list_from");
-            b.set("list_at", from);
-        });
-        digit_counts(b, input, var("digit_pass").eq_(u(DIGIT_PASSES - 1)), true);
-        decide(b, true);
-        b.if_(compact, |b| {
-            b.barrier();
+        let compact = var("listed").not().and(var("digit_pass").ge(u(1))).and(fits);
+        b.if_(compact.and(var("done").not()), |b| {
+            list_bucket(b, input);
             b.set("listed", boolean(true));
-            b.set("n_list", var("listing"));
+            b.set("n_list", var("sel_tn"));
+        });
+        // The first select (top-k first) needs its full counts for the top-k mass: it never ends early.
+        let small = var("listed").and(var("in_a").not()).and(var("sel_tn").le(u(BUCKET_CAP)));
+        b.if_(small.and(var("done").not()), |b| {
+            select_in_bucket(b, input);
+            b.set("done", boolean(true));
+        });
+        b.if_(var("done").not(), |b| {
+            digit_counts(b, input, var("digit_pass").eq_(u(DIGIT_PASSES - 1)), true);
+            decide(b, true);
         });
     });
     set_bounds(b);
     b.if_(var("searched"), |b| {
-        b.if_(var("listed"), |b| {
+        b.if_(var("done"), |b| {
+            b.set("s_key", var("last_key"));
+            b.set("tie_col", var("last_col"));
+            b.set("s_ties", u(NONE));
+        });
+        b.if_(var("listed").and(var("done").not()), |b| {
+            // All of the boundary key's tokens kept needs no ranks; else one more read ranks them.
             b.if_else(var("s_ties").ge(var("sel_tn")), |b| b.set("s_ties", u(NONE)), |b| count_ties(b, input));
         });
         let before = b.scan(var("mine"), "ties_before");
         b.set("tie_start", before);
     });
+}
+
+/// One read of the row that lists the tokens of the select's prefix (the `sel_tn` the last
+/// pass counted, at most [`LIST_CAP`]) in workgroup memory. It reads in the last pass's layout
+/// (coalesced: never after a select's last pass), so each invocation meets the tokens it
+/// counted there and writes them from the offset its count (`mine`) gives.
+fn list_bucket(b: &mut Block, input: Input) {
+    let from = b.scan(var("mine"), "list_from");
+    b.let_("list_at", Ty::U32, from);
+    sweep(
+        b,
+        boolean(false),
+        |_, _| {},
+        |b, col, _| {
+            element(b, input, col.clone());
+            b.if_((var("key") & var("sel_mask")).eq_(var("sel_key")), |b| weigh(b, input));
+            // The offsets are exact; the bound only keeps a store inside the array whatever happens.
+            b.if_(var("ok").and(var("list_at").lt(u(LIST_CAP))), |b| {
+                b.store_shared(LIST, var("list_at"), col);
+                b.set("list_at", var("list_at") + u(1));
+            });
+        },
+    );
+    b.barrier();
+}
+
+/// Ends a listed select whose bucket (the `sel_tn` tokens of the prefix) holds at most
+/// [`BUCKET_CAP`]: the bucket's tokens are copied from the list with their keys and masses, then
+/// each counts the tokens before it in the order (larger key, or the same key and a lower index)
+/// and their mass. A token is kept when those, with the `sel_n` tokens and `sel_m` mass above
+/// the bucket, leave it within top-k and the mass limit; the last kept one (kept, and the token
+/// after it not) gives the set's boundary: `last_key`, and `last_col`, the highest index kept at
+/// that key. At least the bucket's first token is kept (that is how the select chose it), and
+/// nothing after the bucket is.
+fn select_in_bucket(b: &mut Block, input: Input) {
+    let in_bucket = |b: &mut Block, col: Expr, then: &dyn Fn(&mut Block, Expr)| {
+        element(b, input, col.clone());
+        b.if_((var("key") & var("sel_mask")).eq_(var("sel_key")), |b| weigh(b, input));
+        b.if_(var("ok"), |b| then(b, col));
+    };
+    b.set("mine", u(0));
+    sweep_list(b, boolean(false), &|b, col| in_bucket(b, col, &|b, _| b.set("mine", var("mine") + u(1))));
+    let from = b.scan(var("mine"), "bucket_from");
+    b.let_("bucket_at", Ty::U32, from);
+    sweep_list(b, boolean(false), &|b, col| {
+        in_bucket(b, col, &|b, col| {
+            let at = var("bucket_at");
+            b.if_(at.clone().lt(u(BUCKET_CAP)), |b| {
+                b.store_shared(BUCKET_COLS, at.clone(), col);
+                b.store_shared(BUCKET_KEYS, at.clone(), var("key"));
+                b.store_shared(BUCKET_MASSES, at, var("mv"));
+            });
+            b.set("bucket_at", var("bucket_at") + u(1));
+        })
+    });
+    b.barrier();
+    let n = var("sel_tn").min(u(BUCKET_CAP));
+    b.let_("found_key", Ty::U32, u(0));
+    b.let_("found_col", Ty::U32, u(0));
+    b.for_("t", builtin(Builtin::LocalId), n.clone(), builtin(Builtin::BlockSize), |b, t| {
+        let kt = b.let_("kt", Ty::U32, load_shared(BUCKET_KEYS, t.clone()));
+        let ct = b.let_("ct", Ty::U32, load_shared(BUCKET_COLS, t.clone()));
+        let mt = b.let_("mt", Ty::U64, load_shared(BUCKET_MASSES, t));
+        b.let_("before", Ty::U32, var("sel_n"));
+        b.let_("mass_before", Ty::U64, var("sel_m"));
+        b.for_("v", u(0), n.clone(), u(1), |b, v| {
+            let kv = b.let_("kv", Ty::U32, load_shared(BUCKET_KEYS, v.clone()));
+            let earlier = kv
+                .clone()
+                .gt(kt.clone())
+                .or(kv.eq_(kt.clone()).and(load_shared(BUCKET_COLS, v.clone()).lt(ct.clone())));
+            b.if_(earlier, |b| {
+                b.set("before", var("before") + u(1));
+                b.set("mass_before", var("mass_before") + load_shared(BUCKET_MASSES, v));
+            });
+        });
+        let keeps = |count: Expr, mass: Expr| count.lt(var("kk")).and(mass.le(var("lim")));
+        let kept = keeps(var("before"), var("mass_before"));
+        let last_in_bucket = (var("before") + u(1)).eq_(var("sel_n") + n.clone());
+        let next_kept = keeps(var("before") + u(1), var("mass_before") + mt);
+        b.if_(kept.and(last_in_bucket.or(next_kept.not())), |b| {
+            b.set("found_key", kt);
+            b.set("found_col", ct);
+        });
+    });
+    // One token is the last kept, so the sums are its key and index.
+    b.sum_many(Ty::U32, vec![var("found_key"), var("found_col")], &["last_at".to_string(), "last_idx".to_string()]);
+    b.set("last_key", var("last_at"));
+    b.set("last_col", var("last_idx"));
 }
 
 /// One read of the row in chunks that counts, per invocation, the tokens of the boundary key
@@ -473,7 +571,8 @@ pub(super) fn count_ties(b: &mut Block, input: Input) {
 
 /// After the select: the set's boundary `s_key` and how many of its tokens are kept, `s_ties`
 /// (rows without top-k or top-p keep min-p's set, with no boundary), and `tie_start` (how many
-/// tokens of that key come before this invocation's chunk; 0 until the caller ranks them), and
+/// tokens of that key come before this invocation's chunk; 0 until the caller ranks them),
+/// `tie_col` (no tied token past this index is kept; none until a listed select sets it) and
 /// the counters of the sweep that uses the set.
 pub(super) fn set_bounds(b: &mut Block) {
     b.let_("s_key", Ty::U32, var("sel_key"));
@@ -483,14 +582,16 @@ pub(super) fn set_bounds(b: &mut Block) {
         ties(b);
         b.set("s_ties", var("ties"));
     });
+    b.let_("tie_col", Ty::U32, u(NONE));
     b.let_("tie_rank", Ty::U32, u(0));
     b.let_("all_mass", Ty::U64, Expr::Lit(Lit::U64(0)));
 }
 
-/// Inside a sweep, after [`weigh`]: whether the token is in `S`. Advances `tie_rank`.
-fn kept(b: &mut Block) -> Expr {
+/// Inside a sweep, after [`weigh`]: whether the token at `col` is in `S`. Advances `tie_rank`.
+fn kept(b: &mut Block, col: Expr) -> Expr {
     let tie = b.let_("tie", Ty::Bool, var("ok").and(var("key").eq_(var("s_key"))));
-    let in_prefix = var("key").gt(var("s_key")).or(tie.clone().and(var("tie_rank").lt(var("s_ties"))));
+    let ranked = var("tie_rank").lt(var("s_ties")).and(col.le(var("tie_col")));
+    let in_prefix = var("key").gt(var("s_key")).or(tie.clone().and(ranked));
     let by_min_p = var("wv").ge(var("mp"));
     let kept = b.let_("in_set", Ty::Bool, var("ok").and(by_min_p).and(var("searched").not().or(in_prefix)));
     b.if_(tie, |b| b.set("tie_rank", var("tie_rank") + u(1)));
@@ -514,7 +615,7 @@ fn sweep_set(
         b.if_(var("searched").not().or(var("key").ge(var("s_key"))), |b| {
             weigh(b, input);
             b.if_(var("ok"), |b| b.set("all_mass", var("all_mass") + var("mv")));
-            let keep = kept(b);
+            let keep = kept(b, col.clone());
             b.set("kept", keep);
         });
         per_col(b, col, j, var("kept"));
@@ -733,6 +834,9 @@ fn filter_kernel(input: Input, output: Output) -> Kernel {
     let functions = functions(output == Output::Sample);
     let mut k = kernel(name, doc, max_passes(output), buffers, functions, b);
     k.shared.push(SharedDecl { name: LIST.into(), ty: Ty::U32, len: LIST_CAP });
+    k.shared.push(SharedDecl { name: BUCKET_COLS.into(), ty: Ty::U32, len: BUCKET_CAP });
+    k.shared.push(SharedDecl { name: BUCKET_KEYS.into(), ty: Ty::U32, len: BUCKET_CAP });
+    k.shared.push(SharedDecl { name: BUCKET_MASSES.into(), ty: Ty::U64, len: BUCKET_CAP });
     k
 }
 
