@@ -353,10 +353,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
             if ((stage == 0u)) {
                 float m = sk_bitcast<float>(4286578688u);
                 sweeps = (sweeps + 1u);
-                {
+                if (false) {
                     unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                    for (unsigned int c0 = ((false) ? ((col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u))) : ((col_lo + (threadIdx.x * 4u)))); c0 < ((false) ? ((col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u))) : (col_hi)); c0 += ((false) ? (4u) : ((((unsigned int)SK_BLOCK) * 4u)))) {
+                    for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
                         {
                             unsigned int col = (c0 + 0u);
                             if ((col < col_hi)) {
@@ -377,6 +377,33 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         }
                         {
                             unsigned int col = (c0 + 3u);
+                            if ((col < col_hi)) {
+                                m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
+                            }
+                        }
+                    }
+                } else {
+                    for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                        {
+                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                            if ((col < col_hi)) {
+                                m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
+                            }
+                        }
+                        {
+                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                            if ((col < col_hi)) {
+                                m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
+                            }
+                        }
+                        {
+                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                            if ((col < col_hi)) {
+                                m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
+                            }
+                        }
+                        {
+                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                             if ((col < col_hi)) {
                                 m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
                             }
@@ -915,10 +942,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                     unsigned int cnt15 = 0u;
                     unsigned long long mas15 = 0ull;
                     sweeps = (sweeps + 1u);
-                    {
+                    if (false) {
                         unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                        for (unsigned int c0 = ((false) ? ((col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u))) : ((col_lo + (threadIdx.x * 4u)))); c0 < ((false) ? ((col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u))) : (col_hi)); c0 += ((false) ? (4u) : ((((unsigned int)SK_BLOCK) * 4u)))) {
+                        for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
                             {
                                 unsigned int col = (c0 + 0u);
                                 if ((col < col_hi)) {
@@ -1170,6 +1197,341 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                             }
                             {
                                 unsigned int col = (c0 + 3u);
+                                if ((col < col_hi)) {
+                                    float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
+                                        unsigned int digit = ((key >> shift) & 15u);
+                                        if ((digit == 0u)) {
+                                            cnt0 = (cnt0 + 1u);
+                                            mas0 = (mas0 + mv);
+                                        }
+                                        if ((digit == 1u)) {
+                                            cnt1 = (cnt1 + 1u);
+                                            mas1 = (mas1 + mv);
+                                        }
+                                        if ((digit == 2u)) {
+                                            cnt2 = (cnt2 + 1u);
+                                            mas2 = (mas2 + mv);
+                                        }
+                                        if ((digit == 3u)) {
+                                            cnt3 = (cnt3 + 1u);
+                                            mas3 = (mas3 + mv);
+                                        }
+                                        if ((digit == 4u)) {
+                                            cnt4 = (cnt4 + 1u);
+                                            mas4 = (mas4 + mv);
+                                        }
+                                        if ((digit == 5u)) {
+                                            cnt5 = (cnt5 + 1u);
+                                            mas5 = (mas5 + mv);
+                                        }
+                                        if ((digit == 6u)) {
+                                            cnt6 = (cnt6 + 1u);
+                                            mas6 = (mas6 + mv);
+                                        }
+                                        if ((digit == 7u)) {
+                                            cnt7 = (cnt7 + 1u);
+                                            mas7 = (mas7 + mv);
+                                        }
+                                        if ((digit == 8u)) {
+                                            cnt8 = (cnt8 + 1u);
+                                            mas8 = (mas8 + mv);
+                                        }
+                                        if ((digit == 9u)) {
+                                            cnt9 = (cnt9 + 1u);
+                                            mas9 = (mas9 + mv);
+                                        }
+                                        if ((digit == 10u)) {
+                                            cnt10 = (cnt10 + 1u);
+                                            mas10 = (mas10 + mv);
+                                        }
+                                        if ((digit == 11u)) {
+                                            cnt11 = (cnt11 + 1u);
+                                            mas11 = (mas11 + mv);
+                                        }
+                                        if ((digit == 12u)) {
+                                            cnt12 = (cnt12 + 1u);
+                                            mas12 = (mas12 + mv);
+                                        }
+                                        if ((digit == 13u)) {
+                                            cnt13 = (cnt13 + 1u);
+                                            mas13 = (mas13 + mv);
+                                        }
+                                        if ((digit == 14u)) {
+                                            cnt14 = (cnt14 + 1u);
+                                            mas14 = (mas14 + mv);
+                                        }
+                                        if ((digit == 15u)) {
+                                            cnt15 = (cnt15 + 1u);
+                                            mas15 = (mas15 + mv);
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    } else {
+                        for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                            {
+                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                if ((col < col_hi)) {
+                                    float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
+                                        unsigned int digit = ((key >> shift) & 15u);
+                                        if ((digit == 0u)) {
+                                            cnt0 = (cnt0 + 1u);
+                                            mas0 = (mas0 + mv);
+                                        }
+                                        if ((digit == 1u)) {
+                                            cnt1 = (cnt1 + 1u);
+                                            mas1 = (mas1 + mv);
+                                        }
+                                        if ((digit == 2u)) {
+                                            cnt2 = (cnt2 + 1u);
+                                            mas2 = (mas2 + mv);
+                                        }
+                                        if ((digit == 3u)) {
+                                            cnt3 = (cnt3 + 1u);
+                                            mas3 = (mas3 + mv);
+                                        }
+                                        if ((digit == 4u)) {
+                                            cnt4 = (cnt4 + 1u);
+                                            mas4 = (mas4 + mv);
+                                        }
+                                        if ((digit == 5u)) {
+                                            cnt5 = (cnt5 + 1u);
+                                            mas5 = (mas5 + mv);
+                                        }
+                                        if ((digit == 6u)) {
+                                            cnt6 = (cnt6 + 1u);
+                                            mas6 = (mas6 + mv);
+                                        }
+                                        if ((digit == 7u)) {
+                                            cnt7 = (cnt7 + 1u);
+                                            mas7 = (mas7 + mv);
+                                        }
+                                        if ((digit == 8u)) {
+                                            cnt8 = (cnt8 + 1u);
+                                            mas8 = (mas8 + mv);
+                                        }
+                                        if ((digit == 9u)) {
+                                            cnt9 = (cnt9 + 1u);
+                                            mas9 = (mas9 + mv);
+                                        }
+                                        if ((digit == 10u)) {
+                                            cnt10 = (cnt10 + 1u);
+                                            mas10 = (mas10 + mv);
+                                        }
+                                        if ((digit == 11u)) {
+                                            cnt11 = (cnt11 + 1u);
+                                            mas11 = (mas11 + mv);
+                                        }
+                                        if ((digit == 12u)) {
+                                            cnt12 = (cnt12 + 1u);
+                                            mas12 = (mas12 + mv);
+                                        }
+                                        if ((digit == 13u)) {
+                                            cnt13 = (cnt13 + 1u);
+                                            mas13 = (mas13 + mv);
+                                        }
+                                        if ((digit == 14u)) {
+                                            cnt14 = (cnt14 + 1u);
+                                            mas14 = (mas14 + mv);
+                                        }
+                                        if ((digit == 15u)) {
+                                            cnt15 = (cnt15 + 1u);
+                                            mas15 = (mas15 + mv);
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                if ((col < col_hi)) {
+                                    float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
+                                        unsigned int digit = ((key >> shift) & 15u);
+                                        if ((digit == 0u)) {
+                                            cnt0 = (cnt0 + 1u);
+                                            mas0 = (mas0 + mv);
+                                        }
+                                        if ((digit == 1u)) {
+                                            cnt1 = (cnt1 + 1u);
+                                            mas1 = (mas1 + mv);
+                                        }
+                                        if ((digit == 2u)) {
+                                            cnt2 = (cnt2 + 1u);
+                                            mas2 = (mas2 + mv);
+                                        }
+                                        if ((digit == 3u)) {
+                                            cnt3 = (cnt3 + 1u);
+                                            mas3 = (mas3 + mv);
+                                        }
+                                        if ((digit == 4u)) {
+                                            cnt4 = (cnt4 + 1u);
+                                            mas4 = (mas4 + mv);
+                                        }
+                                        if ((digit == 5u)) {
+                                            cnt5 = (cnt5 + 1u);
+                                            mas5 = (mas5 + mv);
+                                        }
+                                        if ((digit == 6u)) {
+                                            cnt6 = (cnt6 + 1u);
+                                            mas6 = (mas6 + mv);
+                                        }
+                                        if ((digit == 7u)) {
+                                            cnt7 = (cnt7 + 1u);
+                                            mas7 = (mas7 + mv);
+                                        }
+                                        if ((digit == 8u)) {
+                                            cnt8 = (cnt8 + 1u);
+                                            mas8 = (mas8 + mv);
+                                        }
+                                        if ((digit == 9u)) {
+                                            cnt9 = (cnt9 + 1u);
+                                            mas9 = (mas9 + mv);
+                                        }
+                                        if ((digit == 10u)) {
+                                            cnt10 = (cnt10 + 1u);
+                                            mas10 = (mas10 + mv);
+                                        }
+                                        if ((digit == 11u)) {
+                                            cnt11 = (cnt11 + 1u);
+                                            mas11 = (mas11 + mv);
+                                        }
+                                        if ((digit == 12u)) {
+                                            cnt12 = (cnt12 + 1u);
+                                            mas12 = (mas12 + mv);
+                                        }
+                                        if ((digit == 13u)) {
+                                            cnt13 = (cnt13 + 1u);
+                                            mas13 = (mas13 + mv);
+                                        }
+                                        if ((digit == 14u)) {
+                                            cnt14 = (cnt14 + 1u);
+                                            mas14 = (mas14 + mv);
+                                        }
+                                        if ((digit == 15u)) {
+                                            cnt15 = (cnt15 + 1u);
+                                            mas15 = (mas15 + mv);
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                if ((col < col_hi)) {
+                                    float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
+                                        unsigned int digit = ((key >> shift) & 15u);
+                                        if ((digit == 0u)) {
+                                            cnt0 = (cnt0 + 1u);
+                                            mas0 = (mas0 + mv);
+                                        }
+                                        if ((digit == 1u)) {
+                                            cnt1 = (cnt1 + 1u);
+                                            mas1 = (mas1 + mv);
+                                        }
+                                        if ((digit == 2u)) {
+                                            cnt2 = (cnt2 + 1u);
+                                            mas2 = (mas2 + mv);
+                                        }
+                                        if ((digit == 3u)) {
+                                            cnt3 = (cnt3 + 1u);
+                                            mas3 = (mas3 + mv);
+                                        }
+                                        if ((digit == 4u)) {
+                                            cnt4 = (cnt4 + 1u);
+                                            mas4 = (mas4 + mv);
+                                        }
+                                        if ((digit == 5u)) {
+                                            cnt5 = (cnt5 + 1u);
+                                            mas5 = (mas5 + mv);
+                                        }
+                                        if ((digit == 6u)) {
+                                            cnt6 = (cnt6 + 1u);
+                                            mas6 = (mas6 + mv);
+                                        }
+                                        if ((digit == 7u)) {
+                                            cnt7 = (cnt7 + 1u);
+                                            mas7 = (mas7 + mv);
+                                        }
+                                        if ((digit == 8u)) {
+                                            cnt8 = (cnt8 + 1u);
+                                            mas8 = (mas8 + mv);
+                                        }
+                                        if ((digit == 9u)) {
+                                            cnt9 = (cnt9 + 1u);
+                                            mas9 = (mas9 + mv);
+                                        }
+                                        if ((digit == 10u)) {
+                                            cnt10 = (cnt10 + 1u);
+                                            mas10 = (mas10 + mv);
+                                        }
+                                        if ((digit == 11u)) {
+                                            cnt11 = (cnt11 + 1u);
+                                            mas11 = (mas11 + mv);
+                                        }
+                                        if ((digit == 12u)) {
+                                            cnt12 = (cnt12 + 1u);
+                                            mas12 = (mas12 + mv);
+                                        }
+                                        if ((digit == 13u)) {
+                                            cnt13 = (cnt13 + 1u);
+                                            mas13 = (mas13 + mv);
+                                        }
+                                        if ((digit == 14u)) {
+                                            cnt14 = (cnt14 + 1u);
+                                            mas14 = (mas14 + mv);
+                                        }
+                                        if ((digit == 15u)) {
+                                            cnt15 = (cnt15 + 1u);
+                                            mas15 = (mas15 + mv);
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                                 if ((col < col_hi)) {
                                     float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
                                     float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
@@ -1538,10 +1900,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                             unsigned int mine = 0u;
                             mine = 0u;
                             sweeps = (sweeps + 1u);
-                            {
+                            if (true) {
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = ((true) ? ((col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u))) : ((col_lo + (threadIdx.x * 4u)))); c0 < ((true) ? ((col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u))) : (col_hi)); c0 += ((true) ? (4u) : ((((unsigned int)SK_BLOCK) * 4u)))) {
+                                for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
                                     {
                                         unsigned int col = (c0 + 0u);
                                         if ((col < col_hi)) {
@@ -1601,6 +1963,85 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                     }
                                     {
                                         unsigned int col = (c0 + 3u);
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            if ((key == s_key)) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                mine = (mine + 1u);
+                                            }
+                                        }
+                                    }
+                                }
+                            } else {
+                                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                    {
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            if ((key == s_key)) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                mine = (mine + 1u);
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            if ((key == s_key)) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                mine = (mine + 1u);
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            if ((key == s_key)) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                mine = (mine + 1u);
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                                         if ((col < col_hi)) {
                                             float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
                                             float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
@@ -1655,10 +2096,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         if (seeded_row) {
                             tie_rank = tie_start;
                             sweeps = (sweeps + 1u);
-                            {
+                            if (true) {
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = ((true) ? ((col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u))) : ((col_lo + (threadIdx.x * 4u)))); c0 < ((true) ? ((col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u))) : (col_hi)); c0 += ((true) ? (4u) : ((((unsigned int)SK_BLOCK) * 4u)))) {
+                                for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
                                     {
                                         unsigned int col = (c0 + 0u);
                                         if ((col < col_hi)) {
@@ -1804,15 +2245,162 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                         }
                                     }
                                 }
+                            } else {
+                                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                    {
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                double s64 = ((double)(ov));
+                                                if (noisy) {
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                }
+                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    best64 = s64;
+                                                    best64_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                double s64 = ((double)(ov));
+                                                if (noisy) {
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                }
+                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    best64 = s64;
+                                                    best64_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                double s64 = ((double)(ov));
+                                                if (noisy) {
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                }
+                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    best64 = s64;
+                                                    best64_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                double s64 = ((double)(ov));
+                                                if (noisy) {
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                }
+                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    best64 = s64;
+                                                    best64_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
                             }
                         }
                         if ((!seeded_row)) {
                             tie_rank = tie_start;
                             sweeps = (sweeps + 1u);
-                            {
+                            if (true) {
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = ((true) ? ((col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u))) : ((col_lo + (threadIdx.x * 4u)))); c0 < ((true) ? ((col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u))) : (col_hi)); c0 += ((true) ? (4u) : ((((unsigned int)SK_BLOCK) * 4u)))) {
+                                for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
                                     if (noisy) {
                                         w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
                                     }
@@ -1917,6 +2505,141 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                     }
                                     {
                                         unsigned int col = (c0 + 3u);
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).w)) : ((zv + sk_gumbel((w).w))))) : (zv));
+                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    best = score;
+                                                    best_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            } else {
+                                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                    {
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).x)) : ((zv + sk_gumbel((w).x))))) : (zv));
+                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    best = score;
+                                                    best_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).y)) : ((zv + sk_gumbel((w).y))))) : (zv));
+                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    best = score;
+                                                    best_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                        if ((col < col_hi)) {
+                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).z)) : ((zv + sk_gumbel((w).z))))) : (zv));
+                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    best = score;
+                                                    best_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                                         if ((col < col_hi)) {
                                             float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
                                             float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));

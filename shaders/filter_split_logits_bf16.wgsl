@@ -383,10 +383,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if ((stage == 0u)) {
                 var m: f32 = bitcast<f32>(4286578688u);
                 sweeps = (sweeps + 1u);
-                {
+                if (false) {
                     var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                    for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), false); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), false); c0 = c0 + select((BLOCK * 4u), 4u, false)) {
+                    for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                         {
                             var col: u32 = (c0 + 0u);
                             if ((col < col_hi)) {
@@ -407,6 +407,33 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         {
                             var col: u32 = (c0 + 3u);
+                            if ((col < col_hi)) {
+                                m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
+                            }
+                        }
+                    }
+                } else {
+                    for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                        {
+                            var col: u32 = (c0 + (BLOCK * 0u));
+                            if ((col < col_hi)) {
+                                m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
+                            }
+                        }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 1u));
+                            if ((col < col_hi)) {
+                                m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
+                            }
+                        }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 2u));
+                            if ((col < col_hi)) {
+                                m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
+                            }
+                        }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 3u));
                             if ((col < col_hi)) {
                                 m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
                             }
@@ -1038,10 +1065,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var cnt15: u32 = 0u;
                     var mas15: u64 = 0lu;
                     sweeps = (sweeps + 1u);
-                    {
+                    if (false) {
                         var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                        for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), false); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), false); c0 = c0 + select((BLOCK * 4u), 4u, false)) {
+                        for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                             {
                                 var col: u32 = (c0 + 0u);
                                 if ((col < col_hi)) {
@@ -1293,6 +1320,341 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             {
                                 var col: u32 = (c0 + 3u);
+                                if ((col < col_hi)) {
+                                    var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
+                                        var digit: u32 = ((key >> shift) & 15u);
+                                        if ((digit == 0u)) {
+                                            cnt0 = (cnt0 + 1u);
+                                            mas0 = (mas0 + mv);
+                                        }
+                                        if ((digit == 1u)) {
+                                            cnt1 = (cnt1 + 1u);
+                                            mas1 = (mas1 + mv);
+                                        }
+                                        if ((digit == 2u)) {
+                                            cnt2 = (cnt2 + 1u);
+                                            mas2 = (mas2 + mv);
+                                        }
+                                        if ((digit == 3u)) {
+                                            cnt3 = (cnt3 + 1u);
+                                            mas3 = (mas3 + mv);
+                                        }
+                                        if ((digit == 4u)) {
+                                            cnt4 = (cnt4 + 1u);
+                                            mas4 = (mas4 + mv);
+                                        }
+                                        if ((digit == 5u)) {
+                                            cnt5 = (cnt5 + 1u);
+                                            mas5 = (mas5 + mv);
+                                        }
+                                        if ((digit == 6u)) {
+                                            cnt6 = (cnt6 + 1u);
+                                            mas6 = (mas6 + mv);
+                                        }
+                                        if ((digit == 7u)) {
+                                            cnt7 = (cnt7 + 1u);
+                                            mas7 = (mas7 + mv);
+                                        }
+                                        if ((digit == 8u)) {
+                                            cnt8 = (cnt8 + 1u);
+                                            mas8 = (mas8 + mv);
+                                        }
+                                        if ((digit == 9u)) {
+                                            cnt9 = (cnt9 + 1u);
+                                            mas9 = (mas9 + mv);
+                                        }
+                                        if ((digit == 10u)) {
+                                            cnt10 = (cnt10 + 1u);
+                                            mas10 = (mas10 + mv);
+                                        }
+                                        if ((digit == 11u)) {
+                                            cnt11 = (cnt11 + 1u);
+                                            mas11 = (mas11 + mv);
+                                        }
+                                        if ((digit == 12u)) {
+                                            cnt12 = (cnt12 + 1u);
+                                            mas12 = (mas12 + mv);
+                                        }
+                                        if ((digit == 13u)) {
+                                            cnt13 = (cnt13 + 1u);
+                                            mas13 = (mas13 + mv);
+                                        }
+                                        if ((digit == 14u)) {
+                                            cnt14 = (cnt14 + 1u);
+                                            mas14 = (mas14 + mv);
+                                        }
+                                        if ((digit == 15u)) {
+                                            cnt15 = (cnt15 + 1u);
+                                            mas15 = (mas15 + mv);
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    } else {
+                        for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                            {
+                                var col: u32 = (c0 + (BLOCK * 0u));
+                                if ((col < col_hi)) {
+                                    var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
+                                        var digit: u32 = ((key >> shift) & 15u);
+                                        if ((digit == 0u)) {
+                                            cnt0 = (cnt0 + 1u);
+                                            mas0 = (mas0 + mv);
+                                        }
+                                        if ((digit == 1u)) {
+                                            cnt1 = (cnt1 + 1u);
+                                            mas1 = (mas1 + mv);
+                                        }
+                                        if ((digit == 2u)) {
+                                            cnt2 = (cnt2 + 1u);
+                                            mas2 = (mas2 + mv);
+                                        }
+                                        if ((digit == 3u)) {
+                                            cnt3 = (cnt3 + 1u);
+                                            mas3 = (mas3 + mv);
+                                        }
+                                        if ((digit == 4u)) {
+                                            cnt4 = (cnt4 + 1u);
+                                            mas4 = (mas4 + mv);
+                                        }
+                                        if ((digit == 5u)) {
+                                            cnt5 = (cnt5 + 1u);
+                                            mas5 = (mas5 + mv);
+                                        }
+                                        if ((digit == 6u)) {
+                                            cnt6 = (cnt6 + 1u);
+                                            mas6 = (mas6 + mv);
+                                        }
+                                        if ((digit == 7u)) {
+                                            cnt7 = (cnt7 + 1u);
+                                            mas7 = (mas7 + mv);
+                                        }
+                                        if ((digit == 8u)) {
+                                            cnt8 = (cnt8 + 1u);
+                                            mas8 = (mas8 + mv);
+                                        }
+                                        if ((digit == 9u)) {
+                                            cnt9 = (cnt9 + 1u);
+                                            mas9 = (mas9 + mv);
+                                        }
+                                        if ((digit == 10u)) {
+                                            cnt10 = (cnt10 + 1u);
+                                            mas10 = (mas10 + mv);
+                                        }
+                                        if ((digit == 11u)) {
+                                            cnt11 = (cnt11 + 1u);
+                                            mas11 = (mas11 + mv);
+                                        }
+                                        if ((digit == 12u)) {
+                                            cnt12 = (cnt12 + 1u);
+                                            mas12 = (mas12 + mv);
+                                        }
+                                        if ((digit == 13u)) {
+                                            cnt13 = (cnt13 + 1u);
+                                            mas13 = (mas13 + mv);
+                                        }
+                                        if ((digit == 14u)) {
+                                            cnt14 = (cnt14 + 1u);
+                                            mas14 = (mas14 + mv);
+                                        }
+                                        if ((digit == 15u)) {
+                                            cnt15 = (cnt15 + 1u);
+                                            mas15 = (mas15 + mv);
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                var col: u32 = (c0 + (BLOCK * 1u));
+                                if ((col < col_hi)) {
+                                    var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
+                                        var digit: u32 = ((key >> shift) & 15u);
+                                        if ((digit == 0u)) {
+                                            cnt0 = (cnt0 + 1u);
+                                            mas0 = (mas0 + mv);
+                                        }
+                                        if ((digit == 1u)) {
+                                            cnt1 = (cnt1 + 1u);
+                                            mas1 = (mas1 + mv);
+                                        }
+                                        if ((digit == 2u)) {
+                                            cnt2 = (cnt2 + 1u);
+                                            mas2 = (mas2 + mv);
+                                        }
+                                        if ((digit == 3u)) {
+                                            cnt3 = (cnt3 + 1u);
+                                            mas3 = (mas3 + mv);
+                                        }
+                                        if ((digit == 4u)) {
+                                            cnt4 = (cnt4 + 1u);
+                                            mas4 = (mas4 + mv);
+                                        }
+                                        if ((digit == 5u)) {
+                                            cnt5 = (cnt5 + 1u);
+                                            mas5 = (mas5 + mv);
+                                        }
+                                        if ((digit == 6u)) {
+                                            cnt6 = (cnt6 + 1u);
+                                            mas6 = (mas6 + mv);
+                                        }
+                                        if ((digit == 7u)) {
+                                            cnt7 = (cnt7 + 1u);
+                                            mas7 = (mas7 + mv);
+                                        }
+                                        if ((digit == 8u)) {
+                                            cnt8 = (cnt8 + 1u);
+                                            mas8 = (mas8 + mv);
+                                        }
+                                        if ((digit == 9u)) {
+                                            cnt9 = (cnt9 + 1u);
+                                            mas9 = (mas9 + mv);
+                                        }
+                                        if ((digit == 10u)) {
+                                            cnt10 = (cnt10 + 1u);
+                                            mas10 = (mas10 + mv);
+                                        }
+                                        if ((digit == 11u)) {
+                                            cnt11 = (cnt11 + 1u);
+                                            mas11 = (mas11 + mv);
+                                        }
+                                        if ((digit == 12u)) {
+                                            cnt12 = (cnt12 + 1u);
+                                            mas12 = (mas12 + mv);
+                                        }
+                                        if ((digit == 13u)) {
+                                            cnt13 = (cnt13 + 1u);
+                                            mas13 = (mas13 + mv);
+                                        }
+                                        if ((digit == 14u)) {
+                                            cnt14 = (cnt14 + 1u);
+                                            mas14 = (mas14 + mv);
+                                        }
+                                        if ((digit == 15u)) {
+                                            cnt15 = (cnt15 + 1u);
+                                            mas15 = (mas15 + mv);
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                var col: u32 = (c0 + (BLOCK * 2u));
+                                if ((col < col_hi)) {
+                                    var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if (ok) {
+                                        var digit: u32 = ((key >> shift) & 15u);
+                                        if ((digit == 0u)) {
+                                            cnt0 = (cnt0 + 1u);
+                                            mas0 = (mas0 + mv);
+                                        }
+                                        if ((digit == 1u)) {
+                                            cnt1 = (cnt1 + 1u);
+                                            mas1 = (mas1 + mv);
+                                        }
+                                        if ((digit == 2u)) {
+                                            cnt2 = (cnt2 + 1u);
+                                            mas2 = (mas2 + mv);
+                                        }
+                                        if ((digit == 3u)) {
+                                            cnt3 = (cnt3 + 1u);
+                                            mas3 = (mas3 + mv);
+                                        }
+                                        if ((digit == 4u)) {
+                                            cnt4 = (cnt4 + 1u);
+                                            mas4 = (mas4 + mv);
+                                        }
+                                        if ((digit == 5u)) {
+                                            cnt5 = (cnt5 + 1u);
+                                            mas5 = (mas5 + mv);
+                                        }
+                                        if ((digit == 6u)) {
+                                            cnt6 = (cnt6 + 1u);
+                                            mas6 = (mas6 + mv);
+                                        }
+                                        if ((digit == 7u)) {
+                                            cnt7 = (cnt7 + 1u);
+                                            mas7 = (mas7 + mv);
+                                        }
+                                        if ((digit == 8u)) {
+                                            cnt8 = (cnt8 + 1u);
+                                            mas8 = (mas8 + mv);
+                                        }
+                                        if ((digit == 9u)) {
+                                            cnt9 = (cnt9 + 1u);
+                                            mas9 = (mas9 + mv);
+                                        }
+                                        if ((digit == 10u)) {
+                                            cnt10 = (cnt10 + 1u);
+                                            mas10 = (mas10 + mv);
+                                        }
+                                        if ((digit == 11u)) {
+                                            cnt11 = (cnt11 + 1u);
+                                            mas11 = (mas11 + mv);
+                                        }
+                                        if ((digit == 12u)) {
+                                            cnt12 = (cnt12 + 1u);
+                                            mas12 = (mas12 + mv);
+                                        }
+                                        if ((digit == 13u)) {
+                                            cnt13 = (cnt13 + 1u);
+                                            mas13 = (mas13 + mv);
+                                        }
+                                        if ((digit == 14u)) {
+                                            cnt14 = (cnt14 + 1u);
+                                            mas14 = (mas14 + mv);
+                                        }
+                                        if ((digit == 15u)) {
+                                            cnt15 = (cnt15 + 1u);
+                                            mas15 = (mas15 + mv);
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                var col: u32 = (c0 + (BLOCK * 3u));
                                 if ((col < col_hi)) {
                                     var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
@@ -1766,10 +2128,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mine: u32 = 0u;
                             mine = 0u;
                             sweeps = (sweeps + 1u);
-                            {
+                            if (true) {
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), true); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), true); c0 = c0 + select((BLOCK * 4u), 4u, true)) {
+                                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                                     {
                                         var col: u32 = (c0 + 0u);
                                         if ((col < col_hi)) {
@@ -1829,6 +2191,85 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     {
                                         var col: u32 = (c0 + 3u);
+                                        if ((col < col_hi)) {
+                                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            if ((key == s_key)) {
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                mine = (mine + 1u);
+                                            }
+                                        }
+                                    }
+                                }
+                            } else {
+                                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                                    {
+                                        var col: u32 = (c0 + (BLOCK * 0u));
+                                        if ((col < col_hi)) {
+                                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            if ((key == s_key)) {
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                mine = (mine + 1u);
+                                            }
+                                        }
+                                    }
+                                    {
+                                        var col: u32 = (c0 + (BLOCK * 1u));
+                                        if ((col < col_hi)) {
+                                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            if ((key == s_key)) {
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                mine = (mine + 1u);
+                                            }
+                                        }
+                                    }
+                                    {
+                                        var col: u32 = (c0 + (BLOCK * 2u));
+                                        if ((col < col_hi)) {
+                                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            if ((key == s_key)) {
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                mine = (mine + 1u);
+                                            }
+                                        }
+                                    }
+                                    {
+                                        var col: u32 = (c0 + (BLOCK * 3u));
                                         if ((col < col_hi)) {
                                             var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
@@ -1873,10 +2314,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         if (seeded_row) {
                             tie_rank = tie_start;
                             sweeps = (sweeps + 1u);
-                            {
+                            if (true) {
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), true); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), true); c0 = c0 + select((BLOCK * 4u), 4u, true)) {
+                                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                                     {
                                         var col: u32 = (c0 + 0u);
                                         if ((col < col_hi)) {
@@ -2022,15 +2463,162 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                 }
+                            } else {
+                                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                                    {
+                                        var col: u32 = (c0 + (BLOCK * 0u));
+                                        if ((col < col_hi)) {
+                                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            var kept: bool = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                var tie: bool = (ok && (key == s_key));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                var s64: f64 = f64(ov);
+                                                if (noisy) {
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                }
+                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    best64 = s64;
+                                                    best64_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        var col: u32 = (c0 + (BLOCK * 1u));
+                                        if ((col < col_hi)) {
+                                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            var kept: bool = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                var tie: bool = (ok && (key == s_key));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                var s64: f64 = f64(ov);
+                                                if (noisy) {
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                }
+                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    best64 = s64;
+                                                    best64_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        var col: u32 = (c0 + (BLOCK * 2u));
+                                        if ((col < col_hi)) {
+                                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            var kept: bool = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                var tie: bool = (ok && (key == s_key));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                var s64: f64 = f64(ov);
+                                                if (noisy) {
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                }
+                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    best64 = s64;
+                                                    best64_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        var col: u32 = (c0 + (BLOCK * 3u));
+                                        if ((col < col_hi)) {
+                                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            var kept: bool = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                var tie: bool = (ok && (key == s_key));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                var s64: f64 = f64(ov);
+                                                if (noisy) {
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                }
+                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    best64 = s64;
+                                                    best64_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
                             }
                         }
                         if ((!seeded_row)) {
                             tie_rank = tie_start;
                             sweeps = (sweeps + 1u);
-                            {
+                            if (true) {
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = select((col_lo + (sk_lid * 4u)), (col_lo + (min((sk_lid * per), quads) * 4u)), true); c0 < select(col_hi, (col_lo + (min(((sk_lid * per) + per), quads) * 4u)), true); c0 = c0 + select((BLOCK * 4u), 4u, true)) {
+                                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                                     if (noisy) {
                                         w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
                                     }
@@ -2135,6 +2723,141 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     {
                                         var col: u32 = (c0 + 3u);
+                                        if ((col < col_hi)) {
+                                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            var kept: bool = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                var tie: bool = (ok && (key == s_key));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                var score: f32 = select(zv, select((zv + sk_gumbel(w[3])), sk_gumbel(w[3]), (zv == bitcast<f32>(2139095040u))), noisy);
+                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    best = score;
+                                                    best_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            } else {
+                                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                                    {
+                                        var col: u32 = (c0 + (BLOCK * 0u));
+                                        if ((col < col_hi)) {
+                                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            var kept: bool = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                var tie: bool = (ok && (key == s_key));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                var score: f32 = select(zv, select((zv + sk_gumbel(w[0])), sk_gumbel(w[0]), (zv == bitcast<f32>(2139095040u))), noisy);
+                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    best = score;
+                                                    best_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        var col: u32 = (c0 + (BLOCK * 1u));
+                                        if ((col < col_hi)) {
+                                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            var kept: bool = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                var tie: bool = (ok && (key == s_key));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                var score: f32 = select(zv, select((zv + sk_gumbel(w[1])), sk_gumbel(w[1]), (zv == bitcast<f32>(2139095040u))), noisy);
+                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    best = score;
+                                                    best_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        var col: u32 = (c0 + (BLOCK * 2u));
+                                        if ((col < col_hi)) {
+                                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            var kept: bool = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                var tie: bool = (ok && (key == s_key));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                var score: f32 = select(zv, select((zv + sk_gumbel(w[2])), sk_gumbel(w[2]), (zv == bitcast<f32>(2139095040u))), noisy);
+                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    best = score;
+                                                    best_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        var col: u32 = (c0 + (BLOCK * 3u));
                                         if ((col < col_hi)) {
                                             var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));

@@ -125,33 +125,47 @@ fn fraction() -> Function {
 }
 
 /// One read of the workgroup's columns `[col_lo, col_hi)` (the row, or a split row's part),
-/// four a step (whole quads, so each quad's Philox block is the plain path's), counted in
-/// `sweeps`. Where `chunked` is false the block's steps lie side by side (coalesced, for the
-/// passes that only count and sum); where it holds, each invocation walks one contiguous chunk
-/// in index order (for the passes that rank the tokens tied at the boundary by index). The
-/// layout is a runtime value, so a pass is written once whichever it takes.
+/// counted in `sweeps`. Where `chunked` holds, each invocation walks one contiguous chunk in
+/// index order, four columns a step (whole quads, so each quad's Philox block, from `per_quad`,
+/// is the plain path's): for the passes that rank the tokens tied at the boundary by index and
+/// for the race. Where it does not, the invocations take neighbouring columns (coalesced on a
+/// GPU, one vector load on lavapipe, where the quads' stride of four is a gather) and
+/// `per_quad` is not called: for the passes that only count and sum. The layout is a runtime
+/// value, so a pass is written once whichever it takes.
 fn sweep(b: &mut Block, chunked: Expr, per_quad: impl Fn(&mut Block, Expr), per_col: impl Fn(&mut Block, Expr, u8)) {
     b.set("sweeps", var("sweeps") + u(1));
-    b.scope(|b| {
-        let quads = b.let_("quads", Ty::U32, (var("col_hi") - var("col_lo") + u(3)) >> u(2));
-        let per =
-            b.let_("per", Ty::U32, (quads.clone() + builtin(Builtin::BlockSize) - u(1)) / builtin(Builtin::BlockSize));
-        let lid = builtin(Builtin::LocalId);
-        let chunk_first = var("col_lo") + (lid.clone() * per.clone()).min(quads.clone()) * u(4);
-        let chunk_last = var("col_lo") + (lid.clone() * per.clone() + per).min(quads) * u(4);
-        let first = select(chunked.clone(), chunk_first, var("col_lo") + lid * u(4));
-        let last = select(chunked.clone(), chunk_last, var("col_hi"));
-        let step = select(chunked, u(4), builtin(Builtin::BlockSize) * u(4));
-        b.for_("c0", first, last, step, |b, c0| {
-            per_quad(b, c0.clone());
-            for j in 0..4u8 {
-                b.scope(|b| {
-                    let col = b.let_("col", Ty::U32, c0.clone() + u(j as u32));
-                    b.if_(col.clone().lt(var("col_hi")), |b| per_col(b, col, j));
-                });
-            }
-        });
-    });
+    b.if_else(
+        chunked,
+        |b| {
+            let quads = b.let_("quads", Ty::U32, (var("col_hi") - var("col_lo") + u(3)) >> u(2));
+            let bs = builtin(Builtin::BlockSize);
+            let per = b.let_("per", Ty::U32, (quads.clone() + bs.clone() - u(1)) / bs);
+            let lid = builtin(Builtin::LocalId);
+            let first = var("col_lo") + (lid.clone() * per.clone()).min(quads.clone()) * u(4);
+            let last = var("col_lo") + (lid * per.clone() + per).min(quads) * u(4);
+            b.for_("c0", first, last, u(4), |b, c0| {
+                per_quad(b, c0.clone());
+                for j in 0..4u8 {
+                    b.scope(|b| {
+                        let col = b.let_("col", Ty::U32, c0.clone() + u(j as u32));
+                        b.if_(col.clone().lt(var("col_hi")), |b| per_col(b, col, j));
+                    });
+                }
+            });
+        },
+        |b| {
+            let bs = builtin(Builtin::BlockSize);
+            let first = var("col_lo") + builtin(Builtin::LocalId);
+            b.for_("c0", first, var("col_hi"), bs * u(4), |b, c0| {
+                for j in 0..4u8 {
+                    b.scope(|b| {
+                        let col = b.let_("col", Ty::U32, c0.clone() + builtin(Builtin::BlockSize) * u(j as u32));
+                        b.if_(col.clone().lt(var("col_hi")), |b| per_col(b, col, j));
+                    });
+                }
+            });
+        },
+    );
 }
 
 /// A sweep over the `n_list` columns listed in workgroup memory, in [`sweep`]'s two layouts
