@@ -784,38 +784,38 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                     done = true;
                 }
                 if ((!done)) {
-                    unsigned int cnt0 = 0u;
-                    unsigned long long mas0 = 0ull;
-                    unsigned int cnt1 = 0u;
-                    unsigned long long mas1 = 0ull;
-                    unsigned int cnt2 = 0u;
-                    unsigned long long mas2 = 0ull;
-                    unsigned int cnt3 = 0u;
-                    unsigned long long mas3 = 0ull;
-                    unsigned int cnt4 = 0u;
-                    unsigned long long mas4 = 0ull;
-                    unsigned int cnt5 = 0u;
-                    unsigned long long mas5 = 0ull;
-                    unsigned int cnt6 = 0u;
-                    unsigned long long mas6 = 0ull;
-                    unsigned int cnt7 = 0u;
-                    unsigned long long mas7 = 0ull;
-                    unsigned int cnt8 = 0u;
-                    unsigned long long mas8 = 0ull;
-                    unsigned int cnt9 = 0u;
-                    unsigned long long mas9 = 0ull;
-                    unsigned int cnt10 = 0u;
-                    unsigned long long mas10 = 0ull;
-                    unsigned int cnt11 = 0u;
-                    unsigned long long mas11 = 0ull;
-                    unsigned int cnt12 = 0u;
-                    unsigned long long mas12 = 0ull;
-                    unsigned int cnt13 = 0u;
-                    unsigned long long mas13 = 0ull;
-                    unsigned int cnt14 = 0u;
-                    unsigned long long mas14 = 0ull;
-                    unsigned int cnt15 = 0u;
-                    unsigned long long mas15 = 0ull;
+                    unsigned int cnt_0 = 0;
+                    unsigned int cnt_1 = 0;
+                    unsigned int cnt_2 = 0;
+                    unsigned int cnt_3 = 0;
+                    unsigned int cnt_4 = 0;
+                    unsigned int cnt_5 = 0;
+                    unsigned int cnt_6 = 0;
+                    unsigned int cnt_7 = 0;
+                    unsigned int cnt_8 = 0;
+                    unsigned int cnt_9 = 0;
+                    unsigned int cnt_10 = 0;
+                    unsigned int cnt_11 = 0;
+                    unsigned int cnt_12 = 0;
+                    unsigned int cnt_13 = 0;
+                    unsigned int cnt_14 = 0;
+                    unsigned int cnt_15 = 0;
+                    unsigned long long mas_0 = 0;
+                    unsigned long long mas_1 = 0;
+                    unsigned long long mas_2 = 0;
+                    unsigned long long mas_3 = 0;
+                    unsigned long long mas_4 = 0;
+                    unsigned long long mas_5 = 0;
+                    unsigned long long mas_6 = 0;
+                    unsigned long long mas_7 = 0;
+                    unsigned long long mas_8 = 0;
+                    unsigned long long mas_9 = 0;
+                    unsigned long long mas_10 = 0;
+                    unsigned long long mas_11 = 0;
+                    unsigned long long mas_12 = 0;
+                    unsigned long long mas_13 = 0;
+                    unsigned long long mas_14 = 0;
+                    unsigned long long mas_15 = 0;
                     if (listed) {
                         {
                             unsigned int per = (((n_list + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
@@ -836,69 +836,45 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     }
                                     if (ok) {
                                         unsigned int digit = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
+                                        {
+                                            const unsigned int sk_bin = digit;
+                                            const unsigned int sk_add = 1u;
+                                            if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                            if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                            if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                            if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                            if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                            if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                            if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                            if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                            if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                            if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                            if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                            if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                            if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                            if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                            if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                            if (sk_bin == 15u) { cnt_15 += sk_add; }
                                         }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
+                                        {
+                                            const unsigned int sk_bin = digit;
+                                            const unsigned long long sk_add = mv;
+                                            if (sk_bin == 0u) { mas_0 += sk_add; }
+                                            if (sk_bin == 1u) { mas_1 += sk_add; }
+                                            if (sk_bin == 2u) { mas_2 += sk_add; }
+                                            if (sk_bin == 3u) { mas_3 += sk_add; }
+                                            if (sk_bin == 4u) { mas_4 += sk_add; }
+                                            if (sk_bin == 5u) { mas_5 += sk_add; }
+                                            if (sk_bin == 6u) { mas_6 += sk_add; }
+                                            if (sk_bin == 7u) { mas_7 += sk_add; }
+                                            if (sk_bin == 8u) { mas_8 += sk_add; }
+                                            if (sk_bin == 9u) { mas_9 += sk_add; }
+                                            if (sk_bin == 10u) { mas_10 += sk_add; }
+                                            if (sk_bin == 11u) { mas_11 += sk_add; }
+                                            if (sk_bin == 12u) { mas_12 += sk_add; }
+                                            if (sk_bin == 13u) { mas_13 += sk_add; }
+                                            if (sk_bin == 14u) { mas_14 += sk_add; }
+                                            if (sk_bin == 15u) { mas_15 += sk_add; }
                                         }
                                     }
                                 }
@@ -927,69 +903,45 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                         }
                                         if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned int sk_add = 1u;
+                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
                                             }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned long long sk_add = mv;
+                                                if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                if (sk_bin == 15u) { mas_15 += sk_add; }
                                             }
                                         }
                                     }
@@ -1010,69 +962,45 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                         }
                                         if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned int sk_add = 1u;
+                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
                                             }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned long long sk_add = mv;
+                                                if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                if (sk_bin == 15u) { mas_15 += sk_add; }
                                             }
                                         }
                                     }
@@ -1093,69 +1021,45 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                         }
                                         if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned int sk_add = 1u;
+                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
                                             }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned long long sk_add = mv;
+                                                if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                if (sk_bin == 15u) { mas_15 += sk_add; }
                                             }
                                         }
                                     }
@@ -1176,69 +1080,45 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                         }
                                         if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned int sk_add = 1u;
+                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
                                             }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned long long sk_add = mv;
+                                                if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                if (sk_bin == 15u) { mas_15 += sk_add; }
                                             }
                                         }
                                     }
@@ -1262,69 +1142,45 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                         }
                                         if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned int sk_add = 1u;
+                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
                                             }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned long long sk_add = mv;
+                                                if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                if (sk_bin == 15u) { mas_15 += sk_add; }
                                             }
                                         }
                                     }
@@ -1345,69 +1201,45 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                         }
                                         if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned int sk_add = 1u;
+                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
                                             }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned long long sk_add = mv;
+                                                if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                if (sk_bin == 15u) { mas_15 += sk_add; }
                                             }
                                         }
                                     }
@@ -1428,69 +1260,45 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                         }
                                         if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned int sk_add = 1u;
+                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
                                             }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned long long sk_add = mv;
+                                                if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                if (sk_bin == 15u) { mas_15 += sk_add; }
                                             }
                                         }
                                     }
@@ -1511,69 +1319,45 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                         }
                                         if (ok) {
                                             unsigned int digit = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned int sk_add = 1u;
+                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
                                             }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned long long sk_add = mv;
+                                                if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                if (sk_bin == 15u) { mas_15 += sk_add; }
                                             }
                                         }
                                     }
@@ -1598,22 +1382,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                     unsigned int cnt_s14 = 0u;
                     unsigned int cnt_s15 = 0u;
                     {
-                        unsigned int sk_m0 = cnt0;
-                        unsigned int sk_m1 = cnt1;
-                        unsigned int sk_m2 = cnt2;
-                        unsigned int sk_m3 = cnt3;
-                        unsigned int sk_m4 = cnt4;
-                        unsigned int sk_m5 = cnt5;
-                        unsigned int sk_m6 = cnt6;
-                        unsigned int sk_m7 = cnt7;
-                        unsigned int sk_m8 = cnt8;
-                        unsigned int sk_m9 = cnt9;
-                        unsigned int sk_m10 = cnt10;
-                        unsigned int sk_m11 = cnt11;
-                        unsigned int sk_m12 = cnt12;
-                        unsigned int sk_m13 = cnt13;
-                        unsigned int sk_m14 = cnt14;
-                        unsigned int sk_m15 = cnt15;
+                        unsigned int sk_m0 = cnt_0;
+                        unsigned int sk_m1 = cnt_1;
+                        unsigned int sk_m2 = cnt_2;
+                        unsigned int sk_m3 = cnt_3;
+                        unsigned int sk_m4 = cnt_4;
+                        unsigned int sk_m5 = cnt_5;
+                        unsigned int sk_m6 = cnt_6;
+                        unsigned int sk_m7 = cnt_7;
+                        unsigned int sk_m8 = cnt_8;
+                        unsigned int sk_m9 = cnt_9;
+                        unsigned int sk_m10 = cnt_10;
+                        unsigned int sk_m11 = cnt_11;
+                        unsigned int sk_m12 = cnt_12;
+                        unsigned int sk_m13 = cnt_13;
+                        unsigned int sk_m14 = cnt_14;
+                        unsigned int sk_m15 = cnt_15;
                         for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                             sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
                             sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
@@ -1692,22 +1476,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                     unsigned long long mas_s14 = 0ull;
                     unsigned long long mas_s15 = 0ull;
                     {
-                        unsigned long long sk_m0 = mas0;
-                        unsigned long long sk_m1 = mas1;
-                        unsigned long long sk_m2 = mas2;
-                        unsigned long long sk_m3 = mas3;
-                        unsigned long long sk_m4 = mas4;
-                        unsigned long long sk_m5 = mas5;
-                        unsigned long long sk_m6 = mas6;
-                        unsigned long long sk_m7 = mas7;
-                        unsigned long long sk_m8 = mas8;
-                        unsigned long long sk_m9 = mas9;
-                        unsigned long long sk_m10 = mas10;
-                        unsigned long long sk_m11 = mas11;
-                        unsigned long long sk_m12 = mas12;
-                        unsigned long long sk_m13 = mas13;
-                        unsigned long long sk_m14 = mas14;
-                        unsigned long long sk_m15 = mas15;
+                        unsigned long long sk_m0 = mas_0;
+                        unsigned long long sk_m1 = mas_1;
+                        unsigned long long sk_m2 = mas_2;
+                        unsigned long long sk_m3 = mas_3;
+                        unsigned long long sk_m4 = mas_4;
+                        unsigned long long sk_m5 = mas_5;
+                        unsigned long long sk_m6 = mas_6;
+                        unsigned long long sk_m7 = mas_7;
+                        unsigned long long sk_m8 = mas_8;
+                        unsigned long long sk_m9 = mas_9;
+                        unsigned long long sk_m10 = mas_10;
+                        unsigned long long sk_m11 = mas_11;
+                        unsigned long long sk_m12 = mas_12;
+                        unsigned long long sk_m13 = mas_13;
+                        unsigned long long sk_m14 = mas_14;
+                        unsigned long long sk_m15 = mas_15;
                         for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                             sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
                             sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
@@ -1930,7 +1714,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         sel_m = cm;
                         sel_tn = (((chosen == 15u)) ? (cnt_s15) : ((((chosen == 14u)) ? (cnt_s14) : ((((chosen == 13u)) ? (cnt_s13) : ((((chosen == 12u)) ? (cnt_s12) : ((((chosen == 11u)) ? (cnt_s11) : ((((chosen == 10u)) ? (cnt_s10) : ((((chosen == 9u)) ? (cnt_s9) : ((((chosen == 8u)) ? (cnt_s8) : ((((chosen == 7u)) ? (cnt_s7) : ((((chosen == 6u)) ? (cnt_s6) : ((((chosen == 5u)) ? (cnt_s5) : ((((chosen == 4u)) ? (cnt_s4) : ((((chosen == 3u)) ? (cnt_s3) : ((((chosen == 2u)) ? (cnt_s2) : ((((chosen == 1u)) ? (cnt_s1) : ((((chosen == 0u)) ? (cnt_s0) : (0u))))))))))))))))))))))))))))))));
                         sel_tm = (((chosen == 15u)) ? (mas_s15) : ((((chosen == 14u)) ? (mas_s14) : ((((chosen == 13u)) ? (mas_s13) : ((((chosen == 12u)) ? (mas_s12) : ((((chosen == 11u)) ? (mas_s11) : ((((chosen == 10u)) ? (mas_s10) : ((((chosen == 9u)) ? (mas_s9) : ((((chosen == 8u)) ? (mas_s8) : ((((chosen == 7u)) ? (mas_s7) : ((((chosen == 6u)) ? (mas_s6) : ((((chosen == 5u)) ? (mas_s5) : ((((chosen == 4u)) ? (mas_s4) : ((((chosen == 3u)) ? (mas_s3) : ((((chosen == 2u)) ? (mas_s2) : ((((chosen == 1u)) ? (mas_s1) : ((((chosen == 0u)) ? (mas_s0) : (0ull))))))))))))))))))))))))))))))));
-                        mine = (((chosen == 15u)) ? (cnt15) : ((((chosen == 14u)) ? (cnt14) : ((((chosen == 13u)) ? (cnt13) : ((((chosen == 12u)) ? (cnt12) : ((((chosen == 11u)) ? (cnt11) : ((((chosen == 10u)) ? (cnt10) : ((((chosen == 9u)) ? (cnt9) : ((((chosen == 8u)) ? (cnt8) : ((((chosen == 7u)) ? (cnt7) : ((((chosen == 6u)) ? (cnt6) : ((((chosen == 5u)) ? (cnt5) : ((((chosen == 4u)) ? (cnt4) : ((((chosen == 3u)) ? (cnt3) : ((((chosen == 2u)) ? (cnt2) : ((((chosen == 1u)) ? (cnt1) : ((((chosen == 0u)) ? (cnt0) : (0u))))))))))))))))))))))))))))))));
+                        mine = (((chosen == 15u)) ? (cnt_15) : ((((chosen == 14u)) ? (cnt_14) : ((((chosen == 13u)) ? (cnt_13) : ((((chosen == 12u)) ? (cnt_12) : ((((chosen == 11u)) ? (cnt_11) : ((((chosen == 10u)) ? (cnt_10) : ((((chosen == 9u)) ? (cnt_9) : ((((chosen == 8u)) ? (cnt_8) : ((((chosen == 7u)) ? (cnt_7) : ((((chosen == 6u)) ? (cnt_6) : ((((chosen == 5u)) ? (cnt_5) : ((((chosen == 4u)) ? (cnt_4) : ((((chosen == 3u)) ? (cnt_3) : ((((chosen == 2u)) ? (cnt_2) : ((((chosen == 1u)) ? (cnt_1) : ((((chosen == 0u)) ? (cnt_0) : (0u))))))))))))))))))))))))))))))));
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {

@@ -1028,38 +1028,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var in_a: bool = (stage <= sel_a);
                     var digit_pass: u32 = select(((stage - 1u) - sel_a), (stage - 1u), in_a);
                     var shift: u32 = (28u - (digit_pass * 4u));
-                    var cnt0: u32 = 0u;
-                    var mas0: u64 = 0lu;
-                    var cnt1: u32 = 0u;
-                    var mas1: u64 = 0lu;
-                    var cnt2: u32 = 0u;
-                    var mas2: u64 = 0lu;
-                    var cnt3: u32 = 0u;
-                    var mas3: u64 = 0lu;
-                    var cnt4: u32 = 0u;
-                    var mas4: u64 = 0lu;
-                    var cnt5: u32 = 0u;
-                    var mas5: u64 = 0lu;
-                    var cnt6: u32 = 0u;
-                    var mas6: u64 = 0lu;
-                    var cnt7: u32 = 0u;
-                    var mas7: u64 = 0lu;
-                    var cnt8: u32 = 0u;
-                    var mas8: u64 = 0lu;
-                    var cnt9: u32 = 0u;
-                    var mas9: u64 = 0lu;
-                    var cnt10: u32 = 0u;
-                    var mas10: u64 = 0lu;
-                    var cnt11: u32 = 0u;
-                    var mas11: u64 = 0lu;
-                    var cnt12: u32 = 0u;
-                    var mas12: u64 = 0lu;
-                    var cnt13: u32 = 0u;
-                    var mas13: u64 = 0lu;
-                    var cnt14: u32 = 0u;
-                    var mas14: u64 = 0lu;
-                    var cnt15: u32 = 0u;
-                    var mas15: u64 = 0lu;
+                    var cnt: array<u32, 16>;
+                    var mas: array<u64, 16>;
                     sweeps = (sweeps + 1u);
                     if (false) {
                         var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
@@ -1081,70 +1051,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
+                                        cnt[digit] = cnt[digit] + 1u;
+                                        mas[digit] = mas[digit] + mv;
                                     }
                                 }
                             }
@@ -1164,70 +1072,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
+                                        cnt[digit] = cnt[digit] + 1u;
+                                        mas[digit] = mas[digit] + mv;
                                     }
                                 }
                             }
@@ -1247,70 +1093,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
+                                        cnt[digit] = cnt[digit] + 1u;
+                                        mas[digit] = mas[digit] + mv;
                                     }
                                 }
                             }
@@ -1330,70 +1114,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
+                                        cnt[digit] = cnt[digit] + 1u;
+                                        mas[digit] = mas[digit] + mv;
                                     }
                                 }
                             }
@@ -1416,70 +1138,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
+                                        cnt[digit] = cnt[digit] + 1u;
+                                        mas[digit] = mas[digit] + mv;
                                     }
                                 }
                             }
@@ -1499,70 +1159,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
+                                        cnt[digit] = cnt[digit] + 1u;
+                                        mas[digit] = mas[digit] + mv;
                                     }
                                 }
                             }
@@ -1582,70 +1180,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
+                                        cnt[digit] = cnt[digit] + 1u;
+                                        mas[digit] = mas[digit] + mv;
                                     }
                                 }
                             }
@@ -1665,70 +1201,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
+                                        cnt[digit] = cnt[digit] + 1u;
+                                        mas[digit] = mas[digit] + mv;
                                     }
                                 }
                             }
@@ -1756,67 +1230,67 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         workgroupBarrier();
                         {
-                            let sk_v = cnt0;
+                            let sk_v = cnt[0];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
                         }
                         {
-                            let sk_v = cnt1;
+                            let sk_v = cnt[1];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
                         }
                         {
-                            let sk_v = cnt2;
+                            let sk_v = cnt[2];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
                         }
                         {
-                            let sk_v = cnt3;
+                            let sk_v = cnt[3];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
                         }
                         {
-                            let sk_v = cnt4;
+                            let sk_v = cnt[4];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
                         }
                         {
-                            let sk_v = cnt5;
+                            let sk_v = cnt[5];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
                         }
                         {
-                            let sk_v = cnt6;
+                            let sk_v = cnt[6];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
                         }
                         {
-                            let sk_v = cnt7;
+                            let sk_v = cnt[7];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
                         }
                         {
-                            let sk_v = cnt8;
+                            let sk_v = cnt[8];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
                         }
                         {
-                            let sk_v = cnt9;
+                            let sk_v = cnt[9];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
                         }
                         {
-                            let sk_v = cnt10;
+                            let sk_v = cnt[10];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
                         }
                         {
-                            let sk_v = cnt11;
+                            let sk_v = cnt[11];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
                         }
                         {
-                            let sk_v = cnt12;
+                            let sk_v = cnt[12];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
                         }
                         {
-                            let sk_v = cnt13;
+                            let sk_v = cnt[13];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
                         }
                         {
-                            let sk_v = cnt14;
+                            let sk_v = cnt[14];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
                         }
                         {
-                            let sk_v = cnt15;
+                            let sk_v = cnt[15];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
                         }
                         workgroupBarrier();
@@ -1861,7 +1335,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         workgroupBarrier();
                         {
-                            let sk_v = mas0;
+                            let sk_v = mas[0];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1871,7 +1345,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
                         }
                         {
-                            let sk_v = mas1;
+                            let sk_v = mas[1];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1881,7 +1355,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
                         }
                         {
-                            let sk_v = mas2;
+                            let sk_v = mas[2];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1891,7 +1365,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
                         }
                         {
-                            let sk_v = mas3;
+                            let sk_v = mas[3];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1901,7 +1375,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[3], sk_hi); }
                         }
                         {
-                            let sk_v = mas4;
+                            let sk_v = mas[4];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1911,7 +1385,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[4], sk_hi); }
                         }
                         {
-                            let sk_v = mas5;
+                            let sk_v = mas[5];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1921,7 +1395,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[5], sk_hi); }
                         }
                         {
-                            let sk_v = mas6;
+                            let sk_v = mas[6];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1931,7 +1405,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[6], sk_hi); }
                         }
                         {
-                            let sk_v = mas7;
+                            let sk_v = mas[7];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1941,7 +1415,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[7], sk_hi); }
                         }
                         {
-                            let sk_v = mas8;
+                            let sk_v = mas[8];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1951,7 +1425,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[8], sk_hi); }
                         }
                         {
-                            let sk_v = mas9;
+                            let sk_v = mas[9];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1961,7 +1435,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[9], sk_hi); }
                         }
                         {
-                            let sk_v = mas10;
+                            let sk_v = mas[10];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1971,7 +1445,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[10], sk_hi); }
                         }
                         {
-                            let sk_v = mas11;
+                            let sk_v = mas[11];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1981,7 +1455,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[11], sk_hi); }
                         }
                         {
-                            let sk_v = mas12;
+                            let sk_v = mas[12];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1991,7 +1465,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[12], sk_hi); }
                         }
                         {
-                            let sk_v = mas13;
+                            let sk_v = mas[13];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -2001,7 +1475,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[13], sk_hi); }
                         }
                         {
-                            let sk_v = mas14;
+                            let sk_v = mas[14];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -2011,7 +1485,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[14], sk_hi); }
                         }
                         {
-                            let sk_v = mas15;
+                            let sk_v = mas[15];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {

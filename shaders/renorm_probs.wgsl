@@ -682,38 +682,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     done = true;
                 }
                 if ((!done)) {
-                    var cnt0: u32 = 0u;
-                    var mas0: u64 = 0lu;
-                    var cnt1: u32 = 0u;
-                    var mas1: u64 = 0lu;
-                    var cnt2: u32 = 0u;
-                    var mas2: u64 = 0lu;
-                    var cnt3: u32 = 0u;
-                    var mas3: u64 = 0lu;
-                    var cnt4: u32 = 0u;
-                    var mas4: u64 = 0lu;
-                    var cnt5: u32 = 0u;
-                    var mas5: u64 = 0lu;
-                    var cnt6: u32 = 0u;
-                    var mas6: u64 = 0lu;
-                    var cnt7: u32 = 0u;
-                    var mas7: u64 = 0lu;
-                    var cnt8: u32 = 0u;
-                    var mas8: u64 = 0lu;
-                    var cnt9: u32 = 0u;
-                    var mas9: u64 = 0lu;
-                    var cnt10: u32 = 0u;
-                    var mas10: u64 = 0lu;
-                    var cnt11: u32 = 0u;
-                    var mas11: u64 = 0lu;
-                    var cnt12: u32 = 0u;
-                    var mas12: u64 = 0lu;
-                    var cnt13: u32 = 0u;
-                    var mas13: u64 = 0lu;
-                    var cnt14: u32 = 0u;
-                    var mas14: u64 = 0lu;
-                    var cnt15: u32 = 0u;
-                    var mas15: u64 = 0lu;
+                    var cnt: array<u32, 16>;
+                    var mas: array<u64, 16>;
                     if (listed) {
                         {
                             var per: u32 = (((n_list + BLOCK) - 1u) / BLOCK);
@@ -734,70 +704,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        if ((digit == 0u)) {
-                                            cnt0 = (cnt0 + 1u);
-                                            mas0 = (mas0 + mv);
-                                        }
-                                        if ((digit == 1u)) {
-                                            cnt1 = (cnt1 + 1u);
-                                            mas1 = (mas1 + mv);
-                                        }
-                                        if ((digit == 2u)) {
-                                            cnt2 = (cnt2 + 1u);
-                                            mas2 = (mas2 + mv);
-                                        }
-                                        if ((digit == 3u)) {
-                                            cnt3 = (cnt3 + 1u);
-                                            mas3 = (mas3 + mv);
-                                        }
-                                        if ((digit == 4u)) {
-                                            cnt4 = (cnt4 + 1u);
-                                            mas4 = (mas4 + mv);
-                                        }
-                                        if ((digit == 5u)) {
-                                            cnt5 = (cnt5 + 1u);
-                                            mas5 = (mas5 + mv);
-                                        }
-                                        if ((digit == 6u)) {
-                                            cnt6 = (cnt6 + 1u);
-                                            mas6 = (mas6 + mv);
-                                        }
-                                        if ((digit == 7u)) {
-                                            cnt7 = (cnt7 + 1u);
-                                            mas7 = (mas7 + mv);
-                                        }
-                                        if ((digit == 8u)) {
-                                            cnt8 = (cnt8 + 1u);
-                                            mas8 = (mas8 + mv);
-                                        }
-                                        if ((digit == 9u)) {
-                                            cnt9 = (cnt9 + 1u);
-                                            mas9 = (mas9 + mv);
-                                        }
-                                        if ((digit == 10u)) {
-                                            cnt10 = (cnt10 + 1u);
-                                            mas10 = (mas10 + mv);
-                                        }
-                                        if ((digit == 11u)) {
-                                            cnt11 = (cnt11 + 1u);
-                                            mas11 = (mas11 + mv);
-                                        }
-                                        if ((digit == 12u)) {
-                                            cnt12 = (cnt12 + 1u);
-                                            mas12 = (mas12 + mv);
-                                        }
-                                        if ((digit == 13u)) {
-                                            cnt13 = (cnt13 + 1u);
-                                            mas13 = (mas13 + mv);
-                                        }
-                                        if ((digit == 14u)) {
-                                            cnt14 = (cnt14 + 1u);
-                                            mas14 = (mas14 + mv);
-                                        }
-                                        if ((digit == 15u)) {
-                                            cnt15 = (cnt15 + 1u);
-                                            mas15 = (mas15 + mv);
-                                        }
+                                        cnt[digit] = cnt[digit] + 1u;
+                                        mas[digit] = mas[digit] + mv;
                                     }
                                 }
                             }
@@ -825,70 +733,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
-                                            }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
-                                            }
+                                            cnt[digit] = cnt[digit] + 1u;
+                                            mas[digit] = mas[digit] + mv;
                                         }
                                     }
                                 }
@@ -908,70 +754,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
-                                            }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
-                                            }
+                                            cnt[digit] = cnt[digit] + 1u;
+                                            mas[digit] = mas[digit] + mv;
                                         }
                                     }
                                 }
@@ -991,70 +775,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
-                                            }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
-                                            }
+                                            cnt[digit] = cnt[digit] + 1u;
+                                            mas[digit] = mas[digit] + mv;
                                         }
                                     }
                                 }
@@ -1074,70 +796,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
-                                            }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
-                                            }
+                                            cnt[digit] = cnt[digit] + 1u;
+                                            mas[digit] = mas[digit] + mv;
                                         }
                                     }
                                 }
@@ -1160,70 +820,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
-                                            }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
-                                            }
+                                            cnt[digit] = cnt[digit] + 1u;
+                                            mas[digit] = mas[digit] + mv;
                                         }
                                     }
                                 }
@@ -1243,70 +841,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
-                                            }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
-                                            }
+                                            cnt[digit] = cnt[digit] + 1u;
+                                            mas[digit] = mas[digit] + mv;
                                         }
                                     }
                                 }
@@ -1326,70 +862,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
-                                            }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
-                                            }
+                                            cnt[digit] = cnt[digit] + 1u;
+                                            mas[digit] = mas[digit] + mv;
                                         }
                                     }
                                 }
@@ -1409,70 +883,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
-                                            if ((digit == 0u)) {
-                                                cnt0 = (cnt0 + 1u);
-                                                mas0 = (mas0 + mv);
-                                            }
-                                            if ((digit == 1u)) {
-                                                cnt1 = (cnt1 + 1u);
-                                                mas1 = (mas1 + mv);
-                                            }
-                                            if ((digit == 2u)) {
-                                                cnt2 = (cnt2 + 1u);
-                                                mas2 = (mas2 + mv);
-                                            }
-                                            if ((digit == 3u)) {
-                                                cnt3 = (cnt3 + 1u);
-                                                mas3 = (mas3 + mv);
-                                            }
-                                            if ((digit == 4u)) {
-                                                cnt4 = (cnt4 + 1u);
-                                                mas4 = (mas4 + mv);
-                                            }
-                                            if ((digit == 5u)) {
-                                                cnt5 = (cnt5 + 1u);
-                                                mas5 = (mas5 + mv);
-                                            }
-                                            if ((digit == 6u)) {
-                                                cnt6 = (cnt6 + 1u);
-                                                mas6 = (mas6 + mv);
-                                            }
-                                            if ((digit == 7u)) {
-                                                cnt7 = (cnt7 + 1u);
-                                                mas7 = (mas7 + mv);
-                                            }
-                                            if ((digit == 8u)) {
-                                                cnt8 = (cnt8 + 1u);
-                                                mas8 = (mas8 + mv);
-                                            }
-                                            if ((digit == 9u)) {
-                                                cnt9 = (cnt9 + 1u);
-                                                mas9 = (mas9 + mv);
-                                            }
-                                            if ((digit == 10u)) {
-                                                cnt10 = (cnt10 + 1u);
-                                                mas10 = (mas10 + mv);
-                                            }
-                                            if ((digit == 11u)) {
-                                                cnt11 = (cnt11 + 1u);
-                                                mas11 = (mas11 + mv);
-                                            }
-                                            if ((digit == 12u)) {
-                                                cnt12 = (cnt12 + 1u);
-                                                mas12 = (mas12 + mv);
-                                            }
-                                            if ((digit == 13u)) {
-                                                cnt13 = (cnt13 + 1u);
-                                                mas13 = (mas13 + mv);
-                                            }
-                                            if ((digit == 14u)) {
-                                                cnt14 = (cnt14 + 1u);
-                                                mas14 = (mas14 + mv);
-                                            }
-                                            if ((digit == 15u)) {
-                                                cnt15 = (cnt15 + 1u);
-                                                mas15 = (mas15 + mv);
-                                            }
+                                            cnt[digit] = cnt[digit] + 1u;
+                                            mas[digit] = mas[digit] + mv;
                                         }
                                     }
                                 }
@@ -1501,67 +913,67 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         workgroupBarrier();
                         {
-                            let sk_v = cnt0;
+                            let sk_v = cnt[0];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
                         }
                         {
-                            let sk_v = cnt1;
+                            let sk_v = cnt[1];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
                         }
                         {
-                            let sk_v = cnt2;
+                            let sk_v = cnt[2];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
                         }
                         {
-                            let sk_v = cnt3;
+                            let sk_v = cnt[3];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
                         }
                         {
-                            let sk_v = cnt4;
+                            let sk_v = cnt[4];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
                         }
                         {
-                            let sk_v = cnt5;
+                            let sk_v = cnt[5];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
                         }
                         {
-                            let sk_v = cnt6;
+                            let sk_v = cnt[6];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
                         }
                         {
-                            let sk_v = cnt7;
+                            let sk_v = cnt[7];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
                         }
                         {
-                            let sk_v = cnt8;
+                            let sk_v = cnt[8];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
                         }
                         {
-                            let sk_v = cnt9;
+                            let sk_v = cnt[9];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
                         }
                         {
-                            let sk_v = cnt10;
+                            let sk_v = cnt[10];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
                         }
                         {
-                            let sk_v = cnt11;
+                            let sk_v = cnt[11];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
                         }
                         {
-                            let sk_v = cnt12;
+                            let sk_v = cnt[12];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
                         }
                         {
-                            let sk_v = cnt13;
+                            let sk_v = cnt[13];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
                         }
                         {
-                            let sk_v = cnt14;
+                            let sk_v = cnt[14];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
                         }
                         {
-                            let sk_v = cnt15;
+                            let sk_v = cnt[15];
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
                         }
                         workgroupBarrier();
@@ -1606,7 +1018,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         workgroupBarrier();
                         {
-                            let sk_v = mas0;
+                            let sk_v = mas[0];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1616,7 +1028,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
                         }
                         {
-                            let sk_v = mas1;
+                            let sk_v = mas[1];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1626,7 +1038,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
                         }
                         {
-                            let sk_v = mas2;
+                            let sk_v = mas[2];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1636,7 +1048,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
                         }
                         {
-                            let sk_v = mas3;
+                            let sk_v = mas[3];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1646,7 +1058,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[3], sk_hi); }
                         }
                         {
-                            let sk_v = mas4;
+                            let sk_v = mas[4];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1656,7 +1068,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[4], sk_hi); }
                         }
                         {
-                            let sk_v = mas5;
+                            let sk_v = mas[5];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1666,7 +1078,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[5], sk_hi); }
                         }
                         {
-                            let sk_v = mas6;
+                            let sk_v = mas[6];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1676,7 +1088,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[6], sk_hi); }
                         }
                         {
-                            let sk_v = mas7;
+                            let sk_v = mas[7];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1686,7 +1098,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[7], sk_hi); }
                         }
                         {
-                            let sk_v = mas8;
+                            let sk_v = mas[8];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1696,7 +1108,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[8], sk_hi); }
                         }
                         {
-                            let sk_v = mas9;
+                            let sk_v = mas[9];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1706,7 +1118,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[9], sk_hi); }
                         }
                         {
-                            let sk_v = mas10;
+                            let sk_v = mas[10];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1716,7 +1128,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[10], sk_hi); }
                         }
                         {
-                            let sk_v = mas11;
+                            let sk_v = mas[11];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1726,7 +1138,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[11], sk_hi); }
                         }
                         {
-                            let sk_v = mas12;
+                            let sk_v = mas[12];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1736,7 +1148,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[12], sk_hi); }
                         }
                         {
-                            let sk_v = mas13;
+                            let sk_v = mas[13];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1746,7 +1158,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[13], sk_hi); }
                         }
                         {
-                            let sk_v = mas14;
+                            let sk_v = mas[14];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1756,7 +1168,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[14], sk_hi); }
                         }
                         {
-                            let sk_v = mas15;
+                            let sk_v = mas[15];
                             let sk_lo = u32(sk_v & 0xfffffffflu);
                             let sk_hi = u32(sk_v >> 32u);
                             if (sk_lo != 0u) {
@@ -1945,7 +1357,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         sel_m = cm;
                         sel_tn = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt_s0, (chosen == 0u)), cnt_s1, (chosen == 1u)), cnt_s2, (chosen == 2u)), cnt_s3, (chosen == 3u)), cnt_s4, (chosen == 4u)), cnt_s5, (chosen == 5u)), cnt_s6, (chosen == 6u)), cnt_s7, (chosen == 7u)), cnt_s8, (chosen == 8u)), cnt_s9, (chosen == 9u)), cnt_s10, (chosen == 10u)), cnt_s11, (chosen == 11u)), cnt_s12, (chosen == 12u)), cnt_s13, (chosen == 13u)), cnt_s14, (chosen == 14u)), cnt_s15, (chosen == 15u));
                         sel_tm = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0lu, mas_s0, (chosen == 0u)), mas_s1, (chosen == 1u)), mas_s2, (chosen == 2u)), mas_s3, (chosen == 3u)), mas_s4, (chosen == 4u)), mas_s5, (chosen == 5u)), mas_s6, (chosen == 6u)), mas_s7, (chosen == 7u)), mas_s8, (chosen == 8u)), mas_s9, (chosen == 9u)), mas_s10, (chosen == 10u)), mas_s11, (chosen == 11u)), mas_s12, (chosen == 12u)), mas_s13, (chosen == 13u)), mas_s14, (chosen == 14u)), mas_s15, (chosen == 15u));
-                        mine = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt0, (chosen == 0u)), cnt1, (chosen == 1u)), cnt2, (chosen == 2u)), cnt3, (chosen == 3u)), cnt4, (chosen == 4u)), cnt5, (chosen == 5u)), cnt6, (chosen == 6u)), cnt7, (chosen == 7u)), cnt8, (chosen == 8u)), cnt9, (chosen == 9u)), cnt10, (chosen == 10u)), cnt11, (chosen == 11u)), cnt12, (chosen == 12u)), cnt13, (chosen == 13u)), cnt14, (chosen == 14u)), cnt15, (chosen == 15u));
+                        mine = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt[0], (chosen == 0u)), cnt[1], (chosen == 1u)), cnt[2], (chosen == 2u)), cnt[3], (chosen == 3u)), cnt[4], (chosen == 4u)), cnt[5], (chosen == 5u)), cnt[6], (chosen == 6u)), cnt[7], (chosen == 7u)), cnt[8], (chosen == 8u)), cnt[9], (chosen == 9u)), cnt[10], (chosen == 10u)), cnt[11], (chosen == 11u)), cnt[12], (chosen == 12u)), cnt[13], (chosen == 13u)), cnt[14], (chosen == 14u)), cnt[15], (chosen == 15u));
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {

@@ -121,6 +121,7 @@ impl CLike for Emitter<'_> {
                 format!("{name}({})", args.join(", "))
             }
             Expr::Component(v, i) => format!("({}).{}", x(v), ["x", "y", "z", "w"][*i as usize]),
+            Expr::BinValue(name, i) => format!("{name}_{i}"),
             Expr::MakeU32x4(p) => format!("make_uint4({}, {}, {}, {})", x(&p[0]), x(&p[1]), x(&p[2]), x(&p[3])),
         }
     }
@@ -130,6 +131,24 @@ impl CLike for Emitter<'_> {
             Stmt::Let { name, ty: t, init } => {
                 out.line(format!("{} {name} = {};", ty(*t), self.expr(init, scope)));
                 scope.declare(name, *t);
+            }
+            // Separate registers (an indexed array would go to local memory) and a chain of
+            // tests, which the compiler predicates.
+            Stmt::LetBins { name, ty: t, bins } => {
+                for i in 0..*bins {
+                    out.line(format!("{} {name}_{i} = 0;", ty(*t)));
+                }
+                scope.declare_bins(name, *t, *bins);
+            }
+            Stmt::AddToBin { name, bin, value } => {
+                let (t, bins) = scope.histogram(name).expect("checked");
+                out.open("{");
+                out.line(format!("const unsigned int sk_bin = {};", self.expr(bin, scope)));
+                out.line(format!("const {} sk_add = {};", ty(t), self.expr(value, scope)));
+                for i in 0..bins {
+                    out.line(format!("if (sk_bin == {i}u) {{ {name}_{i} += sk_add; }}"));
+                }
+                out.close("}");
             }
             Stmt::Assign { .. }
             | Stmt::Store { .. }

@@ -188,6 +188,8 @@ pub enum Expr {
     Call(String, Vec<Expr>),
     /// Word `i` (0..4) of a `U32x4`.
     Component(Box<Expr>, u8),
+    /// Counter `i` (a constant) of a histogram declared by [`Stmt::LetBins`].
+    BinValue(String, u32),
     MakeU32x4(Box<[Expr; 4]>),
 }
 
@@ -231,6 +233,22 @@ pub enum Stmt {
         to: Expr,
         step: Expr,
         body: Vec<Stmt>,
+    },
+    /// Declare a per-invocation histogram: `bins` counters of `ty` (u32 or u64), all zero. A
+    /// target keeps them where a data-dependent [`Stmt::AddToBin`] is cheapest: an indexed
+    /// array on WGSL (lavapipe runs every branch of a chain of tests, so one indexed add beats
+    /// sixteen tested ones), separate registers and a chain of tests on CUDA (an indexed array
+    /// would live in local memory).
+    LetBins {
+        name: String,
+        ty: Ty,
+        bins: u32,
+    },
+    /// Counter `bin` (a u32 below the histogram's `bins`) of `name` += `value`.
+    AddToBin {
+        name: String,
+        bin: Expr,
+        value: Expr,
     },
     /// A nested scope, so unrolled code can reuse names.
     Scope(Vec<Stmt>),
@@ -363,6 +381,9 @@ pub fn mulhi(a: Expr, b: Expr) -> Expr {
 pub fn approx_log(a: Expr) -> Expr {
     Expr::Intrinsic(Intrinsic::ApproxLog, vec![a])
 }
+pub fn bin_value(name: &str, i: u32) -> Expr {
+    Expr::BinValue(name.to_string(), i)
+}
 pub fn u32x4(a: Expr, b: Expr, c: Expr, d: Expr) -> Expr {
     Expr::MakeU32x4(Box::new([a, b, c, d]))
 }
@@ -472,6 +493,13 @@ impl Block {
     pub fn store(&mut self, buf: &str, index: Expr, value: Expr) {
         self.stmts.push(Stmt::Store { buf: buf.to_string(), index, value });
     }
+    /// Declares a histogram of `bins` zeroed counters of `ty` (see [`Stmt::LetBins`]).
+    pub fn let_bins(&mut self, name: &str, ty: Ty, bins: u32) {
+        self.stmts.push(Stmt::LetBins { name: name.to_string(), ty, bins });
+    }
+    pub fn add_to_bin(&mut self, name: &str, bin: Expr, value: Expr) {
+        self.stmts.push(Stmt::AddToBin { name: name.to_string(), bin, value });
+    }
     pub fn store_shared(&mut self, arr: &str, index: Expr, value: Expr) {
         self.stmts.push(Stmt::StoreShared { arr: arr.to_string(), index, value });
     }
@@ -560,19 +588,34 @@ pub fn function(name: &str, params: &[(&str, Ty)], ret: Ty, body: impl FnOnce(&m
 pub struct Scope<'k> {
     kernel: &'k Kernel,
     vars: Vec<BTreeMap<String, Ty>>,
+    /// Histograms in scope: their counters' type and how many there are.
+    bins: Vec<BTreeMap<String, (Ty, u32)>>,
     ret: Option<Ty>,
 }
 
 impl<'k> Scope<'k> {
     pub fn new(kernel: &'k Kernel, args: &[(String, Ty)], ret: Option<Ty>) -> Self {
         let top = args.iter().cloned().collect();
-        Scope { kernel, vars: vec![top], ret }
+        Scope { kernel, vars: vec![top], bins: vec![BTreeMap::new()], ret }
     }
     pub fn push(&mut self) {
         self.vars.push(BTreeMap::new());
+        self.bins.push(BTreeMap::new());
     }
     pub fn pop(&mut self) {
         self.vars.pop();
+        self.bins.pop();
+    }
+    pub fn declare_bins(&mut self, name: &str, ty: Ty, bins: u32) {
+        self.bins.last_mut().expect("scope").insert(name.to_string(), (ty, bins));
+    }
+    /// The counters' type and number of histogram `name`.
+    pub fn histogram(&self, name: &str) -> Result<(Ty, u32), String> {
+        self.bins
+            .iter()
+            .rev()
+            .find_map(|m| m.get(name).copied())
+            .ok_or_else(|| format!("histogram `{name}` is not declared"))
     }
     pub fn declare(&mut self, name: &str, ty: Ty) {
         self.vars.last_mut().expect("scope").insert(name.to_string(), ty);
@@ -719,6 +762,13 @@ impl<'k> Scope<'k> {
                 }
                 func.ret
             }
+            Expr::BinValue(name, i) => {
+                let (t, bins) = self.histogram(name)?;
+                if *i >= bins {
+                    return Err(format!("counter {i} of `{name}`, which has {bins}"));
+                }
+                t
+            }
             Expr::Component(v, i) => {
                 expect(Ty::U32x4, v)?;
                 if *i > 3 {
@@ -736,11 +786,11 @@ impl<'k> Scope<'k> {
     }
 
     pub fn check_block(&mut self, stmts: &[Stmt]) -> Result<(), String> {
-        self.vars.push(BTreeMap::new());
+        self.push();
         for s in stmts {
             self.check_stmt(s)?;
         }
-        self.vars.pop();
+        self.pop();
         Ok(())
     }
 
@@ -776,6 +826,20 @@ impl<'k> Scope<'k> {
                 self.same(Ty::U32, index)?;
                 self.same(t, value)?;
             }
+            Stmt::LetBins { name, ty, bins } => {
+                if !matches!(ty, Ty::U32 | Ty::U64) || *bins == 0 {
+                    return Err(format!("histogram `{name}` of {bins} {ty:?}"));
+                }
+                let top = self.bins.last_mut().expect("scope");
+                if top.insert(name.clone(), (*ty, *bins)).is_some() {
+                    return Err(format!("`{name}` declared twice in one scope"));
+                }
+            }
+            Stmt::AddToBin { name, bin, value } => {
+                let (t, _) = self.histogram(name)?;
+                self.same(Ty::U32, bin)?;
+                self.same(t, value)?;
+            }
             Stmt::If { cond, then, els } => {
                 self.same(Ty::Bool, cond)?;
                 self.check_block(then)?;
@@ -785,9 +849,10 @@ impl<'k> Scope<'k> {
                 self.same(Ty::U32, from)?;
                 self.same(Ty::U32, to)?;
                 self.same(Ty::U32, step)?;
-                self.vars.push(BTreeMap::from([(var.clone(), Ty::U32)]));
+                self.push();
+                self.declare(var, Ty::U32);
                 self.check_block(body)?;
-                self.vars.pop();
+                self.pop();
             }
             Stmt::Scope(body) => self.check_block(body)?,
             Stmt::Break | Stmt::Barrier => {}
@@ -905,6 +970,8 @@ impl Collectives {
                 }
                 Stmt::For { body, .. } | Stmt::Scope(body) => self.visit(body),
                 Stmt::Let { .. }
+                | Stmt::LetBins { .. }
+                | Stmt::AddToBin { .. }
                 | Stmt::Assign { .. }
                 | Stmt::Store { .. }
                 | Stmt::StoreShared { .. }
@@ -922,12 +989,15 @@ pub fn uses(kernel: &Kernel, ty: Ty) -> bool {
     let wide = |t: Ty| t == ty;
     fn in_stmts(stmts: &[Stmt], wide: &dyn Fn(Ty) -> bool) -> bool {
         stmts.iter().any(|s| match s {
-            Stmt::Let { ty, .. } | Stmt::Reduce { ty, .. } | Stmt::ArgMax { ty, .. } | Stmt::SumMany { ty, .. } => {
-                wide(*ty)
-            }
+            Stmt::Let { ty, .. }
+            | Stmt::LetBins { ty, .. }
+            | Stmt::Reduce { ty, .. }
+            | Stmt::ArgMax { ty, .. }
+            | Stmt::SumMany { ty, .. } => wide(*ty),
             Stmt::If { then, els, .. } => in_stmts(then, wide) || in_stmts(els, wide),
             Stmt::For { body, .. } | Stmt::Scope(body) => in_stmts(body, wide),
             Stmt::Assign { .. }
+            | Stmt::AddToBin { .. }
             | Stmt::Store { .. }
             | Stmt::StoreShared { .. }
             | Stmt::Scan { .. }

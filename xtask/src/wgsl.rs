@@ -94,6 +94,7 @@ impl CLike for Emitter<'_> {
                 format!("{name}({})", args.join(", "))
             }
             Expr::Component(v, i) => format!("{}[{i}]", x(v)),
+            Expr::BinValue(name, i) => format!("{name}[{i}]"),
             Expr::MakeU32x4(p) => format!("vec4<u32>({}, {}, {}, {})", x(&p[0]), x(&p[1]), x(&p[2]), x(&p[3])),
         }
     }
@@ -103,6 +104,15 @@ impl CLike for Emitter<'_> {
             Stmt::Let { name, ty: t, init } => {
                 out.line(format!("var {name}: {} = {};", ty(*t), self.expr(init, scope)));
                 scope.declare(name, *t);
+            }
+            // An indexed array (zeroed by WGSL): one add whatever the bin.
+            Stmt::LetBins { name, ty: t, bins } => {
+                out.line(format!("var {name}: array<{}, {bins}>;", ty(*t)));
+                scope.declare_bins(name, *t, *bins);
+            }
+            Stmt::AddToBin { name, bin, value } => {
+                let (bin, value) = (self.expr(bin, scope), self.expr(value, scope));
+                out.line(format!("{name}[{bin}] = {name}[{bin}] + {value};"));
             }
             Stmt::Assign { .. }
             | Stmt::Store { .. }

@@ -282,25 +282,19 @@ pub(super) fn digit_pass(b: &mut Block, st: Expr) {
 }
 
 /// One digit pass over the workgroup's columns: per digit, each invocation's count and mass of
-/// the candidates (the tokens whose key matches the prefix so far), in `cnt*` and `mas*`, and
-/// the workgroup's, in `cnt_s*` and `mas_s*`. With `listing` (the one-workgroup kernels), the
-/// pass reads the list instead of the row where `listed` holds.
+/// the candidates (the tokens whose key matches the prefix so far), in the histograms `cnt` and
+/// `mas`, and the workgroup's, in `cnt_s*` and `mas_s*`. With `listing` (the one-workgroup
+/// kernels), the pass reads the list instead of the row where `listed` holds.
 pub(super) fn digit_counts(b: &mut Block, input: Input, chunked: Expr, listing: bool) {
-    for d in 0..DIGITS {
-        b.let_(&format!("cnt{d}"), Ty::U32, u(0));
-        b.let_(&format!("mas{d}"), Ty::U64, Expr::Lit(Lit::U64(0)));
-    }
+    b.let_bins("cnt", Ty::U32, DIGITS);
+    b.let_bins("mas", Ty::U64, DIGITS);
     let count = |b: &mut Block, col: Expr| {
         element(b, input, col.clone());
         b.if_((var("key") & var("sel_mask")).eq_(var("sel_key")), |b| weigh(b, input));
         b.if_(var("ok"), |b| {
             let digit = b.let_("digit", Ty::U32, (var("key") >> var("shift")) & u(DIGITS - 1));
-            for d in 0..DIGITS {
-                b.if_(digit.clone().eq_(u(d)), |b| {
-                    b.set(&format!("cnt{d}"), var(&format!("cnt{d}")) + u(1));
-                    b.set(&format!("mas{d}"), var(&format!("mas{d}")) + var("mv"));
-                });
-            }
+            b.add_to_bin("cnt", digit.clone(), u(1));
+            b.add_to_bin("mas", digit, var("mv"));
         });
     };
     if listing {
@@ -309,8 +303,8 @@ pub(super) fn digit_counts(b: &mut Block, input: Input, chunked: Expr, listing: 
     } else {
         sweep(b, chunked, |_, _| {}, |b, col, _| count(b, col));
     }
-    b.sum_many(Ty::U32, digit_names("cnt").iter().map(|n| var(n)).collect(), &digit_names("cnt_s"));
-    b.sum_many(Ty::U64, digit_names("mas").iter().map(|n| var(n)).collect(), &digit_names("mas_s"));
+    b.sum_many(Ty::U32, (0..DIGITS).map(|d| bin_value("cnt", d)).collect(), &digit_names("cnt_s"));
+    b.sum_many(Ty::U64, (0..DIGITS).map(|d| bin_value("mas", d)).collect(), &digit_names("mas_s"));
 }
 
 pub(super) fn digit_names(prefix: &str) -> Vec<String> {
@@ -322,7 +316,7 @@ pub(super) fn digit_names(prefix: &str) -> Vec<String> {
 /// count before it below `kk`, its mass before it at most `lim`). The joint select's first pass
 /// sets `lim` to `pp` of the row's whole mass (which it sums into `row_mass`); after the first
 /// select's last pass, `lim` becomes `pp` of the top-k mass and the second select starts. With
-/// `mine`, the invocation's own count of the chosen digit (`cnt*`) goes to `mine`, which the last
+/// `mine`, the invocation's own count of the chosen digit (of `cnt`) goes to `mine`, which the last
 /// pass's ranks of the tied tokens need.
 pub(super) fn decide(b: &mut Block, mine: bool) {
     // The first pass counts every token: its masses sum to the row's.
@@ -354,13 +348,13 @@ pub(super) fn decide(b: &mut Block, mine: bool) {
         b.set("sel_key", var("sel_key") | (chosen.clone() << var("shift")));
         b.set("sel_n", var("cn"));
         b.set("sel_m", var("cm"));
-        let pick = |prefix: &str, zero: Expr| {
-            (0..DIGITS).fold(zero, |e, d| select(chosen.clone().eq_(u(d)), var(&format!("{prefix}{d}")), e))
+        let pick = |value: &dyn Fn(u32) -> Expr, zero: Expr| {
+            (0..DIGITS).fold(zero, |e, d| select(chosen.clone().eq_(u(d)), value(d), e))
         };
-        b.set("sel_tn", pick("cnt_s", u(0)));
-        b.set("sel_tm", pick("mas_s", Expr::Lit(Lit::U64(0))));
+        b.set("sel_tn", pick(&|d| var(&format!("cnt_s{d}")), u(0)));
+        b.set("sel_tm", pick(&|d| var(&format!("mas_s{d}")), Expr::Lit(Lit::U64(0))));
         if mine {
-            b.set("mine", pick("cnt", u(0)));
+            b.set("mine", pick(&|d| bin_value("cnt", d), u(0)));
         }
     });
     b.set("sel_mask", var("sel_mask") | (u(DIGITS - 1) << var("shift")));
