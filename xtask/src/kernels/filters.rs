@@ -231,6 +231,13 @@ fn weigh(b: &mut Block, input: Input) {
     b.set("mv", call(FIXED, vec![var("wv")]));
 }
 
+/// [`element`] for the column `col`, weighed when its key matches the select's prefix: `ok`
+/// then says it is one of the prefix's tokens with probability (a candidate of the select).
+fn candidate(b: &mut Block, input: Input, col: Expr) {
+    element(b, input, col);
+    b.if_((var("key") & var("sel_mask")).eq_(var("sel_key")), |b| weigh(b, input));
+}
+
 /// The largest value among this workgroup's tokens with probability, into the new `part_max`
 /// (one pass).
 pub(super) fn part_max(b: &mut Block, input: Input) -> Expr {
@@ -289,8 +296,7 @@ pub(super) fn digit_counts(b: &mut Block, input: Input, chunked: Expr, listing: 
     b.let_bins("cnt", Ty::U32, DIGITS);
     b.let_bins("mas", Ty::U64, DIGITS);
     let count = |b: &mut Block, col: Expr| {
-        element(b, input, col.clone());
-        b.if_((var("key") & var("sel_mask")).eq_(var("sel_key")), |b| weigh(b, input));
+        candidate(b, input, col);
         b.if_(var("ok"), |b| {
             let digit = b.let_("digit", Ty::U32, (var("key") >> var("shift")) & u(DIGITS - 1));
             b.add_to_bin("cnt", digit.clone(), u(1));
@@ -484,8 +490,7 @@ fn list_bucket(b: &mut Block, input: Input) {
         boolean(false),
         |_, _| {},
         |b, col, _| {
-            element(b, input, col.clone());
-            b.if_((var("key") & var("sel_mask")).eq_(var("sel_key")), |b| weigh(b, input));
+            candidate(b, input, col.clone());
             // The offsets are exact; the bound only keeps a store inside the array whatever happens.
             b.if_(var("ok").and(var("list_at").lt(u(LIST_CAP))), |b| {
                 b.store_shared(LIST, var("list_at"), col);
@@ -506,8 +511,7 @@ fn list_bucket(b: &mut Block, input: Input) {
 /// nothing after the bucket is.
 fn select_in_bucket(b: &mut Block, input: Input) {
     let in_bucket = |b: &mut Block, col: Expr, then: &dyn Fn(&mut Block, Expr)| {
-        element(b, input, col.clone());
-        b.if_((var("key") & var("sel_mask")).eq_(var("sel_key")), |b| weigh(b, input));
+        candidate(b, input, col.clone());
         b.if_(var("ok"), |b| then(b, col));
     };
     b.set("mine", u(0));
