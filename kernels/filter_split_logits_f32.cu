@@ -336,6 +336,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
             unsigned long long sel_tm = 0ull;
             unsigned long long row_mass = 0ull;
             unsigned long long lim = 18446744073709551615ull;
+            unsigned int tie_col = 4294967295u;
             unsigned int sweeps = 0u;
             float mx = sk_bitcast<float>(4286578688u);
             if ((stage > 0u)) {
@@ -1672,7 +1673,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                             unsigned int ties = ((unsigned int)(((((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) < ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))) ? (((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) : ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))))));
                             s_ties = ties;
                         }
-                        unsigned int tie_col = 4294967295u;
                         unsigned int tie_rank = 0u;
                         unsigned long long all_mass = 0ull;
                         if (searched) {

@@ -336,12 +336,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
             unsigned long long sel_tm = 0ull;
             unsigned long long row_mass = 0ull;
             unsigned long long lim = 18446744073709551615ull;
+            unsigned int tie_col = 4294967295u;
             unsigned int mine = 0u;
             bool listed = false;
             unsigned int n_list = 0u;
             bool done = false;
-            unsigned int last_key = 0u;
-            unsigned int last_col = 0u;
             unsigned int sel_a = ((k_first) ? (8u) : (0u));
             unsigned int digits = (sel_a + ((searched) ? (8u) : (0u)));
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
@@ -351,7 +350,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                 if ((digit_pass == 0u)) {
                     listed = false;
                 }
-                if (((((!listed) && (digit_pass >= 1u)) && (sel_tn <= 4096u)) && (!done))) {
+                if ((((!listed) && (digit_pass >= 1u)) && (sel_tn <= 4096u))) {
                     unsigned int list_from = 0u;
                     {
                         unsigned int sk_x = mine;
@@ -553,27 +552,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                 }
                 if ((((listed && (!in_a)) && (sel_tn <= 64u)) && (!done))) {
                     mine = 0u;
-                    {
-                        unsigned int per = (((n_list + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                        for (unsigned int q = 0u; q < per; q += 1u) {
-                            unsigned int at = ((false) ? (((threadIdx.x * per) + q)) : (((q * ((unsigned int)SK_BLOCK)) + threadIdx.x)));
-                            if ((at < n_list)) {
-                                unsigned int col = listed_cols[at];
-                                float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                float wv = (0.0f);
-                                bool ok = false;
-                                unsigned long long mv = 0ull;
-                                if (((key & sel_mask) == sel_key)) {
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if (ok) {
-                                    mine = (mine + 1u);
-                                }
-                            }
+                    for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
+                        unsigned int col = listed_cols[at];
+                        float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
+                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                        float wv = (0.0f);
+                        bool ok = false;
+                        unsigned long long mv = 0ull;
+                        if (((key & sel_mask) == sel_key)) {
+                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                            ok = (wv > (0.0f));
+                            mv = sk_fixed(wv);
+                        }
+                        if (ok) {
+                            mine = (mine + 1u);
                         }
                     }
                     unsigned int bucket_from = 0u;
@@ -601,32 +594,26 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                         __syncthreads();
                     }
                     unsigned int bucket_at = bucket_from;
-                    {
-                        unsigned int per = (((n_list + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                        for (unsigned int q = 0u; q < per; q += 1u) {
-                            unsigned int at = ((false) ? (((threadIdx.x * per) + q)) : (((q * ((unsigned int)SK_BLOCK)) + threadIdx.x)));
-                            if ((at < n_list)) {
-                                unsigned int col = listed_cols[at];
-                                float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                float wv = (0.0f);
-                                bool ok = false;
-                                unsigned long long mv = 0ull;
-                                if (((key & sel_mask) == sel_key)) {
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if (ok) {
-                                    if ((bucket_at < 64u)) {
-                                        bucket_cols[bucket_at] = col;
-                                        bucket_keys[bucket_at] = key;
-                                        bucket_masses[bucket_at] = mv;
-                                    }
-                                    bucket_at = (bucket_at + 1u);
-                                }
+                    for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
+                        unsigned int col = listed_cols[at];
+                        float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
+                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                        float wv = (0.0f);
+                        bool ok = false;
+                        unsigned long long mv = 0ull;
+                        if (((key & sel_mask) == sel_key)) {
+                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                            ok = (wv > (0.0f));
+                            mv = sk_fixed(wv);
+                        }
+                        if (ok) {
+                            if ((bucket_at < 64u)) {
+                                bucket_cols[bucket_at] = col;
+                                bucket_keys[bucket_at] = key;
+                                bucket_masses[bucket_at] = mv;
                             }
+                            bucket_at = (bucket_at + 1u);
                         }
                     }
                     __syncthreads();
@@ -650,8 +637,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                             found_col = ct;
                         }
                     }
-                    unsigned int last_at = 0u;
-                    unsigned int last_idx = 0u;
+                    unsigned int last_key = 0u;
+                    unsigned int last_col = 0u;
                     {
                         unsigned int sk_m0 = found_key;
                         unsigned int sk_m1 = found_col;
@@ -670,12 +657,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                             sk_many_u32[2 * 32 + threadIdx.x] = sk_s;
                         }
                         __syncthreads();
-                        last_at = sk_many_u32[2 * 32 + 0];
-                        last_idx = sk_many_u32[2 * 32 + 1];
+                        last_key = sk_many_u32[2 * 32 + 0];
+                        last_col = sk_many_u32[2 * 32 + 1];
                         __syncthreads();
                     }
-                    last_key = last_at;
-                    last_col = last_idx;
+                    sel_key = last_key;
+                    tie_col = last_col;
                     done = true;
                 }
                 if ((!done)) {
@@ -712,66 +699,60 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                     unsigned long long mas_14 = 0;
                     unsigned long long mas_15 = 0;
                     if (listed) {
-                        {
-                            unsigned int per = (((n_list + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                            for (unsigned int q = 0u; q < per; q += 1u) {
-                                unsigned int at = (((digit_pass == 7u)) ? (((threadIdx.x * per) + q)) : (((q * ((unsigned int)SK_BLOCK)) + threadIdx.x)));
-                                if ((at < n_list)) {
-                                    unsigned int col = listed_cols[at];
-                                    float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
-                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        unsigned int digit = ((key >> shift) & 15u);
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned int sk_add = 1u;
-                                            if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                            if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                            if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                            if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                            if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                            if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                            if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                            if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                            if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                            if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                            if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                            if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                            if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                            if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                            if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                            if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                        }
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned long long sk_add = mv;
-                                            if (sk_bin == 0u) { mas_0 += sk_add; }
-                                            if (sk_bin == 1u) { mas_1 += sk_add; }
-                                            if (sk_bin == 2u) { mas_2 += sk_add; }
-                                            if (sk_bin == 3u) { mas_3 += sk_add; }
-                                            if (sk_bin == 4u) { mas_4 += sk_add; }
-                                            if (sk_bin == 5u) { mas_5 += sk_add; }
-                                            if (sk_bin == 6u) { mas_6 += sk_add; }
-                                            if (sk_bin == 7u) { mas_7 += sk_add; }
-                                            if (sk_bin == 8u) { mas_8 += sk_add; }
-                                            if (sk_bin == 9u) { mas_9 += sk_add; }
-                                            if (sk_bin == 10u) { mas_10 += sk_add; }
-                                            if (sk_bin == 11u) { mas_11 += sk_add; }
-                                            if (sk_bin == 12u) { mas_12 += sk_add; }
-                                            if (sk_bin == 13u) { mas_13 += sk_add; }
-                                            if (sk_bin == 14u) { mas_14 += sk_add; }
-                                            if (sk_bin == 15u) { mas_15 += sk_add; }
-                                        }
-                                    }
+                        for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
+                            unsigned int col = listed_cols[at];
+                            float zv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
+                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
+                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            if (((key & sel_mask) == sel_key)) {
+                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                            }
+                            if (ok) {
+                                unsigned int digit = ((key >> shift) & 15u);
+                                {
+                                    const unsigned int sk_bin = digit;
+                                    const unsigned int sk_add = 1u;
+                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
+                                }
+                                {
+                                    const unsigned int sk_bin = digit;
+                                    const unsigned long long sk_add = mv;
+                                    if (sk_bin == 0u) { mas_0 += sk_add; }
+                                    if (sk_bin == 1u) { mas_1 += sk_add; }
+                                    if (sk_bin == 2u) { mas_2 += sk_add; }
+                                    if (sk_bin == 3u) { mas_3 += sk_add; }
+                                    if (sk_bin == 4u) { mas_4 += sk_add; }
+                                    if (sk_bin == 5u) { mas_5 += sk_add; }
+                                    if (sk_bin == 6u) { mas_6 += sk_add; }
+                                    if (sk_bin == 7u) { mas_7 += sk_add; }
+                                    if (sk_bin == 8u) { mas_8 += sk_add; }
+                                    if (sk_bin == 9u) { mas_9 += sk_add; }
+                                    if (sk_bin == 10u) { mas_10 += sk_add; }
+                                    if (sk_bin == 11u) { mas_11 += sk_add; }
+                                    if (sk_bin == 12u) { mas_12 += sk_add; }
+                                    if (sk_bin == 13u) { mas_13 += sk_add; }
+                                    if (sk_bin == 14u) { mas_14 += sk_add; }
+                                    if (sk_bin == 15u) { mas_15 += sk_add; }
                                 }
                             }
                         }
@@ -1635,13 +1616,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                 unsigned int ties = ((unsigned int)(((((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) < ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))) ? (((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) : ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))))));
                 s_ties = ties;
             }
-            unsigned int tie_col = 4294967295u;
             unsigned int tie_rank = 0u;
             unsigned long long all_mass = 0ull;
             if (searched) {
                 if (done) {
-                    s_key = last_key;
-                    tie_col = last_col;
                     s_ties = 4294967295u;
                 }
                 if ((listed && (!done))) {

@@ -430,12 +430,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sel_tm: u64 = 0lu;
             var row_mass: u64 = 0lu;
             var lim: u64 = 18446744073709551615lu;
+            var tie_col: u32 = 4294967295u;
             var mine: u32 = 0u;
             var listed: bool = false;
             var n_list: u32 = 0u;
             var done: bool = false;
-            var last_key: u32 = 0u;
-            var last_col: u32 = 0u;
             var sel_a: u32 = select(0u, 8u, k_first);
             var digits: u32 = (sel_a + select(0u, 8u, searched));
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
@@ -445,7 +444,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if ((digit_pass == 0u)) {
                     listed = false;
                 }
-                if (((((!listed) && (digit_pass >= 1u)) && (sel_tn <= 4096u)) && (!done))) {
+                if ((((!listed) && (digit_pass >= 1u)) && (sel_tn <= 4096u))) {
                     var list_from: u32 = 0u;
                     {
                         let sk_x = mine;
@@ -637,27 +636,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 if ((((listed && (!in_a)) && (sel_tn <= 64u)) && (!done))) {
                     mine = 0u;
-                    {
-                        var per: u32 = (((n_list + BLOCK) - 1u) / BLOCK);
-                        for (var q: u32 = 0u; q < per; q = q + 1u) {
-                            var at: u32 = select(((q * BLOCK) + sk_lid), ((sk_lid * per) + q), false);
-                            if ((at < n_list)) {
-                                var col: u32 = listed_cols[at];
-                                var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                if (((key & sel_mask) == sel_key)) {
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if (ok) {
-                                    mine = (mine + 1u);
-                                }
-                            }
+                    for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
+                        var col: u32 = listed_cols[at];
+                        var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                        var wv: f32 = (0.0f);
+                        var ok: bool = false;
+                        var mv: u64 = 0lu;
+                        if (((key & sel_mask) == sel_key)) {
+                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                            ok = (wv > (0.0f));
+                            mv = sk_fixed(wv);
+                        }
+                        if (ok) {
+                            mine = (mine + 1u);
                         }
                     }
                     var bucket_from: u32 = 0u;
@@ -675,32 +668,26 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         workgroupBarrier();
                     }
                     var bucket_at: u32 = bucket_from;
-                    {
-                        var per: u32 = (((n_list + BLOCK) - 1u) / BLOCK);
-                        for (var q: u32 = 0u; q < per; q = q + 1u) {
-                            var at: u32 = select(((q * BLOCK) + sk_lid), ((sk_lid * per) + q), false);
-                            if ((at < n_list)) {
-                                var col: u32 = listed_cols[at];
-                                var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                if (((key & sel_mask) == sel_key)) {
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if (ok) {
-                                    if ((bucket_at < 64u)) {
-                                        bucket_cols[bucket_at] = col;
-                                        bucket_keys[bucket_at] = key;
-                                        bucket_masses[bucket_at] = mv;
-                                    }
-                                    bucket_at = (bucket_at + 1u);
-                                }
+                    for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
+                        var col: u32 = listed_cols[at];
+                        var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                        var wv: f32 = (0.0f);
+                        var ok: bool = false;
+                        var mv: u64 = 0lu;
+                        if (((key & sel_mask) == sel_key)) {
+                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                            ok = (wv > (0.0f));
+                            mv = sk_fixed(wv);
+                        }
+                        if (ok) {
+                            if ((bucket_at < 64u)) {
+                                bucket_cols[bucket_at] = col;
+                                bucket_keys[bucket_at] = key;
+                                bucket_masses[bucket_at] = mv;
                             }
+                            bucket_at = (bucket_at + 1u);
                         }
                     }
                     workgroupBarrier();
@@ -724,8 +711,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             found_col = ct;
                         }
                     }
-                    var last_at: u32 = 0u;
-                    var last_idx: u32 = 0u;
+                    var last_key: u32 = 0u;
+                    var last_col: u32 = 0u;
                     {
                         if (sk_lid < 2u) {
                             atomicStore(&sk_sum_lo[sk_lid], 0u);
@@ -740,41 +727,35 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
                         }
                         workgroupBarrier();
-                        last_at = atomicLoad(&sk_sum_lo[0]);
-                        last_idx = atomicLoad(&sk_sum_lo[1]);
+                        last_key = atomicLoad(&sk_sum_lo[0]);
+                        last_col = atomicLoad(&sk_sum_lo[1]);
                         workgroupBarrier();
                     }
-                    last_key = last_at;
-                    last_col = last_idx;
+                    sel_key = last_key;
+                    tie_col = last_col;
                     done = true;
                 }
                 if ((!done)) {
                     var cnt: array<u32, 16>;
                     var mas: array<u64, 16>;
                     if (listed) {
-                        {
-                            var per: u32 = (((n_list + BLOCK) - 1u) / BLOCK);
-                            for (var q: u32 = 0u; q < per; q = q + 1u) {
-                                var at: u32 = select(((q * BLOCK) + sk_lid), ((sk_lid * per) + q), (digit_pass == 7u));
-                                if ((at < n_list)) {
-                                    var col: u32 = listed_cols[at];
-                                    var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] = cnt[digit] + 1u;
-                                        mas[digit] = mas[digit] + mv;
-                                    }
-                                }
+                        for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
+                            var col: u32 = listed_cols[at];
+                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                            var wv: f32 = (0.0f);
+                            var ok: bool = false;
+                            var mv: u64 = 0lu;
+                            if (((key & sel_mask) == sel_key)) {
+                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                            }
+                            if (ok) {
+                                var digit: u32 = ((key >> shift) & 15u);
+                                cnt[digit] += 1u;
+                                mas[digit] += mv;
                             }
                         }
                     }
@@ -800,8 +781,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] = cnt[digit] + 1u;
-                                            mas[digit] = mas[digit] + mv;
+                                            cnt[digit] += 1u;
+                                            mas[digit] += mv;
                                         }
                                     }
                                 }
@@ -821,8 +802,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] = cnt[digit] + 1u;
-                                            mas[digit] = mas[digit] + mv;
+                                            cnt[digit] += 1u;
+                                            mas[digit] += mv;
                                         }
                                     }
                                 }
@@ -842,8 +823,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] = cnt[digit] + 1u;
-                                            mas[digit] = mas[digit] + mv;
+                                            cnt[digit] += 1u;
+                                            mas[digit] += mv;
                                         }
                                     }
                                 }
@@ -863,8 +844,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] = cnt[digit] + 1u;
-                                            mas[digit] = mas[digit] + mv;
+                                            cnt[digit] += 1u;
+                                            mas[digit] += mv;
                                         }
                                     }
                                 }
@@ -887,8 +868,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] = cnt[digit] + 1u;
-                                            mas[digit] = mas[digit] + mv;
+                                            cnt[digit] += 1u;
+                                            mas[digit] += mv;
                                         }
                                     }
                                 }
@@ -908,8 +889,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] = cnt[digit] + 1u;
-                                            mas[digit] = mas[digit] + mv;
+                                            cnt[digit] += 1u;
+                                            mas[digit] += mv;
                                         }
                                     }
                                 }
@@ -929,8 +910,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] = cnt[digit] + 1u;
-                                            mas[digit] = mas[digit] + mv;
+                                            cnt[digit] += 1u;
+                                            mas[digit] += mv;
                                         }
                                     }
                                 }
@@ -950,8 +931,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (ok) {
                                             var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] = cnt[digit] + 1u;
-                                            mas[digit] = mas[digit] + mv;
+                                            cnt[digit] += 1u;
+                                            mas[digit] += mv;
                                         }
                                     }
                                 }
@@ -1450,13 +1431,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
                 s_ties = ties;
             }
-            var tie_col: u32 = 4294967295u;
             var tie_rank: u32 = 0u;
             var all_mass: u64 = 0lu;
             if (searched) {
                 if (done) {
-                    s_key = last_key;
-                    tie_col = last_col;
                     s_ties = 4294967295u;
                 }
                 if ((listed && (!done))) {

@@ -362,6 +362,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sel_tm: u64 = 0lu;
             var row_mass: u64 = 0lu;
             var lim: u64 = 18446744073709551615lu;
+            var tie_col: u32 = 4294967295u;
             var sweeps: u32 = 0u;
             var mx: f32 = bitcast<f32>(4286578688u);
             if ((stage > 0u)) {
@@ -1075,8 +1076,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] = cnt[digit] + 1u;
-                                        mas[digit] = mas[digit] + mv;
+                                        cnt[digit] += 1u;
+                                        mas[digit] += mv;
                                     }
                                 }
                             }
@@ -1096,8 +1097,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] = cnt[digit] + 1u;
-                                        mas[digit] = mas[digit] + mv;
+                                        cnt[digit] += 1u;
+                                        mas[digit] += mv;
                                     }
                                 }
                             }
@@ -1117,8 +1118,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] = cnt[digit] + 1u;
-                                        mas[digit] = mas[digit] + mv;
+                                        cnt[digit] += 1u;
+                                        mas[digit] += mv;
                                     }
                                 }
                             }
@@ -1138,8 +1139,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] = cnt[digit] + 1u;
-                                        mas[digit] = mas[digit] + mv;
+                                        cnt[digit] += 1u;
+                                        mas[digit] += mv;
                                     }
                                 }
                             }
@@ -1162,8 +1163,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] = cnt[digit] + 1u;
-                                        mas[digit] = mas[digit] + mv;
+                                        cnt[digit] += 1u;
+                                        mas[digit] += mv;
                                     }
                                 }
                             }
@@ -1183,8 +1184,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] = cnt[digit] + 1u;
-                                        mas[digit] = mas[digit] + mv;
+                                        cnt[digit] += 1u;
+                                        mas[digit] += mv;
                                     }
                                 }
                             }
@@ -1204,8 +1205,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] = cnt[digit] + 1u;
-                                        mas[digit] = mas[digit] + mv;
+                                        cnt[digit] += 1u;
+                                        mas[digit] += mv;
                                     }
                                 }
                             }
@@ -1225,8 +1226,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (ok) {
                                         var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] = cnt[digit] + 1u;
-                                        mas[digit] = mas[digit] + mv;
+                                        cnt[digit] += 1u;
+                                        mas[digit] += mv;
                                     }
                                 }
                             }
@@ -1598,7 +1599,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
                             s_ties = ties;
                         }
-                        var tie_col: u32 = 4294967295u;
                         var tie_rank: u32 = 0u;
                         var all_mass: u64 = 0lu;
                         if (searched) {

@@ -111,8 +111,7 @@ impl CLike for Emitter<'_> {
                 scope.declare_bins(name, *t, *bins);
             }
             Stmt::AddToBin { name, bin, value } => {
-                let (bin, value) = (self.expr(bin, scope), self.expr(value, scope));
-                out.line(format!("{name}[{bin}] = {name}[{bin}] + {value};"));
+                out.line(format!("{name}[{}] += {};", self.expr(bin, scope), self.expr(value, scope)));
             }
             Stmt::Assign { .. }
             | Stmt::Store { .. }

@@ -168,21 +168,14 @@ fn sweep(b: &mut Block, chunked: Expr, per_quad: impl Fn(&mut Block, Expr), per_
     );
 }
 
-/// A sweep over the `n_list` columns listed in workgroup memory, in [`sweep`]'s two layouts
-/// (of list positions); not a read of the row, so `sweeps` does not count it.
-fn sweep_list(b: &mut Block, chunked: Expr, per_col: &impl Fn(&mut Block, Expr)) {
-    b.scope(|b| {
-        let bs = builtin(Builtin::BlockSize);
-        let per = b.let_("per", Ty::U32, (var("n_list") + bs.clone() - u(1)) / bs.clone());
-        let lid = builtin(Builtin::LocalId);
-        b.for_("q", u(0), per.clone(), u(1), |b, q| {
-            let at = select(chunked, lid.clone() * per + q.clone(), q * bs + lid);
-            let at = b.let_("at", Ty::U32, at);
-            b.if_(at.clone().lt(var("n_list")), |b| {
-                let col = b.let_("col", Ty::U32, load_shared(LIST, at));
-                per_col(b, col);
-            });
-        });
+/// A sweep over the `n_list` columns listed in workgroup memory, neighbouring positions per
+/// invocation; not a read of the row, so `sweeps` does not count it. There is no chunked
+/// layout: the list is in no index order, so a listed select never ranks its ties from it.
+fn sweep_list(b: &mut Block, per_col: &impl Fn(&mut Block, Expr)) {
+    let bs = builtin(Builtin::BlockSize);
+    b.for_("at", builtin(Builtin::LocalId), var("n_list"), bs, |b, at| {
+        let col = b.let_("col", Ty::U32, load_shared(LIST, at));
+        per_col(b, col);
     });
 }
 
@@ -261,7 +254,8 @@ pub(super) fn part_max(b: &mut Block, input: Input) -> Expr {
 /// The select's state, carried from one digit pass to the next: `sel_key` (the last kept
 /// token's key so far), `sel_mask` (its resolved bits), `sel_n` and `sel_m` (count and mass
 /// strictly above the prefix), `sel_tn` and `sel_tm` (those of the prefix), `lim` (the mass
-/// limit; no limit until top-p sets one) and `row_mass`.
+/// limit; no limit until top-p sets one), `row_mass` and `tie_col` (no token of the boundary key
+/// past this index is kept; none unless a select ends in workgroup memory).
 pub(super) fn declare_select(b: &mut Block) {
     for name in ["sel_key", "sel_mask", "sel_n", "sel_tn"] {
         b.let_(name, Ty::U32, u(0));
@@ -270,6 +264,7 @@ pub(super) fn declare_select(b: &mut Block) {
         b.let_(name, Ty::U64, Expr::Lit(Lit::U64(0)));
     }
     b.let_("lim", Ty::U64, Expr::Lit(Lit::U64(ALL)));
+    b.let_("tie_col", Ty::U32, u(NONE));
 }
 
 /// The row's digit passes: with top-k first and both filters, 8 for the first select (which
@@ -304,7 +299,7 @@ pub(super) fn digit_counts(b: &mut Block, input: Input, chunked: Expr, listing: 
         });
     };
     if listing {
-        b.if_(var("listed"), |b| sweep_list(b, chunked.clone(), &count));
+        b.if_(var("listed"), |b| sweep_list(b, &count));
         b.if_(var("listed").not(), |b| sweep(b, chunked, |_, _| {}, |b, col, _| count(b, col)));
     } else {
         sweep(b, chunked, |_, _| {}, |b, col, _| count(b, col));
@@ -437,8 +432,6 @@ fn find_set(b: &mut Block, input: Input) {
     b.let_("listed", Ty::Bool, boolean(false));
     b.let_("n_list", Ty::U32, u(0));
     b.let_("done", Ty::Bool, boolean(false));
-    b.let_("last_key", Ty::U32, u(0));
-    b.let_("last_col", Ty::U32, u(0));
     digit_schedule(b);
     b.for_("stage", u(1), var("digits") + u(1), u(1), |b, st| {
         digit_pass(b, st);
@@ -446,7 +439,7 @@ fn find_set(b: &mut Block, input: Input) {
         // Not in a select's first pass, which has no counts yet.
         let fits = var("sel_tn").le(u(LIST_CAP));
         let compact = var("listed").not().and(var("digit_pass").ge(u(1))).and(fits);
-        b.if_(compact.and(var("done").not()), |b| {
+        b.if_(compact, |b| {
             list_bucket(b, input);
             b.set("listed", boolean(true));
             b.set("n_list", var("sel_tn"));
@@ -464,11 +457,7 @@ fn find_set(b: &mut Block, input: Input) {
     });
     set_bounds(b);
     b.if_(var("searched"), |b| {
-        b.if_(var("done"), |b| {
-            b.set("s_key", var("last_key"));
-            b.set("tie_col", var("last_col"));
-            b.set("s_ties", u(NONE));
-        });
+        b.if_(var("done"), |b| b.set("s_ties", u(NONE)));
         b.if_(var("listed").and(var("done").not()), |b| {
             // All of the boundary key's tokens kept needs no ranks; else one more read ranks them.
             b.if_else(var("s_ties").ge(var("sel_tn")), |b| b.set("s_ties", u(NONE)), |b| count_ties(b, input));
@@ -506,8 +495,8 @@ fn list_bucket(b: &mut Block, input: Input) {
 /// each counts the tokens before it in the order (larger key, or the same key and a lower index)
 /// and their mass. A token is kept when those, with the `sel_n` tokens and `sel_m` mass above
 /// the bucket, leave it within top-k and the mass limit; the last kept one (kept, and the token
-/// after it not) gives the set's boundary: `last_key`, and `last_col`, the highest index kept at
-/// that key. At least the bucket's first token is kept (that is how the select chose it), and
+/// after it not) gives the set's boundary: its key, in `sel_key` as a finished select leaves it,
+/// and `tie_col`, the highest index kept at that key. At least the bucket's first token is kept (that is how the select chose it), and
 /// nothing after the bucket is.
 fn select_in_bucket(b: &mut Block, input: Input) {
     let in_bucket = |b: &mut Block, col: Expr, then: &dyn Fn(&mut Block, Expr)| {
@@ -515,10 +504,10 @@ fn select_in_bucket(b: &mut Block, input: Input) {
         b.if_(var("ok"), |b| then(b, col));
     };
     b.set("mine", u(0));
-    sweep_list(b, boolean(false), &|b, col| in_bucket(b, col, &|b, _| b.set("mine", var("mine") + u(1))));
+    sweep_list(b, &|b, col| in_bucket(b, col, &|b, _| b.set("mine", var("mine") + u(1))));
     let from = b.scan(var("mine"), "bucket_from");
     b.let_("bucket_at", Ty::U32, from);
-    sweep_list(b, boolean(false), &|b, col| {
+    sweep_list(b, &|b, col| {
         in_bucket(b, col, &|b, col| {
             let at = var("bucket_at");
             b.if_(at.clone().lt(u(BUCKET_CAP)), |b| {
@@ -560,9 +549,9 @@ fn select_in_bucket(b: &mut Block, input: Input) {
         });
     });
     // One token is the last kept, so the sums are its key and index.
-    b.sum_many(Ty::U32, vec![var("found_key"), var("found_col")], &["last_at".to_string(), "last_idx".to_string()]);
-    b.set("last_key", var("last_at"));
-    b.set("last_col", var("last_idx"));
+    b.sum_many(Ty::U32, vec![var("found_key"), var("found_col")], &["last_key".to_string(), "last_col".to_string()]);
+    b.set("sel_key", var("last_key"));
+    b.set("tie_col", var("last_col"));
 }
 
 /// One read of the row in chunks that counts, per invocation, the tokens of the boundary key
@@ -583,8 +572,7 @@ pub(super) fn count_ties(b: &mut Block, input: Input) {
 
 /// After the select: the set's boundary `s_key` and how many of its tokens are kept, `s_ties`
 /// (rows without top-k or top-p keep min-p's set, with no boundary), and `tie_start` (how many
-/// tokens of that key come before this invocation's chunk; 0 until the caller ranks them),
-/// `tie_col` (no tied token past this index is kept; none until a listed select sets it) and
+/// tokens of that key come before this invocation's chunk; 0 until the caller ranks them), and
 /// the counters of the sweep that uses the set.
 pub(super) fn set_bounds(b: &mut Block) {
     b.let_("s_key", Ty::U32, var("sel_key"));
@@ -594,7 +582,6 @@ pub(super) fn set_bounds(b: &mut Block) {
         ties(b);
         b.set("s_ties", var("ties"));
     });
-    b.let_("tie_col", Ty::U32, u(NONE));
     b.let_("tie_rank", Ty::U32, u(0));
     b.let_("all_mass", Ty::U64, Expr::Lit(Lit::U64(0)));
 }
