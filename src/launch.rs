@@ -40,6 +40,14 @@ pub(crate) struct Launch<H> {
     pub work: Work,
 }
 
+impl<H> Launch<H> {
+    /// A launch over a row list that lists no row (the seeded or filter kernel of a step with no
+    /// such row): it changes nothing, so a device that cannot run its kernel may leave it out.
+    pub fn visits_no_row(&self) -> bool {
+        self.params[3] & FLAG_ROW_LIST != 0 && self.params[0] == 0
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Work {
     Rows(u32),

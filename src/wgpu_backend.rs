@@ -377,25 +377,32 @@ impl WgpuBackend {
 
     /// Records a job's launches (see `launch::Plan`) in one command buffer, each in its own pass
     /// with its own slot of the parameter buffer, and submits them at once.
+    /// A launch whose kernel needs a feature the device lacks is refused, unless it visits no
+    /// row (a step without seeded or filtered rows on a device without float64): that one is
+    /// left out, so such a device still samples the rows it can.
     fn dispatch(&self, plan: Plan<&wgpu::Buffer>) -> Result<()> {
-        let mut pipelines: ArrayVec<Arc<wgpu::ComputePipeline>, MAX_LAUNCHES> = ArrayVec::new();
-        for launch in &plan {
+        let mut pipelines: ArrayVec<(&Launch<&wgpu::Buffer>, Arc<wgpu::ComputePipeline>), MAX_LAUNCHES> =
+            ArrayVec::new();
+        'launches: for launch in &plan {
             let needs = [
                 (launch.kernel.needs_f64, wgpu::Features::SHADER_F64, "SHADER_F64"),
                 (launch.kernel.needs_int64, wgpu::Features::SHADER_INT64, "SHADER_INT64"),
             ];
             for (needed, feature, name) in needs {
                 if needed && !self.device.features().contains(feature) {
+                    if launch.visits_no_row() {
+                        continue 'launches;
+                    }
                     return Err(Error::Unsupported { backend: "wgpu", kernel: launch.kernel.name, feature: name });
                 }
             }
-            pipelines.push(self.pipeline(launch)?);
+            pipelines.push((launch, self.pipeline(launch)?));
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
         let mut params = [0u8; MAX_LAUNCHES * PARAMS_STRIDE];
         let mut encoder = self.device.create_command_encoder(&Default::default());
-        for (i, (launch, pipeline)) in plan.iter().zip(&pipelines).enumerate() {
+        for (i, (launch, pipeline)) in pipelines.iter().enumerate() {
             let slot = i * PARAMS_STRIDE;
             params[slot..slot + 16].copy_from_slice(bytemuck::cast_slice(&launch.params));
             let bind_group = self.bind_group(launch, pipeline, slot)?;
@@ -408,7 +415,7 @@ impl WgpuBackend {
         let mut written = self.submit.lock().map_err(|_| device_error("submit lock poisoned"))?;
         // A decode loop launches the same shapes step after step: their parameters are written
         // once (each write allocates inside wgpu).
-        let used = &params[..(plan.len().max(1) - 1) * PARAMS_STRIDE + 16];
+        let used = &params[..(pipelines.len().max(1) - 1) * PARAMS_STRIDE + 16];
         if !written.starts_with(used) {
             self.queue.write_buffer(&self.params, 0, used);
             written.clear();

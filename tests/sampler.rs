@@ -147,6 +147,41 @@ fn wgpu_split_and_whole_rows_agree() {
     });
 }
 
+/// A device made with no features and default limits (Metal has no float64) samples greedy and
+/// Philox rows through [`Sampler::step`], the CPU's tokens: the seeded and filter launches list
+/// no row and are left out. A seeded row there is a typed error naming the feature.
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_featureless_device_samples_plain_rows() {
+    use sampling_kernels::{wgpu, WgpuBackend};
+    let made = crate::common::wgpu().map(|_| {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
+        let (device, queue) = pollster::block_on(adapter.request_device(&Default::default())).unwrap();
+        assert!(device.features().is_empty());
+        WgpuBackend::from_device(device, queue, adapter.get_info())
+    });
+    crate::common::on("wgpu", "featureless_device_samples_plain_rows", made.as_ref(), |b| {
+        let mut rng = Rng::new(40);
+        let shape = Shape::dense(6, 5000);
+        let logits: Vec<f32> = (0..shape.elements()).map(|_| rng.normal(2.0) as f32).collect();
+        let rows: Vec<RowParams> = (0..shape.batch as u64)
+            .map(|r| if r % 3 == 0 { RowParams::greedy() } else { RowParams::new(0.8, rng.next_u64(), r) })
+            .collect();
+        let (want, _) =
+            call(&sampling_kernels::CpuBackend, shape, &logits, &rows, sampling_kernels::CpuBackend::sample);
+        let x = b.upload(&logits).unwrap();
+        let mut t = b.zeros::<u32>(shape.batch).unwrap();
+        let mut sampler = Sampler::new(b, shape.batch).unwrap();
+        sampler.step(shape, Logits::F32(&x), &rows, Output::new(&mut t)).unwrap();
+        assert_eq!(b.download(&t).unwrap(), want);
+        let mut seeded = rows.clone();
+        seeded[1] = RowParams::seeded(0.8, 3, 1);
+        let err = sampler.step(shape, Logits::F32(&x), &seeded, Output::new(&mut t)).unwrap_err();
+        assert!(matches!(err, Error::Unsupported { feature: "SHADER_F64", .. }), "{err}");
+    });
+}
+
 suite!(cpu, crate::common::cpu, sampler_steps);
 device_suites!(mixed_batch_matches_each_path, sampler_steps);
 

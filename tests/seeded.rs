@@ -1,6 +1,7 @@
-//! SGLang's seeded float64 sampler on every backend: the golden vectors of
-//! `../shared/golden/`, the hash test vectors, the float64 log's accuracy, and the float32 screen
-//! against full float64.
+//! SGLang's seeded float64 sampler on every backend: the golden vectors of `tests/data/` (made by
+//! `tests/data/make_seeded_golden.py` from SGLang's formulas with numpy and the `mmh3` package, not
+//! from this crate's code), the hash test vectors, the float64 log's accuracy, and the float32
+//! screen against full float64.
 
 #[macro_use]
 mod common;
@@ -17,15 +18,15 @@ struct Golden {
 }
 
 fn golden() -> Golden {
-    // `SK_GOLDEN_DIR` where the repository's neighbours are not at hand (the GPU bundle).
+    // `SK_GOLDEN_DIR` where the repository is not at hand (the GPU bundle carries the files).
     let dir = std::env::var_os("SK_GOLDEN_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/golden"));
-    let text = std::fs::read_to_string(dir.join("seeded_f64_small.json")).expect("../shared/golden is beside the repo");
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data"));
+    let text = std::fs::read_to_string(dir.join("seeded_golden.json")).expect("tests/data/seeded_golden.json");
     let meta: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let raw = std::fs::read(dir.join(meta["logprobs_file"].as_str().unwrap())).unwrap();
-    let logprobs: Vec<f64> = raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
+    let logprobs = npy_f64(&std::fs::read(dir.join(meta["logprobs_file"].as_str().unwrap())).unwrap());
     let n = |k: &str| meta[k].as_u64().unwrap() as usize;
+    assert_eq!(logprobs.len(), n("rows") * n("vocab"), "log-probabilities for rows x vocab");
     let list = |k: &str| meta[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect::<Vec<u64>>();
     let (seeds, positions) = (list("seeds"), list("positions"));
     let rows = seeds.iter().zip(&positions).map(|(&s, &p)| RowParams::seeded(1.0, s, p)).collect();
@@ -45,6 +46,17 @@ fn golden() -> Golden {
         expected: list("expected_tokens").into_iter().map(|t| t as u32).collect(),
         vectors,
     }
+}
+
+/// The values of a little-endian float64 `.npy` in C order (what numpy's `save` writes).
+fn npy_f64(file: &[u8]) -> Vec<f64> {
+    assert_eq!(&file[..6], b"\x93NUMPY", "not an .npy file");
+    let (len_at, len_bytes) = if file[6] == 1 { (8, 2) } else { (8, 4) };
+    let header_len = file[len_at..len_at + len_bytes].iter().rev().fold(0usize, |n, &b| n << 8 | b as usize);
+    let start = len_at + len_bytes + header_len;
+    let header = std::str::from_utf8(&file[len_at + len_bytes..start]).unwrap();
+    assert!(header.contains("'descr': '<f8'") && header.contains("'fortran_order': False"), "{header}");
+    file[start..].chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
 fn seeded_tokens<B: Backend>(

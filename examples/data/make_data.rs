@@ -2,9 +2,9 @@
 //!
 //! - `logits_small.npy`: 4 x 32 float32 logits, each a multiple of 1/16 below 8 in magnitude, so
 //!   they are exact in bfloat16 and the f32 and bf16 copies sample the same tokens;
-//! - `logits_small.safetensors`: the same as tensor `logits` (f32) and `logits_bf16` (bf16);
-//! - `golden_logprobs.npy`: the 8 x 4096 float64 log-probabilities of
-//!   `../shared/golden/seeded_f64_small` (seeds, positions and expected tokens stay in its JSON).
+//! - `logits_small.safetensors`: the same as tensor `logits` (f32) and `logits_bf16` (bf16).
+//!
+//! The seeded sampler's golden vectors are `tests/data/`'s, made by their own Python script.
 //!
 //! `cargo run --example make_data`
 
@@ -49,8 +49,7 @@ fn write_npy<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data: &[
 }
 
 fn main() -> Result<()> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = root.join("examples/data");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data");
     let logits = logits();
     write_npy(&dir.join("logits_small.npy"), &[BATCH as u64, VOCAB as u64], &logits)?;
 
@@ -62,17 +61,6 @@ fn main() -> Result<()> {
     ];
     safetensors::serialize_to_file(tensors, None, &dir.join("logits_small.safetensors"))?;
 
-    let golden = root.join("../shared/golden");
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(golden.join("seeded_f64_small.json"))?)?;
-    let dims = ["rows", "vocab"].map(|k| meta[k].as_u64().unwrap_or_default());
-    let raw = std::fs::read(golden.join("seeded_f64_small.logprobs.f64"))?;
-    let logprobs: Vec<f64> =
-        raw.chunks_exact(8).map(bytemuck::pod_read_unaligned::<[u8; 8]>).map(f64::from_le_bytes).collect();
-    if logprobs.len() as u64 != dims[0] * dims[1] {
-        return Err(format!("golden log-probabilities hold {} values, not {dims:?}", logprobs.len()).into());
-    }
-    write_npy(&dir.join("golden_logprobs.npy"), &dims, &logprobs)?;
     println!("wrote {}", dir.display());
     Ok(())
 }

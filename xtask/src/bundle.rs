@@ -129,13 +129,11 @@ pub fn run(root: &Path) -> Result<(), String> {
             total += std::fs::metadata(&dst).map_err(|e| e.to_string())?.len();
         }
     }
-    // The seeded sampler's golden vectors travel with the bundle (../shared does not).
-    let golden = root.join("../shared/golden");
+    // The seeded sampler's golden vectors travel with the bundle (it has no repository beside it).
     std::fs::create_dir_all(dir.join("golden")).map_err(|e| e.to_string())?;
-    for entry in std::fs::read_dir(&golden).map_err(|e| format!("{}: {e}", golden.display()))? {
-        let path = entry.map_err(|e| e.to_string())?.path();
-        let name = path.file_name().ok_or("golden file without a name")?;
-        std::fs::copy(&path, dir.join("golden").join(name)).map_err(|e| e.to_string())?;
+    for name in ["seeded_golden.json", "seeded_golden.npy"] {
+        std::fs::copy(root.join("tests/data").join(name), dir.join("golden").join(name))
+            .map_err(|e| format!("tests/data/{name}: {e}"))?;
     }
     std::fs::copy(root.join("benches/torch_baselines.py"), dir.join("torch_baselines.py"))
         .map_err(|e| e.to_string())?;

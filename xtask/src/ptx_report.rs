@@ -1,6 +1,7 @@
 //! `cargo xtask ptx-report`: every kernel through NVRTC and `ptxas -v` for sm_75 and sm_90, with
-//! registers, shared memory, spills and the theoretical occupancy on a T4 and an H200 (the
-//! figures of `../shared/reference/HARDWARE.md`). Fails if any sm_75 kernel spills.
+//! registers, shared memory, spills and the theoretical occupancy on a T4 and an H200 (per-SM
+//! limits from the CUDA C Programming Guide's table of compute capabilities 7.5 and 9.0). Fails if
+//! any sm_75 kernel spills.
 
 use crate::tuning::{self, Target};
 use crate::{cuda, cuda_tools, kernels};

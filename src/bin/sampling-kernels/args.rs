@@ -1,5 +1,6 @@
 //! The command line. Combinations that cannot work (two inputs, log-probabilities without the
-//! seeded sampler, probabilities with it) are refused by clap before any file is read.
+//! seeded sampler, probabilities with it, filters on log-probabilities) are refused by clap before
+//! any file is read.
 
 use crate::input::Role;
 use anyhow::{bail, Result};
@@ -74,7 +75,8 @@ pub struct SampleArgs {
     /// The decode step, one or one per row: the race's Philox offset, the seeded sampler's position.
     #[arg(long, visible_alias = "position", value_delimiter = ',', default_value = "0")]
     pub offset: Vec<u64>,
-    /// SGLang's deterministic sampler: float64 `argmax logprob + Gumbel(Murmur3(seed, position, column))`.
+    /// SGLang's deterministic sampler: float64 `argmax logprob + Gumbel(Murmur3(seed, position, column))`;
+    /// with --top-k, --top-p or --min-p, inside the kept set (the noise of each token's vocabulary id).
     #[arg(long)]
     pub seeded: bool,
     /// How the seeded sampler reads --logprobs (both give the same token; default float64).
@@ -82,18 +84,18 @@ pub struct SampleArgs {
     #[arg(long, value_enum, conflicts_with_all = ["logits", "probs"])]
     pub mode: Option<Mode>,
     /// Keep the K most likely tokens of each row (ties to the lower index).
-    #[arg(long, value_name = "K", conflicts_with = "seeded")]
+    #[arg(long, value_name = "K", conflicts_with = "logprobs")]
     pub top_k: Option<u32>,
     /// Keep the tokens whose probability mass ranked before them is at most P, in (0, 1].
-    #[arg(long, value_name = "P", conflicts_with = "seeded")]
+    #[arg(long, value_name = "P", conflicts_with = "logprobs")]
     pub top_p: Option<f32>,
     /// Keep the tokens at least P times as likely as the most likely, P in [0, 1].
-    #[arg(long, value_name = "P", conflicts_with = "seeded")]
+    #[arg(long, value_name = "P", conflicts_with = "logprobs")]
     pub min_p: Option<f32>,
     /// How top-k and top-p combine: joint (SGLang) or top-k-first (vLLM, FlashInfer).
     #[arg(long, value_enum, default_value = "joint")]
     pub order: Order,
-    /// Also print each token's log-probability under the distribution it was sampled from.
+    /// Also print each token's log-probability under the row's whole distribution (`null` for -inf).
     #[arg(long, conflicts_with = "draws")]
     pub return_logprob: bool,
     /// Draw N tokens per row (decode steps offset..offset+N) and print a histogram per row.
@@ -141,7 +143,11 @@ impl SampleArgs {
             let row = self.top_p.map_or(row, |p| row.with_top_p(p));
             self.min_p.map_or(row, |p| row.with_min_p(p)).with_order(order)
         };
-        Ok((0..batch).map(|r| filtered(RowParams::new(temperature[r], seed[r], offset[r]))).collect())
+        let row = |r: usize| {
+            let make = if self.seeded { RowParams::seeded } else { RowParams::new };
+            make(temperature[r], seed[r], offset[r])
+        };
+        Ok((0..batch).map(|r| filtered(row(r))).collect())
     }
 }
 

@@ -14,6 +14,9 @@ const LAUNCH_BYTES: usize = 64 << 20;
 pub struct Histogram {
     row: usize,
     draws: u64,
+    /// Draws that found nothing valid to sample (a row of NaN or -inf), counted in no bin.
+    #[serde(skip_serializing_if = "is_zero")]
+    nothing_to_sample: u64,
     /// Tokens drawn at least once, and with --compare also those expected at least once.
     tokens: Vec<Bin>,
     /// Total variation distance, `sum |count / N - p| / 2` over the whole vocabulary.
@@ -43,12 +46,17 @@ pub fn histogram<B: Backend>(
     params.offset().checked_add(draws).with_context(|| format!("row {row}: --offset + --draws overflows 64 bits"))?;
     let per_launch = (LAUNCH_BYTES / input.row_bytes(vocab)).clamp(1, usize::try_from(draws).unwrap_or(usize::MAX));
     let repeated = input.repeat_row(row, vocab, per_launch)?.upload(backend)?;
-    let mut counts = vec![0u64; vocab];
+    let (mut counts, mut nothing_to_sample) = (vec![0u64; vocab], 0);
     let mut step = 0;
     while step < draws {
         let end = draws.min(step + per_launch as u64);
         let rows: Vec<RowParams> = (step..end).map(|i| params.with_offset(params.offset() + i)).collect();
-        for token in repeated.sample(backend, vocab, &rows, false)?.0 {
+        let got = repeated.sample(backend, vocab, &rows, false)?;
+        for (token, status) in got.tokens.into_iter().zip(got.status) {
+            if status == 0 {
+                nothing_to_sample += 1;
+                continue;
+            }
             *counts
                 .get_mut(token as usize)
                 .with_context(|| format!("row {row}: token {token} is outside the vocabulary"))? += 1;
@@ -63,5 +71,9 @@ pub fn histogram<B: Backend>(
         .map(|j| Bin { token: j, count: counts[j], prob: prob(j) })
         .collect();
     let tv = probs.as_ref().map(|p| p.iter().zip(&counts).map(|(p, &c)| (c as f64 / n - p).abs()).sum::<f64>() / 2.0);
-    Ok(Histogram { row, draws, tokens, tv })
+    Ok(Histogram { row, draws, nothing_to_sample, tokens, tv })
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

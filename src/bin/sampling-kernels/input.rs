@@ -7,7 +7,7 @@ use anyhow::{bail, ensure, Context, Result};
 use half::{bf16, f16};
 use sampling_kernels::filters::kept;
 use sampling_kernels::{
-    Backend, CpuBackend, Element, Input as Kept, LogProbs, Logits, Output, RowParams, SeededMode, Shape,
+    Backend, CpuBackend, Element, Input as Kept, LogProbs, Logits, Output, RowParams, Sampler, SeededMode, Shape,
 };
 
 /// The flag an input file came from.
@@ -49,8 +49,8 @@ pub enum LogProbsIn<B: Backend> {
 
 /// An input with the sampler that reads it; each variant is one `Backend` call.
 pub enum Input<B: Backend> {
-    /// `race_from_logits`, or `seeded_from_logits` when `seeded`.
-    Logits { values: LogitsIn<B>, seeded: bool },
+    /// The per-row sampler: the rows' records say which are seeded, greedy or filtered.
+    Logits(LogitsIn<B>),
     /// `race_from_probs`.
     Probs(B::Buffer<f32>),
     /// `seeded`.
@@ -84,34 +84,36 @@ impl Transfer<CpuBackend> for Repeat {
     }
 }
 
+/// What one launch gave each row.
+pub struct Sampled {
+    pub tokens: Vec<u32>,
+    /// 1 where the row had a valid value to sample, 0 where it had none (its token is then 0).
+    pub status: Vec<u32>,
+    pub logprobs: Option<Vec<f32>>,
+}
+
 impl<B: Backend> Input<B> {
-    /// Samples the first `rows.len()` rows, each `vocab` wide, in one launch on `backend`; the
-    /// log-probabilities of the tokens are downloaded only when asked for.
-    pub fn sample(
-        &self,
-        backend: &B,
-        vocab: usize,
-        rows: &[RowParams],
-        with_logprobs: bool,
-    ) -> Result<(Vec<u32>, Option<Vec<f32>>)> {
+    /// Samples the first `rows.len()` rows, each `vocab` wide, in one call on `backend`: logits
+    /// through the library's per-row [`Sampler::step`], each row on the path its own parameters
+    /// choose (greedy, the race, seeded, filtered). The log-probabilities of the tokens are
+    /// downloaded only when asked for.
+    pub fn sample(&self, backend: &B, vocab: usize, rows: &[RowParams], with_logprobs: bool) -> Result<Sampled> {
         let shape = Shape::dense(rows.len(), vocab);
-        let params = backend.upload(rows)?;
         let mut tokens = backend.zeros::<u32>(rows.len())?;
+        let mut status = backend.zeros::<u32>(rows.len())?;
         let mut logprobs = if with_logprobs { Some(backend.zeros::<f32>(rows.len())?) } else { None };
-        let out = Output { tokens: &mut tokens, logprobs: logprobs.as_mut(), status: None, passes: None };
-        let filtered = rows.iter().any(RowParams::has_filters);
+        let out = Output { tokens: &mut tokens, logprobs: logprobs.as_mut(), status: Some(&mut status), passes: None };
+        let params = || backend.upload(rows);
         match self {
-            Input::Logits { values, seeded: false } if filtered => {
-                backend.sample_filtered(shape, Kept::Logits(values.get()), &params, out)
+            Input::Logits(values) => Sampler::new(backend, rows.len())?.step(shape, values.get(), rows, out),
+            Input::Probs(probs) if rows.iter().any(RowParams::has_filters) => {
+                backend.sample_filtered(shape, Kept::Probs(probs), &params()?, out)
             }
-            Input::Logits { values, seeded: false } => backend.race_from_logits(shape, values.get(), &params, out),
-            Input::Logits { values, seeded: true } => backend.seeded_from_logits(shape, values.get(), &params, out),
-            Input::Probs(probs) if filtered => backend.sample_filtered(shape, Kept::Probs(probs), &params, out),
-            Input::Probs(probs) => backend.race_from_probs(shape, probs, &params, out),
-            Input::LogProbs { values, mode } => backend.seeded(shape, values.get(), &params, *mode, out),
+            Input::Probs(probs) => backend.race_from_probs(shape, probs, &params()?, out),
+            Input::LogProbs { values, mode } => backend.seeded(shape, values.get(), &params()?, *mode, out),
         }?;
         let logprobs = logprobs.map(|lp| backend.download(&lp)).transpose()?;
-        Ok((backend.download(&tokens)?, logprobs))
+        Ok(Sampled { tokens: backend.download(&tokens)?, status: backend.download(&status)?, logprobs })
     }
 }
 
@@ -135,13 +137,13 @@ impl<B: Backend> LogProbsIn<B> {
 }
 
 impl Input<CpuBackend> {
-    /// Types a file's values by their role; `seeded` and `mode` were checked against the role
-    /// by the argument parser (log-probabilities are seeded, probabilities never are).
-    pub fn new(role: Role, tensor: Tensor, seeded: bool, mode: SeededMode) -> Result<Self> {
+    /// Types a file's values by their role; `mode` was checked against the role by the argument
+    /// parser (log-probabilities are seeded, probabilities never are).
+    pub fn new(role: Role, tensor: Tensor, mode: SeededMode) -> Result<Self> {
         Ok(match (role, tensor.values) {
-            (Role::Logits, Values::F32(v)) => Input::Logits { values: LogitsIn::F32(v), seeded },
-            (Role::Logits, Values::F16(v)) => Input::Logits { values: LogitsIn::F16(v), seeded },
-            (Role::Logits, Values::Bf16(v)) => Input::Logits { values: LogitsIn::Bf16(v), seeded },
+            (Role::Logits, Values::F32(v)) => Input::Logits(LogitsIn::F32(v)),
+            (Role::Logits, Values::F16(v)) => Input::Logits(LogitsIn::F16(v)),
+            (Role::Logits, Values::Bf16(v)) => Input::Logits(LogitsIn::Bf16(v)),
             (Role::Probs, Values::F32(v)) => Input::Probs(v),
             (Role::LogProbs, Values::F64(v)) => Input::LogProbs { values: LogProbsIn::F64(v), mode },
             (Role::LogProbs, Values::F32(v)) => Input::LogProbs { values: LogProbsIn::F32(v), mode },
@@ -157,14 +159,11 @@ impl Input<CpuBackend> {
 
     fn transfer<To: Backend>(&self, t: &impl Transfer<To>) -> Result<Input<To>> {
         Ok(match self {
-            Input::Logits { values, seeded } => Input::Logits {
-                values: match values {
-                    LogitsIn::F32(b) => LogitsIn::F32(t.apply(b)?),
-                    LogitsIn::F16(b) => LogitsIn::F16(t.apply(b)?),
-                    LogitsIn::Bf16(b) => LogitsIn::Bf16(t.apply(b)?),
-                },
-                seeded: *seeded,
-            },
+            Input::Logits(values) => Input::Logits(match values {
+                LogitsIn::F32(b) => LogitsIn::F32(t.apply(b)?),
+                LogitsIn::F16(b) => LogitsIn::F16(t.apply(b)?),
+                LogitsIn::Bf16(b) => LogitsIn::Bf16(t.apply(b)?),
+            }),
             Input::Probs(b) => Input::Probs(t.apply(b)?),
             Input::LogProbs { values, mode } => Input::LogProbs {
                 values: match values {
@@ -188,8 +187,8 @@ impl Input<CpuBackend> {
     /// Bytes one row of `vocab` values takes.
     pub fn row_bytes(&self, vocab: usize) -> usize {
         let size = match self {
-            Input::Logits { values: LogitsIn::F32(_), .. } | Input::Probs(_) => 4,
-            Input::Logits { values: LogitsIn::F16(_) | LogitsIn::Bf16(_), .. } => 2,
+            Input::Logits(LogitsIn::F32(_)) | Input::Probs(_) => 4,
+            Input::Logits(LogitsIn::F16(_) | LogitsIn::Bf16(_)) => 2,
             Input::LogProbs { values: LogProbsIn::F64(_), .. } => 8,
             Input::LogProbs { values: LogProbsIn::F32(_), .. } => 4,
         };
@@ -202,7 +201,7 @@ impl Input<CpuBackend> {
     pub fn distribution(&self, row: usize, vocab: usize, params: RowParams) -> Result<Vec<f64>> {
         let one = self.repeat_row(row, vocab, 1)?;
         if !params.is_sampled() {
-            let (token, _) = one.sample(&CpuBackend, vocab, &[params], false)?;
+            let token = one.sample(&CpuBackend, vocab, &[params], false)?.tokens;
             return Ok((0..vocab).map(|j| if Some(&(j as u32)) == token.first() { 1.0 } else { 0.0 }).collect());
         }
         let softmax = |logits: Logits<'_, CpuBackend>, params: RowParams| -> Result<Vec<f64>> {
@@ -213,7 +212,7 @@ impl Input<CpuBackend> {
         // Log-probabilities already carry their temperature; the sampler reads T only as "greedy or not".
         let unit = RowParams::new(1.0, 0, 0);
         let full = match &one {
-            Input::Logits { values, .. } => softmax(values.get(), params),
+            Input::Logits(values) => softmax(values.get(), params),
             Input::LogProbs { values: LogProbsIn::F32(lp), .. } => softmax(Logits::F32(lp), unit),
             Input::LogProbs { values: LogProbsIn::F64(lp), .. } => {
                 softmax(Logits::F32(&lp.iter().map(|&x| x as f32).collect()), unit)

@@ -17,12 +17,32 @@ use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    give_vulkan_a_runtime_dir();
     let Command::Sample(args) = Cli::parse().command;
     match sample(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Mesa's Vulkan device-select layer looks for a Wayland display to learn which GPU drives it, and
+/// where `XDG_RUNTIME_DIR` is unset (a headless machine, a container) libwayland prints an error
+/// line although nothing is wrong. Give it what it asks for: a private runtime folder of this
+/// user's, where no display listens, so the layer goes on quietly. Called first in `main`, before
+/// any thread exists to read the environment.
+fn give_vulkan_a_runtime_dir() {
+    #[cfg(target_os = "linux")]
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else { return };
+        let dir = std::env::temp_dir().join(format!("sampling-kernels-runtime-{uid}"));
+        // Made once; afterwards used only while it is still this user's and no one else's.
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+        if std::fs::metadata(&dir).is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0) {
+            std::env::set_var("XDG_RUNTIME_DIR", &dir);
         }
     }
 }
@@ -40,16 +60,35 @@ struct Job<'a> {
 struct Token {
     row: usize,
     token: u32,
+    status: Status,
     /// `null` where it is `-inf` (JSON has no infinities).
     #[serde(skip_serializing_if = "Option::is_none")]
     logprob: Option<f32>,
+}
+
+/// Whether a row had anything to sample: a row of NaN or -inf has not, and its token 0 is no draw.
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Status {
+    Ok,
+    NothingToSample,
+}
+
+impl Status {
+    fn of(word: u32) -> Self {
+        if word == 0 {
+            Status::NothingToSample
+        } else {
+            Status::Ok
+        }
+    }
 }
 
 fn sample(args: &SampleArgs) -> Result<()> {
     let (path, role) = args.input().context("one of --logits, --probs or --logprobs is required")?;
     let tensor = tensor::load(path, args.tensor.as_deref())?;
     let (batch, vocab) = (tensor.batch, tensor.vocab);
-    let input = Input::new(role, tensor, args.seeded, args.mode())?;
+    let input = Input::new(role, tensor, args.mode())?;
     let job = Job { args, input, vocab, rows: args.rows(batch)? };
     match args.backend {
         BackendChoice::Cpu => job.run(&CpuBackend),
@@ -76,10 +115,10 @@ impl Job<'_> {
         match self.args.draws {
             None => {
                 let device = self.input.upload(backend)?;
-                let (tokens, logprobs) = device.sample(backend, self.vocab, &self.rows, self.args.return_logprob)?;
-                for (row, &token) in tokens.iter().enumerate() {
-                    let logprob = logprobs.as_ref().map(|lp| lp[row]);
-                    json_line(&mut out, &Token { row, token, logprob })?;
+                let got = device.sample(backend, self.vocab, &self.rows, self.args.return_logprob)?;
+                for (row, (&token, &status)) in got.tokens.iter().zip(&got.status).enumerate() {
+                    let logprob = got.logprobs.as_ref().map(|lp| lp[row]);
+                    json_line(&mut out, &Token { row, token, status: Status::of(status), logprob })?;
                 }
             }
             Some(draws) => {
