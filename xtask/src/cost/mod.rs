@@ -124,6 +124,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<(), String> {
     }
     let out = root.join("bench-results").join("model");
     std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
+    report::hardware(&counted);
     report::kernels(&counted);
     if calibrate {
         let measured = root.join("bench-results").join("h200").join("cuda.csv");

@@ -62,15 +62,17 @@ impl Kernel {
         (0..passes as usize).filter_map(|i| per.get(i).or(per.first())).fold(Counts::default(), |acc, c| acc.plus(c))
     }
 
+    /// The loop that costs most per column.
+    pub fn hot_loop(&self) -> Option<&Loop> {
+        self.loops.iter().max_by(|a, b| {
+            let per = |l: &Loop| l.common.total() / self.columns_per_iteration(l);
+            per(a).total_cmp(&per(b))
+        })
+    }
+
     /// Columns a thread covers in one iteration of its costliest loop.
     fn hot_columns(&self) -> f64 {
-        self.loops
-            .iter()
-            .max_by(|a, b| {
-                let per = |l: &Loop| l.common.total() / self.columns_per_iteration(l);
-                per(a).total_cmp(&per(b))
-            })
-            .map_or(1.0, |l| self.columns_per_iteration(l))
+        self.hot_loop().map_or(1.0, |l| self.columns_per_iteration(l))
     }
 }
 
@@ -118,7 +120,16 @@ pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64) -> Modell
     let conc = k.resident.max(1).min(per_sm);
     let rounds = per_sm.div_ceil(conc) as f64;
     let warm = fits_l2(hw, total_input);
-    let latency = if warm { hw.l2_latency.value } else { hw.dram_latency.value };
+    // The rows being worked on at once: a pass after a row's first finds it in L2 when they fit.
+    let resident_rows = (sms * conc) as f64 * l.columns as f64 * k.elem;
+    let again_in_l2 = warm || fits_l2(hw, resident_rows);
+    let passes = l.passes.max(1) as f64;
+    let latency = if warm {
+        hw.l2_latency.value
+    } else {
+        let again = if again_in_l2 { hw.l2_latency.value } else { hw.dram_latency.value };
+        (hw.dram_latency.value + (passes - 1.0) * again) / passes
+    };
 
     let per_col = k.per_column(l.passes);
     let cols_per_iter = k.hot_columns();
@@ -152,13 +163,8 @@ pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64) -> Modell
         // The first pass from DRAM; later passes over a row find it in L2 when the rows being
         // worked on at once fit.
         let first = l.read / l.passes.max(1) as f64;
-        let resident_rows = (sms * conc) as f64 * l.columns as f64 * k.elem;
         let again = l.read - first;
-        let again_us = if fits_l2(hw, resident_rows) {
-            again / (hw.l2_gbps.value * 1e3)
-        } else {
-            again / (hw.dram_gbps.value * 1e3)
-        };
+        let again_us = if again_in_l2 { again / (hw.l2_gbps.value * 1e3) } else { again / (hw.dram_gbps.value * 1e3) };
         (first + l.written) / (hw.dram_gbps.value * 1e3) + again_us
     };
     let work = sm_us.max(mem_us);
@@ -182,11 +188,15 @@ pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64) -> Modell
 pub fn call(hw: &Hardware, launches: &[(Launch, &Kernel)], total_input: f64) -> (f64, Bound, Vec<Modelled>) {
     let each: Vec<Modelled> = launches.iter().map(|(l, k)| launch(hw, k, l, total_input)).collect();
     let us = hw.first_launch_us.value - hw.launch_us.value + each.iter().map(|m| m.us).sum::<f64>();
-    let longest = each.iter().max_by(|a, b| a.us.total_cmp(&b.us));
-    let launch_share = hw.launch_us.value * each.len() as f64;
-    let bound = match longest {
-        Some(m) if launch_share < m.us => m.bound,
-        _ => Bound::Launch,
-    };
+    // The bound under which most of the call's time is spent (a launch's floor counts as launches).
+    let mut spent: Vec<(Bound, f64)> = Vec::new();
+    for m in &each {
+        let b = if m.us <= hw.launch_us.value { Bound::Launch } else { m.bound };
+        match spent.iter_mut().find(|(x, _)| *x == b) {
+            Some((_, t)) => *t += m.us,
+            None => spent.push((b, m.us)),
+        }
+    }
+    let bound = spent.iter().max_by(|a, b| a.1.total_cmp(&b.1)).map_or(Bound::Launch, |(b, _)| *b);
     (us, bound, each)
 }

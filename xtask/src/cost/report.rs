@@ -19,6 +19,8 @@ struct Row {
     per_column: Counts,
     main: String,
     occupancy: f64,
+    /// SMs the main launch gives work to.
+    busy_sms: u32,
     us: f64,
     bound: Bound,
 }
@@ -34,8 +36,12 @@ fn modelled(hw: &Hardware, kernels: &[Kernel], call: Call, shape: Shape, era: Er
         launches.iter().map(|l| Ok((l.clone(), find(&l.kernel)?))).collect::<Result<_, String>>()?;
     let input = shape.batch as f64 * shape.vocab as f64 * shape.elem as f64;
     let (us, bound, each) = model::call(hw, &pairs, input);
-    let (main, _) =
-        pairs.iter().zip(&each).max_by(|a, b| a.1.us.total_cmp(&b.1.us)).map(|(p, _)| p).expect("a call has a launch");
+    let (main, busy_sms) = pairs
+        .iter()
+        .zip(&each)
+        .max_by(|a, b| a.1.us.total_cmp(&b.1.us))
+        .map(|(p, m)| (&p.0, m.busy_sms))
+        .expect("a call has a launch");
     let passes: u32 = pairs.iter().filter(|(l, _)| l.kernel == main.kernel).map(|(l, _)| l.passes).sum();
     Ok(Row {
         launches: pairs.len(),
@@ -44,6 +50,7 @@ fn modelled(hw: &Hardware, kernels: &[Kernel], call: Call, shape: Shape, era: Er
         per_column: main_kernel(&pairs, &main.kernel).per_column(passes.max(1)),
         main: main.kernel.clone(),
         occupancy: main_kernel(&pairs, &main.kernel).occupancy,
+        busy_sms,
         us,
         bound,
     })
@@ -61,11 +68,41 @@ fn pipes_csv(c: &Counts) -> String {
     c.by_pipe.iter().map(|v| format!("{v:.2}")).collect::<Vec<_>>().join(",")
 }
 
+/// The hardware table, each figure with its source.
+pub fn hardware(counted: &[Counted]) {
+    println!("Hardware figures (modelled targets)");
+    println!("| figure | target | value | source |");
+    println!("|---|---|---|---|");
+    for c in counted {
+        let hw = c.hw;
+        let rows = [
+            ("SMs", hw.sms),
+            ("SM clock, GHz", hw.clock_ghz),
+            ("DRAM streaming read, GB/s", hw.dram_gbps),
+            ("L2 read, GB/s", hw.l2_gbps),
+            ("L2 bytes", hw.l2_bytes),
+            ("L2 hit latency, clocks", hw.l2_latency),
+            ("DRAM latency, clocks", hw.dram_latency),
+            ("launch interval, µs", hw.launch_us),
+            ("a call's first launch, µs", hw.first_launch_us),
+            ("dependent issue, clocks", hw.dependent_issue),
+            ("warp instructions issued per clock", hw.issue_per_clock),
+        ];
+        let lanes = PIPES.iter().map(|&p| (p.name(), hw.lanes[p as usize]));
+        for (name, f) in rows.into_iter().chain(lanes) {
+            println!("| {name} | {} | {} | {} |", hw.name, f.value, f.source);
+        }
+    }
+}
+
 /// The loops of every kernel: per column, by pipe, on its common path and off it.
 pub fn kernels(counted: &[Counted]) {
     println!("Kernels: streaming loops counted from SASS, per column (per thread), by pipe");
-    println!("| kernel | target | registers | shared B | blocks/SM | occupancy | loops | per column, costliest loop ({}) | off the common path, per column | rate |", pipes_header());
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| kernel | target | registers | shared B | blocks/SM | occupancy | loops (costliest) | per column, costliest loop ({}) | round trips per column | off the common path, per column | rate |",
+        pipes_header()
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for c in counted {
         for k in &c.kernels {
             let hot = k.per_column(1);
@@ -74,8 +111,9 @@ pub fn kernels(counted: &[Counted]) {
                 .iter()
                 .map(|l| l.rare().scaled(1.0 / (l.common.load_bytes / k.elem).max(1.0)).total())
                 .fold(0.0, f64::max);
+            let range = k.hot_loop().map_or(String::new(), |l| format!(" ({:#x}-{:#x})", l.start, l.end));
             println!(
-                "| {} | {} | {} | {} | {} | {:.0}% | {} | {:.1} ({}) | {rare:.1} | {} |",
+                "| {} | {} | {} | {} | {} | {:.0}% | {}{range} | {:.1} ({}) | {:.2} | {rare:.1} | {} |",
                 k.name,
                 c.hw.name,
                 k.registers,
@@ -85,6 +123,7 @@ pub fn kernels(counted: &[Counted]) {
                 k.loops.len(),
                 hot.total(),
                 pipes_csv(&hot),
+                hot.round_trips,
                 model::rare_rate(&k.name).0
             );
         }
@@ -97,12 +136,12 @@ const VOCAB: u32 = 151936;
 /// Every call at 1, 32 and 256 x 151936, f32 and bf16, on both targets: printed and written.
 pub fn calls(counted: &[Counted], csv: &Path) -> Result<(), String> {
     let mut out = format!(
-        "call,dtype,batch,vocab,target,launches,bytes_read,bytes_written,main_kernel,{},occupancy,modelled_us,bound\n",
+        "call,dtype,batch,vocab,target,launches,bytes_read,bytes_written,main_kernel,{},occupancy,busy_sms,modelled_us,bound\n",
         PIPES.iter().map(|p| format!("per_col_{}", p.name())).collect::<Vec<_>>().join(",")
     );
     println!("\nCalls, modelled (not measured): the launches of today's host plan");
-    println!("| call | shape | target | MB moved | instr/column (main kernel) | occupancy | modelled µs | bound by |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| call | shape | target | launches | MB moved | instr/column, all passes (main kernel) | occupancy | SMs busy | modelled µs | bound by |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for call in Call::all() {
         for (dtype, elem) in [("f32", 4), ("bf16", 2)] {
             if call == Call::RaceProbs && dtype == "bf16" {
@@ -113,18 +152,21 @@ pub fn calls(counted: &[Counted], csv: &Path) -> Result<(), String> {
                     let shape = Shape { batch, vocab: VOCAB, elem, dtype };
                     let r = modelled(c.hw, &c.kernels, call, shape, Era::Current)?;
                     println!(
-                        "| {} | {batch} x {VOCAB} {dtype} | {} | {:.1} | {:.1} | {:.0}% | {:.1} | {} |",
+                        "| {} | {batch} x {VOCAB} {dtype} | {} | {} | {:.1} | {:.1} ({}) | {:.0}% | {} | {:.1} | {} |",
                         call.name(),
                         c.hw.name,
+                        r.launches,
                         (r.read + r.written) / 1e6,
                         r.per_column.total(),
+                        r.main,
                         r.occupancy * 100.0,
+                        r.busy_sms,
                         r.us,
                         r.bound.name()
                     );
                     writeln!(
                         out,
-                        "{},{dtype},{batch},{VOCAB},{},{},{:.0},{:.0},{},{},{:.3},{:.2},{}",
+                        "{},{dtype},{batch},{VOCAB},{},{},{:.0},{:.0},{},{},{:.3},{},{:.2},{}",
                         call.name(),
                         c.hw.name,
                         r.launches,
@@ -133,6 +175,7 @@ pub fn calls(counted: &[Counted], csv: &Path) -> Result<(), String> {
                         r.main,
                         pipes_csv(&r.per_column),
                         r.occupancy,
+                        r.busy_sms,
                         r.us,
                         r.bound.name()
                     )
