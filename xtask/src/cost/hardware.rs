@@ -56,6 +56,24 @@ impl Hardware {
     }
 }
 
+/// Lanes per SM per clock by pipe: the Programming Guide's table, where the targets differ in
+/// FP32 and FP64 only; the rest are the same on sm_75 and sm_90.
+const fn lanes(fp32: f64, fp64: f64) -> [Figure; 11] {
+    [
+        fig(fp32, GUIDE),
+        fig(64.0, GUIDE), // INT32 add, compare, shift, logic, multiply-add
+        fig(16.0, GUIDE), // MUFU
+        fig(fp64, GUIDE),
+        fig(16.0, GUIDE), // conversions
+        fig(32.0, "assumption: L1 returns one 128-byte wavefront per clock (32 lanes of 4 bytes); see model.rs"),
+        fig(32.0, "assumption: as loads"),
+        fig(32.0, "shared memory: 32 banks of 4 bytes per clock"),
+        fig(32.0, GUIDE), // shuffles
+        fig(16.0, "assumption: barriers at half the shuffle rate"),
+        fig(128.0, "scheduler issue rate (4 x 32 lanes)"),
+    ]
+}
+
 pub const T4: Hardware = Hardware {
     name: "T4",
     target: Target::Sm75,
@@ -64,25 +82,13 @@ pub const T4: Hardware = Hardware {
     dram_gbps: fig(320.0 * 0.85, "320 GB/s GDDR6 (HARDWARE.md) x 0.85, the share of nominal a streaming read reaches on the H200 (3.89 / 4.8 TB/s, RRZE gpu-benches); assumed alike"),
     l2_gbps: fig(320.0 * 0.85 * 2.0, "assumption: twice DRAM (no T4 L2 figure in HARDWARE.md)"),
     l2_bytes: fig(4.0e6, HW),
-    l2_latency: fig(200.0, "assumption: about 200 cycles (Turing microbenchmarks, Jia et al. 2019, order of magnitude)"),
-    dram_latency: fig(450.0, "assumption: about 450 cycles (Turing microbenchmarks, Jia et al. 2019, order of magnitude)"),
+    l2_latency: fig(200.0, "assumption, not checked against a source: about 200 clocks"),
+    dram_latency: fig(450.0, "assumption, not checked against a source: about 450 clocks"),
     launch_us: fig(2.5, "H200 figure (RRZE gpu-benches gpu-small-kernels, in a stream), assumed alike"),
     first_launch_us: fig(5.0, "as the H200's"),
-    dependent_issue: fig(4.0, "4 clocks dependent-issue latency of FP32 and INT32 on Volta and later (Jia et al., Dissecting the NVIDIA Volta/Turing GPU architecture via microbenchmarking, 2018/2019)"),
+    dependent_issue: fig(4.0, "assumption: 4 clocks, the dependent-issue latency of FP32/INT32 reported for Volta and Turing by microbenchmarks (Jia et al. 2018, 2019), taken for Hopper too"),
     issue_per_clock: fig(4.0, HW),
-    lanes: [
-        fig(64.0, GUIDE),  // FP32
-        fig(64.0, GUIDE),  // INT32
-        fig(16.0, GUIDE),  // MUFU
-        fig(2.0, GUIDE),   // FP64
-        fig(16.0, GUIDE),  // conversions
-        fig(32.0, "assumption: one warp's load instruction per clock per SM (32 LSU lanes)"),
-        fig(32.0, "assumption: as loads"),
-        fig(32.0, "shared memory: 32 banks of 4 bytes per clock"),
-        fig(32.0, GUIDE), // shuffles
-        fig(16.0, "assumption: barriers at half the shuffle rate"),
-        fig(128.0, "scheduler issue rate (4 x 32 lanes)"),
-    ],
+    lanes: lanes(64.0, 2.0),
 };
 
 pub const H200: Hardware = Hardware {
@@ -91,27 +97,15 @@ pub const H200: Hardware = Hardware {
     sms: fig(132.0, HW),
     clock_ghz: fig(1.98, "HARDWARE.md (read on the lent machine)"),
     dram_gbps: fig(3890.0, "HARDWARE.md: a streaming read reaches about 3.89 TB/s (RRZE gpu-benches); 4.8 TB/s nominal"),
-    l2_gbps: fig(7000.0, "assumption: under twice the streaming DRAM read (RRZE gpu-benches show H100 L2 reads at about 2x DRAM)"),
+    l2_gbps: fig(7000.0, "assumption: under twice the streaming DRAM read"),
     l2_bytes: fig(50.0e6, HW),
-    l2_latency: fig(270.0, "assumption: about 270 cycles (H100 L2 hit, chipsandcheese 2023 'Nvidia's H100: funny L2', order of magnitude)"),
-    dram_latency: fig(700.0, "assumption: about 700 cycles (H100 HBM, chipsandcheese 2023, order of magnitude)"),
+    l2_latency: fig(270.0, "assumption, not checked against a source: about 270 clocks (an H100-class L2 hit)"),
+    dram_latency: fig(700.0, "assumption, not checked against a source: about 700 clocks (HBM)"),
     launch_us: fig(2.5, "HARDWARE.md: a small kernel every 2.5 us in a plain stream (RRZE gpu-benches)"),
     first_launch_us: fig(5.0, "assumption: the launch (2.5 us) plus the events' start and end around a call and the grid's ramp, about as much again"),
-    dependent_issue: fig(4.0, "4 clocks dependent-issue latency of FP32 and INT32 on Volta and later (Jia et al., Dissecting the NVIDIA Volta/Turing GPU architecture via microbenchmarking, 2018/2019)"),
+    dependent_issue: fig(4.0, "assumption: 4 clocks, the dependent-issue latency of FP32/INT32 reported for Volta and Turing by microbenchmarks (Jia et al. 2018, 2019), taken for Hopper too"),
     issue_per_clock: fig(4.0, HW),
-    lanes: [
-        fig(128.0, GUIDE), // FP32
-        fig(64.0, GUIDE),  // INT32
-        fig(16.0, GUIDE),  // MUFU
-        fig(64.0, GUIDE),  // FP64
-        fig(16.0, GUIDE),  // conversions
-        fig(32.0, "assumption: one warp's load instruction per clock per SM (32 LSU lanes)"),
-        fig(32.0, "assumption: as loads"),
-        fig(32.0, "shared memory: 32 banks of 4 bytes per clock"),
-        fig(32.0, GUIDE), // shuffles
-        fig(16.0, "assumption: barriers at half the shuffle rate"),
-        fig(128.0, "scheduler issue rate (4 x 32 lanes)"),
-    ],
+    lanes: lanes(128.0, 64.0),
 };
 
 pub const TARGETS: [&Hardware; 2] = [&T4, &H200];
