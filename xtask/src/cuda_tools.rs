@@ -1,5 +1,5 @@
-//! Finding NVRTC and ptxas without a CUDA install: the `nvidia-cuda-nvrtc` and
-//! `nvidia-cuda-nvcc` wheels, `CUDA_HOME`, or `/usr/local/cuda`.
+//! Finding NVRTC, ptxas, nvcc and cuobjdump without a CUDA install: the `nvidia-cuda-nvrtc`,
+//! `nvidia-cuda-nvcc` and `nvidia-cuda-cuobjdump` wheels, `CUDA_HOME`, or `/usr/local/cuda`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -44,7 +44,11 @@ impl Tools {
         parts.join(":")
     }
     pub fn ptxas(&self) -> Option<PathBuf> {
-        self.bin_dirs.iter().map(|d| d.join("ptxas")).find(|p| p.exists())
+        self.bin("ptxas")
+    }
+    /// The first `name` in the tool folders.
+    pub fn bin(&self, name: &str) -> Option<PathBuf> {
+        self.bin_dirs.iter().map(|d| d.join(name)).find(|p| p.exists())
     }
 }
 

@@ -4,8 +4,11 @@
 //! - `test [cargo test args]`: every test, then a table of backends, devices and checks run.
 //! - `bundle-device`: release test binaries and a script for the GPU machine, in `dist/device/`.
 //! - `ptx-report`: registers, shared memory, spills and occupancy of every kernel (NVRTC + ptxas).
+//! - `cost [--check] [--calibrate] [--kernels DIR]`: the modelled time of every kernel on a T4 and
+//!   an H200, from its SASS (nvcc + cuobjdump); see `cost/mod.rs`.
 
 mod bundle;
+mod cost;
 mod cuda;
 mod cuda_tools;
 mod gen;
@@ -37,9 +40,10 @@ fn main() -> ExitCode {
             }
             ptx_report::run()
         }
+        Some("cost") => cost::run(&root(), &args[1..]),
         Some("bundle-device") => bundle::run(&root()),
         Some("test") => test_runner::run(&root(), &args[1..]),
-        _ => Err("usage: cargo xtask gen [--check] | test [args] | ptx-report | bundle-device".to_string()),
+        _ => Err("usage: cargo xtask gen [--check] | test [args] | ptx-report | cost [--check] [--calibrate] [--kernels DIR] | bundle-device".to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

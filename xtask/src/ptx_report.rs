@@ -7,18 +7,18 @@ use crate::tuning::{self, Target};
 use crate::{cuda, cuda_tools, kernels};
 use std::process::Command;
 
-struct Sm {
-    target: Target,
-    arch: &'static str,
+pub struct Sm {
+    pub target: Target,
+    pub arch: &'static str,
     virtual_arch: &'static str,
     /// Registers per SM, resident threads, resident blocks, shared memory per SM.
     regs: u32,
-    threads: u32,
+    pub threads: u32,
     blocks: u32,
     smem: u32,
 }
 
-const SMS: [Sm; 2] = [
+pub const SMS: [Sm; 2] = [
     Sm {
         target: Target::Sm75,
         arch: "sm_75",
@@ -48,7 +48,7 @@ pub struct Usage {
 }
 
 /// Reads `ptxas -v` output.
-fn parse(text: &str) -> Usage {
+pub fn parse(text: &str) -> Usage {
     let mut u = Usage::default();
     let num_before = |line: &str, key: &str| -> Option<u32> {
         let at = line.find(key)?;
@@ -80,7 +80,7 @@ fn float64_ops(ptx: &str) -> usize {
 
 /// Resident blocks per SM and the share of warp slots they fill, limited by registers (allocated
 /// per warp in units of 256), threads, blocks and shared memory.
-fn occupancy(sm: &Sm, block: u32, u: &Usage) -> (u32, f64) {
+pub fn occupancy(sm: &Sm, block: u32, u: &Usage) -> (u32, f64) {
     let warps = block / 32;
     let regs_per_warp = (u.registers.max(1) * 32).next_multiple_of(256);
     let by_regs = (sm.regs / regs_per_warp) / warps;

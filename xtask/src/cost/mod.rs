@@ -1,0 +1,136 @@
+//! `cargo xtask cost`: a cost model of the generated CUDA kernels on a T4 (sm_75) and an H200
+//! (sm_90), built from their SASS, so kernel changes can be judged without a GPU. Every figure
+//! it prints is modelled, never measured.
+//!
+//! - `cargo xtask cost`: compile every `kernels/*.cu` for both targets, count the streaming loops,
+//!   print the kernel and call tables, write `bench-results/model/cost.csv`.
+//! - `--kernels DIR`: the kernels of another folder (an older commit's, extracted with `git archive`).
+//! - `--calibrate`: model the calls of the 2026-11-30 H200 run (`bench-results/h200/cuda.csv`)
+//!   with the launch plan of f09f138, the commit it measured, beside the measured figures; writes
+//!   `bench-results/model/calibration-h200.csv`. Use it with that commit's kernels.
+//! - `--check`: fail when a kernel cannot be compiled or parsed, or has no streaming loop; write nothing.
+
+mod compile;
+mod hardware;
+mod model;
+mod plan;
+mod report;
+mod sass;
+
+use crate::ptx_report::{self, SMS};
+use crate::{cuda_tools, tuning};
+use hardware::Hardware;
+use model::Kernel;
+use std::path::{Path, PathBuf};
+
+/// Bytes of one column of what a kernel's streaming loops read, from its name.
+fn element_bytes(name: &str) -> f64 {
+    if name.ends_with("_f64") {
+        8.0
+    } else if name.ends_with("_bf16") || name.ends_with("_f16") {
+        2.0
+    } else {
+        4.0
+    }
+}
+
+/// The kernel header's `passes over each row: N`.
+fn header_passes(source: &str) -> Option<u32> {
+    source.lines().take(8).find_map(|l| l.strip_prefix("// passes over each row: ")?.trim().parse().ok())
+}
+
+/// Every kernel of `dir` compiled and counted for `hw`.
+struct Counted {
+    hw: &'static Hardware,
+    kernels: Vec<Kernel>,
+}
+
+fn count_all(dir: &Path, compiler: &compile::Compiler, check: &mut Vec<String>) -> Result<Vec<Counted>, String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "cu"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(format!("no .cu kernels in {}", dir.display()));
+    }
+    let mut out = Vec::new();
+    for hw in hardware::TARGETS {
+        let sm = SMS.iter().find(|s| s.target == hw.target).expect("both targets have an SM row");
+        let block = tuning::get(hw.target).block;
+        // Two compilers at once: the machines this runs on have two cores.
+        let jobs: Vec<Result<compile::Compiled, String>> = std::thread::scope(|s| {
+            let chunks: Vec<&[PathBuf]> = files.chunks(files.len().div_ceil(2)).collect();
+            let handles: Vec<_> = chunks
+                .into_iter()
+                .map(|c| s.spawn(move || c.iter().map(|f| compiler.compile(f, sm)).collect::<Vec<_>>()))
+                .collect();
+            handles.into_iter().flat_map(|h| h.join().expect("compile thread")).collect()
+        });
+        let mut kernels = Vec::new();
+        for (file, job) in files.iter().zip(jobs) {
+            let name = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+            let compiled = match job {
+                Ok(c) => c,
+                Err(e) => {
+                    check.push(e);
+                    continue;
+                }
+            };
+            let functions = sass::parse(&compiled.sass);
+            let Some(f) = functions.iter().find(|f| f.name == name) else {
+                check.push(format!("{name} {}: no function `{name}` in its SASS", sm.arch));
+                continue;
+            };
+            let loops = f.streaming_loops();
+            let passes = header_passes(&std::fs::read_to_string(file).unwrap_or_default()).unwrap_or(0);
+            if passes > 0 && loops.is_empty() {
+                check
+                    .push(format!("{name} {}: no streaming loop found (a backward branch over global loads)", sm.arch));
+            }
+            let (resident, occupancy) = ptx_report::occupancy(sm, block, &compiled.usage);
+            kernels.push(Kernel {
+                elem: element_bytes(&name),
+                name,
+                loops,
+                registers: compiled.usage.registers,
+                shared: compiled.usage.shared,
+                block,
+                resident,
+                occupancy,
+            });
+        }
+        out.push(Counted { hw, kernels });
+    }
+    Ok(out)
+}
+
+pub fn run(root: &Path, args: &[String]) -> Result<(), String> {
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
+    let dir = value("--kernels").map_or(root.join("kernels"), PathBuf::from);
+    let check = args.iter().any(|a| a == "--check");
+    let calibrate = args.iter().any(|a| a == "--calibrate");
+    let compiler = compile::Compiler::new(&cuda_tools::find(), root.join("target").join("cost"))?;
+    let mut problems = Vec::new();
+    let counted = count_all(&dir, &compiler, &mut problems)?;
+    if !problems.is_empty() {
+        return Err(format!("cost model: {} problem(s):\n{}", problems.len(), problems.join("\n")));
+    }
+    if check {
+        let n: usize = counted.iter().map(|c| c.kernels.len()).sum();
+        println!("cost --check: {n} kernel builds parsed, every row kernel's streaming loop found");
+        return Ok(());
+    }
+    let out = root.join("bench-results").join("model");
+    std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
+    report::hardware(&counted);
+    report::kernels(&counted);
+    if calibrate {
+        let measured = root.join("bench-results").join("h200").join("cuda.csv");
+        let h200 = counted.iter().find(|c| c.hw.name == "H200").expect("H200 is a target");
+        report::calibration(h200.hw, &h200.kernels, &measured, &out.join("calibration-h200.csv"))
+    } else {
+        report::calls(&counted, &out.join("cost.csv"))
+    }
+}

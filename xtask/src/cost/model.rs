@@ -1,0 +1,202 @@
+//! The time of one call, modelled from a kernel's counted loops, its occupancy and the hardware
+//! table; never measured.
+//!
+//! A launch of `g` workgroups on `n` SMs: the busiest SM gets `ceil(g / n)` of them and runs
+//! `k = min(resident, ceil(g / n))` at once. Each thread's iteration of a streaming loop costs the
+//! SM `max(issue, latency)`: issue is the `k` blocks' threads' instructions over each pipe's lanes
+//! (and over the schedulers' issue rate), latency is one load's round trip plus the warp's own
+//! instructions (a loop's loads are not issued ahead of the previous iteration's use). The whole
+//! device is also bound by the bytes moved over DRAM or L2 bandwidth. A call costs a fixed
+//! overhead and, per launch, the larger of its work and the launch interval of a stream.
+
+use super::hardware::Hardware;
+use super::plan::Launch;
+use super::sass::{Counts, Loop, Pipe, PIPES};
+
+/// What the model knows of one kernel on one target.
+pub struct Kernel {
+    pub name: String,
+    pub loops: Vec<Loop>,
+    /// Bytes of one column of what its streaming loops read.
+    pub elem: f64,
+    pub registers: u32,
+    pub shared: u32,
+    pub block: u32,
+    /// Resident blocks per SM and the share of warp slots they fill.
+    pub resident: u32,
+    pub occupancy: f64,
+}
+
+/// Rates at which the instructions off a loop's common path run, per column, with the reason.
+pub fn rare_rate(kernel: &str) -> (f64, &'static str) {
+    if kernel.starts_with("race_logits") || kernel.starts_with("sample_") {
+        (0.01, "assumed: the fast-log screen sends about 1 column in 100 to the exact rescoring")
+    } else if kernel.starts_with("filter_") {
+        (
+            0.133,
+            "assumed: a digit pass lists the columns matching the select's prefix, all of them at the first \
+             pass and 1/16 fewer at each of the next (mean over 8 passes of 16^-k)",
+        )
+    } else {
+        (0.0, "none counted: the branches off the common path are error and subnormal paths")
+    }
+}
+
+impl Kernel {
+    /// Columns one iteration of `l` covers: the bytes its loads read over a column's bytes.
+    fn columns_per_iteration(&self, l: &Loop) -> f64 {
+        (l.common.load_bytes / self.elem).max(1.0)
+    }
+
+    /// The instructions per column (per thread) of `passes` passes: the loops that cost most per
+    /// column first, the costliest again where the kernel makes more passes than it has loops
+    /// (a digit pass's loop runs once per digit). Includes the rare paths at their rate.
+    pub fn per_column(&self, passes: u32) -> Counts {
+        let (rate, _) = rare_rate(&self.name);
+        let mut per: Vec<Counts> = self
+            .loops
+            .iter()
+            .map(|l| l.common.plus(&l.rare().scaled(rate)).scaled(1.0 / self.columns_per_iteration(l)))
+            .collect();
+        per.sort_by(|a, b| b.total().total_cmp(&a.total()));
+        (0..passes as usize).filter_map(|i| per.get(i).or(per.first())).fold(Counts::default(), |acc, c| acc.plus(c))
+    }
+
+    /// The loop that costs most per column.
+    pub fn hot_loop(&self) -> Option<&Loop> {
+        self.loops.iter().max_by(|a, b| {
+            let per = |l: &Loop| l.common.total() / self.columns_per_iteration(l);
+            per(a).total_cmp(&per(b))
+        })
+    }
+
+    /// Columns a thread covers in one iteration of its costliest loop.
+    fn hot_columns(&self) -> f64 {
+        self.hot_loop().map_or(1.0, |l| self.columns_per_iteration(l))
+    }
+}
+
+/// What bounds a launch or a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bound {
+    Dram,
+    L2,
+    Latency,
+    Issue(Pipe),
+    Launch,
+}
+
+impl Bound {
+    pub fn name(self) -> String {
+        match self {
+            Bound::Dram => "memory (DRAM)".into(),
+            Bound::L2 => "memory (L2)".into(),
+            Bound::Latency => "load latency".into(),
+            Bound::Issue(Pipe::Other) => "issue".into(),
+            Bound::Issue(p) => format!("{} pipe", p.name()),
+            Bound::Launch => "launches".into(),
+        }
+    }
+}
+
+/// One launch, modelled.
+pub struct Modelled {
+    pub us: f64,
+    pub bound: Bound,
+    /// SMs with work, of the device's.
+    pub busy_sms: u32,
+}
+
+/// Whether the bytes a pass reads are in L2: the benchmark reads the same input call after call,
+/// so an input that fits stays there.
+fn fits_l2(hw: &Hardware, bytes: f64) -> bool {
+    bytes <= hw.l2_bytes.value
+}
+
+pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64) -> Modelled {
+    let sms = hw.sms.value as u32;
+    let clock = hw.clock_ghz.value * 1e3; // cycles per microsecond
+    let per_sm = l.groups.div_ceil(sms);
+    let conc = k.resident.max(1).min(per_sm);
+    let rounds = per_sm.div_ceil(conc) as f64;
+    let warm = fits_l2(hw, total_input);
+    // The rows being worked on at once: a pass after a row's first finds it in L2 when they fit.
+    let resident_rows = (sms * conc) as f64 * l.columns as f64 * k.elem;
+    let again_in_l2 = warm || fits_l2(hw, resident_rows);
+    let passes = l.passes.max(1) as f64;
+    let latency = if warm {
+        hw.l2_latency.value
+    } else {
+        let again = if again_in_l2 { hw.l2_latency.value } else { hw.dram_latency.value };
+        (hw.dram_latency.value + (passes - 1.0) * again) / passes
+    };
+
+    let per_col = k.per_column(l.passes);
+    let cols_per_iter = k.hot_columns();
+    let iter_instr = per_col.total() * cols_per_iter;
+    let threads = (conc * k.block) as f64;
+    // Cycles the SM needs to issue one iteration of every resident thread, by pipe.
+    let (issue, pipe) = PIPES
+        .iter()
+        .map(|&p| {
+            let lanes = match p {
+                Pipe::Other => hw.issue_per_clock.value * 32.0,
+                // A warp's load spans 32 threads x 4 columns x elem bytes: elem wavefronts of
+                // 128 B through L1, one wavefront per clock.
+                Pipe::Ldg => hw.lanes(p) / k.elem.max(1.0),
+                _ => hw.lanes(p),
+            };
+            (threads * per_col.get(p) * cols_per_iter / lanes, p)
+        })
+        .chain(std::iter::once((threads * iter_instr / (hw.issue_per_clock.value * 32.0), Pipe::Other)))
+        .fold((0.0, Pipe::Other), |a, b| if b.0 > a.0 { b } else { a });
+    let wait = (per_col.round_trips * cols_per_iter).max(1.0) * latency + hw.dependent_issue.value * iter_instr;
+    let iterations = (l.columns as f64 / (k.block as f64 * cols_per_iter)).ceil();
+    // Each round also waits for its first loads and its last stores (two DRAM round trips).
+    let sm_cycles = rounds * (iterations * issue.max(wait) + 2.0 * hw.dram_latency.value);
+    let sm_us = sm_cycles / clock;
+
+    let bytes = l.read + l.written;
+    let mem_us = if warm {
+        bytes / (hw.l2_gbps.value * 1e3)
+    } else {
+        // The first pass from DRAM; later passes over a row find it in L2 when the rows being
+        // worked on at once fit.
+        let first = l.read / l.passes.max(1) as f64;
+        let again = l.read - first;
+        let again_us = if again_in_l2 { again / (hw.l2_gbps.value * 1e3) } else { again / (hw.dram_gbps.value * 1e3) };
+        (first + l.written) / (hw.dram_gbps.value * 1e3) + again_us
+    };
+    let work = sm_us.max(mem_us);
+    let bound = if l.columns == 0 || work < hw.launch_us.value {
+        Bound::Launch
+    } else if mem_us > sm_us {
+        if warm {
+            Bound::L2
+        } else {
+            Bound::Dram
+        }
+    } else if issue >= wait {
+        Bound::Issue(pipe)
+    } else {
+        Bound::Latency
+    };
+    Modelled { us: work.max(hw.launch_us.value), bound, busy_sms: l.groups.min(sms) }
+}
+
+/// A call: the fixed overhead, then each launch.
+pub fn call(hw: &Hardware, launches: &[(Launch, &Kernel)], total_input: f64) -> (f64, Bound, Vec<Modelled>) {
+    let each: Vec<Modelled> = launches.iter().map(|(l, k)| launch(hw, k, l, total_input)).collect();
+    let us = hw.first_launch_us.value - hw.launch_us.value + each.iter().map(|m| m.us).sum::<f64>();
+    // The bound under which most of the call's time is spent (a launch's floor counts as launches).
+    let mut spent: Vec<(Bound, f64)> = Vec::new();
+    for m in &each {
+        let b = if m.us <= hw.launch_us.value { Bound::Launch } else { m.bound };
+        match spent.iter_mut().find(|(x, _)| *x == b) {
+            Some((_, t)) => *t += m.us,
+            None => spent.push((b, m.us)),
+        }
+    }
+    let bound = spent.iter().max_by(|a, b| a.1.total_cmp(&b.1)).map_or(Bound::Launch, |(b, _)| *b);
+    (us, bound, each)
+}

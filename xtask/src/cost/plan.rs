@@ -1,0 +1,188 @@
+//! The launches one call makes, as the host plans them (`src/launch.rs`): which kernel, how many
+//! workgroups, how many of a row's columns each covers, how many passes over its columns it makes,
+//! and the bytes it moves. Two plans: today's, and that of f09f138, the commit the 2026-11-30
+//! H200 run measured (filtered rows were not split then, and `sample` had no seeded or filter
+//! launch after it).
+
+/// Which host's launch plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Era {
+    Current,
+    /// f09f138 (`git show f09f138:src/launch.rs`).
+    F09f138,
+}
+
+/// The calls modelled, by the names `benches/kernels.rs` gives them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    ReadRows,
+    Greedy,
+    RaceLogits,
+    RaceProbs,
+    Softmax,
+    SeededLogits,
+    Sample,
+    /// `sample_filtered` at a setting: its name and the passes over the row it takes at most.
+    Filter(&'static str, u32),
+}
+
+/// The benchmark's filter settings and their pass counts (README: the most passes each takes;
+/// with the workgroup list, peaked rows take fewer, so these are bounds).
+pub const FILTERS: [(&str, u32); 5] = [
+    ("filter_top_k_50", 10),
+    ("filter_top_p_0.9", 10),
+    ("filter_min_p_0.05", 2),
+    ("filter_qwen3_joint", 10),
+    ("filter_qwen3_k_first", 18),
+];
+
+impl Call {
+    pub fn all() -> Vec<Call> {
+        let mut v = vec![
+            Call::ReadRows,
+            Call::Greedy,
+            Call::RaceLogits,
+            Call::RaceProbs,
+            Call::Softmax,
+            Call::SeededLogits,
+            Call::Sample,
+        ];
+        v.extend(FILTERS.iter().map(|&(n, p)| Call::Filter(n, p)));
+        v
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Call::ReadRows => "read_rows",
+            Call::Greedy => "greedy",
+            Call::RaceLogits => "race_from_logits",
+            Call::RaceProbs => "race_from_probs",
+            Call::Softmax => "softmax",
+            Call::SeededLogits => "seeded_from_logits",
+            Call::Sample => "sample",
+            Call::Filter(n, _) => n,
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Call> {
+        Call::all().into_iter().find(|c| c.name() == name)
+    }
+}
+
+/// One launch of a call.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    pub kernel: String,
+    pub groups: u32,
+    /// Columns of a row each workgroup covers (0: the launch does no column work, as a seeded or
+    /// filter launch over rows that are neither).
+    pub columns: u32,
+    /// Passes over those columns.
+    pub passes: u32,
+    /// Bytes read from the logits or probabilities, and written.
+    pub read: f64,
+    pub written: f64,
+}
+
+/// Workgroups per row (`launch::parts`): enough to fill the device, no part shorter than two
+/// quads of four columns per invocation.
+fn parts(rows: u32, vocab: u32, target_groups: u32, block: u32) -> u32 {
+    (target_groups / rows.max(1)).min(vocab / (block * 4 * 2)).max(1)
+}
+
+/// The shape of one call.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub batch: u32,
+    pub vocab: u32,
+    /// Bytes per element of the logits (4 or 2).
+    pub elem: u32,
+    /// Its name (`f32`, `bf16`).
+    pub dtype: &'static str,
+}
+
+/// The launches of `call` at `shape` on a device holding `target_groups` blocks of `block`.
+pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u32, stages: u32) -> Vec<Launch> {
+    let Shape { batch, vocab, elem, dtype } = shape;
+    let row = vocab as f64 * elem as f64;
+    let whole = |kernel: String, passes: u32, written: f64| Launch {
+        kernel,
+        groups: batch,
+        columns: vocab,
+        passes,
+        read: passes as f64 * row * batch as f64,
+        written,
+    };
+    let split = |kernel: String, combine: &str, row_bytes: f64| {
+        let p = parts(batch, vocab, target_groups, block);
+        let first = Launch {
+            kernel,
+            groups: batch * p,
+            columns: vocab.div_ceil(p),
+            passes: 1,
+            read: row_bytes * batch as f64,
+            written: 0.0,
+        };
+        let mut v = vec![first];
+        if p > 1 {
+            v.push(Launch {
+                kernel: combine.to_string(),
+                groups: batch,
+                columns: 0,
+                passes: 0,
+                read: 0.0,
+                written: 0.0,
+            });
+        }
+        v
+    };
+    let idle = |kernel: String, groups: u32| Launch { kernel, groups, columns: 0, passes: 0, read: 0.0, written: 0.0 };
+    let filter = |passes: u32, idle_rows: bool| -> Vec<Launch> {
+        let p = match era {
+            Era::Current => parts(batch, vocab, target_groups, block),
+            Era::F09f138 => 1,
+        };
+        if idle_rows {
+            let kernel = if p > 1 { format!("filter_split_logits_{dtype}") } else { format!("filter_logits_{dtype}") };
+            return (0..if p > 1 { stages } else { 1 }).map(|_| idle(kernel.clone(), batch * p)).collect();
+        }
+        if p <= 1 {
+            return vec![whole(format!("filter_logits_{dtype}"), passes, 0.0)];
+        }
+        // One launch per stage: the passes over the row first, then the stages with no column
+        // work (the combine, and the digit passes a setting does not need).
+        (0..stages)
+            .map(|s| Launch {
+                kernel: format!("filter_split_logits_{dtype}"),
+                groups: batch * p,
+                columns: if s < passes { vocab.div_ceil(p) } else { 0 },
+                passes: u32::from(s < passes),
+                read: if s < passes { row * batch as f64 } else { 0.0 },
+                written: 0.0,
+            })
+            .collect()
+    };
+    match call {
+        Call::ReadRows => vec![whole(format!("read_rows_{dtype}"), 1, 0.0)],
+        Call::Greedy => split(format!("greedy_{dtype}"), "combine_logits", row),
+        Call::RaceLogits => split(format!("race_logits_{dtype}"), "combine_logits", row),
+        Call::RaceProbs => split("race_probs".into(), "combine_probs", vocab as f64 * 4.0),
+        Call::Softmax => {
+            let mut l = whole(format!("softmax_{dtype}"), 3, vocab as f64 * 4.0 * batch as f64);
+            l.read = 3.0 * row * batch as f64;
+            vec![l]
+        }
+        Call::SeededLogits => vec![whole(format!("seeded_logits_{dtype}"), 3, 0.0)],
+        Call::Sample => {
+            let mut v = split(format!("sample_{dtype}"), "combine_logits", row);
+            if era == Era::Current {
+                // `Backend::sample` without row lists: the seeded and filter launches span the
+                // batch and each plain row leaves them at once.
+                v.push(idle(format!("seeded_logits_{dtype}"), batch));
+                v.extend(filter(0, true));
+            }
+            v
+        }
+        Call::Filter(_, passes) => filter(passes, false),
+    }
+}

@@ -1,0 +1,356 @@
+//! Reading `cuobjdump -sass`: the instructions of each function, the pipe each issues to, and the
+//! loops that stream a row (a backward branch whose body holds global loads), counted along one
+//! iteration.
+
+/// The pipes (and instruction classes) an iteration is counted by. The order is the columns'.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pipe {
+    /// FFMA, FADD, FMUL, FMNMX, FSETP, FSEL and the packed half-precision forms.
+    Fp32,
+    /// IMAD, IADD3, LOP3, SHF, ISETP, LEA, SEL, PRMT...
+    Int,
+    /// The special-function unit: MUFU (log2, exp2, rcp, rsqrt...).
+    Mufu,
+    /// DADD, DFMA, DMUL, DSETP...
+    Fp64,
+    /// Conversions: F2F, F2I, I2F, FRND.
+    Conv,
+    /// Global loads (LDG), and their bytes apart.
+    Ldg,
+    /// Global stores and atomics (STG, RED, ATOMG).
+    Stg,
+    /// Shared memory: LDS, STS, ATOMS.
+    Shared,
+    /// SHFL.
+    Shfl,
+    /// BAR.
+    Bar,
+    /// Everything else (moves, branches, uniform-datapath and special-register reads).
+    Other,
+}
+
+pub const PIPES: [Pipe; 11] = [
+    Pipe::Fp32,
+    Pipe::Int,
+    Pipe::Mufu,
+    Pipe::Fp64,
+    Pipe::Conv,
+    Pipe::Ldg,
+    Pipe::Stg,
+    Pipe::Shared,
+    Pipe::Shfl,
+    Pipe::Bar,
+    Pipe::Other,
+];
+
+impl Pipe {
+    pub fn name(self) -> &'static str {
+        ["fp32", "int", "mufu", "fp64", "conv", "ldg", "stg", "shared", "shfl", "bar", "other"][self as usize]
+    }
+
+    /// The pipe of an opcode (its mnemonic before the first `.`).
+    fn of(opcode: &str) -> Pipe {
+        let base = opcode.split('.').next().unwrap_or(opcode);
+        match base {
+            "FFMA" | "FADD" | "FMUL" | "FMNMX" | "FSETP" | "FSEL" | "FSET" | "FCHK" | "FSWZADD" | "HADD2" | "HMUL2"
+            | "HFMA2" | "HSETP2" | "HMNMX2" => Pipe::Fp32,
+            "IMAD" | "IMUL" | "IADD3" | "IADD" | "VIADD" | "LOP3" | "LOP" | "SHF" | "SHL" | "SHR" | "ISETP"
+            | "IMNMX" | "VIMNMX" | "IABS" | "LEA" | "SEL" | "PRMT" | "POPC" | "FLO" | "BREV" | "BMSK" | "SGXT"
+            | "IDP" | "ICMP" | "PLOP3" | "P2R" | "R2P" | "IMMA" => Pipe::Int,
+            "MUFU" => Pipe::Mufu,
+            "DADD" | "DFMA" | "DMUL" | "DSETP" | "DMNMX" => Pipe::Fp64,
+            "F2F" | "F2I" | "I2F" | "I2FP" | "F2IP" | "FRND" | "F2FP" => Pipe::Conv,
+            "LDG" => Pipe::Ldg,
+            "STG" | "RED" | "ATOMG" | "ATOM" => Pipe::Stg,
+            "LDS" | "STS" | "ATOMS" | "LDSM" => Pipe::Shared,
+            "SHFL" => Pipe::Shfl,
+            "BAR" => Pipe::Bar,
+            _ => Pipe::Other,
+        }
+    }
+}
+
+/// Instructions counted by pipe, and the bytes the global loads among them read.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Counts {
+    pub by_pipe: [f64; PIPES.len()],
+    pub load_bytes: f64,
+    /// Global-load round trips one after the other: the basic blocks holding loads (a load
+    /// behind a branch cannot be issued before the branch is decided, so it waits for the
+    /// previous block's).
+    pub round_trips: f64,
+}
+
+impl Counts {
+    pub fn get(&self, p: Pipe) -> f64 {
+        self.by_pipe[p as usize]
+    }
+    pub fn total(&self) -> f64 {
+        self.by_pipe.iter().sum()
+    }
+    fn add(&mut self, i: &Instr) {
+        self.by_pipe[i.pipe as usize] += 1.0;
+        self.load_bytes += i.load_bytes as f64;
+    }
+    /// These counts times `k`.
+    pub fn scaled(&self, k: f64) -> Counts {
+        Counts {
+            by_pipe: self.by_pipe.map(|c| c * k),
+            load_bytes: self.load_bytes * k,
+            round_trips: self.round_trips * k,
+        }
+    }
+    pub fn plus(&self, o: &Counts) -> Counts {
+        let mut by_pipe = self.by_pipe;
+        for (a, b) in by_pipe.iter_mut().zip(o.by_pipe) {
+            *a += b;
+        }
+        Counts { by_pipe, load_bytes: self.load_bytes + o.load_bytes, round_trips: self.round_trips + o.round_trips }
+    }
+}
+
+/// One SASS instruction.
+#[derive(Debug)]
+struct Instr {
+    addr: u32,
+    pipe: Pipe,
+    /// Bytes a global load reads per thread (0 for anything else).
+    load_bytes: u32,
+    /// Where a branch goes, if it is one.
+    target: Option<u32>,
+    /// Where a `CALL` goes, if it is one.
+    call: Option<u32>,
+    /// `RET`: the end of a called subroutine.
+    ret: bool,
+    /// A branch, `EXIT` or `RET` without a predicate: nothing falls through.
+    ends_flow: bool,
+}
+
+/// A kernel's code.
+pub struct Function {
+    pub name: String,
+    instrs: Vec<Instr>,
+}
+
+/// `LDG.E.128` reads 16 bytes, `LDG.E.U16` 2, `LDG.E.64` 8, a plain `LDG.E` 4.
+fn load_width(opcode: &str) -> u32 {
+    let mods: Vec<&str> = opcode.split('.').skip(1).collect();
+    for (m, bytes) in [("128", 16), ("64", 8), ("U16", 2), ("S16", 2), ("U8", 1), ("S8", 1)] {
+        if mods.contains(&m) {
+            return bytes;
+        }
+    }
+    4
+}
+
+/// One line of `cuobjdump -sass`: `/*0230*/  @!P3 LDG.E.CONSTANT R16, desc[UR6][R16.64] ;`.
+fn parse_line(line: &str) -> Option<Instr> {
+    let rest = line.trim_start().strip_prefix("/*")?;
+    let (addr, rest) = rest.split_once("*/")?;
+    let addr = u32::from_str_radix(addr, 16).ok()?;
+    let text = rest.split(';').next()?.trim();
+    let mut words = text.split_whitespace();
+    let mut opcode = words.next()?;
+    let predicated = opcode.starts_with('@');
+    if predicated {
+        opcode = words.next()?;
+    }
+    let pipe = Pipe::of(opcode);
+    let base = opcode.split('.').next().unwrap_or(opcode);
+    let last_address =
+        || text.split_whitespace().last().and_then(|t| u32::from_str_radix(t.trim_start_matches("0x"), 16).ok());
+    let target = if base == "BRA" { last_address() } else { None };
+    let call = if base == "CALL" { last_address() } else { None };
+    let ret = base == "RET";
+    let ends_flow = !predicated && matches!(base, "BRA" | "EXIT" | "RET" | "BRX" | "JMP");
+    let load_bytes = if pipe == Pipe::Ldg { load_width(opcode) } else { 0 };
+    Some(Instr { addr, pipe, load_bytes, target, call, ret, ends_flow })
+}
+
+/// The functions of a `cuobjdump -sass` listing.
+pub fn parse(text: &str) -> Vec<Function> {
+    let mut functions: Vec<Function> = Vec::new();
+    for line in text.lines() {
+        if let Some(name) = line.trim().strip_prefix("Function : ") {
+            functions.push(Function { name: name.trim().to_string(), instrs: Vec::new() });
+        } else if let (Some(f), Some(i)) = (functions.last_mut(), parse_line(line)) {
+            f.instrs.push(i);
+        }
+    }
+    functions
+}
+
+/// A loop that streams a row: one iteration counted along its cheapest path that still makes
+/// every load of the iteration (the common path), and along its most expensive one (the
+/// difference is what its rarely taken branches cost when they are taken).
+#[derive(Clone, Debug)]
+pub struct Loop {
+    pub start: u32,
+    pub end: u32,
+    pub common: Counts,
+    pub longest: Counts,
+}
+
+impl Loop {
+    /// What the branches off the common path add to an iteration when all are taken.
+    pub fn rare(&self) -> Counts {
+        self.longest.plus(&self.common.scaled(-1.0))
+    }
+}
+
+/// A path's rank: most loads first, then fewest (or most) instructions.
+type Rank = (u32, f64);
+
+impl Function {
+    /// The instruction index at `addr`.
+    fn index(&self, addr: u32) -> Option<usize> {
+        self.instrs.binary_search_by_key(&addr, |i| i.addr).ok()
+    }
+
+    /// Every backward branch as a loop `[target, branch]`.
+    fn back_edges(&self) -> Vec<(usize, usize)> {
+        let mut edges: Vec<(usize, usize)> = self
+            .instrs
+            .iter()
+            .enumerate()
+            .filter_map(|(at, i)| {
+                let to = self.index(i.target?)?;
+                (to <= at).then_some((to, at))
+            })
+            .collect();
+        edges.sort_unstable();
+        edges.dedup();
+        edges
+    }
+
+    /// The loops that stream a row: backward branches whose body loads from global memory and
+    /// holds no smaller such loop (the row loop around a kernel's passes is not one; each pass's
+    /// column loop is).
+    pub fn streaming_loops(&self) -> Vec<Loop> {
+        let loads = |(s, e): (usize, usize)| self.instrs[s..=e].iter().any(|i| i.pipe == Pipe::Ldg);
+        let candidates: Vec<(usize, usize)> = self.back_edges().into_iter().filter(|&r| loads(r)).collect();
+        let holds_smaller =
+            |(s, e): (usize, usize)| candidates.iter().any(|&(a, b)| (a, b) != (s, e) && s <= a && b <= e);
+        candidates
+            .iter()
+            .filter(|&&r| !holds_smaller(r))
+            .filter_map(|&(s, e)| {
+                let common = self.path((s, e), &|a: Rank, b: Rank| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1))?;
+                let longest = self.path((s, e), &|a: Rank, b: Rank| a.0 > b.0 || (a.0 == b.0 && a.1 > b.1))?;
+                Some(Loop { start: self.instrs[s].addr, end: self.instrs[e].addr, common, longest })
+            })
+            .collect()
+    }
+
+    /// The counts along the best path, by `better`, from the loop's head to its backward branch.
+    /// Inside the body, forward branches and fall-through are followed; branches out of the body
+    /// and inner backward branches are not (a path leaving the body is no iteration).
+    fn path(&self, (s, e): (usize, usize), better: &dyn Fn(Rank, Rank) -> bool) -> Option<Counts> {
+        self.path_to(s, e, &|k| k == e, better, 0)
+    }
+
+    /// The best path from `s` to an instruction at or before `e` that `end` accepts; a `CALL` on
+    /// it counts the called subroutine's best path to its `RET` (`depth` bounds the nesting).
+    fn path_to(
+        &self,
+        s: usize,
+        e: usize,
+        end: &dyn Fn(usize) -> bool,
+        better: &dyn Fn(Rank, Rank) -> bool,
+        depth: u32,
+    ) -> Option<Counts> {
+        let n = e - s + 1;
+        let callee = |i: &Instr| -> Counts {
+            match i.call.and_then(|t| self.index(t)) {
+                Some(t) if depth < 4 => self
+                    .path_to(t, self.instrs.len() - 1, &|k| self.instrs[k].ret, better, depth + 1)
+                    .unwrap_or_default(),
+                _ => Counts::default(),
+            }
+        };
+        let weight = |i: &Instr| (i.load_bytes, 1.0 + callee(i).total());
+        let mut best: Vec<Option<Rank>> = vec![None; n];
+        let mut from: Vec<usize> = vec![usize::MAX; n];
+        best[0] = Some(weight(&self.instrs[s]));
+        let mut done = None;
+        for k in 0..n {
+            let Some((loads, cost)) = best[k] else { continue };
+            if end(s + k) {
+                if done.is_none_or(|d: usize| better((loads, cost), best[d].expect("reached"))) {
+                    done = Some(k);
+                }
+                continue;
+            }
+            let i = &self.instrs[s + k];
+            let mut next = Vec::with_capacity(2);
+            if !i.ends_flow {
+                next.push(k + 1);
+            }
+            if let Some(t) = i.target.and_then(|t| self.index(t)) {
+                if t > s + k && t <= e {
+                    next.push(t - s);
+                }
+            }
+            for j in next.into_iter().filter(|&j| j < n) {
+                let (l, c) = weight(&self.instrs[s + j]);
+                let cand = (loads + l, cost + c);
+                if best[j].is_none_or(|old| better(cand, old)) {
+                    best[j] = Some(cand);
+                    from[j] = k;
+                }
+            }
+        }
+        let mut path = vec![done?];
+        while let Some(&k) = path.last().filter(|&&k| k != 0) {
+            path.push(from[k]);
+        }
+        path.reverse();
+        let mut counts = Counts::default();
+        let mut new_block = true;
+        for (at, &k) in path.iter().enumerate() {
+            let i = &self.instrs[s + k];
+            // A jump, or a conditional branch passed, starts a block.
+            if at > 0 && (path[at - 1] + 1 != k || self.instrs[s + path[at - 1]].target.is_some()) {
+                new_block = true;
+            }
+            if i.pipe == Pipe::Ldg && new_block {
+                counts.round_trips += 1.0;
+                new_block = false;
+            }
+            counts.add(i);
+            counts = counts.plus(&callee(i));
+        }
+        Some(counts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LISTING: &str = "\
+        Function : k
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   LDG.E.128 R4, desc[UR6][R2.64] ;
+        /*0020*/               @P0 BRA 0x50 ;
+        /*0030*/                   MUFU.LG2 R5, R4 ;
+        /*0040*/                   FFMA R5, R5, R4, R4 ;
+        /*0050*/                   IADD3 R2, R2, 0x10, RZ ;
+        /*0060*/               @P1 BRA 0x10 ;
+        /*0070*/                   EXIT ;
+    ";
+
+    #[test]
+    fn finds_the_loop_and_its_paths() {
+        let f = &parse(LISTING)[0];
+        let loops = f.streaming_loops();
+        assert_eq!(loops.len(), 1);
+        let l = &loops[0];
+        assert_eq!((l.start, l.end), (0x10, 0x60));
+        assert_eq!(l.common.total(), 4.0);
+        assert_eq!(l.common.load_bytes, 16.0);
+        assert_eq!(l.common.round_trips, 1.0);
+        assert_eq!(l.rare().get(Pipe::Mufu), 1.0);
+        assert_eq!(l.rare().get(Pipe::Fp32), 1.0);
+    }
+}
