@@ -2,7 +2,8 @@
 //! into `dist/device.tgz`, so a session lent the GPU machine (which has the CUDA driver but no
 //! cargo) runs every device test on CUDA and on wgpu-over-Vulkan, then the benchmarks (the
 //! kernels bench on its whole grid, the mixed batches, and `benches/torch_baselines.py` where the
-//! machine's python has torch), in one call of the device tool:
+//! machine's python has torch, and the cost model's figures beside the measured ones), in one call
+//! of the device tool:
 //! `mkdir -p /tmp/sk && tar -xzf dist/device.tgz -C /tmp/sk && bash /tmp/sk/device/run.sh`
 //! (it writes its log and a tarball of results under `$OUT` when that is set).
 //! Carry `dist` (and `.gl` with the Vulkan loader packages, see the device tool's README). The
@@ -67,6 +68,9 @@ cut -f1,2,4 "$work/report.tsv" | sort | uniq -c
 export SK_BENCH_OUT="$work/bench-results" SK_BENCH_FULL=1
 stage "bench kernels"
 timeout 150 "$here"/benches/kernels-* 2>&1 || status=1
+# Each measured CUDA cell beside the cost model's figure for this commit (packed by the bundle).
+stage "modelled beside measured"
+python3 "$here/model_vs_measured.py" "$here/cost.csv" "$SK_BENCH_OUT/cuda.csv" "$SK_BENCH_OUT/model_vs_measured.csv" 2>&1
 stage "bench mixed"
 timeout 30 "$here"/benches/mixed-* 2>&1 || status=1
 if python3 -c "import torch" 2>/dev/null; then
@@ -135,8 +139,12 @@ pub fn run(root: &Path) -> Result<(), String> {
         std::fs::copy(root.join("tests/data").join(name), dir.join("golden").join(name))
             .map_err(|e| format!("tests/data/{name}: {e}"))?;
     }
-    std::fs::copy(root.join("benches/torch_baselines.py"), dir.join("torch_baselines.py"))
-        .map_err(|e| e.to_string())?;
+    for script in ["torch_baselines.py", "model_vs_measured.py"] {
+        std::fs::copy(root.join("benches").join(script), dir.join(script)).map_err(|e| format!("{script}: {e}"))?;
+    }
+    // The cost model's figures for this commit, for the run to set beside what it measures.
+    crate::cost::run(root, &[])?;
+    std::fs::copy(root.join("bench-results/model/cost.csv"), dir.join("cost.csv")).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("run.sh"), SCRIPT).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(root.join("dist")).map_err(|e| e.to_string())?;
     let archive = root.join("dist/device.tgz");
