@@ -1,10 +1,12 @@
 //! The one trait every backend implements, and the checks every call goes through first.
 //!
-//! A backend supplies buffers and [`Backend::run`], which launches one already-validated
-//! [`Job`]. Engines call the provided methods ([`Backend::race_from_logits`] and friends); they
-//! check shapes and buffer lengths on the host, so no kernel is ever launched with bad sizes.
+//! A backend supplies buffers and a hidden `run`, which launches one already-validated job.
+//! Engines call the provided methods ([`Backend::race_from_logits`] and friends); they check
+//! shapes and buffer lengths on the host, so no kernel is ever launched with bad sizes. The trait
+//! is sealed and the job type private, so nothing outside the crate reaches `run`.
 
 use crate::error::{Error, Result};
+pub(crate) use crate::job::{Job, Sealed};
 use crate::types::{Element, RowParams, Shape};
 use half::{bf16, f16};
 
@@ -123,6 +125,7 @@ impl<B: Backend + ?Sized> Copy for LogProbs<'_, B> {}
 
 /// How the seeded float64 sampler computes its scores; both give the same token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SeededMode {
     /// Every column in float64: one read (the choice where float64 is fast, as on an H200).
     Float64,
@@ -149,111 +152,6 @@ impl<B: Backend + ?Sized> Clone for RowLists<'_, B> {
 }
 
 impl<B: Backend + ?Sized> Copy for RowLists<'_, B> {}
-
-/// One validated kernel launch, what a backend's [`Backend::run`] executes. Each variant's
-/// fields are the arguments of the provided method of the same name ([`Backend::softmax`],
-/// [`Backend::greedy`], [`Backend::race_from_logits`], [`Backend::race_from_probs`],
-/// [`Backend::seeded`], [`Backend::seeded_from_logits`], [`Backend::sample`], [`Backend::murmur3`],
-/// [`Backend::log_f64`], [`Backend::philox`], [`Backend::gumbel_noise`], [`Backend::read_rows`];
-/// `Filter` is [`Backend::sample_filtered`]'s, `MaskLogits` [`Backend::mask_logits`]'s and
-/// `RenormProbs` [`Backend::renorm_probs`]'s), checked by it.
-#[allow(missing_docs)]
-pub enum Job<'a, B: Backend + ?Sized> {
-    Softmax {
-        shape: Shape,
-        logits: Logits<'a, B>,
-        rows: &'a B::Buffer<RowParams>,
-        probs: &'a mut B::Buffer<f32>,
-    },
-    Greedy {
-        shape: Shape,
-        logits: Logits<'a, B>,
-        out: Output<'a, B>,
-    },
-    RaceLogits {
-        shape: Shape,
-        logits: Logits<'a, B>,
-        rows: &'a B::Buffer<RowParams>,
-        out: Output<'a, B>,
-    },
-    RaceProbs {
-        shape: Shape,
-        probs: &'a B::Buffer<f32>,
-        rows: &'a B::Buffer<RowParams>,
-        out: Output<'a, B>,
-    },
-    Seeded {
-        shape: Shape,
-        logprobs: LogProbs<'a, B>,
-        rows: &'a B::Buffer<RowParams>,
-        mode: SeededMode,
-        out: Output<'a, B>,
-    },
-    SeededLogits {
-        shape: Shape,
-        logits: Logits<'a, B>,
-        rows: &'a B::Buffer<RowParams>,
-        out: Output<'a, B>,
-    },
-    /// Every row on its own path: the plain sampler's launch, then the seeded kernel's over the
-    /// seeded rows without a filter, then the filter kernel's over the rows with a filter (all
-    /// rows each, or the [`RowLists`] where the host knows the records).
-    Sample {
-        shape: Shape,
-        logits: Logits<'a, B>,
-        rows: &'a B::Buffer<RowParams>,
-        out: Output<'a, B>,
-        listed: Option<RowLists<'a, B>>,
-    },
-    Filter {
-        shape: Shape,
-        input: Input<'a, B>,
-        rows: &'a B::Buffer<RowParams>,
-        out: Output<'a, B>,
-    },
-    MaskLogits {
-        shape: Shape,
-        logits: Logits<'a, B>,
-        rows: &'a B::Buffer<RowParams>,
-        masked: &'a mut B::Buffer<f32>,
-    },
-    RenormProbs {
-        shape: Shape,
-        probs: &'a B::Buffer<f32>,
-        rows: &'a B::Buffer<RowParams>,
-        renormed: &'a mut B::Buffer<f32>,
-    },
-    /// `words` holds four words per item; `out` one hash per item.
-    Murmur {
-        items: usize,
-        words: &'a B::Buffer<u32>,
-        out: &'a mut B::Buffer<u32>,
-    },
-    /// The IR's float64 natural log of each value.
-    LogF64 {
-        items: usize,
-        x: &'a B::Buffer<f64>,
-        out: &'a mut B::Buffer<f64>,
-    },
-    /// `blocks` holds six words per item (counter, key); `out` four per item.
-    Philox {
-        items: usize,
-        blocks: &'a B::Buffer<u32>,
-        out: &'a mut B::Buffer<u32>,
-    },
-    /// The race's Gumbel noise, `batch x vocab`, dense.
-    GumbelNoise {
-        shape: Shape,
-        rows: &'a B::Buffer<RowParams>,
-        noise: &'a mut B::Buffer<f32>,
-    },
-    /// One sum per row, from one read of each element (the benchmarks' bandwidth yardstick).
-    ReadRows {
-        shape: Shape,
-        logits: Logits<'a, B>,
-        sums: &'a mut B::Buffer<f32>,
-    },
-}
 
 /// [`Backend::sample`], the seeded and filter launches visiting only the rows `listed` where the
 /// caller knows them on the host ([`crate::Sampler::step`]).
@@ -298,7 +196,19 @@ fn need(name: &'static str, len: usize, need: usize) -> Result<()> {
 }
 
 /// A place that samples: the CPU, a wgpu device or a CUDA device.
-pub trait Backend {
+///
+/// Sealed: the kernels trust the sizes their launch was checked for, so only this crate's
+/// backends implement it, and a launch is reachable only through the provided methods, which
+/// check every size first. Neither the job type nor the seal can be named from outside:
+///
+/// ```compile_fail
+/// use sampling_kernels::backend::Job;
+/// ```
+/// ```compile_fail
+/// struct Mine;
+/// impl sampling_kernels::backend::Sealed for Mine {}
+/// ```
+pub trait Backend: Sealed {
     /// A device buffer of `T` (a `Vec` on the CPU, a wrapped `wgpu::Buffer`, a `CudaSlice`).
     type Buffer<T: Element>;
 
@@ -328,7 +238,9 @@ pub trait Backend {
     fn download<T: Element>(&self, buf: &Self::Buffer<T>) -> Result<Vec<T>>;
     /// How many elements `buf` holds.
     fn len<T: Element>(buf: &Self::Buffer<T>) -> usize;
-    /// Launches a job whose sizes were checked by the provided methods.
+    /// Launches a job whose sizes were checked by the provided methods. The job's type cannot be
+    /// named outside the crate, so neither can this be called there.
+    #[doc(hidden)]
     fn run(&self, job: Job<'_, Self>) -> Result<()>;
 
     /// Softmax of `l / T` per row (greedy rows at T = 1) into `probs`, with the logits' stride.

@@ -251,6 +251,8 @@ fn write_output(out: Output<'_, CpuBackend>, row: usize, token: usize, valid: bo
     }
 }
 
+impl crate::backend::Sealed for CpuBackend {}
+
 impl Backend for CpuBackend {
     type Buffer<T: Element> = Vec<T>;
 

@@ -149,6 +149,8 @@ impl Device for CudaBackend {
     }
 }
 
+impl crate::backend::Sealed for CudaBackend {}
+
 impl Backend for CudaBackend {
     type Buffer<T: Element> = CudaSlice<T>;
 

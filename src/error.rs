@@ -2,6 +2,7 @@
 
 /// What went wrong in a call. Messages name the argument, the value and the rule it broke.
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Error {
     /// The batch shape cannot be launched (empty, stride below vocabulary, too large to index).
     #[error("bad shape: {0}")]

@@ -11,6 +11,7 @@ use crate::types::RowParams;
 
 /// The order in which the filters apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Order {
     /// SGLang's torch path: every filter on the original distribution; the set is their
     /// intersection.

@@ -31,6 +31,7 @@ pub mod filters;
 #[rustfmt::skip]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod generated;
+mod job;
 pub mod kernels;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod launch;
@@ -43,7 +44,7 @@ pub mod types;
 #[cfg(feature = "wgpu")]
 pub mod wgpu_backend;
 
-pub use backend::{Backend, Input, Job, LogProbs, Logits, Output, RowLists, SeededMode};
+pub use backend::{Backend, Input, LogProbs, Logits, Output, RowLists, SeededMode};
 pub use cpu::CpuBackend;
 #[cfg(feature = "cuda")]
 pub use cuda_backend::{CudaBackend, CudaBuffer};

@@ -95,6 +95,7 @@ const _: () = {
 
 /// Which sampler a row uses in [`crate::Backend::sample`]: one launch serves every mix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RowMode {
     /// The Philox race from logits (greedy below [`GREEDY_EPS`]).
     Race,

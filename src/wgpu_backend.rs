@@ -436,6 +436,8 @@ impl Device for WgpuBackend {
     }
 }
 
+impl crate::backend::Sealed for WgpuBackend {}
+
 impl Backend for WgpuBackend {
     type Buffer<T: Element> = WgpuBuffer<T>;
 

@@ -93,6 +93,7 @@ fn decided(p: &[f64], f: &Filters) -> bool {
     let reference = match f.order {
         Order::Joint => total,
         Order::TopKFirst => order[..by_k].iter().map(|&j| p[j]).sum(),
+        other => panic!("filter order {other:?} has no reference in this test"),
     };
     let mut ahead = 0.0;
     for &j in &order {

@@ -68,6 +68,7 @@ pub fn mixed_batch_matches_each_path<B: Backend>(b: &B) {
             _ if p.has_filters() => (kept[r], kept_lp[r]),
             RowMode::Seeded => (seeded[r], seeded_lp[r]),
             RowMode::Race => (raced[r], raced_lp[r]),
+            other => panic!("row mode {other:?} has no path in this test"),
         };
         // The token exactly; the log-probability within a few ulp, since a Vulkan driver may
         // fuse `a * b + c` differently in two kernels (NVIDIA's does).

@@ -1,0 +1,114 @@
+//! One validated kernel launch, and the seal on [`crate::Backend`]. This module is private:
+//! outside the crate neither `Job` nor `Sealed` can be named, so no one can hand a backend a
+//! launch whose sizes were not checked, nor implement a backend that would take one.
+
+use crate::backend::{Backend, Input, LogProbs, Logits, Output, RowLists, SeededMode};
+use crate::types::{RowParams, Shape};
+
+/// Implemented by this crate's backends only.
+pub trait Sealed {}
+
+/// One validated kernel launch, what a backend's `Backend::run` executes. Each variant's
+/// fields are the arguments of the provided method of the same name ([`Backend::softmax`],
+/// [`Backend::greedy`], [`Backend::race_from_logits`], [`Backend::race_from_probs`],
+/// [`Backend::seeded`], [`Backend::seeded_from_logits`], [`Backend::sample`], [`Backend::murmur3`],
+/// [`Backend::log_f64`], [`Backend::philox`], [`Backend::gumbel_noise`], [`Backend::read_rows`];
+/// `Filter` is [`Backend::sample_filtered`]'s, `MaskLogits` [`Backend::mask_logits`]'s and
+/// `RenormProbs` [`Backend::renorm_probs`]'s), checked by it.
+#[allow(missing_docs)]
+pub enum Job<'a, B: Backend + ?Sized> {
+    Softmax {
+        shape: Shape,
+        logits: Logits<'a, B>,
+        rows: &'a B::Buffer<RowParams>,
+        probs: &'a mut B::Buffer<f32>,
+    },
+    Greedy {
+        shape: Shape,
+        logits: Logits<'a, B>,
+        out: Output<'a, B>,
+    },
+    RaceLogits {
+        shape: Shape,
+        logits: Logits<'a, B>,
+        rows: &'a B::Buffer<RowParams>,
+        out: Output<'a, B>,
+    },
+    RaceProbs {
+        shape: Shape,
+        probs: &'a B::Buffer<f32>,
+        rows: &'a B::Buffer<RowParams>,
+        out: Output<'a, B>,
+    },
+    Seeded {
+        shape: Shape,
+        logprobs: LogProbs<'a, B>,
+        rows: &'a B::Buffer<RowParams>,
+        mode: SeededMode,
+        out: Output<'a, B>,
+    },
+    SeededLogits {
+        shape: Shape,
+        logits: Logits<'a, B>,
+        rows: &'a B::Buffer<RowParams>,
+        out: Output<'a, B>,
+    },
+    /// Every row on its own path: the plain sampler's launch, then the seeded kernel's over the
+    /// seeded rows without a filter, then the filter kernel's over the rows with a filter (all
+    /// rows each, or the [`RowLists`] where the host knows the records).
+    Sample {
+        shape: Shape,
+        logits: Logits<'a, B>,
+        rows: &'a B::Buffer<RowParams>,
+        out: Output<'a, B>,
+        listed: Option<RowLists<'a, B>>,
+    },
+    Filter {
+        shape: Shape,
+        input: Input<'a, B>,
+        rows: &'a B::Buffer<RowParams>,
+        out: Output<'a, B>,
+    },
+    MaskLogits {
+        shape: Shape,
+        logits: Logits<'a, B>,
+        rows: &'a B::Buffer<RowParams>,
+        masked: &'a mut B::Buffer<f32>,
+    },
+    RenormProbs {
+        shape: Shape,
+        probs: &'a B::Buffer<f32>,
+        rows: &'a B::Buffer<RowParams>,
+        renormed: &'a mut B::Buffer<f32>,
+    },
+    /// `words` holds four words per item; `out` one hash per item.
+    Murmur {
+        items: usize,
+        words: &'a B::Buffer<u32>,
+        out: &'a mut B::Buffer<u32>,
+    },
+    /// The IR's float64 natural log of each value.
+    LogF64 {
+        items: usize,
+        x: &'a B::Buffer<f64>,
+        out: &'a mut B::Buffer<f64>,
+    },
+    /// `blocks` holds six words per item (counter, key); `out` four per item.
+    Philox {
+        items: usize,
+        blocks: &'a B::Buffer<u32>,
+        out: &'a mut B::Buffer<u32>,
+    },
+    /// The race's Gumbel noise, `batch x vocab`, dense.
+    GumbelNoise {
+        shape: Shape,
+        rows: &'a B::Buffer<RowParams>,
+        noise: &'a mut B::Buffer<f32>,
+    },
+    /// One sum per row, from one read of each element (the benchmarks' bandwidth yardstick).
+    ReadRows {
+        shape: Shape,
+        logits: Logits<'a, B>,
+        sums: &'a mut B::Buffer<f32>,
+    },
+}
