@@ -268,14 +268,14 @@ __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int
 }
 __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     if ((h == 0u)) {
-        return sk_bitcast<double>(18442240474082181120ull);
+        return (-709.782712893384);
     }
     double e = fmin(sk_log64((((double)(h)) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
 __device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
     if ((h == 0u)) {
-        return sk_bitcast<float>(4286578688u);
+        return (-709.7827f);
     }
     float t = (0.0f);
     if ((h >= 2147483648u)) {

@@ -99,14 +99,14 @@ __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int
 }
 __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     if ((h == 0u)) {
-        return sk_bitcast<double>(18442240474082181120ull);
+        return (-709.782712893384);
     }
     double e = fmin(sk_log64((((double)(h)) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
 __device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
     if ((h == 0u)) {
-        return sk_bitcast<float>(4286578688u);
+        return (-709.7827f);
     }
     float t = (0.0f);
     if ((h >= 2147483648u)) {
@@ -142,11 +142,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]))));
-                    float s32 = lp32;
+                    float g32 = (0.0f);
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
                     }
-                    float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
+                    float s32 = (lp32 + g32);
+                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
                         best32 = s32;
                         best32_i = col;
@@ -157,11 +158,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]))));
-                    float s32 = lp32;
+                    float g32 = (0.0f);
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
                     }
-                    float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
+                    float s32 = (lp32 + g32);
+                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
                         best32 = s32;
                         best32_i = col;
@@ -172,11 +174,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]))));
-                    float s32 = lp32;
+                    float g32 = (0.0f);
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
                     }
-                    float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
+                    float s32 = (lp32 + g32);
+                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
                         best32 = s32;
                         best32_i = col;
@@ -187,11 +190,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]))));
-                    float s32 = lp32;
+                    float g32 = (0.0f);
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
                     }
-                    float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
+                    float s32 = (lp32 + g32);
+                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
                         best32 = s32;
                         best32_i = col;
@@ -235,11 +239,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
         float floor = (0.0f);
         {
             float lp32 = ((float)((((((sk_bitcast<unsigned long long>(lp[(base + win32_i)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + win32_i)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + win32_i)]))));
-            float s32 = lp32;
+            float g32 = (0.0f);
             if (noisy) {
-                s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], win32_i)));
+                g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], win32_i));
             }
-            float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
+            float s32 = (lp32 + g32);
+            float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
             floor = (win32 - err);
         }
         bool all = (win32 == sk_bitcast<float>(4286578688u));
@@ -250,11 +255,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]))));
-                    float s32 = lp32;
+                    float g32 = (0.0f);
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
                     }
-                    float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
+                    float s32 = (lp32 + g32);
+                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
                         if (noisy) {
@@ -271,11 +277,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]))));
-                    float s32 = lp32;
+                    float g32 = (0.0f);
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
                     }
-                    float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
+                    float s32 = (lp32 + g32);
+                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
                         if (noisy) {
@@ -292,11 +299,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]))));
-                    float s32 = lp32;
+                    float g32 = (0.0f);
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
                     }
-                    float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
+                    float s32 = (lp32 + g32);
+                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
                         if (noisy) {
@@ -313,11 +321,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
                     float lp32 = ((float)((((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]))));
-                    float s32 = lp32;
+                    float g32 = (0.0f);
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
                     }
-                    float err = ((1.6e-5f) + (fminf(fabsf(lp32), (1e30f)) * (4.7683716e-7f)));
+                    float s32 = (lp32 + g32);
+                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
                         if (noisy) {

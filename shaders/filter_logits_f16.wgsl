@@ -308,7 +308,7 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
 fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var h: u32 = h_in;
     if ((h == 0u)) {
-        return bitcast<f64>(18442240474082181120lu);
+        return (-709.782712893384lf);
     }
     var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
     return (-sk_log64((-e)));
@@ -316,7 +316,7 @@ fn sk_seeded_gumbel64(h_in: u32) -> f64 {
 fn sk_seeded_gumbel32(h_in: u32) -> f32 {
     var h: u32 = h_in;
     if ((h == 0u)) {
-        return bitcast<f32>(4286578688u);
+        return (-709.7827f);
     }
     var t: f32 = (0.0f);
     if ((h >= 2147483648u)) {

@@ -113,7 +113,7 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
 fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var h: u32 = h_in;
     if ((h == 0u)) {
-        return bitcast<f64>(18442240474082181120lu);
+        return (-709.782712893384lf);
     }
     var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
     return (-sk_log64((-e)));
@@ -121,7 +121,7 @@ fn sk_seeded_gumbel64(h_in: u32) -> f64 {
 fn sk_seeded_gumbel32(h_in: u32) -> f32 {
     var h: u32 = h_in;
     if ((h == 0u)) {
-        return bitcast<f32>(4286578688u);
+        return (-709.7827f);
     }
     var t: f32 = (0.0f);
     if ((h >= 2147483648u)) {
@@ -154,11 +154,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
-                    var s32: f32 = lp32;
+                    var g32: f32 = (0.0f);
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
                     }
-                    var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
+                    var s32: f32 = (lp32 + g32);
+                    var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
                         best32 = s32;
                         best32_i = col;
@@ -169,11 +170,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
-                    var s32: f32 = lp32;
+                    var g32: f32 = (0.0f);
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
                     }
-                    var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
+                    var s32: f32 = (lp32 + g32);
+                    var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
                         best32 = s32;
                         best32_i = col;
@@ -184,11 +186,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
-                    var s32: f32 = lp32;
+                    var g32: f32 = (0.0f);
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
                     }
-                    var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
+                    var s32: f32 = (lp32 + g32);
+                    var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
                         best32 = s32;
                         best32_i = col;
@@ -199,11 +202,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
-                    var s32: f32 = lp32;
+                    var g32: f32 = (0.0f);
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
                     }
-                    var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
+                    var s32: f32 = (lp32 + g32);
+                    var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
                         best32 = s32;
                         best32_i = col;
@@ -235,11 +239,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var floor: f32 = (0.0f);
         {
             var lp32: f32 = f32(select(lp[(base + win32_i)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + win32_i)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + win32_i)]) == 9218868437227405312lu))));
-            var s32: f32 = lp32;
+            var g32: f32 = (0.0f);
             if (noisy) {
-                s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], win32_i)));
+                g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], win32_i));
             }
-            var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
+            var s32: f32 = (lp32 + g32);
+            var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
             floor = (win32 - err);
         }
         var all: bool = (win32 == bitcast<f32>(4286578688u));
@@ -250,11 +255,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
-                    var s32: f32 = lp32;
+                    var g32: f32 = (0.0f);
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
                     }
-                    var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
+                    var s32: f32 = (lp32 + g32);
+                    var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         var s64: f64 = select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu)));
                         if (noisy) {
@@ -271,11 +277,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
-                    var s32: f32 = lp32;
+                    var g32: f32 = (0.0f);
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
                     }
-                    var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
+                    var s32: f32 = (lp32 + g32);
+                    var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         var s64: f64 = select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu)));
                         if (noisy) {
@@ -292,11 +299,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
-                    var s32: f32 = lp32;
+                    var g32: f32 = (0.0f);
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
                     }
-                    var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
+                    var s32: f32 = (lp32 + g32);
+                    var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         var s64: f64 = select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu)));
                         if (noisy) {
@@ -313,11 +321,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
                     var lp32: f32 = f32(select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu))));
-                    var s32: f32 = lp32;
+                    var g32: f32 = (0.0f);
                     if (noisy) {
-                        s32 = (lp32 + sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
                     }
-                    var err: f32 = ((1.6e-5f) + (min(abs(lp32), (1e30f)) * (4.7683716e-7f)));
+                    var s32: f32 = (lp32 + g32);
+                    var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         var s64: f64 = select(lp[(base + col)], bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(lp[(base + col)]) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(lp[(base + col)]) == 9218868437227405312lu)));
                         if (noisy) {

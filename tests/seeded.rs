@@ -1,20 +1,35 @@
 //! SGLang's seeded float64 sampler on every backend: the golden vectors of `tests/data/` (made by
 //! `tests/data/make_seeded_golden.py` from SGLang's formulas with numpy and the `mmh3` package, not
-//! from this crate's code), the hash test vectors, the float64 log's accuracy, and the float32
-//! screen against full float64.
+//! from this crate's code), the hash test vectors, a column that hashes to 0 (SGLang's finite
+//! noise, -709.78) in every mode, the float64 log's accuracy, and the float32 screen against full
+//! float64.
 
 #[macro_use]
 mod common;
 
 use common::Rng;
-use sampling_kernels::{murmur, Backend, LogProbs, Logits, Output, RowParams, SeededMode, Shape};
+use sampling_kernels::{murmur, Backend, Input, LogProbs, Logits, Output, RowParams, SeededMode, Shape};
 
 struct Golden {
     shape: Shape,
     logprobs: Vec<f64>,
     rows: Vec<RowParams>,
+    /// SGLang's tokens from the log-probabilities, and from them as logits at T = 1 (its float32
+    /// log-softmax, which flushes the hash-zero rows' other columns to -inf).
     expected: Vec<u32>,
+    expected_from_logits: Vec<u32>,
     vectors: Vec<(u64, u64, u32, u32)>,
+    hash_zero: HashZero,
+}
+
+/// The (seed, position, column) that hashes to 0, its noise as SGLang computes it, and the golden
+/// rows where that column decides the token.
+struct HashZero {
+    seed: u64,
+    position: u64,
+    column: u32,
+    noise: f64,
+    rows: Vec<usize>,
 }
 
 fn golden() -> Golden {
@@ -27,7 +42,9 @@ fn golden() -> Golden {
     let logprobs = npy_f64(&std::fs::read(dir.join(meta["logprobs_file"].as_str().unwrap())).unwrap());
     let n = |k: &str| meta[k].as_u64().unwrap() as usize;
     assert_eq!(logprobs.len(), n("rows") * n("vocab"), "log-probabilities for rows x vocab");
-    let list = |k: &str| meta[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect::<Vec<u64>>();
+    let numbers = |v: &serde_json::Value| v.as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect::<Vec<_>>();
+    let list = |k: &str| numbers(&meta[k]);
+    let tokens = |k: &str| list(k).into_iter().map(|t| t as u32).collect();
     let (seeds, positions) = (list("seeds"), list("positions"));
     let rows = seeds.iter().zip(&positions).map(|(&s, &p)| RowParams::seeded(1.0, s, p)).collect();
     let vectors = meta["murmur_vectors"]
@@ -39,12 +56,23 @@ fn golden() -> Golden {
             (g("seed"), g("position"), g("column") as u32, g("hash") as u32)
         })
         .collect();
+    let z = &meta["hash_zero"];
+    assert_eq!(z["hash"].as_u64(), Some(0), "the hash-zero column's hash");
+    let hash_zero = HashZero {
+        seed: z["seed"].as_u64().unwrap(),
+        position: z["position"].as_u64().unwrap(),
+        column: z["column"].as_u64().unwrap() as u32,
+        noise: z["noise"].as_f64().unwrap(),
+        rows: numbers(&z["rows"]).into_iter().map(|r| r as usize).collect(),
+    };
     Golden {
         shape: Shape::dense(n("rows"), n("vocab")),
         logprobs,
         rows,
-        expected: list("expected_tokens").into_iter().map(|t| t as u32).collect(),
+        expected: tokens("expected_tokens"),
+        expected_from_logits: tokens("expected_tokens_from_logits"),
         vectors,
+        hash_zero,
     }
 }
 
@@ -79,12 +107,12 @@ fn seeded_tokens<B: Backend>(
     b.download(&tokens).unwrap()
 }
 
-/// Every row of `seeded_f64_small`, in both modes, from float64 and float32 log-probabilities,
-/// and through the fused path from logits (the golden log-probabilities as logits at T = 1: the
-/// log-softmax of normalized log-probabilities is themselves, to float32 rounding).
+/// Every golden row (the hash-zero column's among them), in both modes, from float64 and float32
+/// log-probabilities, and through the fused path from logits (the golden log-probabilities as
+/// logits at T = 1).
 pub fn golden_tokens<B: Backend>(b: &B) {
     let g = golden();
-    assert_eq!(g.rows.len(), 8);
+    assert_eq!(g.rows.len(), 12);
     for mode in [SeededMode::Float64, SeededMode::Screened] {
         for f32_lp in [false, true] {
             let got = seeded_tokens(b, g.shape, &g.logprobs, &g.rows, mode, f32_lp);
@@ -96,7 +124,41 @@ pub fn golden_tokens<B: Backend>(b: &B) {
     let mut tokens = b.zeros::<u32>(g.shape.batch).unwrap();
     let out = Output::new(&mut tokens);
     b.seeded_from_logits(g.shape, Logits::F32(&b.upload(&logits).unwrap()), &r, out).unwrap();
-    assert_eq!(b.download(&tokens).unwrap(), g.expected, "from logits");
+    assert_eq!(b.download(&tokens).unwrap(), g.expected_from_logits, "from logits");
+}
+
+/// The hash-zero rows through the filter kernels, seeded, with top-k 2, 100 and vocab - 1. From
+/// float32 logits the other columns lie 700 or more below the hash-zero one, where float32's
+/// softmax is 0, so every set keeps that column alone (a set keeps only tokens with probability;
+/// no float32 row spans the 709.78 its noise gives away, so inside a set with two tokens or more
+/// it never wins). Alone, its noise must be finite for the row to have a valid token: SGLang's
+/// token from the JSON with status 1 (the host oracle gave token 0, status 0, with `-inf`).
+pub fn hash_zero_column_filtered<B: Backend>(b: &B) {
+    let g = golden();
+    let v = g.shape.vocab;
+    let rows = &g.hash_zero.rows;
+    let logits: Vec<f32> = rows.iter().flat_map(|&r| &g.logprobs[r * v..(r + 1) * v]).map(|&x| x as f32).collect();
+    let shape = Shape::dense(rows.len(), v);
+    let x = b.upload(&logits).unwrap();
+    let want: Vec<u32> = rows.iter().map(|&r| g.expected_from_logits[r]).collect();
+    for k in [2, 100, v as u32 - 1] {
+        let params: Vec<RowParams> = rows.iter().map(|&r| g.rows[r].with_top_k(k)).collect();
+        let r = b.upload(&params).unwrap();
+        let mut tokens = b.zeros::<u32>(shape.batch).unwrap();
+        let mut status = b.zeros::<u32>(shape.batch).unwrap();
+        let out = Output::new(&mut tokens).with_status(&mut status);
+        b.sample_filtered(shape, Input::Logits(Logits::F32(&x)), &r, out).unwrap();
+        assert_eq!(b.download(&tokens).unwrap(), want, "top-k {k}");
+        assert_eq!(b.download(&status).unwrap(), vec![1; shape.batch], "top-k {k}");
+    }
+}
+
+/// The host's noise of the hash-zero column is SGLang's clamped -709.78 (to the JSON's printing).
+#[test]
+fn hash_zero_noise_is_sglangs() {
+    let z = golden().hash_zero;
+    let g = murmur::gumbel(murmur::hash(z.seed, z.position, z.column));
+    assert!((g - z.noise).abs() <= f64::EPSILON * z.noise.abs(), "{g} against SGLang's {}", z.noise);
 }
 
 /// The golden hash vectors, then 10^6 random (seed, position, column) triples against the host.
@@ -264,14 +326,32 @@ pub fn seeded_token_independent_of_row<B: Backend>(b: &B) {
 }
 
 // On the CPU, the oracle's own log and hash are checked against the references.
-suite!(cpu, crate::common::cpu, golden_tokens, murmur_matches, log64_within_one_ulp, seeded_token_independent_of_row);
+suite!(
+    cpu,
+    crate::common::cpu,
+    golden_tokens,
+    hash_zero_column_filtered,
+    murmur_matches,
+    log64_within_one_ulp,
+    seeded_token_independent_of_row
+);
 device_suites!(
     golden_tokens,
+    hash_zero_column_filtered,
     murmur_matches,
     log64_within_one_ulp,
     screened_equals_float64,
     seeded_token_independent_of_row
 );
+
+/// The hash-zero rows through the split filter kernel (a launch per stage), which lavapipe's
+/// adapter does not take by default.
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_split_hash_zero_column_filtered() {
+    let split = crate::common::wgpu().map(|_| sampling_kernels::WgpuBackend::new().unwrap().with_split_filters(true));
+    crate::common::on("wgpu", "split_hash_zero_column_filtered", split.as_ref(), hash_zero_column_filtered);
+}
 
 /// A device without float64 gets a typed error naming the feature, not a wrong token.
 #[cfg(feature = "wgpu")]

@@ -33,26 +33,37 @@ pub fn murmur3() -> Function {
     })
 }
 
-/// SGLang's noise from a hash: `x = h / (2^32 - 1)`, `e = min(ln x, -2^-32)`, `g = -ln(-e)`.
-/// `h = 0` gives `-inf` (that column can never win); `h = 2^32 - 1` gives the cap's 22.18.
+/// SGLang's noise of a column that hashes to 0: `ln 0 = -inf` is clamped to float64's most
+/// negative value (`torch.finfo(float64).min`), so `g = -ln(f64::MAX) = -709.78`, finite. The
+/// kernels return it directly, as the IR's log takes positive finite arguments only.
+fn hash_zero_noise() -> f64 {
+    -f64::MAX.ln()
+}
+
+/// SGLang's noise from a hash: `x = h / (2^32 - 1)`, `e = clamp(ln x, f64::MIN, -2^-32)`,
+/// `g = -ln(-e)`. `h = 0` gives the clamp's -709.78 ([`hash_zero_noise`]); `h = 2^32 - 1` the
+/// cap's 22.18.
 pub fn seeded_gumbel64() -> Function {
     function(SEEDED_GUMBEL64, &[("h", Ty::U32)], Ty::F64, |b| {
-        b.if_(var("h").eq_(u(0)), |b| b.ret(f64_(f64::NEG_INFINITY)));
+        b.if_(var("h").eq_(u(0)), |b| b.ret(f64_(hash_zero_noise())));
         let x = var("h").cast(Ty::F64) / f64_(4_294_967_295.0);
         let e = b.let_("e", Ty::F64, call(math::LOG64, vec![x]).min(f64_(-(2f64.powi(-32)))));
         b.ret(-call(math::LOG64, vec![-e]));
     })
 }
 
-/// The same noise in float32, for screening: |g32 - g64| <= 3.2e-6 (see [`SCREEN_ABS`]).
+/// The same noise in float32, for screening: |g32 - g64| <= 3.2e-6 for `h > 0`, 2^-15 for `h = 0`
+/// (see [`SCREEN_ABS`]).
 ///
-/// `t = -ln x` is computed without cancellation: for `h >= 2^31` as `log1p(c / h)` with the
-/// exact complement `c = 2^32 - 1 - h` (Goldberg's log1p), else as `-ln(h / 2^32)`; either way
-/// `t` is within 8 f32 ulps relative. Then `g = -ln(max(t, 2^-32))`: an 8-ulp relative error in
-/// `t` is 4.8e-7 absolute in `g`, and the log and the rounding of `|g| <= 22.2` add 2.7e-6.
+/// `h = 0` gives [`hash_zero_noise`] rounded to f32 (half an ulp of 709.78: 2^-15), so the screen
+/// keeps such a column wherever float64 could choose it. Otherwise `t = -ln x` is computed
+/// without cancellation: for `h >= 2^31` as `log1p(c / h)` with the exact complement
+/// `c = 2^32 - 1 - h` (Goldberg's log1p), else as `-ln(h / 2^32)`; either way `t` is within 8 f32
+/// ulps relative. Then `g = -ln(max(t, 2^-32))`: an 8-ulp relative error in `t` is 4.8e-7
+/// absolute in `g`, and the log and the rounding of `|g| <= 22.2` add 2.7e-6.
 pub fn seeded_gumbel32() -> Function {
     function(SEEDED_GUMBEL32, &[("h", Ty::U32)], Ty::F32, |b| {
-        b.if_(var("h").eq_(u(0)), |b| b.ret(f(f32::NEG_INFINITY)));
+        b.if_(var("h").eq_(u(0)), |b| b.ret(f(hash_zero_noise() as f32)));
         b.let_("t", Ty::F32, f(0.0));
         b.if_else(
             var("h").ge(u(0x8000_0000)),
@@ -73,8 +84,10 @@ pub fn seeded_gumbel32() -> Function {
     })
 }
 
-/// Screening bound: |score32 - score64| <= SCREEN_ABS + |logprob| * SCREEN_REL, with a factor
-/// of about four to spare over the analysis above (noise 3.2e-6; the logprob's and the sum's
-/// f32 roundings 2^-24 relative each).
+/// Screening bound: |score32 - score64| <= SCREEN_ABS + (|logprob| + |g32|) * SCREEN_REL, with a
+/// factor of about four to spare over the analysis above: the noise's error (3.2e-6), the
+/// logprob's f32 rounding (2^-24 |logprob|) and the sum's (2^-24 (|logprob| + |g|)). For `h = 0`
+/// the noise's 2^-15 and the sum's 2^-24 * 709.78 (7.3e-5 together) are within
+/// `709.78 * SCREEN_REL` = 3.4e-4.
 pub const SCREEN_ABS: f32 = 1.6e-5;
 pub const SCREEN_REL: f32 = 1.0 / 2_097_152.0; // 2^-21

@@ -127,10 +127,11 @@ fn seeded_screened(lp: Lp) -> Kernel {
     // The float32 score and its error bound at `col`.
     let score32 = |b: &mut Block, col: Expr| -> (Expr, Expr) {
         let lp32 = b.let_("lp32", Ty::F32, load_lp64(lp, col.clone()).cast(Ty::F32));
-        let s = b.let_("s32", Ty::F32, lp32.clone());
-        b.if_(var("noisy"), |b| b.set("s32", lp32.clone() + call(murmur::SEEDED_GUMBEL32, vec![hash(col)])));
-        let finite = lp32.clone().abs().min(f(1e30));
-        let err = b.let_("err", Ty::F32, f(SCREEN_ABS) + finite * f(SCREEN_REL));
+        let g32 = b.let_("g32", Ty::F32, f(0.0));
+        b.if_(var("noisy"), |b| b.set("g32", call(murmur::SEEDED_GUMBEL32, vec![hash(col)])));
+        let s = b.let_("s32", Ty::F32, lp32.clone() + g32.clone());
+        let finite = lp32.abs().min(f(1e30));
+        let err = b.let_("err", Ty::F32, f(SCREEN_ABS) + (finite + g32.abs()) * f(SCREEN_REL));
         (s, err)
     };
     for_each_row(&mut b, |b| {
