@@ -17,6 +17,12 @@
 //! effective bandwidth (those bytes over the median); its fraction of the read kernel's best
 //! bandwidth anywhere in the run (what this device attains when it only reads); and the ratio of
 //! the median to the race from logits on the same rows.
+//!
+//! The full grid also times each family cold (the `cache` column): before every call (warm-ups
+//! included) the bench reads four buffers of 64 MiB, four times an H200's 50 MB L2, so the call's
+//! first read of each row comes from DRAM. Warm cells repeat calls on one buffer, which an input
+//! smaller than L2 then never leaves (32 x 151936 f32 is 19.4 MB). Cold cells are f32
+//! model-like rows only, on devices that take a 64 MiB buffer.
 
 mod common;
 
@@ -36,6 +42,8 @@ struct Grid {
     rows: &'static [Rows],
     /// Timed calls per cell, after [`WARMUP`] untimed ones.
     reps: usize,
+    /// Whether f32 model-like cells are timed cold too (L2 flushed before each call).
+    cold: bool,
 }
 
 /// The issue's grid.
@@ -44,6 +52,7 @@ const FULL: Grid = Grid {
     vocabs: &[32768, 128256, 151936],
     rows: &[Rows::ModelLike, Rows::Peaked, Rows::Flat],
     reps: 50,
+    cold: true,
 };
 
 /// The default: small enough for lavapipe on two cores (about a minute and a half there), and
@@ -53,10 +62,56 @@ const QUICK: Grid = Grid {
     vocabs: &[32768, 151936],
     rows: &[Rows::ModelLike, Rows::Peaked, Rows::Flat],
     reps: 10,
+    cold: false,
 };
 
 /// Untimed calls before each cell's timed ones (the first compiles the kernel).
 const WARMUP: usize = 2;
+
+/// Where a cell's calls find their input.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cache {
+    /// Calls repeated on one buffer: an input that fits stays in L2.
+    Warm,
+    /// [`Flush`] before each call.
+    Cold,
+}
+
+impl Cache {
+    fn name(self) -> &'static str {
+        match self {
+            Cache::Warm => "warm",
+            Cache::Cold => "cold",
+        }
+    }
+}
+
+/// Buffers read before each cold call: 4 x 64 MiB, four times the largest L2 this bench meets
+/// (an H200's 50 MB), so nothing of the call's input is left there.
+struct Flush<B: Backend> {
+    buffers: Vec<B::Buffer<f32>>,
+    sums: B::Buffer<f32>,
+}
+
+impl<B: Timed> Flush<B> {
+    const SHAPE: Shape = Shape { batch: 512, vocab: 32768, stride: 32768 };
+
+    /// `None` where the device takes no batch that large (the CPU oracle).
+    fn new(b: &B) -> Option<Self> {
+        let elements = Self::SHAPE.elements();
+        if elements > B::MAX_ELEMENTS {
+            return None;
+        }
+        let buffers = (0..4).map(|_| b.zeros::<f32>(elements)).collect::<Result<Vec<_>, _>>().ok()?;
+        Some(Flush { buffers, sums: b.zeros(Self::SHAPE.batch).ok()? })
+    }
+
+    fn run(&mut self, b: &B) {
+        for buffer in &self.buffers {
+            b.read_rows(Self::SHAPE, Logits::F32(buffer), &mut self.sums).expect("the flush reads");
+        }
+    }
+}
 
 /// The family every kernel is compared with in the `x race` column.
 const RACE: &str = "race_from_logits";
@@ -88,7 +143,7 @@ impl Dtype {
 
 /// The shape of each row's distribution. Values come from the crate's Philox stream keyed by
 /// (kind, row, column), so every run and every backend sees the same logits.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq)]
 enum Rows {
     /// Gumbel noise (standard deviation 1.28) with one column 25 above it: nearly all the
     /// probability on one token, as in a confident decode step.
@@ -255,6 +310,7 @@ struct Record {
     batch: usize,
     vocab: usize,
     clock: Clock,
+    cache: Cache,
     us: Stats,
     bytes_read: u64,
     bytes_written: u64,
@@ -270,6 +326,7 @@ impl Record {
 /// Times every family on every cell of `grid` that `b` takes.
 fn measure<B: Timed>(b: &B, grid: &Grid) -> Vec<Record> {
     let families = families::<B>();
+    let mut flush = if grid.cold { Flush::new(b) } else { None };
     let mut records = Vec::new();
     for &vocab in grid.vocabs {
         let batches: Vec<usize> = grid.batches.iter().copied().filter(|&n| n * vocab <= B::MAX_ELEMENTS).collect();
@@ -308,21 +365,31 @@ fn measure<B: Timed>(b: &B, grid: &Grid) -> Vec<Record> {
                         continue;
                     }
                     let input = if f.input == Input::Probs { Dtype::F32 } else { dtype };
-                    for &batch in &batches {
-                        let shape = Shape::dense(batch, vocab);
-                        let Some((us, clock)) = time_cell(b, f, shape, &mut x, grid.reps) else { break };
-                        let elements = (batch * vocab) as u64;
-                        records.push(Record {
-                            kernel: f.name,
-                            dtype: input,
-                            rows: kind.name(),
-                            batch,
-                            vocab,
-                            clock,
-                            us,
-                            bytes_read: f.passes * elements * input.bytes(),
-                            bytes_written: f.writes * elements,
-                        });
+                    // Cold too for the first row kind in f32, where the device takes the flush.
+                    let cold = flush.as_mut().filter(|_| kind == grid.rows[0] && dtype == Dtype::F32);
+                    let mut caches = vec![(Cache::Warm, None)];
+                    caches.extend(cold.map(|f| (Cache::Cold, Some(f))));
+                    'cells: for (cache, mut flush) in caches {
+                        for &batch in &batches {
+                            let shape = Shape::dense(batch, vocab);
+                            let Some((us, clock)) = time_cell(b, f, shape, &mut x, grid.reps, flush.as_deref_mut())
+                            else {
+                                break 'cells;
+                            };
+                            let elements = (batch * vocab) as u64;
+                            records.push(Record {
+                                kernel: f.name,
+                                dtype: input,
+                                rows: kind.name(),
+                                batch,
+                                vocab,
+                                clock,
+                                cache,
+                                us,
+                                bytes_read: f.passes * elements * input.bytes(),
+                                bytes_written: f.writes * elements,
+                            });
+                        }
                     }
                 }
             }
@@ -332,15 +399,22 @@ fn measure<B: Timed>(b: &B, grid: &Grid) -> Vec<Record> {
 }
 
 /// The median and quartiles of `reps` calls in microseconds, and the clock; `None` (said once)
-/// where the device lacks what the kernel needs, as float64 on Metal.
+/// where the device lacks what the kernel needs, as float64 on Metal. With `flush`, each call
+/// follows a read of the flush buffers (not timed: the device clock times the call alone).
 fn time_cell<B: Timed>(
     b: &B,
     f: &Family<B>,
     shape: Shape,
     x: &mut Buffers<'_, B>,
     reps: usize,
+    mut flush: Option<&mut Flush<B>>,
 ) -> Option<(Stats, Clock)> {
-    let mut once = || b.time(&mut |b| (f.launch)(b, shape, x));
+    let mut once = || {
+        if let Some(flush) = flush.as_deref_mut() {
+            flush.run(b);
+        }
+        b.time(&mut |b| (f.launch)(b, shape, x))
+    };
     for _ in 0..WARMUP {
         match once() {
             Ok(_) => {}
@@ -372,14 +446,19 @@ fn race_median(records: &[Record], r: &Record) -> Option<f64> {
     records
         .iter()
         .find(|o| {
-            o.kernel == RACE && o.dtype == r.dtype && o.rows == r.rows && o.batch == r.batch && o.vocab == r.vocab
+            o.kernel == RACE
+                && o.dtype == r.dtype
+                && o.rows == r.rows
+                && o.cache == r.cache
+                && o.batch == r.batch
+                && o.vocab == r.vocab
         })
         .map(|o| o.us.median)
 }
 
 /// The CSV columns, shared with `benches/torch_baselines.py`.
 const CSV_HEADER: &str = "backend,device,clock,kernel,dtype,rows,batch,vocab,reps,median_us,q1_us,q3_us,\
-                          bytes_read,bytes_written,gbps,read_peak_gbps,frac_read_peak,ratio_to_race";
+                          bytes_read,bytes_written,gbps,read_peak_gbps,frac_read_peak,ratio_to_race,cache";
 
 fn clock_name(c: Clock) -> &'static str {
     match c {
@@ -403,17 +482,20 @@ fn report(
         "device (timestamp queries or CUDA events)"
     };
     println!("\n{label}: {device}; clock: {clock}; {reps} calls a cell; read kernel's best: {peak:.2} GB/s");
-    println!("| kernel | dtype | rows | batch | vocab | median us [IQR] | MB moved | GB/s | x read peak | x race |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| kernel | dtype | rows | cache | batch | vocab | median us [IQR] | MB moved | GB/s | x read peak | x race |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut csv = format!("{CSV_HEADER}\n");
     for r in records {
         let ratio = race_median(records, r).map(|m| r.us.median / m);
         let ratio_text = ratio.map_or("-".to_string(), |x| format!("{x:.2}"));
         println!(
-            "| {} | {} | {} | {} | {} | {:.1} [{:.1}, {:.1}] | {:.2} | {:.2} | {:.3} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.1} [{:.1}, {:.1}] | {:.2} | {:.2} | {:.3} | {} |",
             r.kernel,
             r.dtype.name(),
             r.rows,
+            r.cache.name(),
             r.batch,
             r.vocab,
             r.us.median,
@@ -426,7 +508,7 @@ fn report(
         );
         let _ = writeln!(
             csv,
-            "{label},\"{device}\",{},{},{},{},{},{},{reps},{:.3},{:.3},{:.3},{},{},{:.3},{peak:.3},{:.4},{}",
+            "{label},\"{device}\",{},{},{},{},{},{},{reps},{:.3},{:.3},{:.3},{},{},{:.3},{peak:.3},{:.4},{},{}",
             clock_name(r.clock),
             r.kernel,
             r.dtype.name(),
@@ -440,7 +522,8 @@ fn report(
             r.bytes_written,
             r.gbps(),
             r.gbps() / peak,
-            ratio.map_or(String::new(), |x| format!("{x:.4}"))
+            ratio.map_or(String::new(), |x| format!("{x:.4}")),
+            r.cache.name()
         );
     }
     std::fs::create_dir_all(out)?;
@@ -463,7 +546,8 @@ fn plot(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let Some(first) = records.first() else { return Ok(()) };
     let (dtype, rows) = (first.dtype, first.rows);
-    let chosen: Vec<&Record> = records.iter().filter(|r| r.dtype == dtype && r.rows == rows).collect();
+    let chosen: Vec<&Record> =
+        records.iter().filter(|r| r.dtype == dtype && r.rows == rows && r.cache == Cache::Warm).collect();
     let mut vocabs: Vec<usize> = chosen.iter().map(|r| r.vocab).collect();
     vocabs.sort();
     vocabs.dedup();

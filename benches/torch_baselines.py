@@ -45,7 +45,7 @@ TOP_K_ALL = 1 << 30  # SGLang's "whole vocabulary"
 FILTERS = [(20, 0.95, 0.0), (20, 1.0, 0.0), (50, 1.0, 0.0), (TOP_K_ALL, 0.9, 0.0), (TOP_K_ALL, 0.95, 0.0), (TOP_K_ALL, 1.0, 0.05)]
 CSV_HEADER = (
     "backend,device,clock,kernel,dtype,rows,batch,vocab,reps,median_us,q1_us,q3_us,"
-    "bytes_read,bytes_written,gbps,read_peak_gbps,frac_read_peak,ratio_to_race"
+    "bytes_read,bytes_written,gbps,read_peak_gbps,frac_read_peak,ratio_to_race,cache"
 )
 M32 = 0xFFFFFFFF
 
@@ -275,7 +275,7 @@ def write(out_path, device, reps, records):
         lines.append(
             f"torch,\"{device}\",device,{r['kernel']},{r['dtype']},{r['rows']},{r['batch']},{r['vocab']},{reps},"
             f"{r['median']:.3f},{r['q1']:.3f},{r['q3']:.3f},{r['bytes_read']},0,{r['gbps']:.3f},{peak:.3f},"
-            f"{r['gbps'] / peak:.4f},{ratio:.4f}"
+            f"{r['gbps'] / peak:.4f},{ratio:.4f},warm"
         )
     with open(out_path, "w") as f:
         f.write("\n".join(lines) + "\n")

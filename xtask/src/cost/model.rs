@@ -107,19 +107,27 @@ pub struct Modelled {
     pub busy_sms: u32,
 }
 
-/// Whether the bytes a pass reads are in L2: the benchmark reads the same input call after call,
-/// so an input that fits stays there.
+/// Where a call finds its input: the benchmark's warm cells call again and again on one buffer,
+/// so an input that fits L2 stays there; its cold cells read a buffer of four times L2 before
+/// each call, so the first pass over each row comes from DRAM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cache {
+    Warm,
+    Cold,
+}
+
+/// Whether `bytes` fit in L2.
 fn fits_l2(hw: &Hardware, bytes: f64) -> bool {
     bytes <= hw.l2_bytes.value
 }
 
-pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64) -> Modelled {
+pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64, cache: Cache) -> Modelled {
     let sms = hw.sms.value as u32;
     let clock = hw.clock_ghz.value * 1e3; // cycles per microsecond
     let per_sm = l.groups.div_ceil(sms);
     let conc = k.resident.max(1).min(per_sm);
     let rounds = per_sm.div_ceil(conc) as f64;
-    let warm = fits_l2(hw, total_input);
+    let warm = cache == Cache::Warm && fits_l2(hw, total_input);
     // The rows being worked on at once: a pass after a row's first finds it in L2 when they fit.
     let resident_rows = (sms * conc) as f64 * l.columns as f64 * k.elem;
     let again_in_l2 = warm || fits_l2(hw, resident_rows);
@@ -185,8 +193,13 @@ pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64) -> Modell
 }
 
 /// A call: the fixed overhead, then each launch.
-pub fn call(hw: &Hardware, launches: &[(Launch, &Kernel)], total_input: f64) -> (f64, Bound, Vec<Modelled>) {
-    let each: Vec<Modelled> = launches.iter().map(|(l, k)| launch(hw, k, l, total_input)).collect();
+pub fn call(
+    hw: &Hardware,
+    launches: &[(Launch, &Kernel)],
+    total_input: f64,
+    cache: Cache,
+) -> (f64, Bound, Vec<Modelled>) {
+    let each: Vec<Modelled> = launches.iter().map(|(l, k)| launch(hw, k, l, total_input, cache)).collect();
     let us = hw.first_launch_us.value - hw.launch_us.value + each.iter().map(|m| m.us).sum::<f64>();
     // The bound under which most of the call's time is spent (a launch's floor counts as launches).
     let mut spent: Vec<(Bound, f64)> = Vec::new();

@@ -24,6 +24,15 @@ pub enum Call {
     Sample,
     /// `sample_filtered` at a setting: its name and the passes over the row it takes at most.
     Filter(&'static str, u32),
+    /// `sample_filtered` from probabilities (f32), top-p 0.9: the same passes as from logits.
+    FilterProbs,
+    /// `mask_logits` and `renorm_probs` at top-p 0.9: the select's passes, then one read that
+    /// writes the row (masked logits, renormalized probabilities; f32).
+    MaskLogits,
+    RenormProbs,
+    /// `seeded` from log-probabilities (f64 or f32): float64 in one read, or screened in two.
+    Seeded,
+    SeededScreened,
 }
 
 /// The benchmark's filter settings and their pass counts (README: the most passes each takes;
@@ -48,7 +57,18 @@ impl Call {
             Call::Sample,
         ];
         v.extend(FILTERS.iter().map(|&(n, p)| Call::Filter(n, p)));
+        v.extend([Call::FilterProbs, Call::MaskLogits, Call::RenormProbs, Call::Seeded, Call::SeededScreened]);
         v
+    }
+
+    /// The input formats the call takes, with their bytes: logits in f32 and bf16, probabilities
+    /// in f32, log-probabilities in f64 and f32.
+    pub fn dtypes(self) -> &'static [(&'static str, u32)] {
+        match self {
+            Call::RaceProbs | Call::FilterProbs | Call::RenormProbs => &[("f32", 4)],
+            Call::Seeded | Call::SeededScreened => &[("f64", 8), ("f32", 4)],
+            _ => &[("f32", 4), ("bf16", 2)],
+        }
     }
 
     pub fn name(self) -> &'static str {
@@ -61,6 +81,11 @@ impl Call {
             Call::SeededLogits => "seeded_from_logits",
             Call::Sample => "sample",
             Call::Filter(n, _) => n,
+            Call::FilterProbs => "filter_probs_top_p_0.9",
+            Call::MaskLogits => "mask_logits_top_p_0.9",
+            Call::RenormProbs => "renorm_probs_top_p_0.9",
+            Call::Seeded => "seeded",
+            Call::SeededScreened => "seeded_screened",
         }
     }
 
@@ -101,6 +126,9 @@ pub struct Shape {
     pub dtype: &'static str,
 }
 
+/// Passes over the row of a top-p 0.9 select, at most (the benchmark's `filter_top_p_0.9`).
+const TOP_P_PASSES: u32 = 10;
+
 /// The launches of `call` at `shape` on a device holding `target_groups` blocks of `block`.
 pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u32, stages: u32) -> Vec<Launch> {
     let Shape { batch, vocab, elem, dtype } = shape;
@@ -137,23 +165,23 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         v
     };
     let idle = |kernel: String, groups: u32| Launch { kernel, groups, columns: 0, passes: 0, read: 0.0, written: 0.0 };
-    let filter = |passes: u32, idle_rows: bool| -> Vec<Launch> {
+    let filter = |passes: u32, idle_rows: bool, input: &str| -> Vec<Launch> {
         let p = match era {
             Era::Current => parts(batch, vocab, target_groups, block),
             Era::F09f138 => 1,
         };
         if idle_rows {
-            let kernel = if p > 1 { format!("filter_split_logits_{dtype}") } else { format!("filter_logits_{dtype}") };
+            let kernel = if p > 1 { format!("filter_split_{input}") } else { format!("filter_{input}") };
             return (0..if p > 1 { stages } else { 1 }).map(|_| idle(kernel.clone(), batch * p)).collect();
         }
         if p <= 1 {
-            return vec![whole(format!("filter_logits_{dtype}"), passes, 0.0)];
+            return vec![whole(format!("filter_{input}"), passes, 0.0)];
         }
         // One launch per stage: the passes over the row first, then the stages with no column
         // work (the combine, and the digit passes a setting does not need).
         (0..stages)
             .map(|s| Launch {
-                kernel: format!("filter_split_logits_{dtype}"),
+                kernel: format!("filter_split_{input}"),
                 groups: batch * p,
                 columns: if s < passes { vocab.div_ceil(p) } else { 0 },
                 passes: u32::from(s < passes),
@@ -179,10 +207,18 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
                 // `Backend::sample` without row lists: the seeded and filter launches span the
                 // batch and each plain row leaves them at once.
                 v.push(idle(format!("seeded_logits_{dtype}"), batch));
-                v.extend(filter(0, true));
+                v.extend(filter(0, true, &format!("logits_{dtype}")));
             }
             v
         }
-        Call::Filter(_, passes) => filter(passes, false),
+        Call::Filter(_, passes) => filter(passes, false, &format!("logits_{dtype}")),
+        Call::FilterProbs => filter(TOP_P_PASSES, false, "probs"),
+        // Neither is split over blocks (the host stages only the sampling filter kernels).
+        Call::MaskLogits => {
+            vec![whole(format!("mask_logits_{dtype}"), TOP_P_PASSES + 1, vocab as f64 * 4.0 * batch as f64)]
+        }
+        Call::RenormProbs => vec![whole("renorm_probs".into(), TOP_P_PASSES + 1, vocab as f64 * 4.0 * batch as f64)],
+        Call::Seeded => vec![whole(format!("seeded_{dtype}"), 1, 0.0)],
+        Call::SeededScreened => vec![whole(format!("seeded_screened_{dtype}"), 2, 0.0)],
     }
 }

@@ -2,7 +2,7 @@
 //! (modelled on both targets), and the calibration against the one H200 run.
 
 use super::hardware::Hardware;
-use super::model::{self, Bound, Kernel};
+use super::model::{self, Bound, Cache, Kernel};
 use super::plan::{self, Call, Era, Shape};
 use super::sass::{Counts, PIPES};
 use super::Counted;
@@ -23,6 +23,8 @@ struct Row {
     busy_sms: u32,
     us: f64,
     bound: Bound,
+    /// The same call with L2 flushed before it (the benchmark's cold cells).
+    cold_us: f64,
 }
 
 fn modelled(hw: &Hardware, kernels: &[Kernel], call: Call, shape: Shape, era: Era) -> Result<Row, String> {
@@ -35,7 +37,8 @@ fn modelled(hw: &Hardware, kernels: &[Kernel], call: Call, shape: Shape, era: Er
     let pairs: Vec<(plan::Launch, &Kernel)> =
         launches.iter().map(|l| Ok((l.clone(), find(&l.kernel)?))).collect::<Result<_, String>>()?;
     let input = shape.batch as f64 * shape.vocab as f64 * shape.elem as f64;
-    let (us, bound, each) = model::call(hw, &pairs, input);
+    let (us, bound, each) = model::call(hw, &pairs, input, Cache::Warm);
+    let (cold_us, _, _) = model::call(hw, &pairs, input, Cache::Cold);
     let (main, busy_sms) = pairs
         .iter()
         .zip(&each)
@@ -53,6 +56,7 @@ fn modelled(hw: &Hardware, kernels: &[Kernel], call: Call, shape: Shape, era: Er
         busy_sms,
         us,
         bound,
+        cold_us,
     })
 }
 
@@ -139,24 +143,21 @@ const PRINTED: ([u32; 3], u32) = ([1, 32, 256], 151936);
 /// Every call at 1, 32 and 256 x 151936, f32 and bf16, on both targets: printed and written.
 pub fn calls(counted: &[Counted], csv: &Path) -> Result<(), String> {
     let mut out = format!(
-        "call,dtype,batch,vocab,target,launches,bytes_read,bytes_written,main_kernel,{},occupancy,busy_sms,modelled_us,bound\n",
+        "call,dtype,batch,vocab,target,launches,bytes_read,bytes_written,main_kernel,{},occupancy,busy_sms,modelled_us,bound,modelled_cold_us\n",
         PIPES.iter().map(|p| format!("per_col_{}", p.name())).collect::<Vec<_>>().join(",")
     );
     println!("\nCalls, modelled (not measured): the launches of today's host plan");
-    println!("| call | shape | target | launches | MB moved | instr/column, all passes (main kernel) | occupancy | SMs busy | modelled µs | bound by |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| call | shape | target | launches | MB moved | instr/column, all passes (main kernel) | occupancy | SMs busy | modelled µs, warm | cold | bound by (warm) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for call in Call::all() {
-        for (dtype, elem) in [("f32", 4), ("bf16", 2)] {
-            if call == Call::RaceProbs && dtype == "bf16" {
-                continue;
-            }
+        for &(dtype, elem) in call.dtypes() {
             let cells = VOCABS.iter().flat_map(|&vocab| BATCHES.map(|batch| (batch, vocab)));
             for ((batch, vocab), c) in cells.flat_map(|cell| counted.iter().map(move |c| (cell, c))) {
                 let shape = Shape { batch, vocab, elem, dtype };
                 let r = modelled(c.hw, &c.kernels, call, shape, Era::Current)?;
                 if PRINTED.0.contains(&batch) && PRINTED.1 == vocab {
                     println!(
-                        "| {} | {batch} x {vocab} {dtype} | {} | {} | {:.1} | {:.1} ({}) | {:.0}% | {} | {:.1} | {} |",
+                        "| {} | {batch} x {vocab} {dtype} | {} | {} | {:.1} | {:.1} ({}) | {:.0}% | {} | {:.1} | {:.1} | {} |",
                         call.name(),
                         c.hw.name,
                         r.launches,
@@ -166,12 +167,13 @@ pub fn calls(counted: &[Counted], csv: &Path) -> Result<(), String> {
                         r.occupancy * 100.0,
                         r.busy_sms,
                         r.us,
+                        r.cold_us,
                         r.bound.name()
                     );
                 }
                 writeln!(
                     out,
-                    "{},{dtype},{batch},{vocab},{},{},{:.0},{:.0},{},{},{:.3},{},{:.2},{}",
+                    "{},{dtype},{batch},{vocab},{},{},{:.0},{:.0},{},{},{:.3},{},{:.2},{},{:.2}",
                     call.name(),
                     c.hw.name,
                     r.launches,
@@ -182,7 +184,8 @@ pub fn calls(counted: &[Counted], csv: &Path) -> Result<(), String> {
                     r.occupancy,
                     r.busy_sms,
                     r.us,
-                    r.bound.name()
+                    r.bound.name(),
+                    r.cold_us
                 )
                 .expect("writing to a string");
             }
