@@ -30,7 +30,8 @@ use common::{Stats, Timed};
 use half::bf16;
 use plotters::prelude::*;
 use sampling_kernels::{
-    philox, Backend, Clock, CpuBackend, Error, FilterOrder, Input as Kept, Logits, Output, RowParams, Shape,
+    reference::philox, Backend, Clock, CpuBackend, Diagnostics, Error, FilterOrder, Input as Kept, Logits, Output,
+    RowParams, Shape,
 };
 use std::fmt::Write as _;
 use std::path::Path;

@@ -5,9 +5,10 @@
 //! `cargo run --release --example cudarc_engine` (needs a CUDA driver and NVRTC; without them it
 //! says so and exits cleanly)
 
+use sampling_kernels::backend::cuda;
 use sampling_kernels::cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};
 use sampling_kernels::cudarc::nvrtc::compile_ptx;
-use sampling_kernels::{cuda_backend, Backend, CpuBackend, CudaBackend, Logits, Output, RowParams, Shape};
+use sampling_kernels::{Backend, CpuBackend, CudaBackend, Logits, Output, RowParams, Shape};
 
 /// A padded vocabulary, as models have: rows are `STRIDE` apart, only `VOCAB` columns are tokens.
 const BATCH: u32 = 4;
@@ -29,7 +30,7 @@ extern "C" __global__ void fill_logits(float* logits, unsigned int n, unsigned i
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // cudarc panics on its first driver call when libcuda cannot be loaded, so ask first.
-    if !cuda_backend::libraries_present() {
+    if !cuda::libraries_present() {
         eprintln!("no CUDA driver or NVRTC on the library path; nothing to run");
         return Ok(());
     }

@@ -7,7 +7,7 @@
 //!
 //! Sampling is the exponential race: the token is `argmax_j l_j / T + G_j` with Gumbel noise
 //! `G` from Philox4x32-10 keyed by the request's (seed, offset), never by its row, so every
-//! backend draws the same numbers and a token does not depend on its batch. See [`philox`].
+//! backend draws the same numbers and a token does not depend on its batch. See [`reference::philox`].
 //!
 //! ```
 //! use sampling_kernels::{Backend, CpuBackend, Logits, Output, RowParams, Shape};
@@ -23,41 +23,29 @@
 #![warn(missing_docs)]
 
 pub mod backend;
-pub mod cpu;
-#[cfg(feature = "cuda")]
-pub mod cuda_backend;
 pub mod error;
-pub mod filters;
 #[rustfmt::skip]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod generated;
-mod job;
 pub mod kernels;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-mod launch;
-pub mod murmur;
-pub mod philox;
-pub mod planner;
+pub mod reference;
 pub mod sampler;
-pub mod timing;
+pub mod sglang;
 pub mod types;
-#[cfg(feature = "wgpu")]
-pub mod wgpu_backend;
 
-pub use backend::{Backend, Input, LogProbs, Logits, Output, RowLists, SeededMode};
-pub use cpu::CpuBackend;
+pub use backend::cpu::CpuBackend;
 #[cfg(feature = "cuda")]
-pub use cuda_backend::{CudaBackend, CudaBuffer};
+pub use backend::cuda::{CudaBackend, CudaBuffer};
+pub use backend::timing::{Clock, LaunchTime};
+#[cfg(feature = "wgpu")]
+pub use backend::wgpu::{WgpuBackend, WgpuBuffer};
+pub use backend::{Backend, Diagnostics, Input, LogProbs, Logits, Output, RowLists, SeededMode};
 /// The cudarc this crate was built against, so an engine shares its stream and slice types.
 #[cfg(feature = "cuda")]
 pub use cudarc;
 pub use error::{Error, Result};
-pub use filters::{Filters, Order as FilterOrder};
 pub use sampler::Sampler;
-pub use timing::{Clock, LaunchTime};
-pub use types::{Element, RowMode, RowParams, Shape, GREEDY_EPS};
+pub use types::{Element, Filters, Order as FilterOrder, RowMode, RowParams, Shape, GREEDY_EPS};
 /// The wgpu this crate was built against, so an engine shares its device types.
 #[cfg(feature = "wgpu")]
 pub use wgpu;
-#[cfg(feature = "wgpu")]
-pub use wgpu_backend::{WgpuBackend, WgpuBuffer};

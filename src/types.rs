@@ -1,7 +1,6 @@
 //! The shapes, element types and per-row parameters that every backend shares.
 
 use crate::error::{Error, Result};
-use crate::filters::{Filters, Order};
 use bytemuck::{Pod, Zeroable};
 
 /// `batch` rows of `vocab` values, row `r` starting at element `r * stride`. A stride above the
@@ -54,7 +53,7 @@ impl Shape {
 
 /// Per-row parameters, one 48-byte record per row, as the kernels read them.
 ///
-/// `seed` and `offset` key the row's noise (see [`crate::philox`]): an engine passes the
+/// `seed` and `offset` key the row's noise (see [`crate::reference::philox`]): an engine passes the
 /// request's seed and its decode step, so a token never depends on the row it sits in.
 /// The filters (top-k, top-p, min-p and their order) are read by the filter kernels and by
 /// [`crate::Backend::sample`]; a zeroed record is a greedy row without filters.
@@ -257,3 +256,35 @@ unsafe impl cudarc::driver::DeviceRepr for RowParams {}
 #[cfg(feature = "cuda")]
 // SAFETY: all-zero bits are a valid RowParams (a greedy row).
 unsafe impl cudarc::driver::ValidAsZeroBits for RowParams {}
+
+/// The order in which the filters apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Order {
+    /// SGLang's torch path: every filter on the original distribution; the set is their
+    /// intersection.
+    Joint,
+    /// vLLM's and FlashInfer's: top-p measured on the distribution renormalized over the top-k
+    /// set (min-p is a ratio to the maximum, which renormalizing does not change).
+    TopKFirst,
+}
+
+/// One row's filters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Filters {
+    /// Keep the `k` first tokens of the order (`None`, or `k` at least the vocabulary: all).
+    pub top_k: Option<usize>,
+    /// Keep a token when the mass ranked strictly before it is at most `top_p` (1: all).
+    pub top_p: f64,
+    /// Keep a token whose probability is at least `min_p` times the largest (0: all).
+    pub min_p: f64,
+    /// How top-k and top-p combine.
+    pub order: Order,
+}
+
+impl Filters {
+    /// Whether any filter can drop a token.
+    pub fn is_active(&self) -> bool {
+        self.top_k.is_some() || self.top_p < 1.0 || self.min_p > 0.0
+    }
+}

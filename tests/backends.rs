@@ -9,8 +9,9 @@ mod common;
 
 use common::Rng;
 use half::{bf16, f16};
-use sampling_kernels::cpu::{self as oracle, row_values};
-use sampling_kernels::{Backend, CpuBackend, LaunchTime, Logits, Output, RowParams, Shape};
+use sampling_kernels::backend::cpu::row_values;
+use sampling_kernels::reference as oracle;
+use sampling_kernels::{Backend, CpuBackend, Diagnostics, LaunchTime, Logits, Output, RowParams, Shape};
 
 /// Random123's known answers (SEMANTICS.md): counter, key, output.
 const PHILOX_KAT: [([u32; 4], [u32; 2], [u32; 4]); 3] = [
@@ -71,7 +72,7 @@ pub fn philox_known_answers<B: Backend>(b: &B) {
     }
     for i in 0..items {
         let w = &input[i * 6..i * 6 + 6];
-        let want = sampling_kernels::philox::philox4x32_10([w[0], w[1], w[2], w[3]], [w[4], w[5]]);
+        let want = sampling_kernels::reference::philox::philox4x32_10([w[0], w[1], w[2], w[3]], [w[4], w[5]]);
         assert_eq!(got[i * 4..i * 4 + 4], want, "block {i}");
     }
 }
@@ -87,8 +88,8 @@ pub fn gumbel_noise_matches_oracle<B: Backend>(b: &B) {
     let mut worst = 0f64;
     for (row, p) in rows.iter().enumerate() {
         for j in 0..shape.vocab {
-            let w = sampling_kernels::philox::word(p.seed(), p.offset(), j as u32);
-            let want = sampling_kernels::philox::gumbel(w);
+            let w = sampling_kernels::reference::philox::word(p.seed(), p.offset(), j as u32);
+            let want = sampling_kernels::reference::philox::gumbel(w);
             let g = got[row * shape.vocab + j] as f64;
             assert!(g.is_finite() && (-2.82..16.64).contains(&g), "noise {g} out of its range");
             // Two chained logs of about one ulp each, relative to the noise's magnitude.

@@ -1,4 +1,4 @@
-//! The filter reference (`sampling_kernels::filters`) against SEMANTICS.md's definitions written
+//! The filter reference (`sampling_kernels::reference::filters`) against SEMANTICS.md's definitions written
 //! token by token (rank and mass ahead counted directly, no sorting or prefixes), the cases the
 //! filters issue names, and every device backend's filter kernels against the reference.
 //!
@@ -12,9 +12,10 @@
 mod common;
 
 use common::{chi_square, total_variation, Rng};
-use sampling_kernels::cpu::softmax;
-use sampling_kernels::filters::{kept, kept_from_logits, passes, split_passes, Filters, Order};
+use sampling_kernels::reference::filters::{kept, kept_from_logits, passes, split_passes};
+use sampling_kernels::reference::softmax;
 use sampling_kernels::{Backend, Input, Logits, Output, RowParams, Shape};
+use sampling_kernels::{FilterOrder as Order, Filters};
 
 /// SEMANTICS.md per token: rank(j) counts the tokens ahead of j in (p desc, index asc); the mass
 /// ahead sums theirs. Top-k keeps rank < k; top-p keeps mass ahead <= top_p (of the top-k set's
@@ -51,7 +52,7 @@ fn matches_the_definition_on_random_rows() {
             min_p: [0.0, rng.unit()][(case / 2) % 2],
             order: [Order::Joint, Order::TopKFirst][(case / 4) % 2],
         };
-        let p = sampling_kernels::cpu::softmax(&logits, &row);
+        let p = sampling_kernels::reference::softmax(&logits, &row);
         assert_eq!(kept(&p, &filters), by_definition(&p, &filters), "{logits:?} {filters:?}");
     }
 }

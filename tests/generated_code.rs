@@ -26,7 +26,7 @@ fn every_wgsl_file_validates_with_naga() {
 #[cfg(feature = "cuda")]
 #[test]
 fn every_cuda_file_compiles_with_nvrtc_for_sm75_and_sm90() {
-    use sampling_kernels::cuda_backend::{compile, nvrtc_present};
+    use sampling_kernels::backend::cuda::{compile, nvrtc_present};
     if !nvrtc_present() {
         assert!(!common::in_ci(), "CI=true requires libnvrtc (the nvidia-cuda-nvrtc wheel on LD_LIBRARY_PATH)");
         common::report("nvrtc", "not-run", "every_cuda_file_compiles", "absent");

@@ -6,7 +6,7 @@
 #[macro_use]
 mod common;
 
-use sampling_kernels::planner::SamplingParams;
+use sampling_kernels::sglang::SamplingParams;
 use sampling_kernels::{Backend, Error, Input, LogProbs, Logits, Output, RowParams, SeededMode, Shape};
 
 /// Every sampling path's (token, status, log-probability) for one row of logits.

@@ -12,7 +12,8 @@ mod common;
 use common::{flushes_subnormals, Rng};
 use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
-use sampling_kernels::cpu::{self as oracle, row_values};
+use sampling_kernels::backend::cpu::row_values;
+use sampling_kernels::reference as oracle;
 use sampling_kernels::{Backend, CpuBackend, Logits, Output, RowParams, Shape};
 
 const CASES: u32 = 2000;

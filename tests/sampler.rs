@@ -6,7 +6,7 @@
 mod common;
 
 use common::Rng;
-use sampling_kernels::planner::SamplingParams;
+use sampling_kernels::sglang::SamplingParams;
 use sampling_kernels::{Backend, Error, FilterOrder, Input, Logits, Output, RowMode, RowParams, Sampler, Shape};
 
 /// Row `r` is greedy, plain, seeded, top-p, top-k-and-min-p (top-k first) or seeded with top-p

@@ -8,7 +8,8 @@
 mod common;
 
 use common::Rng;
-use sampling_kernels::{murmur, Backend, Input, LogProbs, Logits, Output, RowParams, SeededMode, Shape};
+use sampling_kernels::reference::murmur;
+use sampling_kernels::{Backend, Diagnostics, Input, LogProbs, Logits, Output, RowParams, SeededMode, Shape};
 
 struct Golden {
     shape: Shape,
@@ -294,11 +295,11 @@ pub fn screened_equals_float64<B: Backend>(b: &B) {
     assert_eq!(full, screened, "the screen changed a token");
     let mut near = 0;
     for r in 0..shape.batch {
-        let mut s = sampling_kernels::cpu::seeded_scores(&lp[r * 257..(r + 1) * 257], &rows[r]);
-        let best = sampling_kernels::cpu::argmax(&s);
+        let mut s = sampling_kernels::reference::seeded_scores(&lp[r * 257..(r + 1) * 257], &rows[r]);
+        let best = sampling_kernels::reference::argmax(&s);
         let top = s[best];
         s[best] = f64::NEG_INFINITY;
-        let second = s[sampling_kernels::cpu::argmax(&s)];
+        let second = s[sampling_kernels::reference::argmax(&s)];
         if top - second <= 1e-12 * top.abs().max(1.0) {
             near += 1;
             continue;

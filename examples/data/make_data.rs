@@ -6,7 +6,7 @@
 //!
 //! The seeded sampler's golden vectors are `tests/data/`'s, made by their own Python script.
 //!
-//! `cargo run --example make_data`
+//! `cargo run --features cli --example make_data`
 
 use half::bf16;
 use npyz::WriterBuilder;

@@ -1,4 +1,4 @@
-//! The audit tool's inputs never panic the planner (see `bodies::audit_inputs`).
+//! The audit tool's inputs never panic the SGLang model (see `bodies::audit_inputs`).
 #![no_main]
 
 mod bodies;

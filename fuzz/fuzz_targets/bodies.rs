@@ -1,7 +1,7 @@
 //! What each fuzz target does with its bytes, shared with `tests/fuzz_corpus.rs`, which replays
 //! the kept corpus on stable Rust as regression tests.
 
-use sampling_kernels::planner::{
+use sampling_kernels::sglang::{
     path_for_batch, GenerationConfig, Request, SamplingDefaults, SamplingParams, ServerDefaults, Simulation, TraceStep,
 };
 use sampling_kernels::{Backend, CpuBackend, Input, Logits, Output, RowParams, Shape};

@@ -13,7 +13,7 @@ use std::path::{Path as FilePath, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use sampling_kernels::planner::{
+use sampling_kernels::sglang::{
     path_for_batch, row_path, FieldError, GenerationConfig, NormalizedParams, Request, SamplingDefaults,
     SamplingParams, ServerDefaults, Simulation, TraceStep,
 };

@@ -69,7 +69,7 @@ pub fn cuda() -> Option<&'static sampling_kernels::CudaBackend> {
 /// Vulkan driver does: a row of the smallest subnormal sums to zero there (and to 8 of it
 /// elsewhere). Tests compare such a device with the oracle run on [`flushed`] inputs.
 pub fn flushes_subnormals<B: sampling_kernels::Backend>(b: &B) -> bool {
-    use sampling_kernels::{Logits, Shape};
+    use sampling_kernels::{Diagnostics, Logits, Shape};
     let x = b.upload(&[f32::from_bits(1); 8]).unwrap();
     let mut sum = b.zeros::<f32>(1).unwrap();
     b.read_rows(Shape::dense(1, 8), Logits::F32(&x), &mut sum).unwrap();

@@ -106,7 +106,7 @@ pub fn run(root: &Path) -> Result<(), String> {
     for (args, marker, folder) in builds {
         let out = Command::new(&cargo)
             .args(args)
-            .args(["--workspace", "--no-run", "--message-format=json"])
+            .args(["--workspace", "--features", "sampling-kernels/cli", "--no-run", "--message-format=json"])
             .current_dir(root)
             .output()
             .map_err(|e| e.to_string())?;

@@ -30,7 +30,8 @@ pub fn run(root: &Path, extra: &[String]) -> Result<(), String> {
         cargo.env("XDG_RUNTIME_DIR", dir);
     }
     let mut child = cargo
-        .args(["test", "--workspace", "--no-fail-fast"])
+        // The command-line tools are a feature: their tests run them.
+        .args(["test", "--workspace", "--features", "sampling-kernels/cli", "--no-fail-fast"])
         .args(extra)
         .current_dir(root)
         .env("LD_LIBRARY_PATH", tools.library_path())

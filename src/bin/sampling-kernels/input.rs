@@ -5,7 +5,7 @@
 use crate::tensor::{Tensor, Values};
 use anyhow::{bail, ensure, Context, Result};
 use half::{bf16, f16};
-use sampling_kernels::filters::kept;
+use sampling_kernels::reference::filters::kept;
 use sampling_kernels::{
     Backend, CpuBackend, Element, Input as Kept, LogProbs, Logits, Output, RowParams, Sampler, SeededMode, Shape,
 };

@@ -1,7 +1,7 @@
 //! Reading the fields of JSON objects so that every failure names the field it came from.
 //!
 //! Request bodies, `generation_config.json` and trace lines are written by people; serde's derived
-//! errors say "expected f64" without saying where. Every reader in the planner goes through these
+//! errors say "expected f64" without saying where. Every reader in this module goes through these
 //! helpers instead, so a bad value is reported as `body.sampling_params.top_k: ...`.
 
 use serde::de::DeserializeOwned;

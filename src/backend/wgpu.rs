@@ -1,10 +1,10 @@
 //! The wgpu backend: the generated WGSL on any adapter wgpu finds (Vulkan, Metal, DX12, and
 //! Mesa's lavapipe on a CPU).
 
+use super::launch::{scratch_words, Device, Launch, Plan, Split, MAX_LAUNCHES};
+use super::timing::{Clock, LaunchTime};
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
-use crate::launch::{scratch_words, Device, Launch, Plan, Split, MAX_LAUNCHES};
-use crate::timing::{Clock, LaunchTime};
 use crate::types::Element;
 use arrayvec::ArrayVec;
 use std::collections::HashMap;

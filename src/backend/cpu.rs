@@ -1,11 +1,13 @@
 //! The CPU backend: plain Rust in float64, written for obviousness, not speed. It is the oracle
 //! every GPU result is checked against, and a working backend for machines without a GPU.
 
-use crate::backend::LogProbs;
-use crate::backend::{Backend, Input, Job, Logits, Output};
+use crate::backend::{Backend, Input, Job, LogProbs, Logits, Output};
 use crate::error::Result;
+use crate::reference::filters::{self, clean_probs};
+use crate::reference::race::{race_logits_in, race_logits_row, race_probs_in, seeded_in};
+use crate::reference::softmax::{sglang_logprobs, softmax_f32};
+use crate::reference::{murmur, philox};
 use crate::types::{Element, RowMode, RowParams, Shape};
-use crate::{filters, murmur, philox};
 
 /// Runs every kernel on the host, one row after another.
 #[derive(Clone, Copy, Debug, Default)]
@@ -20,108 +22,6 @@ pub fn row_values(logits: Logits<'_, CpuBackend>, shape: Shape, row: usize) -> V
         Logits::Bf16(b) => b[range].iter().map(|&x| x.to_f64()).collect(),
     };
     wide.into_iter().map(|x| if x.is_nan() { f64::NEG_INFINITY } else { x }).collect()
-}
-
-/// The lowest index of the largest value.
-pub fn argmax(values: &[f64]) -> usize {
-    let mut best = 0;
-    for (j, &v) in values.iter().enumerate() {
-        if v > values[best] {
-            best = j;
-        }
-    }
-    best
-}
-
-/// The temperature a row's softmax uses: its own, or 1 for greedy rows.
-fn temperature(row: &RowParams) -> f64 {
-    if row.is_sampled() {
-        row.temperature as f64
-    } else {
-        1.0
-    }
-}
-
-/// Softmax of one row as PyTorch's float32 softmax computes it: the scaled logits and their
-/// distance to the maximum round to f32; the exponentials and their sum are exact here.
-///
-/// Columns whose scaled value is +inf share the whole probability equally (the softmax's
-/// limit); a row with no value above -inf has probability 0 everywhere.
-pub fn softmax_f32(values: &[f64], row: &RowParams) -> Vec<f32> {
-    softmax(values, row).into_iter().map(|p| p as f32).collect()
-}
-
-/// [`softmax_f32`] before its final rounding to f32.
-pub fn softmax(values: &[f64], row: &RowParams) -> Vec<f64> {
-    let z = scaled_f32(values, row);
-    let m = z.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
-    let e: Vec<f64> = z
-        .iter()
-        .map(|&v| match m {
-            f32::INFINITY => (v == m) as u8 as f64,
-            f32::NEG_INFINITY => 0.0,
-            _ => ((v - m) as f64).exp(),
-        })
-        .collect();
-    let sum: f64 = e.iter().sum();
-    e.iter().map(|&x| if sum > 0.0 { x / sum } else { 0.0 }).collect()
-}
-
-/// The scaled values `z = l / T` rounded to f32, as every backend defines them: +inf (or an
-/// overflow of the division) marks the row's top class.
-fn scaled_f32(values: &[f64], row: &RowParams) -> Vec<f32> {
-    let t = temperature(row) as f32;
-    values.iter().map(|&v| v as f32 / t).collect()
-}
-
-/// One row of the race (or greedy, for `greedy` rows) from logits: the token, whether the row had
-/// a valid value, and the token's log-probability.
-///
-/// If some scaled values are +inf, the race is among those alone on the noise (greedy: the
-/// lowest index) and the log-probability is `-ln(count)`. Otherwise the float64 race.
-fn race_logits_row(values: &[f64], row: &RowParams) -> (usize, bool, f64) {
-    race_logits_in(values, row, |_| true)
-}
-
-/// [`race_logits_row`] among the columns `keep` accepts (the others never win); the
-/// log-probability stays the token's under the whole row.
-fn race_logits_in(values: &[f64], row: &RowParams, keep: impl Fn(usize) -> bool) -> (usize, bool, f64) {
-    let z = scaled_f32(values, row);
-    let top: Vec<usize> = (0..values.len()).filter(|&j| z[j] == f32::INFINITY).collect();
-    if !top.is_empty() {
-        let noise: Vec<f64> = top
-            .iter()
-            .map(|&j| match (keep(j), row.is_sampled()) {
-                (false, _) => f64::NEG_INFINITY,
-                (true, true) => philox::gumbel(philox::word(row.seed(), row.offset(), j as u32)),
-                (true, false) => 0.0,
-            })
-            .collect();
-        let best = argmax(&noise);
-        return (top[best], noise[best] > f64::NEG_INFINITY, -(top.len() as f64).ln());
-    }
-    let scores = kept_scores(race_scores(values, row, false), keep);
-    let token = argmax(&scores);
-    let valid = scores[token] > f64::NEG_INFINITY;
-    (token, valid, log_softmax_at(values, temperature(row), token))
-}
-
-/// One row of the race from probabilities among the columns `keep` accepts: the token, whether
-/// it is valid, and the log of its probability.
-fn race_probs_in(x: &[f64], row: &RowParams, keep: impl Fn(usize) -> bool) -> (usize, bool, f64) {
-    let scores = kept_scores(race_scores(x, row, true), keep);
-    let token = argmax(&scores);
-    (token, scores[token] > 0.0, x[token].ln())
-}
-
-/// The race's scores with every column `keep` refuses at -inf (it never wins).
-fn kept_scores(scores: Vec<f64>, keep: impl Fn(usize) -> bool) -> Vec<f64> {
-    scores.into_iter().enumerate().map(|(j, s)| if keep(j) { s } else { f64::NEG_INFINITY }).collect()
-}
-
-/// Probabilities as the filters see them: NaN, negative and infinite values weigh nothing.
-fn clean_probs(x: &[f64]) -> Vec<f64> {
-    x.iter().map(|&p| if p > 0.0 && p < f64::INFINITY { p } else { 0.0 }).collect()
 }
 
 /// The kept set of one row of the filter kernels' input.
@@ -167,70 +67,6 @@ fn filtered_row(
         passes[r] = filters::passes(&row.filters(), shape.vocab);
     }
     write_output(out, r, token, valid, || lp);
-}
-
-/// SGLang's seeded race among the columns `keep` accepts, on log-probabilities `lp`: the token,
-/// whether it is valid, and its log-probability.
-fn seeded_in(lp: &[f64], row: &RowParams, keep: impl Fn(usize) -> bool) -> (usize, bool, f64) {
-    let scores = kept_scores(seeded_scores(lp, row), keep);
-    let token = argmax(&scores);
-    (token, scores[token] > f64::NEG_INFINITY, lp[token])
-}
-
-/// SGLang's seeded scores of one row: `logprob + g(hash(seed, position, column))` in float64
-/// (greedy rows: the log-probabilities alone).
-pub fn seeded_scores(logprobs: &[f64], row: &RowParams) -> Vec<f64> {
-    logprobs
-        .iter()
-        .enumerate()
-        .map(|(j, &lp)| {
-            // NaN and +inf are not log-probabilities: never chosen.
-            let lp = if lp.is_nan() || lp == f64::INFINITY { f64::NEG_INFINITY } else { lp };
-            if row.is_sampled() {
-                lp + murmur::gumbel(murmur::hash(row.seed(), row.offset(), j as u32))
-            } else {
-                lp
-            }
-        })
-        .collect()
-}
-
-/// SGLang's log-probabilities from logits: the float32 log of the float32 softmax.
-pub fn sglang_logprobs(values: &[f64], row: &RowParams) -> Vec<f64> {
-    softmax_f32(values, row).iter().map(|&p| (p as f64).ln() as f32 as f64).collect()
-}
-
-/// log-softmax(values / T) at `token`.
-fn log_softmax_at(values: &[f64], t: f64, token: usize) -> f64 {
-    let m = values.iter().fold(f64::NEG_INFINITY, |a, &v| a.max(v / t));
-    let sum: f64 = values.iter().map(|&v| (v / t - m).exp()).sum();
-    values[token] / t - m - sum.ln()
-}
-
-/// What the race compares for each column of one row.
-///
-/// From logits: `l / T + Gumbel`; from probabilities: `p / Exponential` (negative, infinite or
-/// NaN `p` never wins); greedy rows: the values themselves. The noise is the row's Philox stream.
-pub fn race_scores(values: &[f64], row: &RowParams, from_probs: bool) -> Vec<f64> {
-    values
-        .iter()
-        .enumerate()
-        .map(|(j, &x)| {
-            let invalid = from_probs && !(0.0..f64::INFINITY).contains(&x);
-            if invalid {
-                return f64::NEG_INFINITY;
-            }
-            if !row.is_sampled() {
-                return x;
-            }
-            let w = philox::word(row.seed(), row.offset(), j as u32);
-            if from_probs {
-                x / philox::exponential(w)
-            } else {
-                x / row.temperature as f64 + philox::gumbel(w)
-            }
-        })
-        .collect()
 }
 
 /// The seeded race of one row of log-probabilities, written to `out`.

@@ -1,4 +1,4 @@
-//! The planner against SGLang's documented rules (docs/SEMANTICS.md, "Parameters of a row" and
+//! The SGLang module against SGLang's documented rules (docs/SEMANTICS.md, "Parameters of a row" and
 //! "SGLang's batch-level routing", and the seed claim check), and the `sampling-audit` binary on
 //! the shipped examples and on bad input.
 
@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use sampling_kernels::planner::{
+use sampling_kernels::sglang::{
     path_for_batch, row_path, EmptyBatch, Endpoint, GenerationConfig, NormalizedParams, ParamError, Path,
     SamplingDefaults, SamplingParams, ServerDefaults, Simulation, TraceErrorKind, TraceStep, TOP_K_ALL,
 };

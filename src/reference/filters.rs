@@ -6,40 +6,8 @@
 //! of that order, so their intersection is the shortest of the prefixes. Tokens without
 //! probability (NaN, -inf, or outside a +inf class) are never kept.
 
-use crate::cpu::softmax;
-use crate::types::RowParams;
-
-/// The order in which the filters apply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Order {
-    /// SGLang's torch path: every filter on the original distribution; the set is their
-    /// intersection.
-    Joint,
-    /// vLLM's and FlashInfer's: top-p measured on the distribution renormalized over the top-k
-    /// set (min-p is a ratio to the maximum, which renormalizing does not change).
-    TopKFirst,
-}
-
-/// One row's filters.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Filters {
-    /// Keep the `k` first tokens of the order (`None`, or `k` at least the vocabulary: all).
-    pub top_k: Option<usize>,
-    /// Keep a token when the mass ranked strictly before it is at most `top_p` (1: all).
-    pub top_p: f64,
-    /// Keep a token whose probability is at least `min_p` times the largest (0: all).
-    pub min_p: f64,
-    /// How top-k and top-p combine.
-    pub order: Order,
-}
-
-impl Filters {
-    /// Whether any filter can drop a token.
-    pub fn is_active(&self) -> bool {
-        self.top_k.is_some() || self.top_p < 1.0 || self.min_p > 0.0
-    }
-}
+use super::softmax::softmax;
+use crate::types::{Filters, Order, RowParams};
 
 /// Which tokens of one row the filters keep. `probs` are the row's probabilities (from
 /// [`softmax`] of the logits, or given).
@@ -98,4 +66,9 @@ pub fn passes(filters: &Filters, vocab: usize) -> u32 {
 pub fn split_passes(filters: &Filters, vocab: usize) -> u32 {
     let whole = passes(filters, vocab);
     whole + u32::from(whole > 2)
+}
+
+/// Probabilities as the filters see them: NaN, negative and infinite values weigh nothing.
+pub fn clean_probs(x: &[f64]) -> Vec<f64> {
+    x.iter().map(|&p| if p > 0.0 && p < f64::INFINITY { p } else { 0.0 }).collect()
 }

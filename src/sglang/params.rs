@@ -2,7 +2,7 @@
 //!
 //! SGLang builds a `SamplingParams` from the merged request, calls `normalize()` and then
 //! `verify()` (`TokenizerManager._create_tokenized_object`). The scheduler only ever sees the
-//! normalized values, and its batch routing reads them, so the planner keeps the same two steps
+//! normalized values, and its batch routing reads them, so this module keeps the same two steps
 //! in the same order: [`SamplingParams::normalize`] is the only way to a [`NormalizedParams`].
 
 use serde::Serialize;

@@ -7,11 +7,11 @@
 //! refuses PTX from a newer compiler: put the NVRTC that ships with the driver's CUDA first on the
 //! library path.
 
+use super::launch::{scratch_words, Device, Launch, Split};
+use super::timing::{Clock, LaunchTime};
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
 use crate::kernels::KernelSource;
-use crate::launch::{scratch_words, Device, Launch, Split};
-use crate::timing::{Clock, LaunchTime};
 use crate::types::Element;
 use arrayvec::ArrayVec;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr};

@@ -1,9 +1,9 @@
-//! The sampling planner: SGLang's sampling-parameter rules and batch routing, reproduced exactly,
+//! SGLang as this crate reproduces it: its sampling-parameter rules and batch routing, exactly,
 //! next to this crate's per-row routing.
 //!
 //! SGLang v0.5.20 sends a decode batch to its Gumbel fast path only when no request in it asks
 //! for top-k, top-p or min-p, and the answer for a request depends on its endpoint, the model's
-//! `generation_config.json` and server flags as much as on its body. The planner answers, without
+//! `generation_config.json` and server flags as much as on its body. This module answers, without
 //! a server: which parameters a request really runs with ([`ServerDefaults::effective`]), which
 //! path SGLang takes for a batch ([`path_for_batch`]) and over a running trace ([`Simulation`]),
 //! and what routing each row by its own parameters ([`row_path`]) would save. The

@@ -5,10 +5,20 @@
 //! shapes and buffer lengths on the host, so no kernel is ever launched with bad sizes. The trait
 //! is sealed and the job type private, so nothing outside the crate reaches `run`.
 
+pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+mod job;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod launch;
+pub mod timing;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
+
 use crate::error::{Error, Result};
-pub(crate) use crate::job::{Job, Sealed};
 use crate::types::{Element, RowParams, Shape};
 use half::{bf16, f16};
+pub(crate) use job::{Job, Sealed};
 
 /// Logits in one of the supported element formats, on a backend's device.
 pub enum Logits<'a, B: Backend + ?Sized> {
@@ -298,7 +308,7 @@ pub trait Backend: Sealed {
 
     /// SGLang's deterministic sampler (`--enable-deterministic-inference`): the first index of
     /// the maximum of `logprob + g` in float64, `g` the Murmur-hashed Gumbel noise of the row's
-    /// (seed, position) and the column ([`crate::murmur`]). A request's token depends on its seed
+    /// (seed, position) and the column ([`crate::reference::murmur`]). A request's token depends on its seed
     /// and position only. Masked columns (`-inf`) never win while any column is finite.
     fn seeded(
         &self,
@@ -356,9 +366,9 @@ pub trait Backend: Sealed {
     /// of the plain path: `S` = everything gives [`Backend::race_from_logits`]'s token (or
     /// [`Backend::race_from_probs`]'s), and top-k 1 gives greedy. Sorting-free; a row is read at
     /// most 2 times with min-p alone, 10 with top-k or top-p, 18 with both top-k first, fewer
-    /// once its select narrows to a few thousand candidates (see [`crate::filters::passes`]; a GPU
+    /// once its select narrows to a few thousand candidates (see [`crate::reference::filters::passes`]; a GPU
     /// backend splits the rows of a batch too small to fill it over workgroups: then exactly 2,
-    /// 11 and 19, see [`crate::filters::split_passes`]; the tokens do not change). The
+    /// 11 and 19, see [`crate::reference::filters::split_passes`]; the tokens do not change). The
     /// log-probability is the token's under the whole row's distribution, as on the plain path.
     /// Rows made with [`RowParams::seeded`] run SGLang's seeded float64 race inside `S` instead
     /// (on `z - max`, or `ln p`, which differ from its log-probabilities by the row's constant).
@@ -405,7 +415,13 @@ pub trait Backend: Sealed {
         need("renormed", Self::len(renormed), shape.elements())?;
         self.run(Job::RenormProbs { shape, probs, rows, renormed })
     }
+}
 
+/// Known-answer probes of the kernels' building blocks (Murmur, Philox, the float64 log, the
+/// noise) and the plain read the benchmarks measure bandwidth against. They sample nothing, so
+/// they live apart from [`Backend`]; tests and benchmarks use them to check each backend's
+/// pieces against [`crate::reference`]. Every backend has them.
+pub trait Diagnostics: Backend {
     /// MurmurHash3_x86_32 of `items` groups of four words (for known-answer tests).
     fn murmur3(&self, items: usize, words: &Self::Buffer<u32>, out: &mut Self::Buffer<u32>) -> Result<()> {
         check_items(items, 4)?;
@@ -450,6 +466,8 @@ pub trait Backend: Sealed {
         self.run(Job::ReadRows { shape, logits, sums })
     }
 }
+
+impl<B: Backend> Diagnostics for B {}
 
 pub(crate) fn check_rows<B: Backend + ?Sized>(
     shape: Shape,
