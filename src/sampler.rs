@@ -6,15 +6,19 @@
 
 use crate::backend::{sample_rows, Backend, Logits, Output, RowLists};
 use crate::error::{Error, Result};
-use crate::planner::NormalizedParams;
+use crate::sglang::NormalizedParams;
 use crate::types::{RowMode, RowParams, Shape};
+use std::ops::Deref;
 
 /// SGLang's seed for requests that give none, in deterministic inference.
 pub const DEFAULT_SEED: u64 = 42;
 
 /// Samples one decode step at a time on a backend, routing each row by its own parameters.
-pub struct Sampler<'b, B: Backend> {
-    backend: &'b B,
+///
+/// `P` is how the sampler holds its backend: a borrow (`&B`), or shared ownership (`Arc<B>`,
+/// `Rc<B>`) so an engine can keep the backend and the sampler in one struct.
+pub struct Sampler<P: Deref<Target = B>, B: Backend = <P as Deref>::Target> {
+    backend: P,
     rows: B::Buffer<RowParams>,
     /// The rows with a filter this step, on the host and on the device (made once).
     filtered: Vec<u32>,
@@ -25,9 +29,9 @@ pub struct Sampler<'b, B: Backend> {
     capacity: usize,
 }
 
-impl<'b, B: Backend> Sampler<'b, B> {
+impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
     /// A sampler for batches of up to `max_batch` rows (its buffers are made here, once).
-    pub fn new(backend: &'b B, max_batch: usize) -> Result<Self> {
+    pub fn new(backend: P, max_batch: usize) -> Result<Self> {
         let rows = backend.zeros::<RowParams>(max_batch)?;
         let list = || Ok::<_, Error>((Vec::with_capacity(max_batch), backend.zeros::<u32>(max_batch)?));
         let ((filtered, filtered_rows), (seeded, seeded_rows)) = (list()?, list()?);
@@ -67,7 +71,7 @@ impl<'b, B: Backend> Sampler<'b, B> {
             seeded: (&self.seeded_rows, self.seeded.len()),
             filtered: (&self.filtered_rows, self.filtered.len()),
         };
-        sample_rows(self.backend, shape, logits, &self.rows, out, Some(listed))
+        sample_rows(&*self.backend, shape, logits, &self.rows, out, Some(listed))
     }
 }
 
@@ -77,7 +81,7 @@ impl RowParams {
     /// deterministic inference (seed 42 when the request gives none); else the Philox race keyed
     /// by the request's seed and step. Either race runs inside the request's top-k / top-p /
     /// min-p set, in SGLang's joint order. (SGLang's deterministic filtered path hashes a token's
-    /// rank in the sorted set; this crate hashes its vocabulary id, see [`crate::murmur`].)
+    /// rank in the sorted set; this crate hashes its vocabulary id, see [`crate::reference::murmur`].)
     pub fn from_request(params: &NormalizedParams, step: u64, deterministic: bool) -> Result<Self> {
         let seed = params.seed().unwrap_or(if deterministic { DEFAULT_SEED } else { 0 });
         if params.top_k() == 1 {
@@ -90,7 +94,7 @@ impl RowParams {
             RowParams::new(temperature, seed, step)
         };
         let top_k = match params.top_k() {
-            crate::planner::TOP_K_ALL => u32::MAX,
+            crate::sglang::TOP_K_ALL => u32::MAX,
             k => u32::try_from(k).unwrap_or(u32::MAX),
         };
         let row = row.with_top_k(top_k).with_top_p(params.top_p() as f32).with_min_p(params.min_p() as f32);
