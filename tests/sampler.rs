@@ -227,6 +227,62 @@ fn wgpu_featureless_device_samples_plain_rows() {
     });
 }
 
+/// An engine's logits and tokens live inside its own arenas, at offsets: `Sampler::step` reads
+/// and writes them there, with the CPU oracle's tokens, and an offset wgpu cannot bind or a
+/// range past the buffer is a typed error.
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_samples_an_engines_buffers_in_place() {
+    use sampling_kernels::backend::wgpu::OFFSET_ALIGNMENT;
+    use sampling_kernels::{wgpu, WgpuBackend, WgpuBuffer};
+    let made = crate::common::wgpu().map(|_| {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
+        let desc = wgpu::DeviceDescriptor { required_features: adapter.features(), ..Default::default() };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc)).unwrap();
+        (WgpuBackend::from_device(device.clone(), queue.clone(), adapter.get_info()), device, queue)
+    });
+    let backend = made.as_ref().map(|(b, _, _)| b);
+    crate::common::on("wgpu", "samples_an_engines_buffers_in_place", backend, |b| {
+        let (_, device, queue) = made.as_ref().unwrap();
+        let mut rng = Rng::new(41);
+        let shape = Shape { batch: 6, vocab: 3000, stride: 3008 };
+        let logits: Vec<f32> = (0..shape.elements()).map(|_| rng.normal(2.0) as f32).collect();
+        let rows = mixed_rows(&mut rng, shape.batch, 2);
+        let cpu = sampling_kernels::CpuBackend;
+        let mut want = vec![0u32; shape.batch];
+        Sampler::new(&cpu, shape.batch)
+            .unwrap()
+            .step(shape, Logits::F32(&logits), &rows, Output::new(&mut want))
+            .unwrap();
+        // The arena: other data (NaN, which a read of it would turn into a wrong token) before
+        // and after the logits.
+        let at = 3 * OFFSET_ALIGNMENT;
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+        let arena = |bytes: u64| {
+            device.create_buffer(&wgpu::BufferDescriptor { label: None, size: bytes, usage, mapped_at_creation: false })
+        };
+        let logit_arena = arena(at + 4 * shape.elements() as u64 + 4096);
+        queue.write_buffer(&logit_arena, 0, bytemuck::cast_slice(&vec![f32::NAN; logit_arena.size() as usize / 4]));
+        queue.write_buffer(&logit_arena, at, bytemuck::cast_slice(&logits));
+        let token_arena = arena(at + 1024);
+        queue.write_buffer(&token_arena, 0, bytemuck::cast_slice(&vec![u32::MAX; token_arena.size() as usize / 4]));
+        let x = WgpuBuffer::<f32>::from_raw_at(logit_arena.clone(), at, shape.elements()).unwrap();
+        let mut t = WgpuBuffer::<u32>::from_raw_at(token_arena.clone(), at, shape.batch).unwrap();
+        Sampler::new(b, shape.batch).unwrap().step(shape, Logits::F32(&x), &rows, Output::new(&mut t)).unwrap();
+        assert_eq!(b.download(&t).unwrap(), want);
+        // The words around the tokens are the engine's, untouched.
+        let whole = WgpuBuffer::<u32>::from_raw(token_arena.clone(), token_arena.size() as usize / 4).unwrap();
+        let words = b.download(&whole).unwrap();
+        let first = at as usize / 4;
+        assert!(words[..first].iter().chain(&words[first + shape.batch..]).all(|&w| w == u32::MAX));
+        let err = WgpuBuffer::<f32>::from_raw_at(logit_arena.clone(), at + 4, 8).unwrap_err();
+        assert!(matches!(err, Error::Shape(_)), "{err}");
+        let err = WgpuBuffer::<u32>::from_raw_at(token_arena, at, 1024).unwrap_err();
+        assert!(matches!(err, Error::BufferTooShort { .. }), "{err}");
+    });
+}
+
 suite!(cpu, crate::common::cpu, sampler_steps);
 device_suites!(mixed_batch_matches_each_path, sampler_steps);
 

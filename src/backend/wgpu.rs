@@ -13,30 +13,41 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wgpu::util::DeviceExt;
 
-/// A wgpu storage buffer of `len` elements of `T`.
+/// A wgpu storage buffer of `len` elements of `T`, starting `offset` bytes into a
+/// `wgpu::Buffer` (0 for the buffers this crate makes).
 #[derive(Debug)]
 pub struct WgpuBuffer<T> {
     buffer: wgpu::Buffer,
+    offset: u64,
     len: usize,
     _elem: PhantomData<T>,
 }
+
+/// The offsets an engine's buffer may be sampled at: WebGPU caps every adapter's
+/// `min_storage_buffer_offset_alignment` at 256 bytes, so a multiple of 256 binds everywhere.
+pub const OFFSET_ALIGNMENT: u64 = 256;
 
 impl<T: Element> WgpuBuffer<T> {
     /// Wraps an engine's own buffer (created with `STORAGE` usage) holding `len` elements, so
     /// logits written by the engine's compute pass are sampled where they are.
     pub fn from_raw(buffer: wgpu::Buffer, len: usize) -> Result<Self> {
-        let need = (len * size_of::<T>()) as u64;
-        if buffer.size() < need {
-            return Err(Error::BufferTooShort {
-                name: "wgpu buffer",
-                len: buffer.size() as usize / size_of::<T>(),
-                need: len,
-            });
+        Self::from_raw_at(buffer, 0, len)
+    }
+
+    /// Wraps `len` elements of an engine's buffer starting `offset` bytes in (a multiple of
+    /// [`OFFSET_ALIGNMENT`]), so rows inside an engine's arena are sampled, or written, in place.
+    pub fn from_raw_at(buffer: wgpu::Buffer, offset: u64, len: usize) -> Result<Self> {
+        if !offset.is_multiple_of(OFFSET_ALIGNMENT) {
+            return Err(Error::Shape(format!("buffer offset {offset} is not a multiple of {OFFSET_ALIGNMENT} bytes")));
+        }
+        let room = buffer.size().saturating_sub(offset);
+        if room < (len * size_of::<T>()) as u64 {
+            return Err(Error::BufferTooShort { name: "wgpu buffer", len: room as usize / size_of::<T>(), need: len });
         }
         if !buffer.usage().contains(wgpu::BufferUsages::STORAGE) {
             return Err(Error::Device { backend: "wgpu", message: "the buffer lacks STORAGE usage".into() });
         }
-        Ok(WgpuBuffer { buffer, len, _elem: PhantomData })
+        Ok(WgpuBuffer { buffer, offset, len, _elem: PhantomData })
     }
     /// The wrapped wgpu buffer.
     pub fn raw(&self) -> &wgpu::Buffer {
@@ -57,7 +68,7 @@ const CPU_TARGET_GROUPS: u32 = 16;
 
 /// A launch's buffers in binding order (`None`: the unused output), what its bind group is made
 /// of besides the kernel and its parameter slot.
-type BoundBuffers = ArrayVec<Option<wgpu::Buffer>, { crate::generated::MAX_BUFFERS }>;
+type BoundBuffers = ArrayVec<Option<(wgpu::Buffer, u64)>, { crate::generated::MAX_BUFFERS }>;
 
 /// Bind groups kept per kernel and parameter slot: an engine that alternates between a few
 /// logits buffers still finds its own; one that makes a new buffer per call keeps at most this
@@ -161,6 +172,13 @@ fn scratch_buffer(device: &wgpu::Device, words: usize) -> wgpu::Buffer {
         usage: wgpu::BufferUsages::STORAGE,
         mapped_at_creation: false,
     })
+}
+
+/// A buffer as a launch binds it: the buffer and the byte offset its elements start at.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bound<'a> {
+    buffer: &'a wgpu::Buffer,
+    offset: u64,
 }
 
 /// Byte size of `len` elements, rounded up to the 4 bytes wgpu copies and binds in.
@@ -311,7 +329,7 @@ impl WgpuBackend {
         Ok(out)
     }
 
-    fn pipeline(&self, launch: &Launch<&wgpu::Buffer>) -> Result<Arc<wgpu::ComputePipeline>> {
+    fn pipeline(&self, launch: &Launch<Bound<'_>>) -> Result<Arc<wgpu::ComputePipeline>> {
         let mut cache = self.pipelines.lock().map_err(|_| device_error("pipeline cache poisoned"))?;
         if let Some(p) = cache.get(launch.kernel.name) {
             return Ok(p.clone());
@@ -341,11 +359,11 @@ impl WgpuBackend {
     /// from the cache, or made and kept.
     fn bind_group(
         &self,
-        launch: &Launch<&wgpu::Buffer>,
+        launch: &Launch<Bound<'_>>,
         pipeline: &wgpu::ComputePipeline,
         slot: usize,
     ) -> Result<wgpu::BindGroup> {
-        let buffers: BoundBuffers = launch.buffers.iter().map(|b| b.cloned()).collect();
+        let buffers: BoundBuffers = launch.buffers.iter().map(|b| b.map(|b| (b.buffer.clone(), b.offset))).collect();
         let mut cache = self.bind_groups.lock().map_err(|_| device_error("bind group cache poisoned"))?;
         let kept = cache.entry((launch.kernel.name, slot)).or_default();
         if let Some((_, group)) = kept.iter().find(|(bound, _)| *bound == buffers) {
@@ -357,7 +375,14 @@ impl WgpuBackend {
             .enumerate()
             .map(|(i, b)| wgpu::BindGroupEntry {
                 binding: i as u32,
-                resource: b.unwrap_or(&self.unused_output).as_entire_binding(),
+                resource: match b {
+                    Some(b) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: b.buffer,
+                        offset: b.offset,
+                        size: None,
+                    }),
+                    None => self.unused_output.as_entire_binding(),
+                },
             })
             .collect();
         let own = wgpu::BufferBinding { buffer: &self.params, offset: slot as u64, size: wgpu::BufferSize::new(16) };
@@ -380,9 +405,8 @@ impl WgpuBackend {
     /// A launch whose kernel needs a feature the device lacks is refused, unless it visits no
     /// row (a step without seeded or filtered rows on a device without float64): that one is
     /// left out, so such a device still samples the rows it can.
-    fn dispatch(&self, plan: Plan<&wgpu::Buffer>) -> Result<()> {
-        let mut pipelines: ArrayVec<(&Launch<&wgpu::Buffer>, Arc<wgpu::ComputePipeline>), MAX_LAUNCHES> =
-            ArrayVec::new();
+    fn dispatch(&self, plan: Plan<Bound<'_>>) -> Result<()> {
+        let mut pipelines: ArrayVec<(&Launch<Bound<'_>>, Arc<wgpu::ComputePipeline>), MAX_LAUNCHES> = ArrayVec::new();
         'launches: for launch in &plan {
             let needs = [
                 (launch.kernel.needs_f64, wgpu::Features::SHADER_F64, "SHADER_F64"),
@@ -430,9 +454,9 @@ impl WgpuBackend {
 }
 
 impl Device for WgpuBackend {
-    type Handle<'a> = &'a wgpu::Buffer;
-    fn handle<'a, T: Element>(buf: &'a WgpuBuffer<T>) -> &'a wgpu::Buffer {
-        &buf.buffer
+    type Handle<'a> = Bound<'a>;
+    fn handle<'a, T: Element>(buf: &'a WgpuBuffer<T>) -> Bound<'a> {
+        Bound { buffer: &buf.buffer, offset: buf.offset }
     }
 }
 
@@ -452,7 +476,7 @@ impl Backend for WgpuBackend {
             contents: &bytes,
             usage: USAGE,
         });
-        Ok(WgpuBuffer { buffer, len: data.len(), _elem: PhantomData })
+        Ok(WgpuBuffer { buffer, offset: 0, len: data.len(), _elem: PhantomData })
     }
     fn zeros<T: Element>(&self, len: usize) -> Result<WgpuBuffer<T>> {
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -461,18 +485,18 @@ impl Backend for WgpuBackend {
             usage: USAGE,
             mapped_at_creation: false,
         });
-        Ok(WgpuBuffer { buffer, len, _elem: PhantomData })
+        Ok(WgpuBuffer { buffer, offset: 0, len, _elem: PhantomData })
     }
     fn write_unchecked<T: Element>(&self, buf: &mut WgpuBuffer<T>, data: &[T]) -> Result<()> {
         // wgpu writes whole words: only a write of an odd number of 16-bit values is copied
         // (and padded), so the per-step writes of row records and row lists allocate nothing here.
         let bytes = bytemuck::cast_slice::<T, u8>(data);
         if bytes.len().is_multiple_of(4) {
-            self.queue.write_buffer(&buf.buffer, 0, bytes);
+            self.queue.write_buffer(&buf.buffer, buf.offset, bytes);
         } else {
             let mut padded = bytes.to_vec();
             padded.resize(bytes.len().next_multiple_of(4), 0);
-            self.queue.write_buffer(&buf.buffer, 0, &padded);
+            self.queue.write_buffer(&buf.buffer, buf.offset, &padded);
         }
         Ok(())
     }
@@ -489,7 +513,7 @@ impl Backend for WgpuBackend {
             mapped_at_creation: false,
         });
         let mut encoder = self.device.create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(&buf.buffer, 0, &staging, 0, size);
+        encoder.copy_buffer_to_buffer(&buf.buffer, buf.offset, &staging, 0, size);
         self.queue.submit([encoder.finish()]);
         self.map_read(&staging, buf.len)
     }
@@ -504,7 +528,7 @@ impl Backend for WgpuBackend {
         if (scratch.size() as usize) < need * 4 {
             *scratch = scratch_buffer(&self.device, need);
         }
-        let split = Split { target_groups, block, partials: &*scratch, split_filters };
+        let split = Split { target_groups, block, partials: Bound { buffer: &scratch, offset: 0 }, split_filters };
         self.dispatch(Launch::plan(&job, &split))
     }
 }
