@@ -37,7 +37,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             return Ok(());
         }
     };
-    let (device, queue) = pollster::block_on(adapter.request_device(&Default::default()))?;
+    // The features and limits the sampler's kernels use, where the adapter has them.
+    let (device, queue) = pollster::block_on(adapter.request_device(&WgpuBackend::device_descriptor(&adapter)))?;
 
     // The engine's buffer and pass. STORAGE is all the sampler needs; COPY_SRC is for the
     // oracle check below, which downloads the logits.

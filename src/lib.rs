@@ -22,6 +22,11 @@
 
 #![warn(missing_docs)]
 
+/// The README's Rust blocks, compiled by `cargo test --doc`.
+#[cfg(all(doctest, feature = "wgpu"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub mod backend;
 pub mod error;
 #[rustfmt::skip]

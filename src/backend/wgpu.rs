@@ -196,18 +196,34 @@ impl WgpuBackend {
         };
         let adapter = pollster::block_on(instance.request_adapter(&options))
             .map_err(|e| Error::Unavailable(format!("no wgpu adapter: {e}")))?;
-        // Float64 and u64 for the seeded sampler, and timestamps for `time_launches`, where the
-        // adapter has them.
-        let wanted = wgpu::Features::SHADER_F64 | wgpu::Features::SHADER_INT64 | wgpu::Features::TIMESTAMP_QUERY;
-        let desc = wgpu::DeviceDescriptor {
-            label: Some("sampling-kernels"),
-            required_features: adapter.features() & wanted,
-            required_limits: adapter.limits(),
-            ..Default::default()
-        };
+        let desc = Self::device_descriptor(&adapter);
         let (device, queue) = pollster::block_on(adapter.request_device(&desc))
             .map_err(|e| Error::Unavailable(format!("wgpu device: {e}")))?;
         Ok(Self::from_device(device, queue, adapter.get_info()))
+    }
+
+    /// The features every kernel of this crate can use: float64 and 64-bit integers (the seeded
+    /// sampler, and the filter kernels' exact masses) and timestamps (for
+    /// [`WgpuBackend::time_launches`]). A device without them still samples greedy and Philox rows;
+    /// a row whose kernel needs a missing one gets [`Error::Unsupported`] naming it.
+    pub const FEATURES: wgpu::Features =
+        wgpu::Features::SHADER_F64.union(wgpu::Features::SHADER_INT64).union(wgpu::Features::TIMESTAMP_QUERY);
+
+    /// The workgroup memory the filter kernels declare at most, in bytes: above wgpu's default
+    /// limit of 16 KiB, so a device for them asks for it (every desktop GPU has 32 KiB or more).
+    pub const WORKGROUP_STORAGE: u32 = 32 * 1024;
+
+    /// A descriptor for a device that runs every kernel `adapter` can: [`Self::FEATURES`] where
+    /// the adapter has them, and the adapter's own limits (which cover
+    /// [`Self::WORKGROUP_STORAGE`] where it has that much). An engine that makes its own device
+    /// can request the same.
+    pub fn device_descriptor(adapter: &wgpu::Adapter) -> wgpu::DeviceDescriptor<'static> {
+        wgpu::DeviceDescriptor {
+            label: Some("sampling-kernels"),
+            required_features: adapter.features() & Self::FEATURES,
+            required_limits: adapter.limits(),
+            ..Default::default()
+        }
     }
 
     /// Uses an engine's own device and queue ([`WgpuBackend::time_launches`] uses timestamp
