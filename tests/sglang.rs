@@ -255,6 +255,28 @@ fn audit_prints_paths_and_both_shares_on_the_examples() {
     assert!(stdout.contains("per-row routing, row-steps:"), "{stdout}");
 }
 
+/// Under deterministic inference, the example trace's seeded requests that a filtered batch
+/// mate (chat-plain at steps 3 to 5, whose flag sticks until the batch empties after step 11;
+/// completions-min-p at steps 15 and 16, sticking to step 18) sends through SGLang's filtered
+/// function: generate-plain at steps 3 to 8, chat-explicit at 3 to 10, completions-plain at 15
+/// to 18, so 6 + 8 + 4 = 18 row-steps (counted by hand from the trace). chat-greedy is greedy,
+/// whose token the filtered path does not change.
+#[test]
+fn audit_lists_the_requests_whose_token_depends_on_their_batch_mates() {
+    let requests = example("requests.jsonl");
+    let (config, trace) = (example("generation_config.json"), example("trace.jsonl"));
+    let args = ["--generation-config", &config, "--requests", &requests, "--trace", &trace];
+    let out = audit(&[&args[..], &["--deterministic"]].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let total: usize =
+        stdout.lines().filter(|l| l.trim_start().starts_with("step ")).map(|l| l.split_whitespace().count() - 6).sum();
+    assert!(stdout.contains(&format!("row-steps: 18/{total} ")), "{stdout}");
+    assert!(stdout.contains("requests: generate-plain chat-explicit completions-plain\n"), "{stdout}");
+    let plain = audit(&args);
+    assert!(!String::from_utf8_lossy(&plain.stdout).contains("depends on their batch mates"));
+}
+
 #[test]
 fn audit_reports_file_line_and_field_of_a_bad_request() {
     let good = r#"{"id": "a", "endpoint": "chat", "body": {}}"#;

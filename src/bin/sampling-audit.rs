@@ -123,6 +123,18 @@ fn run(args: &Args) -> Result<(), AuditError> {
     println!("  SGLang, decode steps:      {}", shares.sglang_steps);
     println!("  SGLang, row-steps:         {}", shares.sglang_rows);
     println!("  per-row routing, row-steps: {}", shares.per_row_rows);
+    if args.deterministic {
+        let dependence = simulation.batch_dependence();
+        let share = 100.0 * dependence.rows as f64 / dependence.total.max(1) as f64;
+        println!(
+            "\nseeded requests whose SGLang token depends on their batch mates (sent through the filtered function):"
+        );
+        println!("  row-steps: {}/{} ({share:.1}%); per-row routing: 0", dependence.rows, dependence.total);
+        println!(
+            "  requests: {}",
+            if dependence.requests.is_empty() { "none".into() } else { dependence.requests.join(" ") }
+        );
+    }
     Ok(())
 }
 

@@ -22,4 +22,6 @@ pub use effective::{Endpoint, GenerationConfig, Request, SamplingDefaults, Serve
 pub use json::FieldError;
 pub use params::{NormalizedParams, ParamError, SamplingParams, DEFAULTS, SAMPLING_EPS, TOP_K_ALL};
 pub use route::{path_for_batch, row_path, BatchFlags, EmptyBatch, Path};
-pub use running::{RunningBatch, Share, Shares, Simulation, StepRecord, TraceError, TraceErrorKind, TraceStep};
+pub use running::{
+    BatchDependence, RunningBatch, Share, Shares, Simulation, StepRecord, TraceError, TraceErrorKind, TraceStep,
+};

@@ -164,6 +164,22 @@ pub struct Shares {
     pub per_row_rows: Share,
 }
 
+/// The requests whose token in SGLang depends on their batch mates under deterministic inference:
+/// a request that alone takes the seeded path ([`Path::Deterministic`]) but is sent through the
+/// filtered function because another request's flag (or a finished one's sticky flag) asks for a
+/// filter. There SGLang hashes the token's rank in the sorted row, not its id, so the same
+/// request gets another token (30 of 32 rows in the SGLang 0.5.20 check). Per-row routing
+/// has no such rows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BatchDependence {
+    /// Those requests, each once, in the order of their first such step.
+    pub requests: Vec<String>,
+    /// Their row-steps on the filtered path, of every row-step of the trace.
+    pub rows: usize,
+    /// Every row-step of the trace.
+    pub total: usize,
+}
+
 /// A replayed trace: every decode step that had a running batch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Simulation {
@@ -200,6 +216,24 @@ impl Simulation {
             }
         }
         Ok(Simulation { steps })
+    }
+
+    /// The row-steps whose SGLang token depends on the batch (see [`BatchDependence`]).
+    pub fn batch_dependence(&self) -> BatchDependence {
+        let mut found = BatchDependence::default();
+        for step in &self.steps {
+            found.total += step.rows.len();
+            if step.sglang != Path::Filtered {
+                continue;
+            }
+            for (id, _) in step.rows.iter().filter(|(_, own)| *own == Path::Deterministic) {
+                found.rows += 1;
+                if !found.requests.contains(id) {
+                    found.requests.push(id.clone());
+                }
+            }
+        }
+        found
     }
 
     /// The fast-path shares of SGLang's batch routing and of per-row routing.
