@@ -42,6 +42,15 @@ pub enum Error {
         /// The missing device feature (SHADER_F64, SHADER_INT64).
         feature: &'static str,
     },
+    /// The CUDA driver is older than the NVRTC found, so it would refuse the PTX NVRTC makes
+    /// (a driver loads PTX from its own CUDA version or older); nothing was compiled.
+    #[error("NVRTC {nvrtc} makes PTX that the CUDA {driver} driver refuses: put an NVRTC of CUDA {driver} or older first on the library path")]
+    CudaVersions {
+        /// The driver's CUDA version, as `major.minor`.
+        driver: String,
+        /// NVRTC's version, as `major.minor`.
+        nvrtc: String,
+    },
     /// The device, driver or compiler reported an error.
     #[error("{backend}: {message}")]
     Device {

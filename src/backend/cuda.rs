@@ -3,9 +3,13 @@
 //!
 //! cudarc loads libcuda and libnvrtc dynamically: [`CudaBackend::new`] asks whether both are
 //! present before any driver call (cudarc panics otherwise) and returns
-//! [`Error::Unavailable`] when they are not. NVRTC must not be newer than the driver, which
-//! refuses PTX from a newer compiler: put the NVRTC that ships with the driver's CUDA first on the
-//! library path.
+//! [`Error::Unavailable`] when they are not. cudarc (0.19.5 and later) resolves each driver
+//! symbol when it is first called, so a driver older than the CUDA 13 API it is built against
+//! works for every call this backend makes but the event timing of benchmarks
+//! (`cuEventElapsedTime_v2`, CUDA 12.8), which it refuses with a typed error instead. NVRTC must
+//! not be newer than the driver, which refuses PTX from a newer compiler: cudarc looks for
+//! `libnvrtc.so.13` and then `libnvrtc.so.12`, and [`CudaBackend::from_stream`] checks the pair
+//! ([`Error::CudaVersions`] names both).
 
 use super::launch::{scratch_words, Device, Launch, Split};
 use super::timing::{Clock, LaunchTime};
@@ -39,6 +43,8 @@ pub struct CudaBackend {
     /// between two stages.
     scratch: Mutex<CudaSlice<u32>>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
+    /// The driver's CUDA version (`1000 * major + 10 * minor`).
+    driver: i32,
 }
 
 /// Whether libnvrtc can be loaded (it only tries to open the library).
@@ -51,6 +57,38 @@ pub fn nvrtc_present() -> bool {
 pub fn libraries_present() -> bool {
     // SAFETY: this only tries to dlopen the library.
     nvrtc_present() && unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// A CUDA version as the driver reports it (`1000 * major + 10 * minor`).
+fn major_minor(version: i32) -> (i32, i32) {
+    (version / 1000, version % 1000 / 10)
+}
+
+/// Whether a driver of CUDA `driver` (as [`major_minor`] reads it) loads the PTX of NVRTC
+/// `nvrtc` (major, minor): only PTX of its own CUDA version or older.
+fn check_versions(driver: i32, nvrtc: (i32, i32)) -> Result<()> {
+    let driver = major_minor(driver);
+    if nvrtc <= driver {
+        return Ok(());
+    }
+    let show = |(major, minor): (i32, i32)| format!("{major}.{minor}");
+    Err(Error::CudaVersions { driver: show(driver), nvrtc: show(nvrtc) })
+}
+
+/// The CUDA version of the loaded driver.
+fn driver_version() -> Result<i32> {
+    let mut version = 0;
+    // SAFETY: writes one int; the library was found present before any driver call.
+    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) }.result().map_err(cuda_error)?;
+    Ok(version)
+}
+
+/// The version of the loaded NVRTC.
+fn nvrtc_version() -> Result<(i32, i32)> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: writes two ints; the caller checked that the library is present.
+    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }.result().map_err(cuda_error)?;
+    Ok((major, minor))
 }
 
 /// The virtual architecture NVRTC compiles for, and the block size of the tuning table.
@@ -91,6 +129,11 @@ impl CudaBackend {
 
     /// Launches on an engine's own stream.
     pub fn from_stream(stream: Arc<CudaStream>) -> Result<Self> {
+        if !nvrtc_present() {
+            return Err(Error::Unavailable("libnvrtc not found on the library path".into()));
+        }
+        let driver = driver_version()?;
+        check_versions(driver, nvrtc_version()?)?;
         let ctx = stream.context();
         let (major, minor) = ctx.compute_capability().map_err(cuda_error)?;
         let (arch, block) = target(major);
@@ -104,7 +147,7 @@ impl CudaBackend {
         let target_groups = (sms.max(1) as u32) * (per_sm.max(block as i32) as u32 / block);
         let scratch = Mutex::new(stream.alloc_zeros(1).map_err(cuda_error)?);
         let functions = Mutex::default();
-        Ok(CudaBackend { stream, name, arch, block, target_groups, scratch, functions })
+        Ok(CudaBackend { stream, name, arch, block, target_groups, scratch, functions, driver })
     }
 
     /// The stream every launch goes to.
@@ -118,6 +161,15 @@ impl CudaBackend {
     /// resolution is about half a microsecond). Returns once the launches are done. Other work
     /// put on the same stream meanwhile (an engine's) is counted too.
     pub fn time_launches<R>(&self, launches: impl FnOnce(&Self) -> Result<R>) -> Result<(R, LaunchTime)> {
+        // cudarc's CUDA 13 binding reads the events with `cuEventElapsedTime_v2`, which a
+        // driver before 12.8 lacks (cudarc would panic on the missing symbol).
+        if self.driver < 12080 {
+            return Err(Error::Unsupported {
+                backend: "cuda",
+                kernel: "time_launches",
+                feature: "CUDA 12.8 event timing",
+            });
+        }
         // Events made without flags do not time; the default flags do.
         let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let start = self.stream.record_event(timed).map_err(cuda_error)?;
@@ -219,5 +271,26 @@ impl CudaBackend {
             )
         }
         .map_err(cuda_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rule without a GPU: a driver takes PTX of its own CUDA version or older.
+    #[test]
+    fn driver_refuses_newer_nvrtc() {
+        // The H200 run: driver 580 (CUDA 13.0) with NVRTC 13.0.
+        assert_eq!(check_versions(13000, (13, 0)), Ok(()));
+        // A T4 fleet on a 535 driver (CUDA 12.2) with its own NVRTC, or an older one.
+        assert_eq!(check_versions(12020, (12, 2)), Ok(()));
+        assert_eq!(check_versions(12020, (11, 8)), Ok(()));
+        // The same driver with the pip wheel's NVRTC 13.5, or with CUDA 12.4's.
+        let err = Error::CudaVersions { driver: "12.2".into(), nvrtc: "13.5".into() };
+        assert_eq!(check_versions(12020, (13, 5)), Err(err));
+        assert!(matches!(check_versions(12020, (12, 4)), Err(Error::CudaVersions { .. })));
+        assert_eq!(major_minor(12080), (12, 8));
+        assert_eq!(major_minor(13010), (13, 1));
     }
 }
