@@ -227,6 +227,35 @@ fn wgpu_featureless_device_samples_plain_rows() {
     });
 }
 
+/// `warm_up` builds the pipeline of every kernel the device can run: all of them where it has
+/// float64 and 64-bit integers, those that need neither on a featureless device (counted from
+/// the kernel table, not by the backend); sampling then gives the CPU's tokens.
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_warm_up_builds_what_the_device_runs() {
+    use sampling_kernels::{kernels, wgpu, WgpuBackend};
+    let bare = crate::common::wgpu().map(|_| {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
+        let (device, queue) = pollster::block_on(adapter.request_device(&Default::default())).unwrap();
+        WgpuBackend::from_device(device, queue, adapter.get_info())
+    });
+    crate::common::on("wgpu", "warm_up_builds_what_the_device_runs", bare.as_ref(), |bare| {
+        let full = crate::common::wgpu().unwrap();
+        let plain = kernels::all().iter().filter(|k| !k.needs_f64 && !k.needs_int64).count();
+        assert!(plain < kernels::all().len());
+        assert_eq!(bare.warm_up().unwrap(), plain);
+        let f = full.device().features();
+        if f.contains(wgpu::Features::SHADER_F64 | wgpu::Features::SHADER_INT64) {
+            assert_eq!(full.warm_up().unwrap(), kernels::all().len());
+        }
+        if f.contains(wgpu::Features::PIPELINE_CACHE) {
+            assert!(full.pipeline_cache_data().is_some_and(|d| !d.is_empty()));
+        }
+        sampler_steps(full);
+    });
+}
+
 /// An engine's logits and tokens live inside its own arenas, at offsets: `Sampler::step` reads
 /// and writes them there, with the CPU oracle's tokens, and an offset wgpu cannot bind or a
 /// range past the buffer is a typed error.

@@ -224,6 +224,10 @@ impl Backend for CudaBackend {
     fn len<T: Element>(buf: &CudaSlice<T>) -> usize {
         buf.len()
     }
+    /// Compiles and loads every kernel with NVRTC for this device.
+    fn warm_up(&self) -> Result<usize> {
+        crate::kernels::all().iter().map(|k| self.function(k)).try_fold(0, |n, f| f.map(|_| n + 1))
+    }
     fn run(&self, job: Job<'_, Self>) -> Result<()> {
         let mut scratch = self.scratch.lock().map_err(|_| cuda_error("scratch lock poisoned"))?;
         let need = scratch_words(&job, self.target_groups, self.block, true);

@@ -244,6 +244,11 @@ pub trait Backend: Sealed {
         check_write(Self::len(buf), data.len())?;
         self.write_unchecked(buf, data)
     }
+    /// Compiles every kernel this backend can run (NVRTC modules on CUDA, pipelines on wgpu), so
+    /// the first sampling call pays no compilation; returns how many. The CPU has none.
+    fn warm_up(&self) -> Result<usize> {
+        Ok(0)
+    }
     /// Copies a buffer back to the host, waiting for the work that writes it.
     fn download<T: Element>(&self, buf: &Self::Buffer<T>) -> Result<Vec<T>>;
     /// How many elements `buf` holds.

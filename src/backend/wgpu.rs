@@ -5,6 +5,7 @@ use super::launch::{scratch_words, Device, Launch, Plan, Split, MAX_LAUNCHES};
 use super::timing::{Clock, LaunchTime};
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
+use crate::kernels::KernelSource;
 use crate::types::Element;
 use arrayvec::ArrayVec;
 use std::collections::HashMap;
@@ -90,6 +91,9 @@ pub struct WgpuBackend {
     /// Bound where a kernel's log-probability output is not asked for.
     unused_output: wgpu::Buffer,
     pipelines: Mutex<HashMap<&'static str, Arc<wgpu::ComputePipeline>>>,
+    /// The driver's cache of compiled pipelines, where the device has PIPELINE_CACHE: an engine
+    /// saves [`WgpuBackend::pipeline_cache_data`] and hands it back at the next start.
+    pipeline_cache: Option<wgpu::PipelineCache>,
     /// The bind groups of recent launches by kernel and parameter slot, the most recent last,
     /// so a decode loop that samples the same buffers step after step makes none (wgpu
     /// allocates for each). A bind group keeps its buffers alive, so only a few are kept.
@@ -181,6 +185,16 @@ pub(crate) struct Bound<'a> {
     offset: u64,
 }
 
+/// A pipeline cache from `data` (or empty), where the device has PIPELINE_CACHE.
+///
+/// # Safety
+/// As [`wgpu::Device::create_pipeline_cache`]: `data` was saved from such a cache by this wgpu.
+unsafe fn pipeline_cache(device: &wgpu::Device, data: Option<&[u8]>) -> Option<wgpu::PipelineCache> {
+    let desc = wgpu::PipelineCacheDescriptor { label: Some("sampling-kernels"), data, fallback: true };
+    // SAFETY: the caller's contract.
+    device.features().contains(wgpu::Features::PIPELINE_CACHE).then(|| unsafe { device.create_pipeline_cache(&desc) })
+}
+
 /// Byte size of `len` elements, rounded up to the 4 bytes wgpu copies and binds in.
 fn padded_bytes<T>(len: usize) -> u64 {
     ((len * size_of::<T>()).max(4) as u64).next_multiple_of(4)
@@ -204,10 +218,13 @@ impl WgpuBackend {
 
     /// The features every kernel of this crate can use: float64 and 64-bit integers (the seeded
     /// sampler, and the filter kernels' exact masses) and timestamps (for
-    /// [`WgpuBackend::time_launches`]). A device without them still samples greedy and Philox rows;
+    /// [`WgpuBackend::time_launches`]), and a pipeline cache ([`Backend::warm_up`]). A device
+    /// without them still samples greedy and Philox rows;
     /// a row whose kernel needs a missing one gets [`Error::Unsupported`] naming it.
-    pub const FEATURES: wgpu::Features =
-        wgpu::Features::SHADER_F64.union(wgpu::Features::SHADER_INT64).union(wgpu::Features::TIMESTAMP_QUERY);
+    pub const FEATURES: wgpu::Features = wgpu::Features::SHADER_F64
+        .union(wgpu::Features::SHADER_INT64)
+        .union(wgpu::Features::TIMESTAMP_QUERY)
+        .union(wgpu::Features::PIPELINE_CACHE);
 
     /// The workgroup memory the filter kernels declare at most, in bytes: above wgpu's default
     /// limit of 16 KiB, so a device for them asks for it (every desktop GPU has 32 KiB or more).
@@ -250,6 +267,8 @@ impl WgpuBackend {
             if info.device_type == wgpu::DeviceType::Cpu { CPU_TARGET_GROUPS } else { GPU_TARGET_GROUPS };
         let scratch = Mutex::new(scratch_buffer(&device, 1));
         let split_filters = info.device_type != wgpu::DeviceType::Cpu;
+        // SAFETY: a cache made without data vouches for nothing.
+        let pipeline_cache = unsafe { pipeline_cache(&device, None) };
         WgpuBackend {
             device,
             queue,
@@ -257,6 +276,7 @@ impl WgpuBackend {
             params,
             unused_output,
             pipelines: Mutex::default(),
+            pipeline_cache,
             bind_groups: Mutex::default(),
             submit: Mutex::default(),
             timestamps,
@@ -345,30 +365,62 @@ impl WgpuBackend {
         Ok(out)
     }
 
-    fn pipeline(&self, launch: &Launch<Bound<'_>>) -> Result<Arc<wgpu::ComputePipeline>> {
+    fn pipeline(&self, kernel: &'static KernelSource) -> Result<Arc<wgpu::ComputePipeline>> {
         let mut cache = self.pipelines.lock().map_err(|_| device_error("pipeline cache poisoned"))?;
-        if let Some(p) = cache.get(launch.kernel.name) {
+        if let Some(p) = cache.get(kernel.name) {
             return Ok(p.clone());
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(launch.kernel.name),
-            source: wgpu::ShaderSource::Wgsl(launch.kernel.wgsl.into()),
+            label: Some(kernel.name),
+            source: wgpu::ShaderSource::Wgsl(kernel.wgsl.into()),
         });
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(launch.kernel.name),
+            label: Some(kernel.name),
             layout: None,
             module: &module,
             entry_point: Some("main"),
             compilation_options: Default::default(),
-            cache: None,
+            cache: self.pipeline_cache.as_ref(),
         });
         if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(device_error(format!("kernel {}: {e}", launch.kernel.name)));
+            return Err(device_error(format!("kernel {}: {e}", kernel.name)));
         }
         let pipeline = Arc::new(pipeline);
-        cache.insert(launch.kernel.name, pipeline.clone());
+        cache.insert(kernel.name, pipeline.clone());
         Ok(pipeline)
+    }
+
+    /// The device feature `kernel` needs and this device lacks, if any.
+    fn missing_feature(&self, kernel: &KernelSource) -> Option<&'static str> {
+        let needs = [
+            (kernel.needs_f64, wgpu::Features::SHADER_F64, "SHADER_F64"),
+            (kernel.needs_int64, wgpu::Features::SHADER_INT64, "SHADER_INT64"),
+        ];
+        needs.into_iter().find(|&(needed, feature, _)| needed && !self.device.features().contains(feature)).map(|n| n.2)
+    }
+
+    /// The device this backend launches on.
+    pub fn device(&self) -> &wgpu::Device {
+        &self.device
+    }
+
+    /// The pipeline cache's data, for an engine to save and pass to
+    /// [`WgpuBackend::with_pipeline_cache_data`] at its next start (`None` without one).
+    pub fn pipeline_cache_data(&self) -> Option<Vec<u8>> {
+        self.pipeline_cache.as_ref().and_then(|c| c.get_data())
+    }
+
+    /// Starts the pipeline cache from `data` saved by [`WgpuBackend::pipeline_cache_data`]
+    /// (data that does not fit this adapter and driver is dropped for an empty cache).
+    ///
+    /// # Safety
+    /// wgpu's contract for [`wgpu::Device::create_pipeline_cache`]: `data` must be what
+    /// `pipeline_cache_data` returned, unmodified, with this version of wgpu.
+    pub unsafe fn with_pipeline_cache_data(mut self, data: &[u8]) -> Self {
+        // SAFETY: the caller vouches for `data` as above.
+        self.pipeline_cache = unsafe { pipeline_cache(&self.device, Some(data)) };
+        self
     }
 
     /// The bind group of `launch` with its parameters at byte `slot` of the parameter buffer:
@@ -423,20 +475,14 @@ impl WgpuBackend {
     /// left out, so such a device still samples the rows it can.
     fn dispatch(&self, plan: Plan<Bound<'_>>) -> Result<()> {
         let mut pipelines: ArrayVec<(&Launch<Bound<'_>>, Arc<wgpu::ComputePipeline>), MAX_LAUNCHES> = ArrayVec::new();
-        'launches: for launch in &plan {
-            let needs = [
-                (launch.kernel.needs_f64, wgpu::Features::SHADER_F64, "SHADER_F64"),
-                (launch.kernel.needs_int64, wgpu::Features::SHADER_INT64, "SHADER_INT64"),
-            ];
-            for (needed, feature, name) in needs {
-                if needed && !self.device.features().contains(feature) {
-                    if launch.visits_no_row() {
-                        continue 'launches;
-                    }
-                    return Err(Error::Unsupported { backend: "wgpu", kernel: launch.kernel.name, feature: name });
+        for launch in &plan {
+            if let Some(feature) = self.missing_feature(launch.kernel) {
+                if launch.visits_no_row() {
+                    continue;
                 }
+                return Err(Error::Unsupported { backend: "wgpu", kernel: launch.kernel.name, feature });
             }
-            pipelines.push((launch, self.pipeline(launch)?));
+            pipelines.push((launch, self.pipeline(launch.kernel)?));
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let max_groups = self.device.limits().max_compute_workgroups_per_dimension;
@@ -535,6 +581,12 @@ impl Backend for WgpuBackend {
     }
     fn len<T: Element>(buf: &WgpuBuffer<T>) -> usize {
         buf.len
+    }
+    /// Builds the pipeline of every kernel this device can run; with a pipeline cache, the
+    /// driver's compiled code comes from it where an earlier start saved it.
+    fn warm_up(&self) -> Result<usize> {
+        let runnable = crate::kernels::all().iter().filter(|k| self.missing_feature(k).is_none());
+        runnable.map(|k| self.pipeline(k)).try_fold(0, |n, p| p.map(|_| n + 1))
     }
     fn run(&self, job: Job<'_, Self>) -> Result<()> {
         let (target_groups, block, split_filters) =
