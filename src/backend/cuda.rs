@@ -13,12 +13,13 @@
 
 use super::launch::{scratch_words, Device, Launch, Split};
 use super::timing::{Clock, LaunchTime};
+use crate::backend::job::Visit;
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
 use crate::kernels::KernelSource;
 use crate::types::Element;
 use arrayvec::ArrayVec;
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -228,22 +229,47 @@ impl Backend for CudaBackend {
     fn warm_up(&self) -> Result<usize> {
         crate::kernels::all().iter().map(|k| self.function(k)).try_fold(0, |n, f| f.map(|_| n + 1))
     }
-    fn run(&self, job: Job<'_, Self>) -> Result<()> {
+    fn run(&self, mut job: Job<'_, Self>) -> Result<()> {
+        // cudarc's tracking across streams: this stream first waits for the work other streams
+        // have queued on the job's buffers, and after the launches each buffer records this
+        // stream's use, so work another stream queues later waits for these kernels.
+        job.visit(&mut Track(&self.stream));
+        self.launch_job(&job)?;
+        job.visit(&mut Track(&self.stream));
+        Ok(())
+    }
+}
+
+/// Takes cudarc's guard of each buffer a job uses on the stream and drops it at once. Before
+/// the launches, taking it makes the stream wait for other streams' writes (and, for what the
+/// job writes, their reads); after them, dropping it records this stream's use.
+struct Track<'s>(&'s CudaStream);
+
+impl Visit<CudaBackend> for Track<'_> {
+    fn read<T: Element>(&mut self, buf: &CudaSlice<T>) {
+        drop(buf.device_ptr(self.0));
+    }
+    fn write<T: Element>(&mut self, buf: &mut CudaSlice<T>) {
+        drop(buf.device_ptr_mut(self.0));
+    }
+}
+
+impl CudaBackend {
+    /// The job's launches, in order on the stream, with the scratch they share.
+    fn launch_job(&self, job: &Job<'_, Self>) -> Result<()> {
         let mut scratch = self.scratch.lock().map_err(|_| cuda_error("scratch lock poisoned"))?;
-        let need = scratch_words(&job, self.target_groups, self.block, true);
+        let need = scratch_words(job, self.target_groups, self.block, true);
         if scratch.len() < need {
             *scratch = self.stream.alloc_zeros(need).map_err(cuda_error)?;
         }
         let partials = <Self as Device>::handle(&*scratch);
         let split = Split { target_groups: self.target_groups, block: self.block, partials, split_filters: true };
-        for launch in Launch::plan(&job, &split) {
+        for launch in Launch::plan(job, &split) {
             self.launch(launch)?;
         }
         Ok(())
     }
-}
 
-impl CudaBackend {
     /// Launches with the driver's `cuLaunchKernel` and the arguments on the stack: cudarc's
     /// launch builder collects them in vectors, allocations a decode loop would make per launch.
     fn launch(&self, launch: Launch<u64>) -> Result<()> {

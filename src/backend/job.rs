@@ -3,7 +3,7 @@
 //! launch whose sizes were not checked, nor implement a backend that would take one.
 
 use crate::backend::{Backend, Input, LogProbs, Logits, Output, RowLists, SeededMode};
-use crate::types::{RowParams, Shape};
+use crate::types::{Element, RowParams, Shape};
 
 /// Implemented by this crate's backends only.
 pub trait Sealed {}
@@ -111,4 +111,107 @@ pub enum Job<'a, B: Backend + ?Sized> {
         logits: Logits<'a, B>,
         sums: &'a mut B::Buffer<f32>,
     },
+}
+
+/// What a job does with each of its buffers, for a backend that tracks them across streams
+/// (CUDA): told of every buffer a job reads and every one it writes.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) trait Visit<B: Backend + ?Sized> {
+    fn read<T: Element>(&mut self, buf: &B::Buffer<T>);
+    fn write<T: Element>(&mut self, buf: &mut B::Buffer<T>);
+}
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+impl<B: Backend + ?Sized> Job<'_, B> {
+    /// Shows `v` every buffer the job's launches read and write.
+    pub(crate) fn visit(&mut self, v: &mut impl Visit<B>) {
+        fn logits<B: Backend + ?Sized>(l: &Logits<'_, B>, v: &mut impl Visit<B>) {
+            match l {
+                Logits::F32(b) => v.read(*b),
+                Logits::F16(b) => v.read(*b),
+                Logits::Bf16(b) => v.read(*b),
+            }
+        }
+        fn out<B: Backend + ?Sized>(o: &mut Output<'_, B>, v: &mut impl Visit<B>) {
+            v.write(&mut *o.tokens);
+            for b in [o.logprobs.as_deref_mut()].into_iter().flatten() {
+                v.write(b);
+            }
+            for b in [o.status.as_deref_mut(), o.passes.as_deref_mut()].into_iter().flatten() {
+                v.write(b);
+            }
+        }
+        match self {
+            Job::Softmax { logits: l, rows, probs, .. } => {
+                logits(l, v);
+                v.read(*rows);
+                v.write(&mut **probs);
+            }
+            Job::Greedy { logits: l, out: o, .. } => {
+                logits(l, v);
+                out(o, v);
+            }
+            Job::RaceLogits { logits: l, rows, out: o, .. } | Job::SeededLogits { logits: l, rows, out: o, .. } => {
+                logits(l, v);
+                v.read(*rows);
+                out(o, v);
+            }
+            Job::RaceProbs { probs, rows, out: o, .. } => {
+                v.read(*probs);
+                v.read(*rows);
+                out(o, v);
+            }
+            Job::Seeded { logprobs, rows, out: o, .. } => {
+                match logprobs {
+                    LogProbs::F64(b) => v.read(*b),
+                    LogProbs::F32(b) => v.read(*b),
+                }
+                v.read(*rows);
+                out(o, v);
+            }
+            Job::Sample { logits: l, rows, out: o, listed, .. } => {
+                logits(l, v);
+                v.read(*rows);
+                for lists in listed.iter() {
+                    v.read(lists.seeded.0);
+                    v.read(lists.filtered.0);
+                }
+                out(o, v);
+            }
+            Job::Filter { input, rows, out: o, .. } => {
+                match input {
+                    Input::Logits(l) => logits(l, v),
+                    Input::Probs(b) => v.read(*b),
+                }
+                v.read(*rows);
+                out(o, v);
+            }
+            Job::MaskLogits { logits: l, rows, masked: w, .. } => {
+                logits(l, v);
+                v.read(*rows);
+                v.write(&mut **w);
+            }
+            Job::RenormProbs { probs, rows, renormed: w, .. } => {
+                v.read(*probs);
+                v.read(*rows);
+                v.write(&mut **w);
+            }
+            Job::Murmur { words: r, out: w, .. } | Job::Philox { blocks: r, out: w, .. } => {
+                v.read(*r);
+                v.write(&mut **w);
+            }
+            Job::LogF64 { x, out: w, .. } => {
+                v.read(*x);
+                v.write(&mut **w);
+            }
+            Job::GumbelNoise { rows, noise, .. } => {
+                v.read(*rows);
+                v.write(&mut **noise);
+            }
+            Job::ReadRows { logits: l, sums, .. } => {
+                logits(l, v);
+                v.write(&mut **sums);
+            }
+        }
+    }
 }
