@@ -78,6 +78,27 @@ fn stepped<B: Timed>(b: &B, x: &B::Buffer<f32>, rows: &[RowParams]) -> (Stats, C
     time(b, x, |_, logits, out| sampler.step(Shape::dense(BATCH, VOCAB), logits, rows, out))
 }
 
+/// Steps queued back to back by [`host_returns`].
+const STEPS: usize = 20;
+
+/// Wall-clock microseconds until the host has queued [`STEPS`] steps on `rows`, and until the
+/// device has run them (a download waits). If a step waited for the device (a copy from
+/// pageable memory synchronizes a CUDA stream), the two would be about equal.
+fn host_returns<B: Backend>(b: &B, x: &B::Buffer<f32>, rows: &[RowParams]) -> (f64, f64) {
+    let shape = Shape::dense(BATCH, VOCAB);
+    let mut sampler = Sampler::new(b, BATCH).unwrap();
+    let mut t = b.zeros::<u32>(BATCH).unwrap();
+    sampler.step(shape, Logits::F32(x), rows, Output::new(&mut t)).unwrap();
+    b.download(&t).unwrap();
+    let start = std::time::Instant::now();
+    for _ in 0..STEPS {
+        sampler.step(shape, Logits::F32(x), rows, Output::new(&mut t)).unwrap();
+    }
+    let queued = start.elapsed().as_secs_f64() * 1e6;
+    b.download(&t).unwrap();
+    (queued, start.elapsed().as_secs_f64() * 1e6)
+}
+
 fn bench<B: Timed>(b: &B) {
     let logits: Vec<f32> = (0..BATCH * VOCAB).map(|i| ((i * 7919 % 10007) as f32) / 1000.0 - 5.0).collect();
     let x = b.upload(&logits).unwrap();
@@ -111,6 +132,12 @@ fn bench<B: Timed>(b: &B) {
             fm / race.median
         );
     }
+    let (queued, done) = host_returns(b, &x, &rows(1, 1, 1));
+    println!(
+        "{STEPS} steps of 29 plain + 1 greedy + 1 seeded + 1 top-p rows: queued by the host in {queued:.0} us, \
+         run by the device after {done:.0} us (host / device {:.2})",
+        queued / done
+    );
 }
 
 fn main() {

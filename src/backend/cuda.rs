@@ -19,7 +19,9 @@ use crate::error::{Error, Result};
 use crate::kernels::KernelSource;
 use crate::types::Element;
 use arrayvec::ArrayVec;
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, PinnedHostSlice,
+};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -44,6 +46,8 @@ pub struct CudaBackend {
     /// between two stages.
     scratch: Mutex<CudaSlice<u32>>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
+    /// Page-locked host memory the per-step writes go through (see [`Staging`]).
+    staging: Mutex<Staging>,
     /// The driver's CUDA version (`1000 * major + 10 * minor`).
     driver: i32,
 }
@@ -148,7 +152,8 @@ impl CudaBackend {
         let target_groups = (sms.max(1) as u32) * (per_sm.max(block as i32) as u32 / block);
         let scratch = Mutex::new(stream.alloc_zeros(1).map_err(cuda_error)?);
         let functions = Mutex::default();
-        Ok(CudaBackend { stream, name, arch, block, target_groups, scratch, functions, driver })
+        let staging = Mutex::default();
+        Ok(CudaBackend { stream, name, arch, block, target_groups, scratch, functions, staging, driver })
     }
 
     /// The stream every launch goes to.
@@ -217,7 +222,8 @@ impl Backend for CudaBackend {
         self.stream.alloc_zeros(len.max(1)).map_err(cuda_error)
     }
     fn write_unchecked<T: Element>(&self, buf: &mut CudaSlice<T>, data: &[T]) -> Result<()> {
-        self.stream.memcpy_htod(data, &mut buf.slice_mut(0..data.len())).map_err(cuda_error)
+        let mut staging = self.staging.lock().map_err(|_| cuda_error("staging lock poisoned"))?;
+        staging.write(&self.stream, buf, bytemuck::cast_slice(data))
     }
     fn download<T: Element>(&self, buf: &CudaSlice<T>) -> Result<Vec<T>> {
         self.stream.clone_dtoh(buf).map_err(cuda_error)
@@ -237,6 +243,57 @@ impl Backend for CudaBackend {
         self.launch_job(&job)?;
         job.visit(&mut Track(&self.stream));
         Ok(())
+    }
+}
+
+/// Slots of page-locked host memory the per-step writes are copied through. A copy from pageable
+/// memory makes the driver synchronize the stream first (CUDA's "API synchronization behavior"),
+/// so a decode step's row records would wait for everything queued before them, the engine's
+/// forward pass included. From page-locked memory the copy is queued and the host goes on; a
+/// slot is reused once the copy that last used it has run, [`STAGING_SLOTS`] writes later.
+#[derive(Default)]
+struct Staging {
+    slots: ArrayVec<Slot, STAGING_SLOTS>,
+    next: usize,
+}
+
+/// Writes a ring of this many slots covers: a `Sampler::step` makes three.
+const STAGING_SLOTS: usize = 8;
+
+/// One slot: its memory, and an event recorded after the copy that last read it.
+struct Slot {
+    host: PinnedHostSlice<u8>,
+    copied: CudaEvent,
+}
+
+impl Staging {
+    /// Queues a copy of `bytes` to the start of `buf` on `stream` through the next slot.
+    fn write<T>(&mut self, stream: &Arc<CudaStream>, buf: &mut CudaSlice<T>, bytes: &[u8]) -> Result<()> {
+        let ctx = stream.context();
+        let at = self.next;
+        self.next = (at + 1) % STAGING_SLOTS;
+        if self.slots.len() <= at || self.slots[at].host.len() < bytes.len() {
+            // Grows only while a sampler warms up: a slot holds the largest write so far.
+            let len = bytes.len().max(4096).next_power_of_two();
+            // SAFETY: the memory is written below before any copy reads it.
+            let host = unsafe { ctx.alloc_pinned::<u8>(len) }.map_err(cuda_error)?;
+            let slot = Slot { host, copied: ctx.new_event(None).map_err(cuda_error)? };
+            match self.slots.get_mut(at) {
+                Some(old) => *old = slot,
+                None => self.slots.push(slot),
+            }
+        }
+        let slot = &mut self.slots[at];
+        // The copy that last read this slot must have run before it is overwritten.
+        slot.copied.synchronize().map_err(cuda_error)?;
+        let host = slot.host.as_mut_slice().map_err(cuda_error)?;
+        host[..bytes.len()].copy_from_slice(bytes);
+        let (dst, _written) = buf.device_ptr_mut(stream);
+        // SAFETY: `dst` covers `bytes` (the caller checked the write's length against the
+        // buffer) and the source is page-locked memory that stays untouched until `copied`.
+        unsafe { cudarc::driver::result::memcpy_htod_async(dst, &host[..bytes.len()], stream.cu_stream()) }
+            .map_err(cuda_error)?;
+        slot.copied.record(stream).map_err(cuda_error)
     }
 }
 
