@@ -59,9 +59,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let params =
         [RowParams::new(1.0, 42, 0), RowParams::new(0.7, 7, 3), RowParams::new(1.5, 9, 0), RowParams::greedy()];
     let rows = sampler.upload(&params)?;
-    let mut tokens = sampler.zeros::<u32>(shape.batch)?;
+    // The tokens go into the engine's own slice, at an offset, in place.
+    let mut engine_tokens = stream.alloc_zeros::<u32>(64)?;
+    let mut at = engine_tokens.slice_mut(16..16 + shape.batch);
+    let mut tokens = sampler.alias_mut(&mut at);
     let mut logprobs = sampler.zeros::<f32>(shape.batch)?;
-    let out = Output::new(&mut tokens).with_logprobs(&mut logprobs);
+    let out = Output::new(&mut *tokens).with_logprobs(&mut logprobs);
     sampler.race_from_logits(shape, Logits::F32(&logits), &rows, out)?;
     let (tokens, logprobs) = (sampler.download(&tokens)?, sampler.download(&logprobs)?);
 

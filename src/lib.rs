@@ -40,7 +40,7 @@ pub mod types;
 
 pub use backend::cpu::CpuBackend;
 #[cfg(feature = "cuda")]
-pub use backend::cuda::{CudaBackend, CudaBuffer};
+pub use backend::cuda::{CudaAlias, CudaAliasMut, CudaBackend, CudaBuffer};
 pub use backend::timing::{Clock, LaunchTime};
 #[cfg(feature = "wgpu")]
 pub use backend::wgpu::{WgpuBackend, WgpuBuffer};

@@ -20,13 +20,70 @@ use crate::kernels::KernelSource;
 use crate::types::Element;
 use arrayvec::ArrayVec;
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, PinnedHostSlice,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
+    PinnedHostSlice,
 };
 use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 
 /// A CUDA device buffer: cudarc's own slice type, so an engine passes what it already has.
 pub type CudaBuffer<T> = CudaSlice<T>;
+
+/// A slice that aliases memory owned elsewhere: it never frees it (dropping it hands the
+/// pointer back with [`CudaSlice::leak`], which drops only its events).
+struct Aliased<T>(ManuallyDrop<CudaSlice<T>>);
+
+impl<T> Aliased<T> {
+    /// `len` elements at `ptr`, on `stream`.
+    ///
+    /// # Safety
+    /// The memory must stay allocated while the alias lives, and hold `len` elements of `T`.
+    unsafe fn new(stream: &Arc<CudaStream>, ptr: u64, len: usize) -> Self {
+        // SAFETY: the caller's contract; ManuallyDrop keeps cudarc from freeing it.
+        Aliased(ManuallyDrop::new(unsafe { stream.upgrade_device_ptr(ptr, len) }))
+    }
+}
+
+impl<T> Drop for Aliased<T> {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; the field is never used again.
+        let slice = unsafe { ManuallyDrop::take(&mut self.0) };
+        slice.leak();
+    }
+}
+
+/// An engine's device memory read in place, as the buffer type the sampling calls take: a
+/// range of its arena, or a candle tensor's storage at an offset, without a copy. It borrows the
+/// view it was made from, so the memory outlives it. cudarc's tracking across streams does not
+/// see uses through an alias: sample on the stream that writes the memory, or order the streams
+/// yourself. Where cudarc tracks events (a context with several streams) making one makes two.
+pub struct CudaAlias<'a, T>(Aliased<T>, PhantomData<&'a T>);
+
+/// As [`CudaAlias`], for memory the sampling calls write (tokens into an engine's buffer).
+pub struct CudaAliasMut<'a, T>(Aliased<T>, PhantomData<&'a mut T>);
+
+impl<T> Deref for CudaAlias<'_, T> {
+    type Target = CudaSlice<T>;
+    fn deref(&self) -> &CudaSlice<T> {
+        &self.0 .0
+    }
+}
+
+impl<T> Deref for CudaAliasMut<'_, T> {
+    type Target = CudaSlice<T>;
+    fn deref(&self) -> &CudaSlice<T> {
+        &self.0 .0
+    }
+}
+
+impl<T> DerefMut for CudaAliasMut<'_, T> {
+    fn deref_mut(&mut self) -> &mut CudaSlice<T> {
+        &mut self.0 .0
+    }
+}
 
 fn cuda_error(message: impl std::fmt::Display) -> Error {
     Error::Device { backend: "cuda", message: message.to_string() }
@@ -154,6 +211,24 @@ impl CudaBackend {
         let functions = Mutex::default();
         let staging = Mutex::default();
         Ok(CudaBackend { stream, name, arch, block, target_groups, scratch, functions, staging, driver })
+    }
+
+    /// `view` (for example `slice.slice(offset..offset + len)`) as a buffer the sampling calls
+    /// read, in place.
+    pub fn alias<'a, T>(&self, view: &'a CudaView<'_, T>) -> CudaAlias<'a, T> {
+        let (ptr, _read) = view.device_ptr(&self.stream);
+        // SAFETY: `view` borrows its slice for 'a, so the memory stays allocated and holds
+        // `view.len()` elements while the alias lives.
+        CudaAlias(unsafe { Aliased::new(&self.stream, ptr, view.len()) }, PhantomData)
+    }
+
+    /// `view` (for example `slice.slice_mut(offset..offset + len)`) as a buffer the sampling
+    /// calls write, in place.
+    pub fn alias_mut<'a, T>(&self, view: &'a mut CudaViewMut<'_, T>) -> CudaAliasMut<'a, T> {
+        let len = view.len();
+        let (ptr, _written) = view.device_ptr_mut(&self.stream);
+        // SAFETY: as in `alias`, and the borrow is exclusive.
+        CudaAliasMut(unsafe { Aliased::new(&self.stream, ptr, len) }, PhantomData)
     }
 
     /// The stream every launch goes to.
