@@ -198,14 +198,7 @@ fn wgpu_split_and_whole_rows_agree() {
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_featureless_device_samples_plain_rows() {
-    use sampling_kernels::{wgpu, WgpuBackend};
-    let made = crate::common::wgpu().map(|_| {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
-        let (device, queue) = pollster::block_on(adapter.request_device(&Default::default())).unwrap();
-        assert!(device.features().is_empty());
-        WgpuBackend::from_device(device, queue, adapter.get_info())
-    });
+    let made = crate::common::featureless_wgpu();
     crate::common::on("wgpu", "featureless_device_samples_plain_rows", made.as_ref(), |b| {
         let mut rng = Rng::new(40);
         let shape = Shape::dense(6, 5000);
@@ -233,13 +226,8 @@ fn wgpu_featureless_device_samples_plain_rows() {
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_warm_up_builds_what_the_device_runs() {
-    use sampling_kernels::{kernels, wgpu, WgpuBackend};
-    let bare = crate::common::wgpu().map(|_| {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
-        let (device, queue) = pollster::block_on(adapter.request_device(&Default::default())).unwrap();
-        WgpuBackend::from_device(device, queue, adapter.get_info())
-    });
+    use sampling_kernels::{kernels, wgpu};
+    let bare = crate::common::featureless_wgpu();
     crate::common::on("wgpu", "warm_up_builds_what_the_device_runs", bare.as_ref(), |bare| {
         let full = crate::common::wgpu().unwrap();
         let plain = kernels::all().iter().filter(|k| !k.needs_f64 && !k.needs_int64).count();

@@ -176,3 +176,17 @@ macro_rules! every_suite {
         device_suites!($($check),*);
     };
 }
+
+/// A wgpu backend on a device of its own, made with no features and default limits (what a
+/// Metal device, or an engine's default device, offers), where wgpu is present.
+#[cfg(feature = "wgpu")]
+pub fn featureless_wgpu() -> Option<sampling_kernels::WgpuBackend> {
+    use sampling_kernels::wgpu;
+    wgpu().map(|_| {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
+        let (device, queue) = pollster::block_on(adapter.request_device(&Default::default())).unwrap();
+        assert!(device.features().is_empty());
+        sampling_kernels::WgpuBackend::from_device(device, queue, adapter.get_info())
+    })
+}
