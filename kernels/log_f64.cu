@@ -3,6 +3,7 @@
 // kernel `log_f64`: the IR's float64 natural log, for accuracy tests
 // passes over each row: 0
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
@@ -15,16 +16,9 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
-__device__ __forceinline__ float sk_f16(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ float sk_bf16(unsigned short h) {
-    return sk_bitcast<float>(((unsigned int)h) << 16);
-}
 
 __device__ __forceinline__ double sk_log64(double x) {
+    // built by kernels::math::log64
     unsigned long long ix = sk_bitcast<unsigned long long>(x);
     int k = (0);
     if ((ix < 4503599627370496ull)) {
@@ -48,6 +42,7 @@ __device__ __forceinline__ double sk_log64(double x) {
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) log_f64(
     const double* __restrict__ input, double* __restrict__ output, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     for (unsigned int item = ((blockIdx.x * ((unsigned int)SK_BLOCK)) + threadIdx.x); item < batch; item += (gridDim.x * ((unsigned int)SK_BLOCK))) {
+        // built by kernels::seeded::log64_kernel
         output[item] = sk_log64(input[item]);
     }
 }

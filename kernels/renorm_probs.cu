@@ -3,6 +3,7 @@
 // kernel `renorm_probs`: the probabilities renormalized over the kept set, zero outside
 // passes over each row: 19
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
@@ -15,203 +16,22 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
-__device__ __forceinline__ float sk_f16(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ float sk_bf16(unsigned short h) {
-    return sk_bitcast<float>(((unsigned int)h) << 16);
-}
 
-__device__ __forceinline__ float sk_exp(float x) {
-    if ((x < (-104.0f))) {
-        return (0.0f);
-    }
-    if ((x > (88.72283f))) {
-        return sk_bitcast<float>(2139095040u);
-    }
-    float kf = floorf(((x * (1.442695f)) + (0.5f)));
-    float r = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
-    float p = (0.0001984127f);
-    p = ((p * r) + (0.0013888889f));
-    p = ((p * r) + (0.008333334f));
-    p = ((p * r) + (0.041666668f));
-    p = ((p * r) + (0.16666667f));
-    p = ((p * r) + (0.5f));
-    p = ((p * r) + (1.0f));
-    p = ((p * r) + (1.0f));
-    int k = ((int)(kf));
-    int k1 = (k >> 1u);
-    int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
-}
-__device__ __forceinline__ float sk_log(float x) {
-    unsigned int ix = sk_bitcast<unsigned int>(x);
-    int k = (0);
-    if ((ix < 8388608u)) {
-        x = (x * (33554432.0f));
-        ix = sk_bitcast<unsigned int>(x);
-        k = (-25);
-    }
-    ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
-    ix = ((ix & 8388607u) + 1060439283u);
-    float fr = (sk_bitcast<float>(ix) - (1.0f));
-    float s = (fr / ((2.0f) + fr));
-    float z = (s * s);
-    float w = (z * z);
-    float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
-    float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
-    return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
-}
 __device__ __forceinline__ unsigned long long sk_fixed(float w) {
+    // built by kernels::filters::fixed
     float s = (w * (256.0f));
     float hi = floorf(s);
     float lo = ((s - hi) * (4294967300.0f));
     return ((((unsigned long long)(((unsigned int)(hi)))) << 32u) | ((unsigned long long)(((unsigned int)(lo)))));
 }
 __device__ __forceinline__ float sk_fixed_f32(unsigned long long m) {
+    // built by kernels::filters::fixed_f32
     return ((((float)(((unsigned int)((m >> 32u))))) * (0.00390625f)) + (((float)(((unsigned int)((m & 4294967295ull))))) * (9.094947e-13f)));
 }
 __device__ __forceinline__ unsigned long long sk_fraction(float p, unsigned long long m) {
+    // built by kernels::filters::fraction
     unsigned long long q = ((unsigned long long)(((unsigned int)((p * (2147483600.0f))))));
     return (((((unsigned long long)(2u)) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
-}
-__device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned int k1) {
-    unsigned int c0 = (ctr).x;
-    unsigned int c1 = (ctr).y;
-    unsigned int c2 = (ctr).z;
-    unsigned int c3 = (ctr).w;
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    return make_uint4(c0, c1, c2, c3);
-}
-__device__ __forceinline__ float sk_uniform(unsigned int w) {
-    return ((((float)((w >> 9u))) * (1.1920929e-7f)) + (5.9604645e-8f));
-}
-__device__ __forceinline__ float sk_exponential(unsigned int w) {
-    return (-sk_log(sk_uniform(w)));
-}
-__device__ __forceinline__ float sk_gumbel(unsigned int w) {
-    return (-sk_log(sk_exponential(w)));
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
@@ -226,6 +46,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
     __shared__ unsigned int bucket_keys[64];
     __shared__ unsigned long long bucket_masses[64];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
+        // built by kernels::sampling::for_each_row_at
         unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
@@ -243,86 +64,50 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
         bool filtered = (noisy && (searched || (mp > (0.0f))));
         if (((!((flags & 8u) != 0u)) || filtered)) {
+            // built by kernels::filters::filter_row
             unsigned int sweeps = 0u;
             float m = sk_bitcast<float>(4286578688u);
             sweeps = (sweeps + 1u);
-            if (false) {
-                unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
-                    {
-                        unsigned int col = (c0 + 0u);
-                        if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                                m = fmaxf(m, xv);
-                            }
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + 1u);
-                        if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                                m = fmaxf(m, xv);
-                            }
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + 2u);
-                        if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                                m = fmaxf(m, xv);
-                            }
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + 3u);
-                        if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                                m = fmaxf(m, xv);
-                            }
+            // built by kernels::filters::sweep
+            for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                // built by kernels::filters::sweep
+                {
+                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                    if ((col < col_hi)) {
+                        float xv = x[(base + col)];
+                        if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                            // built by kernels::filters::part_max
+                            m = fmaxf(m, xv);
                         }
                     }
                 }
-            } else {
-                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                        if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                                m = fmaxf(m, xv);
-                            }
+                {
+                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                    if ((col < col_hi)) {
+                        float xv = x[(base + col)];
+                        if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                            // built by kernels::filters::part_max
+                            m = fmaxf(m, xv);
                         }
                     }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                        if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                                m = fmaxf(m, xv);
-                            }
+                }
+                {
+                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                    if ((col < col_hi)) {
+                        float xv = x[(base + col)];
+                        if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                            // built by kernels::filters::part_max
+                            m = fmaxf(m, xv);
                         }
                     }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                        if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                                m = fmaxf(m, xv);
-                            }
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                        if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                                m = fmaxf(m, xv);
-                            }
+                }
+                {
+                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                    if ((col < col_hi)) {
+                        float xv = x[(base + col)];
+                        if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                            // built by kernels::filters::part_max
+                            m = fmaxf(m, xv);
                         }
                     }
                 }
@@ -369,8 +154,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
             unsigned int sel_a = ((k_first) ? (8u) : (0u));
             unsigned int digits = (sel_a + ((searched) ? (8u) : (0u)));
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
+                // built by kernels::filters::find_set
                 bool in_a = (stage <= sel_a);
-                unsigned int digit_pass = ((in_a) ? ((stage - 1u)) : (((stage - 1u) - sel_a)));
+                const unsigned int sk_e0 = (stage - 1u);
+                unsigned int digit_pass = ((in_a) ? (sk_e0) : ((sk_e0 - sel_a)));
                 unsigned int shift = (28u - (digit_pass * 4u));
                 if ((digit_pass == 0u)) {
                     listed = false;
@@ -402,171 +189,94 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     }
                     unsigned int list_at = list_from;
                     sweeps = (sweeps + 1u);
-                    if (false) {
-                        unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                        unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                        for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
-                            {
-                                unsigned int col = (c0 + 0u);
-                                if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
-                                    float ov = zv;
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                    // built by kernels::filters::sweep
+                    for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                        // built by kernels::filters::sweep
+                        {
+                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                            if ((col < col_hi)) {
+                                float zv = x[(base + col)];
+                                float ov = zv;
+                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
                                 }
-                            }
-                            {
-                                unsigned int col = (c0 + 1u);
-                                if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
-                                    float ov = zv;
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + 2u);
-                                if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
-                                    float ov = zv;
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + 3u);
-                                if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
-                                    float ov = zv;
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
                         }
-                    } else {
-                        for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                            {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                                if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
-                                    float ov = zv;
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                        {
+                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                            if ((col < col_hi)) {
+                                float zv = x[(base + col)];
+                                float ov = zv;
+                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
-                            {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                                if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
-                                    float ov = zv;
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                        }
+                        {
+                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                            if ((col < col_hi)) {
+                                float zv = x[(base + col)];
+                                float ov = zv;
+                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
-                            {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                                if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
-                                    float ov = zv;
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                        }
+                        {
+                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                            if ((col < col_hi)) {
+                                float zv = x[(base + col)];
+                                float ov = zv;
+                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
                                 }
-                            }
-                            {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                                if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
-                                    float ov = zv;
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
                         }
@@ -578,6 +288,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                 if ((((listed && (!in_a)) && (sel_tn <= 64u)) && (!done))) {
                     mine = 0u;
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
+                        // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
                         float zv = x[(base + col)];
                         float ov = zv;
@@ -586,11 +297,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         bool ok = false;
                         unsigned long long mv = 0ull;
                         if (((key & sel_mask) == sel_key)) {
+                            // built by kernels::filters::candidate
                             wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
                         if (ok) {
+                            // built by kernels::filters::select_in_bucket
                             mine = (mine + 1u);
                         }
                     }
@@ -620,6 +333,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     }
                     unsigned int bucket_at = bucket_from;
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
+                        // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
                         float zv = x[(base + col)];
                         float ov = zv;
@@ -628,11 +342,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         bool ok = false;
                         unsigned long long mv = 0ull;
                         if (((key & sel_mask) == sel_key)) {
+                            // built by kernels::filters::candidate
                             wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
                         if (ok) {
+                            // built by kernels::filters::select_in_bucket
                             if ((bucket_at < 64u)) {
                                 bucket_cols[bucket_at] = col;
                                 bucket_keys[bucket_at] = key;
@@ -644,20 +360,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     __syncthreads();
                     unsigned int found_key = 0u;
                     unsigned int found_col = 0u;
-                    for (unsigned int t = threadIdx.x; t < ((sel_tn) < (64u) ? (sel_tn) : (64u)); t += ((unsigned int)SK_BLOCK)) {
+                    for (unsigned int t = threadIdx.x; t < min(sel_tn, 64u); t += ((unsigned int)SK_BLOCK)) {
+                        // built by kernels::filters::select_in_bucket
                         unsigned int kt = bucket_keys[t];
                         unsigned int ct = bucket_cols[t];
                         unsigned long long mt = bucket_masses[t];
                         unsigned int before = sel_n;
                         unsigned long long mass_before = sel_m;
-                        for (unsigned int v = 0u; v < ((sel_tn) < (64u) ? (sel_tn) : (64u)); v += 1u) {
+                        for (unsigned int v = 0u; v < min(sel_tn, 64u); v += 1u) {
                             unsigned int kv = bucket_keys[v];
                             if (((kv > kt) || ((kv == kt) && (bucket_cols[v] < ct)))) {
                                 before = (before + 1u);
                                 mass_before = (mass_before + bucket_masses[v]);
                             }
                         }
-                        if ((((before < kk) && (mass_before <= lim)) && (((before + 1u) == (sel_n + ((sel_tn) < (64u) ? (sel_tn) : (64u)))) || (!(((before + 1u) < kk) && ((mass_before + mt) <= lim)))))) {
+                        const unsigned int sk_e1 = (before + 1u);
+                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e1 == (sel_n + min(sel_tn, 64u))) || (!((sk_e1 < kk) && ((mass_before + mt) <= lim)))))) {
                             found_key = kt;
                             found_col = ct;
                         }
@@ -724,7 +442,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     unsigned long long mas_14 = 0;
                     unsigned long long mas_15 = 0;
                     if (listed) {
+                        // built by kernels::filters::digit_counts
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
                             float zv = x[(base + col)];
                             float ov = zv;
@@ -733,11 +453,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             if (((key & sel_mask) == sel_key)) {
+                                // built by kernels::filters::candidate
                                 wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                             }
                             if (ok) {
+                                // built by kernels::filters::digit_counts
                                 unsigned int digit = ((key >> shift) & 15u);
                                 {
                                     const unsigned int sk_bin = digit;
@@ -783,11 +505,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         }
                     }
                     if ((!listed)) {
+                        // built by kernels::filters::digit_counts
                         sweeps = (sweeps + 1u);
                         if ((digit_pass == 7u)) {
+                            // built by kernels::filters::sweep
                             unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                            for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
+                            for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
                                 {
                                     unsigned int col = (c0 + 0u);
                                     if ((col < col_hi)) {
@@ -798,11 +522,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             unsigned int digit = ((key >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -857,11 +583,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             unsigned int digit = ((key >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -916,11 +644,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             unsigned int digit = ((key >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -975,11 +705,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             unsigned int digit = ((key >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -1026,6 +758,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 }
                             }
                         } else {
+                            // built by kernels::filters::sweep
                             for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                                 {
                                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
@@ -1037,11 +770,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             unsigned int digit = ((key >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -1096,11 +831,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             unsigned int digit = ((key >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -1155,11 +892,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             unsigned int digit = ((key >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -1214,11 +953,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             unsigned int digit = ((key >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -1455,6 +1196,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         __syncthreads();
                     }
                     if ((digit_pass == 0u)) {
+                        // built by kernels::filters::decide
                         row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         if (((!in_a) && (!k_first))) {
                             lim = sk_fraction(pp, row_mass);
@@ -1466,6 +1208,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     unsigned int cn = sel_n;
                     unsigned long long cm = sel_m;
                     if ((cnt_s15 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 15u;
                             cn = nb;
@@ -1475,6 +1218,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s15);
                     }
                     if ((cnt_s14 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 14u;
                             cn = nb;
@@ -1484,6 +1228,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s14);
                     }
                     if ((cnt_s13 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 13u;
                             cn = nb;
@@ -1493,6 +1238,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s13);
                     }
                     if ((cnt_s12 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 12u;
                             cn = nb;
@@ -1502,6 +1248,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s12);
                     }
                     if ((cnt_s11 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 11u;
                             cn = nb;
@@ -1511,6 +1258,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s11);
                     }
                     if ((cnt_s10 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 10u;
                             cn = nb;
@@ -1520,6 +1268,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s10);
                     }
                     if ((cnt_s9 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 9u;
                             cn = nb;
@@ -1529,6 +1278,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s9);
                     }
                     if ((cnt_s8 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 8u;
                             cn = nb;
@@ -1538,6 +1288,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s8);
                     }
                     if ((cnt_s7 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 7u;
                             cn = nb;
@@ -1547,6 +1298,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s7);
                     }
                     if ((cnt_s6 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 6u;
                             cn = nb;
@@ -1556,6 +1308,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s6);
                     }
                     if ((cnt_s5 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 5u;
                             cn = nb;
@@ -1565,6 +1318,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s5);
                     }
                     if ((cnt_s4 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 4u;
                             cn = nb;
@@ -1574,6 +1328,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s4);
                     }
                     if ((cnt_s3 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 3u;
                             cn = nb;
@@ -1583,6 +1338,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s3);
                     }
                     if ((cnt_s2 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 2u;
                             cn = nb;
@@ -1592,6 +1348,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s2);
                     }
                     if ((cnt_s1 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 1u;
                             cn = nb;
@@ -1601,6 +1358,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s1);
                     }
                     if ((cnt_s0 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 0u;
                             cn = nb;
@@ -1610,6 +1368,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s0);
                     }
                     if ((chosen != 4294967295u)) {
+                        // built by kernels::filters::decide
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
@@ -1619,9 +1378,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
+                        // built by kernels::filters::decide
                         unsigned long long tn64 = ((unsigned long long)(sel_tn));
                         unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
-                        unsigned int ties = ((unsigned int)(((((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) < ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))) ? (((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) : ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))))));
+                        const bool sk_e2 = (tie_v == 0ull);
+                        unsigned int ties = ((unsigned int)(min(min(tn64, ((unsigned long long)((kk - sel_n)))), ((sk_e2) ? (tn64) : ((((lim - sel_m) / ((sk_e2) ? (1ull) : (tie_v))) + 1ull))))));
                         lim = sk_fraction(pp, (sel_m + (((unsigned long long)(ties)) * tie_v)));
                         sel_key = 0u;
                         sel_mask = 0u;
@@ -1636,14 +1397,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
             unsigned int s_ties = 0u;
             unsigned int tie_start = 0u;
             if (searched) {
+                // built by kernels::filters::set_bounds
                 unsigned long long tn64 = ((unsigned long long)(sel_tn));
                 unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
-                unsigned int ties = ((unsigned int)(((((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) < ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))) ? (((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) : ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))))));
+                const bool sk_e3 = (tie_v == 0ull);
+                unsigned int ties = ((unsigned int)(min(min(tn64, ((unsigned long long)((kk - sel_n)))), ((sk_e3) ? (tn64) : ((((lim - sel_m) / ((sk_e3) ? (1ull) : (tie_v))) + 1ull))))));
                 s_ties = ties;
             }
             unsigned int tie_rank = 0u;
             unsigned long long all_mass = 0ull;
             if (searched) {
+                // built by kernels::filters::find_set
                 if (done) {
                     s_ties = 4294967295u;
                 }
@@ -1653,10 +1417,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     } else {
                         mine = 0u;
                         sweeps = (sweeps + 1u);
-                        if (true) {
+                        {
+                            // built by kernels::filters::sweep
                             unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                            for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
+                            for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
                                 {
                                     unsigned int col = (c0 + 0u);
                                     if ((col < col_hi)) {
@@ -1667,11 +1432,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
+                                            // built by kernels::filters::count_ties
                                             wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1686,11 +1453,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
+                                            // built by kernels::filters::count_ties
                                             wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1705,11 +1474,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
+                                            // built by kernels::filters::count_ties
                                             wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1724,90 +1495,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
+                                            // built by kernels::filters::count_ties
                                             wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                            }
-                        } else {
-                            for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                                    if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
-                                        float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if ((key == s_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                                {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                                    if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
-                                        float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if ((key == s_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                                {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                                    if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
-                                        float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if ((key == s_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                                {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                                    if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
-                                        float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if ((key == s_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1845,10 +1539,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
             unsigned long long km = 0ull;
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
-            if (true) {
+            {
+                // built by kernels::filters::sweep
                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
+                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {
@@ -1860,6 +1555,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
                                 wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
@@ -1869,11 +1565,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 bool tie = (ok && (key == s_key));
                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
                             }
                             if (kept) {
+                                // built by kernels::filters::filter_row
                                 km = (km + mv);
                             }
                         }
@@ -1889,6 +1587,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
                                 wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
@@ -1898,11 +1597,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 bool tie = (ok && (key == s_key));
                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
                             }
                             if (kept) {
+                                // built by kernels::filters::filter_row
                                 km = (km + mv);
                             }
                         }
@@ -1918,6 +1619,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
                                 wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
@@ -1927,11 +1629,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 bool tie = (ok && (key == s_key));
                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
                             }
                             if (kept) {
+                                // built by kernels::filters::filter_row
                                 km = (km + mv);
                             }
                         }
@@ -1947,6 +1651,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
                                 wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
@@ -1956,130 +1661,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 bool tie = (ok && (key == s_key));
                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
                             }
                             if (kept) {
-                                km = (km + mv);
-                            }
-                        }
-                    }
-                }
-            } else {
-                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                        if ((col < col_hi)) {
-                            float zv = x[(base + col)];
-                            float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            if (kept) {
-                                km = (km + mv);
-                            }
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                        if ((col < col_hi)) {
-                            float zv = x[(base + col)];
-                            float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            if (kept) {
-                                km = (km + mv);
-                            }
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                        if ((col < col_hi)) {
-                            float zv = x[(base + col)];
-                            float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            if (kept) {
-                                km = (km + mv);
-                            }
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                        if ((col < col_hi)) {
-                            float zv = x[(base + col)];
-                            float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            if (kept) {
+                                // built by kernels::filters::filter_row
                                 km = (km + mv);
                             }
                         }
@@ -2114,10 +1702,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
             float kept_w = sk_fixed_f32(kept_mass);
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
-            if (true) {
+            {
+                // built by kernels::filters::sweep
                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
+                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {
@@ -2129,6 +1718,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
                                 wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
@@ -2138,6 +1728,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 bool tie = (ok && (key == s_key));
                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
@@ -2156,6 +1747,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
                                 wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
@@ -2165,6 +1757,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 bool tie = (ok && (key == s_key));
                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
@@ -2183,6 +1776,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
                                 wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
@@ -2192,6 +1786,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 bool tie = (ok && (key == s_key));
                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
@@ -2210,6 +1805,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
                                 wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
@@ -2219,117 +1815,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 bool tie = (ok && (key == s_key));
                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
-                        }
-                    }
-                }
-            } else {
-                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                        if ((col < col_hi)) {
-                            float zv = x[(base + col)];
-                            float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                        if ((col < col_hi)) {
-                            float zv = x[(base + col)];
-                            float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                        if ((col < col_hi)) {
-                            float zv = x[(base + col)];
-                            float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                        if ((col < col_hi)) {
-                            float zv = x[(base + col)];
-                            float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;

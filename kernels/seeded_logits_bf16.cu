@@ -3,6 +3,7 @@
 // kernel `seeded_logits_bf16`: the seeded float64 race from logits, log-probabilities computed as SGLang does
 // passes over each row: 3
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
@@ -15,16 +16,13 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
-__device__ __forceinline__ float sk_f16(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
+
 __device__ __forceinline__ float sk_bf16(unsigned short h) {
     return sk_bitcast<float>(((unsigned int)h) << 16);
 }
 
 __device__ __forceinline__ float sk_exp(float x) {
+    // built by kernels::math::exp
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -47,6 +45,7 @@ __device__ __forceinline__ float sk_exp(float x) {
     return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
 }
 __device__ __forceinline__ float sk_log(float x) {
+    // built by kernels::math::log
     unsigned int ix = sk_bitcast<unsigned int>(x);
     int k = (0);
     if ((ix < 8388608u)) {
@@ -67,6 +66,7 @@ __device__ __forceinline__ float sk_log(float x) {
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 __device__ __forceinline__ double sk_log64(double x) {
+    // built by kernels::math::log64
     unsigned long long ix = sk_bitcast<unsigned long long>(x);
     int k = (0);
     if ((ix < 4503599627370496ull)) {
@@ -87,6 +87,7 @@ __device__ __forceinline__ double sk_log64(double x) {
     return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10))) - hfsq) + fr) + (dk * (0.6931471803691238)));
 }
 __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
+    // built by kernels::murmur::murmur3
     unsigned int h = 0u;
     {
         unsigned int k = (w0 * 3432918353u);
@@ -120,28 +121,12 @@ __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int
     return (h ^ (h >> 16u));
 }
 __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
+    // built by kernels::murmur::seeded_gumbel64
     if ((h == 0u)) {
         return (-709.782712893384);
     }
     double e = fmin(sk_log64((((double)(h)) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
-}
-__device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
-    if ((h == 0u)) {
-        return (-709.7827f);
-    }
-    float t = (0.0f);
-    if ((h >= 2147483648u)) {
-        float q = (((float)((4294967295u - h))) / ((float)(h)));
-        float up = ((1.0f) + q);
-        t = q;
-        if ((up != (1.0f))) {
-            t = ((sk_log(up) * q) / (up - (1.0f)));
-        }
-    } else {
-        t = (-sk_log((((float)(h)) * (2.3283064e-10f))));
-    }
-    return (-sk_log(fmaxf(t, (2.3283064e-10f))));
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
@@ -150,12 +135,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
     __shared__ double sk_am_f64[33];
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
+        // built by kernels::sampling::for_each_row_at
         unsigned int row = ((((flags & 32u) != 0u)) ? (listed[slot]) : (slot));
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;
         bool takes = true;
         if (((flags & 16u) != 0u)) {
+            // built by kernels::seeded::seeded_logits
             float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
             bool noisy = (t_raw >= (1e-6f));
             float temp = ((noisy) ? (t_raw) : ((1.0f)));
@@ -171,33 +158,39 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
             takes = ((rows[((row * 12u) + 1u)] == 1u) && (!filtered));
         }
         if (takes) {
+            // built by kernels::seeded::seeded_logits_row
             float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
             bool noisy = (t_raw >= (1e-6f));
             float temp = ((noisy) ? (t_raw) : ((1.0f)));
             float m = sk_bitcast<float>(4286578688u);
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                // built by kernels::sampling::for_each_column
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
+                        const float sk_e0 = sk_bf16(x[(base + col)]);
+                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e0)) / temp));
                     }
                 }
                 {
                     unsigned int col = (c0 + 1u);
                     if ((col < col_hi)) {
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
+                        const float sk_e1 = sk_bf16(x[(base + col)]);
+                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e1)) / temp));
                     }
                 }
                 {
                     unsigned int col = (c0 + 2u);
                     if ((col < col_hi)) {
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
+                        const float sk_e2 = sk_bf16(x[(base + col)]);
+                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e2)) / temp));
                     }
                 }
                 {
                     unsigned int col = (c0 + 3u);
                     if ((col < col_hi)) {
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
+                        const float sk_e3 = sk_bf16(x[(base + col)]);
+                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e3)) / temp));
                     }
                 }
             }
@@ -229,10 +222,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
             float s = (0.0f);
             float comp = (0.0f);
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                // built by kernels::sampling::for_each_column
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
-                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) - comp);
+                        const float sk_e5 = sk_bf16(x[(base + col)]);
+                        const float sk_e4 = (((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e5)) / temp);
+                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e4 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e4 - row_max)))))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -241,7 +237,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                 {
                     unsigned int col = (c0 + 1u);
                     if ((col < col_hi)) {
-                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) - comp);
+                        const float sk_e7 = sk_bf16(x[(base + col)]);
+                        const float sk_e6 = (((((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e7)) / temp);
+                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e6 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e6 - row_max)))))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -250,7 +248,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                 {
                     unsigned int col = (c0 + 2u);
                     if ((col < col_hi)) {
-                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) - comp);
+                        const float sk_e9 = sk_bf16(x[(base + col)]);
+                        const float sk_e8 = (((((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e9)) / temp);
+                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e8 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e8 - row_max)))))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -259,7 +259,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                 {
                     unsigned int col = (c0 + 3u);
                     if ((col < col_hi)) {
-                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) - comp);
+                        const float sk_e11 = sk_bf16(x[(base + col)]);
+                        const float sk_e10 = (((((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e11)) / temp);
+                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e10 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e10 - row_max)))))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -295,16 +297,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
             double best = sk_bitcast<double>(18442240474082181120ull);
             unsigned int best_i = 4294967295u;
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                // built by kernels::sampling::for_each_column
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
-                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) * inv);
+                        const float sk_e13 = sk_bf16(x[(base + col)]);
+                        const float sk_e12 = (((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e13)) / temp);
+                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e12 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e12 - row_max)))))) * inv);
                         double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                         double s64 = lp;
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e14 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e14 + 8u)], rows[(sk_e14 + 9u)], rows[(sk_e14 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -313,13 +321,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                 {
                     unsigned int col = (c0 + 1u);
                     if ((col < col_hi)) {
-                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) * inv);
+                        const float sk_e16 = sk_bf16(x[(base + col)]);
+                        const float sk_e15 = (((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e16)) / temp);
+                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e15 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e15 - row_max)))))) * inv);
                         double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                         double s64 = lp;
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e17 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -328,13 +341,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                 {
                     unsigned int col = (c0 + 2u);
                     if ((col < col_hi)) {
-                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) * inv);
+                        const float sk_e19 = sk_bf16(x[(base + col)]);
+                        const float sk_e18 = (((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e19)) / temp);
+                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e18 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e18 - row_max)))))) * inv);
                         double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                         double s64 = lp;
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e20 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)], rows[(sk_e20 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -343,13 +361,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                 {
                     unsigned int col = (c0 + 3u);
                     if ((col < col_hi)) {
-                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) * inv);
+                        const float sk_e22 = sk_bf16(x[(base + col)]);
+                        const float sk_e21 = (((((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e22)) / temp);
+                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e21 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e21 - row_max)))))) * inv);
                         double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                         double s64 = lp;
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e23 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -391,13 +414,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
             }
             bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
             if ((threadIdx.x == 0u)) {
+                // built by kernels::sampling::write_results
                 tokens[row] = ((valid) ? (tok) : (0u));
                 if (((flags & 2u) != 0u)) {
                     status[row] = ((valid) ? (1u) : (0u));
                 }
             }
             if (((flags & 1u) != 0u)) {
-                float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + tok)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + tok)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + tok)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + tok)]))) / temp) - row_max)))))) * inv);
+                // built by kernels::sampling::write_results
+                const float sk_e25 = sk_bf16(x[(base + tok)]);
+                const float sk_e24 = (((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e25)) / temp);
+                float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e24 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e24 - row_max)))))) * inv);
                 double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
                 if ((threadIdx.x == 0u)) {
                     logprobs[row] = ((valid) ? (((float)(lp))) : (sk_bitcast<float>(4286578688u)));

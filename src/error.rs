@@ -42,6 +42,17 @@ pub enum Error {
         /// The missing device feature (SHADER_F64, SHADER_INT64).
         feature: &'static str,
     },
+    /// A launch and its generated kernel disagree on a buffer: `cargo xtask gen` changed what a
+    /// kernel binds and the host's launch plan was not changed with it (a build defect).
+    #[error("kernel `{kernel}`, binding `{binding}`: {problem}")]
+    Binding {
+        /// The kernel launched.
+        kernel: &'static str,
+        /// The buffer's name in the kernel's IR.
+        binding: &'static str,
+        /// How they disagree.
+        problem: &'static str,
+    },
     /// The device, driver or compiler reported an error.
     #[error("{backend}: {message}")]
     Device {

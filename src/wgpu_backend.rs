@@ -505,6 +505,7 @@ impl Backend for WgpuBackend {
             *scratch = scratch_buffer(&self.device, need);
         }
         let split = Split { target_groups, block, partials: &*scratch, split_filters };
-        self.dispatch(Launch::plan(&job, &split))
+        let plan = Launch::plan(&job, &split)?;
+        self.dispatch(plan)
     }
 }

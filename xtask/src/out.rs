@@ -1,5 +1,7 @@
 //! An indenting text buffer that both emitters print into.
 
+use crate::ir::{Expr, IrError, Kernel, Scope, Stmt};
+
 #[derive(Default)]
 pub struct Out {
     text: String,
@@ -47,49 +49,50 @@ pub fn header(comment: &str, source: &str) -> String {
 }
 
 /// What the two emitters share: the statements WGSL and CUDA spell alike (both have C's
-/// assignments, `if`, blocks, `break` and `return`). Each emitter still matches every statement
-/// itself and hands only these to [`CLike::c_like`].
+/// assignments, `if`, blocks, comments, `break` and `return`). Each emitter still matches every
+/// statement itself and hands only these to [`CLike::c_like`].
 pub trait CLike {
-    fn expr(&self, e: &crate::ir::Expr, scope: &crate::ir::Scope) -> String;
-    fn stmt(&self, out: &mut Out, s: &crate::ir::Stmt, scope: &mut crate::ir::Scope);
+    fn kernel(&self) -> &Kernel;
+    fn expr(&self, e: &Expr, scope: &Scope) -> Result<String, IrError>;
+    fn stmt(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) -> Result<(), IrError>;
 
-    fn block(&self, out: &mut Out, stmts: &[crate::ir::Stmt], scope: &mut crate::ir::Scope) {
-        for s in stmts {
-            self.stmt(out, s, scope);
-        }
+    fn block(&self, out: &mut Out, stmts: &[Stmt], scope: &mut Scope) -> Result<(), IrError> {
+        stmts.iter().try_for_each(|s| self.stmt(out, s, scope))
     }
 
-    fn nested(&self, out: &mut Out, stmts: &[crate::ir::Stmt], scope: &mut crate::ir::Scope) {
+    fn nested(&self, out: &mut Out, stmts: &[Stmt], scope: &mut Scope) -> Result<(), IrError> {
         scope.push();
-        self.block(out, stmts, scope);
+        self.block(out, stmts, scope)?;
         scope.pop();
+        Ok(())
     }
 
-    fn c_like(&self, out: &mut Out, s: &crate::ir::Stmt, scope: &mut crate::ir::Scope) {
-        use crate::ir::Stmt;
+    fn c_like(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) -> Result<(), IrError> {
         match s {
-            Stmt::Assign { name, value } => out.line(format!("{name} = {};", self.expr(value, scope))),
+            Stmt::Assign { name, value } => out.line(format!("{name} = {};", self.expr(value, scope)?)),
             Stmt::Store { buf: name, index, value } | Stmt::StoreShared { arr: name, index, value } => {
-                out.line(format!("{name}[{}] = {};", self.expr(index, scope), self.expr(value, scope)))
+                out.line(format!("{name}[{}] = {};", self.expr(index, scope)?, self.expr(value, scope)?))
             }
             Stmt::If { cond, then, els } => {
-                out.open(format!("if ({}) {{", self.expr(cond, scope)));
-                self.nested(out, then, scope);
+                out.open(format!("if ({}) {{", self.expr(cond, scope)?));
+                self.nested(out, then, scope)?;
                 if !els.is_empty() {
                     out.reopen("} else {");
-                    self.nested(out, els, scope);
+                    self.nested(out, els, scope)?;
                 }
                 out.close("}");
             }
             Stmt::Scope(body) => {
                 out.open("{");
-                self.nested(out, body, scope);
+                self.nested(out, body, scope)?;
                 out.close("}");
             }
+            Stmt::Comment(text) => out.line(format!("// {text}")),
             Stmt::Break => out.line("break;"),
             Stmt::Return(None) => out.line("return;"),
-            Stmt::Return(Some(e)) => out.line(format!("return {};", self.expr(e, scope))),
-            other => unreachable!("{other:?} is spelled by each emitter"),
+            Stmt::Return(Some(e)) => out.line(format!("return {};", self.expr(e, scope)?)),
+            other => return Err(IrError::target(self.kernel(), format!("{other:?} is spelled by each emitter"))),
         }
+        Ok(())
     }
 }
