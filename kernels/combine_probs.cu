@@ -35,10 +35,10 @@ __device__ __forceinline__ float sk_exp(float x) {
     p = ((p * r) + (0.5f));
     p = ((p * r) + (1.0f));
     p = ((p * r) + (1.0f));
-    int k = ((int)(kf));
+    int k = ((int)kf);
     int k1 = (k >> 1u);
     int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
+    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
 __device__ __forceinline__ float sk_log(float x) {
     // built by kernels::math::log
@@ -50,7 +50,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -58,7 +58,7 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 
@@ -205,22 +205,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) combine_probs(
                 tok = top_tok;
             }
             const bool sk_e0 = (tok == 4294967295u);
-            float z = ((sk_e0) ? (sk_bitcast<float>(4286578688u)) : (sk_bitcast<float>(partials[((((row * parts) + ((sk_e0) ? (0u) : (((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts))))) * 9u) + 2u)])));
+            float z = (sk_e0 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>(partials[((((row * parts) + (sk_e0 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 9u) + 2u)]));
             if ((tok == 4294967295u)) {
                 tok = 0u;
             }
             bool valid = (win > (0.0f));
             if ((threadIdx.x == 0u)) {
                 // built by kernels::sampling::write_results
-                tokens[row] = ((valid) ? (tok) : (0u));
+                tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
-                    status[row] = ((valid) ? (1u) : (0u));
+                    status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
                 // built by kernels::sampling::write_results
                 if ((threadIdx.x == 0u)) {
-                    logprobs[row] = ((valid) ? ((((z > (0.0f))) ? (sk_log(z)) : (sk_bitcast<float>(4286578688u)))) : (sk_bitcast<float>(4286578688u)));
+                    logprobs[row] = (valid ? ((z > (0.0f)) ? sk_log(z) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                 }
             }
         }

@@ -39,10 +39,10 @@ __device__ __forceinline__ float sk_exp(float x) {
     p = ((p * r) + (0.5f));
     p = ((p * r) + (1.0f));
     p = ((p * r) + (1.0f));
-    int k = ((int)(kf));
+    int k = ((int)kf);
     int k1 = (k >> 1u);
     int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
+    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
 __device__ __forceinline__ float sk_log(float x) {
     // built by kernels::math::log
@@ -54,7 +54,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -62,7 +62,7 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 __device__ __forceinline__ unsigned long long sk_fixed(float w) {
@@ -70,16 +70,16 @@ __device__ __forceinline__ unsigned long long sk_fixed(float w) {
     float s = (w * (256.0f));
     float hi = floorf(s);
     float lo = ((s - hi) * (4294967300.0f));
-    return ((((unsigned long long)(((unsigned int)(hi)))) << 32u) | ((unsigned long long)(((unsigned int)(lo)))));
+    return ((((unsigned long long)((unsigned int)hi)) << 32u) | ((unsigned long long)((unsigned int)lo)));
 }
 __device__ __forceinline__ float sk_fixed_f32(unsigned long long m) {
     // built by kernels::filters::fixed_f32
-    return ((((float)(((unsigned int)((m >> 32u))))) * (0.00390625f)) + (((float)(((unsigned int)((m & 4294967295ull))))) * (9.094947e-13f)));
+    return ((((float)((unsigned int)(m >> 32u))) * (0.00390625f)) + (((float)((unsigned int)(m & 4294967295ull))) * (9.094947e-13f)));
 }
 __device__ __forceinline__ unsigned long long sk_fraction(float p, unsigned long long m) {
     // built by kernels::filters::fraction
-    unsigned long long q = ((unsigned long long)(((unsigned int)((p * (2147483600.0f))))));
-    return (((((unsigned long long)(2u)) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
+    unsigned long long q = ((unsigned long long)((unsigned int)(p * (2147483600.0f))));
+    return (((((unsigned long long)2u) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
 }
 __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned int k1) {
     // built by kernels::philox::philox
@@ -209,7 +209,7 @@ __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned 
 }
 __device__ __forceinline__ float sk_uniform(unsigned int w) {
     // built by kernels::philox::uniform
-    return ((((float)((w >> 9u))) * (1.1920929e-7f)) + (5.9604645e-8f));
+    return ((((float)(w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
 }
 __device__ __forceinline__ float sk_exponential(unsigned int w) {
     // built by kernels::philox::exponential
@@ -229,7 +229,7 @@ __device__ __forceinline__ double sk_log64(double x) {
         k = (-54);
     }
     ix = (ix + 2638149301829632ull);
-    k = ((k + ((int)((ix >> 52u)))) - (1023));
+    k = ((k + ((int)(ix >> 52u))) - (1023));
     ix = ((ix & 4503599627370495ull) + 4604544269498187776ull);
     double fr = (sk_bitcast<double>(ix) - (1.0));
     double s = (fr / ((2.0) + fr));
@@ -237,7 +237,7 @@ __device__ __forceinline__ double sk_log64(double x) {
     double w = (z * z);
     double r = ((z * ((0.6666666666666735) + (w * ((0.2857142874366239) + (w * ((0.1818357216161805) + (w * (0.14798198605116586)))))))) + (w * ((0.3999999999940942) + (w * ((0.22222198432149784) + (w * (0.15313837699209373)))))));
     double hfsq = (((0.5) * fr) * fr);
-    double dk = ((double)(k));
+    double dk = ((double)k);
     return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10))) - hfsq) + fr) + (dk * (0.6931471803691238)));
 }
 __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
@@ -279,7 +279,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     if ((h == 0u)) {
         return (-709.782712893384);
     }
-    double e = fmin(sk_log64((((double)(h)) / (4294967295.0))), (-2.3283064365386963e-10));
+    double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
 
@@ -299,19 +299,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
     __shared__ unsigned long long bucket_masses[64];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
         // built by kernels::sampling::for_each_row_at
-        unsigned int row = ((((flags & 32u) != 0u)) ? (listed[slot]) : (slot));
+        unsigned int row = (((flags & 32u) != 0u) ? (listed[slot]) : slot);
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
-        float temp = ((noisy) ? (t_raw) : ((1.0f)));
+        float temp = (noisy ? t_raw : (1.0f));
         unsigned int k_raw = rows[((row * 12u) + 2u)];
-        unsigned int kk = ((((k_raw == 0u) || (k_raw > vocab))) ? (vocab) : (k_raw));
+        unsigned int kk = (((k_raw == 0u) || (k_raw > vocab)) ? vocab : k_raw);
         float p_raw = sk_bitcast<float>(rows[((row * 12u) + 3u)]);
-        float pp = ((((p_raw > (0.0f)) && (p_raw < (1.0f)))) ? (p_raw) : ((1.0f)));
+        float pp = (((p_raw > (0.0f)) && (p_raw < (1.0f))) ? p_raw : (1.0f));
         float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
-        float mp = (((mp_raw > (0.0f))) ? (fminf(mp_raw, (1.0f))) : ((0.0f)));
+        float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
         bool filtered = (noisy && (searched || (mp > (0.0f))));
@@ -327,28 +327,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                     if ((col < col_hi)) {
                         const float sk_e0 = sk_bf16(x[(base + col)]);
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e0)) / temp));
+                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp));
                     }
                 }
                 {
                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                     if ((col < col_hi)) {
                         const float sk_e1 = sk_bf16(x[(base + col)]);
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e1)) / temp));
+                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1) / temp));
                     }
                 }
                 {
                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                     if ((col < col_hi)) {
                         const float sk_e2 = sk_bf16(x[(base + col)]);
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e2)) / temp));
+                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp));
                     }
                 }
                 {
                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                     if ((col < col_hi)) {
                         const float sk_e3 = sk_bf16(x[(base + col)]);
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e3)) / temp));
+                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3) / temp));
                     }
                 }
             }
@@ -391,13 +391,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
             bool listed = false;
             unsigned int n_list = 0u;
             bool done = false;
-            unsigned int sel_a = ((k_first) ? (8u) : (0u));
-            unsigned int digits = (sel_a + ((searched) ? (8u) : (0u)));
+            unsigned int sel_a = (k_first ? 8u : 0u);
+            unsigned int digits = (sel_a + (searched ? 8u : 0u));
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                 // built by kernels::filters::find_set
                 bool in_a = (stage <= sel_a);
                 const unsigned int sk_e4 = (stage - 1u);
-                unsigned int digit_pass = ((in_a) ? (sk_e4) : ((sk_e4 - sel_a)));
+                unsigned int digit_pass = (in_a ? sk_e4 : (sk_e4 - sel_a));
                 unsigned int shift = (28u - (digit_pass * 4u));
                 if ((digit_pass == 0u)) {
                     listed = false;
@@ -436,15 +436,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                             unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                             if ((col < col_hi)) {
                                 const float sk_e5 = sk_bf16(x[(base + col)]);
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e5)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -459,15 +459,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                             unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                             if ((col < col_hi)) {
                                 const float sk_e6 = sk_bf16(x[(base + col)]);
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e6)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -482,15 +482,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                             unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                             if ((col < col_hi)) {
                                 const float sk_e7 = sk_bf16(x[(base + col)]);
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e7)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -505,15 +505,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                             unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                             if ((col < col_hi)) {
                                 const float sk_e8 = sk_bf16(x[(base + col)]);
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e8)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -535,15 +535,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
                         const float sk_e9 = sk_bf16(x[(base + col)]);
-                        float zv = (((((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e9)) / temp);
-                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                        float zv = ((((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9) / temp);
+                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
                         if (((key & sel_mask) == sel_key)) {
                             // built by kernels::filters::candidate
-                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
@@ -581,15 +581,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
                         const float sk_e10 = sk_bf16(x[(base + col)]);
-                        float zv = (((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e10)) / temp);
-                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                        float zv = ((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp);
+                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
                         if (((key & sel_mask) == sel_key)) {
                             // built by kernels::filters::candidate
-                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
@@ -693,15 +693,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
                             const float sk_e12 = sk_bf16(x[(base + col)]);
-                            float zv = (((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e12)) / temp);
-                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            float zv = ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp);
+                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             if (((key & sel_mask) == sel_key)) {
                                 // built by kernels::filters::candidate
-                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                             }
@@ -763,15 +763,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                     unsigned int col = (c0 + 0u);
                                     if ((col < col_hi)) {
                                         const float sk_e13 = sk_bf16(x[(base + col)]);
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e13)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -825,15 +825,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                     unsigned int col = (c0 + 1u);
                                     if ((col < col_hi)) {
                                         const float sk_e14 = sk_bf16(x[(base + col)]);
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e14)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -887,15 +887,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                     unsigned int col = (c0 + 2u);
                                     if ((col < col_hi)) {
                                         const float sk_e15 = sk_bf16(x[(base + col)]);
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e15)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -949,15 +949,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                     unsigned int col = (c0 + 3u);
                                     if ((col < col_hi)) {
                                         const float sk_e16 = sk_bf16(x[(base + col)]);
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e16)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1015,15 +1015,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                                     if ((col < col_hi)) {
                                         const float sk_e17 = sk_bf16(x[(base + col)]);
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e17)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1077,15 +1077,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                                     if ((col < col_hi)) {
                                         const float sk_e18 = sk_bf16(x[(base + col)]);
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e18)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1139,15 +1139,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                                     if ((col < col_hi)) {
                                         const float sk_e19 = sk_bf16(x[(base + col)]);
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e19)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1201,15 +1201,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                                     if ((col < col_hi)) {
                                         const float sk_e20 = sk_bf16(x[(base + col)]);
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e20)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1627,18 +1627,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
-                        sel_tn = (((chosen == 15u)) ? (cnt_s15) : ((((chosen == 14u)) ? (cnt_s14) : ((((chosen == 13u)) ? (cnt_s13) : ((((chosen == 12u)) ? (cnt_s12) : ((((chosen == 11u)) ? (cnt_s11) : ((((chosen == 10u)) ? (cnt_s10) : ((((chosen == 9u)) ? (cnt_s9) : ((((chosen == 8u)) ? (cnt_s8) : ((((chosen == 7u)) ? (cnt_s7) : ((((chosen == 6u)) ? (cnt_s6) : ((((chosen == 5u)) ? (cnt_s5) : ((((chosen == 4u)) ? (cnt_s4) : ((((chosen == 3u)) ? (cnt_s3) : ((((chosen == 2u)) ? (cnt_s2) : ((((chosen == 1u)) ? (cnt_s1) : ((((chosen == 0u)) ? (cnt_s0) : (0u))))))))))))))))))))))))))))))));
-                        sel_tm = (((chosen == 15u)) ? (mas_s15) : ((((chosen == 14u)) ? (mas_s14) : ((((chosen == 13u)) ? (mas_s13) : ((((chosen == 12u)) ? (mas_s12) : ((((chosen == 11u)) ? (mas_s11) : ((((chosen == 10u)) ? (mas_s10) : ((((chosen == 9u)) ? (mas_s9) : ((((chosen == 8u)) ? (mas_s8) : ((((chosen == 7u)) ? (mas_s7) : ((((chosen == 6u)) ? (mas_s6) : ((((chosen == 5u)) ? (mas_s5) : ((((chosen == 4u)) ? (mas_s4) : ((((chosen == 3u)) ? (mas_s3) : ((((chosen == 2u)) ? (mas_s2) : ((((chosen == 1u)) ? (mas_s1) : ((((chosen == 0u)) ? (mas_s0) : (0ull))))))))))))))))))))))))))))))));
-                        mine = (((chosen == 15u)) ? (cnt_15) : ((((chosen == 14u)) ? (cnt_14) : ((((chosen == 13u)) ? (cnt_13) : ((((chosen == 12u)) ? (cnt_12) : ((((chosen == 11u)) ? (cnt_11) : ((((chosen == 10u)) ? (cnt_10) : ((((chosen == 9u)) ? (cnt_9) : ((((chosen == 8u)) ? (cnt_8) : ((((chosen == 7u)) ? (cnt_7) : ((((chosen == 6u)) ? (cnt_6) : ((((chosen == 5u)) ? (cnt_5) : ((((chosen == 4u)) ? (cnt_4) : ((((chosen == 3u)) ? (cnt_3) : ((((chosen == 2u)) ? (cnt_2) : ((((chosen == 1u)) ? (cnt_1) : ((((chosen == 0u)) ? (cnt_0) : (0u))))))))))))))))))))))))))))))));
+                        sel_tn = ((chosen == 15u) ? cnt_s15 : ((chosen == 14u) ? cnt_s14 : ((chosen == 13u) ? cnt_s13 : ((chosen == 12u) ? cnt_s12 : ((chosen == 11u) ? cnt_s11 : ((chosen == 10u) ? cnt_s10 : ((chosen == 9u) ? cnt_s9 : ((chosen == 8u) ? cnt_s8 : ((chosen == 7u) ? cnt_s7 : ((chosen == 6u) ? cnt_s6 : ((chosen == 5u) ? cnt_s5 : ((chosen == 4u) ? cnt_s4 : ((chosen == 3u) ? cnt_s3 : ((chosen == 2u) ? cnt_s2 : ((chosen == 1u) ? cnt_s1 : ((chosen == 0u) ? cnt_s0 : 0u))))))))))))))));
+                        sel_tm = ((chosen == 15u) ? mas_s15 : ((chosen == 14u) ? mas_s14 : ((chosen == 13u) ? mas_s13 : ((chosen == 12u) ? mas_s12 : ((chosen == 11u) ? mas_s11 : ((chosen == 10u) ? mas_s10 : ((chosen == 9u) ? mas_s9 : ((chosen == 8u) ? mas_s8 : ((chosen == 7u) ? mas_s7 : ((chosen == 6u) ? mas_s6 : ((chosen == 5u) ? mas_s5 : ((chosen == 4u) ? mas_s4 : ((chosen == 3u) ? mas_s3 : ((chosen == 2u) ? mas_s2 : ((chosen == 1u) ? mas_s1 : ((chosen == 0u) ? mas_s0 : 0ull))))))))))))))));
+                        mine = ((chosen == 15u) ? cnt_15 : ((chosen == 14u) ? cnt_14 : ((chosen == 13u) ? cnt_13 : ((chosen == 12u) ? cnt_12 : ((chosen == 11u) ? cnt_11 : ((chosen == 10u) ? cnt_10 : ((chosen == 9u) ? cnt_9 : ((chosen == 8u) ? cnt_8 : ((chosen == 7u) ? cnt_7 : ((chosen == 6u) ? cnt_6 : ((chosen == 5u) ? cnt_5 : ((chosen == 4u) ? cnt_4 : ((chosen == 3u) ? cnt_3 : ((chosen == 2u) ? cnt_2 : ((chosen == 1u) ? cnt_1 : ((chosen == 0u) ? cnt_0 : 0u))))))))))))))));
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
                         // built by kernels::filters::decide
-                        unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                        unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
+                        unsigned long long tn64 = ((unsigned long long)sel_tn);
+                        unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                         const bool sk_e21 = (tie_v == 0ull);
-                        unsigned int ties = ((unsigned int)(min(min(tn64, ((unsigned long long)((kk - sel_n)))), ((sk_e21) ? (tn64) : ((((lim - sel_m) / ((sk_e21) ? (1ull) : (tie_v))) + 1ull))))));
-                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)(ties)) * tie_v)));
+                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e21 ? tn64 : (((lim - sel_m) / (sk_e21 ? 1ull : tie_v)) + 1ull))));
+                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                         sel_key = 0u;
                         sel_mask = 0u;
                         sel_n = 0u;
@@ -1653,10 +1653,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
             unsigned int tie_start = 0u;
             if (searched) {
                 // built by kernels::filters::set_bounds
-                unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
+                unsigned long long tn64 = ((unsigned long long)sel_tn);
+                unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                 const bool sk_e22 = (tie_v == 0ull);
-                unsigned int ties = ((unsigned int)(min(min(tn64, ((unsigned long long)((kk - sel_n)))), ((sk_e22) ? (tn64) : ((((lim - sel_m) / ((sk_e22) ? (1ull) : (tie_v))) + 1ull))))));
+                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e22 ? tn64 : (((lim - sel_m) / (sk_e22 ? 1ull : tie_v)) + 1ull))));
                 s_ties = ties;
             }
             unsigned int tie_rank = 0u;
@@ -1681,15 +1681,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                     unsigned int col = (c0 + 0u);
                                     if ((col < col_hi)) {
                                         const float sk_e23 = sk_bf16(x[(base + col)]);
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e23)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
                                             // built by kernels::filters::count_ties
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1703,15 +1703,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                     unsigned int col = (c0 + 1u);
                                     if ((col < col_hi)) {
                                         const float sk_e24 = sk_bf16(x[(base + col)]);
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e24)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
                                             // built by kernels::filters::count_ties
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1725,15 +1725,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                     unsigned int col = (c0 + 2u);
                                     if ((col < col_hi)) {
                                         const float sk_e25 = sk_bf16(x[(base + col)]);
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e25)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
                                             // built by kernels::filters::count_ties
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1747,15 +1747,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                     unsigned int col = (c0 + 3u);
                                     if ((col < col_hi)) {
                                         const float sk_e26 = sk_bf16(x[(base + col)]);
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e26)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
                                             // built by kernels::filters::count_ties
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1814,16 +1814,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                             unsigned int col = (c0 + 0u);
                             if ((col < col_hi)) {
                                 const float sk_e27 = sk_bf16(x[(base + col)]);
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e27)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
                                     // built by kernels::filters::sweep_set
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                     if (ok) {
@@ -1839,7 +1839,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    double s64 = ((double)(ov));
+                                    double s64 = ((double)ov);
                                     if (noisy) {
                                         // built by kernels::seeded::score64
                                         const unsigned int sk_e28 = (row * 12u);
@@ -1857,16 +1857,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                             unsigned int col = (c0 + 1u);
                             if ((col < col_hi)) {
                                 const float sk_e29 = sk_bf16(x[(base + col)]);
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e29)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
                                     // built by kernels::filters::sweep_set
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                     if (ok) {
@@ -1882,7 +1882,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    double s64 = ((double)(ov));
+                                    double s64 = ((double)ov);
                                     if (noisy) {
                                         // built by kernels::seeded::score64
                                         const unsigned int sk_e30 = (row * 12u);
@@ -1900,16 +1900,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                             unsigned int col = (c0 + 2u);
                             if ((col < col_hi)) {
                                 const float sk_e31 = sk_bf16(x[(base + col)]);
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e31)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
                                     // built by kernels::filters::sweep_set
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                     if (ok) {
@@ -1925,7 +1925,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    double s64 = ((double)(ov));
+                                    double s64 = ((double)ov);
                                     if (noisy) {
                                         // built by kernels::seeded::score64
                                         const unsigned int sk_e32 = (row * 12u);
@@ -1943,16 +1943,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                             unsigned int col = (c0 + 3u);
                             if ((col < col_hi)) {
                                 const float sk_e33 = sk_bf16(x[(base + col)]);
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e33)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
                                     // built by kernels::filters::sweep_set
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                     if (ok) {
@@ -1968,7 +1968,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    double s64 = ((double)(ov));
+                                    double s64 = ((double)ov);
                                     if (noisy) {
                                         // built by kernels::seeded::score64
                                         const unsigned int sk_e34 = (row * 12u);
@@ -2003,16 +2003,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                             unsigned int col = (c0 + 0u);
                             if ((col < col_hi)) {
                                 const float sk_e36 = sk_bf16(x[(base + col)]);
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e36)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
                                     // built by kernels::filters::sweep_set
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                     if (ok) {
@@ -2029,7 +2029,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
                                     const float sk_e37 = sk_gumbel((w).x);
-                                    float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_e37) : ((zv + sk_e37)))) : (zv));
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e37 : (zv + sk_e37)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -2042,16 +2042,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                             unsigned int col = (c0 + 1u);
                             if ((col < col_hi)) {
                                 const float sk_e38 = sk_bf16(x[(base + col)]);
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e38)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
                                     // built by kernels::filters::sweep_set
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                     if (ok) {
@@ -2068,7 +2068,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
                                     const float sk_e39 = sk_gumbel((w).y);
-                                    float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_e39) : ((zv + sk_e39)))) : (zv));
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e39 : (zv + sk_e39)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -2081,16 +2081,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                             unsigned int col = (c0 + 2u);
                             if ((col < col_hi)) {
                                 const float sk_e40 = sk_bf16(x[(base + col)]);
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e40)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
                                     // built by kernels::filters::sweep_set
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                     if (ok) {
@@ -2107,7 +2107,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
                                     const float sk_e41 = sk_gumbel((w).z);
-                                    float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_e41) : ((zv + sk_e41)))) : (zv));
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e41 : (zv + sk_e41)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -2120,16 +2120,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                             unsigned int col = (c0 + 3u);
                             if ((col < col_hi)) {
                                 const float sk_e42 = sk_bf16(x[(base + col)]);
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e42)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
                                     // built by kernels::filters::sweep_set
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                     if (ok) {
@@ -2146,7 +2146,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
                                     const float sk_e43 = sk_gumbel((w).w);
-                                    float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_e43) : ((zv + sk_e43)))) : (zv));
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e43 : (zv + sk_e43)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -2249,22 +2249,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_bf16(
                 summed_mass = sk_red_u64[32];
                 __syncthreads();
             }
-            unsigned int tok = (((rows[((row * 12u) + 1u)] == 1u)) ? (tok64) : (tok32));
+            unsigned int tok = ((rows[((row * 12u) + 1u)] == 1u) ? tok64 : tok32);
             bool valid = (tok < vocab);
-            unsigned int tok_at = ((valid) ? (tok) : (0u));
+            unsigned int tok_at = (valid ? tok : 0u);
             if ((threadIdx.x == 0u)) {
                 // built by kernels::sampling::write_results
-                tokens[row] = ((valid) ? (tok) : (0u));
+                tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
-                    status[row] = ((valid) ? (1u) : (0u));
+                    status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
                 // built by kernels::sampling::write_results
-                float row_w = sk_fixed_f32(((searched) ? (row_mass) : (summed_mass)));
+                float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                 if ((threadIdx.x == 0u)) {
                     const float sk_e44 = sk_bf16(x[(base + tok_at)]);
-                    logprobs[row] = ((valid) ? (((((mx == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (((((((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e44)) / temp) - mx))) - sk_log(row_w))) : (sk_bitcast<float>(4286578688u)));
+                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                 }
             }
             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

@@ -27,7 +27,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -35,7 +35,7 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 __device__ __forceinline__ unsigned long long sk_fixed(float w) {
@@ -43,12 +43,12 @@ __device__ __forceinline__ unsigned long long sk_fixed(float w) {
     float s = (w * (256.0f));
     float hi = floorf(s);
     float lo = ((s - hi) * (4294967300.0f));
-    return ((((unsigned long long)(((unsigned int)(hi)))) << 32u) | ((unsigned long long)(((unsigned int)(lo)))));
+    return ((((unsigned long long)((unsigned int)hi)) << 32u) | ((unsigned long long)((unsigned int)lo)));
 }
 __device__ __forceinline__ unsigned long long sk_fraction(float p, unsigned long long m) {
     // built by kernels::filters::fraction
-    unsigned long long q = ((unsigned long long)(((unsigned int)((p * (2147483600.0f))))));
-    return (((((unsigned long long)(2u)) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
+    unsigned long long q = ((unsigned long long)((unsigned int)(p * (2147483600.0f))));
+    return (((((unsigned long long)2u) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
 }
 __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned int k1) {
     // built by kernels::philox::philox
@@ -178,7 +178,7 @@ __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned 
 }
 __device__ __forceinline__ float sk_uniform(unsigned int w) {
     // built by kernels::philox::uniform
-    return ((((float)((w >> 9u))) * (1.1920929e-7f)) + (5.9604645e-8f));
+    return ((((float)(w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
 }
 __device__ __forceinline__ float sk_exponential(unsigned int w) {
     // built by kernels::philox::exponential
@@ -194,7 +194,7 @@ __device__ __forceinline__ double sk_log64(double x) {
         k = (-54);
     }
     ix = (ix + 2638149301829632ull);
-    k = ((k + ((int)((ix >> 52u)))) - (1023));
+    k = ((k + ((int)(ix >> 52u))) - (1023));
     ix = ((ix & 4503599627370495ull) + 4604544269498187776ull);
     double fr = (sk_bitcast<double>(ix) - (1.0));
     double s = (fr / ((2.0) + fr));
@@ -202,7 +202,7 @@ __device__ __forceinline__ double sk_log64(double x) {
     double w = (z * z);
     double r = ((z * ((0.6666666666666735) + (w * ((0.2857142874366239) + (w * ((0.1818357216161805) + (w * (0.14798198605116586)))))))) + (w * ((0.3999999999940942) + (w * ((0.22222198432149784) + (w * (0.15313837699209373)))))));
     double hfsq = (((0.5) * fr) * fr);
-    double dk = ((double)(k));
+    double dk = ((double)k);
     return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10))) - hfsq) + fr) + (dk * (0.6931471803691238)));
 }
 __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
@@ -244,7 +244,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     if ((h == 0u)) {
         return (-709.782712893384);
     }
-    double e = fmin(sk_log64((((double)(h)) / (4294967295.0))), (-2.3283064365386963e-10));
+    double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
 
@@ -264,19 +264,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
     __shared__ unsigned long long bucket_masses[64];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
         // built by kernels::sampling::for_each_row_at
-        unsigned int row = ((((flags & 32u) != 0u)) ? (listed[slot]) : (slot));
+        unsigned int row = (((flags & 32u) != 0u) ? (listed[slot]) : slot);
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
-        float temp = ((noisy) ? (t_raw) : ((1.0f)));
+        float temp = (noisy ? t_raw : (1.0f));
         unsigned int k_raw = rows[((row * 12u) + 2u)];
-        unsigned int kk = ((((k_raw == 0u) || (k_raw > vocab))) ? (vocab) : (k_raw));
+        unsigned int kk = (((k_raw == 0u) || (k_raw > vocab)) ? vocab : k_raw);
         float p_raw = sk_bitcast<float>(rows[((row * 12u) + 3u)]);
-        float pp = ((((p_raw > (0.0f)) && (p_raw < (1.0f)))) ? (p_raw) : ((1.0f)));
+        float pp = (((p_raw > (0.0f)) && (p_raw < (1.0f))) ? p_raw : (1.0f));
         float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
-        float mp = (((mp_raw > (0.0f))) ? (fminf(mp_raw, (1.0f))) : ((0.0f)));
+        float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
         bool filtered = (noisy && (searched || (mp > (0.0f))));
@@ -368,13 +368,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
             bool listed = false;
             unsigned int n_list = 0u;
             bool done = false;
-            unsigned int sel_a = ((k_first) ? (8u) : (0u));
-            unsigned int digits = (sel_a + ((searched) ? (8u) : (0u)));
+            unsigned int sel_a = (k_first ? 8u : 0u);
+            unsigned int digits = (sel_a + (searched ? 8u : 0u));
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                 // built by kernels::filters::find_set
                 bool in_a = (stage <= sel_a);
                 const unsigned int sk_e0 = (stage - 1u);
-                unsigned int digit_pass = ((in_a) ? (sk_e0) : ((sk_e0 - sel_a)));
+                unsigned int digit_pass = (in_a ? sk_e0 : (sk_e0 - sel_a));
                 unsigned int shift = (28u - (digit_pass * 4u));
                 if ((digit_pass == 0u)) {
                     listed = false;
@@ -414,13 +414,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -436,13 +436,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -458,13 +458,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -480,13 +480,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -509,13 +509,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         unsigned int col = listed_cols[at];
                         float zv = x[(base + col)];
                         float ov = zv;
-                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
                         if (((key & sel_mask) == sel_key)) {
                             // built by kernels::filters::candidate
-                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
@@ -554,13 +554,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         unsigned int col = listed_cols[at];
                         float zv = x[(base + col)];
                         float ov = zv;
-                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
                         if (((key & sel_mask) == sel_key)) {
                             // built by kernels::filters::candidate
-                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
@@ -665,13 +665,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             unsigned int col = listed_cols[at];
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             if (((key & sel_mask) == sel_key)) {
                                 // built by kernels::filters::candidate
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                             }
@@ -734,13 +734,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -795,13 +795,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -856,13 +856,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -917,13 +917,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -982,13 +982,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1043,13 +1043,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1104,13 +1104,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1165,13 +1165,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1589,18 +1589,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
-                        sel_tn = (((chosen == 15u)) ? (cnt_s15) : ((((chosen == 14u)) ? (cnt_s14) : ((((chosen == 13u)) ? (cnt_s13) : ((((chosen == 12u)) ? (cnt_s12) : ((((chosen == 11u)) ? (cnt_s11) : ((((chosen == 10u)) ? (cnt_s10) : ((((chosen == 9u)) ? (cnt_s9) : ((((chosen == 8u)) ? (cnt_s8) : ((((chosen == 7u)) ? (cnt_s7) : ((((chosen == 6u)) ? (cnt_s6) : ((((chosen == 5u)) ? (cnt_s5) : ((((chosen == 4u)) ? (cnt_s4) : ((((chosen == 3u)) ? (cnt_s3) : ((((chosen == 2u)) ? (cnt_s2) : ((((chosen == 1u)) ? (cnt_s1) : ((((chosen == 0u)) ? (cnt_s0) : (0u))))))))))))))))))))))))))))))));
-                        sel_tm = (((chosen == 15u)) ? (mas_s15) : ((((chosen == 14u)) ? (mas_s14) : ((((chosen == 13u)) ? (mas_s13) : ((((chosen == 12u)) ? (mas_s12) : ((((chosen == 11u)) ? (mas_s11) : ((((chosen == 10u)) ? (mas_s10) : ((((chosen == 9u)) ? (mas_s9) : ((((chosen == 8u)) ? (mas_s8) : ((((chosen == 7u)) ? (mas_s7) : ((((chosen == 6u)) ? (mas_s6) : ((((chosen == 5u)) ? (mas_s5) : ((((chosen == 4u)) ? (mas_s4) : ((((chosen == 3u)) ? (mas_s3) : ((((chosen == 2u)) ? (mas_s2) : ((((chosen == 1u)) ? (mas_s1) : ((((chosen == 0u)) ? (mas_s0) : (0ull))))))))))))))))))))))))))))))));
-                        mine = (((chosen == 15u)) ? (cnt_15) : ((((chosen == 14u)) ? (cnt_14) : ((((chosen == 13u)) ? (cnt_13) : ((((chosen == 12u)) ? (cnt_12) : ((((chosen == 11u)) ? (cnt_11) : ((((chosen == 10u)) ? (cnt_10) : ((((chosen == 9u)) ? (cnt_9) : ((((chosen == 8u)) ? (cnt_8) : ((((chosen == 7u)) ? (cnt_7) : ((((chosen == 6u)) ? (cnt_6) : ((((chosen == 5u)) ? (cnt_5) : ((((chosen == 4u)) ? (cnt_4) : ((((chosen == 3u)) ? (cnt_3) : ((((chosen == 2u)) ? (cnt_2) : ((((chosen == 1u)) ? (cnt_1) : ((((chosen == 0u)) ? (cnt_0) : (0u))))))))))))))))))))))))))))))));
+                        sel_tn = ((chosen == 15u) ? cnt_s15 : ((chosen == 14u) ? cnt_s14 : ((chosen == 13u) ? cnt_s13 : ((chosen == 12u) ? cnt_s12 : ((chosen == 11u) ? cnt_s11 : ((chosen == 10u) ? cnt_s10 : ((chosen == 9u) ? cnt_s9 : ((chosen == 8u) ? cnt_s8 : ((chosen == 7u) ? cnt_s7 : ((chosen == 6u) ? cnt_s6 : ((chosen == 5u) ? cnt_s5 : ((chosen == 4u) ? cnt_s4 : ((chosen == 3u) ? cnt_s3 : ((chosen == 2u) ? cnt_s2 : ((chosen == 1u) ? cnt_s1 : ((chosen == 0u) ? cnt_s0 : 0u))))))))))))))));
+                        sel_tm = ((chosen == 15u) ? mas_s15 : ((chosen == 14u) ? mas_s14 : ((chosen == 13u) ? mas_s13 : ((chosen == 12u) ? mas_s12 : ((chosen == 11u) ? mas_s11 : ((chosen == 10u) ? mas_s10 : ((chosen == 9u) ? mas_s9 : ((chosen == 8u) ? mas_s8 : ((chosen == 7u) ? mas_s7 : ((chosen == 6u) ? mas_s6 : ((chosen == 5u) ? mas_s5 : ((chosen == 4u) ? mas_s4 : ((chosen == 3u) ? mas_s3 : ((chosen == 2u) ? mas_s2 : ((chosen == 1u) ? mas_s1 : ((chosen == 0u) ? mas_s0 : 0ull))))))))))))))));
+                        mine = ((chosen == 15u) ? cnt_15 : ((chosen == 14u) ? cnt_14 : ((chosen == 13u) ? cnt_13 : ((chosen == 12u) ? cnt_12 : ((chosen == 11u) ? cnt_11 : ((chosen == 10u) ? cnt_10 : ((chosen == 9u) ? cnt_9 : ((chosen == 8u) ? cnt_8 : ((chosen == 7u) ? cnt_7 : ((chosen == 6u) ? cnt_6 : ((chosen == 5u) ? cnt_5 : ((chosen == 4u) ? cnt_4 : ((chosen == 3u) ? cnt_3 : ((chosen == 2u) ? cnt_2 : ((chosen == 1u) ? cnt_1 : ((chosen == 0u) ? cnt_0 : 0u))))))))))))))));
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
                         // built by kernels::filters::decide
-                        unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                        unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
+                        unsigned long long tn64 = ((unsigned long long)sel_tn);
+                        unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                         const bool sk_e2 = (tie_v == 0ull);
-                        unsigned int ties = ((unsigned int)(min(min(tn64, ((unsigned long long)((kk - sel_n)))), ((sk_e2) ? (tn64) : ((((lim - sel_m) / ((sk_e2) ? (1ull) : (tie_v))) + 1ull))))));
-                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)(ties)) * tie_v)));
+                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e2 ? tn64 : (((lim - sel_m) / (sk_e2 ? 1ull : tie_v)) + 1ull))));
+                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                         sel_key = 0u;
                         sel_mask = 0u;
                         sel_n = 0u;
@@ -1615,10 +1615,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
             unsigned int tie_start = 0u;
             if (searched) {
                 // built by kernels::filters::set_bounds
-                unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
+                unsigned long long tn64 = ((unsigned long long)sel_tn);
+                unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                 const bool sk_e3 = (tie_v == 0ull);
-                unsigned int ties = ((unsigned int)(min(min(tn64, ((unsigned long long)((kk - sel_n)))), ((sk_e3) ? (tn64) : ((((lim - sel_m) / ((sk_e3) ? (1ull) : (tie_v))) + 1ull))))));
+                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e3 ? tn64 : (((lim - sel_m) / (sk_e3 ? 1ull : tie_v)) + 1ull))));
                 s_ties = ties;
             }
             unsigned int tie_rank = 0u;
@@ -1644,13 +1644,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
                                             // built by kernels::filters::count_ties
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1665,13 +1665,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
                                             // built by kernels::filters::count_ties
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1686,13 +1686,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
                                             // built by kernels::filters::count_ties
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1707,13 +1707,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
                                             // built by kernels::filters::count_ties
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1773,14 +1773,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
                                     // built by kernels::filters::sweep_set
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                     if (ok) {
@@ -1796,7 +1796,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    double s64 = sk_log64(((double)(zv)));
+                                    double s64 = sk_log64(((double)zv));
                                     if (noisy) {
                                         // built by kernels::seeded::score64
                                         const unsigned int sk_e4 = (row * 12u);
@@ -1815,14 +1815,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
                                     // built by kernels::filters::sweep_set
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                     if (ok) {
@@ -1838,7 +1838,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    double s64 = sk_log64(((double)(zv)));
+                                    double s64 = sk_log64(((double)zv));
                                     if (noisy) {
                                         // built by kernels::seeded::score64
                                         const unsigned int sk_e5 = (row * 12u);
@@ -1857,14 +1857,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
                                     // built by kernels::filters::sweep_set
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                     if (ok) {
@@ -1880,7 +1880,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    double s64 = sk_log64(((double)(zv)));
+                                    double s64 = sk_log64(((double)zv));
                                     if (noisy) {
                                         // built by kernels::seeded::score64
                                         const unsigned int sk_e6 = (row * 12u);
@@ -1899,14 +1899,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
                                     // built by kernels::filters::sweep_set
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                     if (ok) {
@@ -1922,7 +1922,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    double s64 = sk_log64(((double)(zv)));
+                                    double s64 = sk_log64(((double)zv));
                                     if (noisy) {
                                         // built by kernels::seeded::score64
                                         const unsigned int sk_e7 = (row * 12u);
@@ -1958,14 +1958,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
                                     // built by kernels::filters::sweep_set
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                     if (ok) {
@@ -1981,7 +1981,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    float score = ((noisy) ? ((zv / sk_exponential((w).x))) : (zv));
+                                    float score = (noisy ? (zv / sk_exponential((w).x)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -1995,14 +1995,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
                                     // built by kernels::filters::sweep_set
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                     if (ok) {
@@ -2018,7 +2018,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    float score = ((noisy) ? ((zv / sk_exponential((w).y))) : (zv));
+                                    float score = (noisy ? (zv / sk_exponential((w).y)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -2032,14 +2032,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
                                     // built by kernels::filters::sweep_set
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                     if (ok) {
@@ -2055,7 +2055,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    float score = ((noisy) ? ((zv / sk_exponential((w).z))) : (zv));
+                                    float score = (noisy ? (zv / sk_exponential((w).z)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -2069,14 +2069,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
                                     // built by kernels::filters::sweep_set
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                     if (ok) {
@@ -2092,7 +2092,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    float score = ((noisy) ? ((zv / sk_exponential((w).w))) : (zv));
+                                    float score = (noisy ? (zv / sk_exponential((w).w)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -2195,21 +2195,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                 summed_mass = sk_red_u64[32];
                 __syncthreads();
             }
-            unsigned int tok = (((rows[((row * 12u) + 1u)] == 1u)) ? (tok64) : (tok32));
+            unsigned int tok = ((rows[((row * 12u) + 1u)] == 1u) ? tok64 : tok32);
             bool valid = (tok < vocab);
-            unsigned int tok_at = ((valid) ? (tok) : (0u));
+            unsigned int tok_at = (valid ? tok : 0u);
             if ((threadIdx.x == 0u)) {
                 // built by kernels::sampling::write_results
-                tokens[row] = ((valid) ? (tok) : (0u));
+                tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
-                    status[row] = ((valid) ? (1u) : (0u));
+                    status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
                 // built by kernels::sampling::write_results
                 if ((threadIdx.x == 0u)) {
                     const float sk_e9 = x[(base + tok_at)];
-                    logprobs[row] = ((valid) ? ((((sk_e9 > (0.0f))) ? (sk_log(sk_e9)) : (sk_bitcast<float>(4286578688u)))) : (sk_bitcast<float>(4286578688u)));
+                    logprobs[row] = (valid ? ((sk_e9 > (0.0f)) ? sk_log(sk_e9) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                 }
             }
             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

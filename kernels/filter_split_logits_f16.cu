@@ -41,10 +41,10 @@ __device__ __forceinline__ float sk_exp(float x) {
     p = ((p * r) + (0.5f));
     p = ((p * r) + (1.0f));
     p = ((p * r) + (1.0f));
-    int k = ((int)(kf));
+    int k = ((int)kf);
     int k1 = (k >> 1u);
     int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
+    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
 __device__ __forceinline__ float sk_log(float x) {
     // built by kernels::math::log
@@ -56,7 +56,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -64,7 +64,7 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 __device__ __forceinline__ unsigned long long sk_fixed(float w) {
@@ -72,16 +72,16 @@ __device__ __forceinline__ unsigned long long sk_fixed(float w) {
     float s = (w * (256.0f));
     float hi = floorf(s);
     float lo = ((s - hi) * (4294967300.0f));
-    return ((((unsigned long long)(((unsigned int)(hi)))) << 32u) | ((unsigned long long)(((unsigned int)(lo)))));
+    return ((((unsigned long long)((unsigned int)hi)) << 32u) | ((unsigned long long)((unsigned int)lo)));
 }
 __device__ __forceinline__ float sk_fixed_f32(unsigned long long m) {
     // built by kernels::filters::fixed_f32
-    return ((((float)(((unsigned int)((m >> 32u))))) * (0.00390625f)) + (((float)(((unsigned int)((m & 4294967295ull))))) * (9.094947e-13f)));
+    return ((((float)((unsigned int)(m >> 32u))) * (0.00390625f)) + (((float)((unsigned int)(m & 4294967295ull))) * (9.094947e-13f)));
 }
 __device__ __forceinline__ unsigned long long sk_fraction(float p, unsigned long long m) {
     // built by kernels::filters::fraction
-    unsigned long long q = ((unsigned long long)(((unsigned int)((p * (2147483600.0f))))));
-    return (((((unsigned long long)(2u)) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
+    unsigned long long q = ((unsigned long long)((unsigned int)(p * (2147483600.0f))));
+    return (((((unsigned long long)2u) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
 }
 __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned int k1) {
     // built by kernels::philox::philox
@@ -211,7 +211,7 @@ __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned 
 }
 __device__ __forceinline__ float sk_uniform(unsigned int w) {
     // built by kernels::philox::uniform
-    return ((((float)((w >> 9u))) * (1.1920929e-7f)) + (5.9604645e-8f));
+    return ((((float)(w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
 }
 __device__ __forceinline__ float sk_exponential(unsigned int w) {
     // built by kernels::philox::exponential
@@ -231,7 +231,7 @@ __device__ __forceinline__ double sk_log64(double x) {
         k = (-54);
     }
     ix = (ix + 2638149301829632ull);
-    k = ((k + ((int)((ix >> 52u)))) - (1023));
+    k = ((k + ((int)(ix >> 52u))) - (1023));
     ix = ((ix & 4503599627370495ull) + 4604544269498187776ull);
     double fr = (sk_bitcast<double>(ix) - (1.0));
     double s = (fr / ((2.0) + fr));
@@ -239,7 +239,7 @@ __device__ __forceinline__ double sk_log64(double x) {
     double w = (z * z);
     double r = ((z * ((0.6666666666666735) + (w * ((0.2857142874366239) + (w * ((0.1818357216161805) + (w * (0.14798198605116586)))))))) + (w * ((0.3999999999940942) + (w * ((0.22222198432149784) + (w * (0.15313837699209373)))))));
     double hfsq = (((0.5) * fr) * fr);
-    double dk = ((double)(k));
+    double dk = ((double)k);
     return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10))) - hfsq) + fr) + (dk * (0.6931471803691238)));
 }
 __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
@@ -281,7 +281,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     if ((h == 0u)) {
         return (-709.782712893384);
     }
-    double e = fmin(sk_log64((((double)(h)) / (4294967295.0))), (-2.3283064365386963e-10));
+    double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
 
@@ -302,25 +302,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
         // built by kernels::sampling::for_each_row_part_at
         unsigned int row_slot = (slot / parts);
         unsigned int part = (slot - (row_slot * parts));
-        unsigned int row = ((((flags & 32u) != 0u)) ? (listed[row_slot]) : (row_slot));
+        unsigned int row = (((flags & 32u) != 0u) ? (listed[row_slot]) : row_slot);
         unsigned int base = (row * stride);
         unsigned int quads_per_part = (((((vocab + 3u) >> 2u) + parts) - 1u) / parts);
         unsigned int col_lo = min(((part * quads_per_part) * 4u), vocab);
         unsigned int col_hi = min((col_lo + (quads_per_part * 4u)), vocab);
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
-        float temp = ((noisy) ? (t_raw) : ((1.0f)));
+        float temp = (noisy ? t_raw : (1.0f));
         unsigned int k_raw = rows[((row * 12u) + 2u)];
-        unsigned int kk = ((((k_raw == 0u) || (k_raw > vocab))) ? (vocab) : (k_raw));
+        unsigned int kk = (((k_raw == 0u) || (k_raw > vocab)) ? vocab : k_raw);
         float p_raw = sk_bitcast<float>(rows[((row * 12u) + 3u)]);
-        float pp = ((((p_raw > (0.0f)) && (p_raw < (1.0f)))) ? (p_raw) : ((1.0f)));
+        float pp = (((p_raw > (0.0f)) && (p_raw < (1.0f))) ? p_raw : (1.0f));
         float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
-        float mp = (((mp_raw > (0.0f))) ? (fminf(mp_raw, (1.0f))) : ((0.0f)));
+        float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
         bool filtered = (noisy && (searched || (mp > (0.0f))));
-        unsigned int sel_a = ((k_first) ? (8u) : (0u));
-        unsigned int digits = (sel_a + ((searched) ? (8u) : (0u)));
+        unsigned int sel_a = (k_first ? 8u : 0u);
+        unsigned int digits = (sel_a + (searched ? 8u : 0u));
         if ((((!((flags & 8u) != 0u)) || filtered) && (stage <= (digits + 2u)))) {
             // built by kernels::filter_split::split_kernel
             unsigned int slot0 = (slot - part);
@@ -363,28 +363,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                         if ((col < col_hi)) {
                             const float sk_e4 = sk_f16(x[(base + col)]);
-                            m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e4)) / temp));
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) / temp));
                         }
                     }
                     {
                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                         if ((col < col_hi)) {
                             const float sk_e5 = sk_f16(x[(base + col)]);
-                            m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e5)) / temp));
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5) / temp));
                         }
                     }
                     {
                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                         if ((col < col_hi)) {
                             const float sk_e6 = sk_f16(x[(base + col)]);
-                            m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e6)) / temp));
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) / temp));
                         }
                     }
                     {
                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                         if ((col < col_hi)) {
                             const float sk_e7 = sk_f16(x[(base + col)]);
-                            m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e7)) / temp));
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7) / temp));
                         }
                     }
                 }
@@ -455,7 +455,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                 if (((sk_e8 > 0u) && (sk_e8 < (digits + 1u)))) {
                     bool in_a = ((stage - 1u) <= sel_a);
                     const unsigned int sk_e9 = ((stage - 1u) - 1u);
-                    unsigned int digit_pass = ((in_a) ? (sk_e9) : ((sk_e9 - sel_a)));
+                    unsigned int digit_pass = (in_a ? sk_e9 : (sk_e9 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     unsigned int cnt_p0 = 0u;
                     unsigned long long mas_p0 = 0ull;
@@ -904,17 +904,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
-                        sel_tn = (((chosen == 15u)) ? (cnt_s15) : ((((chosen == 14u)) ? (cnt_s14) : ((((chosen == 13u)) ? (cnt_s13) : ((((chosen == 12u)) ? (cnt_s12) : ((((chosen == 11u)) ? (cnt_s11) : ((((chosen == 10u)) ? (cnt_s10) : ((((chosen == 9u)) ? (cnt_s9) : ((((chosen == 8u)) ? (cnt_s8) : ((((chosen == 7u)) ? (cnt_s7) : ((((chosen == 6u)) ? (cnt_s6) : ((((chosen == 5u)) ? (cnt_s5) : ((((chosen == 4u)) ? (cnt_s4) : ((((chosen == 3u)) ? (cnt_s3) : ((((chosen == 2u)) ? (cnt_s2) : ((((chosen == 1u)) ? (cnt_s1) : ((((chosen == 0u)) ? (cnt_s0) : (0u))))))))))))))))))))))))))))))));
-                        sel_tm = (((chosen == 15u)) ? (mas_s15) : ((((chosen == 14u)) ? (mas_s14) : ((((chosen == 13u)) ? (mas_s13) : ((((chosen == 12u)) ? (mas_s12) : ((((chosen == 11u)) ? (mas_s11) : ((((chosen == 10u)) ? (mas_s10) : ((((chosen == 9u)) ? (mas_s9) : ((((chosen == 8u)) ? (mas_s8) : ((((chosen == 7u)) ? (mas_s7) : ((((chosen == 6u)) ? (mas_s6) : ((((chosen == 5u)) ? (mas_s5) : ((((chosen == 4u)) ? (mas_s4) : ((((chosen == 3u)) ? (mas_s3) : ((((chosen == 2u)) ? (mas_s2) : ((((chosen == 1u)) ? (mas_s1) : ((((chosen == 0u)) ? (mas_s0) : (0ull))))))))))))))))))))))))))))))));
+                        sel_tn = ((chosen == 15u) ? cnt_s15 : ((chosen == 14u) ? cnt_s14 : ((chosen == 13u) ? cnt_s13 : ((chosen == 12u) ? cnt_s12 : ((chosen == 11u) ? cnt_s11 : ((chosen == 10u) ? cnt_s10 : ((chosen == 9u) ? cnt_s9 : ((chosen == 8u) ? cnt_s8 : ((chosen == 7u) ? cnt_s7 : ((chosen == 6u) ? cnt_s6 : ((chosen == 5u) ? cnt_s5 : ((chosen == 4u) ? cnt_s4 : ((chosen == 3u) ? cnt_s3 : ((chosen == 2u) ? cnt_s2 : ((chosen == 1u) ? cnt_s1 : ((chosen == 0u) ? cnt_s0 : 0u))))))))))))))));
+                        sel_tm = ((chosen == 15u) ? mas_s15 : ((chosen == 14u) ? mas_s14 : ((chosen == 13u) ? mas_s13 : ((chosen == 12u) ? mas_s12 : ((chosen == 11u) ? mas_s11 : ((chosen == 10u) ? mas_s10 : ((chosen == 9u) ? mas_s9 : ((chosen == 8u) ? mas_s8 : ((chosen == 7u) ? mas_s7 : ((chosen == 6u) ? mas_s6 : ((chosen == 5u) ? mas_s5 : ((chosen == 4u) ? mas_s4 : ((chosen == 3u) ? mas_s3 : ((chosen == 2u) ? mas_s2 : ((chosen == 1u) ? mas_s1 : ((chosen == 0u) ? mas_s0 : 0ull))))))))))))))));
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
                         // built by kernels::filters::decide
-                        unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                        unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
+                        unsigned long long tn64 = ((unsigned long long)sel_tn);
+                        unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                         const bool sk_e26 = (tie_v == 0ull);
-                        unsigned int ties = ((unsigned int)(min(min(tn64, ((unsigned long long)((kk - sel_n)))), ((sk_e26) ? (tn64) : ((((lim - sel_m) / ((sk_e26) ? (1ull) : (tie_v))) + 1ull))))));
-                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)(ties)) * tie_v)));
+                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e26 ? tn64 : (((lim - sel_m) / (sk_e26 ? 1ull : tie_v)) + 1ull))));
+                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                         sel_key = 0u;
                         sel_mask = 0u;
                         sel_n = 0u;
@@ -926,7 +926,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                 if ((stage < (digits + 1u))) {
                     bool in_a = (stage <= sel_a);
                     const unsigned int sk_e27 = (stage - 1u);
-                    unsigned int digit_pass = ((in_a) ? (sk_e27) : ((sk_e27 - sel_a)));
+                    unsigned int digit_pass = (in_a ? sk_e27 : (sk_e27 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     unsigned int cnt_0 = 0;
                     unsigned int cnt_1 = 0;
@@ -968,15 +968,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                             unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                             if ((col < col_hi)) {
                                 const float sk_e28 = sk_f16(x[(base + col)]);
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e28)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -1030,15 +1030,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                             unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                             if ((col < col_hi)) {
                                 const float sk_e29 = sk_f16(x[(base + col)]);
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e29)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -1092,15 +1092,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                             unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                             if ((col < col_hi)) {
                                 const float sk_e30 = sk_f16(x[(base + col)]);
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e30)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -1154,15 +1154,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                             unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                             if ((col < col_hi)) {
                                 const float sk_e31 = sk_f16(x[(base + col)]);
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e31)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -1404,53 +1404,53 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_split::publish
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = cnt_s0;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u)] = ((unsigned int)((mas_s0 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u) + 1u)] = ((unsigned int)((mas_s0 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u)] = ((unsigned int)(mas_s0 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u) + 1u)] = ((unsigned int)(mas_s0 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 1u)] = cnt_s1;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 18u)] = ((unsigned int)((mas_s1 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 18u) + 1u)] = ((unsigned int)((mas_s1 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 18u)] = ((unsigned int)(mas_s1 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 18u) + 1u)] = ((unsigned int)(mas_s1 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u)] = cnt_s2;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 20u)] = ((unsigned int)((mas_s2 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 20u) + 1u)] = ((unsigned int)((mas_s2 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 20u)] = ((unsigned int)(mas_s2 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 20u) + 1u)] = ((unsigned int)(mas_s2 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 3u)] = cnt_s3;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 22u)] = ((unsigned int)((mas_s3 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 22u) + 1u)] = ((unsigned int)((mas_s3 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 22u)] = ((unsigned int)(mas_s3 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 22u) + 1u)] = ((unsigned int)(mas_s3 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 4u)] = cnt_s4;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 24u)] = ((unsigned int)((mas_s4 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 24u) + 1u)] = ((unsigned int)((mas_s4 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 24u)] = ((unsigned int)(mas_s4 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 24u) + 1u)] = ((unsigned int)(mas_s4 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u)] = cnt_s5;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 26u)] = ((unsigned int)((mas_s5 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 26u) + 1u)] = ((unsigned int)((mas_s5 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 26u)] = ((unsigned int)(mas_s5 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 26u) + 1u)] = ((unsigned int)(mas_s5 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 6u)] = cnt_s6;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 28u)] = ((unsigned int)((mas_s6 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 28u) + 1u)] = ((unsigned int)((mas_s6 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 28u)] = ((unsigned int)(mas_s6 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 28u) + 1u)] = ((unsigned int)(mas_s6 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 7u)] = cnt_s7;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 30u)] = ((unsigned int)((mas_s7 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 30u) + 1u)] = ((unsigned int)((mas_s7 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 30u)] = ((unsigned int)(mas_s7 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 30u) + 1u)] = ((unsigned int)(mas_s7 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 8u)] = cnt_s8;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 32u)] = ((unsigned int)((mas_s8 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 32u) + 1u)] = ((unsigned int)((mas_s8 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 32u)] = ((unsigned int)(mas_s8 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 32u) + 1u)] = ((unsigned int)(mas_s8 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 9u)] = cnt_s9;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 34u)] = ((unsigned int)((mas_s9 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 34u) + 1u)] = ((unsigned int)((mas_s9 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 34u)] = ((unsigned int)(mas_s9 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 34u) + 1u)] = ((unsigned int)(mas_s9 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 10u)] = cnt_s10;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 36u)] = ((unsigned int)((mas_s10 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 36u) + 1u)] = ((unsigned int)((mas_s10 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 36u)] = ((unsigned int)(mas_s10 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 36u) + 1u)] = ((unsigned int)(mas_s10 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 11u)] = cnt_s11;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 38u)] = ((unsigned int)((mas_s11 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 38u) + 1u)] = ((unsigned int)((mas_s11 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 38u)] = ((unsigned int)(mas_s11 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 38u) + 1u)] = ((unsigned int)(mas_s11 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 12u)] = cnt_s12;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 40u)] = ((unsigned int)((mas_s12 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 40u) + 1u)] = ((unsigned int)((mas_s12 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 40u)] = ((unsigned int)(mas_s12 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 40u) + 1u)] = ((unsigned int)(mas_s12 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 13u)] = cnt_s13;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 42u)] = ((unsigned int)((mas_s13 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 42u) + 1u)] = ((unsigned int)((mas_s13 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 42u)] = ((unsigned int)(mas_s13 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 42u) + 1u)] = ((unsigned int)(mas_s13 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 14u)] = cnt_s14;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 44u)] = ((unsigned int)((mas_s14 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 44u) + 1u)] = ((unsigned int)((mas_s14 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 44u)] = ((unsigned int)(mas_s14 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 44u) + 1u)] = ((unsigned int)(mas_s14 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 15u)] = cnt_s15;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u)] = ((unsigned int)((mas_s15 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u) + 1u)] = ((unsigned int)((mas_s15 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u)] = ((unsigned int)(mas_s15 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u) + 1u)] = ((unsigned int)(mas_s15 >> 32u));
                     }
                 } else {
                     if ((stage == (digits + 1u))) {
@@ -1459,10 +1459,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                         unsigned int tie_start = 0u;
                         if (searched) {
                             // built by kernels::filters::set_bounds
-                            unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                            unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
+                            unsigned long long tn64 = ((unsigned long long)sel_tn);
+                            unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                             const bool sk_e32 = (tie_v == 0ull);
-                            unsigned int ties = ((unsigned int)(min(min(tn64, ((unsigned long long)((kk - sel_n)))), ((sk_e32) ? (tn64) : ((((lim - sel_m) / ((sk_e32) ? (1ull) : (tie_v))) + 1ull))))));
+                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e32 ? tn64 : (((lim - sel_m) / (sk_e32 ? 1ull : tie_v)) + 1ull))));
                             s_ties = ties;
                         }
                         unsigned int tie_rank = 0u;
@@ -1510,15 +1510,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                         unsigned int col = (c0 + 0u);
                                         if ((col < col_hi)) {
                                             const float sk_e33 = sk_f16(x[(base + col)]);
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e33)) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             if ((key == s_key)) {
                                                 // built by kernels::filters::count_ties
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
@@ -1532,15 +1532,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                         unsigned int col = (c0 + 1u);
                                         if ((col < col_hi)) {
                                             const float sk_e34 = sk_f16(x[(base + col)]);
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e34)) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             if ((key == s_key)) {
                                                 // built by kernels::filters::count_ties
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
@@ -1554,15 +1554,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                         unsigned int col = (c0 + 2u);
                                         if ((col < col_hi)) {
                                             const float sk_e35 = sk_f16(x[(base + col)]);
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e35)) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             if ((key == s_key)) {
                                                 // built by kernels::filters::count_ties
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
@@ -1576,15 +1576,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                         unsigned int col = (c0 + 3u);
                                         if ((col < col_hi)) {
                                             const float sk_e36 = sk_f16(x[(base + col)]);
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e36)) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             if ((key == s_key)) {
                                                 // built by kernels::filters::count_ties
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
@@ -1641,16 +1641,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                         unsigned int col = (c0 + 0u);
                                         if ((col < col_hi)) {
                                             const float sk_e37 = sk_f16(x[(base + col)]);
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e37)) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
                                                 // built by kernels::filters::sweep_set
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1666,7 +1666,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
-                                                double s64 = ((double)(ov));
+                                                double s64 = ((double)ov);
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
                                                     const unsigned int sk_e38 = (row * 12u);
@@ -1684,16 +1684,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                         unsigned int col = (c0 + 1u);
                                         if ((col < col_hi)) {
                                             const float sk_e39 = sk_f16(x[(base + col)]);
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e39)) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
                                                 // built by kernels::filters::sweep_set
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1709,7 +1709,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
-                                                double s64 = ((double)(ov));
+                                                double s64 = ((double)ov);
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
                                                     const unsigned int sk_e40 = (row * 12u);
@@ -1727,16 +1727,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                         unsigned int col = (c0 + 2u);
                                         if ((col < col_hi)) {
                                             const float sk_e41 = sk_f16(x[(base + col)]);
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e41)) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
                                                 // built by kernels::filters::sweep_set
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1752,7 +1752,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
-                                                double s64 = ((double)(ov));
+                                                double s64 = ((double)ov);
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
                                                     const unsigned int sk_e42 = (row * 12u);
@@ -1770,16 +1770,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                         unsigned int col = (c0 + 3u);
                                         if ((col < col_hi)) {
                                             const float sk_e43 = sk_f16(x[(base + col)]);
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e43)) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
                                                 // built by kernels::filters::sweep_set
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1795,7 +1795,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
-                                                double s64 = ((double)(ov));
+                                                double s64 = ((double)ov);
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
                                                     const unsigned int sk_e44 = (row * 12u);
@@ -1830,16 +1830,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                         unsigned int col = (c0 + 0u);
                                         if ((col < col_hi)) {
                                             const float sk_e46 = sk_f16(x[(base + col)]);
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e46)) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
                                                 // built by kernels::filters::sweep_set
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1856,7 +1856,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
                                                 const float sk_e47 = sk_gumbel((w).x);
-                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_e47) : ((zv + sk_e47)))) : (zv));
+                                                float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e47 : (zv + sk_e47)) : zv);
                                                 if (((score > best) || (best_i == 4294967295u))) {
                                                     // built by kernels::filters::keep_best
                                                     best = score;
@@ -1869,16 +1869,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                         unsigned int col = (c0 + 1u);
                                         if ((col < col_hi)) {
                                             const float sk_e48 = sk_f16(x[(base + col)]);
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e48)) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
                                                 // built by kernels::filters::sweep_set
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1895,7 +1895,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
                                                 const float sk_e49 = sk_gumbel((w).y);
-                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_e49) : ((zv + sk_e49)))) : (zv));
+                                                float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e49 : (zv + sk_e49)) : zv);
                                                 if (((score > best) || (best_i == 4294967295u))) {
                                                     // built by kernels::filters::keep_best
                                                     best = score;
@@ -1908,16 +1908,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                         unsigned int col = (c0 + 2u);
                                         if ((col < col_hi)) {
                                             const float sk_e50 = sk_f16(x[(base + col)]);
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e50)) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
                                                 // built by kernels::filters::sweep_set
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1934,7 +1934,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
                                                 const float sk_e51 = sk_gumbel((w).z);
-                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_e51) : ((zv + sk_e51)))) : (zv));
+                                                float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e51 : (zv + sk_e51)) : zv);
                                                 if (((score > best) || (best_i == 4294967295u))) {
                                                     // built by kernels::filters::keep_best
                                                     best = score;
@@ -1947,16 +1947,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                         unsigned int col = (c0 + 3u);
                                         if ((col < col_hi)) {
                                             const float sk_e52 = sk_f16(x[(base + col)]);
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e52)) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
                                                 // built by kernels::filters::sweep_set
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1973,7 +1973,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
                                                 const float sk_e53 = sk_gumbel((w).w);
-                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_e53) : ((zv + sk_e53)))) : (zv));
+                                                float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e53 : (zv + sk_e53)) : zv);
                                                 if (((score > best) || (best_i == 4294967295u))) {
                                                     // built by kernels::filters::keep_best
                                                     best = score;
@@ -2080,11 +2080,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                             // built by kernels::filter_split::publish
                             partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = sk_bitcast<unsigned int>(win);
                             partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 1u)] = tok32;
-                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u)] = ((unsigned int)((sk_bitcast<unsigned long long>(win64) & 4294967295ull)));
-                            partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u) + 1u)] = ((unsigned int)((sk_bitcast<unsigned long long>(win64) >> 32u)));
+                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u)] = ((unsigned int)(sk_bitcast<unsigned long long>(win64) & 4294967295ull));
+                            partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(win64) >> 32u));
                             partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 4u)] = tok64;
-                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u)] = ((unsigned int)((part_mass & 4294967295ull)));
-                            partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u) + 1u)] = ((unsigned int)((part_mass >> 32u)));
+                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u)] = ((unsigned int)(part_mass & 4294967295ull));
+                            partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u) + 1u)] = ((unsigned int)(part_mass >> 32u));
                         }
                     } else {
                         if ((part == 0u)) {
@@ -2207,22 +2207,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                 summed_mass = sk_red_u64[32];
                                 __syncthreads();
                             }
-                            unsigned int tok = (((rows[((row * 12u) + 1u)] == 1u)) ? (tok64) : (tok32));
+                            unsigned int tok = ((rows[((row * 12u) + 1u)] == 1u) ? tok64 : tok32);
                             bool valid = (tok < vocab);
-                            unsigned int tok_at = ((valid) ? (tok) : (0u));
+                            unsigned int tok_at = (valid ? tok : 0u);
                             if ((threadIdx.x == 0u)) {
                                 // built by kernels::sampling::write_results
-                                tokens[row] = ((valid) ? (tok) : (0u));
+                                tokens[row] = (valid ? tok : 0u);
                                 if (((flags & 2u) != 0u)) {
-                                    status[row] = ((valid) ? (1u) : (0u));
+                                    status[row] = (valid ? 1u : 0u);
                                 }
                             }
                             if (((flags & 1u) != 0u)) {
                                 // built by kernels::sampling::write_results
-                                float row_w = sk_fixed_f32(((searched) ? (row_mass) : (summed_mass)));
+                                float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                                 if ((threadIdx.x == 0u)) {
                                     const float sk_e57 = sk_f16(x[(base + tok_at)]);
-                                    logprobs[row] = ((valid) ? (((((mx == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (((((((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e57)) / temp) - mx))) - sk_log(row_w))) : (sk_bitcast<float>(4286578688u)));
+                                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e57) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                                 }
                             }
                             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {
@@ -2241,14 +2241,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                 partials[((slot * 110u) + 3u)] = sel_mask;
                 partials[((slot * 110u) + 4u)] = sel_n;
                 partials[((slot * 110u) + 5u)] = sel_tn;
-                partials[((slot * 110u) + 6u)] = ((unsigned int)((sel_m & 4294967295ull)));
-                partials[(((slot * 110u) + 6u) + 1u)] = ((unsigned int)((sel_m >> 32u)));
-                partials[((slot * 110u) + 8u)] = ((unsigned int)((sel_tm & 4294967295ull)));
-                partials[(((slot * 110u) + 8u) + 1u)] = ((unsigned int)((sel_tm >> 32u)));
-                partials[((slot * 110u) + 10u)] = ((unsigned int)((lim & 4294967295ull)));
-                partials[(((slot * 110u) + 10u) + 1u)] = ((unsigned int)((lim >> 32u)));
-                partials[((slot * 110u) + 12u)] = ((unsigned int)((row_mass & 4294967295ull)));
-                partials[(((slot * 110u) + 12u) + 1u)] = ((unsigned int)((row_mass >> 32u)));
+                partials[((slot * 110u) + 6u)] = ((unsigned int)(sel_m & 4294967295ull));
+                partials[(((slot * 110u) + 6u) + 1u)] = ((unsigned int)(sel_m >> 32u));
+                partials[((slot * 110u) + 8u)] = ((unsigned int)(sel_tm & 4294967295ull));
+                partials[(((slot * 110u) + 8u) + 1u)] = ((unsigned int)(sel_tm >> 32u));
+                partials[((slot * 110u) + 10u)] = ((unsigned int)(lim & 4294967295ull));
+                partials[(((slot * 110u) + 10u) + 1u)] = ((unsigned int)(lim >> 32u));
+                partials[((slot * 110u) + 12u)] = ((unsigned int)(row_mass & 4294967295ull));
+                partials[(((slot * 110u) + 12u) + 1u)] = ((unsigned int)(row_mass >> 32u));
             }
         }
     }

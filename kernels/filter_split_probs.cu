@@ -27,7 +27,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -35,7 +35,7 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 __device__ __forceinline__ unsigned long long sk_fixed(float w) {
@@ -43,12 +43,12 @@ __device__ __forceinline__ unsigned long long sk_fixed(float w) {
     float s = (w * (256.0f));
     float hi = floorf(s);
     float lo = ((s - hi) * (4294967300.0f));
-    return ((((unsigned long long)(((unsigned int)(hi)))) << 32u) | ((unsigned long long)(((unsigned int)(lo)))));
+    return ((((unsigned long long)((unsigned int)hi)) << 32u) | ((unsigned long long)((unsigned int)lo)));
 }
 __device__ __forceinline__ unsigned long long sk_fraction(float p, unsigned long long m) {
     // built by kernels::filters::fraction
-    unsigned long long q = ((unsigned long long)(((unsigned int)((p * (2147483600.0f))))));
-    return (((((unsigned long long)(2u)) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
+    unsigned long long q = ((unsigned long long)((unsigned int)(p * (2147483600.0f))));
+    return (((((unsigned long long)2u) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
 }
 __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned int k1) {
     // built by kernels::philox::philox
@@ -178,7 +178,7 @@ __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned 
 }
 __device__ __forceinline__ float sk_uniform(unsigned int w) {
     // built by kernels::philox::uniform
-    return ((((float)((w >> 9u))) * (1.1920929e-7f)) + (5.9604645e-8f));
+    return ((((float)(w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
 }
 __device__ __forceinline__ float sk_exponential(unsigned int w) {
     // built by kernels::philox::exponential
@@ -194,7 +194,7 @@ __device__ __forceinline__ double sk_log64(double x) {
         k = (-54);
     }
     ix = (ix + 2638149301829632ull);
-    k = ((k + ((int)((ix >> 52u)))) - (1023));
+    k = ((k + ((int)(ix >> 52u))) - (1023));
     ix = ((ix & 4503599627370495ull) + 4604544269498187776ull);
     double fr = (sk_bitcast<double>(ix) - (1.0));
     double s = (fr / ((2.0) + fr));
@@ -202,7 +202,7 @@ __device__ __forceinline__ double sk_log64(double x) {
     double w = (z * z);
     double r = ((z * ((0.6666666666666735) + (w * ((0.2857142874366239) + (w * ((0.1818357216161805) + (w * (0.14798198605116586)))))))) + (w * ((0.3999999999940942) + (w * ((0.22222198432149784) + (w * (0.15313837699209373)))))));
     double hfsq = (((0.5) * fr) * fr);
-    double dk = ((double)(k));
+    double dk = ((double)k);
     return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10))) - hfsq) + fr) + (dk * (0.6931471803691238)));
 }
 __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
@@ -244,7 +244,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     if ((h == 0u)) {
         return (-709.782712893384);
     }
-    double e = fmin(sk_log64((((double)(h)) / (4294967295.0))), (-2.3283064365386963e-10));
+    double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
 
@@ -265,25 +265,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
         // built by kernels::sampling::for_each_row_part_at
         unsigned int row_slot = (slot / parts);
         unsigned int part = (slot - (row_slot * parts));
-        unsigned int row = ((((flags & 32u) != 0u)) ? (listed[row_slot]) : (row_slot));
+        unsigned int row = (((flags & 32u) != 0u) ? (listed[row_slot]) : row_slot);
         unsigned int base = (row * stride);
         unsigned int quads_per_part = (((((vocab + 3u) >> 2u) + parts) - 1u) / parts);
         unsigned int col_lo = min(((part * quads_per_part) * 4u), vocab);
         unsigned int col_hi = min((col_lo + (quads_per_part * 4u)), vocab);
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
-        float temp = ((noisy) ? (t_raw) : ((1.0f)));
+        float temp = (noisy ? t_raw : (1.0f));
         unsigned int k_raw = rows[((row * 12u) + 2u)];
-        unsigned int kk = ((((k_raw == 0u) || (k_raw > vocab))) ? (vocab) : (k_raw));
+        unsigned int kk = (((k_raw == 0u) || (k_raw > vocab)) ? vocab : k_raw);
         float p_raw = sk_bitcast<float>(rows[((row * 12u) + 3u)]);
-        float pp = ((((p_raw > (0.0f)) && (p_raw < (1.0f)))) ? (p_raw) : ((1.0f)));
+        float pp = (((p_raw > (0.0f)) && (p_raw < (1.0f))) ? p_raw : (1.0f));
         float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
-        float mp = (((mp_raw > (0.0f))) ? (fminf(mp_raw, (1.0f))) : ((0.0f)));
+        float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
         bool filtered = (noisy && (searched || (mp > (0.0f))));
-        unsigned int sel_a = ((k_first) ? (8u) : (0u));
-        unsigned int digits = (sel_a + ((searched) ? (8u) : (0u)));
+        unsigned int sel_a = (k_first ? 8u : 0u);
+        unsigned int digits = (sel_a + (searched ? 8u : 0u));
         if ((((!((flags & 8u) != 0u)) || filtered) && (stage <= (digits + 2u)))) {
             // built by kernels::filter_split::split_kernel
             unsigned int slot0 = (slot - part);
@@ -430,7 +430,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                 if (((sk_e4 > 0u) && (sk_e4 < (digits + 1u)))) {
                     bool in_a = ((stage - 1u) <= sel_a);
                     const unsigned int sk_e5 = ((stage - 1u) - 1u);
-                    unsigned int digit_pass = ((in_a) ? (sk_e5) : ((sk_e5 - sel_a)));
+                    unsigned int digit_pass = (in_a ? sk_e5 : (sk_e5 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     unsigned int cnt_p0 = 0u;
                     unsigned long long mas_p0 = 0ull;
@@ -879,17 +879,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
-                        sel_tn = (((chosen == 15u)) ? (cnt_s15) : ((((chosen == 14u)) ? (cnt_s14) : ((((chosen == 13u)) ? (cnt_s13) : ((((chosen == 12u)) ? (cnt_s12) : ((((chosen == 11u)) ? (cnt_s11) : ((((chosen == 10u)) ? (cnt_s10) : ((((chosen == 9u)) ? (cnt_s9) : ((((chosen == 8u)) ? (cnt_s8) : ((((chosen == 7u)) ? (cnt_s7) : ((((chosen == 6u)) ? (cnt_s6) : ((((chosen == 5u)) ? (cnt_s5) : ((((chosen == 4u)) ? (cnt_s4) : ((((chosen == 3u)) ? (cnt_s3) : ((((chosen == 2u)) ? (cnt_s2) : ((((chosen == 1u)) ? (cnt_s1) : ((((chosen == 0u)) ? (cnt_s0) : (0u))))))))))))))))))))))))))))))));
-                        sel_tm = (((chosen == 15u)) ? (mas_s15) : ((((chosen == 14u)) ? (mas_s14) : ((((chosen == 13u)) ? (mas_s13) : ((((chosen == 12u)) ? (mas_s12) : ((((chosen == 11u)) ? (mas_s11) : ((((chosen == 10u)) ? (mas_s10) : ((((chosen == 9u)) ? (mas_s9) : ((((chosen == 8u)) ? (mas_s8) : ((((chosen == 7u)) ? (mas_s7) : ((((chosen == 6u)) ? (mas_s6) : ((((chosen == 5u)) ? (mas_s5) : ((((chosen == 4u)) ? (mas_s4) : ((((chosen == 3u)) ? (mas_s3) : ((((chosen == 2u)) ? (mas_s2) : ((((chosen == 1u)) ? (mas_s1) : ((((chosen == 0u)) ? (mas_s0) : (0ull))))))))))))))))))))))))))))))));
+                        sel_tn = ((chosen == 15u) ? cnt_s15 : ((chosen == 14u) ? cnt_s14 : ((chosen == 13u) ? cnt_s13 : ((chosen == 12u) ? cnt_s12 : ((chosen == 11u) ? cnt_s11 : ((chosen == 10u) ? cnt_s10 : ((chosen == 9u) ? cnt_s9 : ((chosen == 8u) ? cnt_s8 : ((chosen == 7u) ? cnt_s7 : ((chosen == 6u) ? cnt_s6 : ((chosen == 5u) ? cnt_s5 : ((chosen == 4u) ? cnt_s4 : ((chosen == 3u) ? cnt_s3 : ((chosen == 2u) ? cnt_s2 : ((chosen == 1u) ? cnt_s1 : ((chosen == 0u) ? cnt_s0 : 0u))))))))))))))));
+                        sel_tm = ((chosen == 15u) ? mas_s15 : ((chosen == 14u) ? mas_s14 : ((chosen == 13u) ? mas_s13 : ((chosen == 12u) ? mas_s12 : ((chosen == 11u) ? mas_s11 : ((chosen == 10u) ? mas_s10 : ((chosen == 9u) ? mas_s9 : ((chosen == 8u) ? mas_s8 : ((chosen == 7u) ? mas_s7 : ((chosen == 6u) ? mas_s6 : ((chosen == 5u) ? mas_s5 : ((chosen == 4u) ? mas_s4 : ((chosen == 3u) ? mas_s3 : ((chosen == 2u) ? mas_s2 : ((chosen == 1u) ? mas_s1 : ((chosen == 0u) ? mas_s0 : 0ull))))))))))))))));
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
                         // built by kernels::filters::decide
-                        unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                        unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
+                        unsigned long long tn64 = ((unsigned long long)sel_tn);
+                        unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                         const bool sk_e22 = (tie_v == 0ull);
-                        unsigned int ties = ((unsigned int)(min(min(tn64, ((unsigned long long)((kk - sel_n)))), ((sk_e22) ? (tn64) : ((((lim - sel_m) / ((sk_e22) ? (1ull) : (tie_v))) + 1ull))))));
-                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)(ties)) * tie_v)));
+                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e22 ? tn64 : (((lim - sel_m) / (sk_e22 ? 1ull : tie_v)) + 1ull))));
+                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                         sel_key = 0u;
                         sel_mask = 0u;
                         sel_n = 0u;
@@ -901,7 +901,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                 if ((stage < (digits + 1u))) {
                     bool in_a = (stage <= sel_a);
                     const unsigned int sk_e23 = (stage - 1u);
-                    unsigned int digit_pass = ((in_a) ? (sk_e23) : ((sk_e23 - sel_a)));
+                    unsigned int digit_pass = (in_a ? sk_e23 : (sk_e23 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     unsigned int cnt_0 = 0;
                     unsigned int cnt_1 = 0;
@@ -944,13 +944,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -1005,13 +1005,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -1066,13 +1066,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -1127,13 +1127,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -1375,53 +1375,53 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_split::publish
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = cnt_s0;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u)] = ((unsigned int)((mas_s0 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u) + 1u)] = ((unsigned int)((mas_s0 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u)] = ((unsigned int)(mas_s0 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u) + 1u)] = ((unsigned int)(mas_s0 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 1u)] = cnt_s1;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 18u)] = ((unsigned int)((mas_s1 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 18u) + 1u)] = ((unsigned int)((mas_s1 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 18u)] = ((unsigned int)(mas_s1 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 18u) + 1u)] = ((unsigned int)(mas_s1 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u)] = cnt_s2;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 20u)] = ((unsigned int)((mas_s2 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 20u) + 1u)] = ((unsigned int)((mas_s2 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 20u)] = ((unsigned int)(mas_s2 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 20u) + 1u)] = ((unsigned int)(mas_s2 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 3u)] = cnt_s3;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 22u)] = ((unsigned int)((mas_s3 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 22u) + 1u)] = ((unsigned int)((mas_s3 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 22u)] = ((unsigned int)(mas_s3 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 22u) + 1u)] = ((unsigned int)(mas_s3 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 4u)] = cnt_s4;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 24u)] = ((unsigned int)((mas_s4 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 24u) + 1u)] = ((unsigned int)((mas_s4 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 24u)] = ((unsigned int)(mas_s4 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 24u) + 1u)] = ((unsigned int)(mas_s4 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u)] = cnt_s5;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 26u)] = ((unsigned int)((mas_s5 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 26u) + 1u)] = ((unsigned int)((mas_s5 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 26u)] = ((unsigned int)(mas_s5 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 26u) + 1u)] = ((unsigned int)(mas_s5 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 6u)] = cnt_s6;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 28u)] = ((unsigned int)((mas_s6 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 28u) + 1u)] = ((unsigned int)((mas_s6 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 28u)] = ((unsigned int)(mas_s6 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 28u) + 1u)] = ((unsigned int)(mas_s6 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 7u)] = cnt_s7;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 30u)] = ((unsigned int)((mas_s7 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 30u) + 1u)] = ((unsigned int)((mas_s7 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 30u)] = ((unsigned int)(mas_s7 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 30u) + 1u)] = ((unsigned int)(mas_s7 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 8u)] = cnt_s8;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 32u)] = ((unsigned int)((mas_s8 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 32u) + 1u)] = ((unsigned int)((mas_s8 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 32u)] = ((unsigned int)(mas_s8 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 32u) + 1u)] = ((unsigned int)(mas_s8 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 9u)] = cnt_s9;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 34u)] = ((unsigned int)((mas_s9 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 34u) + 1u)] = ((unsigned int)((mas_s9 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 34u)] = ((unsigned int)(mas_s9 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 34u) + 1u)] = ((unsigned int)(mas_s9 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 10u)] = cnt_s10;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 36u)] = ((unsigned int)((mas_s10 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 36u) + 1u)] = ((unsigned int)((mas_s10 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 36u)] = ((unsigned int)(mas_s10 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 36u) + 1u)] = ((unsigned int)(mas_s10 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 11u)] = cnt_s11;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 38u)] = ((unsigned int)((mas_s11 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 38u) + 1u)] = ((unsigned int)((mas_s11 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 38u)] = ((unsigned int)(mas_s11 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 38u) + 1u)] = ((unsigned int)(mas_s11 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 12u)] = cnt_s12;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 40u)] = ((unsigned int)((mas_s12 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 40u) + 1u)] = ((unsigned int)((mas_s12 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 40u)] = ((unsigned int)(mas_s12 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 40u) + 1u)] = ((unsigned int)(mas_s12 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 13u)] = cnt_s13;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 42u)] = ((unsigned int)((mas_s13 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 42u) + 1u)] = ((unsigned int)((mas_s13 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 42u)] = ((unsigned int)(mas_s13 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 42u) + 1u)] = ((unsigned int)(mas_s13 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 14u)] = cnt_s14;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 44u)] = ((unsigned int)((mas_s14 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 44u) + 1u)] = ((unsigned int)((mas_s14 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 44u)] = ((unsigned int)(mas_s14 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 44u) + 1u)] = ((unsigned int)(mas_s14 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 15u)] = cnt_s15;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u)] = ((unsigned int)((mas_s15 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u) + 1u)] = ((unsigned int)((mas_s15 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u)] = ((unsigned int)(mas_s15 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u) + 1u)] = ((unsigned int)(mas_s15 >> 32u));
                     }
                 } else {
                     if ((stage == (digits + 1u))) {
@@ -1430,10 +1430,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                         unsigned int tie_start = 0u;
                         if (searched) {
                             // built by kernels::filters::set_bounds
-                            unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                            unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
+                            unsigned long long tn64 = ((unsigned long long)sel_tn);
+                            unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                             const bool sk_e24 = (tie_v == 0ull);
-                            unsigned int ties = ((unsigned int)(min(min(tn64, ((unsigned long long)((kk - sel_n)))), ((sk_e24) ? (tn64) : ((((lim - sel_m) / ((sk_e24) ? (1ull) : (tie_v))) + 1ull))))));
+                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e24 ? tn64 : (((lim - sel_m) / (sk_e24 ? 1ull : tie_v)) + 1ull))));
                             s_ties = ties;
                         }
                         unsigned int tie_rank = 0u;
@@ -1482,13 +1482,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         if ((col < col_hi)) {
                                             float zv = x[(base + col)];
                                             float ov = zv;
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             if ((key == s_key)) {
                                                 // built by kernels::filters::count_ties
-                                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
@@ -1503,13 +1503,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         if ((col < col_hi)) {
                                             float zv = x[(base + col)];
                                             float ov = zv;
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             if ((key == s_key)) {
                                                 // built by kernels::filters::count_ties
-                                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
@@ -1524,13 +1524,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         if ((col < col_hi)) {
                                             float zv = x[(base + col)];
                                             float ov = zv;
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             if ((key == s_key)) {
                                                 // built by kernels::filters::count_ties
-                                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
@@ -1545,13 +1545,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         if ((col < col_hi)) {
                                             float zv = x[(base + col)];
                                             float ov = zv;
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             if ((key == s_key)) {
                                                 // built by kernels::filters::count_ties
-                                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
@@ -1609,14 +1609,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         if ((col < col_hi)) {
                                             float zv = x[(base + col)];
                                             float ov = zv;
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
                                                 // built by kernels::filters::sweep_set
-                                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1632,7 +1632,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
-                                                double s64 = sk_log64(((double)(zv)));
+                                                double s64 = sk_log64(((double)zv));
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
                                                     const unsigned int sk_e25 = (row * 12u);
@@ -1651,14 +1651,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         if ((col < col_hi)) {
                                             float zv = x[(base + col)];
                                             float ov = zv;
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
                                                 // built by kernels::filters::sweep_set
-                                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1674,7 +1674,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
-                                                double s64 = sk_log64(((double)(zv)));
+                                                double s64 = sk_log64(((double)zv));
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
                                                     const unsigned int sk_e26 = (row * 12u);
@@ -1693,14 +1693,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         if ((col < col_hi)) {
                                             float zv = x[(base + col)];
                                             float ov = zv;
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
                                                 // built by kernels::filters::sweep_set
-                                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1716,7 +1716,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
-                                                double s64 = sk_log64(((double)(zv)));
+                                                double s64 = sk_log64(((double)zv));
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
                                                     const unsigned int sk_e27 = (row * 12u);
@@ -1735,14 +1735,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         if ((col < col_hi)) {
                                             float zv = x[(base + col)];
                                             float ov = zv;
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
                                                 // built by kernels::filters::sweep_set
-                                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1758,7 +1758,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
-                                                double s64 = sk_log64(((double)(zv)));
+                                                double s64 = sk_log64(((double)zv));
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
                                                     const unsigned int sk_e28 = (row * 12u);
@@ -1794,14 +1794,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         if ((col < col_hi)) {
                                             float zv = x[(base + col)];
                                             float ov = zv;
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
                                                 // built by kernels::filters::sweep_set
-                                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1817,7 +1817,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
-                                                float score = ((noisy) ? ((zv / sk_exponential((w).x))) : (zv));
+                                                float score = (noisy ? (zv / sk_exponential((w).x)) : zv);
                                                 if (((score > best) || (best_i == 4294967295u))) {
                                                     // built by kernels::filters::keep_best
                                                     best = score;
@@ -1831,14 +1831,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         if ((col < col_hi)) {
                                             float zv = x[(base + col)];
                                             float ov = zv;
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
                                                 // built by kernels::filters::sweep_set
-                                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1854,7 +1854,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
-                                                float score = ((noisy) ? ((zv / sk_exponential((w).y))) : (zv));
+                                                float score = (noisy ? (zv / sk_exponential((w).y)) : zv);
                                                 if (((score > best) || (best_i == 4294967295u))) {
                                                     // built by kernels::filters::keep_best
                                                     best = score;
@@ -1868,14 +1868,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         if ((col < col_hi)) {
                                             float zv = x[(base + col)];
                                             float ov = zv;
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
                                                 // built by kernels::filters::sweep_set
-                                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1891,7 +1891,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
-                                                float score = ((noisy) ? ((zv / sk_exponential((w).z))) : (zv));
+                                                float score = (noisy ? (zv / sk_exponential((w).z)) : zv);
                                                 if (((score > best) || (best_i == 4294967295u))) {
                                                     // built by kernels::filters::keep_best
                                                     best = score;
@@ -1905,14 +1905,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         if ((col < col_hi)) {
                                             float zv = x[(base + col)];
                                             float ov = zv;
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
                                                 // built by kernels::filters::sweep_set
-                                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1928,7 +1928,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
-                                                float score = ((noisy) ? ((zv / sk_exponential((w).w))) : (zv));
+                                                float score = (noisy ? (zv / sk_exponential((w).w)) : zv);
                                                 if (((score > best) || (best_i == 4294967295u))) {
                                                     // built by kernels::filters::keep_best
                                                     best = score;
@@ -2035,11 +2035,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                             // built by kernels::filter_split::publish
                             partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = sk_bitcast<unsigned int>(win);
                             partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 1u)] = tok32;
-                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u)] = ((unsigned int)((sk_bitcast<unsigned long long>(win64) & 4294967295ull)));
-                            partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u) + 1u)] = ((unsigned int)((sk_bitcast<unsigned long long>(win64) >> 32u)));
+                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u)] = ((unsigned int)(sk_bitcast<unsigned long long>(win64) & 4294967295ull));
+                            partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(win64) >> 32u));
                             partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 4u)] = tok64;
-                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u)] = ((unsigned int)((part_mass & 4294967295ull)));
-                            partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u) + 1u)] = ((unsigned int)((part_mass >> 32u)));
+                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u)] = ((unsigned int)(part_mass & 4294967295ull));
+                            partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u) + 1u)] = ((unsigned int)(part_mass >> 32u));
                         }
                     } else {
                         if ((part == 0u)) {
@@ -2162,21 +2162,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                 summed_mass = sk_red_u64[32];
                                 __syncthreads();
                             }
-                            unsigned int tok = (((rows[((row * 12u) + 1u)] == 1u)) ? (tok64) : (tok32));
+                            unsigned int tok = ((rows[((row * 12u) + 1u)] == 1u) ? tok64 : tok32);
                             bool valid = (tok < vocab);
-                            unsigned int tok_at = ((valid) ? (tok) : (0u));
+                            unsigned int tok_at = (valid ? tok : 0u);
                             if ((threadIdx.x == 0u)) {
                                 // built by kernels::sampling::write_results
-                                tokens[row] = ((valid) ? (tok) : (0u));
+                                tokens[row] = (valid ? tok : 0u);
                                 if (((flags & 2u) != 0u)) {
-                                    status[row] = ((valid) ? (1u) : (0u));
+                                    status[row] = (valid ? 1u : 0u);
                                 }
                             }
                             if (((flags & 1u) != 0u)) {
                                 // built by kernels::sampling::write_results
                                 if ((threadIdx.x == 0u)) {
                                     const float sk_e33 = x[(base + tok_at)];
-                                    logprobs[row] = ((valid) ? ((((sk_e33 > (0.0f))) ? (sk_log(sk_e33)) : (sk_bitcast<float>(4286578688u)))) : (sk_bitcast<float>(4286578688u)));
+                                    logprobs[row] = (valid ? ((sk_e33 > (0.0f)) ? sk_log(sk_e33) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                                 }
                             }
                             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {
@@ -2195,14 +2195,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                 partials[((slot * 110u) + 3u)] = sel_mask;
                 partials[((slot * 110u) + 4u)] = sel_n;
                 partials[((slot * 110u) + 5u)] = sel_tn;
-                partials[((slot * 110u) + 6u)] = ((unsigned int)((sel_m & 4294967295ull)));
-                partials[(((slot * 110u) + 6u) + 1u)] = ((unsigned int)((sel_m >> 32u)));
-                partials[((slot * 110u) + 8u)] = ((unsigned int)((sel_tm & 4294967295ull)));
-                partials[(((slot * 110u) + 8u) + 1u)] = ((unsigned int)((sel_tm >> 32u)));
-                partials[((slot * 110u) + 10u)] = ((unsigned int)((lim & 4294967295ull)));
-                partials[(((slot * 110u) + 10u) + 1u)] = ((unsigned int)((lim >> 32u)));
-                partials[((slot * 110u) + 12u)] = ((unsigned int)((row_mass & 4294967295ull)));
-                partials[(((slot * 110u) + 12u) + 1u)] = ((unsigned int)((row_mass >> 32u)));
+                partials[((slot * 110u) + 6u)] = ((unsigned int)(sel_m & 4294967295ull));
+                partials[(((slot * 110u) + 6u) + 1u)] = ((unsigned int)(sel_m >> 32u));
+                partials[((slot * 110u) + 8u)] = ((unsigned int)(sel_tm & 4294967295ull));
+                partials[(((slot * 110u) + 8u) + 1u)] = ((unsigned int)(sel_tm >> 32u));
+                partials[((slot * 110u) + 10u)] = ((unsigned int)(lim & 4294967295ull));
+                partials[(((slot * 110u) + 10u) + 1u)] = ((unsigned int)(lim >> 32u));
+                partials[((slot * 110u) + 12u)] = ((unsigned int)(row_mass & 4294967295ull));
+                partials[(((slot * 110u) + 12u) + 1u)] = ((unsigned int)(row_mass >> 32u));
             }
         }
     }

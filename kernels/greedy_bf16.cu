@@ -39,10 +39,10 @@ __device__ __forceinline__ float sk_exp(float x) {
     p = ((p * r) + (0.5f));
     p = ((p * r) + (1.0f));
     p = ((p * r) + (1.0f));
-    int k = ((int)(kf));
+    int k = ((int)kf);
     int k1 = (k >> 1u);
     int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
+    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
 __device__ __forceinline__ float sk_log(float x) {
     // built by kernels::math::log
@@ -54,7 +54,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -62,7 +62,7 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 
@@ -99,7 +99,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
                     const float sk_e0 = sk_bf16(x[(base + col)]);
-                    float sv = (((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e0)) / temp);
+                    float sv = ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp);
                     if ((sv == sk_bitcast<float>(2139095040u))) {
                         // built by kernels::sampling::greedy_column
                         top_n = (top_n + 1u);
@@ -135,7 +135,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
                     const float sk_e1 = sk_bf16(x[(base + col)]);
-                    float sv = (((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e1)) / temp);
+                    float sv = ((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1) / temp);
                     if ((sv == sk_bitcast<float>(2139095040u))) {
                         // built by kernels::sampling::greedy_column
                         top_n = (top_n + 1u);
@@ -171,7 +171,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
                     const float sk_e2 = sk_bf16(x[(base + col)]);
-                    float sv = (((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e2)) / temp);
+                    float sv = ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp);
                     if ((sv == sk_bitcast<float>(2139095040u))) {
                         // built by kernels::sampling::greedy_column
                         top_n = (top_n + 1u);
@@ -207,7 +207,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
                     const float sk_e3 = sk_bf16(x[(base + col)]);
-                    float sv = (((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e3)) / temp);
+                    float sv = ((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3) / temp);
                     if ((sv == sk_bitcast<float>(2139095040u))) {
                         // built by kernels::sampling::greedy_column
                         top_n = (top_n + 1u);
@@ -344,9 +344,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
             }
             if ((threadIdx.x == 0u)) {
                 // built by kernels::sampling::write_results
-                tokens[row] = ((valid) ? (tok) : (0u));
+                tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
-                    status[row] = ((valid) ? (1u) : (0u));
+                    status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
@@ -378,7 +378,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
                 }
                 float row_sum = (0.0f);
                 {
-                    float sk_v = (((m == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : ((s * sk_exp((m - row_max)))));
+                    float sk_v = ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))));
                     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                         float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                         sk_v = sk_v + ov;
@@ -403,7 +403,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
                 }
                 if ((threadIdx.x == 0u)) {
                     const float sk_e4 = sk_bf16(x[(base + tok)]);
-                    logprobs[row] = ((valid) ? ((((tops > 0u)) ? ((-sk_log(((float)(tops))))) : ((((((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e4)) / temp) - row_max) - sk_log(row_sum))))) : (sk_bitcast<float>(4286578688u)));
+                    logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
                 }
             }
         } else {
@@ -472,7 +472,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
                 }
                 float row_sum = (0.0f);
                 {
-                    float sk_v = (((m == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : ((s * sk_exp((m - row_max)))));
+                    float sk_v = ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))));
                     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                         float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                         sk_v = sk_v + ov;

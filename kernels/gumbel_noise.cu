@@ -27,7 +27,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -35,7 +35,7 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned int k1) {
@@ -166,7 +166,7 @@ __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned 
 }
 __device__ __forceinline__ float sk_uniform(unsigned int w) {
     // built by kernels::philox::uniform
-    return ((((float)((w >> 9u))) * (1.1920929e-7f)) + (5.9604645e-8f));
+    return ((((float)(w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
 }
 __device__ __forceinline__ float sk_exponential(unsigned int w) {
     // built by kernels::philox::exponential

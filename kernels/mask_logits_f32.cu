@@ -35,22 +35,22 @@ __device__ __forceinline__ float sk_exp(float x) {
     p = ((p * r) + (0.5f));
     p = ((p * r) + (1.0f));
     p = ((p * r) + (1.0f));
-    int k = ((int)(kf));
+    int k = ((int)kf);
     int k1 = (k >> 1u);
     int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
+    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
 __device__ __forceinline__ unsigned long long sk_fixed(float w) {
     // built by kernels::filters::fixed
     float s = (w * (256.0f));
     float hi = floorf(s);
     float lo = ((s - hi) * (4294967300.0f));
-    return ((((unsigned long long)(((unsigned int)(hi)))) << 32u) | ((unsigned long long)(((unsigned int)(lo)))));
+    return ((((unsigned long long)((unsigned int)hi)) << 32u) | ((unsigned long long)((unsigned int)lo)));
 }
 __device__ __forceinline__ unsigned long long sk_fraction(float p, unsigned long long m) {
     // built by kernels::filters::fraction
-    unsigned long long q = ((unsigned long long)(((unsigned int)((p * (2147483600.0f))))));
-    return (((((unsigned long long)(2u)) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
+    unsigned long long q = ((unsigned long long)((unsigned int)(p * (2147483600.0f))));
+    return (((((unsigned long long)2u) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
@@ -71,13 +71,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
         unsigned int col_hi = vocab;
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
-        float temp = ((noisy) ? (t_raw) : ((1.0f)));
+        float temp = (noisy ? t_raw : (1.0f));
         unsigned int k_raw = rows[((row * 12u) + 2u)];
-        unsigned int kk = ((((k_raw == 0u) || (k_raw > vocab))) ? (vocab) : (k_raw));
+        unsigned int kk = (((k_raw == 0u) || (k_raw > vocab)) ? vocab : k_raw);
         float p_raw = sk_bitcast<float>(rows[((row * 12u) + 3u)]);
-        float pp = ((((p_raw > (0.0f)) && (p_raw < (1.0f)))) ? (p_raw) : ((1.0f)));
+        float pp = (((p_raw > (0.0f)) && (p_raw < (1.0f))) ? p_raw : (1.0f));
         float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
-        float mp = (((mp_raw > (0.0f))) ? (fminf(mp_raw, (1.0f))) : ((0.0f)));
+        float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
         bool filtered = (noisy && (searched || (mp > (0.0f))));
@@ -93,28 +93,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                     if ((col < col_hi)) {
                         const float sk_e0 = x[(base + col)];
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e0)) / temp));
+                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp));
                     }
                 }
                 {
                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                     if ((col < col_hi)) {
                         const float sk_e1 = x[(base + col)];
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e1)) / temp));
+                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1) / temp));
                     }
                 }
                 {
                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                     if ((col < col_hi)) {
                         const float sk_e2 = x[(base + col)];
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e2)) / temp));
+                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp));
                     }
                 }
                 {
                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                     if ((col < col_hi)) {
                         const float sk_e3 = x[(base + col)];
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e3)) / temp));
+                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3) / temp));
                     }
                 }
             }
@@ -157,13 +157,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
             bool listed = false;
             unsigned int n_list = 0u;
             bool done = false;
-            unsigned int sel_a = ((k_first) ? (8u) : (0u));
-            unsigned int digits = (sel_a + ((searched) ? (8u) : (0u)));
+            unsigned int sel_a = (k_first ? 8u : 0u);
+            unsigned int digits = (sel_a + (searched ? 8u : 0u));
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                 // built by kernels::filters::find_set
                 bool in_a = (stage <= sel_a);
                 const unsigned int sk_e4 = (stage - 1u);
-                unsigned int digit_pass = ((in_a) ? (sk_e4) : ((sk_e4 - sel_a)));
+                unsigned int digit_pass = (in_a ? sk_e4 : (sk_e4 - sel_a));
                 unsigned int shift = (28u - (digit_pass * 4u));
                 if ((digit_pass == 0u)) {
                     listed = false;
@@ -202,15 +202,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                             unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                             if ((col < col_hi)) {
                                 const float sk_e5 = x[(base + col)];
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e5)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -225,15 +225,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                             unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                             if ((col < col_hi)) {
                                 const float sk_e6 = x[(base + col)];
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e6)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -248,15 +248,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                             unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                             if ((col < col_hi)) {
                                 const float sk_e7 = x[(base + col)];
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e7)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -271,15 +271,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                             unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                             if ((col < col_hi)) {
                                 const float sk_e8 = x[(base + col)];
-                                float zv = (((((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e8)) / temp);
-                                float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -301,15 +301,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
                         const float sk_e9 = x[(base + col)];
-                        float zv = (((((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e9)) / temp);
-                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                        float zv = ((((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9) / temp);
+                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
                         if (((key & sel_mask) == sel_key)) {
                             // built by kernels::filters::candidate
-                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
@@ -347,15 +347,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
                         const float sk_e10 = x[(base + col)];
-                        float zv = (((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e10)) / temp);
-                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                        float zv = ((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp);
+                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
                         if (((key & sel_mask) == sel_key)) {
                             // built by kernels::filters::candidate
-                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
@@ -459,15 +459,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
                             const float sk_e12 = x[(base + col)];
-                            float zv = (((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e12)) / temp);
-                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            float zv = ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp);
+                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             if (((key & sel_mask) == sel_key)) {
                                 // built by kernels::filters::candidate
-                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                             }
@@ -529,15 +529,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     unsigned int col = (c0 + 0u);
                                     if ((col < col_hi)) {
                                         const float sk_e13 = x[(base + col)];
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e13)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -591,15 +591,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     unsigned int col = (c0 + 1u);
                                     if ((col < col_hi)) {
                                         const float sk_e14 = x[(base + col)];
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e14)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -653,15 +653,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     unsigned int col = (c0 + 2u);
                                     if ((col < col_hi)) {
                                         const float sk_e15 = x[(base + col)];
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e15)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -715,15 +715,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     unsigned int col = (c0 + 3u);
                                     if ((col < col_hi)) {
                                         const float sk_e16 = x[(base + col)];
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e16)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -781,15 +781,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                                     if ((col < col_hi)) {
                                         const float sk_e17 = x[(base + col)];
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e17)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -843,15 +843,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                                     if ((col < col_hi)) {
                                         const float sk_e18 = x[(base + col)];
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e18)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -905,15 +905,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                                     if ((col < col_hi)) {
                                         const float sk_e19 = x[(base + col)];
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e19)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -967,15 +967,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                                     if ((col < col_hi)) {
                                         const float sk_e20 = x[(base + col)];
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e20)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1393,18 +1393,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
-                        sel_tn = (((chosen == 15u)) ? (cnt_s15) : ((((chosen == 14u)) ? (cnt_s14) : ((((chosen == 13u)) ? (cnt_s13) : ((((chosen == 12u)) ? (cnt_s12) : ((((chosen == 11u)) ? (cnt_s11) : ((((chosen == 10u)) ? (cnt_s10) : ((((chosen == 9u)) ? (cnt_s9) : ((((chosen == 8u)) ? (cnt_s8) : ((((chosen == 7u)) ? (cnt_s7) : ((((chosen == 6u)) ? (cnt_s6) : ((((chosen == 5u)) ? (cnt_s5) : ((((chosen == 4u)) ? (cnt_s4) : ((((chosen == 3u)) ? (cnt_s3) : ((((chosen == 2u)) ? (cnt_s2) : ((((chosen == 1u)) ? (cnt_s1) : ((((chosen == 0u)) ? (cnt_s0) : (0u))))))))))))))))))))))))))))))));
-                        sel_tm = (((chosen == 15u)) ? (mas_s15) : ((((chosen == 14u)) ? (mas_s14) : ((((chosen == 13u)) ? (mas_s13) : ((((chosen == 12u)) ? (mas_s12) : ((((chosen == 11u)) ? (mas_s11) : ((((chosen == 10u)) ? (mas_s10) : ((((chosen == 9u)) ? (mas_s9) : ((((chosen == 8u)) ? (mas_s8) : ((((chosen == 7u)) ? (mas_s7) : ((((chosen == 6u)) ? (mas_s6) : ((((chosen == 5u)) ? (mas_s5) : ((((chosen == 4u)) ? (mas_s4) : ((((chosen == 3u)) ? (mas_s3) : ((((chosen == 2u)) ? (mas_s2) : ((((chosen == 1u)) ? (mas_s1) : ((((chosen == 0u)) ? (mas_s0) : (0ull))))))))))))))))))))))))))))))));
-                        mine = (((chosen == 15u)) ? (cnt_15) : ((((chosen == 14u)) ? (cnt_14) : ((((chosen == 13u)) ? (cnt_13) : ((((chosen == 12u)) ? (cnt_12) : ((((chosen == 11u)) ? (cnt_11) : ((((chosen == 10u)) ? (cnt_10) : ((((chosen == 9u)) ? (cnt_9) : ((((chosen == 8u)) ? (cnt_8) : ((((chosen == 7u)) ? (cnt_7) : ((((chosen == 6u)) ? (cnt_6) : ((((chosen == 5u)) ? (cnt_5) : ((((chosen == 4u)) ? (cnt_4) : ((((chosen == 3u)) ? (cnt_3) : ((((chosen == 2u)) ? (cnt_2) : ((((chosen == 1u)) ? (cnt_1) : ((((chosen == 0u)) ? (cnt_0) : (0u))))))))))))))))))))))))))))))));
+                        sel_tn = ((chosen == 15u) ? cnt_s15 : ((chosen == 14u) ? cnt_s14 : ((chosen == 13u) ? cnt_s13 : ((chosen == 12u) ? cnt_s12 : ((chosen == 11u) ? cnt_s11 : ((chosen == 10u) ? cnt_s10 : ((chosen == 9u) ? cnt_s9 : ((chosen == 8u) ? cnt_s8 : ((chosen == 7u) ? cnt_s7 : ((chosen == 6u) ? cnt_s6 : ((chosen == 5u) ? cnt_s5 : ((chosen == 4u) ? cnt_s4 : ((chosen == 3u) ? cnt_s3 : ((chosen == 2u) ? cnt_s2 : ((chosen == 1u) ? cnt_s1 : ((chosen == 0u) ? cnt_s0 : 0u))))))))))))))));
+                        sel_tm = ((chosen == 15u) ? mas_s15 : ((chosen == 14u) ? mas_s14 : ((chosen == 13u) ? mas_s13 : ((chosen == 12u) ? mas_s12 : ((chosen == 11u) ? mas_s11 : ((chosen == 10u) ? mas_s10 : ((chosen == 9u) ? mas_s9 : ((chosen == 8u) ? mas_s8 : ((chosen == 7u) ? mas_s7 : ((chosen == 6u) ? mas_s6 : ((chosen == 5u) ? mas_s5 : ((chosen == 4u) ? mas_s4 : ((chosen == 3u) ? mas_s3 : ((chosen == 2u) ? mas_s2 : ((chosen == 1u) ? mas_s1 : ((chosen == 0u) ? mas_s0 : 0ull))))))))))))))));
+                        mine = ((chosen == 15u) ? cnt_15 : ((chosen == 14u) ? cnt_14 : ((chosen == 13u) ? cnt_13 : ((chosen == 12u) ? cnt_12 : ((chosen == 11u) ? cnt_11 : ((chosen == 10u) ? cnt_10 : ((chosen == 9u) ? cnt_9 : ((chosen == 8u) ? cnt_8 : ((chosen == 7u) ? cnt_7 : ((chosen == 6u) ? cnt_6 : ((chosen == 5u) ? cnt_5 : ((chosen == 4u) ? cnt_4 : ((chosen == 3u) ? cnt_3 : ((chosen == 2u) ? cnt_2 : ((chosen == 1u) ? cnt_1 : ((chosen == 0u) ? cnt_0 : 0u))))))))))))))));
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
                         // built by kernels::filters::decide
-                        unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                        unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
+                        unsigned long long tn64 = ((unsigned long long)sel_tn);
+                        unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                         const bool sk_e21 = (tie_v == 0ull);
-                        unsigned int ties = ((unsigned int)(min(min(tn64, ((unsigned long long)((kk - sel_n)))), ((sk_e21) ? (tn64) : ((((lim - sel_m) / ((sk_e21) ? (1ull) : (tie_v))) + 1ull))))));
-                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)(ties)) * tie_v)));
+                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e21 ? tn64 : (((lim - sel_m) / (sk_e21 ? 1ull : tie_v)) + 1ull))));
+                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                         sel_key = 0u;
                         sel_mask = 0u;
                         sel_n = 0u;
@@ -1419,10 +1419,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
             unsigned int tie_start = 0u;
             if (searched) {
                 // built by kernels::filters::set_bounds
-                unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
+                unsigned long long tn64 = ((unsigned long long)sel_tn);
+                unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                 const bool sk_e22 = (tie_v == 0ull);
-                unsigned int ties = ((unsigned int)(min(min(tn64, ((unsigned long long)((kk - sel_n)))), ((sk_e22) ? (tn64) : ((((lim - sel_m) / ((sk_e22) ? (1ull) : (tie_v))) + 1ull))))));
+                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e22 ? tn64 : (((lim - sel_m) / (sk_e22 ? 1ull : tie_v)) + 1ull))));
                 s_ties = ties;
             }
             unsigned int tie_rank = 0u;
@@ -1447,15 +1447,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     unsigned int col = (c0 + 0u);
                                     if ((col < col_hi)) {
                                         const float sk_e23 = x[(base + col)];
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e23)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
                                             // built by kernels::filters::count_ties
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1469,15 +1469,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     unsigned int col = (c0 + 1u);
                                     if ((col < col_hi)) {
                                         const float sk_e24 = x[(base + col)];
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e24)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
                                             // built by kernels::filters::count_ties
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1491,15 +1491,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     unsigned int col = (c0 + 2u);
                                     if ((col < col_hi)) {
                                         const float sk_e25 = x[(base + col)];
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e25)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
                                             // built by kernels::filters::count_ties
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1513,15 +1513,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     unsigned int col = (c0 + 3u);
                                     if ((col < col_hi)) {
                                         const float sk_e26 = x[(base + col)];
-                                        float zv = (((((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e26)) / temp);
-                                        float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        float zv = ((((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
                                             // built by kernels::filters::count_ties
-                                            wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1572,16 +1572,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {
                             const float sk_e27 = x[(base + col)];
-                            float zv = (((((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e27)) / temp);
-                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            float zv = ((((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27) / temp);
+                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
                                 // built by kernels::filters::sweep_set
-                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1596,23 +1596,23 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                 kept = in_set;
                             }
                             const unsigned int sk_e28 = (base + col);
-                            out[sk_e28] = ((kept) ? (x[sk_e28]) : (sk_bitcast<float>(4286578688u)));
+                            out[sk_e28] = (kept ? (x[sk_e28]) : sk_bitcast<float>(4286578688u));
                         }
                     }
                     {
                         unsigned int col = (c0 + 1u);
                         if ((col < col_hi)) {
                             const float sk_e29 = x[(base + col)];
-                            float zv = (((((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e29)) / temp);
-                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            float zv = ((((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) / temp);
+                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
                                 // built by kernels::filters::sweep_set
-                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1627,23 +1627,23 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                 kept = in_set;
                             }
                             const unsigned int sk_e30 = (base + col);
-                            out[sk_e30] = ((kept) ? (x[sk_e30]) : (sk_bitcast<float>(4286578688u)));
+                            out[sk_e30] = (kept ? (x[sk_e30]) : sk_bitcast<float>(4286578688u));
                         }
                     }
                     {
                         unsigned int col = (c0 + 2u);
                         if ((col < col_hi)) {
                             const float sk_e31 = x[(base + col)];
-                            float zv = (((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e31)) / temp);
-                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            float zv = ((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) / temp);
+                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
                                 // built by kernels::filters::sweep_set
-                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1658,23 +1658,23 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                 kept = in_set;
                             }
                             const unsigned int sk_e32 = (base + col);
-                            out[sk_e32] = ((kept) ? (x[sk_e32]) : (sk_bitcast<float>(4286578688u)));
+                            out[sk_e32] = (kept ? (x[sk_e32]) : sk_bitcast<float>(4286578688u));
                         }
                     }
                     {
                         unsigned int col = (c0 + 3u);
                         if ((col < col_hi)) {
                             const float sk_e33 = x[(base + col)];
-                            float zv = (((((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e33)) / temp);
-                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            float zv = ((((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) / temp);
+                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
                                 // built by kernels::filters::sweep_set
-                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1689,7 +1689,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                 kept = in_set;
                             }
                             const unsigned int sk_e34 = (base + col);
-                            out[sk_e34] = ((kept) ? (x[sk_e34]) : (sk_bitcast<float>(4286578688u)));
+                            out[sk_e34] = (kept ? (x[sk_e34]) : sk_bitcast<float>(4286578688u));
                         }
                     }
                 }

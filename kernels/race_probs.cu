@@ -27,7 +27,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -35,7 +35,7 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned int k1) {
@@ -166,7 +166,7 @@ __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned 
 }
 __device__ __forceinline__ float sk_uniform(unsigned int w) {
     // built by kernels::philox::uniform
-    return ((((float)((w >> 9u))) * (1.1920929e-7f)) + (5.9604645e-8f));
+    return ((((float)(w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
 }
 __device__ __forceinline__ float sk_exponential(unsigned int w) {
     // built by kernels::philox::exponential
@@ -189,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
         unsigned int col_hi = min((col_lo + (quads_per_part * 4u)), vocab);
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
-        float temp = ((noisy) ? (t_raw) : ((1.0f)));
+        float temp = (noisy ? t_raw : (1.0f));
         float best = sk_bitcast<float>(4286578688u);
         unsigned int best_i = 4294967295u;
         float best_z = sk_bitcast<float>(4286578688u);
@@ -210,7 +210,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
                     const float sk_e1 = x[(base + col)];
-                    float xv = ((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e1));
+                    float xv = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
                         // built by kernels::sampling::probs_pass
@@ -233,7 +233,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
                     const float sk_e2 = x[(base + col)];
-                    float xv = ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e2));
+                    float xv = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
                         // built by kernels::sampling::probs_pass
@@ -256,7 +256,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
                     const float sk_e3 = x[(base + col)];
-                    float xv = ((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e3));
+                    float xv = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
                         // built by kernels::sampling::probs_pass
@@ -279,7 +279,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
                     const float sk_e4 = x[(base + col)];
-                    float xv = ((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e4));
+                    float xv = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
                         // built by kernels::sampling::probs_pass
@@ -341,17 +341,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             bool valid = (win > (0.0f));
             if ((threadIdx.x == 0u)) {
                 // built by kernels::sampling::write_results
-                tokens[row] = ((valid) ? (tok) : (0u));
+                tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
-                    status[row] = ((valid) ? (1u) : (0u));
+                    status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
                 // built by kernels::sampling::write_results
                 const float sk_e5 = x[(base + tok)];
-                float pt = ((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e5));
+                float pt = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
                 if ((threadIdx.x == 0u)) {
-                    logprobs[row] = ((valid) ? ((((pt > (0.0f))) ? (sk_log(pt)) : (sk_bitcast<float>(4286578688u)))) : (sk_bitcast<float>(4286578688u)));
+                    logprobs[row] = (valid ? ((pt > (0.0f)) ? sk_log(pt) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                 }
             }
         } else {

@@ -40,28 +40,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) read_rows_f16(
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
                     const float sk_e0 = sk_f16(x[(base + col)]);
-                    s = (s + ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e0)));
+                    s = (s + (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0));
                 }
             }
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
                     const float sk_e1 = sk_f16(x[(base + col)]);
-                    s = (s + ((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e1)));
+                    s = (s + (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1));
                 }
             }
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
                     const float sk_e2 = sk_f16(x[(base + col)]);
-                    s = (s + ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e2)));
+                    s = (s + (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2));
                 }
             }
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
                     const float sk_e3 = sk_f16(x[(base + col)]);
-                    s = (s + ((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e3)));
+                    s = (s + (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3));
                 }
             }
         }

@@ -22,16 +22,16 @@ __device__ __forceinline__ unsigned long long sk_fixed(float w) {
     float s = (w * (256.0f));
     float hi = floorf(s);
     float lo = ((s - hi) * (4294967300.0f));
-    return ((((unsigned long long)(((unsigned int)(hi)))) << 32u) | ((unsigned long long)(((unsigned int)(lo)))));
+    return ((((unsigned long long)((unsigned int)hi)) << 32u) | ((unsigned long long)((unsigned int)lo)));
 }
 __device__ __forceinline__ float sk_fixed_f32(unsigned long long m) {
     // built by kernels::filters::fixed_f32
-    return ((((float)(((unsigned int)((m >> 32u))))) * (0.00390625f)) + (((float)(((unsigned int)((m & 4294967295ull))))) * (9.094947e-13f)));
+    return ((((float)((unsigned int)(m >> 32u))) * (0.00390625f)) + (((float)((unsigned int)(m & 4294967295ull))) * (9.094947e-13f)));
 }
 __device__ __forceinline__ unsigned long long sk_fraction(float p, unsigned long long m) {
     // built by kernels::filters::fraction
-    unsigned long long q = ((unsigned long long)(((unsigned int)((p * (2147483600.0f))))));
-    return (((((unsigned long long)(2u)) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
+    unsigned long long q = ((unsigned long long)((unsigned int)(p * (2147483600.0f))));
+    return (((((unsigned long long)2u) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
@@ -53,13 +53,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
         unsigned int col_hi = vocab;
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
-        float temp = ((noisy) ? (t_raw) : ((1.0f)));
+        float temp = (noisy ? t_raw : (1.0f));
         unsigned int k_raw = rows[((row * 12u) + 2u)];
-        unsigned int kk = ((((k_raw == 0u) || (k_raw > vocab))) ? (vocab) : (k_raw));
+        unsigned int kk = (((k_raw == 0u) || (k_raw > vocab)) ? vocab : k_raw);
         float p_raw = sk_bitcast<float>(rows[((row * 12u) + 3u)]);
-        float pp = ((((p_raw > (0.0f)) && (p_raw < (1.0f)))) ? (p_raw) : ((1.0f)));
+        float pp = (((p_raw > (0.0f)) && (p_raw < (1.0f))) ? p_raw : (1.0f));
         float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
-        float mp = (((mp_raw > (0.0f))) ? (fminf(mp_raw, (1.0f))) : ((0.0f)));
+        float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
         bool filtered = (noisy && (searched || (mp > (0.0f))));
@@ -151,13 +151,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
             bool listed = false;
             unsigned int n_list = 0u;
             bool done = false;
-            unsigned int sel_a = ((k_first) ? (8u) : (0u));
-            unsigned int digits = (sel_a + ((searched) ? (8u) : (0u)));
+            unsigned int sel_a = (k_first ? 8u : 0u);
+            unsigned int digits = (sel_a + (searched ? 8u : 0u));
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                 // built by kernels::filters::find_set
                 bool in_a = (stage <= sel_a);
                 const unsigned int sk_e0 = (stage - 1u);
-                unsigned int digit_pass = ((in_a) ? (sk_e0) : ((sk_e0 - sel_a)));
+                unsigned int digit_pass = (in_a ? sk_e0 : (sk_e0 - sel_a));
                 unsigned int shift = (28u - (digit_pass * 4u));
                 if ((digit_pass == 0u)) {
                     listed = false;
@@ -197,13 +197,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -219,13 +219,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -241,13 +241,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -263,13 +263,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             if ((col < col_hi)) {
                                 float zv = x[(base + col)];
                                 float ov = zv;
-                                unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
                                 if (((key & sel_mask) == sel_key)) {
                                     // built by kernels::filters::candidate
-                                    wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
                                 }
@@ -292,13 +292,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         unsigned int col = listed_cols[at];
                         float zv = x[(base + col)];
                         float ov = zv;
-                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
                         if (((key & sel_mask) == sel_key)) {
                             // built by kernels::filters::candidate
-                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
@@ -337,13 +337,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         unsigned int col = listed_cols[at];
                         float zv = x[(base + col)];
                         float ov = zv;
-                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
                         if (((key & sel_mask) == sel_key)) {
                             // built by kernels::filters::candidate
-                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
@@ -448,13 +448,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned int col = listed_cols[at];
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             if (((key & sel_mask) == sel_key)) {
                                 // built by kernels::filters::candidate
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                             }
@@ -517,13 +517,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -578,13 +578,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -639,13 +639,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -700,13 +700,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -765,13 +765,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -826,13 +826,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -887,13 +887,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -948,13 +948,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
                                             // built by kernels::filters::candidate
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1372,18 +1372,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
-                        sel_tn = (((chosen == 15u)) ? (cnt_s15) : ((((chosen == 14u)) ? (cnt_s14) : ((((chosen == 13u)) ? (cnt_s13) : ((((chosen == 12u)) ? (cnt_s12) : ((((chosen == 11u)) ? (cnt_s11) : ((((chosen == 10u)) ? (cnt_s10) : ((((chosen == 9u)) ? (cnt_s9) : ((((chosen == 8u)) ? (cnt_s8) : ((((chosen == 7u)) ? (cnt_s7) : ((((chosen == 6u)) ? (cnt_s6) : ((((chosen == 5u)) ? (cnt_s5) : ((((chosen == 4u)) ? (cnt_s4) : ((((chosen == 3u)) ? (cnt_s3) : ((((chosen == 2u)) ? (cnt_s2) : ((((chosen == 1u)) ? (cnt_s1) : ((((chosen == 0u)) ? (cnt_s0) : (0u))))))))))))))))))))))))))))))));
-                        sel_tm = (((chosen == 15u)) ? (mas_s15) : ((((chosen == 14u)) ? (mas_s14) : ((((chosen == 13u)) ? (mas_s13) : ((((chosen == 12u)) ? (mas_s12) : ((((chosen == 11u)) ? (mas_s11) : ((((chosen == 10u)) ? (mas_s10) : ((((chosen == 9u)) ? (mas_s9) : ((((chosen == 8u)) ? (mas_s8) : ((((chosen == 7u)) ? (mas_s7) : ((((chosen == 6u)) ? (mas_s6) : ((((chosen == 5u)) ? (mas_s5) : ((((chosen == 4u)) ? (mas_s4) : ((((chosen == 3u)) ? (mas_s3) : ((((chosen == 2u)) ? (mas_s2) : ((((chosen == 1u)) ? (mas_s1) : ((((chosen == 0u)) ? (mas_s0) : (0ull))))))))))))))))))))))))))))))));
-                        mine = (((chosen == 15u)) ? (cnt_15) : ((((chosen == 14u)) ? (cnt_14) : ((((chosen == 13u)) ? (cnt_13) : ((((chosen == 12u)) ? (cnt_12) : ((((chosen == 11u)) ? (cnt_11) : ((((chosen == 10u)) ? (cnt_10) : ((((chosen == 9u)) ? (cnt_9) : ((((chosen == 8u)) ? (cnt_8) : ((((chosen == 7u)) ? (cnt_7) : ((((chosen == 6u)) ? (cnt_6) : ((((chosen == 5u)) ? (cnt_5) : ((((chosen == 4u)) ? (cnt_4) : ((((chosen == 3u)) ? (cnt_3) : ((((chosen == 2u)) ? (cnt_2) : ((((chosen == 1u)) ? (cnt_1) : ((((chosen == 0u)) ? (cnt_0) : (0u))))))))))))))))))))))))))))))));
+                        sel_tn = ((chosen == 15u) ? cnt_s15 : ((chosen == 14u) ? cnt_s14 : ((chosen == 13u) ? cnt_s13 : ((chosen == 12u) ? cnt_s12 : ((chosen == 11u) ? cnt_s11 : ((chosen == 10u) ? cnt_s10 : ((chosen == 9u) ? cnt_s9 : ((chosen == 8u) ? cnt_s8 : ((chosen == 7u) ? cnt_s7 : ((chosen == 6u) ? cnt_s6 : ((chosen == 5u) ? cnt_s5 : ((chosen == 4u) ? cnt_s4 : ((chosen == 3u) ? cnt_s3 : ((chosen == 2u) ? cnt_s2 : ((chosen == 1u) ? cnt_s1 : ((chosen == 0u) ? cnt_s0 : 0u))))))))))))))));
+                        sel_tm = ((chosen == 15u) ? mas_s15 : ((chosen == 14u) ? mas_s14 : ((chosen == 13u) ? mas_s13 : ((chosen == 12u) ? mas_s12 : ((chosen == 11u) ? mas_s11 : ((chosen == 10u) ? mas_s10 : ((chosen == 9u) ? mas_s9 : ((chosen == 8u) ? mas_s8 : ((chosen == 7u) ? mas_s7 : ((chosen == 6u) ? mas_s6 : ((chosen == 5u) ? mas_s5 : ((chosen == 4u) ? mas_s4 : ((chosen == 3u) ? mas_s3 : ((chosen == 2u) ? mas_s2 : ((chosen == 1u) ? mas_s1 : ((chosen == 0u) ? mas_s0 : 0ull))))))))))))))));
+                        mine = ((chosen == 15u) ? cnt_15 : ((chosen == 14u) ? cnt_14 : ((chosen == 13u) ? cnt_13 : ((chosen == 12u) ? cnt_12 : ((chosen == 11u) ? cnt_11 : ((chosen == 10u) ? cnt_10 : ((chosen == 9u) ? cnt_9 : ((chosen == 8u) ? cnt_8 : ((chosen == 7u) ? cnt_7 : ((chosen == 6u) ? cnt_6 : ((chosen == 5u) ? cnt_5 : ((chosen == 4u) ? cnt_4 : ((chosen == 3u) ? cnt_3 : ((chosen == 2u) ? cnt_2 : ((chosen == 1u) ? cnt_1 : ((chosen == 0u) ? cnt_0 : 0u))))))))))))))));
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
                         // built by kernels::filters::decide
-                        unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                        unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
+                        unsigned long long tn64 = ((unsigned long long)sel_tn);
+                        unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                         const bool sk_e2 = (tie_v == 0ull);
-                        unsigned int ties = ((unsigned int)(min(min(tn64, ((unsigned long long)((kk - sel_n)))), ((sk_e2) ? (tn64) : ((((lim - sel_m) / ((sk_e2) ? (1ull) : (tie_v))) + 1ull))))));
-                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)(ties)) * tie_v)));
+                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e2 ? tn64 : (((lim - sel_m) / (sk_e2 ? 1ull : tie_v)) + 1ull))));
+                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                         sel_key = 0u;
                         sel_mask = 0u;
                         sel_n = 0u;
@@ -1398,10 +1398,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
             unsigned int tie_start = 0u;
             if (searched) {
                 // built by kernels::filters::set_bounds
-                unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
+                unsigned long long tn64 = ((unsigned long long)sel_tn);
+                unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                 const bool sk_e3 = (tie_v == 0ull);
-                unsigned int ties = ((unsigned int)(min(min(tn64, ((unsigned long long)((kk - sel_n)))), ((sk_e3) ? (tn64) : ((((lim - sel_m) / ((sk_e3) ? (1ull) : (tie_v))) + 1ull))))));
+                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e3 ? tn64 : (((lim - sel_m) / (sk_e3 ? 1ull : tie_v)) + 1ull))));
                 s_ties = ties;
             }
             unsigned int tie_rank = 0u;
@@ -1427,13 +1427,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
                                             // built by kernels::filters::count_ties
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1448,13 +1448,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
                                             // built by kernels::filters::count_ties
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1469,13 +1469,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
                                             // built by kernels::filters::count_ties
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1490,13 +1490,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
                                             // built by kernels::filters::count_ties
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
@@ -1549,14 +1549,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         if ((col < col_hi)) {
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
                                 // built by kernels::filters::sweep_set
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1581,14 +1581,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         if ((col < col_hi)) {
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
                                 // built by kernels::filters::sweep_set
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1613,14 +1613,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         if ((col < col_hi)) {
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
                                 // built by kernels::filters::sweep_set
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1645,14 +1645,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         if ((col < col_hi)) {
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
                                 // built by kernels::filters::sweep_set
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1712,14 +1712,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         if ((col < col_hi)) {
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
                                 // built by kernels::filters::sweep_set
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1733,7 +1733,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 }
                                 kept = in_set;
                             }
-                            out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
+                            out[(base + col)] = (kept ? (wv / kept_w) : (0.0f));
                         }
                     }
                     {
@@ -1741,14 +1741,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         if ((col < col_hi)) {
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
                                 // built by kernels::filters::sweep_set
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1762,7 +1762,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 }
                                 kept = in_set;
                             }
-                            out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
+                            out[(base + col)] = (kept ? (wv / kept_w) : (0.0f));
                         }
                     }
                     {
@@ -1770,14 +1770,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         if ((col < col_hi)) {
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
                                 // built by kernels::filters::sweep_set
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1791,7 +1791,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 }
                                 kept = in_set;
                             }
-                            out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
+                            out[(base + col)] = (kept ? (wv / kept_w) : (0.0f));
                         }
                     }
                     {
@@ -1799,14 +1799,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         if ((col < col_hi)) {
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
                                 // built by kernels::filters::sweep_set
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1820,7 +1820,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 }
                                 kept = in_set;
                             }
-                            out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
+                            out[(base + col)] = (kept ? (wv / kept_w) : (0.0f));
                         }
                     }
                 }

@@ -41,10 +41,10 @@ __device__ __forceinline__ float sk_exp(float x) {
     p = ((p * r) + (0.5f));
     p = ((p * r) + (1.0f));
     p = ((p * r) + (1.0f));
-    int k = ((int)(kf));
+    int k = ((int)kf);
     int k1 = (k >> 1u);
     int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
+    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
 __device__ __forceinline__ float sk_log(float x) {
     // built by kernels::math::log
@@ -56,7 +56,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -64,7 +64,7 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned int k1) {
@@ -195,7 +195,7 @@ __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned 
 }
 __device__ __forceinline__ float sk_uniform(unsigned int w) {
     // built by kernels::philox::uniform
-    return ((((float)((w >> 9u))) * (1.1920929e-7f)) + (5.9604645e-8f));
+    return ((((float)(w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
 }
 __device__ __forceinline__ float sk_exponential(unsigned int w) {
     // built by kernels::philox::exponential
@@ -227,13 +227,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
             // built by kernels::sampler::sample
             float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
             bool noisy = (t_raw >= (1e-6f));
-            float temp = ((noisy) ? (t_raw) : ((1.0f)));
+            float temp = (noisy ? t_raw : (1.0f));
             unsigned int k_raw = rows[((row * 12u) + 2u)];
-            unsigned int kk = ((((k_raw == 0u) || (k_raw > vocab))) ? (vocab) : (k_raw));
+            unsigned int kk = (((k_raw == 0u) || (k_raw > vocab)) ? vocab : k_raw);
             float p_raw = sk_bitcast<float>(rows[((row * 12u) + 3u)]);
-            float pp = ((((p_raw > (0.0f)) && (p_raw < (1.0f)))) ? (p_raw) : ((1.0f)));
+            float pp = (((p_raw > (0.0f)) && (p_raw < (1.0f))) ? p_raw : (1.0f));
             float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
-            float mp = (((mp_raw > (0.0f))) ? (fminf(mp_raw, (1.0f))) : ((0.0f)));
+            float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
             bool searched = ((kk < vocab) || (pp < (1.0f)));
             bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
             bool filtered = (noisy && (searched || (mp > (0.0f))));
@@ -243,7 +243,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
             // built by kernels::sampler::sample
             float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
             bool noisy = (t_raw >= (1e-6f));
-            float temp = ((noisy) ? (t_raw) : ((1.0f)));
+            float temp = (noisy ? t_raw : (1.0f));
             float best = sk_bitcast<float>(4286578688u);
             unsigned int best_i = 4294967295u;
             float best_z = sk_bitcast<float>(4286578688u);
@@ -268,13 +268,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {
                             const float sk_e1 = sk_f16(x[(base + col)]);
-                            float xv = ((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e1));
+                            float xv = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
                             float za = (xv * rcp_t);
                             if ((fabsf(za) < (1.7014118e38f))) {
                                 // built by kernels::sampling::screened_pass
                                 float un = sk_uniform((w).x);
                                 float tn = ((1.0f) - un);
-                                float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
                                 float an = (za - __logf(en));
                                 float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
                                 lo_best = fmaxf(lo_best, (an - dn));
@@ -343,13 +343,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                         unsigned int col = (c0 + 1u);
                         if ((col < col_hi)) {
                             const float sk_e2 = sk_f16(x[(base + col)]);
-                            float xv = ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e2));
+                            float xv = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
                             float za = (xv * rcp_t);
                             if ((fabsf(za) < (1.7014118e38f))) {
                                 // built by kernels::sampling::screened_pass
                                 float un = sk_uniform((w).y);
                                 float tn = ((1.0f) - un);
-                                float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
                                 float an = (za - __logf(en));
                                 float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
                                 lo_best = fmaxf(lo_best, (an - dn));
@@ -418,13 +418,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                         unsigned int col = (c0 + 2u);
                         if ((col < col_hi)) {
                             const float sk_e3 = sk_f16(x[(base + col)]);
-                            float xv = ((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e3));
+                            float xv = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                             float za = (xv * rcp_t);
                             if ((fabsf(za) < (1.7014118e38f))) {
                                 // built by kernels::sampling::screened_pass
                                 float un = sk_uniform((w).z);
                                 float tn = ((1.0f) - un);
-                                float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
                                 float an = (za - __logf(en));
                                 float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
                                 lo_best = fmaxf(lo_best, (an - dn));
@@ -493,13 +493,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                         unsigned int col = (c0 + 3u);
                         if ((col < col_hi)) {
                             const float sk_e4 = sk_f16(x[(base + col)]);
-                            float xv = ((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e4));
+                            float xv = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
                             float za = (xv * rcp_t);
                             if ((fabsf(za) < (1.7014118e38f))) {
                                 // built by kernels::sampling::screened_pass
                                 float un = sk_uniform((w).w);
                                 float tn = ((1.0f) - un);
-                                float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
                                 float an = (za - __logf(en));
                                 float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
                                 lo_best = fmaxf(lo_best, (an - dn));
@@ -592,11 +592,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                 }
                 if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
                     const float sk_e5 = sk_f16(x[(base + up1_i)]);
-                    float sv = (((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e5)) / temp);
+                    float sv = ((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5) / temp);
                     const unsigned int sk_e7 = (row * 12u);
                     const uint4 sk_e6 = sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, rows[(sk_e7 + 10u)], rows[(sk_e7 + 11u)]), rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)]);
                     const unsigned int sk_e8 = (up1_i & 3u);
-                    best = (sv + sk_gumbel((((sk_e8 == 0u)) ? ((sk_e6).x) : ((((sk_e8 == 1u)) ? ((sk_e6).y) : ((((sk_e8 == 2u)) ? ((sk_e6).z) : ((sk_e6).w))))))));
+                    best = (sv + sk_gumbel(((sk_e8 == 0u) ? ((sk_e6).x) : ((sk_e8 == 1u) ? ((sk_e6).y) : ((sk_e8 == 2u) ? ((sk_e6).z) : ((sk_e6).w))))));
                     best_i = up1_i;
                     best_z = sv;
                 }
@@ -611,7 +611,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                             unsigned int col = (c0 + 0u);
                             if ((col < col_hi)) {
                                 const float sk_e10 = sk_f16(x[(base + col)]);
-                                float sv = (((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e10)) / temp);
+                                float sv = ((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp);
                                 if ((sv < sk_bitcast<float>(2139095040u))) {
                                     // built by kernels::sampling::screened_pass
                                     if ((((sv + sk_gumbel((w).x)) > best) || (best_i == 4294967295u))) {
@@ -627,7 +627,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                             unsigned int col = (c0 + 1u);
                             if ((col < col_hi)) {
                                 const float sk_e11 = sk_f16(x[(base + col)]);
-                                float sv = (((((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e11)) / temp);
+                                float sv = ((((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) / temp);
                                 if ((sv < sk_bitcast<float>(2139095040u))) {
                                     // built by kernels::sampling::screened_pass
                                     if ((((sv + sk_gumbel((w).y)) > best) || (best_i == 4294967295u))) {
@@ -643,7 +643,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                             unsigned int col = (c0 + 2u);
                             if ((col < col_hi)) {
                                 const float sk_e12 = sk_f16(x[(base + col)]);
-                                float sv = (((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e12)) / temp);
+                                float sv = ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp);
                                 if ((sv < sk_bitcast<float>(2139095040u))) {
                                     // built by kernels::sampling::screened_pass
                                     if ((((sv + sk_gumbel((w).z)) > best) || (best_i == 4294967295u))) {
@@ -659,7 +659,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                             unsigned int col = (c0 + 3u);
                             if ((col < col_hi)) {
                                 const float sk_e13 = sk_f16(x[(base + col)]);
-                                float sv = (((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e13)) / temp);
+                                float sv = ((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) / temp);
                                 if ((sv < sk_bitcast<float>(2139095040u))) {
                                     // built by kernels::sampling::screened_pass
                                     if ((((sv + sk_gumbel((w).w)) > best) || (best_i == 4294967295u))) {
@@ -681,7 +681,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {
                             const float sk_e14 = sk_f16(x[(base + col)]);
-                            float sv = (((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e14)) / temp);
+                            float sv = ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
                                 // built by kernels::sampling::greedy_column
                                 top_n = (top_n + 1u);
@@ -717,7 +717,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                         unsigned int col = (c0 + 1u);
                         if ((col < col_hi)) {
                             const float sk_e15 = sk_f16(x[(base + col)]);
-                            float sv = (((((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e15)) / temp);
+                            float sv = ((((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15) / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
                                 // built by kernels::sampling::greedy_column
                                 top_n = (top_n + 1u);
@@ -753,7 +753,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                         unsigned int col = (c0 + 2u);
                         if ((col < col_hi)) {
                             const float sk_e16 = sk_f16(x[(base + col)]);
-                            float sv = (((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e16)) / temp);
+                            float sv = ((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
                                 // built by kernels::sampling::greedy_column
                                 top_n = (top_n + 1u);
@@ -789,7 +789,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                         unsigned int col = (c0 + 3u);
                         if ((col < col_hi)) {
                             const float sk_e17 = sk_f16(x[(base + col)]);
-                            float sv = (((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e17)) / temp);
+                            float sv = ((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
                                 // built by kernels::sampling::greedy_column
                                 top_n = (top_n + 1u);
@@ -927,9 +927,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                 }
                 if ((threadIdx.x == 0u)) {
                     // built by kernels::sampling::write_results
-                    tokens[row] = ((valid) ? (tok) : (0u));
+                    tokens[row] = (valid ? tok : 0u);
                     if (((flags & 2u) != 0u)) {
-                        status[row] = ((valid) ? (1u) : (0u));
+                        status[row] = (valid ? 1u : 0u);
                     }
                 }
                 if (((flags & 1u) != 0u)) {
@@ -961,7 +961,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                     }
                     float row_sum = (0.0f);
                     {
-                        float sk_v = (((m == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : ((s * sk_exp((m - row_max)))));
+                        float sk_v = ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))));
                         for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                             float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                             sk_v = sk_v + ov;
@@ -986,7 +986,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                     }
                     if ((threadIdx.x == 0u)) {
                         const float sk_e18 = sk_f16(x[(base + tok)]);
-                        logprobs[row] = ((valid) ? ((((tops > 0u)) ? ((-sk_log(((float)(tops))))) : ((((((((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e18)) / temp) - row_max) - sk_log(row_sum))))) : (sk_bitcast<float>(4286578688u)));
+                        logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
                     }
                 }
             } else {
@@ -1055,7 +1055,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                     }
                     float row_sum = (0.0f);
                     {
-                        float sk_v = (((m == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : ((s * sk_exp((m - row_max)))));
+                        float sk_v = ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))));
                         for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                             float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                             sk_v = sk_v + ov;

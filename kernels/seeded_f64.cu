@@ -27,7 +27,7 @@ __device__ __forceinline__ double sk_log64(double x) {
         k = (-54);
     }
     ix = (ix + 2638149301829632ull);
-    k = ((k + ((int)((ix >> 52u)))) - (1023));
+    k = ((k + ((int)(ix >> 52u))) - (1023));
     ix = ((ix & 4503599627370495ull) + 4604544269498187776ull);
     double fr = (sk_bitcast<double>(ix) - (1.0));
     double s = (fr / ((2.0) + fr));
@@ -35,7 +35,7 @@ __device__ __forceinline__ double sk_log64(double x) {
     double w = (z * z);
     double r = ((z * ((0.6666666666666735) + (w * ((0.2857142874366239) + (w * ((0.1818357216161805) + (w * (0.14798198605116586)))))))) + (w * ((0.3999999999940942) + (w * ((0.22222198432149784) + (w * (0.15313837699209373)))))));
     double hfsq = (((0.5) * fr) * fr);
-    double dk = ((double)(k));
+    double dk = ((double)k);
     return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10))) - hfsq) + fr) + (dk * (0.6931471803691238)));
 }
 __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
@@ -77,7 +77,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     if ((h == 0u)) {
         return (-709.782712893384);
     }
-    double e = fmin(sk_log64((((double)(h)) / (4294967295.0))), (-2.3283064365386963e-10));
+    double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
 
@@ -93,7 +93,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
         unsigned int col_hi = vocab;
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
-        float temp = ((noisy) ? (t_raw) : ((1.0f)));
+        float temp = (noisy ? t_raw : (1.0f));
         double best = sk_bitcast<double>(18442240474082181120ull);
         unsigned int best_i = 4294967295u;
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
@@ -105,7 +105,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
                         // built by kernels::seeded::float64_race
                         const double sk_e1 = lp[(base + col)];
                         const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1);
-                        double s64 = (((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (sk_e1));
+                        double s64 = ((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1);
                         if (noisy) {
                             // built by kernels::seeded::score64
                             const unsigned int sk_e2 = (row * 12u);
@@ -126,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
                         // built by kernels::seeded::float64_race
                         const double sk_e4 = lp[(base + col)];
                         const unsigned long long sk_e3 = sk_bitcast<unsigned long long>(sk_e4);
-                        double s64 = (((((sk_e3 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e3 == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (sk_e4));
+                        double s64 = ((((sk_e3 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e3 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e4);
                         if (noisy) {
                             // built by kernels::seeded::score64
                             const unsigned int sk_e5 = (row * 12u);
@@ -147,7 +147,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
                         // built by kernels::seeded::float64_race
                         const double sk_e7 = lp[(base + col)];
                         const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7);
-                        double s64 = (((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (sk_e7));
+                        double s64 = ((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7);
                         if (noisy) {
                             // built by kernels::seeded::score64
                             const unsigned int sk_e8 = (row * 12u);
@@ -168,7 +168,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
                         // built by kernels::seeded::float64_race
                         const double sk_e10 = lp[(base + col)];
                         const unsigned long long sk_e9 = sk_bitcast<unsigned long long>(sk_e10);
-                        double s64 = (((((sk_e9 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e9 == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (sk_e10));
+                        double s64 = ((((sk_e9 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e9 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e10);
                         if (noisy) {
                             // built by kernels::seeded::score64
                             const unsigned int sk_e11 = (row * 12u);
@@ -219,9 +219,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
         bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
         if ((threadIdx.x == 0u)) {
             // built by kernels::sampling::write_results
-            tokens[row] = ((valid) ? (tok) : (0u));
+            tokens[row] = (valid ? tok : 0u);
             if (((flags & 2u) != 0u)) {
-                status[row] = ((valid) ? (1u) : (0u));
+                status[row] = (valid ? 1u : 0u);
             }
         }
         if (((flags & 1u) != 0u)) {
@@ -229,7 +229,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
             if ((threadIdx.x == 0u)) {
                 const double sk_e13 = lp[(base + tok)];
                 const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13);
-                logprobs[row] = ((valid) ? (((float)((((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (sk_e13))))) : (sk_bitcast<float>(4286578688u)));
+                logprobs[row] = (valid ? ((float)((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13)) : sk_bitcast<float>(4286578688u));
             }
         }
     }

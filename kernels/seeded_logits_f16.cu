@@ -41,10 +41,10 @@ __device__ __forceinline__ float sk_exp(float x) {
     p = ((p * r) + (0.5f));
     p = ((p * r) + (1.0f));
     p = ((p * r) + (1.0f));
-    int k = ((int)(kf));
+    int k = ((int)kf);
     int k1 = (k >> 1u);
     int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
+    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
 __device__ __forceinline__ float sk_log(float x) {
     // built by kernels::math::log
@@ -56,7 +56,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -64,7 +64,7 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 __device__ __forceinline__ double sk_log64(double x) {
@@ -77,7 +77,7 @@ __device__ __forceinline__ double sk_log64(double x) {
         k = (-54);
     }
     ix = (ix + 2638149301829632ull);
-    k = ((k + ((int)((ix >> 52u)))) - (1023));
+    k = ((k + ((int)(ix >> 52u))) - (1023));
     ix = ((ix & 4503599627370495ull) + 4604544269498187776ull);
     double fr = (sk_bitcast<double>(ix) - (1.0));
     double s = (fr / ((2.0) + fr));
@@ -85,7 +85,7 @@ __device__ __forceinline__ double sk_log64(double x) {
     double w = (z * z);
     double r = ((z * ((0.6666666666666735) + (w * ((0.2857142874366239) + (w * ((0.1818357216161805) + (w * (0.14798198605116586)))))))) + (w * ((0.3999999999940942) + (w * ((0.22222198432149784) + (w * (0.15313837699209373)))))));
     double hfsq = (((0.5) * fr) * fr);
-    double dk = ((double)(k));
+    double dk = ((double)k);
     return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10))) - hfsq) + fr) + (dk * (0.6931471803691238)));
 }
 __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
@@ -127,7 +127,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     if ((h == 0u)) {
         return (-709.782712893384);
     }
-    double e = fmin(sk_log64((((double)(h)) / (4294967295.0))), (-2.3283064365386963e-10));
+    double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
 
@@ -138,7 +138,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
         // built by kernels::sampling::for_each_row_at
-        unsigned int row = ((((flags & 32u) != 0u)) ? (listed[slot]) : (slot));
+        unsigned int row = (((flags & 32u) != 0u) ? (listed[slot]) : slot);
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;
@@ -147,13 +147,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
             // built by kernels::seeded::seeded_logits
             float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
             bool noisy = (t_raw >= (1e-6f));
-            float temp = ((noisy) ? (t_raw) : ((1.0f)));
+            float temp = (noisy ? t_raw : (1.0f));
             unsigned int k_raw = rows[((row * 12u) + 2u)];
-            unsigned int kk = ((((k_raw == 0u) || (k_raw > vocab))) ? (vocab) : (k_raw));
+            unsigned int kk = (((k_raw == 0u) || (k_raw > vocab)) ? vocab : k_raw);
             float p_raw = sk_bitcast<float>(rows[((row * 12u) + 3u)]);
-            float pp = ((((p_raw > (0.0f)) && (p_raw < (1.0f)))) ? (p_raw) : ((1.0f)));
+            float pp = (((p_raw > (0.0f)) && (p_raw < (1.0f))) ? p_raw : (1.0f));
             float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
-            float mp = (((mp_raw > (0.0f))) ? (fminf(mp_raw, (1.0f))) : ((0.0f)));
+            float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
             bool searched = ((kk < vocab) || (pp < (1.0f)));
             bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
             bool filtered = (noisy && (searched || (mp > (0.0f))));
@@ -163,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
             // built by kernels::seeded::seeded_logits_row
             float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
             bool noisy = (t_raw >= (1e-6f));
-            float temp = ((noisy) ? (t_raw) : ((1.0f)));
+            float temp = (noisy ? t_raw : (1.0f));
             float m = sk_bitcast<float>(4286578688u);
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                 // built by kernels::sampling::for_each_column
@@ -171,28 +171,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
                         const float sk_e0 = sk_f16(x[(base + col)]);
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e0)) / temp));
+                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp));
                     }
                 }
                 {
                     unsigned int col = (c0 + 1u);
                     if ((col < col_hi)) {
                         const float sk_e1 = sk_f16(x[(base + col)]);
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e1)) / temp));
+                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1) / temp));
                     }
                 }
                 {
                     unsigned int col = (c0 + 2u);
                     if ((col < col_hi)) {
                         const float sk_e2 = sk_f16(x[(base + col)]);
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e2)) / temp));
+                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp));
                     }
                 }
                 {
                     unsigned int col = (c0 + 3u);
                     if ((col < col_hi)) {
                         const float sk_e3 = sk_f16(x[(base + col)]);
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e3)) / temp));
+                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3) / temp));
                     }
                 }
             }
@@ -229,8 +229,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
                         const float sk_e5 = sk_f16(x[(base + col)]);
-                        const float sk_e4 = (((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e5)) / temp);
-                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e4 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e4 - row_max)))))) - comp);
+                        const float sk_e4 = ((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5) / temp);
+                        float y = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e4 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e4 - row_max)))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -240,8 +240,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     unsigned int col = (c0 + 1u);
                     if ((col < col_hi)) {
                         const float sk_e7 = sk_f16(x[(base + col)]);
-                        const float sk_e6 = (((((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e7)) / temp);
-                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e6 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e6 - row_max)))))) - comp);
+                        const float sk_e6 = ((((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7) / temp);
+                        float y = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e6 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e6 - row_max)))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -251,8 +251,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     unsigned int col = (c0 + 2u);
                     if ((col < col_hi)) {
                         const float sk_e9 = sk_f16(x[(base + col)]);
-                        const float sk_e8 = (((((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e9)) / temp);
-                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e8 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e8 - row_max)))))) - comp);
+                        const float sk_e8 = ((((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9) / temp);
+                        float y = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e8 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e8 - row_max)))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -262,8 +262,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     unsigned int col = (c0 + 3u);
                     if ((col < col_hi)) {
                         const float sk_e11 = sk_f16(x[(base + col)]);
-                        const float sk_e10 = (((((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e11)) / temp);
-                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e10 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e10 - row_max)))))) - comp);
+                        const float sk_e10 = ((((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) / temp);
+                        float y = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e10 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e10 - row_max)))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -295,7 +295,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 row_sum = sk_red_f32[32];
                 __syncthreads();
             }
-            float inv = (((row_sum > (0.0f))) ? (((1.0f) / row_sum)) : ((0.0f)));
+            float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
             double best = sk_bitcast<double>(18442240474082181120ull);
             unsigned int best_i = 4294967295u;
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
@@ -304,9 +304,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
                         const float sk_e13 = sk_f16(x[(base + col)]);
-                        const float sk_e12 = (((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e13)) / temp);
-                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e12 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e12 - row_max)))))) * inv);
-                        double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
+                        const float sk_e12 = ((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) / temp);
+                        float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e12 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e12 - row_max)))) * inv);
+                        double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -324,9 +324,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     unsigned int col = (c0 + 1u);
                     if ((col < col_hi)) {
                         const float sk_e16 = sk_f16(x[(base + col)]);
-                        const float sk_e15 = (((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e16)) / temp);
-                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e15 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e15 - row_max)))))) * inv);
-                        double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
+                        const float sk_e15 = ((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp);
+                        float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e15 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e15 - row_max)))) * inv);
+                        double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -344,9 +344,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     unsigned int col = (c0 + 2u);
                     if ((col < col_hi)) {
                         const float sk_e19 = sk_f16(x[(base + col)]);
-                        const float sk_e18 = (((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e19)) / temp);
-                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e18 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e18 - row_max)))))) * inv);
-                        double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
+                        const float sk_e18 = ((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19) / temp);
+                        float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e18 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e18 - row_max)))) * inv);
+                        double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -364,9 +364,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     unsigned int col = (c0 + 3u);
                     if ((col < col_hi)) {
                         const float sk_e22 = sk_f16(x[(base + col)]);
-                        const float sk_e21 = (((((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e22)) / temp);
-                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e21 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e21 - row_max)))))) * inv);
-                        double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
+                        const float sk_e21 = ((((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22) / temp);
+                        float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e21 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e21 - row_max)))) * inv);
+                        double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -417,19 +417,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
             bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
             if ((threadIdx.x == 0u)) {
                 // built by kernels::sampling::write_results
-                tokens[row] = ((valid) ? (tok) : (0u));
+                tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
-                    status[row] = ((valid) ? (1u) : (0u));
+                    status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
                 // built by kernels::sampling::write_results
                 const float sk_e25 = sk_f16(x[(base + tok)]);
-                const float sk_e24 = (((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_e25)) / temp);
-                float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? ((((sk_e24 == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((sk_e24 - row_max)))))) * inv);
-                double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
+                const float sk_e24 = ((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) / temp);
+                float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e24 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e24 - row_max)))) * inv);
+                double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                 if ((threadIdx.x == 0u)) {
-                    logprobs[row] = ((valid) ? (((float)(lp))) : (sk_bitcast<float>(4286578688u)));
+                    logprobs[row] = (valid ? ((float)lp) : sk_bitcast<float>(4286578688u));
                 }
             }
         }

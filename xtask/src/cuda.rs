@@ -9,7 +9,7 @@
 //! - `mulhi` is `__umulhi`; infinities are spelled with bit patterns (NVRTC has no `INFINITY`).
 
 use crate::ir::*;
-use crate::out::{header, CLike, Out};
+use crate::out::{atom, header, CLike, Out};
 
 pub fn ty(t: Ty) -> &'static str {
     match t {
@@ -102,7 +102,7 @@ impl CLike for Emitter<'_> {
                 };
                 format!("({s}{})", x(a)?)
             }
-            Expr::Cast(t, a) => format!("(({})({}))", ty(*t), x(a)?),
+            Expr::Cast(t, a) => format!("(({}){})", ty(*t), atom(x(a)?)),
             Expr::Bitcast(t, a) => format!("sk_bitcast<{}>({})", ty(*t), x(a)?),
             Expr::Math(m, args) => {
                 let t = scope.ty_of(&args[0]).map_err(|m| IrError::ty(self.kernel, m))?;
@@ -126,7 +126,7 @@ impl CLike for Emitter<'_> {
                 format!("__umulhi({}, {})", x(&args[0])?, x(&args[1])?)
             }
             Expr::Intrinsic(Intrinsic::ApproxLog, args) => format!("__logf({})", x(&args[0])?),
-            Expr::Select(c, a, b) => format!("(({}) ? ({}) : ({}))", x(c)?, x(a)?, x(b)?),
+            Expr::Select(c, a, b) => format!("({} ? {} : {})", atom(x(c)?), atom(x(a)?), atom(x(b)?)),
             Expr::Call(name, args) => {
                 let args: Vec<String> = args.iter().map(x).collect::<Result<_, _>>()?;
                 format!("{name}({})", args.join(", "))

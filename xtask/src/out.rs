@@ -40,6 +40,42 @@ impl Out {
     }
 }
 
+/// `s` ready to be an operand: as it is where it is one token, a call or already wrapped in one
+/// pair of parentheses, else parenthesized (so the generated code carries no `((x))`).
+pub fn atom(s: String) -> String {
+    let word = |t: &str| t.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.'));
+    // Where the parenthesis opened at byte 0 closes.
+    let closing = |t: &str| {
+        let mut depth = 0usize;
+        for (i, c) in t.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Some(i);
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
+    };
+    let wrapped = s.starts_with('(') && closing(&s) == Some(s.len() - 1);
+    let call = s.ends_with(')')
+        && s.find('(').is_some_and(|open| {
+            let head = &s[..open];
+            !head.is_empty()
+                && word(head.split('<').next().unwrap_or(head))
+                && closing(&s[open..]) == Some(s.len() - 1 - open)
+        });
+    if word(&s) || wrapped || call {
+        s
+    } else {
+        format!("({s})")
+    }
+}
+
 /// The first lines of every generated file.
 pub fn header(comment: &str, source: &str) -> String {
     format!(

@@ -352,3 +352,73 @@ fn comments(stmts: Vec<Stmt>, outer: &str) -> Vec<Stmt> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(body: Vec<Stmt>) -> Kernel {
+        let buffer = |name: &str, writable| BufferDecl { name: name.into(), storage: Storage::F32, writable };
+        Kernel {
+            name: "t".into(),
+            doc: String::new(),
+            passes: 1,
+            stages: 1,
+            buffers: vec![buffer("x", false), buffer("y", true)],
+            params: vec!["n".into()],
+            shared: vec![],
+            functions: vec![function("unused", &[("a", Ty::U32)], Ty::U32, |b| b.ret(var("a")))],
+            body,
+        }
+    }
+
+    /// The statements of `body` that are not comments.
+    fn code(body: &[Stmt]) -> Vec<&Stmt> {
+        body.iter().filter(|s| !matches!(s, Stmt::Comment(_))).collect()
+    }
+
+    #[test]
+    fn an_if_on_a_literal_becomes_the_branch_it_takes() {
+        let mut b = Block::new();
+        b.if_else(boolean(false).or(boolean(false)), |b| b.store("y", u(0), f(1.0)), |b| b.store("y", u(1), f(2.0)));
+        b.if_(param("n").gt(u(0)).and(boolean(true).not()), |b| b.store("y", u(2), f(3.0)));
+        let out = prepare(&kernel(b.stmts)).unwrap();
+        assert_eq!(code(&out.body), [&Stmt::Store { buf: "y".into(), index: u(1), value: f(2.0) }]);
+        assert!(out.functions.is_empty(), "a helper nobody calls is dropped");
+    }
+
+    #[test]
+    fn a_repeated_load_is_bound_once_before_its_statement() {
+        let at = param("n") + u(1);
+        let mut b = Block::new();
+        b.store("y", u(0), load("x", at.clone()) * load("x", at.clone()) + load("x", at.clone()));
+        let out = prepare(&kernel(b.stmts)).unwrap();
+        let bound = Stmt::Bind { name: "sk_e0".into(), ty: Ty::F32, value: load("x", at) };
+        let store = Stmt::Store { buf: "y".into(), index: u(0), value: var("sk_e0") * var("sk_e0") + var("sk_e0") };
+        assert_eq!(code(&out.body), [&bound, &store]);
+    }
+
+    #[test]
+    fn a_load_only_behind_a_short_circuit_stays_there() {
+        let guarded = load("x", param("n")).gt(f(0.0)).and(load("x", param("n")).lt(f(1.0)));
+        let cond = param("n").lt(u(8)).and(guarded);
+        let mut b = Block::new();
+        b.if_(cond.clone(), |b| b.store("y", u(0), f(1.0)));
+        let out = prepare(&kernel(b.stmts)).unwrap();
+        assert!(matches!(code(&out.body)[..], [Stmt::If { cond: c, .. }] if *c == cond), "{:?}", out.body);
+    }
+
+    #[test]
+    fn a_builder_comment_is_kept_only_where_the_builder_changes() {
+        let mut b = Block::new();
+        b.scope(|b| b.scope(|b| b.store("y", u(0), f(1.0))));
+        let out = prepare(&kernel(b.stmts)).unwrap();
+        let comments = |stmts: &[Stmt]| stmts.iter().filter(|s| matches!(s, Stmt::Comment(_))).count();
+        let [Stmt::Scope(outer)] = &out.body[..] else { panic!("{:?}", out.body) };
+        assert_eq!(comments(outer), 1, "{outer:?}");
+        let Some(Stmt::Scope(inner)) = outer.last() else { panic!("{outer:?}") };
+        assert_eq!(comments(inner), 0, "{inner:?}");
+        let Stmt::Comment(text) = &outer[0] else { unreachable!() };
+        assert_eq!(text, "built by passes::tests::a_builder_comment_is_kept_only_where_the_builder_changes");
+    }
+}
