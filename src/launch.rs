@@ -447,3 +447,101 @@ impl<'a, H: Copy> Launch<H> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Every job the host plans, through the public methods that build them, on a backend that
+    //! only plans: each launch must bind exactly what its generated kernel declares, whether or
+    //! not a test runs that kernel on a device.
+
+    use super::*;
+    use crate::backend::{Output, RowLists};
+    use crate::types::RowParams;
+    use half::{bf16, f16};
+
+    /// Plans each job it is given, with rows whole and with rows split (combine and staged
+    /// launches), and keeps nothing.
+    struct Planner;
+
+    impl crate::job::Sealed for Planner {}
+
+    impl Backend for Planner {
+        type Buffer<T: Element> = Vec<T>;
+        fn describe(&self) -> String {
+            "planner".into()
+        }
+        fn upload_unchecked<T: Element>(&self, data: &[T]) -> Result<Vec<T>> {
+            Ok(data.to_vec())
+        }
+        fn zeros<T: Element>(&self, len: usize) -> Result<Vec<T>> {
+            Ok(vec![T::zeroed(); len])
+        }
+        fn write_unchecked<T: Element>(&self, buf: &mut Vec<T>, data: &[T]) -> Result<()> {
+            buf.copy_from_slice(data);
+            Ok(())
+        }
+        fn download<T: Element>(&self, buf: &Vec<T>) -> Result<Vec<T>> {
+            Ok(buf.clone())
+        }
+        fn len<T: Element>(buf: &Vec<T>) -> usize {
+            buf.len()
+        }
+        fn run(&self, job: Job<'_, Self>) -> Result<()> {
+            for (target_groups, split_filters) in [(1, false), (4096, true)] {
+                let split = Split { target_groups, block: 32, partials: usize::MAX, split_filters };
+                let plan = Launch::plan(&job, &split)?;
+                assert!(!plan.is_empty());
+            }
+            Ok(())
+        }
+    }
+
+    impl Device for Planner {
+        type Handle<'a> = usize;
+        fn handle<'a, T: Element>(buf: &'a Vec<T>) -> usize {
+            buf.as_ptr() as usize
+        }
+    }
+
+    #[test]
+    fn every_launch_binds_exactly_what_its_kernel_declares() {
+        let b = Planner;
+        let shape = Shape::dense(2, 4096);
+        let n = shape.elements();
+        let (x32, x16, xb) = (vec![0.0f32; n], vec![f16::ZERO; n], vec![bf16::ZERO; n]);
+        let filtered = RowParams::new(1.0, 7, 0).with_top_k(5);
+        let rows = vec![filtered, RowParams::seeded(1.0, 3, 0)];
+        let (lp64, list) = (vec![0.0f64; n], vec![0u32; shape.batch]);
+        let (mut t, mut lp, mut st, mut ps) = (vec![0u32; 2], vec![0.0f32; 2], vec![0u32; 2], vec![0u32; 2]);
+        let mut dense = vec![0.0f32; n];
+        // Every output asked for, so every optional binding is bound.
+        macro_rules! out {
+            () => {
+                Output::new(&mut t).with_logprobs(&mut lp).with_status(&mut st).with_passes(&mut ps)
+            };
+        }
+        for logits in [Logits::F32(&x32), Logits::F16(&x16), Logits::Bf16(&xb)] {
+            let listed = RowLists { seeded: (&list, 1), filtered: (&list, 1) };
+            b.softmax(shape, logits, &rows, &mut dense).unwrap();
+            b.greedy(shape, logits, out!()).unwrap();
+            b.race_from_logits(shape, logits, &rows, out!()).unwrap();
+            b.seeded_from_logits(shape, logits, &rows, out!()).unwrap();
+            b.sample(shape, logits, &rows, out!()).unwrap();
+            crate::backend::sample_rows(&b, shape, logits, &rows, out!(), Some(listed)).unwrap();
+            b.sample_filtered(shape, Input::Logits(logits), &rows, out!()).unwrap();
+            b.mask_logits(shape, logits, &rows, &mut dense).unwrap();
+            b.read_rows(shape, logits, &mut vec![0.0; 2]).unwrap();
+        }
+        b.race_from_probs(shape, &x32, &rows, out!()).unwrap();
+        b.sample_filtered(shape, Input::Probs(&x32), &rows, out!()).unwrap();
+        b.renorm_probs(shape, &x32, &rows, &mut dense).unwrap();
+        for mode in [SeededMode::Float64, SeededMode::Screened] {
+            b.seeded(shape, LogProbs::F64(&lp64), &rows, mode, out!()).unwrap();
+            b.seeded(shape, LogProbs::F32(&x32), &rows, mode, out!()).unwrap();
+        }
+        b.gumbel_noise(shape, &rows, &mut dense).unwrap();
+        b.murmur3(2, &vec![0; 8], &mut vec![0; 2]).unwrap();
+        b.philox(2, &vec![0; 12], &mut vec![0; 8]).unwrap();
+        b.log_f64(2, &vec![1.0; 2], &mut vec![0.0; 2]).unwrap();
+    }
+}
