@@ -457,6 +457,7 @@ mod tests {
     use super::*;
     use crate::backend::{Output, RowLists};
     use crate::types::RowParams;
+    use crate::CpuBackend;
     use half::{bf16, f16};
 
     /// Plans each job it is given, with rows whole and with rows split (combine and staged
@@ -465,26 +466,26 @@ mod tests {
 
     impl crate::job::Sealed for Planner {}
 
+    /// Host memory as the CPU backend keeps it.
     impl Backend for Planner {
         type Buffer<T: Element> = Vec<T>;
         fn describe(&self) -> String {
             "planner".into()
         }
         fn upload_unchecked<T: Element>(&self, data: &[T]) -> Result<Vec<T>> {
-            Ok(data.to_vec())
+            CpuBackend.upload_unchecked(data)
         }
         fn zeros<T: Element>(&self, len: usize) -> Result<Vec<T>> {
-            Ok(vec![T::zeroed(); len])
+            CpuBackend.zeros(len)
         }
         fn write_unchecked<T: Element>(&self, buf: &mut Vec<T>, data: &[T]) -> Result<()> {
-            buf.copy_from_slice(data);
-            Ok(())
+            CpuBackend.write_unchecked(buf, data)
         }
         fn download<T: Element>(&self, buf: &Vec<T>) -> Result<Vec<T>> {
-            Ok(buf.clone())
+            CpuBackend.download(buf)
         }
         fn len<T: Element>(buf: &Vec<T>) -> usize {
-            buf.len()
+            CpuBackend::len(buf)
         }
         fn run(&self, job: Job<'_, Self>) -> Result<()> {
             for (target_groups, split_filters) in [(1, false), (4096, true)] {
