@@ -499,7 +499,7 @@ mod tests {
 
     impl Device for Planner {
         type Handle<'a> = usize;
-        fn handle<'a, T: Element>(buf: &'a Vec<T>) -> usize {
+        fn handle<T: Element>(buf: &Vec<T>) -> usize {
             buf.as_ptr() as usize
         }
     }

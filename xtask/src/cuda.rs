@@ -138,7 +138,7 @@ impl CLike for Emitter<'_> {
     }
 
     fn stmt(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) -> Result<(), IrError> {
-        Ok(match s {
+        match s {
             Stmt::Let { name, ty: t, init } => {
                 out.line(format!("{} {name} = {};", ty(*t), self.expr(init, scope)?));
                 scope.declare(name, *t);
@@ -281,7 +281,8 @@ impl CLike for Emitter<'_> {
                 out.line("__syncthreads();");
                 out.close("}");
             }
-        })
+        }
+        Ok(())
     }
 }
 
@@ -325,7 +326,7 @@ fn short(t: Ty) -> &'static str {
 
 /// Prints `kernel` as a CUDA translation unit.
 pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> Result<String, IrError> {
-    if default_block % 32 != 0 || default_block > 1024 {
+    if !default_block.is_multiple_of(32) || default_block > 1024 {
         let message = format!("a block of {default_block}: CUDA blocks are whole warps, at most 1024 threads");
         return Err(IrError::target(kernel, message));
     }

@@ -573,10 +573,6 @@ impl Block {
     pub fn ret(&mut self, e: Expr) {
         self.stmts.push(Stmt::Return(Some(e)));
     }
-    /// A line of commentary in the generated code.
-    pub fn comment(&mut self, text: &str) {
-        self.stmts.push(Stmt::Comment(text.to_string()));
-    }
     pub fn barrier(&mut self) {
         self.stmts.push(Stmt::Barrier);
     }

@@ -103,7 +103,7 @@ impl CLike for Emitter<'_> {
     }
 
     fn stmt(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) -> Result<(), IrError> {
-        Ok(match s {
+        match s {
             Stmt::Let { name, ty: t, init } => {
                 out.line(format!("var {name}: {} = {};", ty(*t), self.expr(init, scope)?));
                 scope.declare(name, *t);
@@ -238,7 +238,8 @@ impl CLike for Emitter<'_> {
                 out.line("workgroupBarrier();");
                 out.close("}");
             }
-        })
+        }
+        Ok(())
     }
 }
 
