@@ -3,6 +3,7 @@
 // kernel `combine_logits`: the race from logits' results (greedy, sample) from the records of a row's parts
 // passes over each row: 0
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
@@ -15,16 +16,9 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
-__device__ __forceinline__ float sk_f16(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ float sk_bf16(unsigned short h) {
-    return sk_bitcast<float>(((unsigned int)h) << 16);
-}
 
 __device__ __forceinline__ float sk_exp(float x) {
+    // built by kernels::math::exp
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -41,12 +35,13 @@ __device__ __forceinline__ float sk_exp(float x) {
     p = ((p * r) + (0.5f));
     p = ((p * r) + (1.0f));
     p = ((p * r) + (1.0f));
-    int k = ((int)(kf));
+    int k = ((int)kf);
     int k1 = (k >> 1u);
     int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
+    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
 __device__ __forceinline__ float sk_log(float x) {
+    // built by kernels::math::log
     unsigned int ix = sk_bitcast<unsigned int>(x);
     int k = (0);
     if ((ix < 8388608u)) {
@@ -55,7 +50,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -63,7 +58,7 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 
@@ -73,13 +68,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) combine_logits(
     __shared__ float sk_red_f32[33];
     __shared__ float sk_am_f32[33];
     __shared__ unsigned int sk_am_i[33];
-    unsigned int parts = (((flags >> 16u)) > (1u) ? ((flags >> 16u)) : (1u));
+    unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
+        // built by kernels::sampling::for_each_row_at
         unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;
         if ((partials[((((row * parts) + 0u) * 9u) + 8u)] != 0u)) {
+            // built by kernels::combine::combine
             float best = sk_bitcast<float>(4286578688u);
             float top = sk_bitcast<float>(4286578688u);
             float m = sk_bitcast<float>(4286578688u);
@@ -104,9 +101,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) combine_logits(
                 float pm = sk_bitcast<float>(partials[((((row * parts) + p) * 9u) + 6u)]);
                 float ps = sk_bitcast<float>(partials[((((row * parts) + p) * 9u) + 7u)]);
                 if ((pm > m)) {
+                    // built by kernels::sampling::online_logsumexp
                     s = ((s * sk_exp((m - pm))) + ps);
                     m = pm;
                 } else {
+                    // built by kernels::sampling::online_logsumexp
                     if ((pm > sk_bitcast<float>(4286578688u))) {
                         s = (s + (ps * sk_exp((pm - m))));
                     }
@@ -206,18 +205,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) combine_logits(
                 }
                 tok = top_tok;
             }
-            float z = (((tok == 4294967295u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bitcast<float>(partials[((((row * parts) + (((tok == 4294967295u)) ? (0u) : (((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts))))) * 9u) + 2u)])));
+            const bool sk_e0 = (tok == 4294967295u);
+            float z = (sk_e0 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>(partials[((((row * parts) + (sk_e0 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 9u) + 2u)]));
             if ((tok == 4294967295u)) {
                 tok = 0u;
             }
             bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u)));
             if ((threadIdx.x == 0u)) {
-                tokens[row] = ((valid) ? (tok) : (0u));
+                // built by kernels::sampling::write_results
+                tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
-                    status[row] = ((valid) ? (1u) : (0u));
+                    status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
+                // built by kernels::sampling::write_results
                 float row_max = (0.0f);
                 {
                     float sk_v = m;
@@ -245,7 +247,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) combine_logits(
                 }
                 float row_sum = (0.0f);
                 {
-                    float sk_v = (((m == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : ((s * sk_exp((m - row_max)))));
+                    float sk_v = ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))));
                     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                         float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                         sk_v = sk_v + ov;
@@ -269,7 +271,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) combine_logits(
                     __syncthreads();
                 }
                 if ((threadIdx.x == 0u)) {
-                    logprobs[row] = ((valid) ? ((((tops > 0u)) ? ((-sk_log(((float)(tops))))) : (((z - row_max) - sk_log(row_sum))))) : (sk_bitcast<float>(4286578688u)));
+                    logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((z - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
                 }
             }
         }

@@ -3,6 +3,7 @@
 // kernel `filter_split_logits_bf16`: top-k, top-p and min-p sampling with each row split over workgroups: one launch per stage
 // passes over each row: 19
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
@@ -15,16 +16,13 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
-__device__ __forceinline__ float sk_f16(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
+
 __device__ __forceinline__ float sk_bf16(unsigned short h) {
     return sk_bitcast<float>(((unsigned int)h) << 16);
 }
 
 __device__ __forceinline__ float sk_exp(float x) {
+    // built by kernels::math::exp
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -41,12 +39,13 @@ __device__ __forceinline__ float sk_exp(float x) {
     p = ((p * r) + (0.5f));
     p = ((p * r) + (1.0f));
     p = ((p * r) + (1.0f));
-    int k = ((int)(kf));
+    int k = ((int)kf);
     int k1 = (k >> 1u);
     int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
+    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
 __device__ __forceinline__ float sk_log(float x) {
+    // built by kernels::math::log
     unsigned int ix = sk_bitcast<unsigned int>(x);
     int k = (0);
     if ((ix < 8388608u)) {
@@ -55,7 +54,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -63,23 +62,27 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 __device__ __forceinline__ unsigned long long sk_fixed(float w) {
+    // built by kernels::filters::fixed
     float s = (w * (256.0f));
     float hi = floorf(s);
     float lo = ((s - hi) * (4294967300.0f));
-    return ((((unsigned long long)(((unsigned int)(hi)))) << 32u) | ((unsigned long long)(((unsigned int)(lo)))));
+    return ((((unsigned long long)((unsigned int)hi)) << 32u) | ((unsigned long long)((unsigned int)lo)));
 }
 __device__ __forceinline__ float sk_fixed_f32(unsigned long long m) {
-    return ((((float)(((unsigned int)((m >> 32u))))) * (0.00390625f)) + (((float)(((unsigned int)((m & 4294967295ull))))) * (9.094947e-13f)));
+    // built by kernels::filters::fixed_f32
+    return ((((float)((unsigned int)(m >> 32u))) * (0.00390625f)) + (((float)((unsigned int)(m & 4294967295ull))) * (9.094947e-13f)));
 }
 __device__ __forceinline__ unsigned long long sk_fraction(float p, unsigned long long m) {
-    unsigned long long q = ((unsigned long long)(((unsigned int)((p * (2147483600.0f))))));
-    return (((((unsigned long long)(2u)) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
+    // built by kernels::filters::fraction
+    unsigned long long q = ((unsigned long long)((unsigned int)(p * (2147483600.0f))));
+    return (((((unsigned long long)2u) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
 }
 __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned int k1) {
+    // built by kernels::philox::philox
     unsigned int c0 = (ctr).x;
     unsigned int c1 = (ctr).y;
     unsigned int c2 = (ctr).z;
@@ -205,15 +208,19 @@ __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned 
     return make_uint4(c0, c1, c2, c3);
 }
 __device__ __forceinline__ float sk_uniform(unsigned int w) {
-    return ((((float)((w >> 9u))) * (1.1920929e-7f)) + (5.9604645e-8f));
+    // built by kernels::philox::uniform
+    return ((((float)(w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
 }
 __device__ __forceinline__ float sk_exponential(unsigned int w) {
+    // built by kernels::philox::exponential
     return (-sk_log(sk_uniform(w)));
 }
 __device__ __forceinline__ float sk_gumbel(unsigned int w) {
+    // built by kernels::philox::gumbel
     return (-sk_log(sk_exponential(w)));
 }
 __device__ __forceinline__ double sk_log64(double x) {
+    // built by kernels::math::log64
     unsigned long long ix = sk_bitcast<unsigned long long>(x);
     int k = (0);
     if ((ix < 4503599627370496ull)) {
@@ -222,7 +229,7 @@ __device__ __forceinline__ double sk_log64(double x) {
         k = (-54);
     }
     ix = (ix + 2638149301829632ull);
-    k = ((k + ((int)((ix >> 52u)))) - (1023));
+    k = ((k + ((int)(ix >> 52u))) - (1023));
     ix = ((ix & 4503599627370495ull) + 4604544269498187776ull);
     double fr = (sk_bitcast<double>(ix) - (1.0));
     double s = (fr / ((2.0) + fr));
@@ -230,10 +237,11 @@ __device__ __forceinline__ double sk_log64(double x) {
     double w = (z * z);
     double r = ((z * ((0.6666666666666735) + (w * ((0.2857142874366239) + (w * ((0.1818357216161805) + (w * (0.14798198605116586)))))))) + (w * ((0.3999999999940942) + (w * ((0.22222198432149784) + (w * (0.15313837699209373)))))));
     double hfsq = (((0.5) * fr) * fr);
-    double dk = ((double)(k));
+    double dk = ((double)k);
     return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10))) - hfsq) + fr) + (dk * (0.6931471803691238)));
 }
 __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
+    // built by kernels::murmur::murmur3
     unsigned int h = 0u;
     {
         unsigned int k = (w0 * 3432918353u);
@@ -267,28 +275,12 @@ __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int
     return (h ^ (h >> 16u));
 }
 __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
+    // built by kernels::murmur::seeded_gumbel64
     if ((h == 0u)) {
         return (-709.782712893384);
     }
-    double e = fmin(sk_log64((((double)(h)) / (4294967295.0))), (-2.3283064365386963e-10));
+    double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
-}
-__device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
-    if ((h == 0u)) {
-        return (-709.7827f);
-    }
-    float t = (0.0f);
-    if ((h >= 2147483648u)) {
-        float q = (((float)((4294967295u - h))) / ((float)(h)));
-        float up = ((1.0f) + q);
-        t = q;
-        if ((up != (1.0f))) {
-            t = ((sk_log(up) * q) / (up - (1.0f)));
-        }
-    } else {
-        t = (-sk_log((((float)(h)) * (2.3283064e-10f))));
-    }
-    return (-sk_log(fmaxf(t, (2.3283064e-10f))));
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
@@ -303,30 +295,32 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
     __shared__ unsigned int sk_many_u32[544];
     __shared__ unsigned long long sk_many_u64[544];
     unsigned int stage = ((flags >> 8u) & 255u);
-    unsigned int parts = (((flags >> 16u)) > (1u) ? ((flags >> 16u)) : (1u));
+    unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
+        // built by kernels::sampling::for_each_row_part_at
         unsigned int row_slot = (slot / parts);
         unsigned int part = (slot - (row_slot * parts));
-        unsigned int row = ((((flags & 32u) != 0u)) ? (listed[row_slot]) : (row_slot));
+        unsigned int row = (((flags & 32u) != 0u) ? (listed[row_slot]) : row_slot);
         unsigned int base = (row * stride);
         unsigned int quads_per_part = (((((vocab + 3u) >> 2u) + parts) - 1u) / parts);
-        unsigned int col_lo = ((((part * quads_per_part) * 4u)) < (vocab) ? (((part * quads_per_part) * 4u)) : (vocab));
-        unsigned int col_hi = (((col_lo + (quads_per_part * 4u))) < (vocab) ? ((col_lo + (quads_per_part * 4u))) : (vocab));
+        unsigned int col_lo = min(((part * quads_per_part) * 4u), vocab);
+        unsigned int col_hi = min((col_lo + (quads_per_part * 4u)), vocab);
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
-        float temp = ((noisy) ? (t_raw) : ((1.0f)));
+        float temp = (noisy ? t_raw : (1.0f));
         unsigned int k_raw = rows[((row * 12u) + 2u)];
-        unsigned int kk = ((((k_raw == 0u) || (k_raw > vocab))) ? (vocab) : (k_raw));
+        unsigned int kk = (((k_raw == 0u) || (k_raw > vocab)) ? vocab : k_raw);
         float p_raw = sk_bitcast<float>(rows[((row * 12u) + 3u)]);
-        float pp = ((((p_raw > (0.0f)) && (p_raw < (1.0f)))) ? (p_raw) : ((1.0f)));
+        float pp = (((p_raw > (0.0f)) && (p_raw < (1.0f))) ? p_raw : (1.0f));
         float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
-        float mp = (((mp_raw > (0.0f))) ? (fminf(mp_raw, (1.0f))) : ((0.0f)));
+        float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
         bool filtered = (noisy && (searched || (mp > (0.0f))));
-        unsigned int sel_a = ((k_first) ? (8u) : (0u));
-        unsigned int digits = (sel_a + ((searched) ? (8u) : (0u)));
+        unsigned int sel_a = (k_first ? 8u : 0u);
+        unsigned int digits = (sel_a + (searched ? 8u : 0u));
         if ((((!((flags & 8u) != 0u)) || filtered) && (stage <= (digits + 2u)))) {
+            // built by kernels::filter_split::split_kernel
             unsigned int slot0 = (slot - part);
             unsigned int sel_key = 0u;
             unsigned int sel_mask = 0u;
@@ -340,74 +334,55 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
             unsigned int sweeps = 0u;
             float mx = sk_bitcast<float>(4286578688u);
             if ((stage > 0u)) {
+                // built by kernels::filter_split::load_state
                 sweeps = partials[((slot * 110u) + 0u)];
                 mx = sk_bitcast<float>(partials[((slot * 110u) + 1u)]);
                 sel_key = partials[((slot * 110u) + 2u)];
                 sel_mask = partials[((slot * 110u) + 3u)];
                 sel_n = partials[((slot * 110u) + 4u)];
                 sel_tn = partials[((slot * 110u) + 5u)];
-                sel_m = ((((unsigned long long)(partials[(((slot * 110u) + 6u) + 1u)])) << 32u) | ((unsigned long long)(partials[(((slot * 110u) + 6u) + 0u)])));
-                sel_tm = ((((unsigned long long)(partials[(((slot * 110u) + 8u) + 1u)])) << 32u) | ((unsigned long long)(partials[(((slot * 110u) + 8u) + 0u)])));
-                lim = ((((unsigned long long)(partials[(((slot * 110u) + 10u) + 1u)])) << 32u) | ((unsigned long long)(partials[(((slot * 110u) + 10u) + 0u)])));
-                row_mass = ((((unsigned long long)(partials[(((slot * 110u) + 12u) + 1u)])) << 32u) | ((unsigned long long)(partials[(((slot * 110u) + 12u) + 0u)])));
+                const unsigned int sk_e0 = ((slot * 110u) + 6u);
+                sel_m = ((((unsigned long long)(partials[(sk_e0 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e0 + 0u)])));
+                const unsigned int sk_e1 = ((slot * 110u) + 8u);
+                sel_tm = ((((unsigned long long)(partials[(sk_e1 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e1 + 0u)])));
+                const unsigned int sk_e2 = ((slot * 110u) + 10u);
+                lim = ((((unsigned long long)(partials[(sk_e2 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e2 + 0u)])));
+                const unsigned int sk_e3 = ((slot * 110u) + 12u);
+                row_mass = ((((unsigned long long)(partials[(sk_e3 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e3 + 0u)])));
             }
             if ((stage == 0u)) {
+                // built by kernels::filter_split::stage
                 float m = sk_bitcast<float>(4286578688u);
                 sweeps = (sweeps + 1u);
-                if (false) {
-                    unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                    unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                    for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
-                        {
-                            unsigned int col = (c0 + 0u);
-                            if ((col < col_hi)) {
-                                m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
-                            }
-                        }
-                        {
-                            unsigned int col = (c0 + 1u);
-                            if ((col < col_hi)) {
-                                m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
-                            }
-                        }
-                        {
-                            unsigned int col = (c0 + 2u);
-                            if ((col < col_hi)) {
-                                m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
-                            }
-                        }
-                        {
-                            unsigned int col = (c0 + 3u);
-                            if ((col < col_hi)) {
-                                m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
-                            }
+                // built by kernels::filters::sweep
+                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                    // built by kernels::filters::sweep
+                    {
+                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                        if ((col < col_hi)) {
+                            const float sk_e4 = sk_bf16(x[(base + col)]);
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) / temp));
                         }
                     }
-                } else {
-                    for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                        {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                            if ((col < col_hi)) {
-                                m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
-                            }
+                    {
+                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                        if ((col < col_hi)) {
+                            const float sk_e5 = sk_bf16(x[(base + col)]);
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5) / temp));
                         }
-                        {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                            if ((col < col_hi)) {
-                                m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
-                            }
+                    }
+                    {
+                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                        if ((col < col_hi)) {
+                            const float sk_e6 = sk_bf16(x[(base + col)]);
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) / temp));
                         }
-                        {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                            if ((col < col_hi)) {
-                                m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
-                            }
-                        }
-                        {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                            if ((col < col_hi)) {
-                                m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
-                            }
+                    }
+                    {
+                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                        if ((col < col_hi)) {
+                            const float sk_e7 = sk_bf16(x[(base + col)]);
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7) / temp));
                         }
                     }
                 }
@@ -437,9 +412,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                     __syncthreads();
                 }
                 if ((threadIdx.x == 0u)) {
+                    // built by kernels::filter_split::publish
                     partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = sk_bitcast<unsigned int>(part_max);
                 }
             } else {
+                // built by kernels::filter_split::stage
                 if (((stage - 1u) == 0u)) {
                     float m = sk_bitcast<float>(4286578688u);
                     for (unsigned int pp_i = threadIdx.x; pp_i < parts; pp_i += ((unsigned int)SK_BLOCK)) {
@@ -472,9 +449,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                     }
                     mx = row_max;
                 }
-                if ((((stage - 1u) > 0u) && ((stage - 1u) < (digits + 1u)))) {
+                const unsigned int sk_e8 = (stage - 1u);
+                if (((sk_e8 > 0u) && (sk_e8 < (digits + 1u)))) {
                     bool in_a = ((stage - 1u) <= sel_a);
-                    unsigned int digit_pass = ((in_a) ? (((stage - 1u) - 1u)) : ((((stage - 1u) - 1u) - sel_a)));
+                    const unsigned int sk_e9 = ((stage - 1u) - 1u);
+                    unsigned int digit_pass = (in_a ? sk_e9 : (sk_e9 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     unsigned int cnt_p0 = 0u;
                     unsigned long long mas_p0 = 0ull;
@@ -510,37 +489,53 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                     unsigned long long mas_p15 = 0ull;
                     for (unsigned int pp_i = threadIdx.x; pp_i < parts; pp_i += ((unsigned int)SK_BLOCK)) {
                         cnt_p0 = (cnt_p0 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 0u)]);
-                        mas_p0 = (mas_p0 + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 16u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 16u) + 0u)]))));
+                        const unsigned int sk_e10 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 16u);
+                        mas_p0 = (mas_p0 + ((((unsigned long long)(partials[(sk_e10 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e10 + 0u)]))));
                         cnt_p1 = (cnt_p1 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 1u)]);
-                        mas_p1 = (mas_p1 + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 18u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 18u) + 0u)]))));
+                        const unsigned int sk_e11 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 18u);
+                        mas_p1 = (mas_p1 + ((((unsigned long long)(partials[(sk_e11 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e11 + 0u)]))));
                         cnt_p2 = (cnt_p2 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u)]);
-                        mas_p2 = (mas_p2 + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 20u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 20u) + 0u)]))));
+                        const unsigned int sk_e12 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 20u);
+                        mas_p2 = (mas_p2 + ((((unsigned long long)(partials[(sk_e12 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e12 + 0u)]))));
                         cnt_p3 = (cnt_p3 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 3u)]);
-                        mas_p3 = (mas_p3 + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 22u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 22u) + 0u)]))));
+                        const unsigned int sk_e13 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 22u);
+                        mas_p3 = (mas_p3 + ((((unsigned long long)(partials[(sk_e13 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e13 + 0u)]))));
                         cnt_p4 = (cnt_p4 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)]);
-                        mas_p4 = (mas_p4 + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 24u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 24u) + 0u)]))));
+                        const unsigned int sk_e14 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 24u);
+                        mas_p4 = (mas_p4 + ((((unsigned long long)(partials[(sk_e14 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e14 + 0u)]))));
                         cnt_p5 = (cnt_p5 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u)]);
-                        mas_p5 = (mas_p5 + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 26u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 26u) + 0u)]))));
+                        const unsigned int sk_e15 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 26u);
+                        mas_p5 = (mas_p5 + ((((unsigned long long)(partials[(sk_e15 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e15 + 0u)]))));
                         cnt_p6 = (cnt_p6 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 6u)]);
-                        mas_p6 = (mas_p6 + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 28u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 28u) + 0u)]))));
+                        const unsigned int sk_e16 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 28u);
+                        mas_p6 = (mas_p6 + ((((unsigned long long)(partials[(sk_e16 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e16 + 0u)]))));
                         cnt_p7 = (cnt_p7 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 7u)]);
-                        mas_p7 = (mas_p7 + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 30u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 30u) + 0u)]))));
+                        const unsigned int sk_e17 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 30u);
+                        mas_p7 = (mas_p7 + ((((unsigned long long)(partials[(sk_e17 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e17 + 0u)]))));
                         cnt_p8 = (cnt_p8 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 8u)]);
-                        mas_p8 = (mas_p8 + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 32u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 32u) + 0u)]))));
+                        const unsigned int sk_e18 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 32u);
+                        mas_p8 = (mas_p8 + ((((unsigned long long)(partials[(sk_e18 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e18 + 0u)]))));
                         cnt_p9 = (cnt_p9 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 9u)]);
-                        mas_p9 = (mas_p9 + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 34u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 34u) + 0u)]))));
+                        const unsigned int sk_e19 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 34u);
+                        mas_p9 = (mas_p9 + ((((unsigned long long)(partials[(sk_e19 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e19 + 0u)]))));
                         cnt_p10 = (cnt_p10 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 10u)]);
-                        mas_p10 = (mas_p10 + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 36u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 36u) + 0u)]))));
+                        const unsigned int sk_e20 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 36u);
+                        mas_p10 = (mas_p10 + ((((unsigned long long)(partials[(sk_e20 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e20 + 0u)]))));
                         cnt_p11 = (cnt_p11 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 11u)]);
-                        mas_p11 = (mas_p11 + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 38u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 38u) + 0u)]))));
+                        const unsigned int sk_e21 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 38u);
+                        mas_p11 = (mas_p11 + ((((unsigned long long)(partials[(sk_e21 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e21 + 0u)]))));
                         cnt_p12 = (cnt_p12 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 12u)]);
-                        mas_p12 = (mas_p12 + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 40u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 40u) + 0u)]))));
+                        const unsigned int sk_e22 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 40u);
+                        mas_p12 = (mas_p12 + ((((unsigned long long)(partials[(sk_e22 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e22 + 0u)]))));
                         cnt_p13 = (cnt_p13 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 13u)]);
-                        mas_p13 = (mas_p13 + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 42u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 42u) + 0u)]))));
+                        const unsigned int sk_e23 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 42u);
+                        mas_p13 = (mas_p13 + ((((unsigned long long)(partials[(sk_e23 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e23 + 0u)]))));
                         cnt_p14 = (cnt_p14 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 14u)]);
-                        mas_p14 = (mas_p14 + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 44u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 44u) + 0u)]))));
+                        const unsigned int sk_e24 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 44u);
+                        mas_p14 = (mas_p14 + ((((unsigned long long)(partials[(sk_e24 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e24 + 0u)]))));
                         cnt_p15 = (cnt_p15 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 15u)]);
-                        mas_p15 = (mas_p15 + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 46u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 46u) + 0u)]))));
+                        const unsigned int sk_e25 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 46u);
+                        mas_p15 = (mas_p15 + ((((unsigned long long)(partials[(sk_e25 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e25 + 0u)]))));
                     }
                     unsigned int cnt_s0 = 0u;
                     unsigned int cnt_s1 = 0u;
@@ -731,6 +726,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         __syncthreads();
                     }
                     if ((digit_pass == 0u)) {
+                        // built by kernels::filters::decide
                         row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         if (((!in_a) && (!k_first))) {
                             lim = sk_fraction(pp, row_mass);
@@ -742,6 +738,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                     unsigned int cn = sel_n;
                     unsigned long long cm = sel_m;
                     if ((cnt_s15 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 15u;
                             cn = nb;
@@ -751,6 +748,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         mb = (mb + mas_s15);
                     }
                     if ((cnt_s14 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 14u;
                             cn = nb;
@@ -760,6 +758,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         mb = (mb + mas_s14);
                     }
                     if ((cnt_s13 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 13u;
                             cn = nb;
@@ -769,6 +768,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         mb = (mb + mas_s13);
                     }
                     if ((cnt_s12 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 12u;
                             cn = nb;
@@ -778,6 +778,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         mb = (mb + mas_s12);
                     }
                     if ((cnt_s11 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 11u;
                             cn = nb;
@@ -787,6 +788,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         mb = (mb + mas_s11);
                     }
                     if ((cnt_s10 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 10u;
                             cn = nb;
@@ -796,6 +798,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         mb = (mb + mas_s10);
                     }
                     if ((cnt_s9 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 9u;
                             cn = nb;
@@ -805,6 +808,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         mb = (mb + mas_s9);
                     }
                     if ((cnt_s8 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 8u;
                             cn = nb;
@@ -814,6 +818,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         mb = (mb + mas_s8);
                     }
                     if ((cnt_s7 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 7u;
                             cn = nb;
@@ -823,6 +828,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         mb = (mb + mas_s7);
                     }
                     if ((cnt_s6 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 6u;
                             cn = nb;
@@ -832,6 +838,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         mb = (mb + mas_s6);
                     }
                     if ((cnt_s5 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 5u;
                             cn = nb;
@@ -841,6 +848,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         mb = (mb + mas_s5);
                     }
                     if ((cnt_s4 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 4u;
                             cn = nb;
@@ -850,6 +858,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         mb = (mb + mas_s4);
                     }
                     if ((cnt_s3 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 3u;
                             cn = nb;
@@ -859,6 +868,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         mb = (mb + mas_s3);
                     }
                     if ((cnt_s2 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 2u;
                             cn = nb;
@@ -868,6 +878,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         mb = (mb + mas_s2);
                     }
                     if ((cnt_s1 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 1u;
                             cn = nb;
@@ -877,6 +888,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         mb = (mb + mas_s1);
                     }
                     if ((cnt_s0 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 0u;
                             cn = nb;
@@ -886,18 +898,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         mb = (mb + mas_s0);
                     }
                     if ((chosen != 4294967295u)) {
+                        // built by kernels::filters::decide
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
-                        sel_tn = (((chosen == 15u)) ? (cnt_s15) : ((((chosen == 14u)) ? (cnt_s14) : ((((chosen == 13u)) ? (cnt_s13) : ((((chosen == 12u)) ? (cnt_s12) : ((((chosen == 11u)) ? (cnt_s11) : ((((chosen == 10u)) ? (cnt_s10) : ((((chosen == 9u)) ? (cnt_s9) : ((((chosen == 8u)) ? (cnt_s8) : ((((chosen == 7u)) ? (cnt_s7) : ((((chosen == 6u)) ? (cnt_s6) : ((((chosen == 5u)) ? (cnt_s5) : ((((chosen == 4u)) ? (cnt_s4) : ((((chosen == 3u)) ? (cnt_s3) : ((((chosen == 2u)) ? (cnt_s2) : ((((chosen == 1u)) ? (cnt_s1) : ((((chosen == 0u)) ? (cnt_s0) : (0u))))))))))))))))))))))))))))))));
-                        sel_tm = (((chosen == 15u)) ? (mas_s15) : ((((chosen == 14u)) ? (mas_s14) : ((((chosen == 13u)) ? (mas_s13) : ((((chosen == 12u)) ? (mas_s12) : ((((chosen == 11u)) ? (mas_s11) : ((((chosen == 10u)) ? (mas_s10) : ((((chosen == 9u)) ? (mas_s9) : ((((chosen == 8u)) ? (mas_s8) : ((((chosen == 7u)) ? (mas_s7) : ((((chosen == 6u)) ? (mas_s6) : ((((chosen == 5u)) ? (mas_s5) : ((((chosen == 4u)) ? (mas_s4) : ((((chosen == 3u)) ? (mas_s3) : ((((chosen == 2u)) ? (mas_s2) : ((((chosen == 1u)) ? (mas_s1) : ((((chosen == 0u)) ? (mas_s0) : (0ull))))))))))))))))))))))))))))))));
+                        sel_tn = ((chosen == 15u) ? cnt_s15 : ((chosen == 14u) ? cnt_s14 : ((chosen == 13u) ? cnt_s13 : ((chosen == 12u) ? cnt_s12 : ((chosen == 11u) ? cnt_s11 : ((chosen == 10u) ? cnt_s10 : ((chosen == 9u) ? cnt_s9 : ((chosen == 8u) ? cnt_s8 : ((chosen == 7u) ? cnt_s7 : ((chosen == 6u) ? cnt_s6 : ((chosen == 5u) ? cnt_s5 : ((chosen == 4u) ? cnt_s4 : ((chosen == 3u) ? cnt_s3 : ((chosen == 2u) ? cnt_s2 : ((chosen == 1u) ? cnt_s1 : ((chosen == 0u) ? cnt_s0 : 0u))))))))))))))));
+                        sel_tm = ((chosen == 15u) ? mas_s15 : ((chosen == 14u) ? mas_s14 : ((chosen == 13u) ? mas_s13 : ((chosen == 12u) ? mas_s12 : ((chosen == 11u) ? mas_s11 : ((chosen == 10u) ? mas_s10 : ((chosen == 9u) ? mas_s9 : ((chosen == 8u) ? mas_s8 : ((chosen == 7u) ? mas_s7 : ((chosen == 6u) ? mas_s6 : ((chosen == 5u) ? mas_s5 : ((chosen == 4u) ? mas_s4 : ((chosen == 3u) ? mas_s3 : ((chosen == 2u) ? mas_s2 : ((chosen == 1u) ? mas_s1 : ((chosen == 0u) ? mas_s0 : 0ull))))))))))))))));
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
-                        unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                        unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
-                        unsigned int ties = ((unsigned int)(((((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) < ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))) ? (((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) : ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))))));
-                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)(ties)) * tie_v)));
+                        // built by kernels::filters::decide
+                        unsigned long long tn64 = ((unsigned long long)sel_tn);
+                        unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
+                        const bool sk_e26 = (tie_v == 0ull);
+                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e26 ? tn64 : (((lim - sel_m) / (sk_e26 ? 1ull : tie_v)) + 1ull))));
+                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                         sel_key = 0u;
                         sel_mask = 0u;
                         sel_n = 0u;
@@ -908,7 +923,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                 }
                 if ((stage < (digits + 1u))) {
                     bool in_a = (stage <= sel_a);
-                    unsigned int digit_pass = ((in_a) ? ((stage - 1u)) : (((stage - 1u) - sel_a)));
+                    const unsigned int sk_e27 = (stage - 1u);
+                    unsigned int digit_pass = (in_a ? sk_e27 : (sk_e27 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     unsigned int cnt_0 = 0;
                     unsigned int cnt_1 = 0;
@@ -943,482 +959,253 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                     unsigned long long mas_14 = 0;
                     unsigned long long mas_15 = 0;
                     sweeps = (sweeps + 1u);
-                    if (false) {
-                        unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                        unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                        for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
-                            {
-                                unsigned int col = (c0 + 0u);
-                                if ((col < col_hi)) {
-                                    float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        unsigned int digit = ((key >> shift) & 15u);
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned int sk_add = 1u;
-                                            if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                            if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                            if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                            if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                            if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                            if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                            if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                            if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                            if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                            if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                            if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                            if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                            if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                            if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                            if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                            if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                        }
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned long long sk_add = mv;
-                                            if (sk_bin == 0u) { mas_0 += sk_add; }
-                                            if (sk_bin == 1u) { mas_1 += sk_add; }
-                                            if (sk_bin == 2u) { mas_2 += sk_add; }
-                                            if (sk_bin == 3u) { mas_3 += sk_add; }
-                                            if (sk_bin == 4u) { mas_4 += sk_add; }
-                                            if (sk_bin == 5u) { mas_5 += sk_add; }
-                                            if (sk_bin == 6u) { mas_6 += sk_add; }
-                                            if (sk_bin == 7u) { mas_7 += sk_add; }
-                                            if (sk_bin == 8u) { mas_8 += sk_add; }
-                                            if (sk_bin == 9u) { mas_9 += sk_add; }
-                                            if (sk_bin == 10u) { mas_10 += sk_add; }
-                                            if (sk_bin == 11u) { mas_11 += sk_add; }
-                                            if (sk_bin == 12u) { mas_12 += sk_add; }
-                                            if (sk_bin == 13u) { mas_13 += sk_add; }
-                                            if (sk_bin == 14u) { mas_14 += sk_add; }
-                                            if (sk_bin == 15u) { mas_15 += sk_add; }
-                                        }
-                                    }
+                    // built by kernels::filters::sweep
+                    for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                        // built by kernels::filters::sweep
+                        {
+                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                            if ((col < col_hi)) {
+                                const float sk_e28 = sk_bf16(x[(base + col)]);
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
                                 }
-                            }
-                            {
-                                unsigned int col = (c0 + 1u);
-                                if ((col < col_hi)) {
-                                    float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
+                                if (ok) {
+                                    // built by kernels::filters::digit_counts
+                                    unsigned int digit = ((key >> shift) & 15u);
+                                    {
+                                        const unsigned int sk_bin = digit;
+                                        const unsigned int sk_add = 1u;
+                                        if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                        if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                        if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                        if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                        if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                        if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                        if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                        if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                        if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                        if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                        if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                        if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                        if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                        if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                        if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                        if (sk_bin == 15u) { cnt_15 += sk_add; }
                                     }
-                                    if (ok) {
-                                        unsigned int digit = ((key >> shift) & 15u);
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned int sk_add = 1u;
-                                            if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                            if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                            if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                            if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                            if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                            if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                            if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                            if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                            if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                            if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                            if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                            if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                            if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                            if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                            if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                            if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                        }
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned long long sk_add = mv;
-                                            if (sk_bin == 0u) { mas_0 += sk_add; }
-                                            if (sk_bin == 1u) { mas_1 += sk_add; }
-                                            if (sk_bin == 2u) { mas_2 += sk_add; }
-                                            if (sk_bin == 3u) { mas_3 += sk_add; }
-                                            if (sk_bin == 4u) { mas_4 += sk_add; }
-                                            if (sk_bin == 5u) { mas_5 += sk_add; }
-                                            if (sk_bin == 6u) { mas_6 += sk_add; }
-                                            if (sk_bin == 7u) { mas_7 += sk_add; }
-                                            if (sk_bin == 8u) { mas_8 += sk_add; }
-                                            if (sk_bin == 9u) { mas_9 += sk_add; }
-                                            if (sk_bin == 10u) { mas_10 += sk_add; }
-                                            if (sk_bin == 11u) { mas_11 += sk_add; }
-                                            if (sk_bin == 12u) { mas_12 += sk_add; }
-                                            if (sk_bin == 13u) { mas_13 += sk_add; }
-                                            if (sk_bin == 14u) { mas_14 += sk_add; }
-                                            if (sk_bin == 15u) { mas_15 += sk_add; }
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + 2u);
-                                if ((col < col_hi)) {
-                                    float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        unsigned int digit = ((key >> shift) & 15u);
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned int sk_add = 1u;
-                                            if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                            if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                            if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                            if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                            if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                            if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                            if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                            if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                            if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                            if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                            if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                            if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                            if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                            if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                            if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                            if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                        }
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned long long sk_add = mv;
-                                            if (sk_bin == 0u) { mas_0 += sk_add; }
-                                            if (sk_bin == 1u) { mas_1 += sk_add; }
-                                            if (sk_bin == 2u) { mas_2 += sk_add; }
-                                            if (sk_bin == 3u) { mas_3 += sk_add; }
-                                            if (sk_bin == 4u) { mas_4 += sk_add; }
-                                            if (sk_bin == 5u) { mas_5 += sk_add; }
-                                            if (sk_bin == 6u) { mas_6 += sk_add; }
-                                            if (sk_bin == 7u) { mas_7 += sk_add; }
-                                            if (sk_bin == 8u) { mas_8 += sk_add; }
-                                            if (sk_bin == 9u) { mas_9 += sk_add; }
-                                            if (sk_bin == 10u) { mas_10 += sk_add; }
-                                            if (sk_bin == 11u) { mas_11 += sk_add; }
-                                            if (sk_bin == 12u) { mas_12 += sk_add; }
-                                            if (sk_bin == 13u) { mas_13 += sk_add; }
-                                            if (sk_bin == 14u) { mas_14 += sk_add; }
-                                            if (sk_bin == 15u) { mas_15 += sk_add; }
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + 3u);
-                                if ((col < col_hi)) {
-                                    float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        unsigned int digit = ((key >> shift) & 15u);
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned int sk_add = 1u;
-                                            if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                            if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                            if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                            if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                            if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                            if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                            if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                            if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                            if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                            if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                            if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                            if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                            if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                            if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                            if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                            if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                        }
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned long long sk_add = mv;
-                                            if (sk_bin == 0u) { mas_0 += sk_add; }
-                                            if (sk_bin == 1u) { mas_1 += sk_add; }
-                                            if (sk_bin == 2u) { mas_2 += sk_add; }
-                                            if (sk_bin == 3u) { mas_3 += sk_add; }
-                                            if (sk_bin == 4u) { mas_4 += sk_add; }
-                                            if (sk_bin == 5u) { mas_5 += sk_add; }
-                                            if (sk_bin == 6u) { mas_6 += sk_add; }
-                                            if (sk_bin == 7u) { mas_7 += sk_add; }
-                                            if (sk_bin == 8u) { mas_8 += sk_add; }
-                                            if (sk_bin == 9u) { mas_9 += sk_add; }
-                                            if (sk_bin == 10u) { mas_10 += sk_add; }
-                                            if (sk_bin == 11u) { mas_11 += sk_add; }
-                                            if (sk_bin == 12u) { mas_12 += sk_add; }
-                                            if (sk_bin == 13u) { mas_13 += sk_add; }
-                                            if (sk_bin == 14u) { mas_14 += sk_add; }
-                                            if (sk_bin == 15u) { mas_15 += sk_add; }
-                                        }
+                                    {
+                                        const unsigned int sk_bin = digit;
+                                        const unsigned long long sk_add = mv;
+                                        if (sk_bin == 0u) { mas_0 += sk_add; }
+                                        if (sk_bin == 1u) { mas_1 += sk_add; }
+                                        if (sk_bin == 2u) { mas_2 += sk_add; }
+                                        if (sk_bin == 3u) { mas_3 += sk_add; }
+                                        if (sk_bin == 4u) { mas_4 += sk_add; }
+                                        if (sk_bin == 5u) { mas_5 += sk_add; }
+                                        if (sk_bin == 6u) { mas_6 += sk_add; }
+                                        if (sk_bin == 7u) { mas_7 += sk_add; }
+                                        if (sk_bin == 8u) { mas_8 += sk_add; }
+                                        if (sk_bin == 9u) { mas_9 += sk_add; }
+                                        if (sk_bin == 10u) { mas_10 += sk_add; }
+                                        if (sk_bin == 11u) { mas_11 += sk_add; }
+                                        if (sk_bin == 12u) { mas_12 += sk_add; }
+                                        if (sk_bin == 13u) { mas_13 += sk_add; }
+                                        if (sk_bin == 14u) { mas_14 += sk_add; }
+                                        if (sk_bin == 15u) { mas_15 += sk_add; }
                                     }
                                 }
                             }
                         }
-                    } else {
-                        for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                            {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                                if ((col < col_hi)) {
-                                    float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
+                        {
+                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                            if ((col < col_hi)) {
+                                const float sk_e29 = sk_bf16(x[(base + col)]);
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
+                                    // built by kernels::filters::digit_counts
+                                    unsigned int digit = ((key >> shift) & 15u);
+                                    {
+                                        const unsigned int sk_bin = digit;
+                                        const unsigned int sk_add = 1u;
+                                        if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                        if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                        if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                        if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                        if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                        if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                        if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                        if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                        if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                        if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                        if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                        if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                        if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                        if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                        if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                        if (sk_bin == 15u) { cnt_15 += sk_add; }
                                     }
-                                    if (ok) {
-                                        unsigned int digit = ((key >> shift) & 15u);
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned int sk_add = 1u;
-                                            if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                            if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                            if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                            if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                            if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                            if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                            if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                            if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                            if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                            if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                            if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                            if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                            if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                            if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                            if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                            if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                        }
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned long long sk_add = mv;
-                                            if (sk_bin == 0u) { mas_0 += sk_add; }
-                                            if (sk_bin == 1u) { mas_1 += sk_add; }
-                                            if (sk_bin == 2u) { mas_2 += sk_add; }
-                                            if (sk_bin == 3u) { mas_3 += sk_add; }
-                                            if (sk_bin == 4u) { mas_4 += sk_add; }
-                                            if (sk_bin == 5u) { mas_5 += sk_add; }
-                                            if (sk_bin == 6u) { mas_6 += sk_add; }
-                                            if (sk_bin == 7u) { mas_7 += sk_add; }
-                                            if (sk_bin == 8u) { mas_8 += sk_add; }
-                                            if (sk_bin == 9u) { mas_9 += sk_add; }
-                                            if (sk_bin == 10u) { mas_10 += sk_add; }
-                                            if (sk_bin == 11u) { mas_11 += sk_add; }
-                                            if (sk_bin == 12u) { mas_12 += sk_add; }
-                                            if (sk_bin == 13u) { mas_13 += sk_add; }
-                                            if (sk_bin == 14u) { mas_14 += sk_add; }
-                                            if (sk_bin == 15u) { mas_15 += sk_add; }
-                                        }
+                                    {
+                                        const unsigned int sk_bin = digit;
+                                        const unsigned long long sk_add = mv;
+                                        if (sk_bin == 0u) { mas_0 += sk_add; }
+                                        if (sk_bin == 1u) { mas_1 += sk_add; }
+                                        if (sk_bin == 2u) { mas_2 += sk_add; }
+                                        if (sk_bin == 3u) { mas_3 += sk_add; }
+                                        if (sk_bin == 4u) { mas_4 += sk_add; }
+                                        if (sk_bin == 5u) { mas_5 += sk_add; }
+                                        if (sk_bin == 6u) { mas_6 += sk_add; }
+                                        if (sk_bin == 7u) { mas_7 += sk_add; }
+                                        if (sk_bin == 8u) { mas_8 += sk_add; }
+                                        if (sk_bin == 9u) { mas_9 += sk_add; }
+                                        if (sk_bin == 10u) { mas_10 += sk_add; }
+                                        if (sk_bin == 11u) { mas_11 += sk_add; }
+                                        if (sk_bin == 12u) { mas_12 += sk_add; }
+                                        if (sk_bin == 13u) { mas_13 += sk_add; }
+                                        if (sk_bin == 14u) { mas_14 += sk_add; }
+                                        if (sk_bin == 15u) { mas_15 += sk_add; }
                                     }
                                 }
                             }
-                            {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                                if ((col < col_hi)) {
-                                    float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
+                        }
+                        {
+                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                            if ((col < col_hi)) {
+                                const float sk_e30 = sk_bf16(x[(base + col)]);
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
+                                    // built by kernels::filters::digit_counts
+                                    unsigned int digit = ((key >> shift) & 15u);
+                                    {
+                                        const unsigned int sk_bin = digit;
+                                        const unsigned int sk_add = 1u;
+                                        if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                        if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                        if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                        if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                        if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                        if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                        if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                        if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                        if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                        if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                        if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                        if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                        if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                        if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                        if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                        if (sk_bin == 15u) { cnt_15 += sk_add; }
                                     }
-                                    if (ok) {
-                                        unsigned int digit = ((key >> shift) & 15u);
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned int sk_add = 1u;
-                                            if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                            if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                            if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                            if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                            if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                            if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                            if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                            if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                            if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                            if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                            if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                            if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                            if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                            if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                            if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                            if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                        }
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned long long sk_add = mv;
-                                            if (sk_bin == 0u) { mas_0 += sk_add; }
-                                            if (sk_bin == 1u) { mas_1 += sk_add; }
-                                            if (sk_bin == 2u) { mas_2 += sk_add; }
-                                            if (sk_bin == 3u) { mas_3 += sk_add; }
-                                            if (sk_bin == 4u) { mas_4 += sk_add; }
-                                            if (sk_bin == 5u) { mas_5 += sk_add; }
-                                            if (sk_bin == 6u) { mas_6 += sk_add; }
-                                            if (sk_bin == 7u) { mas_7 += sk_add; }
-                                            if (sk_bin == 8u) { mas_8 += sk_add; }
-                                            if (sk_bin == 9u) { mas_9 += sk_add; }
-                                            if (sk_bin == 10u) { mas_10 += sk_add; }
-                                            if (sk_bin == 11u) { mas_11 += sk_add; }
-                                            if (sk_bin == 12u) { mas_12 += sk_add; }
-                                            if (sk_bin == 13u) { mas_13 += sk_add; }
-                                            if (sk_bin == 14u) { mas_14 += sk_add; }
-                                            if (sk_bin == 15u) { mas_15 += sk_add; }
-                                        }
+                                    {
+                                        const unsigned int sk_bin = digit;
+                                        const unsigned long long sk_add = mv;
+                                        if (sk_bin == 0u) { mas_0 += sk_add; }
+                                        if (sk_bin == 1u) { mas_1 += sk_add; }
+                                        if (sk_bin == 2u) { mas_2 += sk_add; }
+                                        if (sk_bin == 3u) { mas_3 += sk_add; }
+                                        if (sk_bin == 4u) { mas_4 += sk_add; }
+                                        if (sk_bin == 5u) { mas_5 += sk_add; }
+                                        if (sk_bin == 6u) { mas_6 += sk_add; }
+                                        if (sk_bin == 7u) { mas_7 += sk_add; }
+                                        if (sk_bin == 8u) { mas_8 += sk_add; }
+                                        if (sk_bin == 9u) { mas_9 += sk_add; }
+                                        if (sk_bin == 10u) { mas_10 += sk_add; }
+                                        if (sk_bin == 11u) { mas_11 += sk_add; }
+                                        if (sk_bin == 12u) { mas_12 += sk_add; }
+                                        if (sk_bin == 13u) { mas_13 += sk_add; }
+                                        if (sk_bin == 14u) { mas_14 += sk_add; }
+                                        if (sk_bin == 15u) { mas_15 += sk_add; }
                                     }
                                 }
                             }
-                            {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                                if ((col < col_hi)) {
-                                    float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        unsigned int digit = ((key >> shift) & 15u);
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned int sk_add = 1u;
-                                            if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                            if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                            if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                            if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                            if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                            if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                            if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                            if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                            if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                            if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                            if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                            if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                            if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                            if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                            if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                            if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                        }
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned long long sk_add = mv;
-                                            if (sk_bin == 0u) { mas_0 += sk_add; }
-                                            if (sk_bin == 1u) { mas_1 += sk_add; }
-                                            if (sk_bin == 2u) { mas_2 += sk_add; }
-                                            if (sk_bin == 3u) { mas_3 += sk_add; }
-                                            if (sk_bin == 4u) { mas_4 += sk_add; }
-                                            if (sk_bin == 5u) { mas_5 += sk_add; }
-                                            if (sk_bin == 6u) { mas_6 += sk_add; }
-                                            if (sk_bin == 7u) { mas_7 += sk_add; }
-                                            if (sk_bin == 8u) { mas_8 += sk_add; }
-                                            if (sk_bin == 9u) { mas_9 += sk_add; }
-                                            if (sk_bin == 10u) { mas_10 += sk_add; }
-                                            if (sk_bin == 11u) { mas_11 += sk_add; }
-                                            if (sk_bin == 12u) { mas_12 += sk_add; }
-                                            if (sk_bin == 13u) { mas_13 += sk_add; }
-                                            if (sk_bin == 14u) { mas_14 += sk_add; }
-                                            if (sk_bin == 15u) { mas_15 += sk_add; }
-                                        }
-                                    }
+                        }
+                        {
+                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                            if ((col < col_hi)) {
+                                const float sk_e31 = sk_bf16(x[(base + col)]);
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
                                 }
-                            }
-                            {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                                if ((col < col_hi)) {
-                                    float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                    float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
+                                if (ok) {
+                                    // built by kernels::filters::digit_counts
+                                    unsigned int digit = ((key >> shift) & 15u);
+                                    {
+                                        const unsigned int sk_bin = digit;
+                                        const unsigned int sk_add = 1u;
+                                        if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                        if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                        if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                        if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                        if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                        if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                        if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                        if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                        if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                        if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                        if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                        if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                        if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                        if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                        if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                        if (sk_bin == 15u) { cnt_15 += sk_add; }
                                     }
-                                    if (ok) {
-                                        unsigned int digit = ((key >> shift) & 15u);
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned int sk_add = 1u;
-                                            if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                            if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                            if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                            if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                            if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                            if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                            if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                            if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                            if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                            if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                            if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                            if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                            if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                            if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                            if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                            if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                        }
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned long long sk_add = mv;
-                                            if (sk_bin == 0u) { mas_0 += sk_add; }
-                                            if (sk_bin == 1u) { mas_1 += sk_add; }
-                                            if (sk_bin == 2u) { mas_2 += sk_add; }
-                                            if (sk_bin == 3u) { mas_3 += sk_add; }
-                                            if (sk_bin == 4u) { mas_4 += sk_add; }
-                                            if (sk_bin == 5u) { mas_5 += sk_add; }
-                                            if (sk_bin == 6u) { mas_6 += sk_add; }
-                                            if (sk_bin == 7u) { mas_7 += sk_add; }
-                                            if (sk_bin == 8u) { mas_8 += sk_add; }
-                                            if (sk_bin == 9u) { mas_9 += sk_add; }
-                                            if (sk_bin == 10u) { mas_10 += sk_add; }
-                                            if (sk_bin == 11u) { mas_11 += sk_add; }
-                                            if (sk_bin == 12u) { mas_12 += sk_add; }
-                                            if (sk_bin == 13u) { mas_13 += sk_add; }
-                                            if (sk_bin == 14u) { mas_14 += sk_add; }
-                                            if (sk_bin == 15u) { mas_15 += sk_add; }
-                                        }
+                                    {
+                                        const unsigned int sk_bin = digit;
+                                        const unsigned long long sk_add = mv;
+                                        if (sk_bin == 0u) { mas_0 += sk_add; }
+                                        if (sk_bin == 1u) { mas_1 += sk_add; }
+                                        if (sk_bin == 2u) { mas_2 += sk_add; }
+                                        if (sk_bin == 3u) { mas_3 += sk_add; }
+                                        if (sk_bin == 4u) { mas_4 += sk_add; }
+                                        if (sk_bin == 5u) { mas_5 += sk_add; }
+                                        if (sk_bin == 6u) { mas_6 += sk_add; }
+                                        if (sk_bin == 7u) { mas_7 += sk_add; }
+                                        if (sk_bin == 8u) { mas_8 += sk_add; }
+                                        if (sk_bin == 9u) { mas_9 += sk_add; }
+                                        if (sk_bin == 10u) { mas_10 += sk_add; }
+                                        if (sk_bin == 11u) { mas_11 += sk_add; }
+                                        if (sk_bin == 12u) { mas_12 += sk_add; }
+                                        if (sk_bin == 13u) { mas_13 += sk_add; }
+                                        if (sk_bin == 14u) { mas_14 += sk_add; }
+                                        if (sk_bin == 15u) { mas_15 += sk_add; }
                                     }
                                 }
                             }
@@ -1613,54 +1400,55 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         __syncthreads();
                     }
                     if ((threadIdx.x == 0u)) {
+                        // built by kernels::filter_split::publish
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = cnt_s0;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u)] = ((unsigned int)((mas_s0 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u) + 1u)] = ((unsigned int)((mas_s0 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u)] = ((unsigned int)(mas_s0 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u) + 1u)] = ((unsigned int)(mas_s0 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 1u)] = cnt_s1;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 18u)] = ((unsigned int)((mas_s1 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 18u) + 1u)] = ((unsigned int)((mas_s1 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 18u)] = ((unsigned int)(mas_s1 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 18u) + 1u)] = ((unsigned int)(mas_s1 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u)] = cnt_s2;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 20u)] = ((unsigned int)((mas_s2 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 20u) + 1u)] = ((unsigned int)((mas_s2 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 20u)] = ((unsigned int)(mas_s2 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 20u) + 1u)] = ((unsigned int)(mas_s2 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 3u)] = cnt_s3;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 22u)] = ((unsigned int)((mas_s3 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 22u) + 1u)] = ((unsigned int)((mas_s3 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 22u)] = ((unsigned int)(mas_s3 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 22u) + 1u)] = ((unsigned int)(mas_s3 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 4u)] = cnt_s4;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 24u)] = ((unsigned int)((mas_s4 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 24u) + 1u)] = ((unsigned int)((mas_s4 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 24u)] = ((unsigned int)(mas_s4 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 24u) + 1u)] = ((unsigned int)(mas_s4 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u)] = cnt_s5;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 26u)] = ((unsigned int)((mas_s5 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 26u) + 1u)] = ((unsigned int)((mas_s5 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 26u)] = ((unsigned int)(mas_s5 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 26u) + 1u)] = ((unsigned int)(mas_s5 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 6u)] = cnt_s6;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 28u)] = ((unsigned int)((mas_s6 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 28u) + 1u)] = ((unsigned int)((mas_s6 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 28u)] = ((unsigned int)(mas_s6 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 28u) + 1u)] = ((unsigned int)(mas_s6 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 7u)] = cnt_s7;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 30u)] = ((unsigned int)((mas_s7 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 30u) + 1u)] = ((unsigned int)((mas_s7 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 30u)] = ((unsigned int)(mas_s7 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 30u) + 1u)] = ((unsigned int)(mas_s7 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 8u)] = cnt_s8;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 32u)] = ((unsigned int)((mas_s8 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 32u) + 1u)] = ((unsigned int)((mas_s8 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 32u)] = ((unsigned int)(mas_s8 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 32u) + 1u)] = ((unsigned int)(mas_s8 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 9u)] = cnt_s9;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 34u)] = ((unsigned int)((mas_s9 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 34u) + 1u)] = ((unsigned int)((mas_s9 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 34u)] = ((unsigned int)(mas_s9 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 34u) + 1u)] = ((unsigned int)(mas_s9 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 10u)] = cnt_s10;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 36u)] = ((unsigned int)((mas_s10 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 36u) + 1u)] = ((unsigned int)((mas_s10 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 36u)] = ((unsigned int)(mas_s10 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 36u) + 1u)] = ((unsigned int)(mas_s10 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 11u)] = cnt_s11;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 38u)] = ((unsigned int)((mas_s11 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 38u) + 1u)] = ((unsigned int)((mas_s11 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 38u)] = ((unsigned int)(mas_s11 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 38u) + 1u)] = ((unsigned int)(mas_s11 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 12u)] = cnt_s12;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 40u)] = ((unsigned int)((mas_s12 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 40u) + 1u)] = ((unsigned int)((mas_s12 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 40u)] = ((unsigned int)(mas_s12 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 40u) + 1u)] = ((unsigned int)(mas_s12 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 13u)] = cnt_s13;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 42u)] = ((unsigned int)((mas_s13 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 42u) + 1u)] = ((unsigned int)((mas_s13 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 42u)] = ((unsigned int)(mas_s13 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 42u) + 1u)] = ((unsigned int)(mas_s13 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 14u)] = cnt_s14;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 44u)] = ((unsigned int)((mas_s14 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 44u) + 1u)] = ((unsigned int)((mas_s14 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 44u)] = ((unsigned int)(mas_s14 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 44u) + 1u)] = ((unsigned int)(mas_s14 >> 32u));
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 15u)] = cnt_s15;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u)] = ((unsigned int)((mas_s15 & 4294967295ull)));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u) + 1u)] = ((unsigned int)((mas_s15 >> 32u)));
+                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u)] = ((unsigned int)(mas_s15 & 4294967295ull));
+                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u) + 1u)] = ((unsigned int)(mas_s15 >> 32u));
                     }
                 } else {
                     if ((stage == (digits + 1u))) {
@@ -1668,14 +1456,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         unsigned int s_ties = 0u;
                         unsigned int tie_start = 0u;
                         if (searched) {
-                            unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                            unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
-                            unsigned int ties = ((unsigned int)(((((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) < ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))) ? (((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) : ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))))));
+                            // built by kernels::filters::set_bounds
+                            unsigned long long tn64 = ((unsigned long long)sel_tn);
+                            unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
+                            const bool sk_e32 = (tie_v == 0ull);
+                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e32 ? tn64 : (((lim - sel_m) / (sk_e32 ? 1ull : tie_v)) + 1ull))));
                             s_ties = ties;
                         }
                         unsigned int tie_rank = 0u;
                         unsigned long long all_mass = 0ull;
                         if (searched) {
+                            // built by kernels::filter_split::race
                             unsigned int c = 0u;
                             for (unsigned int pp_i = threadIdx.x; pp_i < part; pp_i += ((unsigned int)SK_BLOCK)) {
                                 c = (c + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + (0u + (s_key & 15u)))]);
@@ -1708,25 +1499,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                             unsigned int mine = 0u;
                             mine = 0u;
                             sweeps = (sweeps + 1u);
-                            if (true) {
+                            {
+                                // built by kernels::filters::sweep
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
+                                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
                                     {
                                         unsigned int col = (c0 + 0u);
                                         if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            const float sk_e33 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             if ((key == s_key)) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                // built by kernels::filters::count_ties
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
                                             if (ok) {
+                                                // built by kernels::filters::count_ties
                                                 mine = (mine + 1u);
                                             }
                                         }
@@ -1734,18 +1529,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 1u);
                                         if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            const float sk_e34 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             if ((key == s_key)) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                // built by kernels::filters::count_ties
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
                                             if (ok) {
+                                                // built by kernels::filters::count_ties
                                                 mine = (mine + 1u);
                                             }
                                         }
@@ -1753,18 +1551,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 2u);
                                         if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            const float sk_e35 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             if ((key == s_key)) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                // built by kernels::filters::count_ties
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
                                             if (ok) {
+                                                // built by kernels::filters::count_ties
                                                 mine = (mine + 1u);
                                             }
                                         }
@@ -1772,97 +1573,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 3u);
                                         if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            const float sk_e36 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             if ((key == s_key)) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                // built by kernels::filters::count_ties
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
                                             if (ok) {
-                                                mine = (mine + 1u);
-                                            }
-                                        }
-                                    }
-                                }
-                            } else {
-                                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                    {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                                        if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if ((key == s_key)) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                mine = (mine + 1u);
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                                        if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if ((key == s_key)) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                mine = (mine + 1u);
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                                        if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if ((key == s_key)) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                mine = (mine + 1u);
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                                        if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if ((key == s_key)) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
+                                                // built by kernels::filters::count_ties
                                                 mine = (mine + 1u);
                                             }
                                         }
@@ -1902,24 +1627,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         unsigned int best64_i = 4294967295u;
                         uint4 w = make_uint4(0u, 0u, 0u, 0u);
                         if (seeded_row) {
+                            // built by kernels::filters::race_in_set
                             tie_rank = tie_start;
                             sweeps = (sweeps + 1u);
-                            if (true) {
+                            {
+                                // built by kernels::filters::sweep
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
+                                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
                                     {
                                         unsigned int col = (c0 + 0u);
                                         if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            const float sk_e37 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                // built by kernels::filters::sweep_set
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1928,16 +1657,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                                 bool tie = (ok && (key == s_key));
                                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
-                                                double s64 = ((double)(ov));
+                                                // built by kernels::filters::race_sweep
+                                                double s64 = ((double)ov);
                                                 if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                    // built by kernels::seeded::score64
+                                                    const unsigned int sk_e38 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], col)));
                                                 }
                                                 if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best64 = s64;
                                                     best64_i = col;
                                                 }
@@ -1947,15 +1681,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 1u);
                                         if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            const float sk_e39 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                // built by kernels::filters::sweep_set
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -1964,16 +1700,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                                 bool tie = (ok && (key == s_key));
                                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
-                                                double s64 = ((double)(ov));
+                                                // built by kernels::filters::race_sweep
+                                                double s64 = ((double)ov);
                                                 if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                    // built by kernels::seeded::score64
+                                                    const unsigned int sk_e40 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], col)));
                                                 }
                                                 if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best64 = s64;
                                                     best64_i = col;
                                                 }
@@ -1983,15 +1724,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 2u);
                                         if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            const float sk_e41 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                // built by kernels::filters::sweep_set
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -2000,16 +1743,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                                 bool tie = (ok && (key == s_key));
                                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
-                                                double s64 = ((double)(ov));
+                                                // built by kernels::filters::race_sweep
+                                                double s64 = ((double)ov);
                                                 if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                    // built by kernels::seeded::score64
+                                                    const unsigned int sk_e42 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e42 + 8u)], rows[(sk_e42 + 9u)], rows[(sk_e42 + 10u)], col)));
                                                 }
                                                 if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best64 = s64;
                                                     best64_i = col;
                                                 }
@@ -2019,15 +1767,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 3u);
                                         if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            const float sk_e43 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                // built by kernels::filters::sweep_set
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -2036,163 +1786,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                                 bool tie = (ok && (key == s_key));
                                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
-                                                double s64 = ((double)(ov));
+                                                // built by kernels::filters::race_sweep
+                                                double s64 = ((double)ov);
                                                 if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                    // built by kernels::seeded::score64
+                                                    const unsigned int sk_e44 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e44 + 8u)], rows[(sk_e44 + 9u)], rows[(sk_e44 + 10u)], col)));
                                                 }
                                                 if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                }
-                            } else {
-                                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                    {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                                        if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            bool kept = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                double s64 = ((double)(ov));
-                                                if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                                        if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            bool kept = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                double s64 = ((double)(ov));
-                                                if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                                        if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            bool kept = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                double s64 = ((double)(ov));
-                                                if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                                        if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            bool kept = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                double s64 = ((double)(ov));
-                                                if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best64 = s64;
                                                     best64_i = col;
                                                 }
@@ -2203,27 +1811,33 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                             }
                         }
                         if ((!seeded_row)) {
+                            // built by kernels::filters::race_in_set
                             tie_rank = tie_start;
                             sweeps = (sweeps + 1u);
-                            if (true) {
+                            {
+                                // built by kernels::filters::sweep
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
+                                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
                                     if (noisy) {
-                                        w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                                        // built by kernels::filters::race_sweep
+                                        const unsigned int sk_e45 = (row * 12u);
+                                        w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e45 + 10u)], rows[(sk_e45 + 11u)]), rows[(sk_e45 + 8u)], rows[(sk_e45 + 9u)]);
                                     }
                                     {
                                         unsigned int col = (c0 + 0u);
                                         if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            const float sk_e46 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                // built by kernels::filters::sweep_set
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -2232,13 +1846,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                                 bool tie = (ok && (key == s_key));
                                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
-                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).x)) : ((zv + sk_gumbel((w).x))))) : (zv));
+                                                // built by kernels::filters::race_sweep
+                                                const float sk_e47 = sk_gumbel((w).x);
+                                                float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e47 : (zv + sk_e47)) : zv);
                                                 if (((score > best) || (best_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best = score;
                                                     best_i = col;
                                                 }
@@ -2248,15 +1866,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 1u);
                                         if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            const float sk_e48 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                // built by kernels::filters::sweep_set
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -2265,13 +1885,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                                 bool tie = (ok && (key == s_key));
                                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
-                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).y)) : ((zv + sk_gumbel((w).y))))) : (zv));
+                                                // built by kernels::filters::race_sweep
+                                                const float sk_e49 = sk_gumbel((w).y);
+                                                float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e49 : (zv + sk_e49)) : zv);
                                                 if (((score > best) || (best_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best = score;
                                                     best_i = col;
                                                 }
@@ -2281,15 +1905,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 2u);
                                         if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            const float sk_e50 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                // built by kernels::filters::sweep_set
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -2298,13 +1924,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                                 bool tie = (ok && (key == s_key));
                                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
-                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).z)) : ((zv + sk_gumbel((w).z))))) : (zv));
+                                                // built by kernels::filters::race_sweep
+                                                const float sk_e51 = sk_gumbel((w).z);
+                                                float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e51 : (zv + sk_e51)) : zv);
                                                 if (((score > best) || (best_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best = score;
                                                     best_i = col;
                                                 }
@@ -2314,15 +1944,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 3u);
                                         if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                            const float sk_e52 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
+                                                // built by kernels::filters::sweep_set
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                                 if (ok) {
@@ -2331,148 +1963,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                                 bool tie = (ok && (key == s_key));
                                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
-                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).w)) : ((zv + sk_gumbel((w).w))))) : (zv));
+                                                // built by kernels::filters::race_sweep
+                                                const float sk_e53 = sk_gumbel((w).w);
+                                                float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e53 : (zv + sk_e53)) : zv);
                                                 if (((score > best) || (best_i == 4294967295u))) {
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                }
-                            } else {
-                                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                    {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                                        if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            bool kept = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).x)) : ((zv + sk_gumbel((w).x))))) : (zv));
-                                                if (((score > best) || (best_i == 4294967295u))) {
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                                        if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            bool kept = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).y)) : ((zv + sk_gumbel((w).y))))) : (zv));
-                                                if (((score > best) || (best_i == 4294967295u))) {
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                                        if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            bool kept = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).z)) : ((zv + sk_gumbel((w).z))))) : (zv));
-                                                if (((score > best) || (best_i == 4294967295u))) {
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                                        if ((col < col_hi)) {
-                                            float zv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
-                                            float ov = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (sk_bitcast<float>(4286578688u)))) : ((zv - mx)));
-                                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            bool kept = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = (((mx == sk_bitcast<float>(2139095040u))) ? ((((zv == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((mx == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp((zv - mx))))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                float score = ((noisy) ? ((((zv == sk_bitcast<float>(2139095040u))) ? (sk_gumbel((w).w)) : ((zv + sk_gumbel((w).w))))) : (zv));
-                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best = score;
                                                     best_i = col;
                                                 }
@@ -2574,16 +2075,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                             __syncthreads();
                         }
                         if ((threadIdx.x == 0u)) {
+                            // built by kernels::filter_split::publish
                             partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = sk_bitcast<unsigned int>(win);
                             partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 1u)] = tok32;
-                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u)] = ((unsigned int)((sk_bitcast<unsigned long long>(win64) & 4294967295ull)));
-                            partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u) + 1u)] = ((unsigned int)((sk_bitcast<unsigned long long>(win64) >> 32u)));
+                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u)] = ((unsigned int)(sk_bitcast<unsigned long long>(win64) & 4294967295ull));
+                            partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(win64) >> 32u));
                             partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 4u)] = tok64;
-                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u)] = ((unsigned int)((part_mass & 4294967295ull)));
-                            partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u) + 1u)] = ((unsigned int)((part_mass >> 32u)));
+                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u)] = ((unsigned int)(part_mass & 4294967295ull));
+                            partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u) + 1u)] = ((unsigned int)(part_mass >> 32u));
                         }
                     } else {
                         if ((part == 0u)) {
+                            // built by kernels::filter_split::combine
                             float best = sk_bitcast<float>(4286578688u);
                             unsigned int best_i = 4294967295u;
                             double best64 = sk_bitcast<double>(18442240474082181120ull);
@@ -2593,18 +2096,23 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                 unsigned int pi = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 1u)];
                                 if ((pi != 4294967295u)) {
                                     if (((sk_bitcast<float>(partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 0u)]) > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best = sk_bitcast<float>(partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 0u)]);
                                         best_i = pi;
                                     }
                                 }
                                 unsigned int pi64 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)];
                                 if ((pi64 != 4294967295u)) {
-                                    if (((sk_bitcast<double>(((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u) + 0u)])))) > best64) || (best64_i == 4294967295u))) {
-                                        best64 = sk_bitcast<double>(((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u) + 0u)]))));
+                                    const unsigned int sk_e54 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                                    if (((sk_bitcast<double>(((((unsigned long long)(partials[(sk_e54 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e54 + 0u)])))) > best64) || (best64_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
+                                        const unsigned int sk_e55 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                                        best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e55 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e55 + 0u)]))));
                                         best64_i = pi64;
                                     }
                                 }
-                                all_mass = (all_mass + ((((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u) + 1u)])) << 32u) | ((unsigned long long)(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u) + 0u)]))));
+                                const unsigned int sk_e56 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
+                                all_mass = (all_mass + ((((unsigned long long)(partials[(sk_e56 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e56 + 0u)]))));
                             }
                             float win = (0.0f);
                             unsigned int tok32 = 0u;
@@ -2697,22 +2205,26 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                 summed_mass = sk_red_u64[32];
                                 __syncthreads();
                             }
-                            unsigned int tok = (((rows[((row * 12u) + 1u)] == 1u)) ? (tok64) : (tok32));
+                            unsigned int tok = ((rows[((row * 12u) + 1u)] == 1u) ? tok64 : tok32);
                             bool valid = (tok < vocab);
-                            unsigned int tok_at = ((valid) ? (tok) : (0u));
+                            unsigned int tok_at = (valid ? tok : 0u);
                             if ((threadIdx.x == 0u)) {
-                                tokens[row] = ((valid) ? (tok) : (0u));
+                                // built by kernels::sampling::write_results
+                                tokens[row] = (valid ? tok : 0u);
                                 if (((flags & 2u) != 0u)) {
-                                    status[row] = ((valid) ? (1u) : (0u));
+                                    status[row] = (valid ? 1u : 0u);
                                 }
                             }
                             if (((flags & 1u) != 0u)) {
-                                float row_w = sk_fixed_f32(((searched) ? (row_mass) : (summed_mass)));
+                                // built by kernels::sampling::write_results
+                                float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                                 if ((threadIdx.x == 0u)) {
-                                    logprobs[row] = ((valid) ? (((((mx == sk_bitcast<float>(2139095040u))) ? ((0.0f)) : (((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + tok_at)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + tok_at)]))) / temp) - mx))) - sk_log(row_w))) : (sk_bitcast<float>(4286578688u)));
+                                    const float sk_e57 = sk_bf16(x[(base + tok_at)]);
+                                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e57) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                                 }
                             }
                             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {
+                                // built by kernels::filters::set_results
                                 passes[row] = sweeps;
                             }
                         }
@@ -2720,20 +2232,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                 }
             }
             if ((threadIdx.x == 0u)) {
+                // built by kernels::filter_split::store_state
                 partials[((slot * 110u) + 0u)] = sweeps;
                 partials[((slot * 110u) + 1u)] = sk_bitcast<unsigned int>(mx);
                 partials[((slot * 110u) + 2u)] = sel_key;
                 partials[((slot * 110u) + 3u)] = sel_mask;
                 partials[((slot * 110u) + 4u)] = sel_n;
                 partials[((slot * 110u) + 5u)] = sel_tn;
-                partials[((slot * 110u) + 6u)] = ((unsigned int)((sel_m & 4294967295ull)));
-                partials[(((slot * 110u) + 6u) + 1u)] = ((unsigned int)((sel_m >> 32u)));
-                partials[((slot * 110u) + 8u)] = ((unsigned int)((sel_tm & 4294967295ull)));
-                partials[(((slot * 110u) + 8u) + 1u)] = ((unsigned int)((sel_tm >> 32u)));
-                partials[((slot * 110u) + 10u)] = ((unsigned int)((lim & 4294967295ull)));
-                partials[(((slot * 110u) + 10u) + 1u)] = ((unsigned int)((lim >> 32u)));
-                partials[((slot * 110u) + 12u)] = ((unsigned int)((row_mass & 4294967295ull)));
-                partials[(((slot * 110u) + 12u) + 1u)] = ((unsigned int)((row_mass >> 32u)));
+                partials[((slot * 110u) + 6u)] = ((unsigned int)(sel_m & 4294967295ull));
+                partials[(((slot * 110u) + 6u) + 1u)] = ((unsigned int)(sel_m >> 32u));
+                partials[((slot * 110u) + 8u)] = ((unsigned int)(sel_tm & 4294967295ull));
+                partials[(((slot * 110u) + 8u) + 1u)] = ((unsigned int)(sel_tm >> 32u));
+                partials[((slot * 110u) + 10u)] = ((unsigned int)(lim & 4294967295ull));
+                partials[(((slot * 110u) + 10u) + 1u)] = ((unsigned int)(lim >> 32u));
+                partials[((slot * 110u) + 12u)] = ((unsigned int)(row_mass & 4294967295ull));
+                partials[(((slot * 110u) + 12u) + 1u)] = ((unsigned int)(row_mass >> 32u));
             }
         }
     }

@@ -3,6 +3,7 @@
 // kernel `greedy_f16`: argmax of the logits, lowest index on ties; log-softmax at T = 1 on request
 // passes over each row: 1
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
@@ -15,16 +16,15 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
+
 __device__ __forceinline__ float sk_f16(unsigned short h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
 }
-__device__ __forceinline__ float sk_bf16(unsigned short h) {
-    return sk_bitcast<float>(((unsigned int)h) << 16);
-}
 
 __device__ __forceinline__ float sk_exp(float x) {
+    // built by kernels::math::exp
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -41,12 +41,13 @@ __device__ __forceinline__ float sk_exp(float x) {
     p = ((p * r) + (0.5f));
     p = ((p * r) + (1.0f));
     p = ((p * r) + (1.0f));
-    int k = ((int)(kf));
+    int k = ((int)kf);
     int k1 = (k >> 1u);
     int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
+    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
 __device__ __forceinline__ float sk_log(float x) {
+    // built by kernels::math::log
     unsigned int ix = sk_bitcast<unsigned int>(x);
     int k = (0);
     if ((ix < 8388608u)) {
@@ -55,7 +56,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -63,142 +64,8 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
-}
-__device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned int k1) {
-    unsigned int c0 = (ctr).x;
-    unsigned int c1 = (ctr).y;
-    unsigned int c2 = (ctr).z;
-    unsigned int c3 = (ctr).w;
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    return make_uint4(c0, c1, c2, c3);
-}
-__device__ __forceinline__ float sk_uniform(unsigned int w) {
-    return ((((float)((w >> 9u))) * (1.1920929e-7f)) + (5.9604645e-8f));
-}
-__device__ __forceinline__ float sk_exponential(unsigned int w) {
-    return (-sk_log(sk_uniform(w)));
-}
-__device__ __forceinline__ float sk_gumbel(unsigned int w) {
-    return (-sk_log(sk_exponential(w)));
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f16(
@@ -207,15 +74,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f16(
     __shared__ float sk_red_f32[33];
     __shared__ float sk_am_f32[33];
     __shared__ unsigned int sk_am_i[33];
-    unsigned int parts = (((flags >> 16u)) > (1u) ? ((flags >> 16u)) : (1u));
+    unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
+        // built by kernels::sampling::for_each_row_part_at
         unsigned int row_slot = (slot / parts);
         unsigned int part = (slot - (row_slot * parts));
         unsigned int row = row_slot;
         unsigned int base = (row * stride);
         unsigned int quads_per_part = (((((vocab + 3u) >> 2u) + parts) - 1u) / parts);
-        unsigned int col_lo = ((((part * quads_per_part) * 4u)) < (vocab) ? (((part * quads_per_part) * 4u)) : (vocab));
-        unsigned int col_hi = (((col_lo + (quads_per_part * 4u))) < (vocab) ? ((col_lo + (quads_per_part * 4u))) : (vocab));
+        unsigned int col_lo = min(((part * quads_per_part) * 4u), vocab);
+        unsigned int col_hi = min((col_lo + (quads_per_part * 4u)), vocab);
         bool noisy = false;
         float temp = (1.0f);
         float best = sk_bitcast<float>(4286578688u);
@@ -228,27 +96,35 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f16(
         float s = (0.0f);
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+            // built by kernels::sampling::for_each_column
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
-                    float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
+                    const float sk_e0 = sk_f16(x[(base + col)]);
+                    float sv = ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp);
                     if ((sv == sk_bitcast<float>(2139095040u))) {
+                        // built by kernels::sampling::greedy_column
                         top_n = (top_n + 1u);
                         if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                            // built by kernels::sampling::keep_top
                             top = (0.0f);
                             top_i = col;
                         }
                     } else {
+                        // built by kernels::sampling::greedy_column
                         if (((sv > best) || (best_i == 4294967295u))) {
+                            // built by kernels::sampling::keep
                             best = sv;
                             best_i = col;
                             best_z = sv;
                         }
                         if (((flags & 1u) != 0u)) {
                             if ((sv > m)) {
+                                // built by kernels::sampling::online_logsumexp
                                 s = ((s * sk_exp((m - sv))) + (1.0f));
                                 m = sv;
                             } else {
+                                // built by kernels::sampling::online_logsumexp
                                 if ((sv > sk_bitcast<float>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
@@ -260,24 +136,31 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f16(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
-                    float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
+                    const float sk_e1 = sk_f16(x[(base + col)]);
+                    float sv = ((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1) / temp);
                     if ((sv == sk_bitcast<float>(2139095040u))) {
+                        // built by kernels::sampling::greedy_column
                         top_n = (top_n + 1u);
                         if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                            // built by kernels::sampling::keep_top
                             top = (0.0f);
                             top_i = col;
                         }
                     } else {
+                        // built by kernels::sampling::greedy_column
                         if (((sv > best) || (best_i == 4294967295u))) {
+                            // built by kernels::sampling::keep
                             best = sv;
                             best_i = col;
                             best_z = sv;
                         }
                         if (((flags & 1u) != 0u)) {
                             if ((sv > m)) {
+                                // built by kernels::sampling::online_logsumexp
                                 s = ((s * sk_exp((m - sv))) + (1.0f));
                                 m = sv;
                             } else {
+                                // built by kernels::sampling::online_logsumexp
                                 if ((sv > sk_bitcast<float>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
@@ -289,24 +172,31 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f16(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
-                    float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
+                    const float sk_e2 = sk_f16(x[(base + col)]);
+                    float sv = ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp);
                     if ((sv == sk_bitcast<float>(2139095040u))) {
+                        // built by kernels::sampling::greedy_column
                         top_n = (top_n + 1u);
                         if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                            // built by kernels::sampling::keep_top
                             top = (0.0f);
                             top_i = col;
                         }
                     } else {
+                        // built by kernels::sampling::greedy_column
                         if (((sv > best) || (best_i == 4294967295u))) {
+                            // built by kernels::sampling::keep
                             best = sv;
                             best_i = col;
                             best_z = sv;
                         }
                         if (((flags & 1u) != 0u)) {
                             if ((sv > m)) {
+                                // built by kernels::sampling::online_logsumexp
                                 s = ((s * sk_exp((m - sv))) + (1.0f));
                                 m = sv;
                             } else {
+                                // built by kernels::sampling::online_logsumexp
                                 if ((sv > sk_bitcast<float>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
@@ -318,24 +208,31 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f16(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
-                    float sv = (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp);
+                    const float sk_e3 = sk_f16(x[(base + col)]);
+                    float sv = ((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3) / temp);
                     if ((sv == sk_bitcast<float>(2139095040u))) {
+                        // built by kernels::sampling::greedy_column
                         top_n = (top_n + 1u);
                         if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                            // built by kernels::sampling::keep_top
                             top = (0.0f);
                             top_i = col;
                         }
                     } else {
+                        // built by kernels::sampling::greedy_column
                         if (((sv > best) || (best_i == 4294967295u))) {
+                            // built by kernels::sampling::keep
                             best = sv;
                             best_i = col;
                             best_z = sv;
                         }
                         if (((flags & 1u) != 0u)) {
                             if ((sv > m)) {
+                                // built by kernels::sampling::online_logsumexp
                                 s = ((s * sk_exp((m - sv))) + (1.0f));
                                 m = sv;
                             } else {
+                                // built by kernels::sampling::online_logsumexp
                                 if ((sv > sk_bitcast<float>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
@@ -404,11 +301,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f16(
             __syncthreads();
         }
         if ((parts <= 1u)) {
+            // built by kernels::sampling::race_row
             if ((tok == 4294967295u)) {
+                // built by kernels::sampling::whole_row_results
                 tok = 0u;
             }
             bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u)));
             if ((tops > 0u)) {
+                // built by kernels::sampling::whole_row_results
                 float top_win = (0.0f);
                 unsigned int top_tok = 0u;
                 {
@@ -445,12 +345,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f16(
                 tok = top_tok;
             }
             if ((threadIdx.x == 0u)) {
-                tokens[row] = ((valid) ? (tok) : (0u));
+                // built by kernels::sampling::write_results
+                tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
-                    status[row] = ((valid) ? (1u) : (0u));
+                    status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
+                // built by kernels::sampling::write_results
                 float row_max = (0.0f);
                 {
                     float sk_v = m;
@@ -478,7 +380,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f16(
                 }
                 float row_sum = (0.0f);
                 {
-                    float sk_v = (((m == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : ((s * sk_exp((m - row_max)))));
+                    float sk_v = ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))));
                     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                         float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                         sk_v = sk_v + ov;
@@ -502,10 +404,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f16(
                     __syncthreads();
                 }
                 if ((threadIdx.x == 0u)) {
-                    logprobs[row] = ((valid) ? ((((tops > 0u)) ? ((-sk_log(((float)(tops))))) : ((((((((sk_bitcast<unsigned int>(sk_f16(x[(base + tok)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + tok)]))) / temp) - row_max) - sk_log(row_sum))))) : (sk_bitcast<float>(4286578688u)));
+                    const float sk_e4 = sk_f16(x[(base + tok)]);
+                    logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
                 }
             }
         } else {
+            // built by kernels::sampling::race_row
             float top_win = (0.0f);
             unsigned int top_tok = 0u;
             {
@@ -542,6 +446,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f16(
             float part_m = sk_bitcast<float>(4286578688u);
             float part_s = (0.0f);
             if (((flags & 1u) != 0u)) {
+                // built by kernels::sampling::write_part
                 float row_max = (0.0f);
                 {
                     float sk_v = m;
@@ -569,7 +474,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f16(
                 }
                 float row_sum = (0.0f);
                 {
-                    float sk_v = (((m == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : ((s * sk_exp((m - row_max)))));
+                    float sk_v = ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))));
                     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                         float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                         sk_v = sk_v + ov;
@@ -596,6 +501,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f16(
                 part_s = row_sum;
             }
             if ((threadIdx.x == 0u)) {
+                // built by kernels::sampling::write_part
                 partials[((slot * 9u) + 0u)] = sk_bitcast<unsigned int>(win);
                 partials[((slot * 9u) + 1u)] = tok;
                 partials[((slot * 9u) + 3u)] = sk_bitcast<unsigned int>(top_win);
@@ -606,6 +512,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f16(
                 partials[((slot * 9u) + 8u)] = 1u;
             }
             if (((best_i == tok) && (tok != 4294967295u))) {
+                // built by kernels::sampling::write_part
                 partials[((slot * 9u) + 2u)] = sk_bitcast<unsigned int>(best_z);
             }
         }

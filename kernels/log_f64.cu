@@ -3,6 +3,7 @@
 // kernel `log_f64`: the IR's float64 natural log, for accuracy tests
 // passes over each row: 0
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
@@ -15,16 +16,9 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
-__device__ __forceinline__ float sk_f16(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ float sk_bf16(unsigned short h) {
-    return sk_bitcast<float>(((unsigned int)h) << 16);
-}
 
 __device__ __forceinline__ double sk_log64(double x) {
+    // built by kernels::math::log64
     unsigned long long ix = sk_bitcast<unsigned long long>(x);
     int k = (0);
     if ((ix < 4503599627370496ull)) {
@@ -33,7 +27,7 @@ __device__ __forceinline__ double sk_log64(double x) {
         k = (-54);
     }
     ix = (ix + 2638149301829632ull);
-    k = ((k + ((int)((ix >> 52u)))) - (1023));
+    k = ((k + ((int)(ix >> 52u))) - (1023));
     ix = ((ix & 4503599627370495ull) + 4604544269498187776ull);
     double fr = (sk_bitcast<double>(ix) - (1.0));
     double s = (fr / ((2.0) + fr));
@@ -41,13 +35,14 @@ __device__ __forceinline__ double sk_log64(double x) {
     double w = (z * z);
     double r = ((z * ((0.6666666666666735) + (w * ((0.2857142874366239) + (w * ((0.1818357216161805) + (w * (0.14798198605116586)))))))) + (w * ((0.3999999999940942) + (w * ((0.22222198432149784) + (w * (0.15313837699209373)))))));
     double hfsq = (((0.5) * fr) * fr);
-    double dk = ((double)(k));
+    double dk = ((double)k);
     return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10))) - hfsq) + fr) + (dk * (0.6931471803691238)));
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) log_f64(
     const double* __restrict__ input, double* __restrict__ output, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     for (unsigned int item = ((blockIdx.x * ((unsigned int)SK_BLOCK)) + threadIdx.x); item < batch; item += (gridDim.x * ((unsigned int)SK_BLOCK))) {
+        // built by kernels::seeded::log64_kernel
         output[item] = sk_log64(input[item]);
     }
 }

@@ -3,28 +3,14 @@
 // kernel `murmur3`: MurmurHash3_x86_32 of four words, for tests
 // passes over each row: 0
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
 #define SK_WARPS (SK_BLOCK / 32)
 
-template <typename To, typename From>
-__device__ __forceinline__ To sk_bitcast(From x) {
-    static_assert(sizeof(To) == sizeof(From), "bitcast changes size");
-    union { From f; To t; } u;
-    u.f = x;
-    return u.t;
-}
-__device__ __forceinline__ float sk_f16(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ float sk_bf16(unsigned short h) {
-    return sk_bitcast<float>(((unsigned int)h) << 16);
-}
-
 __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
+    // built by kernels::murmur::murmur3
     unsigned int h = 0u;
     {
         unsigned int k = (w0 * 3432918353u);
@@ -61,6 +47,8 @@ __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) murmur3(
     const unsigned int* __restrict__ input, unsigned int* __restrict__ output, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     for (unsigned int item = ((blockIdx.x * ((unsigned int)SK_BLOCK)) + threadIdx.x); item < batch; item += (gridDim.x * ((unsigned int)SK_BLOCK))) {
-        output[item] = sk_murmur3(input[((item * 4u) + 0u)], input[((item * 4u) + 1u)], input[((item * 4u) + 2u)], input[((item * 4u) + 3u)]);
+        // built by kernels::seeded::murmur_kernel
+        const unsigned int sk_e0 = (item * 4u);
+        output[item] = sk_murmur3(input[(sk_e0 + 0u)], input[(sk_e0 + 1u)], input[(sk_e0 + 2u)], input[(sk_e0 + 3u)]);
     }
 }

@@ -3,28 +3,14 @@
 // kernel `philox4x32_10`: Philox4x32-10 blocks, for known-answer tests
 // passes over each row: 0
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
 #define SK_WARPS (SK_BLOCK / 32)
 
-template <typename To, typename From>
-__device__ __forceinline__ To sk_bitcast(From x) {
-    static_assert(sizeof(To) == sizeof(From), "bitcast changes size");
-    union { From f; To t; } u;
-    u.f = x;
-    return u.t;
-}
-__device__ __forceinline__ float sk_f16(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ float sk_bf16(unsigned short h) {
-    return sk_bitcast<float>(((unsigned int)h) << 16);
-}
-
 __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned int k1) {
+    // built by kernels::philox::philox
     unsigned int c0 = (ctr).x;
     unsigned int c1 = (ctr).y;
     unsigned int c2 = (ctr).z;
@@ -153,7 +139,9 @@ __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) philox4x32_10(
     const unsigned int* __restrict__ input, unsigned int* __restrict__ output, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     for (unsigned int item = ((blockIdx.x * ((unsigned int)SK_BLOCK)) + threadIdx.x); item < batch; item += (gridDim.x * ((unsigned int)SK_BLOCK))) {
-        uint4 out = sk_philox(make_uint4(input[((item * 6u) + 0u)], input[((item * 6u) + 1u)], input[((item * 6u) + 2u)], input[((item * 6u) + 3u)]), input[((item * 6u) + 4u)], input[((item * 6u) + 5u)]);
+        // built by kernels::sampling::philox_kernel
+        const unsigned int sk_e0 = (item * 6u);
+        uint4 out = sk_philox(make_uint4(input[(sk_e0 + 0u)], input[(sk_e0 + 1u)], input[(sk_e0 + 2u)], input[(sk_e0 + 3u)]), input[(sk_e0 + 4u)], input[(sk_e0 + 5u)]);
         output[((item * 4u) + 0u)] = (out).x;
         output[((item * 4u) + 1u)] = (out).y;
         output[((item * 4u) + 2u)] = (out).z;

@@ -3,6 +3,7 @@
 // kernel `race_probs`: argmax of p / Exponential noise from Philox (SGLang v0.5.20's rule)
 // passes over each row: 1
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
@@ -15,38 +16,9 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
-__device__ __forceinline__ float sk_f16(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ float sk_bf16(unsigned short h) {
-    return sk_bitcast<float>(((unsigned int)h) << 16);
-}
 
-__device__ __forceinline__ float sk_exp(float x) {
-    if ((x < (-104.0f))) {
-        return (0.0f);
-    }
-    if ((x > (88.72283f))) {
-        return sk_bitcast<float>(2139095040u);
-    }
-    float kf = floorf(((x * (1.442695f)) + (0.5f)));
-    float r = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
-    float p = (0.0001984127f);
-    p = ((p * r) + (0.0013888889f));
-    p = ((p * r) + (0.008333334f));
-    p = ((p * r) + (0.041666668f));
-    p = ((p * r) + (0.16666667f));
-    p = ((p * r) + (0.5f));
-    p = ((p * r) + (1.0f));
-    p = ((p * r) + (1.0f));
-    int k = ((int)(kf));
-    int k1 = (k >> 1u);
-    int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
-}
 __device__ __forceinline__ float sk_log(float x) {
+    // built by kernels::math::log
     unsigned int ix = sk_bitcast<unsigned int>(x);
     int k = (0);
     if ((ix < 8388608u)) {
@@ -55,7 +27,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -63,10 +35,11 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned int k1) {
+    // built by kernels::philox::philox
     unsigned int c0 = (ctr).x;
     unsigned int c1 = (ctr).y;
     unsigned int c2 = (ctr).z;
@@ -192,31 +165,31 @@ __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned 
     return make_uint4(c0, c1, c2, c3);
 }
 __device__ __forceinline__ float sk_uniform(unsigned int w) {
-    return ((((float)((w >> 9u))) * (1.1920929e-7f)) + (5.9604645e-8f));
+    // built by kernels::philox::uniform
+    return ((((float)(w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
 }
 __device__ __forceinline__ float sk_exponential(unsigned int w) {
+    // built by kernels::philox::exponential
     return (-sk_log(sk_uniform(w)));
-}
-__device__ __forceinline__ float sk_gumbel(unsigned int w) {
-    return (-sk_log(sk_exponential(w)));
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_am_f32[33];
     __shared__ unsigned int sk_am_i[33];
-    unsigned int parts = (((flags >> 16u)) > (1u) ? ((flags >> 16u)) : (1u));
+    unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
+        // built by kernels::sampling::for_each_row_part_at
         unsigned int row_slot = (slot / parts);
         unsigned int part = (slot - (row_slot * parts));
         unsigned int row = row_slot;
         unsigned int base = (row * stride);
         unsigned int quads_per_part = (((((vocab + 3u) >> 2u) + parts) - 1u) / parts);
-        unsigned int col_lo = ((((part * quads_per_part) * 4u)) < (vocab) ? (((part * quads_per_part) * 4u)) : (vocab));
-        unsigned int col_hi = (((col_lo + (quads_per_part * 4u))) < (vocab) ? ((col_lo + (quads_per_part * 4u))) : (vocab));
+        unsigned int col_lo = min(((part * quads_per_part) * 4u), vocab);
+        unsigned int col_hi = min((col_lo + (quads_per_part * 4u)), vocab);
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
-        float temp = ((noisy) ? (t_raw) : ((1.0f)));
+        float temp = (noisy ? t_raw : (1.0f));
         float best = sk_bitcast<float>(4286578688u);
         unsigned int best_i = 4294967295u;
         float best_z = sk_bitcast<float>(4286578688u);
@@ -227,22 +200,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
         float s = (0.0f);
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+            // built by kernels::sampling::for_each_column
             if (noisy) {
-                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                // built by kernels::sampling::probs_pass
+                const unsigned int sk_e0 = (row * 12u);
+                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e0 + 10u)], rows[(sk_e0 + 11u)]), rows[(sk_e0 + 8u)], rows[(sk_e0 + 9u)]);
             }
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
-                    float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
+                    const float sk_e1 = x[(base + col)];
+                    float xv = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                        // built by kernels::sampling::probs_pass
                         if (noisy) {
                             score = (xv / sk_exponential((w).x));
                         }
                     } else {
+                        // built by kernels::sampling::probs_pass
                         score = sk_bitcast<float>(4286578688u);
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
+                        // built by kernels::sampling::keep
                         best = score;
                         best_i = col;
                         best_z = xv;
@@ -252,16 +232,20 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
-                    float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
+                    const float sk_e2 = x[(base + col)];
+                    float xv = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                        // built by kernels::sampling::probs_pass
                         if (noisy) {
                             score = (xv / sk_exponential((w).y));
                         }
                     } else {
+                        // built by kernels::sampling::probs_pass
                         score = sk_bitcast<float>(4286578688u);
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
+                        // built by kernels::sampling::keep
                         best = score;
                         best_i = col;
                         best_z = xv;
@@ -271,16 +255,20 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
-                    float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
+                    const float sk_e3 = x[(base + col)];
+                    float xv = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                        // built by kernels::sampling::probs_pass
                         if (noisy) {
                             score = (xv / sk_exponential((w).z));
                         }
                     } else {
+                        // built by kernels::sampling::probs_pass
                         score = sk_bitcast<float>(4286578688u);
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
+                        // built by kernels::sampling::keep
                         best = score;
                         best_i = col;
                         best_z = xv;
@@ -290,16 +278,20 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
-                    float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
+                    const float sk_e4 = x[(base + col)];
+                    float xv = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                        // built by kernels::sampling::probs_pass
                         if (noisy) {
                             score = (xv / sk_exponential((w).w));
                         }
                     } else {
+                        // built by kernels::sampling::probs_pass
                         score = sk_bitcast<float>(4286578688u);
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
+                        // built by kernels::sampling::keep
                         best = score;
                         best_i = col;
                         best_z = xv;
@@ -341,26 +333,33 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             __syncthreads();
         }
         if ((parts <= 1u)) {
+            // built by kernels::sampling::race_row
             if ((tok == 4294967295u)) {
+                // built by kernels::sampling::whole_row_results
                 tok = 0u;
             }
             bool valid = (win > (0.0f));
             if ((threadIdx.x == 0u)) {
-                tokens[row] = ((valid) ? (tok) : (0u));
+                // built by kernels::sampling::write_results
+                tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
-                    status[row] = ((valid) ? (1u) : (0u));
+                    status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
-                float pt = ((((sk_bitcast<unsigned int>(x[(base + tok)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + tok)]));
+                // built by kernels::sampling::write_results
+                const float sk_e5 = x[(base + tok)];
+                float pt = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
                 if ((threadIdx.x == 0u)) {
-                    logprobs[row] = ((valid) ? ((((pt > (0.0f))) ? (sk_log(pt)) : (sk_bitcast<float>(4286578688u)))) : (sk_bitcast<float>(4286578688u)));
+                    logprobs[row] = (valid ? ((pt > (0.0f)) ? sk_log(pt) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                 }
             }
         } else {
+            // built by kernels::sampling::race_row
             float part_m = sk_bitcast<float>(4286578688u);
             float part_s = (0.0f);
             if ((threadIdx.x == 0u)) {
+                // built by kernels::sampling::write_part
                 partials[((slot * 9u) + 0u)] = sk_bitcast<unsigned int>(win);
                 partials[((slot * 9u) + 1u)] = tok;
                 partials[((slot * 9u) + 3u)] = sk_bitcast<unsigned int>(sk_bitcast<float>(4286578688u));
@@ -371,6 +370,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                 partials[((slot * 9u) + 8u)] = 1u;
             }
             if (((best_i == tok) && (tok != 4294967295u))) {
+                // built by kernels::sampling::write_part
                 partials[((slot * 9u) + 2u)] = sk_bitcast<unsigned int>(best_z);
             }
         }

@@ -3,6 +3,7 @@
 // kernel `read_rows_f32`: each row's sum, reading every element once: the read bandwidth the benchmarks compare with
 // passes over each row: 1
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
@@ -15,48 +16,46 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
-__device__ __forceinline__ float sk_f16(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ float sk_bf16(unsigned short h) {
-    return sk_bitcast<float>(((unsigned int)h) << 16);
-}
 
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) read_rows_f32(
     const float* __restrict__ x, float* __restrict__ sums, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_red_f32[33];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
+        // built by kernels::sampling::for_each_row_at
         unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;
         float s = (0.0f);
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+            // built by kernels::sampling::for_each_column
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
-                    s = (s + ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])));
+                    const float sk_e0 = x[(base + col)];
+                    s = (s + (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0));
                 }
             }
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
-                    s = (s + ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])));
+                    const float sk_e1 = x[(base + col)];
+                    s = (s + (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1));
                 }
             }
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
-                    s = (s + ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])));
+                    const float sk_e2 = x[(base + col)];
+                    s = (s + (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2));
                 }
             }
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
-                    s = (s + ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])));
+                    const float sk_e3 = x[(base + col)];
+                    s = (s + (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3));
                 }
             }
         }
@@ -86,6 +85,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) read_rows_f32(
             __syncthreads();
         }
         if ((threadIdx.x == 0u)) {
+            // built by kernels::read::read_rows
             sums[row] = row_sum;
         }
     }

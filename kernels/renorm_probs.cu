@@ -3,6 +3,7 @@
 // kernel `renorm_probs`: the probabilities renormalized over the kept set, zero outside
 // passes over each row: 19
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
@@ -15,203 +16,22 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
-__device__ __forceinline__ float sk_f16(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ float sk_bf16(unsigned short h) {
-    return sk_bitcast<float>(((unsigned int)h) << 16);
-}
 
-__device__ __forceinline__ float sk_exp(float x) {
-    if ((x < (-104.0f))) {
-        return (0.0f);
-    }
-    if ((x > (88.72283f))) {
-        return sk_bitcast<float>(2139095040u);
-    }
-    float kf = floorf(((x * (1.442695f)) + (0.5f)));
-    float r = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
-    float p = (0.0001984127f);
-    p = ((p * r) + (0.0013888889f));
-    p = ((p * r) + (0.008333334f));
-    p = ((p * r) + (0.041666668f));
-    p = ((p * r) + (0.16666667f));
-    p = ((p * r) + (0.5f));
-    p = ((p * r) + (1.0f));
-    p = ((p * r) + (1.0f));
-    int k = ((int)(kf));
-    int k1 = (k >> 1u);
-    int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
-}
-__device__ __forceinline__ float sk_log(float x) {
-    unsigned int ix = sk_bitcast<unsigned int>(x);
-    int k = (0);
-    if ((ix < 8388608u)) {
-        x = (x * (33554432.0f));
-        ix = sk_bitcast<unsigned int>(x);
-        k = (-25);
-    }
-    ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
-    ix = ((ix & 8388607u) + 1060439283u);
-    float fr = (sk_bitcast<float>(ix) - (1.0f));
-    float s = (fr / ((2.0f) + fr));
-    float z = (s * s);
-    float w = (z * z);
-    float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
-    float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
-    return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
-}
 __device__ __forceinline__ unsigned long long sk_fixed(float w) {
+    // built by kernels::filters::fixed
     float s = (w * (256.0f));
     float hi = floorf(s);
     float lo = ((s - hi) * (4294967300.0f));
-    return ((((unsigned long long)(((unsigned int)(hi)))) << 32u) | ((unsigned long long)(((unsigned int)(lo)))));
+    return ((((unsigned long long)((unsigned int)hi)) << 32u) | ((unsigned long long)((unsigned int)lo)));
 }
 __device__ __forceinline__ float sk_fixed_f32(unsigned long long m) {
-    return ((((float)(((unsigned int)((m >> 32u))))) * (0.00390625f)) + (((float)(((unsigned int)((m & 4294967295ull))))) * (9.094947e-13f)));
+    // built by kernels::filters::fixed_f32
+    return ((((float)((unsigned int)(m >> 32u))) * (0.00390625f)) + (((float)((unsigned int)(m & 4294967295ull))) * (9.094947e-13f)));
 }
 __device__ __forceinline__ unsigned long long sk_fraction(float p, unsigned long long m) {
-    unsigned long long q = ((unsigned long long)(((unsigned int)((p * (2147483600.0f))))));
-    return (((((unsigned long long)(2u)) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
-}
-__device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned int k1) {
-    unsigned int c0 = (ctr).x;
-    unsigned int c1 = (ctr).y;
-    unsigned int c2 = (ctr).z;
-    unsigned int c3 = (ctr).w;
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    return make_uint4(c0, c1, c2, c3);
-}
-__device__ __forceinline__ float sk_uniform(unsigned int w) {
-    return ((((float)((w >> 9u))) * (1.1920929e-7f)) + (5.9604645e-8f));
-}
-__device__ __forceinline__ float sk_exponential(unsigned int w) {
-    return (-sk_log(sk_uniform(w)));
-}
-__device__ __forceinline__ float sk_gumbel(unsigned int w) {
-    return (-sk_log(sk_exponential(w)));
+    // built by kernels::filters::fraction
+    unsigned long long q = ((unsigned long long)((unsigned int)(p * (2147483600.0f))));
+    return (((((unsigned long long)2u) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
@@ -226,103 +46,68 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
     __shared__ unsigned int bucket_keys[64];
     __shared__ unsigned long long bucket_masses[64];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
+        // built by kernels::sampling::for_each_row_at
         unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
-        float temp = ((noisy) ? (t_raw) : ((1.0f)));
+        float temp = (noisy ? t_raw : (1.0f));
         unsigned int k_raw = rows[((row * 12u) + 2u)];
-        unsigned int kk = ((((k_raw == 0u) || (k_raw > vocab))) ? (vocab) : (k_raw));
+        unsigned int kk = (((k_raw == 0u) || (k_raw > vocab)) ? vocab : k_raw);
         float p_raw = sk_bitcast<float>(rows[((row * 12u) + 3u)]);
-        float pp = ((((p_raw > (0.0f)) && (p_raw < (1.0f)))) ? (p_raw) : ((1.0f)));
+        float pp = (((p_raw > (0.0f)) && (p_raw < (1.0f))) ? p_raw : (1.0f));
         float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
-        float mp = (((mp_raw > (0.0f))) ? (fminf(mp_raw, (1.0f))) : ((0.0f)));
+        float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
         bool filtered = (noisy && (searched || (mp > (0.0f))));
         if (((!((flags & 8u) != 0u)) || filtered)) {
+            // built by kernels::filters::filter_row
             unsigned int sweeps = 0u;
             float m = sk_bitcast<float>(4286578688u);
             sweeps = (sweeps + 1u);
-            if (false) {
-                unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
-                    {
-                        unsigned int col = (c0 + 0u);
-                        if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                                m = fmaxf(m, xv);
-                            }
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + 1u);
-                        if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                                m = fmaxf(m, xv);
-                            }
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + 2u);
-                        if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                                m = fmaxf(m, xv);
-                            }
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + 3u);
-                        if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                                m = fmaxf(m, xv);
-                            }
+            // built by kernels::filters::sweep
+            for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                // built by kernels::filters::sweep
+                {
+                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                    if ((col < col_hi)) {
+                        float xv = x[(base + col)];
+                        if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                            // built by kernels::filters::part_max
+                            m = fmaxf(m, xv);
                         }
                     }
                 }
-            } else {
-                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                        if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                                m = fmaxf(m, xv);
-                            }
+                {
+                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                    if ((col < col_hi)) {
+                        float xv = x[(base + col)];
+                        if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                            // built by kernels::filters::part_max
+                            m = fmaxf(m, xv);
                         }
                     }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                        if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                                m = fmaxf(m, xv);
-                            }
+                }
+                {
+                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                    if ((col < col_hi)) {
+                        float xv = x[(base + col)];
+                        if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                            // built by kernels::filters::part_max
+                            m = fmaxf(m, xv);
                         }
                     }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                        if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                                m = fmaxf(m, xv);
-                            }
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                        if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                                m = fmaxf(m, xv);
-                            }
+                }
+                {
+                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                    if ((col < col_hi)) {
+                        float xv = x[(base + col)];
+                        if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                            // built by kernels::filters::part_max
+                            m = fmaxf(m, xv);
                         }
                     }
                 }
@@ -366,11 +151,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
             bool listed = false;
             unsigned int n_list = 0u;
             bool done = false;
-            unsigned int sel_a = ((k_first) ? (8u) : (0u));
-            unsigned int digits = (sel_a + ((searched) ? (8u) : (0u)));
+            unsigned int sel_a = (k_first ? 8u : 0u);
+            unsigned int digits = (sel_a + (searched ? 8u : 0u));
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
+                // built by kernels::filters::find_set
                 bool in_a = (stage <= sel_a);
-                unsigned int digit_pass = ((in_a) ? ((stage - 1u)) : (((stage - 1u) - sel_a)));
+                const unsigned int sk_e0 = (stage - 1u);
+                unsigned int digit_pass = (in_a ? sk_e0 : (sk_e0 - sel_a));
                 unsigned int shift = (28u - (digit_pass * 4u));
                 if ((digit_pass == 0u)) {
                     listed = false;
@@ -402,171 +189,94 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     }
                     unsigned int list_at = list_from;
                     sweeps = (sweeps + 1u);
-                    if (false) {
-                        unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                        unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                        for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
-                            {
-                                unsigned int col = (c0 + 0u);
-                                if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
-                                    float ov = zv;
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                    // built by kernels::filters::sweep
+                    for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                        // built by kernels::filters::sweep
+                        {
+                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                            if ((col < col_hi)) {
+                                float zv = x[(base + col)];
+                                float ov = zv;
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
                                 }
-                            }
-                            {
-                                unsigned int col = (c0 + 1u);
-                                if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
-                                    float ov = zv;
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + 2u);
-                                if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
-                                    float ov = zv;
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + 3u);
-                                if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
-                                    float ov = zv;
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
                         }
-                    } else {
-                        for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                            {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                                if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
-                                    float ov = zv;
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                        {
+                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                            if ((col < col_hi)) {
+                                float zv = x[(base + col)];
+                                float ov = zv;
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
-                            {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                                if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
-                                    float ov = zv;
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                        }
+                        {
+                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                            if ((col < col_hi)) {
+                                float zv = x[(base + col)];
+                                float ov = zv;
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
-                            {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                                if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
-                                    float ov = zv;
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                        }
+                        {
+                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                            if ((col < col_hi)) {
+                                float zv = x[(base + col)];
+                                float ov = zv;
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
                                 }
-                            }
-                            {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                                if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
-                                    float ov = zv;
-                                    unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
                         }
@@ -578,19 +288,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                 if ((((listed && (!in_a)) && (sel_tn <= 64u)) && (!done))) {
                     mine = 0u;
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
+                        // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
                         float zv = x[(base + col)];
                         float ov = zv;
-                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
                         if (((key & sel_mask) == sel_key)) {
-                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                            // built by kernels::filters::candidate
+                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
                         if (ok) {
+                            // built by kernels::filters::select_in_bucket
                             mine = (mine + 1u);
                         }
                     }
@@ -620,19 +333,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     }
                     unsigned int bucket_at = bucket_from;
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
+                        // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
                         float zv = x[(base + col)];
                         float ov = zv;
-                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
                         if (((key & sel_mask) == sel_key)) {
-                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                            // built by kernels::filters::candidate
+                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
                         if (ok) {
+                            // built by kernels::filters::select_in_bucket
                             if ((bucket_at < 64u)) {
                                 bucket_cols[bucket_at] = col;
                                 bucket_keys[bucket_at] = key;
@@ -644,20 +360,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     __syncthreads();
                     unsigned int found_key = 0u;
                     unsigned int found_col = 0u;
-                    for (unsigned int t = threadIdx.x; t < ((sel_tn) < (64u) ? (sel_tn) : (64u)); t += ((unsigned int)SK_BLOCK)) {
+                    for (unsigned int t = threadIdx.x; t < min(sel_tn, 64u); t += ((unsigned int)SK_BLOCK)) {
+                        // built by kernels::filters::select_in_bucket
                         unsigned int kt = bucket_keys[t];
                         unsigned int ct = bucket_cols[t];
                         unsigned long long mt = bucket_masses[t];
                         unsigned int before = sel_n;
                         unsigned long long mass_before = sel_m;
-                        for (unsigned int v = 0u; v < ((sel_tn) < (64u) ? (sel_tn) : (64u)); v += 1u) {
+                        for (unsigned int v = 0u; v < min(sel_tn, 64u); v += 1u) {
                             unsigned int kv = bucket_keys[v];
                             if (((kv > kt) || ((kv == kt) && (bucket_cols[v] < ct)))) {
                                 before = (before + 1u);
                                 mass_before = (mass_before + bucket_masses[v]);
                             }
                         }
-                        if ((((before < kk) && (mass_before <= lim)) && (((before + 1u) == (sel_n + ((sel_tn) < (64u) ? (sel_tn) : (64u)))) || (!(((before + 1u) < kk) && ((mass_before + mt) <= lim)))))) {
+                        const unsigned int sk_e1 = (before + 1u);
+                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e1 == (sel_n + min(sel_tn, 64u))) || (!((sk_e1 < kk) && ((mass_before + mt) <= lim)))))) {
                             found_key = kt;
                             found_col = ct;
                         }
@@ -724,20 +442,24 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     unsigned long long mas_14 = 0;
                     unsigned long long mas_15 = 0;
                     if (listed) {
+                        // built by kernels::filters::digit_counts
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             if (((key & sel_mask) == sel_key)) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                // built by kernels::filters::candidate
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                             }
                             if (ok) {
+                                // built by kernels::filters::digit_counts
                                 unsigned int digit = ((key >> shift) & 15u);
                                 {
                                     const unsigned int sk_bin = digit;
@@ -783,26 +505,30 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         }
                     }
                     if ((!listed)) {
+                        // built by kernels::filters::digit_counts
                         sweeps = (sweeps + 1u);
                         if ((digit_pass == 7u)) {
+                            // built by kernels::filters::sweep
                             unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                            for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
+                            for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
                                 {
                                     unsigned int col = (c0 + 0u);
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            // built by kernels::filters::candidate
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             unsigned int digit = ((key >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -852,16 +578,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            // built by kernels::filters::candidate
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             unsigned int digit = ((key >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -911,16 +639,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            // built by kernels::filters::candidate
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             unsigned int digit = ((key >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -970,16 +700,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            // built by kernels::filters::candidate
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             unsigned int digit = ((key >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -1026,22 +758,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 }
                             }
                         } else {
+                            // built by kernels::filters::sweep
                             for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                                 {
                                     unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            // built by kernels::filters::candidate
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             unsigned int digit = ((key >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -1091,16 +826,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            // built by kernels::filters::candidate
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             unsigned int digit = ((key >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -1150,16 +887,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            // built by kernels::filters::candidate
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             unsigned int digit = ((key >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -1209,16 +948,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if (((key & sel_mask) == sel_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            // built by kernels::filters::candidate
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             unsigned int digit = ((key >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -1455,6 +1196,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         __syncthreads();
                     }
                     if ((digit_pass == 0u)) {
+                        // built by kernels::filters::decide
                         row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         if (((!in_a) && (!k_first))) {
                             lim = sk_fraction(pp, row_mass);
@@ -1466,6 +1208,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     unsigned int cn = sel_n;
                     unsigned long long cm = sel_m;
                     if ((cnt_s15 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 15u;
                             cn = nb;
@@ -1475,6 +1218,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s15);
                     }
                     if ((cnt_s14 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 14u;
                             cn = nb;
@@ -1484,6 +1228,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s14);
                     }
                     if ((cnt_s13 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 13u;
                             cn = nb;
@@ -1493,6 +1238,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s13);
                     }
                     if ((cnt_s12 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 12u;
                             cn = nb;
@@ -1502,6 +1248,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s12);
                     }
                     if ((cnt_s11 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 11u;
                             cn = nb;
@@ -1511,6 +1258,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s11);
                     }
                     if ((cnt_s10 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 10u;
                             cn = nb;
@@ -1520,6 +1268,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s10);
                     }
                     if ((cnt_s9 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 9u;
                             cn = nb;
@@ -1529,6 +1278,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s9);
                     }
                     if ((cnt_s8 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 8u;
                             cn = nb;
@@ -1538,6 +1288,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s8);
                     }
                     if ((cnt_s7 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 7u;
                             cn = nb;
@@ -1547,6 +1298,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s7);
                     }
                     if ((cnt_s6 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 6u;
                             cn = nb;
@@ -1556,6 +1308,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s6);
                     }
                     if ((cnt_s5 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 5u;
                             cn = nb;
@@ -1565,6 +1318,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s5);
                     }
                     if ((cnt_s4 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 4u;
                             cn = nb;
@@ -1574,6 +1328,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s4);
                     }
                     if ((cnt_s3 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 3u;
                             cn = nb;
@@ -1583,6 +1338,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s3);
                     }
                     if ((cnt_s2 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 2u;
                             cn = nb;
@@ -1592,6 +1348,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s2);
                     }
                     if ((cnt_s1 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 1u;
                             cn = nb;
@@ -1601,6 +1358,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s1);
                     }
                     if ((cnt_s0 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 0u;
                             cn = nb;
@@ -1610,19 +1368,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s0);
                     }
                     if ((chosen != 4294967295u)) {
+                        // built by kernels::filters::decide
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
-                        sel_tn = (((chosen == 15u)) ? (cnt_s15) : ((((chosen == 14u)) ? (cnt_s14) : ((((chosen == 13u)) ? (cnt_s13) : ((((chosen == 12u)) ? (cnt_s12) : ((((chosen == 11u)) ? (cnt_s11) : ((((chosen == 10u)) ? (cnt_s10) : ((((chosen == 9u)) ? (cnt_s9) : ((((chosen == 8u)) ? (cnt_s8) : ((((chosen == 7u)) ? (cnt_s7) : ((((chosen == 6u)) ? (cnt_s6) : ((((chosen == 5u)) ? (cnt_s5) : ((((chosen == 4u)) ? (cnt_s4) : ((((chosen == 3u)) ? (cnt_s3) : ((((chosen == 2u)) ? (cnt_s2) : ((((chosen == 1u)) ? (cnt_s1) : ((((chosen == 0u)) ? (cnt_s0) : (0u))))))))))))))))))))))))))))))));
-                        sel_tm = (((chosen == 15u)) ? (mas_s15) : ((((chosen == 14u)) ? (mas_s14) : ((((chosen == 13u)) ? (mas_s13) : ((((chosen == 12u)) ? (mas_s12) : ((((chosen == 11u)) ? (mas_s11) : ((((chosen == 10u)) ? (mas_s10) : ((((chosen == 9u)) ? (mas_s9) : ((((chosen == 8u)) ? (mas_s8) : ((((chosen == 7u)) ? (mas_s7) : ((((chosen == 6u)) ? (mas_s6) : ((((chosen == 5u)) ? (mas_s5) : ((((chosen == 4u)) ? (mas_s4) : ((((chosen == 3u)) ? (mas_s3) : ((((chosen == 2u)) ? (mas_s2) : ((((chosen == 1u)) ? (mas_s1) : ((((chosen == 0u)) ? (mas_s0) : (0ull))))))))))))))))))))))))))))))));
-                        mine = (((chosen == 15u)) ? (cnt_15) : ((((chosen == 14u)) ? (cnt_14) : ((((chosen == 13u)) ? (cnt_13) : ((((chosen == 12u)) ? (cnt_12) : ((((chosen == 11u)) ? (cnt_11) : ((((chosen == 10u)) ? (cnt_10) : ((((chosen == 9u)) ? (cnt_9) : ((((chosen == 8u)) ? (cnt_8) : ((((chosen == 7u)) ? (cnt_7) : ((((chosen == 6u)) ? (cnt_6) : ((((chosen == 5u)) ? (cnt_5) : ((((chosen == 4u)) ? (cnt_4) : ((((chosen == 3u)) ? (cnt_3) : ((((chosen == 2u)) ? (cnt_2) : ((((chosen == 1u)) ? (cnt_1) : ((((chosen == 0u)) ? (cnt_0) : (0u))))))))))))))))))))))))))))))));
+                        sel_tn = ((chosen == 15u) ? cnt_s15 : ((chosen == 14u) ? cnt_s14 : ((chosen == 13u) ? cnt_s13 : ((chosen == 12u) ? cnt_s12 : ((chosen == 11u) ? cnt_s11 : ((chosen == 10u) ? cnt_s10 : ((chosen == 9u) ? cnt_s9 : ((chosen == 8u) ? cnt_s8 : ((chosen == 7u) ? cnt_s7 : ((chosen == 6u) ? cnt_s6 : ((chosen == 5u) ? cnt_s5 : ((chosen == 4u) ? cnt_s4 : ((chosen == 3u) ? cnt_s3 : ((chosen == 2u) ? cnt_s2 : ((chosen == 1u) ? cnt_s1 : ((chosen == 0u) ? cnt_s0 : 0u))))))))))))))));
+                        sel_tm = ((chosen == 15u) ? mas_s15 : ((chosen == 14u) ? mas_s14 : ((chosen == 13u) ? mas_s13 : ((chosen == 12u) ? mas_s12 : ((chosen == 11u) ? mas_s11 : ((chosen == 10u) ? mas_s10 : ((chosen == 9u) ? mas_s9 : ((chosen == 8u) ? mas_s8 : ((chosen == 7u) ? mas_s7 : ((chosen == 6u) ? mas_s6 : ((chosen == 5u) ? mas_s5 : ((chosen == 4u) ? mas_s4 : ((chosen == 3u) ? mas_s3 : ((chosen == 2u) ? mas_s2 : ((chosen == 1u) ? mas_s1 : ((chosen == 0u) ? mas_s0 : 0ull))))))))))))))));
+                        mine = ((chosen == 15u) ? cnt_15 : ((chosen == 14u) ? cnt_14 : ((chosen == 13u) ? cnt_13 : ((chosen == 12u) ? cnt_12 : ((chosen == 11u) ? cnt_11 : ((chosen == 10u) ? cnt_10 : ((chosen == 9u) ? cnt_9 : ((chosen == 8u) ? cnt_8 : ((chosen == 7u) ? cnt_7 : ((chosen == 6u) ? cnt_6 : ((chosen == 5u) ? cnt_5 : ((chosen == 4u) ? cnt_4 : ((chosen == 3u) ? cnt_3 : ((chosen == 2u) ? cnt_2 : ((chosen == 1u) ? cnt_1 : ((chosen == 0u) ? cnt_0 : 0u))))))))))))))));
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
-                        unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                        unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
-                        unsigned int ties = ((unsigned int)(((((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) < ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))) ? (((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) : ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))))));
-                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)(ties)) * tie_v)));
+                        // built by kernels::filters::decide
+                        unsigned long long tn64 = ((unsigned long long)sel_tn);
+                        unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
+                        const bool sk_e2 = (tie_v == 0ull);
+                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e2 ? tn64 : (((lim - sel_m) / (sk_e2 ? 1ull : tie_v)) + 1ull))));
+                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                         sel_key = 0u;
                         sel_mask = 0u;
                         sel_n = 0u;
@@ -1636,14 +1397,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
             unsigned int s_ties = 0u;
             unsigned int tie_start = 0u;
             if (searched) {
-                unsigned long long tn64 = ((unsigned long long)(sel_tn));
-                unsigned long long tie_v = (sel_tm / (((tn64 == 0ull)) ? (1ull) : (tn64)));
-                unsigned int ties = ((unsigned int)(((((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) < ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))) ? (((tn64) < (((unsigned long long)((kk - sel_n)))) ? (tn64) : (((unsigned long long)((kk - sel_n)))))) : ((((tie_v == 0ull)) ? (tn64) : ((((lim - sel_m) / (((tie_v == 0ull)) ? (1ull) : (tie_v))) + 1ull)))))));
+                // built by kernels::filters::set_bounds
+                unsigned long long tn64 = ((unsigned long long)sel_tn);
+                unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
+                const bool sk_e3 = (tie_v == 0ull);
+                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e3 ? tn64 : (((lim - sel_m) / (sk_e3 ? 1ull : tie_v)) + 1ull))));
                 s_ties = ties;
             }
             unsigned int tie_rank = 0u;
             unsigned long long all_mass = 0ull;
             if (searched) {
+                // built by kernels::filters::find_set
                 if (done) {
                     s_ties = 4294967295u;
                 }
@@ -1653,25 +1417,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     } else {
                         mine = 0u;
                         sweeps = (sweeps + 1u);
-                        if (true) {
+                        {
+                            // built by kernels::filters::sweep
                             unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                            for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
+                            for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
                                 {
                                     unsigned int col = (c0 + 0u);
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            // built by kernels::filters::count_ties
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1681,16 +1448,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            // built by kernels::filters::count_ties
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1700,16 +1469,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            // built by kernels::filters::count_ties
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1719,95 +1490,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     if ((col < col_hi)) {
                                         float zv = x[(base + col)];
                                         float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
                                         if ((key == s_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                            // built by kernels::filters::count_ties
+                                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                            }
-                        } else {
-                            for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                                    if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
-                                        float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if ((key == s_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                                {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                                    if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
-                                        float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if ((key == s_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                                {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                                    if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
-                                        float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if ((key == s_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                                {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                                    if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
-                                        float ov = zv;
-                                        unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if ((key == s_key)) {
-                                            wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1845,22 +1539,24 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
             unsigned long long km = 0ull;
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
-            if (true) {
+            {
+                // built by kernels::filters::sweep
                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
+                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                // built by kernels::filters::sweep_set
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1869,11 +1565,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 bool tie = (ok && (key == s_key));
                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
                             }
                             if (kept) {
+                                // built by kernels::filters::filter_row
                                 km = (km + mv);
                             }
                         }
@@ -1883,13 +1581,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         if ((col < col_hi)) {
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                // built by kernels::filters::sweep_set
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1898,11 +1597,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 bool tie = (ok && (key == s_key));
                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
                             }
                             if (kept) {
+                                // built by kernels::filters::filter_row
                                 km = (km + mv);
                             }
                         }
@@ -1912,13 +1613,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         if ((col < col_hi)) {
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                // built by kernels::filters::sweep_set
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1927,11 +1629,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 bool tie = (ok && (key == s_key));
                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
                             }
                             if (kept) {
+                                // built by kernels::filters::filter_row
                                 km = (km + mv);
                             }
                         }
@@ -1941,13 +1645,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         if ((col < col_hi)) {
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                // built by kernels::filters::sweep_set
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -1956,130 +1661,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 bool tie = (ok && (key == s_key));
                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
                             }
                             if (kept) {
-                                km = (km + mv);
-                            }
-                        }
-                    }
-                }
-            } else {
-                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                        if ((col < col_hi)) {
-                            float zv = x[(base + col)];
-                            float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            if (kept) {
-                                km = (km + mv);
-                            }
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                        if ((col < col_hi)) {
-                            float zv = x[(base + col)];
-                            float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            if (kept) {
-                                km = (km + mv);
-                            }
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                        if ((col < col_hi)) {
-                            float zv = x[(base + col)];
-                            float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            if (kept) {
-                                km = (km + mv);
-                            }
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                        if ((col < col_hi)) {
-                            float zv = x[(base + col)];
-                            float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            if (kept) {
+                                // built by kernels::filters::filter_row
                                 km = (km + mv);
                             }
                         }
@@ -2114,22 +1702,24 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
             float kept_w = sk_fixed_f32(kept_mass);
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
-            if (true) {
+            {
+                // built by kernels::filters::sweep
                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                for (unsigned int c0 = (col_lo + ((((threadIdx.x * per)) < (quads) ? ((threadIdx.x * per)) : (quads)) * 4u)); c0 < (col_lo + (((((threadIdx.x * per) + per)) < (quads) ? (((threadIdx.x * per) + per)) : (quads)) * 4u)); c0 += 4u) {
+                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                // built by kernels::filters::sweep_set
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2138,11 +1728,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 bool tie = (ok && (key == s_key));
                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
                             }
-                            out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
+                            out[(base + col)] = (kept ? (wv / kept_w) : (0.0f));
                         }
                     }
                     {
@@ -2150,13 +1741,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         if ((col < col_hi)) {
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                // built by kernels::filters::sweep_set
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2165,11 +1757,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 bool tie = (ok && (key == s_key));
                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
                             }
-                            out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
+                            out[(base + col)] = (kept ? (wv / kept_w) : (0.0f));
                         }
                     }
                     {
@@ -2177,13 +1770,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         if ((col < col_hi)) {
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                // built by kernels::filters::sweep_set
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2192,11 +1786,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 bool tie = (ok && (key == s_key));
                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
                             }
-                            out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
+                            out[(base + col)] = (kept ? (wv / kept_w) : (0.0f));
                         }
                     }
                     {
@@ -2204,13 +1799,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         if ((col < col_hi)) {
                             float zv = x[(base + col)];
                             float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;
                             bool kept = false;
                             if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
+                                // built by kernels::filters::sweep_set
+                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                                 if (ok) {
@@ -2219,122 +1815,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 bool tie = (ok && (key == s_key));
                                 bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
                             }
-                            out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
-                        }
-                    }
-                }
-            } else {
-                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                        if ((col < col_hi)) {
-                            float zv = x[(base + col)];
-                            float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                        if ((col < col_hi)) {
-                            float zv = x[(base + col)];
-                            float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                        if ((col < col_hi)) {
-                            float zv = x[(base + col)];
-                            float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                        if ((col < col_hi)) {
-                            float zv = x[(base + col)];
-                            float ov = zv;
-                            unsigned int key = ((((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u)) ? ((sk_bitcast<unsigned int>(ov) ^ 4294967295u)) : ((sk_bitcast<unsigned int>(ov) | 2147483648u)));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = ((((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u)))) ? ((((zv == mx)) ? ((1.0f)) : ((zv / mx)))) : ((0.0f)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            out[(base + col)] = ((kept) ? ((wv / kept_w)) : ((0.0f)));
+                            out[(base + col)] = (kept ? (wv / kept_w) : (0.0f));
                         }
                     }
                 }

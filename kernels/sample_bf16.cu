@@ -3,6 +3,7 @@
 // kernel `sample_bf16`: per-row sampler: the Philox race on the rows without a seed or a filter (the seeded and filter kernels take those)
 // passes over each row: 1
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
@@ -15,16 +16,13 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
-__device__ __forceinline__ float sk_f16(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
+
 __device__ __forceinline__ float sk_bf16(unsigned short h) {
     return sk_bitcast<float>(((unsigned int)h) << 16);
 }
 
 __device__ __forceinline__ float sk_exp(float x) {
+    // built by kernels::math::exp
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -41,12 +39,13 @@ __device__ __forceinline__ float sk_exp(float x) {
     p = ((p * r) + (0.5f));
     p = ((p * r) + (1.0f));
     p = ((p * r) + (1.0f));
-    int k = ((int)(kf));
+    int k = ((int)kf);
     int k1 = (k >> 1u);
     int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
+    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
 __device__ __forceinline__ float sk_log(float x) {
+    // built by kernels::math::log
     unsigned int ix = sk_bitcast<unsigned int>(x);
     int k = (0);
     if ((ix < 8388608u)) {
@@ -55,7 +54,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -63,10 +62,11 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned int k1) {
+    // built by kernels::philox::philox
     unsigned int c0 = (ctr).x;
     unsigned int c1 = (ctr).y;
     unsigned int c2 = (ctr).z;
@@ -192,12 +192,15 @@ __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned 
     return make_uint4(c0, c1, c2, c3);
 }
 __device__ __forceinline__ float sk_uniform(unsigned int w) {
-    return ((((float)((w >> 9u))) * (1.1920929e-7f)) + (5.9604645e-8f));
+    // built by kernels::philox::uniform
+    return ((((float)(w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
 }
 __device__ __forceinline__ float sk_exponential(unsigned int w) {
+    // built by kernels::philox::exponential
     return (-sk_log(sk_uniform(w)));
 }
 __device__ __forceinline__ float sk_gumbel(unsigned int w) {
+    // built by kernels::philox::gumbel
     return (-sk_log(sk_exponential(w)));
 }
 
@@ -207,35 +210,38 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
     __shared__ unsigned int sk_red_u32[33];
     __shared__ float sk_am_f32[33];
     __shared__ unsigned int sk_am_i[33];
-    unsigned int parts = (((flags >> 16u)) > (1u) ? ((flags >> 16u)) : (1u));
+    unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
+        // built by kernels::sampling::for_each_row_part_at
         unsigned int row_slot = (slot / parts);
         unsigned int part = (slot - (row_slot * parts));
         unsigned int row = row_slot;
         unsigned int base = (row * stride);
         unsigned int quads_per_part = (((((vocab + 3u) >> 2u) + parts) - 1u) / parts);
-        unsigned int col_lo = ((((part * quads_per_part) * 4u)) < (vocab) ? (((part * quads_per_part) * 4u)) : (vocab));
-        unsigned int col_hi = (((col_lo + (quads_per_part * 4u))) < (vocab) ? ((col_lo + (quads_per_part * 4u))) : (vocab));
+        unsigned int col_lo = min(((part * quads_per_part) * 4u), vocab);
+        unsigned int col_hi = min((col_lo + (quads_per_part * 4u)), vocab);
         bool skip = false;
         {
+            // built by kernels::sampler::sample
             float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
             bool noisy = (t_raw >= (1e-6f));
-            float temp = ((noisy) ? (t_raw) : ((1.0f)));
+            float temp = (noisy ? t_raw : (1.0f));
             unsigned int k_raw = rows[((row * 12u) + 2u)];
-            unsigned int kk = ((((k_raw == 0u) || (k_raw > vocab))) ? (vocab) : (k_raw));
+            unsigned int kk = (((k_raw == 0u) || (k_raw > vocab)) ? vocab : k_raw);
             float p_raw = sk_bitcast<float>(rows[((row * 12u) + 3u)]);
-            float pp = ((((p_raw > (0.0f)) && (p_raw < (1.0f)))) ? (p_raw) : ((1.0f)));
+            float pp = (((p_raw > (0.0f)) && (p_raw < (1.0f))) ? p_raw : (1.0f));
             float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
-            float mp = (((mp_raw > (0.0f))) ? (fminf(mp_raw, (1.0f))) : ((0.0f)));
+            float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
             bool searched = ((kk < vocab) || (pp < (1.0f)));
             bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
             bool filtered = (noisy && (searched || (mp > (0.0f))));
             skip = (filtered || (rows[((row * 12u) + 1u)] == 1u));
         }
         if ((!skip)) {
+            // built by kernels::sampler::sample
             float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
             bool noisy = (t_raw >= (1e-6f));
-            float temp = ((noisy) ? (t_raw) : ((1.0f)));
+            float temp = (noisy ? t_raw : (1.0f));
             float best = sk_bitcast<float>(4286578688u);
             unsigned int best_i = 4294967295u;
             float best_z = sk_bitcast<float>(4286578688u);
@@ -251,42 +257,53 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
             unsigned int up1_i = 4294967295u;
             float up2 = sk_bitcast<float>(4286578688u);
             if (noisy) {
+                // built by kernels::sampling::screened_pass
                 for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                    // built by kernels::sampling::for_each_column
+                    const unsigned int sk_e0 = (row * 12u);
+                    w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e0 + 10u)], rows[(sk_e0 + 11u)]), rows[(sk_e0 + 8u)], rows[(sk_e0 + 9u)]);
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {
-                            float xv = ((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)])));
+                            const float sk_e1 = sk_bf16(x[(base + col)]);
+                            float xv = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
                             float za = (xv * rcp_t);
                             if ((fabsf(za) < (1.7014118e38f))) {
+                                // built by kernels::sampling::screened_pass
                                 float un = sk_uniform((w).x);
                                 float tn = ((1.0f) - un);
-                                float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
                                 float an = (za - __logf(en));
                                 float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
                                 lo_best = fmaxf(lo_best, (an - dn));
                                 if (((an + dn) > up1)) {
+                                    // built by kernels::sampling::bound
                                     up2 = up1;
                                     up1 = (an + dn);
                                     up1_i = col;
                                 } else {
+                                    // built by kernels::sampling::bound
                                     up2 = fmaxf(up2, (an + dn));
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     if (((xv / temp) > m)) {
+                                        // built by kernels::sampling::online_logsumexp
                                         s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
                                         m = (xv / temp);
                                     } else {
+                                        // built by kernels::sampling::online_logsumexp
                                         if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
                                             s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                         }
                                     }
                                 }
                             } else {
+                                // built by kernels::sampling::screened_pass
                                 float sv = (xv / temp);
                                 if ((sv == sk_bitcast<float>(2139095040u))) {
                                     top_n = (top_n + 1u);
                                     if (((sk_gumbel((w).x) > top) || (top_i == 4294967295u))) {
+                                        // built by kernels::sampling::keep_top
                                         top = sk_gumbel((w).x);
                                         top_i = col;
                                     }
@@ -295,18 +312,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                                     if ((score > sk_bitcast<float>(4286578688u))) {
                                         lo_best = fmaxf(lo_best, score);
                                         if ((score > up1)) {
+                                            // built by kernels::sampling::bound
                                             up2 = up1;
                                             up1 = score;
                                             up1_i = col;
                                         } else {
+                                            // built by kernels::sampling::bound
                                             up2 = fmaxf(up2, score);
                                         }
                                     }
                                     if (((flags & 1u) != 0u)) {
                                         if ((sv > m)) {
+                                            // built by kernels::sampling::online_logsumexp
                                             s = ((s * sk_exp((m - sv))) + (1.0f));
                                             m = sv;
                                         } else {
+                                            // built by kernels::sampling::online_logsumexp
                                             if ((sv > sk_bitcast<float>(4286578688u))) {
                                                 s = (s + ((1.0f) * sk_exp((sv - m))));
                                             }
@@ -319,37 +340,45 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     {
                         unsigned int col = (c0 + 1u);
                         if ((col < col_hi)) {
-                            float xv = ((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)])));
+                            const float sk_e2 = sk_bf16(x[(base + col)]);
+                            float xv = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
                             float za = (xv * rcp_t);
                             if ((fabsf(za) < (1.7014118e38f))) {
+                                // built by kernels::sampling::screened_pass
                                 float un = sk_uniform((w).y);
                                 float tn = ((1.0f) - un);
-                                float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
                                 float an = (za - __logf(en));
                                 float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
                                 lo_best = fmaxf(lo_best, (an - dn));
                                 if (((an + dn) > up1)) {
+                                    // built by kernels::sampling::bound
                                     up2 = up1;
                                     up1 = (an + dn);
                                     up1_i = col;
                                 } else {
+                                    // built by kernels::sampling::bound
                                     up2 = fmaxf(up2, (an + dn));
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     if (((xv / temp) > m)) {
+                                        // built by kernels::sampling::online_logsumexp
                                         s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
                                         m = (xv / temp);
                                     } else {
+                                        // built by kernels::sampling::online_logsumexp
                                         if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
                                             s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                         }
                                     }
                                 }
                             } else {
+                                // built by kernels::sampling::screened_pass
                                 float sv = (xv / temp);
                                 if ((sv == sk_bitcast<float>(2139095040u))) {
                                     top_n = (top_n + 1u);
                                     if (((sk_gumbel((w).y) > top) || (top_i == 4294967295u))) {
+                                        // built by kernels::sampling::keep_top
                                         top = sk_gumbel((w).y);
                                         top_i = col;
                                     }
@@ -358,18 +387,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                                     if ((score > sk_bitcast<float>(4286578688u))) {
                                         lo_best = fmaxf(lo_best, score);
                                         if ((score > up1)) {
+                                            // built by kernels::sampling::bound
                                             up2 = up1;
                                             up1 = score;
                                             up1_i = col;
                                         } else {
+                                            // built by kernels::sampling::bound
                                             up2 = fmaxf(up2, score);
                                         }
                                     }
                                     if (((flags & 1u) != 0u)) {
                                         if ((sv > m)) {
+                                            // built by kernels::sampling::online_logsumexp
                                             s = ((s * sk_exp((m - sv))) + (1.0f));
                                             m = sv;
                                         } else {
+                                            // built by kernels::sampling::online_logsumexp
                                             if ((sv > sk_bitcast<float>(4286578688u))) {
                                                 s = (s + ((1.0f) * sk_exp((sv - m))));
                                             }
@@ -382,37 +415,45 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     {
                         unsigned int col = (c0 + 2u);
                         if ((col < col_hi)) {
-                            float xv = ((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)])));
+                            const float sk_e3 = sk_bf16(x[(base + col)]);
+                            float xv = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                             float za = (xv * rcp_t);
                             if ((fabsf(za) < (1.7014118e38f))) {
+                                // built by kernels::sampling::screened_pass
                                 float un = sk_uniform((w).z);
                                 float tn = ((1.0f) - un);
-                                float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
                                 float an = (za - __logf(en));
                                 float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
                                 lo_best = fmaxf(lo_best, (an - dn));
                                 if (((an + dn) > up1)) {
+                                    // built by kernels::sampling::bound
                                     up2 = up1;
                                     up1 = (an + dn);
                                     up1_i = col;
                                 } else {
+                                    // built by kernels::sampling::bound
                                     up2 = fmaxf(up2, (an + dn));
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     if (((xv / temp) > m)) {
+                                        // built by kernels::sampling::online_logsumexp
                                         s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
                                         m = (xv / temp);
                                     } else {
+                                        // built by kernels::sampling::online_logsumexp
                                         if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
                                             s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                         }
                                     }
                                 }
                             } else {
+                                // built by kernels::sampling::screened_pass
                                 float sv = (xv / temp);
                                 if ((sv == sk_bitcast<float>(2139095040u))) {
                                     top_n = (top_n + 1u);
                                     if (((sk_gumbel((w).z) > top) || (top_i == 4294967295u))) {
+                                        // built by kernels::sampling::keep_top
                                         top = sk_gumbel((w).z);
                                         top_i = col;
                                     }
@@ -421,18 +462,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                                     if ((score > sk_bitcast<float>(4286578688u))) {
                                         lo_best = fmaxf(lo_best, score);
                                         if ((score > up1)) {
+                                            // built by kernels::sampling::bound
                                             up2 = up1;
                                             up1 = score;
                                             up1_i = col;
                                         } else {
+                                            // built by kernels::sampling::bound
                                             up2 = fmaxf(up2, score);
                                         }
                                     }
                                     if (((flags & 1u) != 0u)) {
                                         if ((sv > m)) {
+                                            // built by kernels::sampling::online_logsumexp
                                             s = ((s * sk_exp((m - sv))) + (1.0f));
                                             m = sv;
                                         } else {
+                                            // built by kernels::sampling::online_logsumexp
                                             if ((sv > sk_bitcast<float>(4286578688u))) {
                                                 s = (s + ((1.0f) * sk_exp((sv - m))));
                                             }
@@ -445,37 +490,45 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     {
                         unsigned int col = (c0 + 3u);
                         if ((col < col_hi)) {
-                            float xv = ((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)])));
+                            const float sk_e4 = sk_bf16(x[(base + col)]);
+                            float xv = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
                             float za = (xv * rcp_t);
                             if ((fabsf(za) < (1.7014118e38f))) {
+                                // built by kernels::sampling::screened_pass
                                 float un = sk_uniform((w).w);
                                 float tn = ((1.0f) - un);
-                                float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
                                 float an = (za - __logf(en));
                                 float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
                                 lo_best = fmaxf(lo_best, (an - dn));
                                 if (((an + dn) > up1)) {
+                                    // built by kernels::sampling::bound
                                     up2 = up1;
                                     up1 = (an + dn);
                                     up1_i = col;
                                 } else {
+                                    // built by kernels::sampling::bound
                                     up2 = fmaxf(up2, (an + dn));
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     if (((xv / temp) > m)) {
+                                        // built by kernels::sampling::online_logsumexp
                                         s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
                                         m = (xv / temp);
                                     } else {
+                                        // built by kernels::sampling::online_logsumexp
                                         if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
                                             s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                         }
                                     }
                                 }
                             } else {
+                                // built by kernels::sampling::screened_pass
                                 float sv = (xv / temp);
                                 if ((sv == sk_bitcast<float>(2139095040u))) {
                                     top_n = (top_n + 1u);
                                     if (((sk_gumbel((w).w) > top) || (top_i == 4294967295u))) {
+                                        // built by kernels::sampling::keep_top
                                         top = sk_gumbel((w).w);
                                         top_i = col;
                                     }
@@ -484,18 +537,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                                     if ((score > sk_bitcast<float>(4286578688u))) {
                                         lo_best = fmaxf(lo_best, score);
                                         if ((score > up1)) {
+                                            // built by kernels::sampling::bound
                                             up2 = up1;
                                             up1 = score;
                                             up1_i = col;
                                         } else {
+                                            // built by kernels::sampling::bound
                                             up2 = fmaxf(up2, score);
                                         }
                                     }
                                     if (((flags & 1u) != 0u)) {
                                         if ((sv > m)) {
+                                            // built by kernels::sampling::online_logsumexp
                                             s = ((s * sk_exp((m - sv))) + (1.0f));
                                             m = sv;
                                         } else {
+                                            // built by kernels::sampling::online_logsumexp
                                             if ((sv > sk_bitcast<float>(4286578688u))) {
                                                 s = (s + ((1.0f) * sk_exp((sv - m))));
                                             }
@@ -532,8 +589,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     __syncthreads();
                 }
                 if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                    float sv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + up1_i)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + up1_i)]))) / temp);
-                    best = (sv + sk_gumbel(((((up1_i & 3u) == 0u)) ? ((sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).x) : (((((up1_i & 3u) == 1u)) ? ((sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).y) : (((((up1_i & 3u) == 2u)) ? ((sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).z) : ((sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).w))))))));
+                    const float sk_e5 = sk_bf16(x[(base + up1_i)]);
+                    float sv = ((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5) / temp);
+                    const unsigned int sk_e7 = (row * 12u);
+                    const uint4 sk_e6 = sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, rows[(sk_e7 + 10u)], rows[(sk_e7 + 11u)]), rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)]);
+                    const unsigned int sk_e8 = (up1_i & 3u);
+                    best = (sv + sk_gumbel(((sk_e8 == 0u) ? ((sk_e6).x) : ((sk_e8 == 1u) ? ((sk_e6).y) : ((sk_e8 == 2u) ? ((sk_e6).z) : ((sk_e6).w))))));
                     best_i = up1_i;
                     best_z = sv;
                 }
@@ -541,13 +602,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     best = sk_bitcast<float>(4286578688u);
                     best_i = 4294967295u;
                     for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                        w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                        // built by kernels::sampling::for_each_column
+                        const unsigned int sk_e9 = (row * 12u);
+                        w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e9 + 10u)], rows[(sk_e9 + 11u)]), rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)]);
                         {
                             unsigned int col = (c0 + 0u);
                             if ((col < col_hi)) {
-                                float sv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                const float sk_e10 = sk_bf16(x[(base + col)]);
+                                float sv = ((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp);
                                 if ((sv < sk_bitcast<float>(2139095040u))) {
+                                    // built by kernels::sampling::screened_pass
                                     if ((((sv + sk_gumbel((w).x)) > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::sampling::keep
                                         best = (sv + sk_gumbel((w).x));
                                         best_i = col;
                                         best_z = sv;
@@ -558,9 +624,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                         {
                             unsigned int col = (c0 + 1u);
                             if ((col < col_hi)) {
-                                float sv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                const float sk_e11 = sk_bf16(x[(base + col)]);
+                                float sv = ((((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) / temp);
                                 if ((sv < sk_bitcast<float>(2139095040u))) {
+                                    // built by kernels::sampling::screened_pass
                                     if ((((sv + sk_gumbel((w).y)) > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::sampling::keep
                                         best = (sv + sk_gumbel((w).y));
                                         best_i = col;
                                         best_z = sv;
@@ -571,9 +640,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                         {
                             unsigned int col = (c0 + 2u);
                             if ((col < col_hi)) {
-                                float sv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                const float sk_e12 = sk_bf16(x[(base + col)]);
+                                float sv = ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp);
                                 if ((sv < sk_bitcast<float>(2139095040u))) {
+                                    // built by kernels::sampling::screened_pass
                                     if ((((sv + sk_gumbel((w).z)) > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::sampling::keep
                                         best = (sv + sk_gumbel((w).z));
                                         best_i = col;
                                         best_z = sv;
@@ -584,9 +656,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                         {
                             unsigned int col = (c0 + 3u);
                             if ((col < col_hi)) {
-                                float sv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                                const float sk_e13 = sk_bf16(x[(base + col)]);
+                                float sv = ((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) / temp);
                                 if ((sv < sk_bitcast<float>(2139095040u))) {
+                                    // built by kernels::sampling::screened_pass
                                     if ((((sv + sk_gumbel((w).w)) > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::sampling::keep
                                         best = (sv + sk_gumbel((w).w));
                                         best_i = col;
                                         best_z = sv;
@@ -597,28 +672,37 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     }
                 }
             } else {
+                // built by kernels::sampling::race_row
                 for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                    // built by kernels::sampling::for_each_column
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {
-                            float sv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                            const float sk_e14 = sk_bf16(x[(base + col)]);
+                            float sv = ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
+                                // built by kernels::sampling::greedy_column
                                 top_n = (top_n + 1u);
                                 if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                    // built by kernels::sampling::keep_top
                                     top = (0.0f);
                                     top_i = col;
                                 }
                             } else {
+                                // built by kernels::sampling::greedy_column
                                 if (((sv > best) || (best_i == 4294967295u))) {
+                                    // built by kernels::sampling::keep
                                     best = sv;
                                     best_i = col;
                                     best_z = sv;
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     if ((sv > m)) {
+                                        // built by kernels::sampling::online_logsumexp
                                         s = ((s * sk_exp((m - sv))) + (1.0f));
                                         m = sv;
                                     } else {
+                                        // built by kernels::sampling::online_logsumexp
                                         if ((sv > sk_bitcast<float>(4286578688u))) {
                                             s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
@@ -630,24 +714,31 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     {
                         unsigned int col = (c0 + 1u);
                         if ((col < col_hi)) {
-                            float sv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                            const float sk_e15 = sk_bf16(x[(base + col)]);
+                            float sv = ((((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15) / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
+                                // built by kernels::sampling::greedy_column
                                 top_n = (top_n + 1u);
                                 if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                    // built by kernels::sampling::keep_top
                                     top = (0.0f);
                                     top_i = col;
                                 }
                             } else {
+                                // built by kernels::sampling::greedy_column
                                 if (((sv > best) || (best_i == 4294967295u))) {
+                                    // built by kernels::sampling::keep
                                     best = sv;
                                     best_i = col;
                                     best_z = sv;
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     if ((sv > m)) {
+                                        // built by kernels::sampling::online_logsumexp
                                         s = ((s * sk_exp((m - sv))) + (1.0f));
                                         m = sv;
                                     } else {
+                                        // built by kernels::sampling::online_logsumexp
                                         if ((sv > sk_bitcast<float>(4286578688u))) {
                                             s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
@@ -659,24 +750,31 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     {
                         unsigned int col = (c0 + 2u);
                         if ((col < col_hi)) {
-                            float sv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                            const float sk_e16 = sk_bf16(x[(base + col)]);
+                            float sv = ((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
+                                // built by kernels::sampling::greedy_column
                                 top_n = (top_n + 1u);
                                 if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                    // built by kernels::sampling::keep_top
                                     top = (0.0f);
                                     top_i = col;
                                 }
                             } else {
+                                // built by kernels::sampling::greedy_column
                                 if (((sv > best) || (best_i == 4294967295u))) {
+                                    // built by kernels::sampling::keep
                                     best = sv;
                                     best_i = col;
                                     best_z = sv;
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     if ((sv > m)) {
+                                        // built by kernels::sampling::online_logsumexp
                                         s = ((s * sk_exp((m - sv))) + (1.0f));
                                         m = sv;
                                     } else {
+                                        // built by kernels::sampling::online_logsumexp
                                         if ((sv > sk_bitcast<float>(4286578688u))) {
                                             s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
@@ -688,24 +786,31 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     {
                         unsigned int col = (c0 + 3u);
                         if ((col < col_hi)) {
-                            float sv = (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp);
+                            const float sk_e17 = sk_bf16(x[(base + col)]);
+                            float sv = ((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
+                                // built by kernels::sampling::greedy_column
                                 top_n = (top_n + 1u);
                                 if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                    // built by kernels::sampling::keep_top
                                     top = (0.0f);
                                     top_i = col;
                                 }
                             } else {
+                                // built by kernels::sampling::greedy_column
                                 if (((sv > best) || (best_i == 4294967295u))) {
+                                    // built by kernels::sampling::keep
                                     best = sv;
                                     best_i = col;
                                     best_z = sv;
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     if ((sv > m)) {
+                                        // built by kernels::sampling::online_logsumexp
                                         s = ((s * sk_exp((m - sv))) + (1.0f));
                                         m = sv;
                                     } else {
+                                        // built by kernels::sampling::online_logsumexp
                                         if ((sv > sk_bitcast<float>(4286578688u))) {
                                             s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
@@ -775,11 +880,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                 __syncthreads();
             }
             if ((parts <= 1u)) {
+                // built by kernels::sampling::race_row
                 if ((tok == 4294967295u)) {
+                    // built by kernels::sampling::whole_row_results
                     tok = 0u;
                 }
                 bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u)));
                 if ((tops > 0u)) {
+                    // built by kernels::sampling::whole_row_results
                     float top_win = (0.0f);
                     unsigned int top_tok = 0u;
                     {
@@ -816,12 +924,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     tok = top_tok;
                 }
                 if ((threadIdx.x == 0u)) {
-                    tokens[row] = ((valid) ? (tok) : (0u));
+                    // built by kernels::sampling::write_results
+                    tokens[row] = (valid ? tok : 0u);
                     if (((flags & 2u) != 0u)) {
-                        status[row] = ((valid) ? (1u) : (0u));
+                        status[row] = (valid ? 1u : 0u);
                     }
                 }
                 if (((flags & 1u) != 0u)) {
+                    // built by kernels::sampling::write_results
                     float row_max = (0.0f);
                     {
                         float sk_v = m;
@@ -849,7 +959,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     }
                     float row_sum = (0.0f);
                     {
-                        float sk_v = (((m == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : ((s * sk_exp((m - row_max)))));
+                        float sk_v = ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))));
                         for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                             float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                             sk_v = sk_v + ov;
@@ -873,10 +983,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                         __syncthreads();
                     }
                     if ((threadIdx.x == 0u)) {
-                        logprobs[row] = ((valid) ? ((((tops > 0u)) ? ((-sk_log(((float)(tops))))) : ((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + tok)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + tok)]))) / temp) - row_max) - sk_log(row_sum))))) : (sk_bitcast<float>(4286578688u)));
+                        const float sk_e18 = sk_bf16(x[(base + tok)]);
+                        logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
                     }
                 }
             } else {
+                // built by kernels::sampling::race_row
                 float top_win = (0.0f);
                 unsigned int top_tok = 0u;
                 {
@@ -913,6 +1025,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                 float part_m = sk_bitcast<float>(4286578688u);
                 float part_s = (0.0f);
                 if (((flags & 1u) != 0u)) {
+                    // built by kernels::sampling::write_part
                     float row_max = (0.0f);
                     {
                         float sk_v = m;
@@ -940,7 +1053,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     }
                     float row_sum = (0.0f);
                     {
-                        float sk_v = (((m == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : ((s * sk_exp((m - row_max)))));
+                        float sk_v = ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))));
                         for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                             float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                             sk_v = sk_v + ov;
@@ -967,6 +1080,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     part_s = row_sum;
                 }
                 if ((threadIdx.x == 0u)) {
+                    // built by kernels::sampling::write_part
                     partials[((slot * 9u) + 0u)] = sk_bitcast<unsigned int>(win);
                     partials[((slot * 9u) + 1u)] = tok;
                     partials[((slot * 9u) + 3u)] = sk_bitcast<unsigned int>(top_win);
@@ -977,10 +1091,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     partials[((slot * 9u) + 8u)] = 1u;
                 }
                 if (((best_i == tok) && (tok != 4294967295u))) {
+                    // built by kernels::sampling::write_part
                     partials[((slot * 9u) + 2u)] = sk_bitcast<unsigned int>(best_z);
                 }
             }
         } else {
+            // built by kernels::sampling::mark_not_raced
             if (((parts > 1u) && ((threadIdx.x == 0u) && (part == 0u)))) {
                 partials[((slot * 9u) + 8u)] = 0u;
             }

@@ -3,6 +3,7 @@
 // kernel `seeded_f64`: SGLang's seeded float64 Gumbel race over log-probabilities, every column in float64
 // passes over each row: 1
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
@@ -15,36 +16,9 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
-__device__ __forceinline__ float sk_f16(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ float sk_bf16(unsigned short h) {
-    return sk_bitcast<float>(((unsigned int)h) << 16);
-}
 
-__device__ __forceinline__ float sk_log(float x) {
-    unsigned int ix = sk_bitcast<unsigned int>(x);
-    int k = (0);
-    if ((ix < 8388608u)) {
-        x = (x * (33554432.0f));
-        ix = sk_bitcast<unsigned int>(x);
-        k = (-25);
-    }
-    ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
-    ix = ((ix & 8388607u) + 1060439283u);
-    float fr = (sk_bitcast<float>(ix) - (1.0f));
-    float s = (fr / ((2.0f) + fr));
-    float z = (s * s);
-    float w = (z * z);
-    float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
-    float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
-    return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
-}
 __device__ __forceinline__ double sk_log64(double x) {
+    // built by kernels::math::log64
     unsigned long long ix = sk_bitcast<unsigned long long>(x);
     int k = (0);
     if ((ix < 4503599627370496ull)) {
@@ -53,7 +27,7 @@ __device__ __forceinline__ double sk_log64(double x) {
         k = (-54);
     }
     ix = (ix + 2638149301829632ull);
-    k = ((k + ((int)((ix >> 52u)))) - (1023));
+    k = ((k + ((int)(ix >> 52u))) - (1023));
     ix = ((ix & 4503599627370495ull) + 4604544269498187776ull);
     double fr = (sk_bitcast<double>(ix) - (1.0));
     double s = (fr / ((2.0) + fr));
@@ -61,10 +35,11 @@ __device__ __forceinline__ double sk_log64(double x) {
     double w = (z * z);
     double r = ((z * ((0.6666666666666735) + (w * ((0.2857142874366239) + (w * ((0.1818357216161805) + (w * (0.14798198605116586)))))))) + (w * ((0.3999999999940942) + (w * ((0.22222198432149784) + (w * (0.15313837699209373)))))));
     double hfsq = (((0.5) * fr) * fr);
-    double dk = ((double)(k));
+    double dk = ((double)k);
     return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10))) - hfsq) + fr) + (dk * (0.6931471803691238)));
 }
 __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
+    // built by kernels::murmur::murmur3
     unsigned int h = 0u;
     {
         unsigned int k = (w0 * 3432918353u);
@@ -98,28 +73,12 @@ __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int
     return (h ^ (h >> 16u));
 }
 __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
+    // built by kernels::murmur::seeded_gumbel64
     if ((h == 0u)) {
         return (-709.782712893384);
     }
-    double e = fmin(sk_log64((((double)(h)) / (4294967295.0))), (-2.3283064365386963e-10));
+    double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
-}
-__device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
-    if ((h == 0u)) {
-        return (-709.7827f);
-    }
-    float t = (0.0f);
-    if ((h >= 2147483648u)) {
-        float q = (((float)((4294967295u - h))) / ((float)(h)));
-        float up = ((1.0f) + q);
-        t = q;
-        if ((up != (1.0f))) {
-            t = ((sk_log(up) * q) / (up - (1.0f)));
-        }
-    } else {
-        t = (-sk_log((((float)(h)) * (2.3283064e-10f))));
-    }
-    return (-sk_log(fmaxf(t, (2.3283064e-10f))));
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
@@ -127,25 +86,33 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
     __shared__ double sk_am_f64[33];
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
+        // built by kernels::sampling::for_each_row_at
         unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
-        float temp = ((noisy) ? (t_raw) : ((1.0f)));
+        float temp = (noisy ? t_raw : (1.0f));
         double best = sk_bitcast<double>(18442240474082181120ull);
         unsigned int best_i = 4294967295u;
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+            // built by kernels::sampling::for_each_column
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
-                    if (true) {
-                        double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
+                    {
+                        // built by kernels::seeded::float64_race
+                        const double sk_e1 = lp[(base + col)];
+                        const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1);
+                        double s64 = ((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1);
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e2 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e2 + 8u)], rows[(sk_e2 + 9u)], rows[(sk_e2 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -155,12 +122,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
-                    if (true) {
-                        double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
+                    {
+                        // built by kernels::seeded::float64_race
+                        const double sk_e4 = lp[(base + col)];
+                        const unsigned long long sk_e3 = sk_bitcast<unsigned long long>(sk_e4);
+                        double s64 = ((((sk_e3 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e3 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e4);
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e5 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -170,12 +143,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
-                    if (true) {
-                        double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
+                    {
+                        // built by kernels::seeded::float64_race
+                        const double sk_e7 = lp[(base + col)];
+                        const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7);
+                        double s64 = ((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7);
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e8 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -185,12 +164,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
-                    if (true) {
-                        double s64 = (((((sk_bitcast<unsigned long long>(lp[(base + col)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + col)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + col)]));
+                    {
+                        // built by kernels::seeded::float64_race
+                        const double sk_e10 = lp[(base + col)];
+                        const unsigned long long sk_e9 = sk_bitcast<unsigned long long>(sk_e10);
+                        double s64 = ((((sk_e9 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e9 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e10);
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e11 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -233,14 +218,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
         }
         bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
         if ((threadIdx.x == 0u)) {
-            tokens[row] = ((valid) ? (tok) : (0u));
+            // built by kernels::sampling::write_results
+            tokens[row] = (valid ? tok : 0u);
             if (((flags & 2u) != 0u)) {
-                status[row] = ((valid) ? (1u) : (0u));
+                status[row] = (valid ? 1u : 0u);
             }
         }
         if (((flags & 1u) != 0u)) {
+            // built by kernels::sampling::write_results
             if ((threadIdx.x == 0u)) {
-                logprobs[row] = ((valid) ? (((float)((((((sk_bitcast<unsigned long long>(lp[(base + tok)]) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(lp[(base + tok)]) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (lp[(base + tok)]))))) : (sk_bitcast<float>(4286578688u)));
+                const double sk_e13 = lp[(base + tok)];
+                const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13);
+                logprobs[row] = (valid ? ((float)((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13)) : sk_bitcast<float>(4286578688u));
             }
         }
     }

@@ -3,6 +3,7 @@
 // kernel `seeded_logits_f16`: the seeded float64 race from logits, log-probabilities computed as SGLang does
 // passes over each row: 3
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
@@ -15,16 +16,15 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
+
 __device__ __forceinline__ float sk_f16(unsigned short h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
 }
-__device__ __forceinline__ float sk_bf16(unsigned short h) {
-    return sk_bitcast<float>(((unsigned int)h) << 16);
-}
 
 __device__ __forceinline__ float sk_exp(float x) {
+    // built by kernels::math::exp
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -41,12 +41,13 @@ __device__ __forceinline__ float sk_exp(float x) {
     p = ((p * r) + (0.5f));
     p = ((p * r) + (1.0f));
     p = ((p * r) + (1.0f));
-    int k = ((int)(kf));
+    int k = ((int)kf);
     int k1 = (k >> 1u);
     int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
+    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
 __device__ __forceinline__ float sk_log(float x) {
+    // built by kernels::math::log
     unsigned int ix = sk_bitcast<unsigned int>(x);
     int k = (0);
     if ((ix < 8388608u)) {
@@ -55,7 +56,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -63,10 +64,11 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 __device__ __forceinline__ double sk_log64(double x) {
+    // built by kernels::math::log64
     unsigned long long ix = sk_bitcast<unsigned long long>(x);
     int k = (0);
     if ((ix < 4503599627370496ull)) {
@@ -75,7 +77,7 @@ __device__ __forceinline__ double sk_log64(double x) {
         k = (-54);
     }
     ix = (ix + 2638149301829632ull);
-    k = ((k + ((int)((ix >> 52u)))) - (1023));
+    k = ((k + ((int)(ix >> 52u))) - (1023));
     ix = ((ix & 4503599627370495ull) + 4604544269498187776ull);
     double fr = (sk_bitcast<double>(ix) - (1.0));
     double s = (fr / ((2.0) + fr));
@@ -83,10 +85,11 @@ __device__ __forceinline__ double sk_log64(double x) {
     double w = (z * z);
     double r = ((z * ((0.6666666666666735) + (w * ((0.2857142874366239) + (w * ((0.1818357216161805) + (w * (0.14798198605116586)))))))) + (w * ((0.3999999999940942) + (w * ((0.22222198432149784) + (w * (0.15313837699209373)))))));
     double hfsq = (((0.5) * fr) * fr);
-    double dk = ((double)(k));
+    double dk = ((double)k);
     return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10))) - hfsq) + fr) + (dk * (0.6931471803691238)));
 }
 __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
+    // built by kernels::murmur::murmur3
     unsigned int h = 0u;
     {
         unsigned int k = (w0 * 3432918353u);
@@ -120,28 +123,12 @@ __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int
     return (h ^ (h >> 16u));
 }
 __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
+    // built by kernels::murmur::seeded_gumbel64
     if ((h == 0u)) {
         return (-709.782712893384);
     }
-    double e = fmin(sk_log64((((double)(h)) / (4294967295.0))), (-2.3283064365386963e-10));
+    double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
-}
-__device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
-    if ((h == 0u)) {
-        return (-709.7827f);
-    }
-    float t = (0.0f);
-    if ((h >= 2147483648u)) {
-        float q = (((float)((4294967295u - h))) / ((float)(h)));
-        float up = ((1.0f) + q);
-        t = q;
-        if ((up != (1.0f))) {
-            t = ((sk_log(up) * q) / (up - (1.0f)));
-        }
-    } else {
-        t = (-sk_log((((float)(h)) * (2.3283064e-10f))));
-    }
-    return (-sk_log(fmaxf(t, (2.3283064e-10f))));
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
@@ -150,54 +137,62 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
     __shared__ double sk_am_f64[33];
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
-        unsigned int row = ((((flags & 32u) != 0u)) ? (listed[slot]) : (slot));
+        // built by kernels::sampling::for_each_row_at
+        unsigned int row = (((flags & 32u) != 0u) ? (listed[slot]) : slot);
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;
         bool takes = true;
         if (((flags & 16u) != 0u)) {
+            // built by kernels::seeded::seeded_logits
             float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
             bool noisy = (t_raw >= (1e-6f));
-            float temp = ((noisy) ? (t_raw) : ((1.0f)));
+            float temp = (noisy ? t_raw : (1.0f));
             unsigned int k_raw = rows[((row * 12u) + 2u)];
-            unsigned int kk = ((((k_raw == 0u) || (k_raw > vocab))) ? (vocab) : (k_raw));
+            unsigned int kk = (((k_raw == 0u) || (k_raw > vocab)) ? vocab : k_raw);
             float p_raw = sk_bitcast<float>(rows[((row * 12u) + 3u)]);
-            float pp = ((((p_raw > (0.0f)) && (p_raw < (1.0f)))) ? (p_raw) : ((1.0f)));
+            float pp = (((p_raw > (0.0f)) && (p_raw < (1.0f))) ? p_raw : (1.0f));
             float mp_raw = sk_bitcast<float>(rows[((row * 12u) + 4u)]);
-            float mp = (((mp_raw > (0.0f))) ? (fminf(mp_raw, (1.0f))) : ((0.0f)));
+            float mp = ((mp_raw > (0.0f)) ? fminf(mp_raw, (1.0f)) : (0.0f));
             bool searched = ((kk < vocab) || (pp < (1.0f)));
             bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
             bool filtered = (noisy && (searched || (mp > (0.0f))));
             takes = ((rows[((row * 12u) + 1u)] == 1u) && (!filtered));
         }
         if (takes) {
+            // built by kernels::seeded::seeded_logits_row
             float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
             bool noisy = (t_raw >= (1e-6f));
-            float temp = ((noisy) ? (t_raw) : ((1.0f)));
+            float temp = (noisy ? t_raw : (1.0f));
             float m = sk_bitcast<float>(4286578688u);
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                // built by kernels::sampling::for_each_column
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp));
+                        const float sk_e0 = sk_f16(x[(base + col)]);
+                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp));
                     }
                 }
                 {
                     unsigned int col = (c0 + 1u);
                     if ((col < col_hi)) {
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp));
+                        const float sk_e1 = sk_f16(x[(base + col)]);
+                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1) / temp));
                     }
                 }
                 {
                     unsigned int col = (c0 + 2u);
                     if ((col < col_hi)) {
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp));
+                        const float sk_e2 = sk_f16(x[(base + col)]);
+                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp));
                     }
                 }
                 {
                     unsigned int col = (c0 + 3u);
                     if ((col < col_hi)) {
-                        m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp));
+                        const float sk_e3 = sk_f16(x[(base + col)]);
+                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3) / temp));
                     }
                 }
             }
@@ -229,10 +224,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
             float s = (0.0f);
             float comp = (0.0f);
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                // built by kernels::sampling::for_each_column
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
-                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp) - row_max)))))) - comp);
+                        const float sk_e5 = sk_f16(x[(base + col)]);
+                        const float sk_e4 = ((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5) / temp);
+                        float y = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e4 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e4 - row_max)))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -241,7 +239,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 {
                     unsigned int col = (c0 + 1u);
                     if ((col < col_hi)) {
-                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp) - row_max)))))) - comp);
+                        const float sk_e7 = sk_f16(x[(base + col)]);
+                        const float sk_e6 = ((((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7) / temp);
+                        float y = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e6 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e6 - row_max)))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -250,7 +250,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 {
                     unsigned int col = (c0 + 2u);
                     if ((col < col_hi)) {
-                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp) - row_max)))))) - comp);
+                        const float sk_e9 = sk_f16(x[(base + col)]);
+                        const float sk_e8 = ((((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9) / temp);
+                        float y = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e8 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e8 - row_max)))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -259,7 +261,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 {
                     unsigned int col = (c0 + 3u);
                     if ((col < col_hi)) {
-                        float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp) - row_max)))))) - comp);
+                        const float sk_e11 = sk_f16(x[(base + col)]);
+                        const float sk_e10 = ((((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) / temp);
+                        float y = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e10 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e10 - row_max)))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -291,20 +295,26 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 row_sum = sk_red_f32[32];
                 __syncthreads();
             }
-            float inv = (((row_sum > (0.0f))) ? (((1.0f) / row_sum)) : ((0.0f)));
+            float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
             double best = sk_bitcast<double>(18442240474082181120ull);
             unsigned int best_i = 4294967295u;
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                // built by kernels::sampling::for_each_column
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
-                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp) - row_max)))))) * inv);
-                        double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
+                        const float sk_e13 = sk_f16(x[(base + col)]);
+                        const float sk_e12 = ((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) / temp);
+                        float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e12 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e12 - row_max)))) * inv);
+                        double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e14 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e14 + 8u)], rows[(sk_e14 + 9u)], rows[(sk_e14 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -313,13 +323,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 {
                     unsigned int col = (c0 + 1u);
                     if ((col < col_hi)) {
-                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp) - row_max)))))) * inv);
-                        double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
+                        const float sk_e16 = sk_f16(x[(base + col)]);
+                        const float sk_e15 = ((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp);
+                        float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e15 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e15 - row_max)))) * inv);
+                        double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e17 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -328,13 +343,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 {
                     unsigned int col = (c0 + 2u);
                     if ((col < col_hi)) {
-                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp) - row_max)))))) * inv);
-                        double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
+                        const float sk_e19 = sk_f16(x[(base + col)]);
+                        const float sk_e18 = ((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19) / temp);
+                        float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e18 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e18 - row_max)))) * inv);
+                        double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e20 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)], rows[(sk_e20 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -343,13 +363,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 {
                     unsigned int col = (c0 + 3u);
                     if ((col < col_hi)) {
-                        float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_f16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + col)]))) / temp) - row_max)))))) * inv);
-                        double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
+                        const float sk_e22 = sk_f16(x[(base + col)]);
+                        const float sk_e21 = ((((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22) / temp);
+                        float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e21 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e21 - row_max)))) * inv);
+                        double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e23 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -391,16 +416,20 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
             }
             bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
             if ((threadIdx.x == 0u)) {
-                tokens[row] = ((valid) ? (tok) : (0u));
+                // built by kernels::sampling::write_results
+                tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
-                    status[row] = ((valid) ? (1u) : (0u));
+                    status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
-                float p = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_f16(x[(base + tok)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + tok)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_f16(x[(base + tok)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_f16(x[(base + tok)]))) / temp) - row_max)))))) * inv);
-                double lp = ((double)((((p > (0.0f))) ? (sk_log(p)) : (sk_bitcast<float>(4286578688u)))));
+                // built by kernels::sampling::write_results
+                const float sk_e25 = sk_f16(x[(base + tok)]);
+                const float sk_e24 = ((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) / temp);
+                float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e24 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e24 - row_max)))) * inv);
+                double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                 if ((threadIdx.x == 0u)) {
-                    logprobs[row] = ((valid) ? (((float)(lp))) : (sk_bitcast<float>(4286578688u)));
+                    logprobs[row] = (valid ? ((float)lp) : sk_bitcast<float>(4286578688u));
                 }
             }
         }

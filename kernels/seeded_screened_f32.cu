@@ -3,6 +3,7 @@
 // kernel `seeded_screened_f32`: the seeded float64 race, screened in float32 so only possible winners are redone in float64
 // passes over each row: 2
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
@@ -15,16 +16,9 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
-__device__ __forceinline__ float sk_f16(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ float sk_bf16(unsigned short h) {
-    return sk_bitcast<float>(((unsigned int)h) << 16);
-}
 
 __device__ __forceinline__ float sk_log(float x) {
+    // built by kernels::math::log
     unsigned int ix = sk_bitcast<unsigned int>(x);
     int k = (0);
     if ((ix < 8388608u)) {
@@ -33,7 +27,7 @@ __device__ __forceinline__ float sk_log(float x) {
         k = (-25);
     }
     ix = (ix + 4913933u);
-    k = ((k + ((int)((ix >> 23u)))) - (127));
+    k = ((k + ((int)(ix >> 23u))) - (127));
     ix = ((ix & 8388607u) + 1060439283u);
     float fr = (sk_bitcast<float>(ix) - (1.0f));
     float s = (fr / ((2.0f) + fr));
@@ -41,10 +35,11 @@ __device__ __forceinline__ float sk_log(float x) {
     float w = (z * z);
     float r = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
     float hfsq = (((0.5f) * fr) * fr);
-    float dk = ((float)(k));
+    float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
 __device__ __forceinline__ double sk_log64(double x) {
+    // built by kernels::math::log64
     unsigned long long ix = sk_bitcast<unsigned long long>(x);
     int k = (0);
     if ((ix < 4503599627370496ull)) {
@@ -53,7 +48,7 @@ __device__ __forceinline__ double sk_log64(double x) {
         k = (-54);
     }
     ix = (ix + 2638149301829632ull);
-    k = ((k + ((int)((ix >> 52u)))) - (1023));
+    k = ((k + ((int)(ix >> 52u))) - (1023));
     ix = ((ix & 4503599627370495ull) + 4604544269498187776ull);
     double fr = (sk_bitcast<double>(ix) - (1.0));
     double s = (fr / ((2.0) + fr));
@@ -61,10 +56,11 @@ __device__ __forceinline__ double sk_log64(double x) {
     double w = (z * z);
     double r = ((z * ((0.6666666666666735) + (w * ((0.2857142874366239) + (w * ((0.1818357216161805) + (w * (0.14798198605116586)))))))) + (w * ((0.3999999999940942) + (w * ((0.22222198432149784) + (w * (0.15313837699209373)))))));
     double hfsq = (((0.5) * fr) * fr);
-    double dk = ((double)(k));
+    double dk = ((double)k);
     return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10))) - hfsq) + fr) + (dk * (0.6931471803691238)));
 }
 __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
+    // built by kernels::murmur::murmur3
     unsigned int h = 0u;
     {
         unsigned int k = (w0 * 3432918353u);
@@ -98,26 +94,28 @@ __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int
     return (h ^ (h >> 16u));
 }
 __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
+    // built by kernels::murmur::seeded_gumbel64
     if ((h == 0u)) {
         return (-709.782712893384);
     }
-    double e = fmin(sk_log64((((double)(h)) / (4294967295.0))), (-2.3283064365386963e-10));
+    double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
 __device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
+    // built by kernels::murmur::seeded_gumbel32
     if ((h == 0u)) {
         return (-709.7827f);
     }
     float t = (0.0f);
     if ((h >= 2147483648u)) {
-        float q = (((float)((4294967295u - h))) / ((float)(h)));
+        float q = (((float)(4294967295u - h)) / ((float)h));
         float up = ((1.0f) + q);
         t = q;
         if ((up != (1.0f))) {
             t = ((sk_log(up) * q) / (up - (1.0f)));
         }
     } else {
-        t = (-sk_log((((float)(h)) * (2.3283064e-10f))));
+        t = (-sk_log((((float)h) * (2.3283064e-10f))));
     }
     return (-sk_log(fmaxf(t, (2.3283064e-10f))));
 }
@@ -128,27 +126,34 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
     __shared__ double sk_am_f64[33];
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
+        // built by kernels::sampling::for_each_row_at
         unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
-        float temp = ((noisy) ? (t_raw) : ((1.0f)));
+        float temp = (noisy ? t_raw : (1.0f));
         float best32 = sk_bitcast<float>(4286578688u);
         unsigned int best32_i = 4294967295u;
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+            // built by kernels::sampling::for_each_column
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
-                    float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
+                    const double sk_e1 = ((double)(lp[(base + col)]));
+                    const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1);
+                    float lp32 = ((float)((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1));
                     float g32 = (0.0f);
                     if (noisy) {
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
+                        // built by kernels::seeded::seeded_screened
+                        const unsigned int sk_e2 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e2 + 8u)], rows[(sk_e2 + 9u)], rows[(sk_e2 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
+                        // built by kernels::seeded::seeded_screened
                         best32 = s32;
                         best32_i = col;
                     }
@@ -157,14 +162,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
-                    float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
+                    const double sk_e4 = ((double)(lp[(base + col)]));
+                    const unsigned long long sk_e3 = sk_bitcast<unsigned long long>(sk_e4);
+                    float lp32 = ((float)((((sk_e3 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e3 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e4));
                     float g32 = (0.0f);
                     if (noisy) {
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
+                        // built by kernels::seeded::seeded_screened
+                        const unsigned int sk_e5 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
+                        // built by kernels::seeded::seeded_screened
                         best32 = s32;
                         best32_i = col;
                     }
@@ -173,14 +183,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
-                    float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
+                    const double sk_e7 = ((double)(lp[(base + col)]));
+                    const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7);
+                    float lp32 = ((float)((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7));
                     float g32 = (0.0f);
                     if (noisy) {
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
+                        // built by kernels::seeded::seeded_screened
+                        const unsigned int sk_e8 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
+                        // built by kernels::seeded::seeded_screened
                         best32 = s32;
                         best32_i = col;
                     }
@@ -189,14 +204,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
-                    float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
+                    const double sk_e10 = ((double)(lp[(base + col)]));
+                    const unsigned long long sk_e9 = sk_bitcast<unsigned long long>(sk_e10);
+                    float lp32 = ((float)((((sk_e9 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e9 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e10));
                     float g32 = (0.0f);
                     if (noisy) {
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
+                        // built by kernels::seeded::seeded_screened
+                        const unsigned int sk_e11 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
+                        // built by kernels::seeded::seeded_screened
                         best32 = s32;
                         best32_i = col;
                     }
@@ -238,10 +258,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
         }
         float floor = (0.0f);
         {
-            float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + win32_i)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + win32_i)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + win32_i)]))))));
+            // built by kernels::seeded::seeded_screened
+            const double sk_e13 = ((double)(lp[(base + win32_i)]));
+            const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13);
+            float lp32 = ((float)((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13));
             float g32 = (0.0f);
             if (noisy) {
-                g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], win32_i));
+                const unsigned int sk_e14 = (row * 12u);
+                g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e14 + 8u)], rows[(sk_e14 + 9u)], rows[(sk_e14 + 10u)], win32_i));
             }
             float s32 = (lp32 + g32);
             float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
@@ -251,22 +275,33 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
         double best = sk_bitcast<double>(18442240474082181120ull);
         unsigned int best_i = 4294967295u;
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+            // built by kernels::sampling::for_each_column
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
-                    float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
+                    const double sk_e16 = ((double)(lp[(base + col)]));
+                    const unsigned long long sk_e15 = sk_bitcast<unsigned long long>(sk_e16);
+                    float lp32 = ((float)((((sk_e15 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e15 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e16));
                     float g32 = (0.0f);
                     if (noisy) {
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
+                        // built by kernels::seeded::seeded_screened
+                        const unsigned int sk_e17 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
-                        double s64 = (((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
+                        // built by kernels::seeded::float64_race
+                        const double sk_e19 = ((double)(lp[(base + col)]));
+                        const unsigned long long sk_e18 = sk_bitcast<unsigned long long>(sk_e19);
+                        double s64 = ((((sk_e18 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e18 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e19);
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e20 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)], rows[(sk_e20 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -276,19 +311,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
-                    float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
+                    const double sk_e22 = ((double)(lp[(base + col)]));
+                    const unsigned long long sk_e21 = sk_bitcast<unsigned long long>(sk_e22);
+                    float lp32 = ((float)((((sk_e21 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e21 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e22));
                     float g32 = (0.0f);
                     if (noisy) {
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
+                        // built by kernels::seeded::seeded_screened
+                        const unsigned int sk_e23 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
-                        double s64 = (((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
+                        // built by kernels::seeded::float64_race
+                        const double sk_e25 = ((double)(lp[(base + col)]));
+                        const unsigned long long sk_e24 = sk_bitcast<unsigned long long>(sk_e25);
+                        double s64 = ((((sk_e24 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e24 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e25);
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e26 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -298,19 +343,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
-                    float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
+                    const double sk_e28 = ((double)(lp[(base + col)]));
+                    const unsigned long long sk_e27 = sk_bitcast<unsigned long long>(sk_e28);
+                    float lp32 = ((float)((((sk_e27 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e27 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e28));
                     float g32 = (0.0f);
                     if (noisy) {
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
+                        // built by kernels::seeded::seeded_screened
+                        const unsigned int sk_e29 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e29 + 8u)], rows[(sk_e29 + 9u)], rows[(sk_e29 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
-                        double s64 = (((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
+                        // built by kernels::seeded::float64_race
+                        const double sk_e31 = ((double)(lp[(base + col)]));
+                        const unsigned long long sk_e30 = sk_bitcast<unsigned long long>(sk_e31);
+                        double s64 = ((((sk_e30 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e30 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e31);
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -320,19 +375,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
-                    float lp32 = ((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))))));
+                    const double sk_e34 = ((double)(lp[(base + col)]));
+                    const unsigned long long sk_e33 = sk_bitcast<unsigned long long>(sk_e34);
+                    float lp32 = ((float)((((sk_e33 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e33 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e34));
                     float g32 = (0.0f);
                     if (noisy) {
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
+                        // built by kernels::seeded::seeded_screened
+                        const unsigned int sk_e35 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e35 + 8u)], rows[(sk_e35 + 9u)], rows[(sk_e35 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
-                        double s64 = (((((sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + col)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + col)]))));
+                        // built by kernels::seeded::float64_race
+                        const double sk_e37 = ((double)(lp[(base + col)]));
+                        const unsigned long long sk_e36 = sk_bitcast<unsigned long long>(sk_e37);
+                        double s64 = ((((sk_e36 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e36 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e37);
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e38 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -375,14 +440,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
         }
         bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
         if ((threadIdx.x == 0u)) {
-            tokens[row] = ((valid) ? (tok) : (0u));
+            // built by kernels::sampling::write_results
+            tokens[row] = (valid ? tok : 0u);
             if (((flags & 2u) != 0u)) {
-                status[row] = ((valid) ? (1u) : (0u));
+                status[row] = (valid ? 1u : 0u);
             }
         }
         if (((flags & 1u) != 0u)) {
+            // built by kernels::sampling::write_results
             if ((threadIdx.x == 0u)) {
-                logprobs[row] = ((valid) ? (((float)((((((sk_bitcast<unsigned long long>(((double)(lp[(base + tok)]))) & 9223372036854775807ull) > 9218868437227405312ull) || (sk_bitcast<unsigned long long>(((double)(lp[(base + tok)]))) == 9218868437227405312ull))) ? (sk_bitcast<double>(18442240474082181120ull)) : (((double)(lp[(base + tok)]))))))) : (sk_bitcast<float>(4286578688u)));
+                const double sk_e40 = ((double)(lp[(base + tok)]));
+                const unsigned long long sk_e39 = sk_bitcast<unsigned long long>(sk_e40);
+                logprobs[row] = (valid ? ((float)((((sk_e39 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e39 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e40)) : sk_bitcast<float>(4286578688u));
             }
         }
     }

@@ -3,6 +3,7 @@
 // kernel `softmax_bf16`: softmax of l/T per row (greedy rows at T = 1), written with the input's stride
 // passes over each row: 3
 
+
 #ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
@@ -15,16 +16,13 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
-__device__ __forceinline__ float sk_f16(unsigned short h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
+
 __device__ __forceinline__ float sk_bf16(unsigned short h) {
     return sk_bitcast<float>(((unsigned int)h) << 16);
 }
 
 __device__ __forceinline__ float sk_exp(float x) {
+    // built by kernels::math::exp
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -41,47 +39,53 @@ __device__ __forceinline__ float sk_exp(float x) {
     p = ((p * r) + (0.5f));
     p = ((p * r) + (1.0f));
     p = ((p * r) + (1.0f));
-    int k = ((int)(kf));
+    int k = ((int)kf);
     int k1 = (k >> 1u);
     int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)((k1 + (127)))) << 23u))) * sk_bitcast<float>((((unsigned int)((k2 + (127)))) << 23u)));
+    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, float* __restrict__ probs, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_red_f32[33];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
+        // built by kernels::sampling::for_each_row_at
         unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;
         float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
         bool noisy = (t_raw >= (1e-6f));
-        float temp = ((noisy) ? (t_raw) : ((1.0f)));
+        float temp = (noisy ? t_raw : (1.0f));
         float m = sk_bitcast<float>(4286578688u);
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+            // built by kernels::sampling::for_each_column
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
-                    m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
+                    const float sk_e0 = sk_bf16(x[(base + col)]);
+                    m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp));
                 }
             }
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
-                    m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
+                    const float sk_e1 = sk_bf16(x[(base + col)]);
+                    m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1) / temp));
                 }
             }
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
-                    m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
+                    const float sk_e2 = sk_bf16(x[(base + col)]);
+                    m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp));
                 }
             }
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
-                    m = fmaxf(m, (((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp));
+                    const float sk_e3 = sk_bf16(x[(base + col)]);
+                    m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3) / temp));
                 }
             }
         }
@@ -113,10 +117,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
         float s = (0.0f);
         float comp = (0.0f);
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+            // built by kernels::sampling::for_each_column
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
-                    float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) - comp);
+                    const float sk_e5 = sk_bf16(x[(base + col)]);
+                    const float sk_e4 = ((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5) / temp);
+                    float y = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e4 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e4 - row_max)))) - comp);
                     float t = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -125,7 +132,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
-                    float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) - comp);
+                    const float sk_e7 = sk_bf16(x[(base + col)]);
+                    const float sk_e6 = ((((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7) / temp);
+                    float y = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e6 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e6 - row_max)))) - comp);
                     float t = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -134,7 +143,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
-                    float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) - comp);
+                    const float sk_e9 = sk_bf16(x[(base + col)]);
+                    const float sk_e8 = ((((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9) / temp);
+                    float y = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e8 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e8 - row_max)))) - comp);
                     float t = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -143,7 +154,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
-                    float y = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) - comp);
+                    const float sk_e11 = sk_bf16(x[(base + col)]);
+                    const float sk_e10 = ((((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) / temp);
+                    float y = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e10 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e10 - row_max)))) - comp);
                     float t = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -175,30 +188,43 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
             row_sum = sk_red_f32[32];
             __syncthreads();
         }
-        float inv = (((row_sum > (0.0f))) ? (((1.0f) / row_sum)) : ((0.0f)));
+        float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+            // built by kernels::sampling::for_each_column
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
-                    probs[(base + col)] = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) * inv);
+                    const unsigned int sk_e14 = (base + col);
+                    const float sk_e13 = sk_bf16(x[sk_e14]);
+                    const float sk_e12 = ((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) / temp);
+                    probs[sk_e14] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e12 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e12 - row_max)))) * inv);
                 }
             }
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
-                    probs[(base + col)] = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) * inv);
+                    const unsigned int sk_e17 = (base + col);
+                    const float sk_e16 = sk_bf16(x[sk_e17]);
+                    const float sk_e15 = ((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp);
+                    probs[sk_e17] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e15 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e15 - row_max)))) * inv);
                 }
             }
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
-                    probs[(base + col)] = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) * inv);
+                    const unsigned int sk_e20 = (base + col);
+                    const float sk_e19 = sk_bf16(x[sk_e20]);
+                    const float sk_e18 = ((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19) / temp);
+                    probs[sk_e20] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e18 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e18 - row_max)))) * inv);
                 }
             }
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
-                    probs[(base + col)] = ((((row_max == sk_bitcast<float>(2139095040u))) ? (((((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) == sk_bitcast<float>(2139095040u))) ? ((1.0f)) : ((0.0f)))) : ((((row_max == sk_bitcast<float>(4286578688u))) ? ((0.0f)) : (sk_exp(((((((sk_bitcast<unsigned int>(sk_bf16(x[(base + col)])) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (sk_bf16(x[(base + col)]))) / temp) - row_max)))))) * inv);
+                    const unsigned int sk_e23 = (base + col);
+                    const float sk_e22 = sk_bf16(x[sk_e23]);
+                    const float sk_e21 = ((((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22) / temp);
+                    probs[sk_e23] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e21 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e21 - row_max)))) * inv);
                 }
             }
         }

@@ -23,16 +23,9 @@ var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
-fn sk_mulhi(a: u32, b: u32) -> u32 {
-    let ll = (a & 0xffffu) * (b & 0xffffu);
-    let lh = (a & 0xffffu) * (b >> 16u);
-    let hl = (a >> 16u) * (b & 0xffffu);
-    let hh = (a >> 16u) * (b >> 16u);
-    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-    return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-}
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::exp
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -56,6 +49,7 @@ fn sk_exp(x_in: f32) -> f32 {
 }
 fn sk_log(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::log
     var ix: u32 = bitcast<u32>(x);
     var k: i32 = (0i);
     if ((ix < 8388608u)) {
@@ -80,11 +74,13 @@ fn sk_log(x_in: f32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
+        // built by kernels::sampling::for_each_row_at
         var row: u32 = slot;
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
         var col_hi: u32 = params.vocab;
         if ((partials[((((row * parts) + 0u) * 9u) + 8u)] != 0u)) {
+            // built by kernels::combine::combine
             var best: f32 = bitcast<f32>(4286578688u);
             var top: f32 = bitcast<f32>(4286578688u);
             var m: f32 = bitcast<f32>(4286578688u);
@@ -109,9 +105,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var pm: f32 = bitcast<f32>(partials[((((row * parts) + p) * 9u) + 6u)]);
                 var ps: f32 = bitcast<f32>(partials[((((row * parts) + p) * 9u) + 7u)]);
                 if ((pm > m)) {
+                    // built by kernels::sampling::online_logsumexp
                     s = ((s * sk_exp((m - pm))) + ps);
                     m = pm;
                 } else {
+                    // built by kernels::sampling::online_logsumexp
                     if ((pm > bitcast<f32>(4286578688u))) {
                         s = (s + (ps * sk_exp((pm - m))));
                     }
@@ -175,18 +173,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 tok = top_tok;
             }
-            var z: f32 = select(bitcast<f32>(partials[((((row * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, (tok == 4294967295u))) * 9u) + 2u)]), bitcast<f32>(4286578688u), (tok == 4294967295u));
+            let sk_e0: bool = (tok == 4294967295u);
+            var z: f32 = select(bitcast<f32>(partials[((((row * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e0)) * 9u) + 2u)]), bitcast<f32>(4286578688u), sk_e0);
             if ((tok == 4294967295u)) {
                 tok = 0u;
             }
             var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
             if ((sk_lid == 0u)) {
+                // built by kernels::sampling::write_results
                 tokens[row] = select(0u, tok, valid);
                 if (((params.flags & 2u) != 0u)) {
                     status[row] = select(0u, 1u, valid);
                 }
             }
             if (((params.flags & 1u) != 0u)) {
+                // built by kernels::sampling::write_results
                 var row_max: f32 = (0.0f);
                 {
                     sk_red_f32[sk_lid] = m;

@@ -48,6 +48,7 @@ fn sk_load_x(i: u32) -> f32 {
 }
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::exp
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -71,6 +72,7 @@ fn sk_exp(x_in: f32) -> f32 {
 }
 fn sk_log(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::log
     var ix: u32 = bitcast<u32>(x);
     var k: i32 = (0i);
     if ((ix < 8388608u)) {
@@ -92,6 +94,7 @@ fn sk_log(x_in: f32) -> f32 {
 }
 fn sk_fixed(w_in: f32) -> u64 {
     var w: f32 = w_in;
+    // built by kernels::filters::fixed
     var s: f32 = (w * (256.0f));
     var hi: f32 = floor(s);
     var lo: f32 = ((s - hi) * (4294967300.0f));
@@ -99,11 +102,13 @@ fn sk_fixed(w_in: f32) -> u64 {
 }
 fn sk_fixed_f32(m_in: u64) -> f32 {
     var m: u64 = m_in;
+    // built by kernels::filters::fixed_f32
     return ((f32(u32((m >> 32u))) * (0.00390625f)) + (f32(u32((m & 4294967295lu))) * (9.094947e-13f)));
 }
 fn sk_fraction(p_in: f32, m_in: u64) -> u64 {
     var p: f32 = p_in;
     var m: u64 = m_in;
+    // built by kernels::filters::fraction
     var q: u64 = u64(u32((p * (2147483600.0f))));
     return (((u64(2u) * q) * (m >> 32u)) + ((q * (m & 4294967295lu)) >> 31u));
 }
@@ -111,6 +116,7 @@ fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
     var ctr: vec4<u32> = ctr_in;
     var k0: u32 = k0_in;
     var k1: u32 = k1_in;
+    // built by kernels::philox::philox
     var c0: u32 = ctr[0];
     var c1: u32 = ctr[1];
     var c2: u32 = ctr[2];
@@ -237,18 +243,22 @@ fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
 }
 fn sk_uniform(w_in: u32) -> f32 {
     var w: u32 = w_in;
+    // built by kernels::philox::uniform
     return ((f32((w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
 }
 fn sk_exponential(w_in: u32) -> f32 {
     var w: u32 = w_in;
+    // built by kernels::philox::exponential
     return (-sk_log(sk_uniform(w)));
 }
 fn sk_gumbel(w_in: u32) -> f32 {
     var w: u32 = w_in;
+    // built by kernels::philox::gumbel
     return (-sk_log(sk_exponential(w)));
 }
 fn sk_log64(x_in: f64) -> f64 {
     var x: f64 = x_in;
+    // built by kernels::math::log64
     var ix: u64 = bitcast<u64>(x);
     var k: i32 = (0i);
     if ((ix < 4503599627370496lu)) {
@@ -273,6 +283,7 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
     var w1: u32 = w1_in;
     var w2: u32 = w2_in;
     var w3: u32 = w3_in;
+    // built by kernels::murmur::murmur3
     var h: u32 = 0u;
     {
         var k: u32 = (w0 * 3432918353u);
@@ -307,34 +318,18 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
 }
 fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var h: u32 = h_in;
+    // built by kernels::murmur::seeded_gumbel64
     if ((h == 0u)) {
         return (-709.782712893384lf);
     }
     var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
     return (-sk_log64((-e)));
 }
-fn sk_seeded_gumbel32(h_in: u32) -> f32 {
-    var h: u32 = h_in;
-    if ((h == 0u)) {
-        return (-709.7827f);
-    }
-    var t: f32 = (0.0f);
-    if ((h >= 2147483648u)) {
-        var q: f32 = (f32((4294967295u - h)) / f32(h));
-        var up: f32 = ((1.0f) + q);
-        t = q;
-        if ((up != (1.0f))) {
-            t = ((sk_log(up) * q) / (up - (1.0f)));
-        }
-    } else {
-        t = (-sk_log((f32(h) * (2.3283064e-10f))));
-    }
-    return (-sk_log(max(t, (2.3283064e-10f))));
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
+        // built by kernels::sampling::for_each_row_at
         var row: u32 = select(slot, listed[slot], ((params.flags & 32u) != 0u));
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
@@ -352,63 +347,39 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
         var filtered: bool = (noisy && (searched || (mp > (0.0f))));
         if (((!((params.flags & 8u) != 0u)) || filtered)) {
+            // built by kernels::filters::filter_row
             var sweeps: u32 = 0u;
             var m: f32 = bitcast<f32>(4286578688u);
             sweeps = (sweeps + 1u);
-            if (false) {
-                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                    {
-                        var col: u32 = (c0 + 0u);
-                        if ((col < col_hi)) {
-                            m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + 1u);
-                        if ((col < col_hi)) {
-                            m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + 2u);
-                        if ((col < col_hi)) {
-                            m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + 3u);
-                        if ((col < col_hi)) {
-                            m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
-                        }
+            // built by kernels::filters::sweep
+            for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                // built by kernels::filters::sweep
+                {
+                    var col: u32 = (c0 + (BLOCK * 0u));
+                    if ((col < col_hi)) {
+                        let sk_e0: f32 = sk_load_x((base + col));
+                        m = max(m, (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp));
                     }
                 }
-            } else {
-                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    {
-                        var col: u32 = (c0 + (BLOCK * 0u));
-                        if ((col < col_hi)) {
-                            m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
-                        }
+                {
+                    var col: u32 = (c0 + (BLOCK * 1u));
+                    if ((col < col_hi)) {
+                        let sk_e1: f32 = sk_load_x((base + col));
+                        m = max(m, (select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u)) / temp));
                     }
-                    {
-                        var col: u32 = (c0 + (BLOCK * 1u));
-                        if ((col < col_hi)) {
-                            m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
-                        }
+                }
+                {
+                    var col: u32 = (c0 + (BLOCK * 2u));
+                    if ((col < col_hi)) {
+                        let sk_e2: f32 = sk_load_x((base + col));
+                        m = max(m, (select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)) / temp));
                     }
-                    {
-                        var col: u32 = (c0 + (BLOCK * 2u));
-                        if ((col < col_hi)) {
-                            m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + (BLOCK * 3u));
-                        if ((col < col_hi)) {
-                            m = max(m, (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp));
-                        }
+                }
+                {
+                    var col: u32 = (c0 + (BLOCK * 3u));
+                    if ((col < col_hi)) {
+                        let sk_e3: f32 = sk_load_x((base + col));
+                        m = max(m, (select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u)) / temp));
                     }
                 }
             }
@@ -442,8 +413,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sel_a: u32 = select(0u, 8u, k_first);
             var digits: u32 = (sel_a + select(0u, 8u, searched));
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
+                // built by kernels::filters::find_set
                 var in_a: bool = (stage <= sel_a);
-                var digit_pass: u32 = select(((stage - 1u) - sel_a), (stage - 1u), in_a);
+                let sk_e4: u32 = (stage - 1u);
+                var digit_pass: u32 = select((sk_e4 - sel_a), sk_e4, in_a);
                 var shift: u32 = (28u - (digit_pass * 4u));
                 if ((digit_pass == 0u)) {
                     listed = false;
@@ -465,171 +438,98 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var list_at: u32 = list_from;
                     sweeps = (sweeps + 1u);
-                    if (false) {
-                        var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                        var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                        for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                            {
-                                var col: u32 = (c0 + 0u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                    // built by kernels::filters::sweep
+                    for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                        // built by kernels::filters::sweep
+                        {
+                            var col: u32 = (c0 + (BLOCK * 0u));
+                            if ((col < col_hi)) {
+                                let sk_e5: f32 = sk_load_x((base + col));
+                                var zv: f32 = (select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
                                 }
-                            }
-                            {
-                                var col: u32 = (c0 + 1u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 2u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 3u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
                         }
-                    } else {
-                        for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                            {
-                                var col: u32 = (c0 + (BLOCK * 0u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 1u));
+                            if ((col < col_hi)) {
+                                let sk_e6: f32 = sk_load_x((base + col));
+                                var zv: f32 = (select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
-                            {
-                                var col: u32 = (c0 + (BLOCK * 1u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                        }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 2u));
+                            if ((col < col_hi)) {
+                                let sk_e7: f32 = sk_load_x((base + col));
+                                var zv: f32 = (select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
-                            {
-                                var col: u32 = (c0 + (BLOCK * 2u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                        }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 3u));
+                            if ((col < col_hi)) {
+                                let sk_e8: f32 = sk_load_x((base + col));
+                                var zv: f32 = (select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
                                 }
-                            }
-                            {
-                                var col: u32 = (c0 + (BLOCK * 3u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
                         }
@@ -641,19 +541,23 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if ((((listed && (!in_a)) && (sel_tn <= 64u)) && (!done))) {
                     mine = 0u;
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
+                        // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
-                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e9: f32 = sk_load_x((base + col));
+                        var zv: f32 = (select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u)) / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
                         if (((key & sel_mask) == sel_key)) {
+                            // built by kernels::filters::candidate
                             wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
                         if (ok) {
+                            // built by kernels::filters::select_in_bucket
                             mine = (mine + 1u);
                         }
                     }
@@ -673,19 +577,23 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var bucket_at: u32 = bucket_from;
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
+                        // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
-                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e10: f32 = sk_load_x((base + col));
+                        var zv: f32 = (select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
                         if (((key & sel_mask) == sel_key)) {
+                            // built by kernels::filters::candidate
                             wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
                         if (ok) {
+                            // built by kernels::filters::select_in_bucket
                             if ((bucket_at < 64u)) {
                                 bucket_cols[bucket_at] = col;
                                 bucket_keys[bucket_at] = key;
@@ -698,6 +606,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var found_key: u32 = 0u;
                     var found_col: u32 = 0u;
                     for (var t: u32 = sk_lid; t < min(sel_tn, 64u); t = t + BLOCK) {
+                        // built by kernels::filters::select_in_bucket
                         var kt: u32 = bucket_keys[t];
                         var ct: u32 = bucket_cols[t];
                         var mt: u64 = bucket_masses[t];
@@ -710,7 +619,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 mass_before = (mass_before + bucket_masses[v]);
                             }
                         }
-                        if ((((before < kk) && (mass_before <= lim)) && (((before + 1u) == (sel_n + min(sel_tn, 64u))) || (!(((before + 1u) < kk) && ((mass_before + mt) <= lim)))))) {
+                        let sk_e11: u32 = (before + 1u);
+                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e11 == (sel_n + min(sel_tn, 64u))) || (!((sk_e11 < kk) && ((mass_before + mt) <= lim)))))) {
                             found_key = kt;
                             found_col = ct;
                         }
@@ -743,20 +653,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var cnt: array<u32, 16>;
                     var mas: array<u64, 16>;
                     if (listed) {
+                        // built by kernels::filters::digit_counts
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
+                            // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
-                            var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e12: f32 = sk_load_x((base + col));
+                            var zv: f32 = (select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)) / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
                             var ok: bool = false;
                             var mv: u64 = 0lu;
                             if (((key & sel_mask) == sel_key)) {
+                                // built by kernels::filters::candidate
                                 wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                             }
                             if (ok) {
+                                // built by kernels::filters::digit_counts
                                 var digit: u32 = ((key >> shift) & 15u);
                                 cnt[digit] += 1u;
                                 mas[digit] += mv;
@@ -764,26 +679,31 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((!listed)) {
+                        // built by kernels::filters::digit_counts
                         sweeps = (sweeps + 1u);
                         if ((digit_pass == 7u)) {
+                            // built by kernels::filters::sweep
                             var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                                 {
                                     var col: u32 = (c0 + 0u);
                                     if ((col < col_hi)) {
-                                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                        let sk_e13: f32 = sk_load_x((base + col));
+                                        var zv: f32 = (select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)) / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -793,18 +713,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 {
                                     var col: u32 = (c0 + 1u);
                                     if ((col < col_hi)) {
-                                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                        let sk_e14: f32 = sk_load_x((base + col));
+                                        var zv: f32 = (select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)) / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -814,18 +737,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 {
                                     var col: u32 = (c0 + 2u);
                                     if ((col < col_hi)) {
-                                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                        let sk_e15: f32 = sk_load_x((base + col));
+                                        var zv: f32 = (select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u)) / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -835,18 +761,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 {
                                     var col: u32 = (c0 + 3u);
                                     if ((col < col_hi)) {
-                                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                        let sk_e16: f32 = sk_load_x((base + col));
+                                        var zv: f32 = (select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u)) / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -855,22 +784,26 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                         } else {
+                            // built by kernels::filters::sweep
                             for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                                 {
                                     var col: u32 = (c0 + (BLOCK * 0u));
                                     if ((col < col_hi)) {
-                                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                        let sk_e17: f32 = sk_load_x((base + col));
+                                        var zv: f32 = (select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)) / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -880,18 +813,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 {
                                     var col: u32 = (c0 + (BLOCK * 1u));
                                     if ((col < col_hi)) {
-                                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                        let sk_e18: f32 = sk_load_x((base + col));
+                                        var zv: f32 = (select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u)) / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -901,18 +837,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 {
                                     var col: u32 = (c0 + (BLOCK * 2u));
                                     if ((col < col_hi)) {
-                                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                        let sk_e19: f32 = sk_load_x((base + col));
+                                        var zv: f32 = (select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u)) / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -922,18 +861,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 {
                                     var col: u32 = (c0 + (BLOCK * 3u));
                                     if ((col < col_hi)) {
-                                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                        let sk_e20: f32 = sk_load_x((base + col));
+                                        var zv: f32 = (select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u)) / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -1249,6 +1191,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         workgroupBarrier();
                     }
                     if ((digit_pass == 0u)) {
+                        // built by kernels::filters::decide
                         row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         if (((!in_a) && (!k_first))) {
                             lim = sk_fraction(pp, row_mass);
@@ -1260,6 +1203,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var cn: u32 = sel_n;
                     var cm: u64 = sel_m;
                     if ((cnt_s15 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 15u;
                             cn = nb;
@@ -1269,6 +1213,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s15);
                     }
                     if ((cnt_s14 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 14u;
                             cn = nb;
@@ -1278,6 +1223,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s14);
                     }
                     if ((cnt_s13 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 13u;
                             cn = nb;
@@ -1287,6 +1233,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s13);
                     }
                     if ((cnt_s12 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 12u;
                             cn = nb;
@@ -1296,6 +1243,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s12);
                     }
                     if ((cnt_s11 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 11u;
                             cn = nb;
@@ -1305,6 +1253,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s11);
                     }
                     if ((cnt_s10 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 10u;
                             cn = nb;
@@ -1314,6 +1263,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s10);
                     }
                     if ((cnt_s9 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 9u;
                             cn = nb;
@@ -1323,6 +1273,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s9);
                     }
                     if ((cnt_s8 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 8u;
                             cn = nb;
@@ -1332,6 +1283,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s8);
                     }
                     if ((cnt_s7 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 7u;
                             cn = nb;
@@ -1341,6 +1293,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s7);
                     }
                     if ((cnt_s6 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 6u;
                             cn = nb;
@@ -1350,6 +1303,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s6);
                     }
                     if ((cnt_s5 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 5u;
                             cn = nb;
@@ -1359,6 +1313,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s5);
                     }
                     if ((cnt_s4 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 4u;
                             cn = nb;
@@ -1368,6 +1323,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s4);
                     }
                     if ((cnt_s3 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 3u;
                             cn = nb;
@@ -1377,6 +1333,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s3);
                     }
                     if ((cnt_s2 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 2u;
                             cn = nb;
@@ -1386,6 +1343,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s2);
                     }
                     if ((cnt_s1 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 1u;
                             cn = nb;
@@ -1395,6 +1353,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s1);
                     }
                     if ((cnt_s0 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 0u;
                             cn = nb;
@@ -1404,6 +1363,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s0);
                     }
                     if ((chosen != 4294967295u)) {
+                        // built by kernels::filters::decide
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
@@ -1413,9 +1373,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
+                        // built by kernels::filters::decide
                         var tn64: u64 = u64(sel_tn);
                         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
+                        let sk_e21: bool = (tie_v == 0lu);
+                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e21)) + 1lu), tn64, sk_e21)));
                         lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                         sel_key = 0u;
                         sel_mask = 0u;
@@ -1430,14 +1392,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var s_ties: u32 = 0u;
             var tie_start: u32 = 0u;
             if (searched) {
+                // built by kernels::filters::set_bounds
                 var tn64: u64 = u64(sel_tn);
                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
+                let sk_e22: bool = (tie_v == 0lu);
+                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e22)) + 1lu), tn64, sk_e22)));
                 s_ties = ties;
             }
             var tie_rank: u32 = 0u;
             var all_mass: u64 = 0lu;
             if (searched) {
+                // built by kernels::filters::find_set
                 if (done) {
                     s_ties = 4294967295u;
                 }
@@ -1447,25 +1412,29 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     } else {
                         mine = 0u;
                         sweeps = (sweeps + 1u);
-                        if (true) {
+                        {
+                            // built by kernels::filters::sweep
                             var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                                 {
                                     var col: u32 = (c0 + 0u);
                                     if ((col < col_hi)) {
-                                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                        let sk_e23: f32 = sk_load_x((base + col));
+                                        var zv: f32 = (select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u)) / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if ((key == s_key)) {
+                                            // built by kernels::filters::count_ties
                                             wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1473,18 +1442,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 {
                                     var col: u32 = (c0 + 1u);
                                     if ((col < col_hi)) {
-                                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                        let sk_e24: f32 = sk_load_x((base + col));
+                                        var zv: f32 = (select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u)) / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if ((key == s_key)) {
+                                            // built by kernels::filters::count_ties
                                             wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1492,18 +1464,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 {
                                     var col: u32 = (c0 + 2u);
                                     if ((col < col_hi)) {
-                                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                        let sk_e25: f32 = sk_load_x((base + col));
+                                        var zv: f32 = (select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)) / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if ((key == s_key)) {
+                                            // built by kernels::filters::count_ties
                                             wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1511,97 +1486,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 {
                                     var col: u32 = (c0 + 3u);
                                     if ((col < col_hi)) {
-                                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                        let sk_e26: f32 = sk_load_x((base + col));
+                                        var zv: f32 = (select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u)) / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if ((key == s_key)) {
+                                            // built by kernels::filters::count_ties
                                             wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                            }
-                        } else {
-                            for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                                {
-                                    var col: u32 = (c0 + (BLOCK * 0u));
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == s_key)) {
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                                {
-                                    var col: u32 = (c0 + (BLOCK * 1u));
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == s_key)) {
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                                {
-                                    var col: u32 = (c0 + (BLOCK * 2u));
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == s_key)) {
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                                {
-                                    var col: u32 = (c0 + (BLOCK * 3u));
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == s_key)) {
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1633,16 +1532,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var best64_i: u32 = 4294967295u;
             var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
             if (seeded_row) {
+                // built by kernels::filters::race_in_set
                 tie_rank = tie_start;
                 sweeps = (sweeps + 1u);
-                if (true) {
+                {
+                    // built by kernels::filters::sweep
                     var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                         {
                             var col: u32 = (c0 + 0u);
                             if ((col < col_hi)) {
-                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e27: f32 = sk_load_x((base + col));
+                                var zv: f32 = (select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u)) / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1650,6 +1552,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
                                     wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
@@ -1659,16 +1562,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie: bool = (ok && (key == s_key));
                                     var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
+                                        // built by kernels::filters::kept
                                         tie_rank = (tie_rank + 1u);
                                     }
                                     kept = in_set;
                                 }
                                 if (kept) {
+                                    // built by kernels::filters::race_sweep
                                     var s64: f64 = f64(ov);
                                     if (noisy) {
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                        // built by kernels::seeded::score64
+                                        let sk_e28: u32 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e28 + 8u)], rows[(sk_e28 + 9u)], rows[(sk_e28 + 10u)], col)));
                                     }
                                     if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best64 = s64;
                                         best64_i = col;
                                     }
@@ -1678,7 +1586,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 1u);
                             if ((col < col_hi)) {
-                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e29: f32 = sk_load_x((base + col));
+                                var zv: f32 = (select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u)) / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1686,6 +1595,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
                                     wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
@@ -1695,16 +1605,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie: bool = (ok && (key == s_key));
                                     var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
+                                        // built by kernels::filters::kept
                                         tie_rank = (tie_rank + 1u);
                                     }
                                     kept = in_set;
                                 }
                                 if (kept) {
+                                    // built by kernels::filters::race_sweep
                                     var s64: f64 = f64(ov);
                                     if (noisy) {
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                        // built by kernels::seeded::score64
+                                        let sk_e30: u32 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)], rows[(sk_e30 + 10u)], col)));
                                     }
                                     if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best64 = s64;
                                         best64_i = col;
                                     }
@@ -1714,7 +1629,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 2u);
                             if ((col < col_hi)) {
-                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e31: f32 = sk_load_x((base + col));
+                                var zv: f32 = (select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u)) / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1722,6 +1638,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
                                     wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
@@ -1731,16 +1648,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie: bool = (ok && (key == s_key));
                                     var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
+                                        // built by kernels::filters::kept
                                         tie_rank = (tie_rank + 1u);
                                     }
                                     kept = in_set;
                                 }
                                 if (kept) {
+                                    // built by kernels::filters::race_sweep
                                     var s64: f64 = f64(ov);
                                     if (noisy) {
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                        // built by kernels::seeded::score64
+                                        let sk_e32: u32 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], col)));
                                     }
                                     if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best64 = s64;
                                         best64_i = col;
                                     }
@@ -1750,7 +1672,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 3u);
                             if ((col < col_hi)) {
-                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e33: f32 = sk_load_x((base + col));
+                                var zv: f32 = (select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)) / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1758,6 +1681,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
                                     wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
@@ -1767,163 +1691,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie: bool = (ok && (key == s_key));
                                     var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
+                                        // built by kernels::filters::kept
                                         tie_rank = (tie_rank + 1u);
                                     }
                                     kept = in_set;
                                 }
                                 if (kept) {
+                                    // built by kernels::filters::race_sweep
                                     var s64: f64 = f64(ov);
                                     if (noisy) {
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                        // built by kernels::seeded::score64
+                                        let sk_e34: u32 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e34 + 8u)], rows[(sk_e34 + 9u)], rows[(sk_e34 + 10u)], col)));
                                     }
                                     if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                        best64 = s64;
-                                        best64_i = col;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                } else {
-                    for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                        {
-                            var col: u32 = (c0 + (BLOCK * 0u));
-                            if ((col < col_hi)) {
-                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    var s64: f64 = f64(ov);
-                                    if (noisy) {
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                    }
-                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                        best64 = s64;
-                                        best64_i = col;
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 1u));
-                            if ((col < col_hi)) {
-                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    var s64: f64 = f64(ov);
-                                    if (noisy) {
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                    }
-                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                        best64 = s64;
-                                        best64_i = col;
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 2u));
-                            if ((col < col_hi)) {
-                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    var s64: f64 = f64(ov);
-                                    if (noisy) {
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                    }
-                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                        best64 = s64;
-                                        best64_i = col;
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 3u));
-                            if ((col < col_hi)) {
-                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    var s64: f64 = f64(ov);
-                                    if (noisy) {
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                    }
-                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best64 = s64;
                                         best64_i = col;
                                     }
@@ -1934,19 +1716,24 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
             }
             if ((!seeded_row)) {
+                // built by kernels::filters::race_in_set
                 tie_rank = tie_start;
                 sweeps = (sweeps + 1u);
-                if (true) {
+                {
+                    // built by kernels::filters::sweep
                     var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                         if (noisy) {
-                            w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                            // built by kernels::filters::race_sweep
+                            let sk_e35: u32 = (row * 12u);
+                            w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e35 + 10u)], rows[(sk_e35 + 11u)]), rows[(sk_e35 + 8u)], rows[(sk_e35 + 9u)]);
                         }
                         {
                             var col: u32 = (c0 + 0u);
                             if ((col < col_hi)) {
-                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e36: f32 = sk_load_x((base + col));
+                                var zv: f32 = (select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u)) / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1954,6 +1741,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
                                     wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
@@ -1963,13 +1751,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie: bool = (ok && (key == s_key));
                                     var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
+                                        // built by kernels::filters::kept
                                         tie_rank = (tie_rank + 1u);
                                     }
                                     kept = in_set;
                                 }
                                 if (kept) {
-                                    var score: f32 = select(zv, select((zv + sk_gumbel(w[0])), sk_gumbel(w[0]), (zv == bitcast<f32>(2139095040u))), noisy);
+                                    // built by kernels::filters::race_sweep
+                                    let sk_e37: f32 = sk_gumbel(w[0]);
+                                    var score: f32 = select(zv, select((zv + sk_e37), sk_e37, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best = score;
                                         best_i = col;
                                     }
@@ -1979,7 +1771,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 1u);
                             if ((col < col_hi)) {
-                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e38: f32 = sk_load_x((base + col));
+                                var zv: f32 = (select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u)) / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1987,6 +1780,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
                                     wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
@@ -1996,13 +1790,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie: bool = (ok && (key == s_key));
                                     var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
+                                        // built by kernels::filters::kept
                                         tie_rank = (tie_rank + 1u);
                                     }
                                     kept = in_set;
                                 }
                                 if (kept) {
-                                    var score: f32 = select(zv, select((zv + sk_gumbel(w[1])), sk_gumbel(w[1]), (zv == bitcast<f32>(2139095040u))), noisy);
+                                    // built by kernels::filters::race_sweep
+                                    let sk_e39: f32 = sk_gumbel(w[1]);
+                                    var score: f32 = select(zv, select((zv + sk_e39), sk_e39, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best = score;
                                         best_i = col;
                                     }
@@ -2012,7 +1810,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 2u);
                             if ((col < col_hi)) {
-                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e40: f32 = sk_load_x((base + col));
+                                var zv: f32 = (select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u)) / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -2020,6 +1819,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
                                     wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
@@ -2029,13 +1829,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie: bool = (ok && (key == s_key));
                                     var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
+                                        // built by kernels::filters::kept
                                         tie_rank = (tie_rank + 1u);
                                     }
                                     kept = in_set;
                                 }
                                 if (kept) {
-                                    var score: f32 = select(zv, select((zv + sk_gumbel(w[2])), sk_gumbel(w[2]), (zv == bitcast<f32>(2139095040u))), noisy);
+                                    // built by kernels::filters::race_sweep
+                                    let sk_e41: f32 = sk_gumbel(w[2]);
+                                    var score: f32 = select(zv, select((zv + sk_e41), sk_e41, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best = score;
                                         best_i = col;
                                     }
@@ -2045,7 +1849,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 3u);
                             if ((col < col_hi)) {
-                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e42: f32 = sk_load_x((base + col));
+                                var zv: f32 = (select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u)) / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -2053,6 +1858,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
                                     wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
@@ -2062,148 +1868,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie: bool = (ok && (key == s_key));
                                     var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
+                                        // built by kernels::filters::kept
                                         tie_rank = (tie_rank + 1u);
                                     }
                                     kept = in_set;
                                 }
                                 if (kept) {
-                                    var score: f32 = select(zv, select((zv + sk_gumbel(w[3])), sk_gumbel(w[3]), (zv == bitcast<f32>(2139095040u))), noisy);
+                                    // built by kernels::filters::race_sweep
+                                    let sk_e43: f32 = sk_gumbel(w[3]);
+                                    var score: f32 = select(zv, select((zv + sk_e43), sk_e43, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
-                                        best = score;
-                                        best_i = col;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                } else {
-                    for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                        {
-                            var col: u32 = (c0 + (BLOCK * 0u));
-                            if ((col < col_hi)) {
-                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    var score: f32 = select(zv, select((zv + sk_gumbel(w[0])), sk_gumbel(w[0]), (zv == bitcast<f32>(2139095040u))), noisy);
-                                    if (((score > best) || (best_i == 4294967295u))) {
-                                        best = score;
-                                        best_i = col;
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 1u));
-                            if ((col < col_hi)) {
-                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    var score: f32 = select(zv, select((zv + sk_gumbel(w[1])), sk_gumbel(w[1]), (zv == bitcast<f32>(2139095040u))), noisy);
-                                    if (((score > best) || (best_i == 4294967295u))) {
-                                        best = score;
-                                        best_i = col;
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 2u));
-                            if ((col < col_hi)) {
-                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    var score: f32 = select(zv, select((zv + sk_gumbel(w[2])), sk_gumbel(w[2]), (zv == bitcast<f32>(2139095040u))), noisy);
-                                    if (((score > best) || (best_i == 4294967295u))) {
-                                        best = score;
-                                        best_i = col;
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 3u));
-                            if ((col < col_hi)) {
-                                var zv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    var score: f32 = select(zv, select((zv + sk_gumbel(w[3])), sk_gumbel(w[3]), (zv == bitcast<f32>(2139095040u))), noisy);
-                                    if (((score > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best = score;
                                         best_i = col;
                                     }
@@ -2272,18 +1947,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var valid: bool = (tok < params.vocab);
             var tok_at: u32 = select(0u, tok, valid);
             if ((sk_lid == 0u)) {
+                // built by kernels::sampling::write_results
                 tokens[row] = select(0u, tok, valid);
                 if (((params.flags & 2u) != 0u)) {
                     status[row] = select(0u, 1u, valid);
                 }
             }
             if (((params.flags & 1u) != 0u)) {
+                // built by kernels::sampling::write_results
                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                 if ((sk_lid == 0u)) {
-                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_load_x((base + tok_at)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + tok_at))) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                    let sk_e44: f32 = sk_load_x((base + tok_at));
+                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                 }
             }
             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
+                // built by kernels::filters::set_results
                 passes[row] = sweeps;
             }
         }

@@ -42,31 +42,9 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
-fn sk_exp(x_in: f32) -> f32 {
-    var x: f32 = x_in;
-    if ((x < (-104.0f))) {
-        return (0.0f);
-    }
-    if ((x > (88.72283f))) {
-        return bitcast<f32>(2139095040u);
-    }
-    var kf: f32 = floor(((x * (1.442695f)) + (0.5f)));
-    var r: f32 = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
-    var p: f32 = (0.0001984127f);
-    p = ((p * r) + (0.0013888889f));
-    p = ((p * r) + (0.008333334f));
-    p = ((p * r) + (0.041666668f));
-    p = ((p * r) + (0.16666667f));
-    p = ((p * r) + (0.5f));
-    p = ((p * r) + (1.0f));
-    p = ((p * r) + (1.0f));
-    var k: i32 = i32(kf);
-    var k1: i32 = (k >> 1u);
-    var k2: i32 = (k - k1);
-    return ((p * bitcast<f32>((u32((k1 + (127i))) << 23u))) * bitcast<f32>((u32((k2 + (127i))) << 23u)));
-}
 fn sk_log(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::log
     var ix: u32 = bitcast<u32>(x);
     var k: i32 = (0i);
     if ((ix < 8388608u)) {
@@ -88,18 +66,16 @@ fn sk_log(x_in: f32) -> f32 {
 }
 fn sk_fixed(w_in: f32) -> u64 {
     var w: f32 = w_in;
+    // built by kernels::filters::fixed
     var s: f32 = (w * (256.0f));
     var hi: f32 = floor(s);
     var lo: f32 = ((s - hi) * (4294967300.0f));
     return ((u64(u32(hi)) << 32u) | u64(u32(lo)));
 }
-fn sk_fixed_f32(m_in: u64) -> f32 {
-    var m: u64 = m_in;
-    return ((f32(u32((m >> 32u))) * (0.00390625f)) + (f32(u32((m & 4294967295lu))) * (9.094947e-13f)));
-}
 fn sk_fraction(p_in: f32, m_in: u64) -> u64 {
     var p: f32 = p_in;
     var m: u64 = m_in;
+    // built by kernels::filters::fraction
     var q: u64 = u64(u32((p * (2147483600.0f))));
     return (((u64(2u) * q) * (m >> 32u)) + ((q * (m & 4294967295lu)) >> 31u));
 }
@@ -107,6 +83,7 @@ fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
     var ctr: vec4<u32> = ctr_in;
     var k0: u32 = k0_in;
     var k1: u32 = k1_in;
+    // built by kernels::philox::philox
     var c0: u32 = ctr[0];
     var c1: u32 = ctr[1];
     var c2: u32 = ctr[2];
@@ -233,18 +210,17 @@ fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
 }
 fn sk_uniform(w_in: u32) -> f32 {
     var w: u32 = w_in;
+    // built by kernels::philox::uniform
     return ((f32((w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
 }
 fn sk_exponential(w_in: u32) -> f32 {
     var w: u32 = w_in;
+    // built by kernels::philox::exponential
     return (-sk_log(sk_uniform(w)));
-}
-fn sk_gumbel(w_in: u32) -> f32 {
-    var w: u32 = w_in;
-    return (-sk_log(sk_exponential(w)));
 }
 fn sk_log64(x_in: f64) -> f64 {
     var x: f64 = x_in;
+    // built by kernels::math::log64
     var ix: u64 = bitcast<u64>(x);
     var k: i32 = (0i);
     if ((ix < 4503599627370496lu)) {
@@ -269,6 +245,7 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
     var w1: u32 = w1_in;
     var w2: u32 = w2_in;
     var w3: u32 = w3_in;
+    // built by kernels::murmur::murmur3
     var h: u32 = 0u;
     {
         var k: u32 = (w0 * 3432918353u);
@@ -303,34 +280,18 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
 }
 fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var h: u32 = h_in;
+    // built by kernels::murmur::seeded_gumbel64
     if ((h == 0u)) {
         return (-709.782712893384lf);
     }
     var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
     return (-sk_log64((-e)));
 }
-fn sk_seeded_gumbel32(h_in: u32) -> f32 {
-    var h: u32 = h_in;
-    if ((h == 0u)) {
-        return (-709.7827f);
-    }
-    var t: f32 = (0.0f);
-    if ((h >= 2147483648u)) {
-        var q: f32 = (f32((4294967295u - h)) / f32(h));
-        var up: f32 = ((1.0f) + q);
-        t = q;
-        if ((up != (1.0f))) {
-            t = ((sk_log(up) * q) / (up - (1.0f)));
-        }
-    } else {
-        t = (-sk_log((f32(h) * (2.3283064e-10f))));
-    }
-    return (-sk_log(max(t, (2.3283064e-10f))));
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
+        // built by kernels::sampling::for_each_row_at
         var row: u32 = select(slot, listed[slot], ((params.flags & 32u) != 0u));
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
@@ -348,86 +309,50 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
         var filtered: bool = (noisy && (searched || (mp > (0.0f))));
         if (((!((params.flags & 8u) != 0u)) || filtered)) {
+            // built by kernels::filters::filter_row
             var sweeps: u32 = 0u;
             var m: f32 = bitcast<f32>(4286578688u);
             sweeps = (sweeps + 1u);
-            if (false) {
-                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                    {
-                        var col: u32 = (c0 + 0u);
-                        if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                m = max(m, xv);
-                            }
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + 1u);
-                        if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                m = max(m, xv);
-                            }
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + 2u);
-                        if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                m = max(m, xv);
-                            }
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + 3u);
-                        if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                m = max(m, xv);
-                            }
+            // built by kernels::filters::sweep
+            for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                // built by kernels::filters::sweep
+                {
+                    var col: u32 = (c0 + (BLOCK * 0u));
+                    if ((col < col_hi)) {
+                        var xv: f32 = x[(base + col)];
+                        if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                            // built by kernels::filters::part_max
+                            m = max(m, xv);
                         }
                     }
                 }
-            } else {
-                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    {
-                        var col: u32 = (c0 + (BLOCK * 0u));
-                        if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                m = max(m, xv);
-                            }
+                {
+                    var col: u32 = (c0 + (BLOCK * 1u));
+                    if ((col < col_hi)) {
+                        var xv: f32 = x[(base + col)];
+                        if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                            // built by kernels::filters::part_max
+                            m = max(m, xv);
                         }
                     }
-                    {
-                        var col: u32 = (c0 + (BLOCK * 1u));
-                        if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                m = max(m, xv);
-                            }
+                }
+                {
+                    var col: u32 = (c0 + (BLOCK * 2u));
+                    if ((col < col_hi)) {
+                        var xv: f32 = x[(base + col)];
+                        if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                            // built by kernels::filters::part_max
+                            m = max(m, xv);
                         }
                     }
-                    {
-                        var col: u32 = (c0 + (BLOCK * 2u));
-                        if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                m = max(m, xv);
-                            }
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + (BLOCK * 3u));
-                        if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                m = max(m, xv);
-                            }
+                }
+                {
+                    var col: u32 = (c0 + (BLOCK * 3u));
+                    if ((col < col_hi)) {
+                        var xv: f32 = x[(base + col)];
+                        if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                            // built by kernels::filters::part_max
+                            m = max(m, xv);
                         }
                     }
                 }
@@ -462,8 +387,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sel_a: u32 = select(0u, 8u, k_first);
             var digits: u32 = (sel_a + select(0u, 8u, searched));
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
+                // built by kernels::filters::find_set
                 var in_a: bool = (stage <= sel_a);
-                var digit_pass: u32 = select(((stage - 1u) - sel_a), (stage - 1u), in_a);
+                let sk_e0: u32 = (stage - 1u);
+                var digit_pass: u32 = select((sk_e0 - sel_a), sk_e0, in_a);
                 var shift: u32 = (28u - (digit_pass * 4u));
                 if ((digit_pass == 0u)) {
                     listed = false;
@@ -485,171 +412,94 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var list_at: u32 = list_from;
                     sweeps = (sweeps + 1u);
-                    if (false) {
-                        var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                        var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                        for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                            {
-                                var col: u32 = (c0 + 0u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                    // built by kernels::filters::sweep
+                    for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                        // built by kernels::filters::sweep
+                        {
+                            var col: u32 = (c0 + (BLOCK * 0u));
+                            if ((col < col_hi)) {
+                                var zv: f32 = x[(base + col)];
+                                var ov: f32 = zv;
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
                                 }
-                            }
-                            {
-                                var col: u32 = (c0 + 1u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 2u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 3u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
                         }
-                    } else {
-                        for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                            {
-                                var col: u32 = (c0 + (BLOCK * 0u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 1u));
+                            if ((col < col_hi)) {
+                                var zv: f32 = x[(base + col)];
+                                var ov: f32 = zv;
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
-                            {
-                                var col: u32 = (c0 + (BLOCK * 1u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                        }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 2u));
+                            if ((col < col_hi)) {
+                                var zv: f32 = x[(base + col)];
+                                var ov: f32 = zv;
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
-                            {
-                                var col: u32 = (c0 + (BLOCK * 2u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                        }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 3u));
+                            if ((col < col_hi)) {
+                                var zv: f32 = x[(base + col)];
+                                var ov: f32 = zv;
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
                                 }
-                            }
-                            {
-                                var col: u32 = (c0 + (BLOCK * 3u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
                         }
@@ -661,6 +511,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if ((((listed && (!in_a)) && (sel_tn <= 64u)) && (!done))) {
                     mine = 0u;
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
+                        // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
                         var zv: f32 = x[(base + col)];
                         var ov: f32 = zv;
@@ -669,11 +520,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var ok: bool = false;
                         var mv: u64 = 0lu;
                         if (((key & sel_mask) == sel_key)) {
+                            // built by kernels::filters::candidate
                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
                         if (ok) {
+                            // built by kernels::filters::select_in_bucket
                             mine = (mine + 1u);
                         }
                     }
@@ -693,6 +546,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var bucket_at: u32 = bucket_from;
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
+                        // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
                         var zv: f32 = x[(base + col)];
                         var ov: f32 = zv;
@@ -701,11 +555,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var ok: bool = false;
                         var mv: u64 = 0lu;
                         if (((key & sel_mask) == sel_key)) {
+                            // built by kernels::filters::candidate
                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
                         if (ok) {
+                            // built by kernels::filters::select_in_bucket
                             if ((bucket_at < 64u)) {
                                 bucket_cols[bucket_at] = col;
                                 bucket_keys[bucket_at] = key;
@@ -718,6 +574,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var found_key: u32 = 0u;
                     var found_col: u32 = 0u;
                     for (var t: u32 = sk_lid; t < min(sel_tn, 64u); t = t + BLOCK) {
+                        // built by kernels::filters::select_in_bucket
                         var kt: u32 = bucket_keys[t];
                         var ct: u32 = bucket_cols[t];
                         var mt: u64 = bucket_masses[t];
@@ -730,7 +587,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 mass_before = (mass_before + bucket_masses[v]);
                             }
                         }
-                        if ((((before < kk) && (mass_before <= lim)) && (((before + 1u) == (sel_n + min(sel_tn, 64u))) || (!(((before + 1u) < kk) && ((mass_before + mt) <= lim)))))) {
+                        let sk_e1: u32 = (before + 1u);
+                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e1 == (sel_n + min(sel_tn, 64u))) || (!((sk_e1 < kk) && ((mass_before + mt) <= lim)))))) {
                             found_key = kt;
                             found_col = ct;
                         }
@@ -763,7 +621,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var cnt: array<u32, 16>;
                     var mas: array<u64, 16>;
                     if (listed) {
+                        // built by kernels::filters::digit_counts
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
+                            // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
                             var zv: f32 = x[(base + col)];
                             var ov: f32 = zv;
@@ -772,11 +632,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var ok: bool = false;
                             var mv: u64 = 0lu;
                             if (((key & sel_mask) == sel_key)) {
+                                // built by kernels::filters::candidate
                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                             }
                             if (ok) {
+                                // built by kernels::filters::digit_counts
                                 var digit: u32 = ((key >> shift) & 15u);
                                 cnt[digit] += 1u;
                                 mas[digit] += mv;
@@ -784,8 +646,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((!listed)) {
+                        // built by kernels::filters::digit_counts
                         sweeps = (sweeps + 1u);
                         if ((digit_pass == 7u)) {
+                            // built by kernels::filters::sweep
                             var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
@@ -799,11 +663,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -820,11 +686,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -841,11 +709,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -862,11 +732,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -875,6 +747,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                         } else {
+                            // built by kernels::filters::sweep
                             for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                                 {
                                     var col: u32 = (c0 + (BLOCK * 0u));
@@ -886,11 +759,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -907,11 +782,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -928,11 +805,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -949,11 +828,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -1269,6 +1150,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         workgroupBarrier();
                     }
                     if ((digit_pass == 0u)) {
+                        // built by kernels::filters::decide
                         row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         if (((!in_a) && (!k_first))) {
                             lim = sk_fraction(pp, row_mass);
@@ -1280,6 +1162,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var cn: u32 = sel_n;
                     var cm: u64 = sel_m;
                     if ((cnt_s15 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 15u;
                             cn = nb;
@@ -1289,6 +1172,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s15);
                     }
                     if ((cnt_s14 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 14u;
                             cn = nb;
@@ -1298,6 +1182,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s14);
                     }
                     if ((cnt_s13 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 13u;
                             cn = nb;
@@ -1307,6 +1192,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s13);
                     }
                     if ((cnt_s12 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 12u;
                             cn = nb;
@@ -1316,6 +1202,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s12);
                     }
                     if ((cnt_s11 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 11u;
                             cn = nb;
@@ -1325,6 +1212,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s11);
                     }
                     if ((cnt_s10 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 10u;
                             cn = nb;
@@ -1334,6 +1222,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s10);
                     }
                     if ((cnt_s9 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 9u;
                             cn = nb;
@@ -1343,6 +1232,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s9);
                     }
                     if ((cnt_s8 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 8u;
                             cn = nb;
@@ -1352,6 +1242,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s8);
                     }
                     if ((cnt_s7 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 7u;
                             cn = nb;
@@ -1361,6 +1252,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s7);
                     }
                     if ((cnt_s6 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 6u;
                             cn = nb;
@@ -1370,6 +1262,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s6);
                     }
                     if ((cnt_s5 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 5u;
                             cn = nb;
@@ -1379,6 +1272,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s5);
                     }
                     if ((cnt_s4 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 4u;
                             cn = nb;
@@ -1388,6 +1282,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s4);
                     }
                     if ((cnt_s3 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 3u;
                             cn = nb;
@@ -1397,6 +1292,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s3);
                     }
                     if ((cnt_s2 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 2u;
                             cn = nb;
@@ -1406,6 +1302,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s2);
                     }
                     if ((cnt_s1 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 1u;
                             cn = nb;
@@ -1415,6 +1312,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s1);
                     }
                     if ((cnt_s0 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 0u;
                             cn = nb;
@@ -1424,6 +1322,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s0);
                     }
                     if ((chosen != 4294967295u)) {
+                        // built by kernels::filters::decide
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
@@ -1433,9 +1332,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
+                        // built by kernels::filters::decide
                         var tn64: u64 = u64(sel_tn);
                         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
+                        let sk_e2: bool = (tie_v == 0lu);
+                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e2)) + 1lu), tn64, sk_e2)));
                         lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                         sel_key = 0u;
                         sel_mask = 0u;
@@ -1450,14 +1351,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var s_ties: u32 = 0u;
             var tie_start: u32 = 0u;
             if (searched) {
+                // built by kernels::filters::set_bounds
                 var tn64: u64 = u64(sel_tn);
                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
+                let sk_e3: bool = (tie_v == 0lu);
+                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e3)) + 1lu), tn64, sk_e3)));
                 s_ties = ties;
             }
             var tie_rank: u32 = 0u;
             var all_mass: u64 = 0lu;
             if (searched) {
+                // built by kernels::filters::find_set
                 if (done) {
                     s_ties = 4294967295u;
                 }
@@ -1467,7 +1371,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     } else {
                         mine = 0u;
                         sweeps = (sweeps + 1u);
-                        if (true) {
+                        {
+                            // built by kernels::filters::sweep
                             var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
@@ -1481,11 +1386,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if ((key == s_key)) {
+                                            // built by kernels::filters::count_ties
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1500,11 +1407,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if ((key == s_key)) {
+                                            // built by kernels::filters::count_ties
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1519,11 +1428,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if ((key == s_key)) {
+                                            // built by kernels::filters::count_ties
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1538,90 +1449,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if ((key == s_key)) {
+                                            // built by kernels::filters::count_ties
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                            }
-                        } else {
-                            for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                                {
-                                    var col: u32 = (c0 + (BLOCK * 0u));
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
-                                        var ov: f32 = zv;
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == s_key)) {
-                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                                {
-                                    var col: u32 = (c0 + (BLOCK * 1u));
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
-                                        var ov: f32 = zv;
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == s_key)) {
-                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                                {
-                                    var col: u32 = (c0 + (BLOCK * 2u));
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
-                                        var ov: f32 = zv;
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == s_key)) {
-                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                                {
-                                    var col: u32 = (c0 + (BLOCK * 3u));
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
-                                        var ov: f32 = zv;
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == s_key)) {
-                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1653,9 +1487,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var best64_i: u32 = 4294967295u;
             var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
             if (seeded_row) {
+                // built by kernels::filters::race_in_set
                 tie_rank = tie_start;
                 sweeps = (sweeps + 1u);
-                if (true) {
+                {
+                    // built by kernels::filters::sweep
                     var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
@@ -1670,6 +1506,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
                                     wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
@@ -1679,16 +1516,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie: bool = (ok && (key == s_key));
                                     var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
+                                        // built by kernels::filters::kept
                                         tie_rank = (tie_rank + 1u);
                                     }
                                     kept = in_set;
                                 }
                                 if (kept) {
+                                    // built by kernels::filters::race_sweep
                                     var s64: f64 = sk_log64(f64(zv));
                                     if (noisy) {
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                        // built by kernels::seeded::score64
+                                        let sk_e4: u32 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e4 + 8u)], rows[(sk_e4 + 9u)], rows[(sk_e4 + 10u)], col)));
                                     }
                                     if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best64 = s64;
                                         best64_i = col;
                                     }
@@ -1706,6 +1548,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
                                     wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
@@ -1715,16 +1558,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie: bool = (ok && (key == s_key));
                                     var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
+                                        // built by kernels::filters::kept
                                         tie_rank = (tie_rank + 1u);
                                     }
                                     kept = in_set;
                                 }
                                 if (kept) {
+                                    // built by kernels::filters::race_sweep
                                     var s64: f64 = sk_log64(f64(zv));
                                     if (noisy) {
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                        // built by kernels::seeded::score64
+                                        let sk_e5: u32 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col)));
                                     }
                                     if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best64 = s64;
                                         best64_i = col;
                                     }
@@ -1742,6 +1590,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
                                     wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
@@ -1751,16 +1600,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie: bool = (ok && (key == s_key));
                                     var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
+                                        // built by kernels::filters::kept
                                         tie_rank = (tie_rank + 1u);
                                     }
                                     kept = in_set;
                                 }
                                 if (kept) {
+                                    // built by kernels::filters::race_sweep
                                     var s64: f64 = sk_log64(f64(zv));
                                     if (noisy) {
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                        // built by kernels::seeded::score64
+                                        let sk_e6: u32 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e6 + 8u)], rows[(sk_e6 + 9u)], rows[(sk_e6 + 10u)], col)));
                                     }
                                     if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best64 = s64;
                                         best64_i = col;
                                     }
@@ -1778,6 +1632,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
                                     wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
@@ -1787,163 +1642,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie: bool = (ok && (key == s_key));
                                     var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
+                                        // built by kernels::filters::kept
                                         tie_rank = (tie_rank + 1u);
                                     }
                                     kept = in_set;
                                 }
                                 if (kept) {
+                                    // built by kernels::filters::race_sweep
                                     var s64: f64 = sk_log64(f64(zv));
                                     if (noisy) {
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                        // built by kernels::seeded::score64
+                                        let sk_e7: u32 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col)));
                                     }
                                     if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                        best64 = s64;
-                                        best64_i = col;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                } else {
-                    for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                        {
-                            var col: u32 = (c0 + (BLOCK * 0u));
-                            if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
-                                var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    var s64: f64 = sk_log64(f64(zv));
-                                    if (noisy) {
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                    }
-                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                        best64 = s64;
-                                        best64_i = col;
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 1u));
-                            if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
-                                var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    var s64: f64 = sk_log64(f64(zv));
-                                    if (noisy) {
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                    }
-                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                        best64 = s64;
-                                        best64_i = col;
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 2u));
-                            if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
-                                var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    var s64: f64 = sk_log64(f64(zv));
-                                    if (noisy) {
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                    }
-                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                        best64 = s64;
-                                        best64_i = col;
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 3u));
-                            if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
-                                var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    var s64: f64 = sk_log64(f64(zv));
-                                    if (noisy) {
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                    }
-                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best64 = s64;
                                         best64_i = col;
                                     }
@@ -1954,14 +1667,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
             }
             if ((!seeded_row)) {
+                // built by kernels::filters::race_in_set
                 tie_rank = tie_start;
                 sweeps = (sweeps + 1u);
-                if (true) {
+                {
+                    // built by kernels::filters::sweep
                     var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                         if (noisy) {
-                            w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                            // built by kernels::filters::race_sweep
+                            let sk_e8: u32 = (row * 12u);
+                            w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e8 + 10u)], rows[(sk_e8 + 11u)]), rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)]);
                         }
                         {
                             var col: u32 = (c0 + 0u);
@@ -1974,6 +1691,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
                                     wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
@@ -1983,13 +1701,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie: bool = (ok && (key == s_key));
                                     var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
+                                        // built by kernels::filters::kept
                                         tie_rank = (tie_rank + 1u);
                                     }
                                     kept = in_set;
                                 }
                                 if (kept) {
+                                    // built by kernels::filters::race_sweep
                                     var score: f32 = select(zv, (zv / sk_exponential(w[0])), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best = score;
                                         best_i = col;
                                     }
@@ -2007,6 +1728,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
                                     wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
@@ -2016,13 +1738,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie: bool = (ok && (key == s_key));
                                     var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
+                                        // built by kernels::filters::kept
                                         tie_rank = (tie_rank + 1u);
                                     }
                                     kept = in_set;
                                 }
                                 if (kept) {
+                                    // built by kernels::filters::race_sweep
                                     var score: f32 = select(zv, (zv / sk_exponential(w[1])), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best = score;
                                         best_i = col;
                                     }
@@ -2040,6 +1765,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
                                     wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
@@ -2049,13 +1775,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie: bool = (ok && (key == s_key));
                                     var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
+                                        // built by kernels::filters::kept
                                         tie_rank = (tie_rank + 1u);
                                     }
                                     kept = in_set;
                                 }
                                 if (kept) {
+                                    // built by kernels::filters::race_sweep
                                     var score: f32 = select(zv, (zv / sk_exponential(w[2])), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best = score;
                                         best_i = col;
                                     }
@@ -2073,6 +1802,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
                                     wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                     ok = (wv > (0.0f));
                                     mv = sk_fixed(wv);
@@ -2082,148 +1812,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie: bool = (ok && (key == s_key));
                                     var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                     if (tie) {
+                                        // built by kernels::filters::kept
                                         tie_rank = (tie_rank + 1u);
                                     }
                                     kept = in_set;
                                 }
                                 if (kept) {
+                                    // built by kernels::filters::race_sweep
                                     var score: f32 = select(zv, (zv / sk_exponential(w[3])), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
-                                        best = score;
-                                        best_i = col;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                } else {
-                    for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                        {
-                            var col: u32 = (c0 + (BLOCK * 0u));
-                            if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
-                                var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    var score: f32 = select(zv, (zv / sk_exponential(w[0])), noisy);
-                                    if (((score > best) || (best_i == 4294967295u))) {
-                                        best = score;
-                                        best_i = col;
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 1u));
-                            if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
-                                var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    var score: f32 = select(zv, (zv / sk_exponential(w[1])), noisy);
-                                    if (((score > best) || (best_i == 4294967295u))) {
-                                        best = score;
-                                        best_i = col;
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 2u));
-                            if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
-                                var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    var score: f32 = select(zv, (zv / sk_exponential(w[2])), noisy);
-                                    if (((score > best) || (best_i == 4294967295u))) {
-                                        best = score;
-                                        best_i = col;
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 3u));
-                            if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
-                                var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    var score: f32 = select(zv, (zv / sk_exponential(w[3])), noisy);
-                                    if (((score > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best = score;
                                         best_i = col;
                                     }
@@ -2292,17 +1890,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var valid: bool = (tok < params.vocab);
             var tok_at: u32 = select(0u, tok, valid);
             if ((sk_lid == 0u)) {
+                // built by kernels::sampling::write_results
                 tokens[row] = select(0u, tok, valid);
                 if (((params.flags & 2u) != 0u)) {
                     status[row] = select(0u, 1u, valid);
                 }
             }
             if (((params.flags & 1u) != 0u)) {
+                // built by kernels::sampling::write_results
                 if ((sk_lid == 0u)) {
-                    logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(x[(base + tok_at)]), (x[(base + tok_at)] > (0.0f))), valid);
+                    let sk_e9: f32 = x[(base + tok_at)];
+                    logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e9), (sk_e9 > (0.0f))), valid);
                 }
             }
             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
+                // built by kernels::filters::set_results
                 passes[row] = sweeps;
             }
         }

@@ -42,6 +42,7 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
 }
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::exp
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -65,6 +66,7 @@ fn sk_exp(x_in: f32) -> f32 {
 }
 fn sk_log(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::log
     var ix: u32 = bitcast<u32>(x);
     var k: i32 = (0i);
     if ((ix < 8388608u)) {
@@ -86,6 +88,7 @@ fn sk_log(x_in: f32) -> f32 {
 }
 fn sk_fixed(w_in: f32) -> u64 {
     var w: f32 = w_in;
+    // built by kernels::filters::fixed
     var s: f32 = (w * (256.0f));
     var hi: f32 = floor(s);
     var lo: f32 = ((s - hi) * (4294967300.0f));
@@ -93,11 +96,13 @@ fn sk_fixed(w_in: f32) -> u64 {
 }
 fn sk_fixed_f32(m_in: u64) -> f32 {
     var m: u64 = m_in;
+    // built by kernels::filters::fixed_f32
     return ((f32(u32((m >> 32u))) * (0.00390625f)) + (f32(u32((m & 4294967295lu))) * (9.094947e-13f)));
 }
 fn sk_fraction(p_in: f32, m_in: u64) -> u64 {
     var p: f32 = p_in;
     var m: u64 = m_in;
+    // built by kernels::filters::fraction
     var q: u64 = u64(u32((p * (2147483600.0f))));
     return (((u64(2u) * q) * (m >> 32u)) + ((q * (m & 4294967295lu)) >> 31u));
 }
@@ -105,6 +110,7 @@ fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
     var ctr: vec4<u32> = ctr_in;
     var k0: u32 = k0_in;
     var k1: u32 = k1_in;
+    // built by kernels::philox::philox
     var c0: u32 = ctr[0];
     var c1: u32 = ctr[1];
     var c2: u32 = ctr[2];
@@ -231,18 +237,22 @@ fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
 }
 fn sk_uniform(w_in: u32) -> f32 {
     var w: u32 = w_in;
+    // built by kernels::philox::uniform
     return ((f32((w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
 }
 fn sk_exponential(w_in: u32) -> f32 {
     var w: u32 = w_in;
+    // built by kernels::philox::exponential
     return (-sk_log(sk_uniform(w)));
 }
 fn sk_gumbel(w_in: u32) -> f32 {
     var w: u32 = w_in;
+    // built by kernels::philox::gumbel
     return (-sk_log(sk_exponential(w)));
 }
 fn sk_log64(x_in: f64) -> f64 {
     var x: f64 = x_in;
+    // built by kernels::math::log64
     var ix: u64 = bitcast<u64>(x);
     var k: i32 = (0i);
     if ((ix < 4503599627370496lu)) {
@@ -267,6 +277,7 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
     var w1: u32 = w1_in;
     var w2: u32 = w2_in;
     var w3: u32 = w3_in;
+    // built by kernels::murmur::murmur3
     var h: u32 = 0u;
     {
         var k: u32 = (w0 * 3432918353u);
@@ -301,29 +312,12 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
 }
 fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var h: u32 = h_in;
+    // built by kernels::murmur::seeded_gumbel64
     if ((h == 0u)) {
         return (-709.782712893384lf);
     }
     var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
     return (-sk_log64((-e)));
-}
-fn sk_seeded_gumbel32(h_in: u32) -> f32 {
-    var h: u32 = h_in;
-    if ((h == 0u)) {
-        return (-709.7827f);
-    }
-    var t: f32 = (0.0f);
-    if ((h >= 2147483648u)) {
-        var q: f32 = (f32((4294967295u - h)) / f32(h));
-        var up: f32 = ((1.0f) + q);
-        t = q;
-        if ((up != (1.0f))) {
-            t = ((sk_log(up) * q) / (up - (1.0f)));
-        }
-    } else {
-        t = (-sk_log((f32(h) * (2.3283064e-10f))));
-    }
-    return (-sk_log(max(t, (2.3283064e-10f))));
 }
 
 @compute @workgroup_size(256)
@@ -331,6 +325,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
     var stage: u32 = ((params.flags >> 8u) & 255u);
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
+        // built by kernels::sampling::for_each_row_part_at
         var row_slot: u32 = (slot / parts);
         var part: u32 = (slot - (row_slot * parts));
         var row: u32 = select(row_slot, listed[row_slot], ((params.flags & 32u) != 0u));
@@ -353,6 +348,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var sel_a: u32 = select(0u, 8u, k_first);
         var digits: u32 = (sel_a + select(0u, 8u, searched));
         if ((((!((params.flags & 8u) != 0u)) || filtered) && (stage <= (digits + 2u)))) {
+            // built by kernels::filter_split::split_kernel
             var slot0: u32 = (slot - part);
             var sel_key: u32 = 0u;
             var sel_mask: u32 = 0u;
@@ -366,74 +362,55 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sweeps: u32 = 0u;
             var mx: f32 = bitcast<f32>(4286578688u);
             if ((stage > 0u)) {
+                // built by kernels::filter_split::load_state
                 sweeps = partials[((slot * 110u) + 0u)];
                 mx = bitcast<f32>(partials[((slot * 110u) + 1u)]);
                 sel_key = partials[((slot * 110u) + 2u)];
                 sel_mask = partials[((slot * 110u) + 3u)];
                 sel_n = partials[((slot * 110u) + 4u)];
                 sel_tn = partials[((slot * 110u) + 5u)];
-                sel_m = ((u64(partials[(((slot * 110u) + 6u) + 1u)]) << 32u) | u64(partials[(((slot * 110u) + 6u) + 0u)]));
-                sel_tm = ((u64(partials[(((slot * 110u) + 8u) + 1u)]) << 32u) | u64(partials[(((slot * 110u) + 8u) + 0u)]));
-                lim = ((u64(partials[(((slot * 110u) + 10u) + 1u)]) << 32u) | u64(partials[(((slot * 110u) + 10u) + 0u)]));
-                row_mass = ((u64(partials[(((slot * 110u) + 12u) + 1u)]) << 32u) | u64(partials[(((slot * 110u) + 12u) + 0u)]));
+                let sk_e0: u32 = ((slot * 110u) + 6u);
+                sel_m = ((u64(partials[(sk_e0 + 1u)]) << 32u) | u64(partials[(sk_e0 + 0u)]));
+                let sk_e1: u32 = ((slot * 110u) + 8u);
+                sel_tm = ((u64(partials[(sk_e1 + 1u)]) << 32u) | u64(partials[(sk_e1 + 0u)]));
+                let sk_e2: u32 = ((slot * 110u) + 10u);
+                lim = ((u64(partials[(sk_e2 + 1u)]) << 32u) | u64(partials[(sk_e2 + 0u)]));
+                let sk_e3: u32 = ((slot * 110u) + 12u);
+                row_mass = ((u64(partials[(sk_e3 + 1u)]) << 32u) | u64(partials[(sk_e3 + 0u)]));
             }
             if ((stage == 0u)) {
+                // built by kernels::filter_split::stage
                 var m: f32 = bitcast<f32>(4286578688u);
                 sweeps = (sweeps + 1u);
-                if (false) {
-                    var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                    for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                        {
-                            var col: u32 = (c0 + 0u);
-                            if ((col < col_hi)) {
-                                m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + 1u);
-                            if ((col < col_hi)) {
-                                m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + 2u);
-                            if ((col < col_hi)) {
-                                m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + 3u);
-                            if ((col < col_hi)) {
-                                m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
-                            }
+                // built by kernels::filters::sweep
+                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                    // built by kernels::filters::sweep
+                    {
+                        var col: u32 = (c0 + (BLOCK * 0u));
+                        if ((col < col_hi)) {
+                            let sk_e4: f32 = x[(base + col)];
+                            m = max(m, (select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)) / temp));
                         }
                     }
-                } else {
-                    for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                        {
-                            var col: u32 = (c0 + (BLOCK * 0u));
-                            if ((col < col_hi)) {
-                                m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
-                            }
+                    {
+                        var col: u32 = (c0 + (BLOCK * 1u));
+                        if ((col < col_hi)) {
+                            let sk_e5: f32 = x[(base + col)];
+                            m = max(m, (select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u)) / temp));
                         }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 1u));
-                            if ((col < col_hi)) {
-                                m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
-                            }
+                    }
+                    {
+                        var col: u32 = (c0 + (BLOCK * 2u));
+                        if ((col < col_hi)) {
+                            let sk_e6: f32 = x[(base + col)];
+                            m = max(m, (select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u)) / temp));
                         }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 2u));
-                            if ((col < col_hi)) {
-                                m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 3u));
-                            if ((col < col_hi)) {
-                                m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
-                            }
+                    }
+                    {
+                        var col: u32 = (c0 + (BLOCK * 3u));
+                        if ((col < col_hi)) {
+                            let sk_e7: f32 = x[(base + col)];
+                            m = max(m, (select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u)) / temp));
                         }
                     }
                 }
@@ -451,9 +428,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     workgroupBarrier();
                 }
                 if ((sk_lid == 0u)) {
+                    // built by kernels::filter_split::publish
                     partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = bitcast<u32>(part_max);
                 }
             } else {
+                // built by kernels::filter_split::stage
                 if (((stage - 1u) == 0u)) {
                     var m: f32 = bitcast<f32>(4286578688u);
                     for (var pp_i: u32 = sk_lid; pp_i < parts; pp_i = pp_i + BLOCK) {
@@ -474,9 +453,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     mx = row_max;
                 }
-                if ((((stage - 1u) > 0u) && ((stage - 1u) < (digits + 1u)))) {
+                let sk_e8: u32 = (stage - 1u);
+                if (((sk_e8 > 0u) && (sk_e8 < (digits + 1u)))) {
                     var in_a: bool = ((stage - 1u) <= sel_a);
-                    var digit_pass: u32 = select((((stage - 1u) - 1u) - sel_a), ((stage - 1u) - 1u), in_a);
+                    let sk_e9: u32 = ((stage - 1u) - 1u);
+                    var digit_pass: u32 = select((sk_e9 - sel_a), sk_e9, in_a);
                     var shift: u32 = (28u - (digit_pass * 4u));
                     var cnt_p0: u32 = 0u;
                     var mas_p0: u64 = 0lu;
@@ -512,37 +493,53 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var mas_p15: u64 = 0lu;
                     for (var pp_i: u32 = sk_lid; pp_i < parts; pp_i = pp_i + BLOCK) {
                         cnt_p0 = (cnt_p0 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 0u)]);
-                        mas_p0 = (mas_p0 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 16u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 16u) + 0u)])));
+                        let sk_e10: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 16u);
+                        mas_p0 = (mas_p0 + ((u64(partials[(sk_e10 + 1u)]) << 32u) | u64(partials[(sk_e10 + 0u)])));
                         cnt_p1 = (cnt_p1 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 1u)]);
-                        mas_p1 = (mas_p1 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 18u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 18u) + 0u)])));
+                        let sk_e11: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 18u);
+                        mas_p1 = (mas_p1 + ((u64(partials[(sk_e11 + 1u)]) << 32u) | u64(partials[(sk_e11 + 0u)])));
                         cnt_p2 = (cnt_p2 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u)]);
-                        mas_p2 = (mas_p2 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 20u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 20u) + 0u)])));
+                        let sk_e12: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 20u);
+                        mas_p2 = (mas_p2 + ((u64(partials[(sk_e12 + 1u)]) << 32u) | u64(partials[(sk_e12 + 0u)])));
                         cnt_p3 = (cnt_p3 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 3u)]);
-                        mas_p3 = (mas_p3 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 22u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 22u) + 0u)])));
+                        let sk_e13: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 22u);
+                        mas_p3 = (mas_p3 + ((u64(partials[(sk_e13 + 1u)]) << 32u) | u64(partials[(sk_e13 + 0u)])));
                         cnt_p4 = (cnt_p4 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)]);
-                        mas_p4 = (mas_p4 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 24u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 24u) + 0u)])));
+                        let sk_e14: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 24u);
+                        mas_p4 = (mas_p4 + ((u64(partials[(sk_e14 + 1u)]) << 32u) | u64(partials[(sk_e14 + 0u)])));
                         cnt_p5 = (cnt_p5 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u)]);
-                        mas_p5 = (mas_p5 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 26u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 26u) + 0u)])));
+                        let sk_e15: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 26u);
+                        mas_p5 = (mas_p5 + ((u64(partials[(sk_e15 + 1u)]) << 32u) | u64(partials[(sk_e15 + 0u)])));
                         cnt_p6 = (cnt_p6 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 6u)]);
-                        mas_p6 = (mas_p6 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 28u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 28u) + 0u)])));
+                        let sk_e16: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 28u);
+                        mas_p6 = (mas_p6 + ((u64(partials[(sk_e16 + 1u)]) << 32u) | u64(partials[(sk_e16 + 0u)])));
                         cnt_p7 = (cnt_p7 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 7u)]);
-                        mas_p7 = (mas_p7 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 30u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 30u) + 0u)])));
+                        let sk_e17: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 30u);
+                        mas_p7 = (mas_p7 + ((u64(partials[(sk_e17 + 1u)]) << 32u) | u64(partials[(sk_e17 + 0u)])));
                         cnt_p8 = (cnt_p8 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 8u)]);
-                        mas_p8 = (mas_p8 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 32u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 32u) + 0u)])));
+                        let sk_e18: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 32u);
+                        mas_p8 = (mas_p8 + ((u64(partials[(sk_e18 + 1u)]) << 32u) | u64(partials[(sk_e18 + 0u)])));
                         cnt_p9 = (cnt_p9 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 9u)]);
-                        mas_p9 = (mas_p9 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 34u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 34u) + 0u)])));
+                        let sk_e19: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 34u);
+                        mas_p9 = (mas_p9 + ((u64(partials[(sk_e19 + 1u)]) << 32u) | u64(partials[(sk_e19 + 0u)])));
                         cnt_p10 = (cnt_p10 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 10u)]);
-                        mas_p10 = (mas_p10 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 36u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 36u) + 0u)])));
+                        let sk_e20: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 36u);
+                        mas_p10 = (mas_p10 + ((u64(partials[(sk_e20 + 1u)]) << 32u) | u64(partials[(sk_e20 + 0u)])));
                         cnt_p11 = (cnt_p11 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 11u)]);
-                        mas_p11 = (mas_p11 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 38u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 38u) + 0u)])));
+                        let sk_e21: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 38u);
+                        mas_p11 = (mas_p11 + ((u64(partials[(sk_e21 + 1u)]) << 32u) | u64(partials[(sk_e21 + 0u)])));
                         cnt_p12 = (cnt_p12 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 12u)]);
-                        mas_p12 = (mas_p12 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 40u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 40u) + 0u)])));
+                        let sk_e22: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 40u);
+                        mas_p12 = (mas_p12 + ((u64(partials[(sk_e22 + 1u)]) << 32u) | u64(partials[(sk_e22 + 0u)])));
                         cnt_p13 = (cnt_p13 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 13u)]);
-                        mas_p13 = (mas_p13 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 42u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 42u) + 0u)])));
+                        let sk_e23: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 42u);
+                        mas_p13 = (mas_p13 + ((u64(partials[(sk_e23 + 1u)]) << 32u) | u64(partials[(sk_e23 + 0u)])));
                         cnt_p14 = (cnt_p14 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 14u)]);
-                        mas_p14 = (mas_p14 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 44u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 44u) + 0u)])));
+                        let sk_e24: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 44u);
+                        mas_p14 = (mas_p14 + ((u64(partials[(sk_e24 + 1u)]) << 32u) | u64(partials[(sk_e24 + 0u)])));
                         cnt_p15 = (cnt_p15 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 15u)]);
-                        mas_p15 = (mas_p15 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 46u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 46u) + 0u)])));
+                        let sk_e25: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 46u);
+                        mas_p15 = (mas_p15 + ((u64(partials[(sk_e25 + 1u)]) << 32u) | u64(partials[(sk_e25 + 0u)])));
                     }
                     var cnt_s0: u32 = 0u;
                     var cnt_s1: u32 = 0u;
@@ -850,6 +847,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         workgroupBarrier();
                     }
                     if ((digit_pass == 0u)) {
+                        // built by kernels::filters::decide
                         row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         if (((!in_a) && (!k_first))) {
                             lim = sk_fraction(pp, row_mass);
@@ -861,6 +859,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var cn: u32 = sel_n;
                     var cm: u64 = sel_m;
                     if ((cnt_s15 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 15u;
                             cn = nb;
@@ -870,6 +869,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s15);
                     }
                     if ((cnt_s14 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 14u;
                             cn = nb;
@@ -879,6 +879,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s14);
                     }
                     if ((cnt_s13 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 13u;
                             cn = nb;
@@ -888,6 +889,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s13);
                     }
                     if ((cnt_s12 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 12u;
                             cn = nb;
@@ -897,6 +899,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s12);
                     }
                     if ((cnt_s11 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 11u;
                             cn = nb;
@@ -906,6 +909,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s11);
                     }
                     if ((cnt_s10 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 10u;
                             cn = nb;
@@ -915,6 +919,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s10);
                     }
                     if ((cnt_s9 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 9u;
                             cn = nb;
@@ -924,6 +929,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s9);
                     }
                     if ((cnt_s8 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 8u;
                             cn = nb;
@@ -933,6 +939,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s8);
                     }
                     if ((cnt_s7 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 7u;
                             cn = nb;
@@ -942,6 +949,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s7);
                     }
                     if ((cnt_s6 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 6u;
                             cn = nb;
@@ -951,6 +959,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s6);
                     }
                     if ((cnt_s5 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 5u;
                             cn = nb;
@@ -960,6 +969,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s5);
                     }
                     if ((cnt_s4 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 4u;
                             cn = nb;
@@ -969,6 +979,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s4);
                     }
                     if ((cnt_s3 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 3u;
                             cn = nb;
@@ -978,6 +989,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s3);
                     }
                     if ((cnt_s2 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 2u;
                             cn = nb;
@@ -987,6 +999,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s2);
                     }
                     if ((cnt_s1 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 1u;
                             cn = nb;
@@ -996,6 +1009,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s1);
                     }
                     if ((cnt_s0 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 0u;
                             cn = nb;
@@ -1005,6 +1019,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s0);
                     }
                     if ((chosen != 4294967295u)) {
+                        // built by kernels::filters::decide
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
@@ -1013,9 +1028,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
+                        // built by kernels::filters::decide
                         var tn64: u64 = u64(sel_tn);
                         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
+                        let sk_e26: bool = (tie_v == 0lu);
+                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e26)) + 1lu), tn64, sk_e26)));
                         lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                         sel_key = 0u;
                         sel_mask = 0u;
@@ -1027,184 +1044,108 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 if ((stage < (digits + 1u))) {
                     var in_a: bool = (stage <= sel_a);
-                    var digit_pass: u32 = select(((stage - 1u) - sel_a), (stage - 1u), in_a);
+                    let sk_e27: u32 = (stage - 1u);
+                    var digit_pass: u32 = select((sk_e27 - sel_a), sk_e27, in_a);
                     var shift: u32 = (28u - (digit_pass * 4u));
                     var cnt: array<u32, 16>;
                     var mas: array<u64, 16>;
                     sweeps = (sweeps + 1u);
-                    if (false) {
-                        var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                        var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                        for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                            {
-                                var col: u32 = (c0 + 0u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
-                                    }
+                    // built by kernels::filters::sweep
+                    for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                        // built by kernels::filters::sweep
+                        {
+                            var col: u32 = (c0 + (BLOCK * 0u));
+                            if ((col < col_hi)) {
+                                let sk_e28: f32 = x[(base + col)];
+                                var zv: f32 = (select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
                                 }
-                            }
-                            {
-                                var col: u32 = (c0 + 1u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 2u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 3u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
-                                    }
+                                if (ok) {
+                                    // built by kernels::filters::digit_counts
+                                    var digit: u32 = ((key >> shift) & 15u);
+                                    cnt[digit] += 1u;
+                                    mas[digit] += mv;
                                 }
                             }
                         }
-                    } else {
-                        for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                            {
-                                var col: u32 = (c0 + (BLOCK * 0u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
-                                    }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 1u));
+                            if ((col < col_hi)) {
+                                let sk_e29: f32 = x[(base + col)];
+                                var zv: f32 = (select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
+                                    // built by kernels::filters::digit_counts
+                                    var digit: u32 = ((key >> shift) & 15u);
+                                    cnt[digit] += 1u;
+                                    mas[digit] += mv;
                                 }
                             }
-                            {
-                                var col: u32 = (c0 + (BLOCK * 1u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
-                                    }
+                        }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 2u));
+                            if ((col < col_hi)) {
+                                let sk_e30: f32 = x[(base + col)];
+                                var zv: f32 = (select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
+                                    // built by kernels::filters::digit_counts
+                                    var digit: u32 = ((key >> shift) & 15u);
+                                    cnt[digit] += 1u;
+                                    mas[digit] += mv;
                                 }
                             }
-                            {
-                                var col: u32 = (c0 + (BLOCK * 2u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
-                                    }
+                        }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 3u));
+                            if ((col < col_hi)) {
+                                let sk_e31: f32 = x[(base + col)];
+                                var zv: f32 = (select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u)) / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
                                 }
-                            }
-                            {
-                                var col: u32 = (c0 + (BLOCK * 3u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
-                                    }
+                                if (ok) {
+                                    // built by kernels::filters::digit_counts
+                                    var digit: u32 = ((key >> shift) & 15u);
+                                    cnt[digit] += 1u;
+                                    mas[digit] += mv;
                                 }
                             }
                         }
@@ -1515,6 +1456,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         workgroupBarrier();
                     }
                     if ((sk_lid == 0u)) {
+                        // built by kernels::filter_split::publish
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = cnt_s0;
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u)] = u32((mas_s0 & 4294967295lu));
                         partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u) + 1u)] = u32((mas_s0 >> 32u));
@@ -1570,14 +1512,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var s_ties: u32 = 0u;
                         var tie_start: u32 = 0u;
                         if (searched) {
+                            // built by kernels::filters::set_bounds
                             var tn64: u64 = u64(sel_tn);
                             var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
+                            let sk_e32: bool = (tie_v == 0lu);
+                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e32)) + 1lu), tn64, sk_e32)));
                             s_ties = ties;
                         }
                         var tie_rank: u32 = 0u;
                         var all_mass: u64 = 0lu;
                         if (searched) {
+                            // built by kernels::filter_split::race
                             var c: u32 = 0u;
                             for (var pp_i: u32 = sk_lid; pp_i < part; pp_i = pp_i + BLOCK) {
                                 c = (c + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + (0u + (s_key & 15u)))]);
@@ -1598,25 +1543,29 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mine: u32 = 0u;
                             mine = 0u;
                             sweeps = (sweeps + 1u);
-                            if (true) {
+                            {
+                                // built by kernels::filters::sweep
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                                     {
                                         var col: u32 = (c0 + 0u);
                                         if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e33: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
                                             var ok: bool = false;
                                             var mv: u64 = 0lu;
                                             if ((key == s_key)) {
+                                                // built by kernels::filters::count_ties
                                                 wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
                                             if (ok) {
+                                                // built by kernels::filters::count_ties
                                                 mine = (mine + 1u);
                                             }
                                         }
@@ -1624,18 +1573,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 1u);
                                         if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e34: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
                                             var ok: bool = false;
                                             var mv: u64 = 0lu;
                                             if ((key == s_key)) {
+                                                // built by kernels::filters::count_ties
                                                 wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
                                             if (ok) {
+                                                // built by kernels::filters::count_ties
                                                 mine = (mine + 1u);
                                             }
                                         }
@@ -1643,18 +1595,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 2u);
                                         if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e35: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
                                             var ok: bool = false;
                                             var mv: u64 = 0lu;
                                             if ((key == s_key)) {
+                                                // built by kernels::filters::count_ties
                                                 wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
                                             if (ok) {
+                                                // built by kernels::filters::count_ties
                                                 mine = (mine + 1u);
                                             }
                                         }
@@ -1662,97 +1617,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 3u);
                                         if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e36: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
                                             var ok: bool = false;
                                             var mv: u64 = 0lu;
                                             if ((key == s_key)) {
+                                                // built by kernels::filters::count_ties
                                                 wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
                                             if (ok) {
-                                                mine = (mine + 1u);
-                                            }
-                                        }
-                                    }
-                                }
-                            } else {
-                                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 0u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if ((key == s_key)) {
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                mine = (mine + 1u);
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 1u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if ((key == s_key)) {
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                mine = (mine + 1u);
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 2u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if ((key == s_key)) {
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                mine = (mine + 1u);
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 3u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if ((key == s_key)) {
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
+                                                // built by kernels::filters::count_ties
                                                 mine = (mine + 1u);
                                             }
                                         }
@@ -1782,16 +1661,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var best64_i: u32 = 4294967295u;
                         var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
                         if (seeded_row) {
+                            // built by kernels::filters::race_in_set
                             tie_rank = tie_start;
                             sweeps = (sweeps + 1u);
-                            if (true) {
+                            {
+                                // built by kernels::filters::sweep
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                                     {
                                         var col: u32 = (c0 + 0u);
                                         if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e37: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e37, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1799,6 +1681,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mv: u64 = 0lu;
                                             var kept: bool = false;
                                             if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
                                                 wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
@@ -1808,16 +1691,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var tie: bool = (ok && (key == s_key));
                                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
+                                                // built by kernels::filters::race_sweep
                                                 var s64: f64 = f64(ov);
                                                 if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                    // built by kernels::seeded::score64
+                                                    let sk_e38: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], col)));
                                                 }
                                                 if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best64 = s64;
                                                     best64_i = col;
                                                 }
@@ -1827,7 +1715,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 1u);
                                         if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e39: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e39, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e39) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1835,6 +1724,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mv: u64 = 0lu;
                                             var kept: bool = false;
                                             if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
                                                 wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
@@ -1844,16 +1734,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var tie: bool = (ok && (key == s_key));
                                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
+                                                // built by kernels::filters::race_sweep
                                                 var s64: f64 = f64(ov);
                                                 if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                    // built by kernels::seeded::score64
+                                                    let sk_e40: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], col)));
                                                 }
                                                 if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best64 = s64;
                                                     best64_i = col;
                                                 }
@@ -1863,7 +1758,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 2u);
                                         if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e41: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1871,6 +1767,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mv: u64 = 0lu;
                                             var kept: bool = false;
                                             if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
                                                 wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
@@ -1880,16 +1777,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var tie: bool = (ok && (key == s_key));
                                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
+                                                // built by kernels::filters::race_sweep
                                                 var s64: f64 = f64(ov);
                                                 if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                    // built by kernels::seeded::score64
+                                                    let sk_e42: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e42 + 8u)], rows[(sk_e42 + 9u)], rows[(sk_e42 + 10u)], col)));
                                                 }
                                                 if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best64 = s64;
                                                     best64_i = col;
                                                 }
@@ -1899,7 +1801,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 3u);
                                         if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e43: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1907,6 +1810,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mv: u64 = 0lu;
                                             var kept: bool = false;
                                             if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
                                                 wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
@@ -1916,163 +1820,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var tie: bool = (ok && (key == s_key));
                                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
+                                                // built by kernels::filters::race_sweep
                                                 var s64: f64 = f64(ov);
                                                 if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                    // built by kernels::seeded::score64
+                                                    let sk_e44: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e44 + 8u)], rows[(sk_e44 + 9u)], rows[(sk_e44 + 10u)], col)));
                                                 }
                                                 if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                }
-                            } else {
-                                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 0u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                var s64: f64 = f64(ov);
-                                                if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 1u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                var s64: f64 = f64(ov);
-                                                if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 2u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                var s64: f64 = f64(ov);
-                                                if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 3u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                var s64: f64 = f64(ov);
-                                                if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best64 = s64;
                                                     best64_i = col;
                                                 }
@@ -2083,19 +1845,24 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         if ((!seeded_row)) {
+                            // built by kernels::filters::race_in_set
                             tie_rank = tie_start;
                             sweeps = (sweeps + 1u);
-                            if (true) {
+                            {
+                                // built by kernels::filters::sweep
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                                     if (noisy) {
-                                        w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                                        // built by kernels::filters::race_sweep
+                                        let sk_e45: u32 = (row * 12u);
+                                        w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e45 + 10u)], rows[(sk_e45 + 11u)]), rows[(sk_e45 + 8u)], rows[(sk_e45 + 9u)]);
                                     }
                                     {
                                         var col: u32 = (c0 + 0u);
                                         if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e46: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -2103,6 +1870,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mv: u64 = 0lu;
                                             var kept: bool = false;
                                             if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
                                                 wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
@@ -2112,13 +1880,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var tie: bool = (ok && (key == s_key));
                                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
-                                                var score: f32 = select(zv, select((zv + sk_gumbel(w[0])), sk_gumbel(w[0]), (zv == bitcast<f32>(2139095040u))), noisy);
+                                                // built by kernels::filters::race_sweep
+                                                let sk_e47: f32 = sk_gumbel(w[0]);
+                                                var score: f32 = select(zv, select((zv + sk_e47), sk_e47, (zv == bitcast<f32>(2139095040u))), noisy);
                                                 if (((score > best) || (best_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best = score;
                                                     best_i = col;
                                                 }
@@ -2128,7 +1900,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 1u);
                                         if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e48: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -2136,6 +1909,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mv: u64 = 0lu;
                                             var kept: bool = false;
                                             if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
                                                 wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
@@ -2145,13 +1919,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var tie: bool = (ok && (key == s_key));
                                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
-                                                var score: f32 = select(zv, select((zv + sk_gumbel(w[1])), sk_gumbel(w[1]), (zv == bitcast<f32>(2139095040u))), noisy);
+                                                // built by kernels::filters::race_sweep
+                                                let sk_e49: f32 = sk_gumbel(w[1]);
+                                                var score: f32 = select(zv, select((zv + sk_e49), sk_e49, (zv == bitcast<f32>(2139095040u))), noisy);
                                                 if (((score > best) || (best_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best = score;
                                                     best_i = col;
                                                 }
@@ -2161,7 +1939,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 2u);
                                         if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e50: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e50, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e50) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -2169,6 +1948,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mv: u64 = 0lu;
                                             var kept: bool = false;
                                             if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
                                                 wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
@@ -2178,13 +1958,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var tie: bool = (ok && (key == s_key));
                                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
-                                                var score: f32 = select(zv, select((zv + sk_gumbel(w[2])), sk_gumbel(w[2]), (zv == bitcast<f32>(2139095040u))), noisy);
+                                                // built by kernels::filters::race_sweep
+                                                let sk_e51: f32 = sk_gumbel(w[2]);
+                                                var score: f32 = select(zv, select((zv + sk_e51), sk_e51, (zv == bitcast<f32>(2139095040u))), noisy);
                                                 if (((score > best) || (best_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best = score;
                                                     best_i = col;
                                                 }
@@ -2194,7 +1978,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 3u);
                                         if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e52: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e52, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e52) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -2202,6 +1987,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mv: u64 = 0lu;
                                             var kept: bool = false;
                                             if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
                                                 wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
@@ -2211,148 +1997,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var tie: bool = (ok && (key == s_key));
                                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
-                                                var score: f32 = select(zv, select((zv + sk_gumbel(w[3])), sk_gumbel(w[3]), (zv == bitcast<f32>(2139095040u))), noisy);
+                                                // built by kernels::filters::race_sweep
+                                                let sk_e53: f32 = sk_gumbel(w[3]);
+                                                var score: f32 = select(zv, select((zv + sk_e53), sk_e53, (zv == bitcast<f32>(2139095040u))), noisy);
                                                 if (((score > best) || (best_i == 4294967295u))) {
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                }
-                            } else {
-                                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 0u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                var score: f32 = select(zv, select((zv + sk_gumbel(w[0])), sk_gumbel(w[0]), (zv == bitcast<f32>(2139095040u))), noisy);
-                                                if (((score > best) || (best_i == 4294967295u))) {
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 1u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                var score: f32 = select(zv, select((zv + sk_gumbel(w[1])), sk_gumbel(w[1]), (zv == bitcast<f32>(2139095040u))), noisy);
-                                                if (((score > best) || (best_i == 4294967295u))) {
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 2u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                var score: f32 = select(zv, select((zv + sk_gumbel(w[2])), sk_gumbel(w[2]), (zv == bitcast<f32>(2139095040u))), noisy);
-                                                if (((score > best) || (best_i == 4294967295u))) {
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 3u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                var score: f32 = select(zv, select((zv + sk_gumbel(w[3])), sk_gumbel(w[3]), (zv == bitcast<f32>(2139095040u))), noisy);
-                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best = score;
                                                     best_i = col;
                                                 }
@@ -2418,6 +2073,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             workgroupBarrier();
                         }
                         if ((sk_lid == 0u)) {
+                            // built by kernels::filter_split::publish
                             partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = bitcast<u32>(win);
                             partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 1u)] = tok32;
                             partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u)] = u32((bitcast<u64>(win64) & 4294967295lu));
@@ -2428,6 +2084,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     } else {
                         if ((part == 0u)) {
+                            // built by kernels::filter_split::combine
                             var best: f32 = bitcast<f32>(4286578688u);
                             var best_i: u32 = 4294967295u;
                             var best64: f64 = bitcast<f64>(18442240474082181120lu);
@@ -2437,18 +2094,23 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var pi: u32 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 1u)];
                                 if ((pi != 4294967295u)) {
                                     if (((bitcast<f32>(partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 0u)]) > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best = bitcast<f32>(partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 0u)]);
                                         best_i = pi;
                                     }
                                 }
                                 var pi64: u32 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)];
                                 if ((pi64 != 4294967295u)) {
-                                    if (((bitcast<f64>(((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u) + 0u)]))) > best64) || (best64_i == 4294967295u))) {
-                                        best64 = bitcast<f64>(((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u) + 0u)])));
+                                    let sk_e54: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                                    if (((bitcast<f64>(((u64(partials[(sk_e54 + 1u)]) << 32u) | u64(partials[(sk_e54 + 0u)]))) > best64) || (best64_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
+                                        let sk_e55: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                                        best64 = bitcast<f64>(((u64(partials[(sk_e55 + 1u)]) << 32u) | u64(partials[(sk_e55 + 0u)])));
                                         best64_i = pi64;
                                     }
                                 }
-                                all_mass = (all_mass + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u) + 0u)])));
+                                let sk_e56: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
+                                all_mass = (all_mass + ((u64(partials[(sk_e56 + 1u)]) << 32u) | u64(partials[(sk_e56 + 0u)])));
                             }
                             var win: f32 = (0.0f);
                             var tok32: u32 = 0u;
@@ -2509,18 +2171,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var valid: bool = (tok < params.vocab);
                             var tok_at: u32 = select(0u, tok, valid);
                             if ((sk_lid == 0u)) {
+                                // built by kernels::sampling::write_results
                                 tokens[row] = select(0u, tok, valid);
                                 if (((params.flags & 2u) != 0u)) {
                                     status[row] = select(0u, 1u, valid);
                                 }
                             }
                             if (((params.flags & 1u) != 0u)) {
+                                // built by kernels::sampling::write_results
                                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                                 if ((sk_lid == 0u)) {
-                                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(x[(base + tok_at)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + tok_at)]) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                                    let sk_e57: f32 = x[(base + tok_at)];
+                                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e57, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e57) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                                 }
                             }
                             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
+                                // built by kernels::filters::set_results
                                 passes[row] = sweeps;
                             }
                         }
@@ -2528,6 +2194,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
             }
             if ((sk_lid == 0u)) {
+                // built by kernels::filter_split::store_state
                 partials[((slot * 110u) + 0u)] = sweeps;
                 partials[((slot * 110u) + 1u)] = bitcast<u32>(mx);
                 partials[((slot * 110u) + 2u)] = sel_key;

@@ -40,31 +40,9 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
-fn sk_exp(x_in: f32) -> f32 {
-    var x: f32 = x_in;
-    if ((x < (-104.0f))) {
-        return (0.0f);
-    }
-    if ((x > (88.72283f))) {
-        return bitcast<f32>(2139095040u);
-    }
-    var kf: f32 = floor(((x * (1.442695f)) + (0.5f)));
-    var r: f32 = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
-    var p: f32 = (0.0001984127f);
-    p = ((p * r) + (0.0013888889f));
-    p = ((p * r) + (0.008333334f));
-    p = ((p * r) + (0.041666668f));
-    p = ((p * r) + (0.16666667f));
-    p = ((p * r) + (0.5f));
-    p = ((p * r) + (1.0f));
-    p = ((p * r) + (1.0f));
-    var k: i32 = i32(kf);
-    var k1: i32 = (k >> 1u);
-    var k2: i32 = (k - k1);
-    return ((p * bitcast<f32>((u32((k1 + (127i))) << 23u))) * bitcast<f32>((u32((k2 + (127i))) << 23u)));
-}
 fn sk_log(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::log
     var ix: u32 = bitcast<u32>(x);
     var k: i32 = (0i);
     if ((ix < 8388608u)) {
@@ -86,18 +64,16 @@ fn sk_log(x_in: f32) -> f32 {
 }
 fn sk_fixed(w_in: f32) -> u64 {
     var w: f32 = w_in;
+    // built by kernels::filters::fixed
     var s: f32 = (w * (256.0f));
     var hi: f32 = floor(s);
     var lo: f32 = ((s - hi) * (4294967300.0f));
     return ((u64(u32(hi)) << 32u) | u64(u32(lo)));
 }
-fn sk_fixed_f32(m_in: u64) -> f32 {
-    var m: u64 = m_in;
-    return ((f32(u32((m >> 32u))) * (0.00390625f)) + (f32(u32((m & 4294967295lu))) * (9.094947e-13f)));
-}
 fn sk_fraction(p_in: f32, m_in: u64) -> u64 {
     var p: f32 = p_in;
     var m: u64 = m_in;
+    // built by kernels::filters::fraction
     var q: u64 = u64(u32((p * (2147483600.0f))));
     return (((u64(2u) * q) * (m >> 32u)) + ((q * (m & 4294967295lu)) >> 31u));
 }
@@ -105,6 +81,7 @@ fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
     var ctr: vec4<u32> = ctr_in;
     var k0: u32 = k0_in;
     var k1: u32 = k1_in;
+    // built by kernels::philox::philox
     var c0: u32 = ctr[0];
     var c1: u32 = ctr[1];
     var c2: u32 = ctr[2];
@@ -231,18 +208,17 @@ fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
 }
 fn sk_uniform(w_in: u32) -> f32 {
     var w: u32 = w_in;
+    // built by kernels::philox::uniform
     return ((f32((w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
 }
 fn sk_exponential(w_in: u32) -> f32 {
     var w: u32 = w_in;
+    // built by kernels::philox::exponential
     return (-sk_log(sk_uniform(w)));
-}
-fn sk_gumbel(w_in: u32) -> f32 {
-    var w: u32 = w_in;
-    return (-sk_log(sk_exponential(w)));
 }
 fn sk_log64(x_in: f64) -> f64 {
     var x: f64 = x_in;
+    // built by kernels::math::log64
     var ix: u64 = bitcast<u64>(x);
     var k: i32 = (0i);
     if ((ix < 4503599627370496lu)) {
@@ -267,6 +243,7 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
     var w1: u32 = w1_in;
     var w2: u32 = w2_in;
     var w3: u32 = w3_in;
+    // built by kernels::murmur::murmur3
     var h: u32 = 0u;
     {
         var k: u32 = (w0 * 3432918353u);
@@ -301,29 +278,12 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
 }
 fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var h: u32 = h_in;
+    // built by kernels::murmur::seeded_gumbel64
     if ((h == 0u)) {
         return (-709.782712893384lf);
     }
     var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
     return (-sk_log64((-e)));
-}
-fn sk_seeded_gumbel32(h_in: u32) -> f32 {
-    var h: u32 = h_in;
-    if ((h == 0u)) {
-        return (-709.7827f);
-    }
-    var t: f32 = (0.0f);
-    if ((h >= 2147483648u)) {
-        var q: f32 = (f32((4294967295u - h)) / f32(h));
-        var up: f32 = ((1.0f) + q);
-        t = q;
-        if ((up != (1.0f))) {
-            t = ((sk_log(up) * q) / (up - (1.0f)));
-        }
-    } else {
-        t = (-sk_log((f32(h) * (2.3283064e-10f))));
-    }
-    return (-sk_log(max(t, (2.3283064e-10f))));
 }
 
 @compute @workgroup_size(256)
@@ -331,6 +291,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
     var stage: u32 = ((params.flags >> 8u) & 255u);
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
+        // built by kernels::sampling::for_each_row_part_at
         var row_slot: u32 = (slot / parts);
         var part: u32 = (slot - (row_slot * parts));
         var row: u32 = select(row_slot, listed[row_slot], ((params.flags & 32u) != 0u));
@@ -353,6 +314,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var sel_a: u32 = select(0u, 8u, k_first);
         var digits: u32 = (sel_a + select(0u, 8u, searched));
         if ((((!((params.flags & 8u) != 0u)) || filtered) && (stage <= (digits + 2u)))) {
+            // built by kernels::filter_split::split_kernel
             var slot0: u32 = (slot - part);
             var sel_key: u32 = 0u;
             var sel_mask: u32 = 0u;
@@ -366,97 +328,66 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sweeps: u32 = 0u;
             var mx: f32 = bitcast<f32>(4286578688u);
             if ((stage > 0u)) {
+                // built by kernels::filter_split::load_state
                 sweeps = partials[((slot * 110u) + 0u)];
                 mx = bitcast<f32>(partials[((slot * 110u) + 1u)]);
                 sel_key = partials[((slot * 110u) + 2u)];
                 sel_mask = partials[((slot * 110u) + 3u)];
                 sel_n = partials[((slot * 110u) + 4u)];
                 sel_tn = partials[((slot * 110u) + 5u)];
-                sel_m = ((u64(partials[(((slot * 110u) + 6u) + 1u)]) << 32u) | u64(partials[(((slot * 110u) + 6u) + 0u)]));
-                sel_tm = ((u64(partials[(((slot * 110u) + 8u) + 1u)]) << 32u) | u64(partials[(((slot * 110u) + 8u) + 0u)]));
-                lim = ((u64(partials[(((slot * 110u) + 10u) + 1u)]) << 32u) | u64(partials[(((slot * 110u) + 10u) + 0u)]));
-                row_mass = ((u64(partials[(((slot * 110u) + 12u) + 1u)]) << 32u) | u64(partials[(((slot * 110u) + 12u) + 0u)]));
+                let sk_e0: u32 = ((slot * 110u) + 6u);
+                sel_m = ((u64(partials[(sk_e0 + 1u)]) << 32u) | u64(partials[(sk_e0 + 0u)]));
+                let sk_e1: u32 = ((slot * 110u) + 8u);
+                sel_tm = ((u64(partials[(sk_e1 + 1u)]) << 32u) | u64(partials[(sk_e1 + 0u)]));
+                let sk_e2: u32 = ((slot * 110u) + 10u);
+                lim = ((u64(partials[(sk_e2 + 1u)]) << 32u) | u64(partials[(sk_e2 + 0u)]));
+                let sk_e3: u32 = ((slot * 110u) + 12u);
+                row_mass = ((u64(partials[(sk_e3 + 1u)]) << 32u) | u64(partials[(sk_e3 + 0u)]));
             }
             if ((stage == 0u)) {
+                // built by kernels::filter_split::stage
                 var m: f32 = bitcast<f32>(4286578688u);
                 sweeps = (sweeps + 1u);
-                if (false) {
-                    var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                    for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                        {
-                            var col: u32 = (c0 + 0u);
-                            if ((col < col_hi)) {
-                                var xv: f32 = x[(base + col)];
-                                if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                    m = max(m, xv);
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + 1u);
-                            if ((col < col_hi)) {
-                                var xv: f32 = x[(base + col)];
-                                if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                    m = max(m, xv);
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + 2u);
-                            if ((col < col_hi)) {
-                                var xv: f32 = x[(base + col)];
-                                if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                    m = max(m, xv);
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + 3u);
-                            if ((col < col_hi)) {
-                                var xv: f32 = x[(base + col)];
-                                if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                    m = max(m, xv);
-                                }
+                // built by kernels::filters::sweep
+                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                    // built by kernels::filters::sweep
+                    {
+                        var col: u32 = (c0 + (BLOCK * 0u));
+                        if ((col < col_hi)) {
+                            var xv: f32 = x[(base + col)];
+                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                                // built by kernels::filters::part_max
+                                m = max(m, xv);
                             }
                         }
                     }
-                } else {
-                    for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                        {
-                            var col: u32 = (c0 + (BLOCK * 0u));
-                            if ((col < col_hi)) {
-                                var xv: f32 = x[(base + col)];
-                                if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                    m = max(m, xv);
-                                }
+                    {
+                        var col: u32 = (c0 + (BLOCK * 1u));
+                        if ((col < col_hi)) {
+                            var xv: f32 = x[(base + col)];
+                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                                // built by kernels::filters::part_max
+                                m = max(m, xv);
                             }
                         }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 1u));
-                            if ((col < col_hi)) {
-                                var xv: f32 = x[(base + col)];
-                                if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                    m = max(m, xv);
-                                }
+                    }
+                    {
+                        var col: u32 = (c0 + (BLOCK * 2u));
+                        if ((col < col_hi)) {
+                            var xv: f32 = x[(base + col)];
+                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                                // built by kernels::filters::part_max
+                                m = max(m, xv);
                             }
                         }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 2u));
-                            if ((col < col_hi)) {
-                                var xv: f32 = x[(base + col)];
-                                if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                    m = max(m, xv);
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + (BLOCK * 3u));
-                            if ((col < col_hi)) {
-                                var xv: f32 = x[(base + col)];
-                                if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                    m = max(m, xv);
-                                }
+                    }
+                    {
+                        var col: u32 = (c0 + (BLOCK * 3u));
+                        if ((col < col_hi)) {
+                            var xv: f32 = x[(base + col)];
+                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                                // built by kernels::filters::part_max
+                                m = max(m, xv);
                             }
                         }
                     }
@@ -475,9 +406,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     workgroupBarrier();
                 }
                 if ((sk_lid == 0u)) {
+                    // built by kernels::filter_split::publish
                     partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = bitcast<u32>(part_max);
                 }
             } else {
+                // built by kernels::filter_split::stage
                 if (((stage - 1u) == 0u)) {
                     var m: f32 = bitcast<f32>(4286578688u);
                     for (var pp_i: u32 = sk_lid; pp_i < parts; pp_i = pp_i + BLOCK) {
@@ -498,9 +431,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     mx = row_max;
                 }
-                if ((((stage - 1u) > 0u) && ((stage - 1u) < (digits + 1u)))) {
+                let sk_e4: u32 = (stage - 1u);
+                if (((sk_e4 > 0u) && (sk_e4 < (digits + 1u)))) {
                     var in_a: bool = ((stage - 1u) <= sel_a);
-                    var digit_pass: u32 = select((((stage - 1u) - 1u) - sel_a), ((stage - 1u) - 1u), in_a);
+                    let sk_e5: u32 = ((stage - 1u) - 1u);
+                    var digit_pass: u32 = select((sk_e5 - sel_a), sk_e5, in_a);
                     var shift: u32 = (28u - (digit_pass * 4u));
                     var cnt_p0: u32 = 0u;
                     var mas_p0: u64 = 0lu;
@@ -536,37 +471,53 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var mas_p15: u64 = 0lu;
                     for (var pp_i: u32 = sk_lid; pp_i < parts; pp_i = pp_i + BLOCK) {
                         cnt_p0 = (cnt_p0 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 0u)]);
-                        mas_p0 = (mas_p0 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 16u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 16u) + 0u)])));
+                        let sk_e6: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 16u);
+                        mas_p0 = (mas_p0 + ((u64(partials[(sk_e6 + 1u)]) << 32u) | u64(partials[(sk_e6 + 0u)])));
                         cnt_p1 = (cnt_p1 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 1u)]);
-                        mas_p1 = (mas_p1 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 18u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 18u) + 0u)])));
+                        let sk_e7: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 18u);
+                        mas_p1 = (mas_p1 + ((u64(partials[(sk_e7 + 1u)]) << 32u) | u64(partials[(sk_e7 + 0u)])));
                         cnt_p2 = (cnt_p2 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u)]);
-                        mas_p2 = (mas_p2 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 20u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 20u) + 0u)])));
+                        let sk_e8: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 20u);
+                        mas_p2 = (mas_p2 + ((u64(partials[(sk_e8 + 1u)]) << 32u) | u64(partials[(sk_e8 + 0u)])));
                         cnt_p3 = (cnt_p3 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 3u)]);
-                        mas_p3 = (mas_p3 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 22u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 22u) + 0u)])));
+                        let sk_e9: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 22u);
+                        mas_p3 = (mas_p3 + ((u64(partials[(sk_e9 + 1u)]) << 32u) | u64(partials[(sk_e9 + 0u)])));
                         cnt_p4 = (cnt_p4 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)]);
-                        mas_p4 = (mas_p4 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 24u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 24u) + 0u)])));
+                        let sk_e10: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 24u);
+                        mas_p4 = (mas_p4 + ((u64(partials[(sk_e10 + 1u)]) << 32u) | u64(partials[(sk_e10 + 0u)])));
                         cnt_p5 = (cnt_p5 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u)]);
-                        mas_p5 = (mas_p5 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 26u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 26u) + 0u)])));
+                        let sk_e11: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 26u);
+                        mas_p5 = (mas_p5 + ((u64(partials[(sk_e11 + 1u)]) << 32u) | u64(partials[(sk_e11 + 0u)])));
                         cnt_p6 = (cnt_p6 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 6u)]);
-                        mas_p6 = (mas_p6 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 28u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 28u) + 0u)])));
+                        let sk_e12: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 28u);
+                        mas_p6 = (mas_p6 + ((u64(partials[(sk_e12 + 1u)]) << 32u) | u64(partials[(sk_e12 + 0u)])));
                         cnt_p7 = (cnt_p7 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 7u)]);
-                        mas_p7 = (mas_p7 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 30u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 30u) + 0u)])));
+                        let sk_e13: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 30u);
+                        mas_p7 = (mas_p7 + ((u64(partials[(sk_e13 + 1u)]) << 32u) | u64(partials[(sk_e13 + 0u)])));
                         cnt_p8 = (cnt_p8 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 8u)]);
-                        mas_p8 = (mas_p8 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 32u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 32u) + 0u)])));
+                        let sk_e14: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 32u);
+                        mas_p8 = (mas_p8 + ((u64(partials[(sk_e14 + 1u)]) << 32u) | u64(partials[(sk_e14 + 0u)])));
                         cnt_p9 = (cnt_p9 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 9u)]);
-                        mas_p9 = (mas_p9 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 34u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 34u) + 0u)])));
+                        let sk_e15: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 34u);
+                        mas_p9 = (mas_p9 + ((u64(partials[(sk_e15 + 1u)]) << 32u) | u64(partials[(sk_e15 + 0u)])));
                         cnt_p10 = (cnt_p10 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 10u)]);
-                        mas_p10 = (mas_p10 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 36u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 36u) + 0u)])));
+                        let sk_e16: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 36u);
+                        mas_p10 = (mas_p10 + ((u64(partials[(sk_e16 + 1u)]) << 32u) | u64(partials[(sk_e16 + 0u)])));
                         cnt_p11 = (cnt_p11 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 11u)]);
-                        mas_p11 = (mas_p11 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 38u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 38u) + 0u)])));
+                        let sk_e17: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 38u);
+                        mas_p11 = (mas_p11 + ((u64(partials[(sk_e17 + 1u)]) << 32u) | u64(partials[(sk_e17 + 0u)])));
                         cnt_p12 = (cnt_p12 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 12u)]);
-                        mas_p12 = (mas_p12 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 40u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 40u) + 0u)])));
+                        let sk_e18: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 40u);
+                        mas_p12 = (mas_p12 + ((u64(partials[(sk_e18 + 1u)]) << 32u) | u64(partials[(sk_e18 + 0u)])));
                         cnt_p13 = (cnt_p13 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 13u)]);
-                        mas_p13 = (mas_p13 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 42u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 42u) + 0u)])));
+                        let sk_e19: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 42u);
+                        mas_p13 = (mas_p13 + ((u64(partials[(sk_e19 + 1u)]) << 32u) | u64(partials[(sk_e19 + 0u)])));
                         cnt_p14 = (cnt_p14 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 14u)]);
-                        mas_p14 = (mas_p14 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 44u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 44u) + 0u)])));
+                        let sk_e20: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 44u);
+                        mas_p14 = (mas_p14 + ((u64(partials[(sk_e20 + 1u)]) << 32u) | u64(partials[(sk_e20 + 0u)])));
                         cnt_p15 = (cnt_p15 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 15u)]);
-                        mas_p15 = (mas_p15 + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 46u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 46u) + 0u)])));
+                        let sk_e21: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 46u);
+                        mas_p15 = (mas_p15 + ((u64(partials[(sk_e21 + 1u)]) << 32u) | u64(partials[(sk_e21 + 0u)])));
                     }
                     var cnt_s0: u32 = 0u;
                     var cnt_s1: u32 = 0u;
@@ -874,6 +825,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         workgroupBarrier();
                     }
                     if ((digit_pass == 0u)) {
+                        // built by kernels::filters::decide
                         row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         if (((!in_a) && (!k_first))) {
                             lim = sk_fraction(pp, row_mass);
@@ -885,6 +837,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var cn: u32 = sel_n;
                     var cm: u64 = sel_m;
                     if ((cnt_s15 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 15u;
                             cn = nb;
@@ -894,6 +847,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s15);
                     }
                     if ((cnt_s14 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 14u;
                             cn = nb;
@@ -903,6 +857,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s14);
                     }
                     if ((cnt_s13 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 13u;
                             cn = nb;
@@ -912,6 +867,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s13);
                     }
                     if ((cnt_s12 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 12u;
                             cn = nb;
@@ -921,6 +877,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s12);
                     }
                     if ((cnt_s11 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 11u;
                             cn = nb;
@@ -930,6 +887,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s11);
                     }
                     if ((cnt_s10 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 10u;
                             cn = nb;
@@ -939,6 +897,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s10);
                     }
                     if ((cnt_s9 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 9u;
                             cn = nb;
@@ -948,6 +907,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s9);
                     }
                     if ((cnt_s8 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 8u;
                             cn = nb;
@@ -957,6 +917,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s8);
                     }
                     if ((cnt_s7 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 7u;
                             cn = nb;
@@ -966,6 +927,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s7);
                     }
                     if ((cnt_s6 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 6u;
                             cn = nb;
@@ -975,6 +937,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s6);
                     }
                     if ((cnt_s5 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 5u;
                             cn = nb;
@@ -984,6 +947,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s5);
                     }
                     if ((cnt_s4 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 4u;
                             cn = nb;
@@ -993,6 +957,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s4);
                     }
                     if ((cnt_s3 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 3u;
                             cn = nb;
@@ -1002,6 +967,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s3);
                     }
                     if ((cnt_s2 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 2u;
                             cn = nb;
@@ -1011,6 +977,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s2);
                     }
                     if ((cnt_s1 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 1u;
                             cn = nb;
@@ -1020,6 +987,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s1);
                     }
                     if ((cnt_s0 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 0u;
                             cn = nb;
@@ -1029,6 +997,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s0);
                     }
                     if ((chosen != 4294967295u)) {
+                        // built by kernels::filters::decide
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
@@ -1037,9 +1006,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
+                        // built by kernels::filters::decide
                         var tn64: u64 = u64(sel_tn);
                         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
+                        let sk_e22: bool = (tie_v == 0lu);
+                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e22)) + 1lu), tn64, sk_e22)));
                         lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                         sel_key = 0u;
                         sel_mask = 0u;
@@ -1051,184 +1022,104 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 if ((stage < (digits + 1u))) {
                     var in_a: bool = (stage <= sel_a);
-                    var digit_pass: u32 = select(((stage - 1u) - sel_a), (stage - 1u), in_a);
+                    let sk_e23: u32 = (stage - 1u);
+                    var digit_pass: u32 = select((sk_e23 - sel_a), sk_e23, in_a);
                     var shift: u32 = (28u - (digit_pass * 4u));
                     var cnt: array<u32, 16>;
                     var mas: array<u64, 16>;
                     sweeps = (sweeps + 1u);
-                    if (false) {
-                        var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                        var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                        for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                            {
-                                var col: u32 = (c0 + 0u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
-                                    }
+                    // built by kernels::filters::sweep
+                    for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                        // built by kernels::filters::sweep
+                        {
+                            var col: u32 = (c0 + (BLOCK * 0u));
+                            if ((col < col_hi)) {
+                                var zv: f32 = x[(base + col)];
+                                var ov: f32 = zv;
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
                                 }
-                            }
-                            {
-                                var col: u32 = (c0 + 1u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 2u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 3u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
-                                    }
+                                if (ok) {
+                                    // built by kernels::filters::digit_counts
+                                    var digit: u32 = ((key >> shift) & 15u);
+                                    cnt[digit] += 1u;
+                                    mas[digit] += mv;
                                 }
                             }
                         }
-                    } else {
-                        for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                            {
-                                var col: u32 = (c0 + (BLOCK * 0u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
-                                    }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 1u));
+                            if ((col < col_hi)) {
+                                var zv: f32 = x[(base + col)];
+                                var ov: f32 = zv;
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
+                                    // built by kernels::filters::digit_counts
+                                    var digit: u32 = ((key >> shift) & 15u);
+                                    cnt[digit] += 1u;
+                                    mas[digit] += mv;
                                 }
                             }
-                            {
-                                var col: u32 = (c0 + (BLOCK * 1u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
-                                    }
+                        }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 2u));
+                            if ((col < col_hi)) {
+                                var zv: f32 = x[(base + col)];
+                                var ov: f32 = zv;
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if (ok) {
+                                    // built by kernels::filters::digit_counts
+                                    var digit: u32 = ((key >> shift) & 15u);
+                                    cnt[digit] += 1u;
+                                    mas[digit] += mv;
                                 }
                             }
-                            {
-                                var col: u32 = (c0 + (BLOCK * 2u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
-                                    }
+                        }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 3u));
+                            if ((col < col_hi)) {
+                                var zv: f32 = x[(base + col)];
+                                var ov: f32 = zv;
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
                                 }
-                            }
-                            {
-                                var col: u32 = (c0 + (BLOCK * 3u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if (ok) {
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
-                                    }
+                                if (ok) {
+                                    // built by kernels::filters::digit_counts
+                                    var digit: u32 = ((key >> shift) & 15u);
+                                    cnt[digit] += 1u;
+                                    mas[digit] += mv;
                                 }
                             }
                         }
@@ -1539,6 +1430,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         workgroupBarrier();
                     }
                     if ((sk_lid == 0u)) {
+                        // built by kernels::filter_split::publish
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = cnt_s0;
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u)] = u32((mas_s0 & 4294967295lu));
                         partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u) + 1u)] = u32((mas_s0 >> 32u));
@@ -1594,14 +1486,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var s_ties: u32 = 0u;
                         var tie_start: u32 = 0u;
                         if (searched) {
+                            // built by kernels::filters::set_bounds
                             var tn64: u64 = u64(sel_tn);
                             var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
+                            let sk_e24: bool = (tie_v == 0lu);
+                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e24)) + 1lu), tn64, sk_e24)));
                             s_ties = ties;
                         }
                         var tie_rank: u32 = 0u;
                         var all_mass: u64 = 0lu;
                         if (searched) {
+                            // built by kernels::filter_split::race
                             var c: u32 = 0u;
                             for (var pp_i: u32 = sk_lid; pp_i < part; pp_i = pp_i + BLOCK) {
                                 c = (c + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + (0u + (s_key & 15u)))]);
@@ -1622,7 +1517,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mine: u32 = 0u;
                             mine = 0u;
                             sweeps = (sweeps + 1u);
-                            if (true) {
+                            {
+                                // built by kernels::filters::sweep
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
@@ -1636,11 +1532,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ok: bool = false;
                                             var mv: u64 = 0lu;
                                             if ((key == s_key)) {
+                                                // built by kernels::filters::count_ties
                                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
                                             if (ok) {
+                                                // built by kernels::filters::count_ties
                                                 mine = (mine + 1u);
                                             }
                                         }
@@ -1655,11 +1553,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ok: bool = false;
                                             var mv: u64 = 0lu;
                                             if ((key == s_key)) {
+                                                // built by kernels::filters::count_ties
                                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
                                             if (ok) {
+                                                // built by kernels::filters::count_ties
                                                 mine = (mine + 1u);
                                             }
                                         }
@@ -1674,11 +1574,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ok: bool = false;
                                             var mv: u64 = 0lu;
                                             if ((key == s_key)) {
+                                                // built by kernels::filters::count_ties
                                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
                                             if (ok) {
+                                                // built by kernels::filters::count_ties
                                                 mine = (mine + 1u);
                                             }
                                         }
@@ -1693,90 +1595,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ok: bool = false;
                                             var mv: u64 = 0lu;
                                             if ((key == s_key)) {
+                                                // built by kernels::filters::count_ties
                                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
                                             }
                                             if (ok) {
-                                                mine = (mine + 1u);
-                                            }
-                                        }
-                                    }
-                                }
-                            } else {
-                                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 0u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
-                                            var ov: f32 = zv;
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if ((key == s_key)) {
-                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                mine = (mine + 1u);
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 1u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
-                                            var ov: f32 = zv;
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if ((key == s_key)) {
-                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                mine = (mine + 1u);
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 2u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
-                                            var ov: f32 = zv;
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if ((key == s_key)) {
-                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                mine = (mine + 1u);
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 3u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
-                                            var ov: f32 = zv;
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if ((key == s_key)) {
-                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
+                                                // built by kernels::filters::count_ties
                                                 mine = (mine + 1u);
                                             }
                                         }
@@ -1806,9 +1631,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var best64_i: u32 = 4294967295u;
                         var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
                         if (seeded_row) {
+                            // built by kernels::filters::race_in_set
                             tie_rank = tie_start;
                             sweeps = (sweeps + 1u);
-                            if (true) {
+                            {
+                                // built by kernels::filters::sweep
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
@@ -1823,6 +1650,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mv: u64 = 0lu;
                                             var kept: bool = false;
                                             if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
                                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
@@ -1832,16 +1660,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var tie: bool = (ok && (key == s_key));
                                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
+                                                // built by kernels::filters::race_sweep
                                                 var s64: f64 = sk_log64(f64(zv));
                                                 if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                    // built by kernels::seeded::score64
+                                                    let sk_e25: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)], rows[(sk_e25 + 10u)], col)));
                                                 }
                                                 if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best64 = s64;
                                                     best64_i = col;
                                                 }
@@ -1859,6 +1692,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mv: u64 = 0lu;
                                             var kept: bool = false;
                                             if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
                                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
@@ -1868,16 +1702,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var tie: bool = (ok && (key == s_key));
                                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
+                                                // built by kernels::filters::race_sweep
                                                 var s64: f64 = sk_log64(f64(zv));
                                                 if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                    // built by kernels::seeded::score64
+                                                    let sk_e26: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col)));
                                                 }
                                                 if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best64 = s64;
                                                     best64_i = col;
                                                 }
@@ -1895,6 +1734,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mv: u64 = 0lu;
                                             var kept: bool = false;
                                             if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
                                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
@@ -1904,16 +1744,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var tie: bool = (ok && (key == s_key));
                                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
+                                                // built by kernels::filters::race_sweep
                                                 var s64: f64 = sk_log64(f64(zv));
                                                 if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                    // built by kernels::seeded::score64
+                                                    let sk_e27: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e27 + 8u)], rows[(sk_e27 + 9u)], rows[(sk_e27 + 10u)], col)));
                                                 }
                                                 if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best64 = s64;
                                                     best64_i = col;
                                                 }
@@ -1931,6 +1776,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mv: u64 = 0lu;
                                             var kept: bool = false;
                                             if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
                                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
@@ -1940,163 +1786,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var tie: bool = (ok && (key == s_key));
                                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
+                                                // built by kernels::filters::race_sweep
                                                 var s64: f64 = sk_log64(f64(zv));
                                                 if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                                                    // built by kernels::seeded::score64
+                                                    let sk_e28: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e28 + 8u)], rows[(sk_e28 + 9u)], rows[(sk_e28 + 10u)], col)));
                                                 }
                                                 if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                }
-                            } else {
-                                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 0u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
-                                            var ov: f32 = zv;
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                var s64: f64 = sk_log64(f64(zv));
-                                                if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 1u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
-                                            var ov: f32 = zv;
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                var s64: f64 = sk_log64(f64(zv));
-                                                if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 2u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
-                                            var ov: f32 = zv;
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                var s64: f64 = sk_log64(f64(zv));
-                                                if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 3u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
-                                            var ov: f32 = zv;
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                var s64: f64 = sk_log64(f64(zv));
-                                                if (noisy) {
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best64 = s64;
                                                     best64_i = col;
                                                 }
@@ -2107,14 +1811,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         if ((!seeded_row)) {
+                            // built by kernels::filters::race_in_set
                             tie_rank = tie_start;
                             sweeps = (sweeps + 1u);
-                            if (true) {
+                            {
+                                // built by kernels::filters::sweep
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                                     if (noisy) {
-                                        w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                                        // built by kernels::filters::race_sweep
+                                        let sk_e29: u32 = (row * 12u);
+                                        w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e29 + 10u)], rows[(sk_e29 + 11u)]), rows[(sk_e29 + 8u)], rows[(sk_e29 + 9u)]);
                                     }
                                     {
                                         var col: u32 = (c0 + 0u);
@@ -2127,6 +1835,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mv: u64 = 0lu;
                                             var kept: bool = false;
                                             if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
                                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
@@ -2136,13 +1845,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var tie: bool = (ok && (key == s_key));
                                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
+                                                // built by kernels::filters::race_sweep
                                                 var score: f32 = select(zv, (zv / sk_exponential(w[0])), noisy);
                                                 if (((score > best) || (best_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best = score;
                                                     best_i = col;
                                                 }
@@ -2160,6 +1872,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mv: u64 = 0lu;
                                             var kept: bool = false;
                                             if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
                                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
@@ -2169,13 +1882,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var tie: bool = (ok && (key == s_key));
                                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
+                                                // built by kernels::filters::race_sweep
                                                 var score: f32 = select(zv, (zv / sk_exponential(w[1])), noisy);
                                                 if (((score > best) || (best_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best = score;
                                                     best_i = col;
                                                 }
@@ -2193,6 +1909,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mv: u64 = 0lu;
                                             var kept: bool = false;
                                             if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
                                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
@@ -2202,13 +1919,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var tie: bool = (ok && (key == s_key));
                                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
+                                                // built by kernels::filters::race_sweep
                                                 var score: f32 = select(zv, (zv / sk_exponential(w[2])), noisy);
                                                 if (((score > best) || (best_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best = score;
                                                     best_i = col;
                                                 }
@@ -2226,6 +1946,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mv: u64 = 0lu;
                                             var kept: bool = false;
                                             if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
                                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                                 ok = (wv > (0.0f));
                                                 mv = sk_fixed(wv);
@@ -2235,148 +1956,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var tie: bool = (ok && (key == s_key));
                                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                                 if (tie) {
+                                                    // built by kernels::filters::kept
                                                     tie_rank = (tie_rank + 1u);
                                                 }
                                                 kept = in_set;
                                             }
                                             if (kept) {
+                                                // built by kernels::filters::race_sweep
                                                 var score: f32 = select(zv, (zv / sk_exponential(w[3])), noisy);
                                                 if (((score > best) || (best_i == 4294967295u))) {
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                }
-                            } else {
-                                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 0u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
-                                            var ov: f32 = zv;
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                var score: f32 = select(zv, (zv / sk_exponential(w[0])), noisy);
-                                                if (((score > best) || (best_i == 4294967295u))) {
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 1u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
-                                            var ov: f32 = zv;
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                var score: f32 = select(zv, (zv / sk_exponential(w[1])), noisy);
-                                                if (((score > best) || (best_i == 4294967295u))) {
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 2u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
-                                            var ov: f32 = zv;
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                var score: f32 = select(zv, (zv / sk_exponential(w[2])), noisy);
-                                                if (((score > best) || (best_i == 4294967295u))) {
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 3u));
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
-                                            var ov: f32 = zv;
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                var score: f32 = select(zv, (zv / sk_exponential(w[3])), noisy);
-                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
                                                     best = score;
                                                     best_i = col;
                                                 }
@@ -2442,6 +2031,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             workgroupBarrier();
                         }
                         if ((sk_lid == 0u)) {
+                            // built by kernels::filter_split::publish
                             partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = bitcast<u32>(win);
                             partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 1u)] = tok32;
                             partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u)] = u32((bitcast<u64>(win64) & 4294967295lu));
@@ -2452,6 +2042,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     } else {
                         if ((part == 0u)) {
+                            // built by kernels::filter_split::combine
                             var best: f32 = bitcast<f32>(4286578688u);
                             var best_i: u32 = 4294967295u;
                             var best64: f64 = bitcast<f64>(18442240474082181120lu);
@@ -2461,18 +2052,23 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var pi: u32 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 1u)];
                                 if ((pi != 4294967295u)) {
                                     if (((bitcast<f32>(partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 0u)]) > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
                                         best = bitcast<f32>(partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 0u)]);
                                         best_i = pi;
                                     }
                                 }
                                 var pi64: u32 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)];
                                 if ((pi64 != 4294967295u)) {
-                                    if (((bitcast<f64>(((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u) + 0u)]))) > best64) || (best64_i == 4294967295u))) {
-                                        best64 = bitcast<f64>(((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u) + 0u)])));
+                                    let sk_e30: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                                    if (((bitcast<f64>(((u64(partials[(sk_e30 + 1u)]) << 32u) | u64(partials[(sk_e30 + 0u)]))) > best64) || (best64_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
+                                        let sk_e31: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                                        best64 = bitcast<f64>(((u64(partials[(sk_e31 + 1u)]) << 32u) | u64(partials[(sk_e31 + 0u)])));
                                         best64_i = pi64;
                                     }
                                 }
-                                all_mass = (all_mass + ((u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u) + 1u)]) << 32u) | u64(partials[((((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u) + 0u)])));
+                                let sk_e32: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
+                                all_mass = (all_mass + ((u64(partials[(sk_e32 + 1u)]) << 32u) | u64(partials[(sk_e32 + 0u)])));
                             }
                             var win: f32 = (0.0f);
                             var tok32: u32 = 0u;
@@ -2533,17 +2129,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var valid: bool = (tok < params.vocab);
                             var tok_at: u32 = select(0u, tok, valid);
                             if ((sk_lid == 0u)) {
+                                // built by kernels::sampling::write_results
                                 tokens[row] = select(0u, tok, valid);
                                 if (((params.flags & 2u) != 0u)) {
                                     status[row] = select(0u, 1u, valid);
                                 }
                             }
                             if (((params.flags & 1u) != 0u)) {
+                                // built by kernels::sampling::write_results
                                 if ((sk_lid == 0u)) {
-                                    logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(x[(base + tok_at)]), (x[(base + tok_at)] > (0.0f))), valid);
+                                    let sk_e33: f32 = x[(base + tok_at)];
+                                    logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e33), (sk_e33 > (0.0f))), valid);
                                 }
                             }
                             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
+                                // built by kernels::filters::set_results
                                 passes[row] = sweeps;
                             }
                         }
@@ -2551,6 +2151,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
             }
             if ((sk_lid == 0u)) {
+                // built by kernels::filter_split::store_state
                 partials[((slot * 110u) + 0u)] = sweeps;
                 partials[((slot * 110u) + 1u)] = bitcast<u32>(mx);
                 partials[((slot * 110u) + 2u)] = sel_key;

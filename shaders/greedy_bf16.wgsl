@@ -24,20 +24,13 @@ var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
-fn sk_mulhi(a: u32, b: u32) -> u32 {
-    let ll = (a & 0xffffu) * (b & 0xffffu);
-    let lh = (a & 0xffffu) * (b >> 16u);
-    let hl = (a >> 16u) * (b & 0xffffu);
-    let hh = (a >> 16u) * (b >> 16u);
-    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-    return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-}
 fn sk_load_x(i: u32) -> f32 {
     let w = x[i >> 1u];
     return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
 }
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::exp
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -61,6 +54,7 @@ fn sk_exp(x_in: f32) -> f32 {
 }
 fn sk_log(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::log
     var ix: u32 = bitcast<u32>(x);
     var k: i32 = (0i);
     if ((ix < 8388608u)) {
@@ -80,151 +74,12 @@ fn sk_log(x_in: f32) -> f32 {
     var dk: f32 = f32(k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
-fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
-    var ctr: vec4<u32> = ctr_in;
-    var k0: u32 = k0_in;
-    var k1: u32 = k1_in;
-    var c0: u32 = ctr[0];
-    var c1: u32 = ctr[1];
-    var c2: u32 = ctr[2];
-    var c3: u32 = ctr[3];
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    return vec4<u32>(c0, c1, c2, c3);
-}
-fn sk_uniform(w_in: u32) -> f32 {
-    var w: u32 = w_in;
-    return ((f32((w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
-}
-fn sk_exponential(w_in: u32) -> f32 {
-    var w: u32 = w_in;
-    return (-sk_log(sk_uniform(w)));
-}
-fn sk_gumbel(w_in: u32) -> f32 {
-    var w: u32 = w_in;
-    return (-sk_log(sk_exponential(w)));
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
+        // built by kernels::sampling::for_each_row_part_at
         var row_slot: u32 = (slot / parts);
         var part: u32 = (slot - (row_slot * parts));
         var row: u32 = row_slot;
@@ -244,27 +99,35 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var s: f32 = (0.0f);
         var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+            // built by kernels::sampling::for_each_column
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
-                    var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                    let sk_e0: f32 = sk_load_x((base + col));
+                    var sv: f32 = (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp);
                     if ((sv == bitcast<f32>(2139095040u))) {
+                        // built by kernels::sampling::greedy_column
                         top_n = (top_n + 1u);
                         if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                            // built by kernels::sampling::keep_top
                             top = (0.0f);
                             top_i = col;
                         }
                     } else {
+                        // built by kernels::sampling::greedy_column
                         if (((sv > best) || (best_i == 4294967295u))) {
+                            // built by kernels::sampling::keep
                             best = sv;
                             best_i = col;
                             best_z = sv;
                         }
                         if (((params.flags & 1u) != 0u)) {
                             if ((sv > m)) {
+                                // built by kernels::sampling::online_logsumexp
                                 s = ((s * sk_exp((m - sv))) + (1.0f));
                                 m = sv;
                             } else {
+                                // built by kernels::sampling::online_logsumexp
                                 if ((sv > bitcast<f32>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
@@ -276,24 +139,31 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
-                    var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                    let sk_e1: f32 = sk_load_x((base + col));
+                    var sv: f32 = (select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u)) / temp);
                     if ((sv == bitcast<f32>(2139095040u))) {
+                        // built by kernels::sampling::greedy_column
                         top_n = (top_n + 1u);
                         if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                            // built by kernels::sampling::keep_top
                             top = (0.0f);
                             top_i = col;
                         }
                     } else {
+                        // built by kernels::sampling::greedy_column
                         if (((sv > best) || (best_i == 4294967295u))) {
+                            // built by kernels::sampling::keep
                             best = sv;
                             best_i = col;
                             best_z = sv;
                         }
                         if (((params.flags & 1u) != 0u)) {
                             if ((sv > m)) {
+                                // built by kernels::sampling::online_logsumexp
                                 s = ((s * sk_exp((m - sv))) + (1.0f));
                                 m = sv;
                             } else {
+                                // built by kernels::sampling::online_logsumexp
                                 if ((sv > bitcast<f32>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
@@ -305,24 +175,31 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
-                    var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                    let sk_e2: f32 = sk_load_x((base + col));
+                    var sv: f32 = (select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)) / temp);
                     if ((sv == bitcast<f32>(2139095040u))) {
+                        // built by kernels::sampling::greedy_column
                         top_n = (top_n + 1u);
                         if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                            // built by kernels::sampling::keep_top
                             top = (0.0f);
                             top_i = col;
                         }
                     } else {
+                        // built by kernels::sampling::greedy_column
                         if (((sv > best) || (best_i == 4294967295u))) {
+                            // built by kernels::sampling::keep
                             best = sv;
                             best_i = col;
                             best_z = sv;
                         }
                         if (((params.flags & 1u) != 0u)) {
                             if ((sv > m)) {
+                                // built by kernels::sampling::online_logsumexp
                                 s = ((s * sk_exp((m - sv))) + (1.0f));
                                 m = sv;
                             } else {
+                                // built by kernels::sampling::online_logsumexp
                                 if ((sv > bitcast<f32>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
@@ -334,24 +211,31 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
-                    var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                    let sk_e3: f32 = sk_load_x((base + col));
+                    var sv: f32 = (select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u)) / temp);
                     if ((sv == bitcast<f32>(2139095040u))) {
+                        // built by kernels::sampling::greedy_column
                         top_n = (top_n + 1u);
                         if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                            // built by kernels::sampling::keep_top
                             top = (0.0f);
                             top_i = col;
                         }
                     } else {
+                        // built by kernels::sampling::greedy_column
                         if (((sv > best) || (best_i == 4294967295u))) {
+                            // built by kernels::sampling::keep
                             best = sv;
                             best_i = col;
                             best_z = sv;
                         }
                         if (((params.flags & 1u) != 0u)) {
                             if ((sv > m)) {
+                                // built by kernels::sampling::online_logsumexp
                                 s = ((s * sk_exp((m - sv))) + (1.0f));
                                 m = sv;
                             } else {
+                                // built by kernels::sampling::online_logsumexp
                                 if ((sv > bitcast<f32>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
@@ -396,11 +280,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             workgroupBarrier();
         }
         if ((parts <= 1u)) {
+            // built by kernels::sampling::race_row
             if ((tok == 4294967295u)) {
+                // built by kernels::sampling::whole_row_results
                 tok = 0u;
             }
             var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
             if ((tops > 0u)) {
+                // built by kernels::sampling::whole_row_results
                 var top_win: f32 = (0.0f);
                 var top_tok: u32 = 0u;
                 {
@@ -425,12 +312,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 tok = top_tok;
             }
             if ((sk_lid == 0u)) {
+                // built by kernels::sampling::write_results
                 tokens[row] = select(0u, tok, valid);
                 if (((params.flags & 2u) != 0u)) {
                     status[row] = select(0u, 1u, valid);
                 }
             }
             if (((params.flags & 1u) != 0u)) {
+                // built by kernels::sampling::write_results
                 var row_max: f32 = (0.0f);
                 {
                     sk_red_f32[sk_lid] = m;
@@ -458,10 +347,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     workgroupBarrier();
                 }
                 if ((sk_lid == 0u)) {
-                    logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_load_x((base + tok)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + tok))) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
+                    let sk_e4: f32 = sk_load_x((base + tok));
+                    logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
                 }
             }
         } else {
+            // built by kernels::sampling::race_row
             var top_win: f32 = (0.0f);
             var top_tok: u32 = 0u;
             {
@@ -486,6 +377,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var part_m: f32 = bitcast<f32>(4286578688u);
             var part_s: f32 = (0.0f);
             if (((params.flags & 1u) != 0u)) {
+                // built by kernels::sampling::write_part
                 var row_max: f32 = (0.0f);
                 {
                     sk_red_f32[sk_lid] = m;
@@ -516,6 +408,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 part_s = row_sum;
             }
             if ((sk_lid == 0u)) {
+                // built by kernels::sampling::write_part
                 partials[((slot * 9u) + 0u)] = bitcast<u32>(win);
                 partials[((slot * 9u) + 1u)] = tok;
                 partials[((slot * 9u) + 3u)] = bitcast<u32>(top_win);
@@ -526,6 +419,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 partials[((slot * 9u) + 8u)] = 1u;
             }
             if (((best_i == tok) && (tok != 4294967295u))) {
+                // built by kernels::sampling::write_part
                 partials[((slot * 9u) + 2u)] = bitcast<u32>(best_z);
             }
         }

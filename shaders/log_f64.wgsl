@@ -17,16 +17,9 @@ struct Params {
 @group(0) @binding(2) var<uniform> params: Params;
 
 
-fn sk_mulhi(a: u32, b: u32) -> u32 {
-    let ll = (a & 0xffffu) * (b & 0xffffu);
-    let lh = (a & 0xffffu) * (b >> 16u);
-    let hl = (a >> 16u) * (b & 0xffffu);
-    let hh = (a >> 16u) * (b >> 16u);
-    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-    return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-}
 fn sk_log64(x_in: f64) -> f64 {
     var x: f64 = x_in;
+    // built by kernels::math::log64
     var ix: u64 = bitcast<u64>(x);
     var k: i32 = (0i);
     if ((ix < 4503599627370496lu)) {
@@ -50,6 +43,7 @@ fn sk_log64(x_in: f64) -> f64 {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var item: u32 = ((sk_wid.x * BLOCK) + sk_lid); item < params.batch; item = item + (sk_nwg.x * BLOCK)) {
+        // built by kernels::seeded::log64_kernel
         output[item] = sk_log64(input[item]);
     }
 }

@@ -17,19 +17,12 @@ struct Params {
 @group(0) @binding(2) var<uniform> params: Params;
 
 
-fn sk_mulhi(a: u32, b: u32) -> u32 {
-    let ll = (a & 0xffffu) * (b & 0xffffu);
-    let lh = (a & 0xffffu) * (b >> 16u);
-    let hl = (a >> 16u) * (b & 0xffffu);
-    let hh = (a >> 16u) * (b >> 16u);
-    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-    return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-}
 fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
     var w0: u32 = w0_in;
     var w1: u32 = w1_in;
     var w2: u32 = w2_in;
     var w3: u32 = w3_in;
+    // built by kernels::murmur::murmur3
     var h: u32 = 0u;
     {
         var k: u32 = (w0 * 3432918353u);
@@ -66,6 +59,8 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var item: u32 = ((sk_wid.x * BLOCK) + sk_lid); item < params.batch; item = item + (sk_nwg.x * BLOCK)) {
-        output[item] = sk_murmur3(input[((item * 4u) + 0u)], input[((item * 4u) + 1u)], input[((item * 4u) + 2u)], input[((item * 4u) + 3u)]);
+        // built by kernels::seeded::murmur_kernel
+        let sk_e0: u32 = (item * 4u);
+        output[item] = sk_murmur3(input[(sk_e0 + 0u)], input[(sk_e0 + 1u)], input[(sk_e0 + 2u)], input[(sk_e0 + 3u)]);
     }
 }

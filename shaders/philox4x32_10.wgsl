@@ -29,6 +29,7 @@ fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
     var ctr: vec4<u32> = ctr_in;
     var k0: u32 = k0_in;
     var k1: u32 = k1_in;
+    // built by kernels::philox::philox
     var c0: u32 = ctr[0];
     var c1: u32 = ctr[1];
     var c2: u32 = ctr[2];
@@ -157,7 +158,9 @@ fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var item: u32 = ((sk_wid.x * BLOCK) + sk_lid); item < params.batch; item = item + (sk_nwg.x * BLOCK)) {
-        var out: vec4<u32> = sk_philox(vec4<u32>(input[((item * 6u) + 0u)], input[((item * 6u) + 1u)], input[((item * 6u) + 2u)], input[((item * 6u) + 3u)]), input[((item * 6u) + 4u)], input[((item * 6u) + 5u)]);
+        // built by kernels::sampling::philox_kernel
+        let sk_e0: u32 = (item * 6u);
+        var out: vec4<u32> = sk_philox(vec4<u32>(input[(sk_e0 + 0u)], input[(sk_e0 + 1u)], input[(sk_e0 + 2u)], input[(sk_e0 + 3u)]), input[(sk_e0 + 4u)], input[(sk_e0 + 5u)]);
         output[((item * 4u) + 0u)] = out[0];
         output[((item * 4u) + 1u)] = out[1];
         output[((item * 4u) + 2u)] = out[2];

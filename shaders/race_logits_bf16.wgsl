@@ -39,6 +39,7 @@ fn sk_load_x(i: u32) -> f32 {
 }
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::exp
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -62,6 +63,7 @@ fn sk_exp(x_in: f32) -> f32 {
 }
 fn sk_log(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::log
     var ix: u32 = bitcast<u32>(x);
     var k: i32 = (0i);
     if ((ix < 8388608u)) {
@@ -85,6 +87,7 @@ fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
     var ctr: vec4<u32> = ctr_in;
     var k0: u32 = k0_in;
     var k1: u32 = k1_in;
+    // built by kernels::philox::philox
     var c0: u32 = ctr[0];
     var c1: u32 = ctr[1];
     var c2: u32 = ctr[2];
@@ -211,14 +214,17 @@ fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
 }
 fn sk_uniform(w_in: u32) -> f32 {
     var w: u32 = w_in;
+    // built by kernels::philox::uniform
     return ((f32((w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
 }
 fn sk_exponential(w_in: u32) -> f32 {
     var w: u32 = w_in;
+    // built by kernels::philox::exponential
     return (-sk_log(sk_uniform(w)));
 }
 fn sk_gumbel(w_in: u32) -> f32 {
     var w: u32 = w_in;
+    // built by kernels::philox::gumbel
     return (-sk_log(sk_exponential(w)));
 }
 
@@ -226,6 +232,7 @@ fn sk_gumbel(w_in: u32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
+        // built by kernels::sampling::for_each_row_part_at
         var row_slot: u32 = (slot / parts);
         var part: u32 = (slot - (row_slot * parts));
         var row: u32 = row_slot;
@@ -251,14 +258,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var up1_i: u32 = 4294967295u;
         var up2: f32 = bitcast<f32>(4286578688u);
         if (noisy) {
+            // built by kernels::sampling::screened_pass
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                // built by kernels::sampling::for_each_column
+                let sk_e0: u32 = (row * 12u);
+                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e0 + 10u)], rows[(sk_e0 + 11u)]), rows[(sk_e0 + 8u)], rows[(sk_e0 + 9u)]);
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
-                        var xv: f32 = select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u));
+                        let sk_e1: f32 = sk_load_x((base + col));
+                        var xv: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
                         var za: f32 = (xv * rcp_t);
                         if ((abs(za) < (1.7014118e38f))) {
+                            // built by kernels::sampling::screened_pass
                             var un: f32 = sk_uniform(w[0]);
                             var tn: f32 = ((1.0f) - un);
                             var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
@@ -266,27 +278,33 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
                             lo_best = max(lo_best, (an - dn));
                             if (((an + dn) > up1)) {
+                                // built by kernels::sampling::bound
                                 up2 = up1;
                                 up1 = (an + dn);
                                 up1_i = col;
                             } else {
+                                // built by kernels::sampling::bound
                                 up2 = max(up2, (an + dn));
                             }
                             if (((params.flags & 1u) != 0u)) {
                                 if (((xv / temp) > m)) {
+                                    // built by kernels::sampling::online_logsumexp
                                     s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
                                     m = (xv / temp);
                                 } else {
+                                    // built by kernels::sampling::online_logsumexp
                                     if (((xv / temp) > bitcast<f32>(4286578688u))) {
                                         s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                     }
                                 }
                             }
                         } else {
+                            // built by kernels::sampling::screened_pass
                             var sv: f32 = (xv / temp);
                             if ((sv == bitcast<f32>(2139095040u))) {
                                 top_n = (top_n + 1u);
                                 if (((sk_gumbel(w[0]) > top) || (top_i == 4294967295u))) {
+                                    // built by kernels::sampling::keep_top
                                     top = sk_gumbel(w[0]);
                                     top_i = col;
                                 }
@@ -295,18 +313,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 if ((score > bitcast<f32>(4286578688u))) {
                                     lo_best = max(lo_best, score);
                                     if ((score > up1)) {
+                                        // built by kernels::sampling::bound
                                         up2 = up1;
                                         up1 = score;
                                         up1_i = col;
                                     } else {
+                                        // built by kernels::sampling::bound
                                         up2 = max(up2, score);
                                     }
                                 }
                                 if (((params.flags & 1u) != 0u)) {
                                     if ((sv > m)) {
+                                        // built by kernels::sampling::online_logsumexp
                                         s = ((s * sk_exp((m - sv))) + (1.0f));
                                         m = sv;
                                     } else {
+                                        // built by kernels::sampling::online_logsumexp
                                         if ((sv > bitcast<f32>(4286578688u))) {
                                             s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
@@ -319,9 +341,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 1u);
                     if ((col < col_hi)) {
-                        var xv: f32 = select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u));
+                        let sk_e2: f32 = sk_load_x((base + col));
+                        var xv: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
                         var za: f32 = (xv * rcp_t);
                         if ((abs(za) < (1.7014118e38f))) {
+                            // built by kernels::sampling::screened_pass
                             var un: f32 = sk_uniform(w[1]);
                             var tn: f32 = ((1.0f) - un);
                             var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
@@ -329,27 +353,33 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
                             lo_best = max(lo_best, (an - dn));
                             if (((an + dn) > up1)) {
+                                // built by kernels::sampling::bound
                                 up2 = up1;
                                 up1 = (an + dn);
                                 up1_i = col;
                             } else {
+                                // built by kernels::sampling::bound
                                 up2 = max(up2, (an + dn));
                             }
                             if (((params.flags & 1u) != 0u)) {
                                 if (((xv / temp) > m)) {
+                                    // built by kernels::sampling::online_logsumexp
                                     s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
                                     m = (xv / temp);
                                 } else {
+                                    // built by kernels::sampling::online_logsumexp
                                     if (((xv / temp) > bitcast<f32>(4286578688u))) {
                                         s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                     }
                                 }
                             }
                         } else {
+                            // built by kernels::sampling::screened_pass
                             var sv: f32 = (xv / temp);
                             if ((sv == bitcast<f32>(2139095040u))) {
                                 top_n = (top_n + 1u);
                                 if (((sk_gumbel(w[1]) > top) || (top_i == 4294967295u))) {
+                                    // built by kernels::sampling::keep_top
                                     top = sk_gumbel(w[1]);
                                     top_i = col;
                                 }
@@ -358,18 +388,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 if ((score > bitcast<f32>(4286578688u))) {
                                     lo_best = max(lo_best, score);
                                     if ((score > up1)) {
+                                        // built by kernels::sampling::bound
                                         up2 = up1;
                                         up1 = score;
                                         up1_i = col;
                                     } else {
+                                        // built by kernels::sampling::bound
                                         up2 = max(up2, score);
                                     }
                                 }
                                 if (((params.flags & 1u) != 0u)) {
                                     if ((sv > m)) {
+                                        // built by kernels::sampling::online_logsumexp
                                         s = ((s * sk_exp((m - sv))) + (1.0f));
                                         m = sv;
                                     } else {
+                                        // built by kernels::sampling::online_logsumexp
                                         if ((sv > bitcast<f32>(4286578688u))) {
                                             s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
@@ -382,9 +416,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 2u);
                     if ((col < col_hi)) {
-                        var xv: f32 = select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u));
+                        let sk_e3: f32 = sk_load_x((base + col));
+                        var xv: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
                         var za: f32 = (xv * rcp_t);
                         if ((abs(za) < (1.7014118e38f))) {
+                            // built by kernels::sampling::screened_pass
                             var un: f32 = sk_uniform(w[2]);
                             var tn: f32 = ((1.0f) - un);
                             var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
@@ -392,27 +428,33 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
                             lo_best = max(lo_best, (an - dn));
                             if (((an + dn) > up1)) {
+                                // built by kernels::sampling::bound
                                 up2 = up1;
                                 up1 = (an + dn);
                                 up1_i = col;
                             } else {
+                                // built by kernels::sampling::bound
                                 up2 = max(up2, (an + dn));
                             }
                             if (((params.flags & 1u) != 0u)) {
                                 if (((xv / temp) > m)) {
+                                    // built by kernels::sampling::online_logsumexp
                                     s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
                                     m = (xv / temp);
                                 } else {
+                                    // built by kernels::sampling::online_logsumexp
                                     if (((xv / temp) > bitcast<f32>(4286578688u))) {
                                         s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                     }
                                 }
                             }
                         } else {
+                            // built by kernels::sampling::screened_pass
                             var sv: f32 = (xv / temp);
                             if ((sv == bitcast<f32>(2139095040u))) {
                                 top_n = (top_n + 1u);
                                 if (((sk_gumbel(w[2]) > top) || (top_i == 4294967295u))) {
+                                    // built by kernels::sampling::keep_top
                                     top = sk_gumbel(w[2]);
                                     top_i = col;
                                 }
@@ -421,18 +463,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 if ((score > bitcast<f32>(4286578688u))) {
                                     lo_best = max(lo_best, score);
                                     if ((score > up1)) {
+                                        // built by kernels::sampling::bound
                                         up2 = up1;
                                         up1 = score;
                                         up1_i = col;
                                     } else {
+                                        // built by kernels::sampling::bound
                                         up2 = max(up2, score);
                                     }
                                 }
                                 if (((params.flags & 1u) != 0u)) {
                                     if ((sv > m)) {
+                                        // built by kernels::sampling::online_logsumexp
                                         s = ((s * sk_exp((m - sv))) + (1.0f));
                                         m = sv;
                                     } else {
+                                        // built by kernels::sampling::online_logsumexp
                                         if ((sv > bitcast<f32>(4286578688u))) {
                                             s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
@@ -445,9 +491,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 3u);
                     if ((col < col_hi)) {
-                        var xv: f32 = select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u));
+                        let sk_e4: f32 = sk_load_x((base + col));
+                        var xv: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
                         var za: f32 = (xv * rcp_t);
                         if ((abs(za) < (1.7014118e38f))) {
+                            // built by kernels::sampling::screened_pass
                             var un: f32 = sk_uniform(w[3]);
                             var tn: f32 = ((1.0f) - un);
                             var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
@@ -455,27 +503,33 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
                             lo_best = max(lo_best, (an - dn));
                             if (((an + dn) > up1)) {
+                                // built by kernels::sampling::bound
                                 up2 = up1;
                                 up1 = (an + dn);
                                 up1_i = col;
                             } else {
+                                // built by kernels::sampling::bound
                                 up2 = max(up2, (an + dn));
                             }
                             if (((params.flags & 1u) != 0u)) {
                                 if (((xv / temp) > m)) {
+                                    // built by kernels::sampling::online_logsumexp
                                     s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
                                     m = (xv / temp);
                                 } else {
+                                    // built by kernels::sampling::online_logsumexp
                                     if (((xv / temp) > bitcast<f32>(4286578688u))) {
                                         s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
                                     }
                                 }
                             }
                         } else {
+                            // built by kernels::sampling::screened_pass
                             var sv: f32 = (xv / temp);
                             if ((sv == bitcast<f32>(2139095040u))) {
                                 top_n = (top_n + 1u);
                                 if (((sk_gumbel(w[3]) > top) || (top_i == 4294967295u))) {
+                                    // built by kernels::sampling::keep_top
                                     top = sk_gumbel(w[3]);
                                     top_i = col;
                                 }
@@ -484,18 +538,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 if ((score > bitcast<f32>(4286578688u))) {
                                     lo_best = max(lo_best, score);
                                     if ((score > up1)) {
+                                        // built by kernels::sampling::bound
                                         up2 = up1;
                                         up1 = score;
                                         up1_i = col;
                                     } else {
+                                        // built by kernels::sampling::bound
                                         up2 = max(up2, score);
                                     }
                                 }
                                 if (((params.flags & 1u) != 0u)) {
                                     if ((sv > m)) {
+                                        // built by kernels::sampling::online_logsumexp
                                         s = ((s * sk_exp((m - sv))) + (1.0f));
                                         m = sv;
                                     } else {
+                                        // built by kernels::sampling::online_logsumexp
                                         if ((sv > bitcast<f32>(4286578688u))) {
                                             s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
@@ -520,8 +578,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 workgroupBarrier();
             }
             if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                var sv: f32 = (select(sk_load_x((base + up1_i)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + up1_i))) & 2147483647u) > 2139095040u)) / temp);
-                best = (sv + sk_gumbel(select(select(select(sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[3], sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[2], ((up1_i & 3u) == 2u)), sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[1], ((up1_i & 3u) == 1u)), sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[0], ((up1_i & 3u) == 0u))));
+                let sk_e5: f32 = sk_load_x((base + up1_i));
+                var sv: f32 = (select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u)) / temp);
+                let sk_e7: u32 = (row * 12u);
+                let sk_e6: vec4<u32> = sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, rows[(sk_e7 + 10u)], rows[(sk_e7 + 11u)]), rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)]);
+                let sk_e8: u32 = (up1_i & 3u);
+                best = (sv + sk_gumbel(select(select(select(sk_e6[3], sk_e6[2], (sk_e8 == 2u)), sk_e6[1], (sk_e8 == 1u)), sk_e6[0], (sk_e8 == 0u))));
                 best_i = up1_i;
                 best_z = sv;
             }
@@ -529,13 +591,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 best = bitcast<f32>(4286578688u);
                 best_i = 4294967295u;
                 for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                    // built by kernels::sampling::for_each_column
+                    let sk_e9: u32 = (row * 12u);
+                    w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e9 + 10u)], rows[(sk_e9 + 11u)]), rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)]);
                     {
                         var col: u32 = (c0 + 0u);
                         if ((col < col_hi)) {
-                            var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e10: f32 = sk_load_x((base + col));
+                            var sv: f32 = (select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp);
                             if ((sv < bitcast<f32>(2139095040u))) {
+                                // built by kernels::sampling::screened_pass
                                 if ((((sv + sk_gumbel(w[0])) > best) || (best_i == 4294967295u))) {
+                                    // built by kernels::sampling::keep
                                     best = (sv + sk_gumbel(w[0]));
                                     best_i = col;
                                     best_z = sv;
@@ -546,9 +613,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 1u);
                         if ((col < col_hi)) {
-                            var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e11: f32 = sk_load_x((base + col));
+                            var sv: f32 = (select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)) / temp);
                             if ((sv < bitcast<f32>(2139095040u))) {
+                                // built by kernels::sampling::screened_pass
                                 if ((((sv + sk_gumbel(w[1])) > best) || (best_i == 4294967295u))) {
+                                    // built by kernels::sampling::keep
                                     best = (sv + sk_gumbel(w[1]));
                                     best_i = col;
                                     best_z = sv;
@@ -559,9 +629,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 2u);
                         if ((col < col_hi)) {
-                            var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e12: f32 = sk_load_x((base + col));
+                            var sv: f32 = (select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)) / temp);
                             if ((sv < bitcast<f32>(2139095040u))) {
+                                // built by kernels::sampling::screened_pass
                                 if ((((sv + sk_gumbel(w[2])) > best) || (best_i == 4294967295u))) {
+                                    // built by kernels::sampling::keep
                                     best = (sv + sk_gumbel(w[2]));
                                     best_i = col;
                                     best_z = sv;
@@ -572,9 +645,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 3u);
                         if ((col < col_hi)) {
-                            var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e13: f32 = sk_load_x((base + col));
+                            var sv: f32 = (select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)) / temp);
                             if ((sv < bitcast<f32>(2139095040u))) {
+                                // built by kernels::sampling::screened_pass
                                 if ((((sv + sk_gumbel(w[3])) > best) || (best_i == 4294967295u))) {
+                                    // built by kernels::sampling::keep
                                     best = (sv + sk_gumbel(w[3]));
                                     best_i = col;
                                     best_z = sv;
@@ -585,28 +661,37 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
             }
         } else {
+            // built by kernels::sampling::race_row
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                // built by kernels::sampling::for_each_column
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
-                        var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e14: f32 = sk_load_x((base + col));
+                        var sv: f32 = (select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
+                            // built by kernels::sampling::greedy_column
                             top_n = (top_n + 1u);
                             if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                // built by kernels::sampling::keep_top
                                 top = (0.0f);
                                 top_i = col;
                             }
                         } else {
+                            // built by kernels::sampling::greedy_column
                             if (((sv > best) || (best_i == 4294967295u))) {
+                                // built by kernels::sampling::keep
                                 best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
                             if (((params.flags & 1u) != 0u)) {
                                 if ((sv > m)) {
+                                    // built by kernels::sampling::online_logsumexp
                                     s = ((s * sk_exp((m - sv))) + (1.0f));
                                     m = sv;
                                 } else {
+                                    // built by kernels::sampling::online_logsumexp
                                     if ((sv > bitcast<f32>(4286578688u))) {
                                         s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
@@ -618,24 +703,31 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 1u);
                     if ((col < col_hi)) {
-                        var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e15: f32 = sk_load_x((base + col));
+                        var sv: f32 = (select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
+                            // built by kernels::sampling::greedy_column
                             top_n = (top_n + 1u);
                             if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                // built by kernels::sampling::keep_top
                                 top = (0.0f);
                                 top_i = col;
                             }
                         } else {
+                            // built by kernels::sampling::greedy_column
                             if (((sv > best) || (best_i == 4294967295u))) {
+                                // built by kernels::sampling::keep
                                 best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
                             if (((params.flags & 1u) != 0u)) {
                                 if ((sv > m)) {
+                                    // built by kernels::sampling::online_logsumexp
                                     s = ((s * sk_exp((m - sv))) + (1.0f));
                                     m = sv;
                                 } else {
+                                    // built by kernels::sampling::online_logsumexp
                                     if ((sv > bitcast<f32>(4286578688u))) {
                                         s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
@@ -647,24 +739,31 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 2u);
                     if ((col < col_hi)) {
-                        var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e16: f32 = sk_load_x((base + col));
+                        var sv: f32 = (select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
+                            // built by kernels::sampling::greedy_column
                             top_n = (top_n + 1u);
                             if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                // built by kernels::sampling::keep_top
                                 top = (0.0f);
                                 top_i = col;
                             }
                         } else {
+                            // built by kernels::sampling::greedy_column
                             if (((sv > best) || (best_i == 4294967295u))) {
+                                // built by kernels::sampling::keep
                                 best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
                             if (((params.flags & 1u) != 0u)) {
                                 if ((sv > m)) {
+                                    // built by kernels::sampling::online_logsumexp
                                     s = ((s * sk_exp((m - sv))) + (1.0f));
                                     m = sv;
                                 } else {
+                                    // built by kernels::sampling::online_logsumexp
                                     if ((sv > bitcast<f32>(4286578688u))) {
                                         s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
@@ -676,24 +775,31 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 3u);
                     if ((col < col_hi)) {
-                        var sv: f32 = (select(sk_load_x((base + col)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + col))) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e17: f32 = sk_load_x((base + col));
+                        var sv: f32 = (select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
+                            // built by kernels::sampling::greedy_column
                             top_n = (top_n + 1u);
                             if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                                // built by kernels::sampling::keep_top
                                 top = (0.0f);
                                 top_i = col;
                             }
                         } else {
+                            // built by kernels::sampling::greedy_column
                             if (((sv > best) || (best_i == 4294967295u))) {
+                                // built by kernels::sampling::keep
                                 best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
                             if (((params.flags & 1u) != 0u)) {
                                 if ((sv > m)) {
+                                    // built by kernels::sampling::online_logsumexp
                                     s = ((s * sk_exp((m - sv))) + (1.0f));
                                     m = sv;
                                 } else {
+                                    // built by kernels::sampling::online_logsumexp
                                     if ((sv > bitcast<f32>(4286578688u))) {
                                         s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
@@ -739,11 +845,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             workgroupBarrier();
         }
         if ((parts <= 1u)) {
+            // built by kernels::sampling::race_row
             if ((tok == 4294967295u)) {
+                // built by kernels::sampling::whole_row_results
                 tok = 0u;
             }
             var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
             if ((tops > 0u)) {
+                // built by kernels::sampling::whole_row_results
                 var top_win: f32 = (0.0f);
                 var top_tok: u32 = 0u;
                 {
@@ -768,12 +877,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 tok = top_tok;
             }
             if ((sk_lid == 0u)) {
+                // built by kernels::sampling::write_results
                 tokens[row] = select(0u, tok, valid);
                 if (((params.flags & 2u) != 0u)) {
                     status[row] = select(0u, 1u, valid);
                 }
             }
             if (((params.flags & 1u) != 0u)) {
+                // built by kernels::sampling::write_results
                 var row_max: f32 = (0.0f);
                 {
                     sk_red_f32[sk_lid] = m;
@@ -801,10 +912,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     workgroupBarrier();
                 }
                 if ((sk_lid == 0u)) {
-                    logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_load_x((base + tok)), bitcast<f32>(4286578688u), ((bitcast<u32>(sk_load_x((base + tok))) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
+                    let sk_e18: f32 = sk_load_x((base + tok));
+                    logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
                 }
             }
         } else {
+            // built by kernels::sampling::race_row
             var top_win: f32 = (0.0f);
             var top_tok: u32 = 0u;
             {
@@ -829,6 +942,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var part_m: f32 = bitcast<f32>(4286578688u);
             var part_s: f32 = (0.0f);
             if (((params.flags & 1u) != 0u)) {
+                // built by kernels::sampling::write_part
                 var row_max: f32 = (0.0f);
                 {
                     sk_red_f32[sk_lid] = m;
@@ -859,6 +973,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 part_s = row_sum;
             }
             if ((sk_lid == 0u)) {
+                // built by kernels::sampling::write_part
                 partials[((slot * 9u) + 0u)] = bitcast<u32>(win);
                 partials[((slot * 9u) + 1u)] = tok;
                 partials[((slot * 9u) + 3u)] = bitcast<u32>(top_win);
@@ -869,6 +984,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 partials[((slot * 9u) + 8u)] = 1u;
             }
             if (((best_i == tok) && (tok != 4294967295u))) {
+                // built by kernels::sampling::write_part
                 partials[((slot * 9u) + 2u)] = bitcast<u32>(best_z);
             }
         }

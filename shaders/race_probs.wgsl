@@ -31,31 +31,9 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
-fn sk_exp(x_in: f32) -> f32 {
-    var x: f32 = x_in;
-    if ((x < (-104.0f))) {
-        return (0.0f);
-    }
-    if ((x > (88.72283f))) {
-        return bitcast<f32>(2139095040u);
-    }
-    var kf: f32 = floor(((x * (1.442695f)) + (0.5f)));
-    var r: f32 = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
-    var p: f32 = (0.0001984127f);
-    p = ((p * r) + (0.0013888889f));
-    p = ((p * r) + (0.008333334f));
-    p = ((p * r) + (0.041666668f));
-    p = ((p * r) + (0.16666667f));
-    p = ((p * r) + (0.5f));
-    p = ((p * r) + (1.0f));
-    p = ((p * r) + (1.0f));
-    var k: i32 = i32(kf);
-    var k1: i32 = (k >> 1u);
-    var k2: i32 = (k - k1);
-    return ((p * bitcast<f32>((u32((k1 + (127i))) << 23u))) * bitcast<f32>((u32((k2 + (127i))) << 23u)));
-}
 fn sk_log(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::log
     var ix: u32 = bitcast<u32>(x);
     var k: i32 = (0i);
     if ((ix < 8388608u)) {
@@ -79,6 +57,7 @@ fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
     var ctr: vec4<u32> = ctr_in;
     var k0: u32 = k0_in;
     var k1: u32 = k1_in;
+    // built by kernels::philox::philox
     var c0: u32 = ctr[0];
     var c1: u32 = ctr[1];
     var c2: u32 = ctr[2];
@@ -205,21 +184,20 @@ fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
 }
 fn sk_uniform(w_in: u32) -> f32 {
     var w: u32 = w_in;
+    // built by kernels::philox::uniform
     return ((f32((w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
 }
 fn sk_exponential(w_in: u32) -> f32 {
     var w: u32 = w_in;
+    // built by kernels::philox::exponential
     return (-sk_log(sk_uniform(w)));
-}
-fn sk_gumbel(w_in: u32) -> f32 {
-    var w: u32 = w_in;
-    return (-sk_log(sk_exponential(w)));
 }
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
+        // built by kernels::sampling::for_each_row_part_at
         var row_slot: u32 = (slot / parts);
         var part: u32 = (slot - (row_slot * parts));
         var row: u32 = row_slot;
@@ -240,22 +218,29 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var s: f32 = (0.0f);
         var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+            // built by kernels::sampling::for_each_column
             if (noisy) {
-                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
+                // built by kernels::sampling::probs_pass
+                let sk_e0: u32 = (row * 12u);
+                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e0 + 10u)], rows[(sk_e0 + 11u)]), rows[(sk_e0 + 8u)], rows[(sk_e0 + 9u)]);
             }
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
-                    var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
+                    let sk_e1: f32 = x[(base + col)];
+                    var xv: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
                     var score: f32 = xv;
                     if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                        // built by kernels::sampling::probs_pass
                         if (noisy) {
                             score = (xv / sk_exponential(w[0]));
                         }
                     } else {
+                        // built by kernels::sampling::probs_pass
                         score = bitcast<f32>(4286578688u);
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
+                        // built by kernels::sampling::keep
                         best = score;
                         best_i = col;
                         best_z = xv;
@@ -265,16 +250,20 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
-                    var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
+                    let sk_e2: f32 = x[(base + col)];
+                    var xv: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
                     var score: f32 = xv;
                     if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                        // built by kernels::sampling::probs_pass
                         if (noisy) {
                             score = (xv / sk_exponential(w[1]));
                         }
                     } else {
+                        // built by kernels::sampling::probs_pass
                         score = bitcast<f32>(4286578688u);
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
+                        // built by kernels::sampling::keep
                         best = score;
                         best_i = col;
                         best_z = xv;
@@ -284,16 +273,20 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
-                    var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
+                    let sk_e3: f32 = x[(base + col)];
+                    var xv: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
                     var score: f32 = xv;
                     if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                        // built by kernels::sampling::probs_pass
                         if (noisy) {
                             score = (xv / sk_exponential(w[2]));
                         }
                     } else {
+                        // built by kernels::sampling::probs_pass
                         score = bitcast<f32>(4286578688u);
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
+                        // built by kernels::sampling::keep
                         best = score;
                         best_i = col;
                         best_z = xv;
@@ -303,16 +296,20 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
-                    var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
+                    let sk_e4: f32 = x[(base + col)];
+                    var xv: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
                     var score: f32 = xv;
                     if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                        // built by kernels::sampling::probs_pass
                         if (noisy) {
                             score = (xv / sk_exponential(w[3]));
                         }
                     } else {
+                        // built by kernels::sampling::probs_pass
                         score = bitcast<f32>(4286578688u);
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
+                        // built by kernels::sampling::keep
                         best = score;
                         best_i = col;
                         best_z = xv;
@@ -342,26 +339,33 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             workgroupBarrier();
         }
         if ((parts <= 1u)) {
+            // built by kernels::sampling::race_row
             if ((tok == 4294967295u)) {
+                // built by kernels::sampling::whole_row_results
                 tok = 0u;
             }
             var valid: bool = (win > (0.0f));
             if ((sk_lid == 0u)) {
+                // built by kernels::sampling::write_results
                 tokens[row] = select(0u, tok, valid);
                 if (((params.flags & 2u) != 0u)) {
                     status[row] = select(0u, 1u, valid);
                 }
             }
             if (((params.flags & 1u) != 0u)) {
-                var pt: f32 = select(x[(base + tok)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + tok)]) & 2147483647u) > 2139095040u));
+                // built by kernels::sampling::write_results
+                let sk_e5: f32 = x[(base + tok)];
+                var pt: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
                 if ((sk_lid == 0u)) {
                     logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(pt), (pt > (0.0f))), valid);
                 }
             }
         } else {
+            // built by kernels::sampling::race_row
             var part_m: f32 = bitcast<f32>(4286578688u);
             var part_s: f32 = (0.0f);
             if ((sk_lid == 0u)) {
+                // built by kernels::sampling::write_part
                 partials[((slot * 9u) + 0u)] = bitcast<u32>(win);
                 partials[((slot * 9u) + 1u)] = tok;
                 partials[((slot * 9u) + 3u)] = bitcast<u32>(bitcast<f32>(4286578688u));
@@ -372,6 +376,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 partials[((slot * 9u) + 8u)] = 1u;
             }
             if (((best_i == tok) && (tok != 4294967295u))) {
+                // built by kernels::sampling::write_part
                 partials[((slot * 9u) + 2u)] = bitcast<u32>(best_z);
             }
         }

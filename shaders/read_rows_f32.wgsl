@@ -18,46 +18,44 @@ struct Params {
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 
-fn sk_mulhi(a: u32, b: u32) -> u32 {
-    let ll = (a & 0xffffu) * (b & 0xffffu);
-    let lh = (a & 0xffffu) * (b >> 16u);
-    let hl = (a >> 16u) * (b & 0xffffu);
-    let hh = (a >> 16u) * (b >> 16u);
-    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-    return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
+        // built by kernels::sampling::for_each_row_at
         var row: u32 = slot;
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
         var col_hi: u32 = params.vocab;
         var s: f32 = (0.0f);
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+            // built by kernels::sampling::for_each_column
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
-                    s = (s + select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)));
+                    let sk_e0: f32 = x[(base + col)];
+                    s = (s + select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)));
                 }
             }
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
-                    s = (s + select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)));
+                    let sk_e1: f32 = x[(base + col)];
+                    s = (s + select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u)));
                 }
             }
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
-                    s = (s + select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)));
+                    let sk_e2: f32 = x[(base + col)];
+                    s = (s + select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)));
                 }
             }
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
-                    s = (s + select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)));
+                    let sk_e3: f32 = x[(base + col)];
+                    s = (s + select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u)));
                 }
             }
         }
@@ -75,6 +73,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             workgroupBarrier();
         }
         if ((sk_lid == 0u)) {
+            // built by kernels::read::read_rows
             sums[row] = row_sum;
         }
     }

@@ -27,60 +27,9 @@ var<workgroup> bucket_cols: array<u32, 64>;
 var<workgroup> bucket_keys: array<u32, 64>;
 var<workgroup> bucket_masses: array<u64, 64>;
 
-fn sk_mulhi(a: u32, b: u32) -> u32 {
-    let ll = (a & 0xffffu) * (b & 0xffffu);
-    let lh = (a & 0xffffu) * (b >> 16u);
-    let hl = (a >> 16u) * (b & 0xffffu);
-    let hh = (a >> 16u) * (b >> 16u);
-    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-    return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-}
-fn sk_exp(x_in: f32) -> f32 {
-    var x: f32 = x_in;
-    if ((x < (-104.0f))) {
-        return (0.0f);
-    }
-    if ((x > (88.72283f))) {
-        return bitcast<f32>(2139095040u);
-    }
-    var kf: f32 = floor(((x * (1.442695f)) + (0.5f)));
-    var r: f32 = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
-    var p: f32 = (0.0001984127f);
-    p = ((p * r) + (0.0013888889f));
-    p = ((p * r) + (0.008333334f));
-    p = ((p * r) + (0.041666668f));
-    p = ((p * r) + (0.16666667f));
-    p = ((p * r) + (0.5f));
-    p = ((p * r) + (1.0f));
-    p = ((p * r) + (1.0f));
-    var k: i32 = i32(kf);
-    var k1: i32 = (k >> 1u);
-    var k2: i32 = (k - k1);
-    return ((p * bitcast<f32>((u32((k1 + (127i))) << 23u))) * bitcast<f32>((u32((k2 + (127i))) << 23u)));
-}
-fn sk_log(x_in: f32) -> f32 {
-    var x: f32 = x_in;
-    var ix: u32 = bitcast<u32>(x);
-    var k: i32 = (0i);
-    if ((ix < 8388608u)) {
-        x = (x * (33554432.0f));
-        ix = bitcast<u32>(x);
-        k = (-25i);
-    }
-    ix = (ix + 4913933u);
-    k = ((k + i32((ix >> 23u))) - (127i));
-    ix = ((ix & 8388607u) + 1060439283u);
-    var fr: f32 = (bitcast<f32>(ix) - (1.0f));
-    var s: f32 = (fr / ((2.0f) + fr));
-    var z: f32 = (s * s);
-    var w: f32 = (z * z);
-    var r: f32 = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
-    var hfsq: f32 = (((0.5f) * fr) * fr);
-    var dk: f32 = f32(k);
-    return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
-}
 fn sk_fixed(w_in: f32) -> u64 {
     var w: f32 = w_in;
+    // built by kernels::filters::fixed
     var s: f32 = (w * (256.0f));
     var hi: f32 = floor(s);
     var lo: f32 = ((s - hi) * (4294967300.0f));
@@ -88,158 +37,21 @@ fn sk_fixed(w_in: f32) -> u64 {
 }
 fn sk_fixed_f32(m_in: u64) -> f32 {
     var m: u64 = m_in;
+    // built by kernels::filters::fixed_f32
     return ((f32(u32((m >> 32u))) * (0.00390625f)) + (f32(u32((m & 4294967295lu))) * (9.094947e-13f)));
 }
 fn sk_fraction(p_in: f32, m_in: u64) -> u64 {
     var p: f32 = p_in;
     var m: u64 = m_in;
+    // built by kernels::filters::fraction
     var q: u64 = u64(u32((p * (2147483600.0f))));
     return (((u64(2u) * q) * (m >> 32u)) + ((q * (m & 4294967295lu)) >> 31u));
-}
-fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
-    var ctr: vec4<u32> = ctr_in;
-    var k0: u32 = k0_in;
-    var k1: u32 = k1_in;
-    var c0: u32 = ctr[0];
-    var c1: u32 = ctr[1];
-    var c2: u32 = ctr[2];
-    var c3: u32 = ctr[3];
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    return vec4<u32>(c0, c1, c2, c3);
-}
-fn sk_uniform(w_in: u32) -> f32 {
-    var w: u32 = w_in;
-    return ((f32((w >> 9u)) * (1.1920929e-7f)) + (5.9604645e-8f));
-}
-fn sk_exponential(w_in: u32) -> f32 {
-    var w: u32 = w_in;
-    return (-sk_log(sk_uniform(w)));
-}
-fn sk_gumbel(w_in: u32) -> f32 {
-    var w: u32 = w_in;
-    return (-sk_log(sk_exponential(w)));
 }
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
+        // built by kernels::sampling::for_each_row_at
         var row: u32 = slot;
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
@@ -257,86 +69,50 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
         var filtered: bool = (noisy && (searched || (mp > (0.0f))));
         if (((!((params.flags & 8u) != 0u)) || filtered)) {
+            // built by kernels::filters::filter_row
             var sweeps: u32 = 0u;
             var m: f32 = bitcast<f32>(4286578688u);
             sweeps = (sweeps + 1u);
-            if (false) {
-                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                    {
-                        var col: u32 = (c0 + 0u);
-                        if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                m = max(m, xv);
-                            }
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + 1u);
-                        if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                m = max(m, xv);
-                            }
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + 2u);
-                        if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                m = max(m, xv);
-                            }
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + 3u);
-                        if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                m = max(m, xv);
-                            }
+            // built by kernels::filters::sweep
+            for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                // built by kernels::filters::sweep
+                {
+                    var col: u32 = (c0 + (BLOCK * 0u));
+                    if ((col < col_hi)) {
+                        var xv: f32 = x[(base + col)];
+                        if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                            // built by kernels::filters::part_max
+                            m = max(m, xv);
                         }
                     }
                 }
-            } else {
-                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    {
-                        var col: u32 = (c0 + (BLOCK * 0u));
-                        if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                m = max(m, xv);
-                            }
+                {
+                    var col: u32 = (c0 + (BLOCK * 1u));
+                    if ((col < col_hi)) {
+                        var xv: f32 = x[(base + col)];
+                        if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                            // built by kernels::filters::part_max
+                            m = max(m, xv);
                         }
                     }
-                    {
-                        var col: u32 = (c0 + (BLOCK * 1u));
-                        if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                m = max(m, xv);
-                            }
+                }
+                {
+                    var col: u32 = (c0 + (BLOCK * 2u));
+                    if ((col < col_hi)) {
+                        var xv: f32 = x[(base + col)];
+                        if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                            // built by kernels::filters::part_max
+                            m = max(m, xv);
                         }
                     }
-                    {
-                        var col: u32 = (c0 + (BLOCK * 2u));
-                        if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                m = max(m, xv);
-                            }
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + (BLOCK * 3u));
-                        if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                                m = max(m, xv);
-                            }
+                }
+                {
+                    var col: u32 = (c0 + (BLOCK * 3u));
+                    if ((col < col_hi)) {
+                        var xv: f32 = x[(base + col)];
+                        if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                            // built by kernels::filters::part_max
+                            m = max(m, xv);
                         }
                     }
                 }
@@ -371,8 +147,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sel_a: u32 = select(0u, 8u, k_first);
             var digits: u32 = (sel_a + select(0u, 8u, searched));
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
+                // built by kernels::filters::find_set
                 var in_a: bool = (stage <= sel_a);
-                var digit_pass: u32 = select(((stage - 1u) - sel_a), (stage - 1u), in_a);
+                let sk_e0: u32 = (stage - 1u);
+                var digit_pass: u32 = select((sk_e0 - sel_a), sk_e0, in_a);
                 var shift: u32 = (28u - (digit_pass * 4u));
                 if ((digit_pass == 0u)) {
                     listed = false;
@@ -394,171 +172,94 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var list_at: u32 = list_from;
                     sweeps = (sweeps + 1u);
-                    if (false) {
-                        var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                        var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                        for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                            {
-                                var col: u32 = (c0 + 0u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                    // built by kernels::filters::sweep
+                    for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                        // built by kernels::filters::sweep
+                        {
+                            var col: u32 = (c0 + (BLOCK * 0u));
+                            if ((col < col_hi)) {
+                                var zv: f32 = x[(base + col)];
+                                var ov: f32 = zv;
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
                                 }
-                            }
-                            {
-                                var col: u32 = (c0 + 1u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 2u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 3u);
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
                         }
-                    } else {
-                        for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                            {
-                                var col: u32 = (c0 + (BLOCK * 0u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 1u));
+                            if ((col < col_hi)) {
+                                var zv: f32 = x[(base + col)];
+                                var ov: f32 = zv;
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
-                            {
-                                var col: u32 = (c0 + (BLOCK * 1u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                        }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 2u));
+                            if ((col < col_hi)) {
+                                var zv: f32 = x[(base + col)];
+                                var ov: f32 = zv;
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
-                            {
-                                var col: u32 = (c0 + (BLOCK * 2u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                        }
+                        {
+                            var col: u32 = (c0 + (BLOCK * 3u));
+                            if ((col < col_hi)) {
+                                var zv: f32 = x[(base + col)];
+                                var ov: f32 = zv;
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                if (((key & sel_mask) == sel_key)) {
+                                    // built by kernels::filters::candidate
+                                    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
                                 }
-                            }
-                            {
-                                var col: u32 = (c0 + (BLOCK * 3u));
-                                if ((col < col_hi)) {
-                                    var zv: f32 = x[(base + col)];
-                                    var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
+                                if ((ok && (list_at < 4096u))) {
+                                    // built by kernels::filters::list_bucket
+                                    listed_cols[list_at] = col;
+                                    list_at = (list_at + 1u);
                                 }
                             }
                         }
@@ -570,6 +271,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if ((((listed && (!in_a)) && (sel_tn <= 64u)) && (!done))) {
                     mine = 0u;
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
+                        // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
                         var zv: f32 = x[(base + col)];
                         var ov: f32 = zv;
@@ -578,11 +280,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var ok: bool = false;
                         var mv: u64 = 0lu;
                         if (((key & sel_mask) == sel_key)) {
+                            // built by kernels::filters::candidate
                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
                         if (ok) {
+                            // built by kernels::filters::select_in_bucket
                             mine = (mine + 1u);
                         }
                     }
@@ -602,6 +306,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var bucket_at: u32 = bucket_from;
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
+                        // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
                         var zv: f32 = x[(base + col)];
                         var ov: f32 = zv;
@@ -610,11 +315,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var ok: bool = false;
                         var mv: u64 = 0lu;
                         if (((key & sel_mask) == sel_key)) {
+                            // built by kernels::filters::candidate
                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                             ok = (wv > (0.0f));
                             mv = sk_fixed(wv);
                         }
                         if (ok) {
+                            // built by kernels::filters::select_in_bucket
                             if ((bucket_at < 64u)) {
                                 bucket_cols[bucket_at] = col;
                                 bucket_keys[bucket_at] = key;
@@ -627,6 +334,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var found_key: u32 = 0u;
                     var found_col: u32 = 0u;
                     for (var t: u32 = sk_lid; t < min(sel_tn, 64u); t = t + BLOCK) {
+                        // built by kernels::filters::select_in_bucket
                         var kt: u32 = bucket_keys[t];
                         var ct: u32 = bucket_cols[t];
                         var mt: u64 = bucket_masses[t];
@@ -639,7 +347,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 mass_before = (mass_before + bucket_masses[v]);
                             }
                         }
-                        if ((((before < kk) && (mass_before <= lim)) && (((before + 1u) == (sel_n + min(sel_tn, 64u))) || (!(((before + 1u) < kk) && ((mass_before + mt) <= lim)))))) {
+                        let sk_e1: u32 = (before + 1u);
+                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e1 == (sel_n + min(sel_tn, 64u))) || (!((sk_e1 < kk) && ((mass_before + mt) <= lim)))))) {
                             found_key = kt;
                             found_col = ct;
                         }
@@ -672,7 +381,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var cnt: array<u32, 16>;
                     var mas: array<u64, 16>;
                     if (listed) {
+                        // built by kernels::filters::digit_counts
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
+                            // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
                             var zv: f32 = x[(base + col)];
                             var ov: f32 = zv;
@@ -681,11 +392,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var ok: bool = false;
                             var mv: u64 = 0lu;
                             if (((key & sel_mask) == sel_key)) {
+                                // built by kernels::filters::candidate
                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
                             }
                             if (ok) {
+                                // built by kernels::filters::digit_counts
                                 var digit: u32 = ((key >> shift) & 15u);
                                 cnt[digit] += 1u;
                                 mas[digit] += mv;
@@ -693,8 +406,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((!listed)) {
+                        // built by kernels::filters::digit_counts
                         sweeps = (sweeps + 1u);
                         if ((digit_pass == 7u)) {
+                            // built by kernels::filters::sweep
                             var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
@@ -708,11 +423,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -729,11 +446,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -750,11 +469,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -771,11 +492,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -784,6 +507,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                         } else {
+                            // built by kernels::filters::sweep
                             for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                                 {
                                     var col: u32 = (c0 + (BLOCK * 0u));
@@ -795,11 +519,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -816,11 +542,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -837,11 +565,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -858,11 +588,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::digit_counts
                                             var digit: u32 = ((key >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += mv;
@@ -1178,6 +910,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         workgroupBarrier();
                     }
                     if ((digit_pass == 0u)) {
+                        // built by kernels::filters::decide
                         row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
                         if (((!in_a) && (!k_first))) {
                             lim = sk_fraction(pp, row_mass);
@@ -1189,6 +922,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var cn: u32 = sel_n;
                     var cm: u64 = sel_m;
                     if ((cnt_s15 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 15u;
                             cn = nb;
@@ -1198,6 +932,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s15);
                     }
                     if ((cnt_s14 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 14u;
                             cn = nb;
@@ -1207,6 +942,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s14);
                     }
                     if ((cnt_s13 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 13u;
                             cn = nb;
@@ -1216,6 +952,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s13);
                     }
                     if ((cnt_s12 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 12u;
                             cn = nb;
@@ -1225,6 +962,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s12);
                     }
                     if ((cnt_s11 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 11u;
                             cn = nb;
@@ -1234,6 +972,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s11);
                     }
                     if ((cnt_s10 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 10u;
                             cn = nb;
@@ -1243,6 +982,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s10);
                     }
                     if ((cnt_s9 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 9u;
                             cn = nb;
@@ -1252,6 +992,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s9);
                     }
                     if ((cnt_s8 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 8u;
                             cn = nb;
@@ -1261,6 +1002,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s8);
                     }
                     if ((cnt_s7 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 7u;
                             cn = nb;
@@ -1270,6 +1012,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s7);
                     }
                     if ((cnt_s6 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 6u;
                             cn = nb;
@@ -1279,6 +1022,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s6);
                     }
                     if ((cnt_s5 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 5u;
                             cn = nb;
@@ -1288,6 +1032,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s5);
                     }
                     if ((cnt_s4 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 4u;
                             cn = nb;
@@ -1297,6 +1042,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s4);
                     }
                     if ((cnt_s3 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 3u;
                             cn = nb;
@@ -1306,6 +1052,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s3);
                     }
                     if ((cnt_s2 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 2u;
                             cn = nb;
@@ -1315,6 +1062,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s2);
                     }
                     if ((cnt_s1 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 1u;
                             cn = nb;
@@ -1324,6 +1072,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s1);
                     }
                     if ((cnt_s0 > 0u)) {
+                        // built by kernels::filters::decide
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 0u;
                             cn = nb;
@@ -1333,6 +1082,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s0);
                     }
                     if ((chosen != 4294967295u)) {
+                        // built by kernels::filters::decide
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
@@ -1342,9 +1092,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
+                        // built by kernels::filters::decide
                         var tn64: u64 = u64(sel_tn);
                         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
+                        let sk_e2: bool = (tie_v == 0lu);
+                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e2)) + 1lu), tn64, sk_e2)));
                         lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                         sel_key = 0u;
                         sel_mask = 0u;
@@ -1359,14 +1111,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var s_ties: u32 = 0u;
             var tie_start: u32 = 0u;
             if (searched) {
+                // built by kernels::filters::set_bounds
                 var tn64: u64 = u64(sel_tn);
                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, (tie_v == 0lu))) + 1lu), tn64, (tie_v == 0lu))));
+                let sk_e3: bool = (tie_v == 0lu);
+                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e3)) + 1lu), tn64, sk_e3)));
                 s_ties = ties;
             }
             var tie_rank: u32 = 0u;
             var all_mass: u64 = 0lu;
             if (searched) {
+                // built by kernels::filters::find_set
                 if (done) {
                     s_ties = 4294967295u;
                 }
@@ -1376,7 +1131,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     } else {
                         mine = 0u;
                         sweeps = (sweeps + 1u);
-                        if (true) {
+                        {
+                            // built by kernels::filters::sweep
                             var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
@@ -1390,11 +1146,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if ((key == s_key)) {
+                                            // built by kernels::filters::count_ties
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1409,11 +1167,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if ((key == s_key)) {
+                                            // built by kernels::filters::count_ties
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1428,11 +1188,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if ((key == s_key)) {
+                                            // built by kernels::filters::count_ties
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1447,90 +1209,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
                                         if ((key == s_key)) {
+                                            // built by kernels::filters::count_ties
                                             wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                             ok = (wv > (0.0f));
                                             mv = sk_fixed(wv);
                                         }
                                         if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                            }
-                        } else {
-                            for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                                {
-                                    var col: u32 = (c0 + (BLOCK * 0u));
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
-                                        var ov: f32 = zv;
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == s_key)) {
-                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                                {
-                                    var col: u32 = (c0 + (BLOCK * 1u));
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
-                                        var ov: f32 = zv;
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == s_key)) {
-                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                                {
-                                    var col: u32 = (c0 + (BLOCK * 2u));
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
-                                        var ov: f32 = zv;
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == s_key)) {
-                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            mine = (mine + 1u);
-                                        }
-                                    }
-                                }
-                                {
-                                    var col: u32 = (c0 + (BLOCK * 3u));
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
-                                        var ov: f32 = zv;
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == s_key)) {
-                                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
+                                            // built by kernels::filters::count_ties
                                             mine = (mine + 1u);
                                         }
                                     }
@@ -1558,7 +1243,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var km: u64 = 0lu;
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
-            if (true) {
+            {
+                // built by kernels::filters::sweep
                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
@@ -1573,6 +1259,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
@@ -1582,11 +1269,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var tie: bool = (ok && (key == s_key));
                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
                             }
                             if (kept) {
+                                // built by kernels::filters::filter_row
                                 km = (km + mv);
                             }
                         }
@@ -1602,6 +1291,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
@@ -1611,11 +1301,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var tie: bool = (ok && (key == s_key));
                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
                             }
                             if (kept) {
+                                // built by kernels::filters::filter_row
                                 km = (km + mv);
                             }
                         }
@@ -1631,6 +1323,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
@@ -1640,11 +1333,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var tie: bool = (ok && (key == s_key));
                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
                             }
                             if (kept) {
+                                // built by kernels::filters::filter_row
                                 km = (km + mv);
                             }
                         }
@@ -1660,6 +1355,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
@@ -1669,130 +1365,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var tie: bool = (ok && (key == s_key));
                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
                             }
                             if (kept) {
-                                km = (km + mv);
-                            }
-                        }
-                    }
-                }
-            } else {
-                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    {
-                        var col: u32 = (c0 + (BLOCK * 0u));
-                        if ((col < col_hi)) {
-                            var zv: f32 = x[(base + col)];
-                            var ov: f32 = zv;
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var wv: f32 = (0.0f);
-                            var ok: bool = false;
-                            var mv: u64 = 0lu;
-                            var kept: bool = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                var tie: bool = (ok && (key == s_key));
-                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            if (kept) {
-                                km = (km + mv);
-                            }
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + (BLOCK * 1u));
-                        if ((col < col_hi)) {
-                            var zv: f32 = x[(base + col)];
-                            var ov: f32 = zv;
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var wv: f32 = (0.0f);
-                            var ok: bool = false;
-                            var mv: u64 = 0lu;
-                            var kept: bool = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                var tie: bool = (ok && (key == s_key));
-                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            if (kept) {
-                                km = (km + mv);
-                            }
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + (BLOCK * 2u));
-                        if ((col < col_hi)) {
-                            var zv: f32 = x[(base + col)];
-                            var ov: f32 = zv;
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var wv: f32 = (0.0f);
-                            var ok: bool = false;
-                            var mv: u64 = 0lu;
-                            var kept: bool = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                var tie: bool = (ok && (key == s_key));
-                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            if (kept) {
-                                km = (km + mv);
-                            }
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + (BLOCK * 3u));
-                        if ((col < col_hi)) {
-                            var zv: f32 = x[(base + col)];
-                            var ov: f32 = zv;
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var wv: f32 = (0.0f);
-                            var ok: bool = false;
-                            var mv: u64 = 0lu;
-                            var kept: bool = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                var tie: bool = (ok && (key == s_key));
-                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            if (kept) {
+                                // built by kernels::filters::filter_row
                                 km = (km + mv);
                             }
                         }
@@ -1815,7 +1394,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var kept_w: f32 = sk_fixed_f32(kept_mass);
             tie_rank = tie_start;
             sweeps = (sweeps + 1u);
-            if (true) {
+            {
+                // built by kernels::filters::sweep
                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
@@ -1830,6 +1410,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
@@ -1839,6 +1420,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var tie: bool = (ok && (key == s_key));
                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
@@ -1857,6 +1439,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
@@ -1866,6 +1449,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var tie: bool = (ok && (key == s_key));
                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
@@ -1884,6 +1468,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
@@ -1893,6 +1478,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var tie: bool = (ok && (key == s_key));
                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;
@@ -1911,6 +1497,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mv: u64 = 0lu;
                             var kept: bool = false;
                             if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
                                 wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
                                 ok = (wv > (0.0f));
                                 mv = sk_fixed(wv);
@@ -1920,117 +1507,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var tie: bool = (ok && (key == s_key));
                                 var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
                                 if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            out[(base + col)] = select((0.0f), (wv / kept_w), kept);
-                        }
-                    }
-                }
-            } else {
-                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    {
-                        var col: u32 = (c0 + (BLOCK * 0u));
-                        if ((col < col_hi)) {
-                            var zv: f32 = x[(base + col)];
-                            var ov: f32 = zv;
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var wv: f32 = (0.0f);
-                            var ok: bool = false;
-                            var mv: u64 = 0lu;
-                            var kept: bool = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                var tie: bool = (ok && (key == s_key));
-                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            out[(base + col)] = select((0.0f), (wv / kept_w), kept);
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + (BLOCK * 1u));
-                        if ((col < col_hi)) {
-                            var zv: f32 = x[(base + col)];
-                            var ov: f32 = zv;
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var wv: f32 = (0.0f);
-                            var ok: bool = false;
-                            var mv: u64 = 0lu;
-                            var kept: bool = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                var tie: bool = (ok && (key == s_key));
-                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            out[(base + col)] = select((0.0f), (wv / kept_w), kept);
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + (BLOCK * 2u));
-                        if ((col < col_hi)) {
-                            var zv: f32 = x[(base + col)];
-                            var ov: f32 = zv;
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var wv: f32 = (0.0f);
-                            var ok: bool = false;
-                            var mv: u64 = 0lu;
-                            var kept: bool = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                var tie: bool = (ok && (key == s_key));
-                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            out[(base + col)] = select((0.0f), (wv / kept_w), kept);
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + (BLOCK * 3u));
-                        if ((col < col_hi)) {
-                            var zv: f32 = x[(base + col)];
-                            var ov: f32 = zv;
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var wv: f32 = (0.0f);
-                            var ok: bool = false;
-                            var mv: u64 = 0lu;
-                            var kept: bool = false;
-                            if (((!searched) || (key >= s_key))) {
-                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                var tie: bool = (ok && (key == s_key));
-                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
+                                    // built by kernels::filters::kept
                                     tie_rank = (tie_rank + 1u);
                                 }
                                 kept = in_set;

@@ -22,37 +22,9 @@ struct Params {
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
-fn sk_mulhi(a: u32, b: u32) -> u32 {
-    let ll = (a & 0xffffu) * (b & 0xffffu);
-    let lh = (a & 0xffffu) * (b >> 16u);
-    let hl = (a >> 16u) * (b & 0xffffu);
-    let hh = (a >> 16u) * (b >> 16u);
-    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-    return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-}
-fn sk_log(x_in: f32) -> f32 {
-    var x: f32 = x_in;
-    var ix: u32 = bitcast<u32>(x);
-    var k: i32 = (0i);
-    if ((ix < 8388608u)) {
-        x = (x * (33554432.0f));
-        ix = bitcast<u32>(x);
-        k = (-25i);
-    }
-    ix = (ix + 4913933u);
-    k = ((k + i32((ix >> 23u))) - (127i));
-    ix = ((ix & 8388607u) + 1060439283u);
-    var fr: f32 = (bitcast<f32>(ix) - (1.0f));
-    var s: f32 = (fr / ((2.0f) + fr));
-    var z: f32 = (s * s);
-    var w: f32 = (z * z);
-    var r: f32 = ((z * ((0.6666666f) + (w * (0.28498787f)))) + (w * ((0.40000972f) + (w * (0.24279079f)))));
-    var hfsq: f32 = (((0.5f) * fr) * fr);
-    var dk: f32 = f32(k);
-    return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
-}
 fn sk_log64(x_in: f64) -> f64 {
     var x: f64 = x_in;
+    // built by kernels::math::log64
     var ix: u64 = bitcast<u64>(x);
     var k: i32 = (0i);
     if ((ix < 4503599627370496lu)) {
@@ -77,6 +49,7 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
     var w1: u32 = w1_in;
     var w2: u32 = w2_in;
     var w3: u32 = w3_in;
+    // built by kernels::murmur::murmur3
     var h: u32 = 0u;
     {
         var k: u32 = (w0 * 3432918353u);
@@ -111,34 +84,18 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
 }
 fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var h: u32 = h_in;
+    // built by kernels::murmur::seeded_gumbel64
     if ((h == 0u)) {
         return (-709.782712893384lf);
     }
     var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
     return (-sk_log64((-e)));
 }
-fn sk_seeded_gumbel32(h_in: u32) -> f32 {
-    var h: u32 = h_in;
-    if ((h == 0u)) {
-        return (-709.7827f);
-    }
-    var t: f32 = (0.0f);
-    if ((h >= 2147483648u)) {
-        var q: f32 = (f32((4294967295u - h)) / f32(h));
-        var up: f32 = ((1.0f) + q);
-        t = q;
-        if ((up != (1.0f))) {
-            t = ((sk_log(up) * q) / (up - (1.0f)));
-        }
-    } else {
-        t = (-sk_log((f32(h) * (2.3283064e-10f))));
-    }
-    return (-sk_log(max(t, (2.3283064e-10f))));
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
+        // built by kernels::sampling::for_each_row_at
         var row: u32 = slot;
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
@@ -149,15 +106,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var best: f64 = bitcast<f64>(18442240474082181120lu);
         var best_i: u32 = 4294967295u;
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+            // built by kernels::sampling::for_each_column
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
-                    if (true) {
-                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
+                    {
+                        // built by kernels::seeded::float64_race
+                        let sk_e1: f64 = f64(lp[(base + col)]);
+                        let sk_e0: u64 = bitcast<u64>(sk_e1);
+                        var s64: f64 = select(sk_e1, bitcast<f64>(18442240474082181120lu), (((sk_e0 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e0 == 9218868437227405312lu)));
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            let sk_e2: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e2 + 8u)], rows[(sk_e2 + 9u)], rows[(sk_e2 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -167,12 +131,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
-                    if (true) {
-                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
+                    {
+                        // built by kernels::seeded::float64_race
+                        let sk_e4: f64 = f64(lp[(base + col)]);
+                        let sk_e3: u64 = bitcast<u64>(sk_e4);
+                        var s64: f64 = select(sk_e4, bitcast<f64>(18442240474082181120lu), (((sk_e3 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e3 == 9218868437227405312lu)));
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            let sk_e5: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -182,12 +152,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
-                    if (true) {
-                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
+                    {
+                        // built by kernels::seeded::float64_race
+                        let sk_e7: f64 = f64(lp[(base + col)]);
+                        let sk_e6: u64 = bitcast<u64>(sk_e7);
+                        var s64: f64 = select(sk_e7, bitcast<f64>(18442240474082181120lu), (((sk_e6 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e6 == 9218868437227405312lu)));
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            let sk_e8: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -197,12 +173,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
-                    if (true) {
-                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
+                    {
+                        // built by kernels::seeded::float64_race
+                        let sk_e10: f64 = f64(lp[(base + col)]);
+                        let sk_e9: u64 = bitcast<u64>(sk_e10);
+                        var s64: f64 = select(sk_e10, bitcast<f64>(18442240474082181120lu), (((sk_e9 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e9 == 9218868437227405312lu)));
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            let sk_e11: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -233,14 +215,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         }
         var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
         if ((sk_lid == 0u)) {
+            // built by kernels::sampling::write_results
             tokens[row] = select(0u, tok, valid);
             if (((params.flags & 2u) != 0u)) {
                 status[row] = select(0u, 1u, valid);
             }
         }
         if (((params.flags & 1u) != 0u)) {
+            // built by kernels::sampling::write_results
             if ((sk_lid == 0u)) {
-                logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(f64(lp[(base + tok)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + tok)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + tok)])) == 9218868437227405312lu)))), valid);
+                let sk_e13: f64 = f64(lp[(base + tok)]);
+                let sk_e12: u64 = bitcast<u64>(sk_e13);
+                logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(sk_e13, bitcast<f64>(18442240474082181120lu), (((sk_e12 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e12 == 9218868437227405312lu)))), valid);
             }
         }
     }

@@ -24,16 +24,9 @@ var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
-fn sk_mulhi(a: u32, b: u32) -> u32 {
-    let ll = (a & 0xffffu) * (b & 0xffffu);
-    let lh = (a & 0xffffu) * (b >> 16u);
-    let hl = (a >> 16u) * (b & 0xffffu);
-    let hh = (a >> 16u) * (b >> 16u);
-    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-    return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-}
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::exp
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -57,6 +50,7 @@ fn sk_exp(x_in: f32) -> f32 {
 }
 fn sk_log(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::log
     var ix: u32 = bitcast<u32>(x);
     var k: i32 = (0i);
     if ((ix < 8388608u)) {
@@ -78,6 +72,7 @@ fn sk_log(x_in: f32) -> f32 {
 }
 fn sk_log64(x_in: f64) -> f64 {
     var x: f64 = x_in;
+    // built by kernels::math::log64
     var ix: u64 = bitcast<u64>(x);
     var k: i32 = (0i);
     if ((ix < 4503599627370496lu)) {
@@ -102,6 +97,7 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
     var w1: u32 = w1_in;
     var w2: u32 = w2_in;
     var w3: u32 = w3_in;
+    // built by kernels::murmur::murmur3
     var h: u32 = 0u;
     {
         var k: u32 = (w0 * 3432918353u);
@@ -136,40 +132,25 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
 }
 fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var h: u32 = h_in;
+    // built by kernels::murmur::seeded_gumbel64
     if ((h == 0u)) {
         return (-709.782712893384lf);
     }
     var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
     return (-sk_log64((-e)));
 }
-fn sk_seeded_gumbel32(h_in: u32) -> f32 {
-    var h: u32 = h_in;
-    if ((h == 0u)) {
-        return (-709.7827f);
-    }
-    var t: f32 = (0.0f);
-    if ((h >= 2147483648u)) {
-        var q: f32 = (f32((4294967295u - h)) / f32(h));
-        var up: f32 = ((1.0f) + q);
-        t = q;
-        if ((up != (1.0f))) {
-            t = ((sk_log(up) * q) / (up - (1.0f)));
-        }
-    } else {
-        t = (-sk_log((f32(h) * (2.3283064e-10f))));
-    }
-    return (-sk_log(max(t, (2.3283064e-10f))));
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
+        // built by kernels::sampling::for_each_row_at
         var row: u32 = select(slot, listed[slot], ((params.flags & 32u) != 0u));
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
         var col_hi: u32 = params.vocab;
         var takes: bool = true;
         if (((params.flags & 16u) != 0u)) {
+            // built by kernels::seeded::seeded_logits
             var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
             var noisy: bool = (t_raw >= (1e-6f));
             var temp: f32 = select((1.0f), t_raw, noisy);
@@ -185,33 +166,39 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             takes = ((rows[((row * 12u) + 1u)] == 1u) && (!filtered));
         }
         if (takes) {
+            // built by kernels::seeded::seeded_logits_row
             var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
             var noisy: bool = (t_raw >= (1e-6f));
             var temp: f32 = select((1.0f), t_raw, noisy);
             var m: f32 = bitcast<f32>(4286578688u);
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                // built by kernels::sampling::for_each_column
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
-                        m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
+                        let sk_e0: f32 = x[(base + col)];
+                        m = max(m, (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp));
                     }
                 }
                 {
                     var col: u32 = (c0 + 1u);
                     if ((col < col_hi)) {
-                        m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
+                        let sk_e1: f32 = x[(base + col)];
+                        m = max(m, (select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u)) / temp));
                     }
                 }
                 {
                     var col: u32 = (c0 + 2u);
                     if ((col < col_hi)) {
-                        m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
+                        let sk_e2: f32 = x[(base + col)];
+                        m = max(m, (select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)) / temp));
                     }
                 }
                 {
                     var col: u32 = (c0 + 3u);
                     if ((col < col_hi)) {
-                        m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
+                        let sk_e3: f32 = x[(base + col)];
+                        m = max(m, (select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u)) / temp));
                     }
                 }
             }
@@ -231,10 +218,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var s: f32 = (0.0f);
             var comp: f32 = (0.0f);
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                // built by kernels::sampling::for_each_column
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
-                        var y: f32 = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
+                        let sk_e5: f32 = x[(base + col)];
+                        let sk_e4: f32 = (select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u)) / temp);
+                        var y: f32 = (select(select(sk_exp((sk_e4 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e4 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                         var t: f32 = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -243,7 +233,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 1u);
                     if ((col < col_hi)) {
-                        var y: f32 = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
+                        let sk_e7: f32 = x[(base + col)];
+                        let sk_e6: f32 = (select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u)) / temp);
+                        var y: f32 = (select(select(sk_exp((sk_e6 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e6 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                         var t: f32 = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -252,7 +244,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 2u);
                     if ((col < col_hi)) {
-                        var y: f32 = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
+                        let sk_e9: f32 = x[(base + col)];
+                        let sk_e8: f32 = (select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u)) / temp);
+                        var y: f32 = (select(select(sk_exp((sk_e8 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e8 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                         var t: f32 = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -261,7 +255,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 3u);
                     if ((col < col_hi)) {
-                        var y: f32 = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
+                        let sk_e11: f32 = x[(base + col)];
+                        let sk_e10: f32 = (select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)) / temp);
+                        var y: f32 = (select(select(sk_exp((sk_e10 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e10 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                         var t: f32 = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -285,16 +281,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var best: f64 = bitcast<f64>(18442240474082181120lu);
             var best_i: u32 = 4294967295u;
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                // built by kernels::sampling::for_each_column
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
-                        var p: f32 = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                        let sk_e13: f32 = x[(base + col)];
+                        let sk_e12: f32 = (select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)) / temp);
+                        var p: f32 = (select(select(sk_exp((sk_e12 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e12 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                         var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
                         var s64: f64 = lp;
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            let sk_e14: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e14 + 8u)], rows[(sk_e14 + 9u)], rows[(sk_e14 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -303,13 +305,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 1u);
                     if ((col < col_hi)) {
-                        var p: f32 = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                        let sk_e16: f32 = x[(base + col)];
+                        let sk_e15: f32 = (select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u)) / temp);
+                        var p: f32 = (select(select(sk_exp((sk_e15 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e15 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                         var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
                         var s64: f64 = lp;
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            let sk_e17: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -318,13 +325,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 2u);
                     if ((col < col_hi)) {
-                        var p: f32 = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                        let sk_e19: f32 = x[(base + col)];
+                        let sk_e18: f32 = (select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u)) / temp);
+                        var p: f32 = (select(select(sk_exp((sk_e18 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e18 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                         var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
                         var s64: f64 = lp;
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            let sk_e20: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)], rows[(sk_e20 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -333,13 +345,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 3u);
                     if ((col < col_hi)) {
-                        var p: f32 = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                        let sk_e22: f32 = x[(base + col)];
+                        let sk_e21: f32 = (select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u)) / temp);
+                        var p: f32 = (select(select(sk_exp((sk_e21 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e21 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                         var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
                         var s64: f64 = lp;
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            let sk_e23: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -369,13 +386,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
             if ((sk_lid == 0u)) {
+                // built by kernels::sampling::write_results
                 tokens[row] = select(0u, tok, valid);
                 if (((params.flags & 2u) != 0u)) {
                     status[row] = select(0u, 1u, valid);
                 }
             }
             if (((params.flags & 1u) != 0u)) {
-                var p: f32 = (select(select(sk_exp(((select(x[(base + tok)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + tok)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + tok)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + tok)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                // built by kernels::sampling::write_results
+                let sk_e25: f32 = x[(base + tok)];
+                let sk_e24: f32 = (select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)) / temp);
+                var p: f32 = (select(select(sk_exp((sk_e24 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e24 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                 var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
                 if ((sk_lid == 0u)) {
                     logprobs[row] = select(bitcast<f32>(4286578688u), f32(lp), valid);

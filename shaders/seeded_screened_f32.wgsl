@@ -23,16 +23,9 @@ var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
-fn sk_mulhi(a: u32, b: u32) -> u32 {
-    let ll = (a & 0xffffu) * (b & 0xffffu);
-    let lh = (a & 0xffffu) * (b >> 16u);
-    let hl = (a >> 16u) * (b & 0xffffu);
-    let hh = (a >> 16u) * (b >> 16u);
-    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-    return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-}
 fn sk_log(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::log
     var ix: u32 = bitcast<u32>(x);
     var k: i32 = (0i);
     if ((ix < 8388608u)) {
@@ -54,6 +47,7 @@ fn sk_log(x_in: f32) -> f32 {
 }
 fn sk_log64(x_in: f64) -> f64 {
     var x: f64 = x_in;
+    // built by kernels::math::log64
     var ix: u64 = bitcast<u64>(x);
     var k: i32 = (0i);
     if ((ix < 4503599627370496lu)) {
@@ -78,6 +72,7 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
     var w1: u32 = w1_in;
     var w2: u32 = w2_in;
     var w3: u32 = w3_in;
+    // built by kernels::murmur::murmur3
     var h: u32 = 0u;
     {
         var k: u32 = (w0 * 3432918353u);
@@ -112,6 +107,7 @@ fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
 }
 fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var h: u32 = h_in;
+    // built by kernels::murmur::seeded_gumbel64
     if ((h == 0u)) {
         return (-709.782712893384lf);
     }
@@ -120,6 +116,7 @@ fn sk_seeded_gumbel64(h_in: u32) -> f64 {
 }
 fn sk_seeded_gumbel32(h_in: u32) -> f32 {
     var h: u32 = h_in;
+    // built by kernels::murmur::seeded_gumbel32
     if ((h == 0u)) {
         return (-709.7827f);
     }
@@ -140,6 +137,7 @@ fn sk_seeded_gumbel32(h_in: u32) -> f32 {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
+        // built by kernels::sampling::for_each_row_at
         var row: u32 = slot;
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
@@ -150,17 +148,23 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var best32: f32 = bitcast<f32>(4286578688u);
         var best32_i: u32 = 4294967295u;
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+            // built by kernels::sampling::for_each_column
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
-                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu))));
+                    let sk_e1: f64 = f64(lp[(base + col)]);
+                    let sk_e0: u64 = bitcast<u64>(sk_e1);
+                    var lp32: f32 = f32(select(sk_e1, bitcast<f64>(18442240474082181120lu), (((sk_e0 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e0 == 9218868437227405312lu))));
                     var g32: f32 = (0.0f);
                     if (noisy) {
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
+                        // built by kernels::seeded::seeded_screened
+                        let sk_e2: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e2 + 8u)], rows[(sk_e2 + 9u)], rows[(sk_e2 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
+                        // built by kernels::seeded::seeded_screened
                         best32 = s32;
                         best32_i = col;
                     }
@@ -169,14 +173,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
-                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu))));
+                    let sk_e4: f64 = f64(lp[(base + col)]);
+                    let sk_e3: u64 = bitcast<u64>(sk_e4);
+                    var lp32: f32 = f32(select(sk_e4, bitcast<f64>(18442240474082181120lu), (((sk_e3 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e3 == 9218868437227405312lu))));
                     var g32: f32 = (0.0f);
                     if (noisy) {
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
+                        // built by kernels::seeded::seeded_screened
+                        let sk_e5: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
+                        // built by kernels::seeded::seeded_screened
                         best32 = s32;
                         best32_i = col;
                     }
@@ -185,14 +194,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
-                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu))));
+                    let sk_e7: f64 = f64(lp[(base + col)]);
+                    let sk_e6: u64 = bitcast<u64>(sk_e7);
+                    var lp32: f32 = f32(select(sk_e7, bitcast<f64>(18442240474082181120lu), (((sk_e6 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e6 == 9218868437227405312lu))));
                     var g32: f32 = (0.0f);
                     if (noisy) {
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
+                        // built by kernels::seeded::seeded_screened
+                        let sk_e8: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
+                        // built by kernels::seeded::seeded_screened
                         best32 = s32;
                         best32_i = col;
                     }
@@ -201,14 +215,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
-                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu))));
+                    let sk_e10: f64 = f64(lp[(base + col)]);
+                    let sk_e9: u64 = bitcast<u64>(sk_e10);
+                    var lp32: f32 = f32(select(sk_e10, bitcast<f64>(18442240474082181120lu), (((sk_e9 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e9 == 9218868437227405312lu))));
                     var g32: f32 = (0.0f);
                     if (noisy) {
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
+                        // built by kernels::seeded::seeded_screened
+                        let sk_e11: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if (((s32 > best32) || (best32_i == 4294967295u))) {
+                        // built by kernels::seeded::seeded_screened
                         best32 = s32;
                         best32_i = col;
                     }
@@ -238,10 +257,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         }
         var floor: f32 = (0.0f);
         {
-            var lp32: f32 = f32(select(f64(lp[(base + win32_i)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + win32_i)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + win32_i)])) == 9218868437227405312lu))));
+            // built by kernels::seeded::seeded_screened
+            let sk_e13: f64 = f64(lp[(base + win32_i)]);
+            let sk_e12: u64 = bitcast<u64>(sk_e13);
+            var lp32: f32 = f32(select(sk_e13, bitcast<f64>(18442240474082181120lu), (((sk_e12 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e12 == 9218868437227405312lu))));
             var g32: f32 = (0.0f);
             if (noisy) {
-                g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], win32_i));
+                let sk_e14: u32 = (row * 12u);
+                g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e14 + 8u)], rows[(sk_e14 + 9u)], rows[(sk_e14 + 10u)], win32_i));
             }
             var s32: f32 = (lp32 + g32);
             var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
@@ -251,22 +274,33 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var best: f64 = bitcast<f64>(18442240474082181120lu);
         var best_i: u32 = 4294967295u;
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+            // built by kernels::sampling::for_each_column
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
-                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu))));
+                    let sk_e16: f64 = f64(lp[(base + col)]);
+                    let sk_e15: u64 = bitcast<u64>(sk_e16);
+                    var lp32: f32 = f32(select(sk_e16, bitcast<f64>(18442240474082181120lu), (((sk_e15 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e15 == 9218868437227405312lu))));
                     var g32: f32 = (0.0f);
                     if (noisy) {
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
+                        // built by kernels::seeded::seeded_screened
+                        let sk_e17: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
-                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
+                        // built by kernels::seeded::float64_race
+                        let sk_e19: f64 = f64(lp[(base + col)]);
+                        let sk_e18: u64 = bitcast<u64>(sk_e19);
+                        var s64: f64 = select(sk_e19, bitcast<f64>(18442240474082181120lu), (((sk_e18 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e18 == 9218868437227405312lu)));
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            let sk_e20: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)], rows[(sk_e20 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -276,19 +310,29 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
-                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu))));
+                    let sk_e22: f64 = f64(lp[(base + col)]);
+                    let sk_e21: u64 = bitcast<u64>(sk_e22);
+                    var lp32: f32 = f32(select(sk_e22, bitcast<f64>(18442240474082181120lu), (((sk_e21 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e21 == 9218868437227405312lu))));
                     var g32: f32 = (0.0f);
                     if (noisy) {
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
+                        // built by kernels::seeded::seeded_screened
+                        let sk_e23: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
-                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
+                        // built by kernels::seeded::float64_race
+                        let sk_e25: f64 = f64(lp[(base + col)]);
+                        let sk_e24: u64 = bitcast<u64>(sk_e25);
+                        var s64: f64 = select(sk_e25, bitcast<f64>(18442240474082181120lu), (((sk_e24 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e24 == 9218868437227405312lu)));
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            let sk_e26: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -298,19 +342,29 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
-                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu))));
+                    let sk_e28: f64 = f64(lp[(base + col)]);
+                    let sk_e27: u64 = bitcast<u64>(sk_e28);
+                    var lp32: f32 = f32(select(sk_e28, bitcast<f64>(18442240474082181120lu), (((sk_e27 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e27 == 9218868437227405312lu))));
                     var g32: f32 = (0.0f);
                     if (noisy) {
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
+                        // built by kernels::seeded::seeded_screened
+                        let sk_e29: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e29 + 8u)], rows[(sk_e29 + 9u)], rows[(sk_e29 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
-                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
+                        // built by kernels::seeded::float64_race
+                        let sk_e31: f64 = f64(lp[(base + col)]);
+                        let sk_e30: u64 = bitcast<u64>(sk_e31);
+                        var s64: f64 = select(sk_e31, bitcast<f64>(18442240474082181120lu), (((sk_e30 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e30 == 9218868437227405312lu)));
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            let sk_e32: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -320,19 +374,29 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
-                    var lp32: f32 = f32(select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu))));
+                    let sk_e34: f64 = f64(lp[(base + col)]);
+                    let sk_e33: u64 = bitcast<u64>(sk_e34);
+                    var lp32: f32 = f32(select(sk_e34, bitcast<f64>(18442240474082181120lu), (((sk_e33 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e33 == 9218868437227405312lu))));
                     var g32: f32 = (0.0f);
                     if (noisy) {
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col));
+                        // built by kernels::seeded::seeded_screened
+                        let sk_e35: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e35 + 8u)], rows[(sk_e35 + 9u)], rows[(sk_e35 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
-                        var s64: f64 = select(f64(lp[(base + col)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + col)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + col)])) == 9218868437227405312lu)));
+                        // built by kernels::seeded::float64_race
+                        let sk_e37: f64 = f64(lp[(base + col)]);
+                        let sk_e36: u64 = bitcast<u64>(sk_e37);
+                        var s64: f64 = select(sk_e37, bitcast<f64>(18442240474082181120lu), (((sk_e36 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e36 == 9218868437227405312lu)));
                         if (noisy) {
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)], rows[((row * 12u) + 10u)], col)));
+                            // built by kernels::seeded::score64
+                            let sk_e38: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
+                            // built by kernels::seeded::keep_best
                             best = s64;
                             best_i = col;
                         }
@@ -363,14 +427,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         }
         var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
         if ((sk_lid == 0u)) {
+            // built by kernels::sampling::write_results
             tokens[row] = select(0u, tok, valid);
             if (((params.flags & 2u) != 0u)) {
                 status[row] = select(0u, 1u, valid);
             }
         }
         if (((params.flags & 1u) != 0u)) {
+            // built by kernels::sampling::write_results
             if ((sk_lid == 0u)) {
-                logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(f64(lp[(base + tok)]), bitcast<f64>(18442240474082181120lu), (((bitcast<u64>(f64(lp[(base + tok)])) & 9223372036854775807lu) > 9218868437227405312lu) || (bitcast<u64>(f64(lp[(base + tok)])) == 9218868437227405312lu)))), valid);
+                let sk_e40: f64 = f64(lp[(base + tok)]);
+                let sk_e39: u64 = bitcast<u64>(sk_e40);
+                logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(sk_e40, bitcast<f64>(18442240474082181120lu), (((sk_e39 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e39 == 9218868437227405312lu)))), valid);
             }
         }
     }

@@ -19,16 +19,9 @@ struct Params {
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 
-fn sk_mulhi(a: u32, b: u32) -> u32 {
-    let ll = (a & 0xffffu) * (b & 0xffffu);
-    let lh = (a & 0xffffu) * (b >> 16u);
-    let hl = (a >> 16u) * (b & 0xffffu);
-    let hh = (a >> 16u) * (b >> 16u);
-    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-    return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-}
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
+    // built by kernels::math::exp
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -54,6 +47,7 @@ fn sk_exp(x_in: f32) -> f32 {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
+        // built by kernels::sampling::for_each_row_at
         var row: u32 = slot;
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
@@ -63,28 +57,33 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var temp: f32 = select((1.0f), t_raw, noisy);
         var m: f32 = bitcast<f32>(4286578688u);
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+            // built by kernels::sampling::for_each_column
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
-                    m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
+                    let sk_e0: f32 = x[(base + col)];
+                    m = max(m, (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp));
                 }
             }
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
-                    m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
+                    let sk_e1: f32 = x[(base + col)];
+                    m = max(m, (select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u)) / temp));
                 }
             }
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
-                    m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
+                    let sk_e2: f32 = x[(base + col)];
+                    m = max(m, (select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)) / temp));
                 }
             }
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
-                    m = max(m, (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp));
+                    let sk_e3: f32 = x[(base + col)];
+                    m = max(m, (select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u)) / temp));
                 }
             }
         }
@@ -104,10 +103,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var s: f32 = (0.0f);
         var comp: f32 = (0.0f);
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+            // built by kernels::sampling::for_each_column
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
-                    var y: f32 = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
+                    let sk_e5: f32 = x[(base + col)];
+                    let sk_e4: f32 = (select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u)) / temp);
+                    var y: f32 = (select(select(sk_exp((sk_e4 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e4 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                     var t: f32 = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -116,7 +118,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
-                    var y: f32 = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
+                    let sk_e7: f32 = x[(base + col)];
+                    let sk_e6: f32 = (select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u)) / temp);
+                    var y: f32 = (select(select(sk_exp((sk_e6 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e6 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                     var t: f32 = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -125,7 +129,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
-                    var y: f32 = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
+                    let sk_e9: f32 = x[(base + col)];
+                    let sk_e8: f32 = (select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u)) / temp);
+                    var y: f32 = (select(select(sk_exp((sk_e8 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e8 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                     var t: f32 = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -134,7 +140,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
-                    var y: f32 = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
+                    let sk_e11: f32 = x[(base + col)];
+                    let sk_e10: f32 = (select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)) / temp);
+                    var y: f32 = (select(select(sk_exp((sk_e10 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e10 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) - comp);
                     var t: f32 = (s + y);
                     comp = ((t - s) - y);
                     s = t;
@@ -156,28 +164,41 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         }
         var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+            // built by kernels::sampling::for_each_column
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
-                    probs[(base + col)] = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                    let sk_e14: u32 = (base + col);
+                    let sk_e13: f32 = x[sk_e14];
+                    let sk_e12: f32 = (select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)) / temp);
+                    probs[sk_e14] = (select(select(sk_exp((sk_e12 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e12 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                 }
             }
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
-                    probs[(base + col)] = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                    let sk_e17: u32 = (base + col);
+                    let sk_e16: f32 = x[sk_e17];
+                    let sk_e15: f32 = (select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u)) / temp);
+                    probs[sk_e17] = (select(select(sk_exp((sk_e15 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e15 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                 }
             }
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
-                    probs[(base + col)] = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                    let sk_e20: u32 = (base + col);
+                    let sk_e19: f32 = x[sk_e20];
+                    let sk_e18: f32 = (select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u)) / temp);
+                    probs[sk_e20] = (select(select(sk_exp((sk_e18 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e18 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                 }
             }
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
-                    probs[(base + col)] = (select(select(sk_exp(((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), ((select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp) == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                    let sk_e23: u32 = (base + col);
+                    let sk_e22: f32 = x[sk_e23];
+                    let sk_e21: f32 = (select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u)) / temp);
+                    probs[sk_e23] = (select(select(sk_exp((sk_e21 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e21 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                 }
             }
         }

@@ -51,6 +51,17 @@ pub enum Error {
         /// NVRTC's version, as `major.minor`.
         nvrtc: String,
     },
+    /// A launch and its generated kernel disagree on a buffer: `cargo xtask gen` changed what a
+    /// kernel binds and the host's launch plan was not changed with it (a build defect).
+    #[error("kernel `{kernel}`, binding `{binding}`: {problem}")]
+    Binding {
+        /// The kernel launched.
+        kernel: &'static str,
+        /// The buffer's name in the kernel's IR.
+        binding: &'static str,
+        /// How they disagree.
+        problem: &'static str,
+    },
     /// The device, driver or compiler reported an error.
     #[error("{backend}: {message}")]
     Device {

@@ -1,16 +1,20 @@
 //! The generated kernels: their WGSL and CUDA text, and what they bind.
 
+pub use crate::generated::{Binding, KernelId};
+
 /// One generated kernel: its WGSL and CUDA text and what it binds.
 #[derive(Debug)]
 pub struct KernelSource {
+    /// Which kernel this is (its index in [`all`]).
+    pub id: KernelId,
     /// The entry point (the CUDA function; the WGSL entry point is `main`).
     pub name: &'static str,
     /// The generated WGSL module.
     pub wgsl: &'static str,
     /// The generated CUDA translation unit (compiled with `-DSK_BLOCK=<threads>`).
     pub cuda: &'static str,
-    /// Buffer names in binding (argument) order.
-    pub buffers: &'static [&'static str],
+    /// Its storage buffers in binding (argument) order.
+    pub bindings: &'static [Binding],
     /// How many times the kernel reads each element of a row, whatever the data.
     pub passes: u32,
     /// How many launches one call takes: 1, or for a staged kernel one per stage, each with its
@@ -22,12 +26,46 @@ pub struct KernelSource {
     pub needs_int64: bool,
 }
 
-/// Every generated kernel.
+impl KernelSource {
+    /// The binding slot (argument index) of `binding`, if the kernel binds it.
+    pub fn slot(&self, binding: Binding) -> Option<usize> {
+        self.bindings.iter().position(|b| *b == binding)
+    }
+}
+
+impl KernelId {
+    /// The generated source of this kernel.
+    pub fn source(self) -> &'static KernelSource {
+        &crate::generated::KERNELS[self as usize]
+    }
+}
+
+/// Every generated kernel, in [`KernelId`] order.
 pub fn all() -> &'static [KernelSource] {
     crate::generated::KERNELS
 }
 
-/// The kernel called `name` (every name the crate launches is generated).
-pub fn source(name: &str) -> &'static KernelSource {
-    crate::generated::KERNELS.iter().find(|k| k.name == name).unwrap_or_else(|| panic!("kernel `{name}` is generated"))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `KernelId::source` indexes the table: each entry must sit at its id's index, and the
+    /// binding names must be the buffers the generated code declares, in its order: the CUDA
+    /// arguments, and the WGSL `@binding(i)` of slot `i`.
+    #[test]
+    fn each_id_finds_its_own_kernel_and_its_bindings_are_declared_in_order() {
+        for (i, k) in all().iter().enumerate() {
+            assert_eq!(k.id as usize, i, "{}", k.name);
+            assert_eq!(k.id.source().name, k.name);
+            let mut after = 0;
+            for (slot, b) in k.bindings.iter().enumerate() {
+                let at = k.cuda.find(&format!("* __restrict__ {},", b.name()));
+                assert!(at.is_some_and(|at| at > after), "{}: `{}` out of place in the CUDA", k.name, b.name());
+                after = at.unwrap_or(0);
+                let wgsl = format!("@binding({slot}) var<storage, ");
+                let line = k.wgsl.lines().find(|l| l.contains(&wgsl)).unwrap_or("");
+                assert!(line.contains(&format!("> {}: array<", b.name())), "{}: `{}` in the WGSL", k.name, b.name());
+            }
+        }
+    }
 }

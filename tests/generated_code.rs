@@ -50,3 +50,60 @@ fn generated_files_carry_the_do_not_edit_header() {
         }
     }
 }
+
+/// Every file `cargo xtask gen` writes to kernels/ and shaders/, read from the tree (not from
+/// the manifest, so a stale file left behind is read too).
+fn generated_files() -> Vec<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["kernels", "shaders"] {
+        for entry in std::fs::read_dir(root.join(dir)).expect("the folder is there") {
+            let path = entry.expect("a directory entry").path();
+            let text = std::fs::read_to_string(&path).expect("a text file");
+            files.push((path.display().to_string(), text));
+        }
+    }
+    assert!(files.len() >= 2 * kernels().len(), "{} files for {} kernels", files.len(), kernels().len());
+    files
+}
+
+#[test]
+fn no_generated_file_branches_on_a_literal() {
+    for (path, text) in generated_files() {
+        for (n, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            for literal in ["if (false)", "if (true)", "if false", "if true", "(false) ?", "(true) ?"] {
+                assert!(!code.contains(literal), "{path}:{}: {code}", n + 1);
+            }
+        }
+    }
+}
+
+/// The name a line defines, if it opens a helper: `fn sk_exp(` in WGSL, `... sk_exp(` after
+/// `__device__` in CUDA.
+fn defined_helper(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix("fn ").or_else(|| line.strip_prefix("__device__ __forceinline__ "))?;
+    let name = rest[..rest.find('(')?].split_whitespace().last()?;
+    (name != "main").then_some(name)
+}
+
+#[test]
+fn each_helper_is_defined_once_per_file_and_only_where_called() {
+    for (path, text) in generated_files() {
+        let helpers: Vec<&str> = text.lines().filter_map(defined_helper).collect();
+        for name in &helpers {
+            assert_eq!(helpers.iter().filter(|h| *h == name).count(), 1, "{path}: `{name}` defined twice");
+            let calls = text.matches(&format!("{name}(")).count() + text.matches(&format!("{name}<")).count();
+            assert!(calls > 1, "{path}: `{name}` is defined but never called");
+        }
+    }
+}
+
+#[test]
+fn generated_code_names_the_rust_builder_of_its_parts() {
+    for k in kernels() {
+        for text in [k.wgsl, k.cuda] {
+            assert!(text.contains("// built by kernels::"), "{}", k.name);
+        }
+    }
+}

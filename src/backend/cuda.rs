@@ -396,7 +396,7 @@ impl CudaBackend {
         }
         let partials = <Self as Device>::handle(&*scratch);
         let split = Split { target_groups: self.target_groups, block: self.block, partials, split_filters: true };
-        for launch in Launch::plan(job, &split) {
+        for launch in Launch::plan(job, &split)? {
             self.launch(launch)?;
         }
         Ok(())

@@ -2,7 +2,8 @@
 //! order, which parameters. The GPU backends only execute the plan.
 
 use crate::backend::{Backend, Input, Job, LogProbs, Logits, SeededMode};
-use crate::kernels::{source, KernelSource};
+use crate::error::{Error, Result};
+use crate::kernels::{Binding, KernelId, KernelSource};
 use crate::types::{Element, Shape};
 use arrayvec::ArrayVec;
 
@@ -22,22 +23,71 @@ pub(crate) trait Device: Backend {
 /// A launch's buffers: at most as many as the kernel that binds the most.
 pub(crate) type Bindings<H> = ArrayVec<Option<H>, MAX_BUFFERS>;
 
-/// `items` as a launch's bindings.
-fn bind<H, const N: usize>(items: [Option<H>; N]) -> Bindings<H> {
-    items.into_iter().collect()
-}
+/// Buffers to bind by name.
+type Named<H, const N: usize> = [(Binding, Option<H>); N];
 
 /// A launch in backend-neutral terms.
 #[derive(Clone)]
 pub(crate) struct Launch<H> {
     pub kernel: &'static KernelSource,
     /// In binding order; `None` is an output the kernel will not write (no log-probabilities).
-    /// A fixed-capacity list, so a launch allocates nothing.
+    /// A fixed-capacity list, so a launch allocates nothing. Filled by name with [`Launch::bind`].
     pub buffers: Bindings<H>,
+    /// Bit `i`: slot `i` of `buffers` was bound.
+    bound: u32,
+    /// The first buffer bound by a name the kernel does not declare.
+    stray: Option<Binding>,
     /// `batch, vocab, stride, flags`.
     pub params: [u32; 4],
     /// Rows (one workgroup each), or items for the per-item Philox kernel.
     pub work: Work,
+}
+
+impl<H: Copy> Launch<H> {
+    /// A launch of `id` with nothing bound yet.
+    fn new(id: KernelId, params: [u32; 4], work: Work) -> Self {
+        let kernel = id.source();
+        let buffers = kernel.bindings.iter().map(|_| None).collect();
+        Launch { kernel, buffers, bound: 0, stray: None, params, work }
+    }
+
+    /// Binds `buffer` (`None`: an output the kernel is told not to write) to the kernel's
+    /// binding called `name`.
+    fn bind(&mut self, name: Binding, buffer: Option<H>) {
+        match self.kernel.slot(name) {
+            Some(slot) => {
+                self.buffers[slot] = buffer;
+                self.bound |= 1 << slot;
+            }
+            None => {
+                self.stray.get_or_insert(name);
+            }
+        }
+    }
+
+    fn with(mut self, named: impl IntoIterator<Item = (Binding, Option<H>)>) -> Self {
+        for (name, buffer) in named {
+            self.bind(name, buffer);
+        }
+        self
+    }
+
+    /// The buffer bound to `name`.
+    fn bound(&self, name: Binding) -> Option<H> {
+        self.kernel.slot(name).and_then(|slot| self.buffers[slot])
+    }
+
+    /// Whether the host bound exactly the kernel's bindings: a kernel whose IR gained, lost or
+    /// renamed a buffer without the host following fails every launch, not just a wrong read.
+    fn checked(self) -> Result<Self> {
+        let unbound = self.kernel.bindings.iter().enumerate().find(|(slot, _)| self.bound & 1 << slot == 0);
+        let (binding, problem) = match (self.stray, unbound) {
+            (Some(b), _) => (b, "the host binds a buffer it does not declare"),
+            (None, Some((_, b))) => (*b, "the host leaves a buffer it declares unbound"),
+            (None, None) => return Ok(self),
+        };
+        Err(Error::Binding { kernel: self.kernel.name, binding: binding.name(), problem })
+    }
 }
 
 impl<H> Launch<H> {
@@ -142,9 +192,9 @@ fn split_rows<'a, B: Device + ?Sized>(
     shape: Shape,
     out: &'a crate::backend::Output<'a, B>,
     split: &Split<B::Handle<'a>>,
-    combine: &str,
+    combine: KernelId,
 ) -> Plan<B::Handle<'a>> {
-    first.buffers.push(Some(split.partials));
+    first.bind(Binding::Partials, Some(split.partials));
     let parts = parts(shape.batch, shape.vocab, split.target_groups, split.block);
     let mut plan = Plan::new();
     if parts <= 1 {
@@ -153,32 +203,19 @@ fn split_rows<'a, B: Device + ?Sized>(
     }
     first.params[3] |= parts << PARTS_SHIFT;
     first.work = Work::Rows(shape.batch as u32 * parts);
-    let kernel = source(combine);
-    let (buffers, flags) = with_outputs::<B>(kernel, bind([Some(split.partials)]), out);
-    let combine = Launch {
-        kernel,
-        buffers,
-        params: params(shape, flags | parts << PARTS_SHIFT),
-        work: Work::Rows(shape.batch as u32),
-    };
+    let combine =
+        sampling::<B, 1>(combine, shape, [(Binding::Partials, Some(split.partials))], out, parts << PARTS_SHIFT, false);
     plan.extend([first, combine]);
     plan
 }
 
-fn suffixed<B: Backend + ?Sized>(family: &str, logits: &Logits<'_, B>) -> &'static KernelSource {
-    let dtype = match logits {
-        Logits::F32(_) => "f32",
-        Logits::F16(_) => "f16",
-        Logits::Bf16(_) => "bf16",
-    };
-    named(family, dtype)
-}
-
-/// The kernel `{family}_{suffix}`, matched in parts so a launch formats no name (no allocation
-/// per call).
-fn named(family: &str, suffix: &str) -> &'static KernelSource {
-    let is = |k: &&KernelSource| k.name.strip_prefix(family).and_then(|r| r.strip_prefix('_')) == Some(suffix);
-    crate::kernels::all().iter().find(is).unwrap_or_else(|| panic!("kernel `{family}_{suffix}` is generated"))
+/// The kernel of `[f32, f16, bf16]` that reads `logits`.
+fn by_dtype<B: Backend + ?Sized>(ids: [KernelId; 3], logits: &Logits<'_, B>) -> KernelId {
+    match logits {
+        Logits::F32(_) => ids[0],
+        Logits::F16(_) => ids[1],
+        Logits::Bf16(_) => ids[2],
+    }
 }
 
 fn logits_handle<'a, B: Device + ?Sized>(logits: &Logits<'a, B>) -> B::Handle<'a> {
@@ -194,54 +231,56 @@ fn params(shape: Shape, flags: u32) -> [u32; 4] {
     [shape.batch as u32, shape.vocab as u32, shape.stride as u32, flags]
 }
 
-/// Appends a sampling call's outputs (tokens, log-probabilities, status, and the pass counts
-/// where the kernel writes them; all but the tokens where asked) to `inputs`, and the flags that
-/// tell the kernel which to write.
-fn with_outputs<'a, B: Device + ?Sized>(
-    kernel: &KernelSource,
-    mut inputs: Bindings<B::Handle<'a>>,
+/// A sampling launch over rows: `id` with `inputs`, then the outputs of `out` (tokens,
+/// log-probabilities and status, all but the tokens where asked, and with `passes` the pass
+/// counts of a filter kernel) and the flags that tell the kernel which to write.
+fn sampling<'a, B: Device + ?Sized, const N: usize>(
+    id: KernelId,
+    shape: Shape,
+    inputs: Named<B::Handle<'a>, N>,
     out: &'a crate::backend::Output<'a, B>,
-) -> (Bindings<B::Handle<'a>>, u32) {
+    extra_flags: u32,
+    passes: bool,
+) -> Launch<B::Handle<'a>> {
     let lp = out.logprobs.as_deref().map(|b| B::handle(b));
     let status = out.status.as_deref().map(|b| B::handle(b));
     let mut flags = if lp.is_some() { FLAG_LOGPROBS } else { 0 } | if status.is_some() { FLAG_STATUS } else { 0 };
-    inputs.extend([Some(B::handle(&*out.tokens)), lp, status]);
-    if kernel.buffers.contains(&"passes") {
+    let outputs =
+        [(Binding::Tokens, Some(B::handle(&*out.tokens))), (Binding::Logprobs, lp), (Binding::Status, status)];
+    let mut launch = Launch::new(id, params(shape, 0), Work::Rows(shape.batch as u32)).with(inputs).with(outputs);
+    if passes {
         let passes = out.passes.as_deref().map(|b| B::handle(b));
         flags |= if passes.is_some() { FLAG_PASSES } else { 0 };
-        inputs.push(passes);
+        launch.bind(Binding::Passes, passes);
     }
-    (inputs, flags)
-}
-
-/// A sampling launch over rows: `kernel` with `inputs` then the outputs of `out`.
-fn sampling<'a, B: Device + ?Sized>(
-    kernel: &'static KernelSource,
-    shape: Shape,
-    inputs: Bindings<B::Handle<'a>>,
-    out: &'a crate::backend::Output<'a, B>,
-    extra_flags: u32,
-) -> Launch<B::Handle<'a>> {
-    let (buffers, flags) = with_outputs::<B>(kernel, inputs, out);
-    Launch { kernel, buffers, params: params(shape, flags | extra_flags), work: Work::Rows(shape.batch as u32) }
+    launch.params[3] = flags | extra_flags;
+    launch
 }
 
 impl<'a, H: Copy> Launch<H> {
-    /// The launches of `job`, the split kernels' rows spread as `split` says.
-    pub fn plan<B: Device<Handle<'a> = H> + ?Sized>(job: &'a Job<'a, B>, split: &Split<H>) -> Plan<H> {
+    /// The launches of `job`, the split kernels' rows spread as `split` says; an error where a
+    /// launch does not bind exactly what its kernel declares.
+    pub fn plan<B: Device<Handle<'a> = H> + ?Sized>(job: &'a Job<'a, B>, split: &Split<H>) -> Result<Plan<H>> {
         let first = Self::from_job(job);
         let filters = filter_parts(job, split.target_groups, split.block, split.split_filters);
-        match job {
+        let plan = match job {
             Job::Sample { shape, logits, rows, out, listed } => {
                 // The plain rows, then the seeded kernel's launch over the seeded rows and the
                 // filter kernel's over the filtered rows.
                 let handle = |(list, count): (&'a B::Buffer<u32>, usize)| (B::handle(list), count);
-                let inputs = bind([Some(logits_handle(logits)), Some(B::handle(*rows))]);
-                let seeded =
-                    sampling::<B>(suffixed("seeded_logits", logits), *shape, inputs.clone(), out, FLAG_SEEDED_ONLY);
-                let filter = sampling::<B>(suffixed("filter_logits", logits), *shape, inputs, out, FLAG_FILTERED_ONLY);
+                let inputs = [(Binding::X, Some(logits_handle(logits))), (Binding::Rows, Some(B::handle(*rows)))];
+                let seeded = by_dtype(
+                    [KernelId::SeededLogitsF32, KernelId::SeededLogitsF16, KernelId::SeededLogitsBf16],
+                    logits,
+                );
+                let seeded = sampling::<B, 2>(seeded, *shape, inputs, out, FLAG_SEEDED_ONLY, false);
+                let filter = by_dtype(
+                    [KernelId::FilterLogitsF32, KernelId::FilterLogitsF16, KernelId::FilterLogitsBf16],
+                    logits,
+                );
+                let filter = sampling::<B, 2>(filter, *shape, inputs, out, FLAG_FILTERED_ONLY, true);
                 let (filtered, parts) = filters.unwrap_or((shape.batch, 1));
-                let mut plan = split_rows::<B>(first, *shape, out, split, "combine_logits");
+                let mut plan = split_rows::<B>(first, *shape, out, split, KernelId::CombineLogits);
                 plan.push(seeded.with_list(listed.map(|l| handle(l.seeded))));
                 plan.extend(filter.with_list(listed.map(|l| handle(l.filtered))).staged(
                     filtered,
@@ -251,22 +290,23 @@ impl<'a, H: Copy> Launch<H> {
                 plan
             }
             Job::Greedy { shape, out, .. } | Job::RaceLogits { shape, out, .. } => {
-                split_rows::<B>(first, *shape, out, split, "combine_logits")
+                split_rows::<B>(first, *shape, out, split, KernelId::CombineLogits)
             }
-            Job::RaceProbs { shape, out, .. } => split_rows::<B>(first, *shape, out, split, "combine_probs"),
+            Job::RaceProbs { shape, out, .. } => split_rows::<B>(first, *shape, out, split, KernelId::CombineProbs),
             _ => match filters {
                 Some((rows, parts)) => first.staged(rows, parts, split.partials),
                 None => std::iter::once(first).collect(),
             },
-        }
+        };
+        plan.into_iter().map(Launch::checked).collect()
     }
 
     /// With `listed` (a row list and its length), a filter or seeded launch visits only the rows
     /// listed. Without it, the row records stand in for the list (never read; a read-only
     /// binding, which wgpu will not share with an unused writable output).
     fn with_list(mut self, listed: Option<(H, usize)>) -> Self {
-        let rows = self.buffers[1];
-        self.buffers.push(listed.map_or(rows, |(list, _)| Some(list)));
+        let rows = self.bound(Binding::Rows);
+        self.bind(Binding::Listed, listed.map_or(rows, |(list, _)| Some(list)));
         if let Some((_, count)) = listed {
             self.params[0] = count as u32;
             self.params[3] |= FLAG_ROW_LIST;
@@ -278,20 +318,29 @@ impl<'a, H: Copy> Launch<H> {
     /// A filter sampling launch over `rows` rows: as it is with one part each, else split in
     /// `parts` (the staged kernel's launches, one per stage with the stage in its flags, over
     /// `rows x parts` workgroups, the scratch bound last).
-    fn staged(mut self, rows: usize, parts: u32, partials: H) -> Plan<H> {
+    fn staged(self, rows: usize, parts: u32, partials: H) -> Plan<H> {
         if parts <= 1 {
             return std::iter::once(self).collect();
         }
-        self.kernel = match self.kernel.name.strip_prefix("filter_") {
-            Some(rest) => named("filter_split", rest),
-            None => unreachable!("only the filter kernels are staged"),
+        let split = match self.kernel.id {
+            KernelId::FilterLogitsF32 => KernelId::FilterSplitLogitsF32,
+            KernelId::FilterLogitsF16 => KernelId::FilterSplitLogitsF16,
+            KernelId::FilterLogitsBf16 => KernelId::FilterSplitLogitsBf16,
+            KernelId::FilterProbs => KernelId::FilterSplitProbs,
+            // Only the filter kernels are staged; any other is launched whole.
+            _ => return std::iter::once(self).collect(),
         };
-        self.buffers.push(Some(partials));
-        self.params[3] |= parts << PARTS_SHIFT;
-        self.work = Work::Rows(rows as u32 * parts);
-        (0..self.kernel.stages)
+        // The staged kernel binds what the one-workgroup kernel does, then the scratch.
+        let mut staged = Launch::new(split, self.params, Work::Rows(rows as u32 * parts));
+        for (name, buffer) in self.kernel.bindings.iter().zip(&self.buffers) {
+            staged.bind(*name, *buffer);
+        }
+        staged.stray = self.stray.or(staged.stray);
+        staged.bind(Binding::Partials, Some(partials));
+        staged.params[3] |= parts << PARTS_SHIFT;
+        (0..staged.kernel.stages)
             .map(|stage| {
-                let mut l = self.clone();
+                let mut l = staged.clone();
                 l.params[3] |= stage << STAGE_SHIFT;
                 l
             })
@@ -300,95 +349,200 @@ impl<'a, H: Copy> Launch<H> {
 
     fn from_job<B: Device<Handle<'a> = H> + ?Sized>(job: &'a Job<'a, B>) -> Self {
         let rows = |shape: Shape| Work::Rows(shape.batch as u32);
+        let items = |n: usize| ([n as u32, 0, 0, 0], Work::Items(n as u32));
         match job {
-            Job::Softmax { shape, logits, rows: r, probs } => Launch {
-                kernel: suffixed("softmax", logits),
-                buffers: bind([Some(logits_handle(logits)), Some(B::handle(*r)), Some(B::handle(&**probs))]),
-                params: params(*shape, 0),
-                work: rows(*shape),
-            },
+            Job::Softmax { shape, logits, rows: r, probs } => {
+                let id = by_dtype([KernelId::SoftmaxF32, KernelId::SoftmaxF16, KernelId::SoftmaxBf16], logits);
+                Launch::new(id, params(*shape, 0), rows(*shape)).with([
+                    (Binding::X, Some(logits_handle(logits))),
+                    (Binding::Rows, Some(B::handle(*r))),
+                    (Binding::Probs, Some(B::handle(&**probs))),
+                ])
+            }
             Job::Greedy { shape, logits, out } => {
-                sampling::<B>(suffixed("greedy", logits), *shape, bind([Some(logits_handle(logits))]), out, 0)
+                let id = by_dtype([KernelId::GreedyF32, KernelId::GreedyF16, KernelId::GreedyBf16], logits);
+                sampling::<B, 1>(id, *shape, [(Binding::X, Some(logits_handle(logits)))], out, 0, false)
             }
             Job::RaceLogits { shape, logits, rows: r, out } => {
-                let inputs = bind([Some(logits_handle(logits)), Some(B::handle(*r))]);
-                sampling::<B>(suffixed("race_logits", logits), *shape, inputs, out, 0)
+                let id = by_dtype([KernelId::RaceLogitsF32, KernelId::RaceLogitsF16, KernelId::RaceLogitsBf16], logits);
+                let inputs = [(Binding::X, Some(logits_handle(logits))), (Binding::Rows, Some(B::handle(*r)))];
+                sampling::<B, 2>(id, *shape, inputs, out, 0, false)
             }
             Job::RaceProbs { shape, probs, rows: r, out } => {
-                let inputs = bind([Some(B::handle(*probs)), Some(B::handle(*r))]);
-                sampling::<B>(source("race_probs"), *shape, inputs, out, 0)
+                let inputs = [(Binding::X, Some(B::handle(*probs))), (Binding::Rows, Some(B::handle(*r)))];
+                sampling::<B, 2>(KernelId::RaceProbs, *shape, inputs, out, 0, false)
             }
             Job::Seeded { shape, logprobs, rows: r, mode, out } => {
-                let (suffix, lp) = match logprobs {
-                    LogProbs::F64(b) => ("f64", B::handle(*b)),
-                    LogProbs::F32(b) => ("f32", B::handle(*b)),
+                let (id, lp) = match (mode, logprobs) {
+                    (SeededMode::Float64, LogProbs::F64(b)) => (KernelId::SeededF64, B::handle(*b)),
+                    (SeededMode::Float64, LogProbs::F32(b)) => (KernelId::SeededF32, B::handle(*b)),
+                    (SeededMode::Screened, LogProbs::F64(b)) => (KernelId::SeededScreenedF64, B::handle(*b)),
+                    (SeededMode::Screened, LogProbs::F32(b)) => (KernelId::SeededScreenedF32, B::handle(*b)),
                 };
-                let family = match mode {
-                    SeededMode::Float64 => "seeded",
-                    SeededMode::Screened => "seeded_screened",
-                };
-                let kernel = named(family, suffix);
-                sampling::<B>(kernel, *shape, bind([Some(lp), Some(B::handle(*r))]), out, 0)
+                let inputs = [(Binding::Lp, Some(lp)), (Binding::Rows, Some(B::handle(*r)))];
+                sampling::<B, 2>(id, *shape, inputs, out, 0, false)
             }
             Job::SeededLogits { shape, logits, rows: r, out } => {
-                let inputs = bind([Some(logits_handle(logits)), Some(B::handle(*r))]);
-                sampling::<B>(suffixed("seeded_logits", logits), *shape, inputs, out, 0).with_list(None)
+                let ids = [KernelId::SeededLogitsF32, KernelId::SeededLogitsF16, KernelId::SeededLogitsBf16];
+                let inputs = [(Binding::X, Some(logits_handle(logits))), (Binding::Rows, Some(B::handle(*r)))];
+                sampling::<B, 2>(by_dtype(ids, logits), *shape, inputs, out, 0, false).with_list(None)
             }
             // The plain sampler, which leaves the seeded and filtered rows to the launches `plan`
             // adds.
             Job::Sample { shape, logits, rows: r, out, .. } => {
-                let inputs = bind([Some(logits_handle(logits)), Some(B::handle(*r))]);
-                sampling::<B>(suffixed("sample", logits), *shape, inputs, out, 0)
+                let id = by_dtype([KernelId::SampleF32, KernelId::SampleF16, KernelId::SampleBf16], logits);
+                let inputs = [(Binding::X, Some(logits_handle(logits))), (Binding::Rows, Some(B::handle(*r)))];
+                sampling::<B, 2>(id, *shape, inputs, out, 0, false)
             }
             Job::Filter { shape, input, rows: r, out } => {
-                let (kernel, x) = match input {
-                    Input::Logits(l) => (suffixed("filter_logits", l), logits_handle(l)),
-                    Input::Probs(p) => (source("filter_probs"), B::handle(*p)),
+                let (id, x) = match input {
+                    Input::Logits(l) => {
+                        let ids = [KernelId::FilterLogitsF32, KernelId::FilterLogitsF16, KernelId::FilterLogitsBf16];
+                        (by_dtype(ids, l), logits_handle(l))
+                    }
+                    Input::Probs(p) => (KernelId::FilterProbs, B::handle(*p)),
                 };
-                sampling::<B>(kernel, *shape, bind([Some(x), Some(B::handle(*r))]), out, 0).with_list(None)
+                let inputs = [(Binding::X, Some(x)), (Binding::Rows, Some(B::handle(*r)))];
+                sampling::<B, 2>(id, *shape, inputs, out, 0, true).with_list(None)
             }
-            Job::MaskLogits { shape, logits, rows: r, masked } => Launch {
-                kernel: suffixed("mask_logits", logits),
-                buffers: bind([Some(logits_handle(logits)), Some(B::handle(*r)), Some(B::handle(&**masked))]),
-                params: params(*shape, 0),
-                work: rows(*shape),
-            },
-            Job::RenormProbs { shape, probs, rows: r, renormed } => Launch {
-                kernel: source("renorm_probs"),
-                buffers: bind([Some(B::handle(*probs)), Some(B::handle(*r)), Some(B::handle(&**renormed))]),
-                params: params(*shape, 0),
-                work: rows(*shape),
-            },
-            Job::Murmur { items, words, out } => Launch {
-                kernel: source("murmur3"),
-                buffers: bind([Some(B::handle(*words)), Some(B::handle(&**out))]),
-                params: [*items as u32, 0, 0, 0],
-                work: Work::Items(*items as u32),
-            },
-            Job::LogF64 { items, x, out } => Launch {
-                kernel: source("log_f64"),
-                buffers: bind([Some(B::handle(*x)), Some(B::handle(&**out))]),
-                params: [*items as u32, 0, 0, 0],
-                work: Work::Items(*items as u32),
-            },
-            Job::Philox { items, blocks, out } => Launch {
-                kernel: source("philox4x32_10"),
-                buffers: bind([Some(B::handle(*blocks)), Some(B::handle(&**out))]),
-                params: [*items as u32, 0, 0, 0],
-                work: Work::Items(*items as u32),
-            },
-            Job::GumbelNoise { shape, rows: r, noise } => Launch {
-                kernel: source("gumbel_noise"),
-                buffers: bind([Some(B::handle(*r)), Some(B::handle(&**noise))]),
-                params: params(*shape, 0),
-                work: rows(*shape),
-            },
-            Job::ReadRows { shape, logits, sums } => Launch {
-                kernel: suffixed("read_rows", logits),
-                buffers: bind([Some(logits_handle(logits)), Some(B::handle(&**sums))]),
-                params: params(*shape, 0),
-                work: rows(*shape),
-            },
+            Job::MaskLogits { shape, logits, rows: r, masked } => {
+                let id = by_dtype([KernelId::MaskLogitsF32, KernelId::MaskLogitsF16, KernelId::MaskLogitsBf16], logits);
+                Launch::new(id, params(*shape, 0), rows(*shape)).with([
+                    (Binding::X, Some(logits_handle(logits))),
+                    (Binding::Rows, Some(B::handle(*r))),
+                    (Binding::Out, Some(B::handle(&**masked))),
+                ])
+            }
+            Job::RenormProbs { shape, probs, rows: r, renormed } => {
+                Launch::new(KernelId::RenormProbs, params(*shape, 0), rows(*shape)).with([
+                    (Binding::X, Some(B::handle(*probs))),
+                    (Binding::Rows, Some(B::handle(*r))),
+                    (Binding::Out, Some(B::handle(&**renormed))),
+                ])
+            }
+            Job::Murmur { items: n, words, out } => {
+                let (p, work) = items(*n);
+                Launch::new(KernelId::Murmur3, p, work)
+                    .with([(Binding::Input, Some(B::handle(*words))), (Binding::Output, Some(B::handle(&**out)))])
+            }
+            Job::LogF64 { items: n, x, out } => {
+                let (p, work) = items(*n);
+                Launch::new(KernelId::LogF64, p, work)
+                    .with([(Binding::Input, Some(B::handle(*x))), (Binding::Output, Some(B::handle(&**out)))])
+            }
+            Job::Philox { items: n, blocks, out } => {
+                let (p, work) = items(*n);
+                Launch::new(KernelId::Philox4x3210, p, work)
+                    .with([(Binding::Input, Some(B::handle(*blocks))), (Binding::Output, Some(B::handle(&**out)))])
+            }
+            Job::GumbelNoise { shape, rows: r, noise } => {
+                Launch::new(KernelId::GumbelNoise, params(*shape, 0), rows(*shape))
+                    .with([(Binding::Rows, Some(B::handle(*r))), (Binding::Noise, Some(B::handle(&**noise)))])
+            }
+            Job::ReadRows { shape, logits, sums } => {
+                let id = by_dtype([KernelId::ReadRowsF32, KernelId::ReadRowsF16, KernelId::ReadRowsBf16], logits);
+                Launch::new(id, params(*shape, 0), rows(*shape))
+                    .with([(Binding::X, Some(logits_handle(logits))), (Binding::Sums, Some(B::handle(&**sums)))])
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Every job the host plans, through the public methods that build them, on a backend that
+    //! only plans: each launch must bind exactly what its generated kernel declares, whether or
+    //! not a test runs that kernel on a device.
+
+    use super::*;
+    use crate::backend::{Diagnostics, Output, RowLists};
+    use crate::types::RowParams;
+    use crate::CpuBackend;
+    use half::{bf16, f16};
+
+    /// Plans each job it is given, with rows whole and with rows split (combine and staged
+    /// launches), and keeps nothing.
+    struct Planner;
+
+    impl crate::backend::Sealed for Planner {}
+
+    /// Host memory as the CPU backend keeps it.
+    impl Backend for Planner {
+        type Buffer<T: Element> = Vec<T>;
+        fn describe(&self) -> String {
+            "planner".into()
+        }
+        fn upload_unchecked<T: Element>(&self, data: &[T]) -> Result<Vec<T>> {
+            CpuBackend.upload_unchecked(data)
+        }
+        fn zeros<T: Element>(&self, len: usize) -> Result<Vec<T>> {
+            CpuBackend.zeros(len)
+        }
+        fn write_unchecked<T: Element>(&self, buf: &mut Vec<T>, data: &[T]) -> Result<()> {
+            CpuBackend.write_unchecked(buf, data)
+        }
+        fn download<T: Element>(&self, buf: &Vec<T>) -> Result<Vec<T>> {
+            CpuBackend.download(buf)
+        }
+        fn len<T: Element>(buf: &Vec<T>) -> usize {
+            CpuBackend::len(buf)
+        }
+        fn run(&self, job: Job<'_, Self>) -> Result<()> {
+            for (target_groups, split_filters) in [(1, false), (4096, true)] {
+                let split = Split { target_groups, block: 32, partials: usize::MAX, split_filters };
+                let plan = Launch::plan(&job, &split)?;
+                assert!(!plan.is_empty());
+            }
+            Ok(())
+        }
+    }
+
+    impl Device for Planner {
+        type Handle<'a> = usize;
+        fn handle<T: Element>(buf: &Vec<T>) -> usize {
+            buf.as_ptr() as usize
+        }
+    }
+
+    #[test]
+    fn every_launch_binds_exactly_what_its_kernel_declares() {
+        let b = Planner;
+        let shape = Shape::dense(2, 4096);
+        let n = shape.elements();
+        let (x32, x16, xb) = (vec![0.0f32; n], vec![f16::ZERO; n], vec![bf16::ZERO; n]);
+        let filtered = RowParams::new(1.0, 7, 0).with_top_k(5);
+        let rows = vec![filtered, RowParams::seeded(1.0, 3, 0)];
+        let (lp64, list) = (vec![0.0f64; n], vec![0u32; shape.batch]);
+        let (mut t, mut lp, mut st, mut ps) = (vec![0u32; 2], vec![0.0f32; 2], vec![0u32; 2], vec![0u32; 2]);
+        let mut dense = vec![0.0f32; n];
+        // Every output asked for, so every optional binding is bound.
+        macro_rules! out {
+            () => {
+                Output::new(&mut t).with_logprobs(&mut lp).with_status(&mut st).with_passes(&mut ps)
+            };
+        }
+        for logits in [Logits::F32(&x32), Logits::F16(&x16), Logits::Bf16(&xb)] {
+            let listed = RowLists { seeded: (&list, 1), filtered: (&list, 1) };
+            b.softmax(shape, logits, &rows, &mut dense).unwrap();
+            b.greedy(shape, logits, out!()).unwrap();
+            b.race_from_logits(shape, logits, &rows, out!()).unwrap();
+            b.seeded_from_logits(shape, logits, &rows, out!()).unwrap();
+            b.sample(shape, logits, &rows, out!()).unwrap();
+            crate::backend::sample_rows(&b, shape, logits, &rows, out!(), Some(listed)).unwrap();
+            b.sample_filtered(shape, Input::Logits(logits), &rows, out!()).unwrap();
+            b.mask_logits(shape, logits, &rows, &mut dense).unwrap();
+            b.read_rows(shape, logits, &mut vec![0.0; 2]).unwrap();
+        }
+        b.race_from_probs(shape, &x32, &rows, out!()).unwrap();
+        b.sample_filtered(shape, Input::Probs(&x32), &rows, out!()).unwrap();
+        b.renorm_probs(shape, &x32, &rows, &mut dense).unwrap();
+        for mode in [SeededMode::Float64, SeededMode::Screened] {
+            b.seeded(shape, LogProbs::F64(&lp64), &rows, mode, out!()).unwrap();
+            b.seeded(shape, LogProbs::F32(&x32), &rows, mode, out!()).unwrap();
+        }
+        b.gumbel_noise(shape, &rows, &mut dense).unwrap();
+        b.murmur3(2, &vec![0; 8], &mut vec![0; 2]).unwrap();
+        b.philox(2, &vec![0; 12], &mut vec![0; 8]).unwrap();
+        b.log_f64(2, &vec![1.0; 2], &mut vec![0.0; 2]).unwrap();
     }
 }

@@ -597,6 +597,7 @@ impl Backend for WgpuBackend {
             *scratch = scratch_buffer(&self.device, need);
         }
         let split = Split { target_groups, block, partials: Bound { buffer: &scratch, offset: 0 }, split_filters };
-        self.dispatch(Launch::plan(&job, &split))
+        let plan = Launch::plan(&job, &split)?;
+        self.dispatch(plan)
     }
 }

@@ -9,7 +9,7 @@
 //! - `mulhi` is `__umulhi`; infinities are spelled with bit patterns (NVRTC has no `INFINITY`).
 
 use crate::ir::*;
-use crate::out::{header, CLike, Out};
+use crate::out::{atom, header, CLike, Out};
 
 pub fn ty(t: Ty) -> &'static str {
     match t {
@@ -36,24 +36,31 @@ fn lit(l: Lit) -> String {
     }
 }
 
-const PRELUDE: &str = r#"#ifndef SK_BLOCK
+/// The launch shape every file starts with (`SK_BLOCK` is set by NVRTC's `-DSK_BLOCK`).
+const BLOCK_DEFINES: &str = r#"#ifndef SK_BLOCK
 #define SK_BLOCK 256
 #endif
 #define SK_WARPS (SK_BLOCK / 32)
+"#;
 
-template <typename To, typename From>
+/// Reinterprets bits: what `Bitcast`, infinite literals and bf16 loads are spelled with.
+const BITCAST: &str = r#"template <typename To, typename From>
 __device__ __forceinline__ To sk_bitcast(From x) {
     static_assert(sizeof(To) == sizeof(From), "bitcast changes size");
     union { From f; To t; } u;
     u.f = x;
     return u.t;
 }
-__device__ __forceinline__ float sk_f16(unsigned short h) {
+"#;
+
+const LOAD_F16: &str = r#"__device__ __forceinline__ float sk_f16(unsigned short h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
 }
-__device__ __forceinline__ float sk_bf16(unsigned short h) {
+"#;
+
+const LOAD_BF16: &str = r#"__device__ __forceinline__ float sk_bf16(unsigned short h) {
     return sk_bitcast<float>(((unsigned int)h) << 16);
 }
 "#;
@@ -63,9 +70,12 @@ struct Emitter<'k> {
 }
 
 impl CLike for Emitter<'_> {
-    fn expr(&self, e: &Expr, scope: &Scope) -> String {
+    fn kernel(&self) -> &Kernel {
+        self.kernel
+    }
+    fn expr(&self, e: &Expr, scope: &Scope) -> Result<String, IrError> {
         let x = |e: &Expr| self.expr(e, scope);
-        match e {
+        Ok(match e {
             Expr::Lit(l) => lit(*l),
             Expr::Var(n) | Expr::Param(n) => n.clone(),
             Expr::Builtin(b) => match b {
@@ -75,28 +85,28 @@ impl CLike for Emitter<'_> {
                 Builtin::BlockSize => "((unsigned int)SK_BLOCK)".into(),
             },
             Expr::Load(buf, idx) => {
-                let decl = self.kernel.buffers.iter().find(|d| &d.name == buf).expect("checked");
+                let decl = buffer(self.kernel, buf)?;
                 match decl.storage {
-                    Storage::F16 => format!("sk_f16({buf}[{}])", x(idx)),
-                    Storage::Bf16 => format!("sk_bf16({buf}[{}])", x(idx)),
-                    _ => format!("{buf}[{}]", x(idx)),
+                    Storage::F16 => format!("sk_f16({buf}[{}])", x(idx)?),
+                    Storage::Bf16 => format!("sk_bf16({buf}[{}])", x(idx)?),
+                    _ => format!("{buf}[{}]", x(idx)?),
                 }
             }
-            Expr::LoadShared(arr, idx) => format!("{arr}[{}]", x(idx)),
-            Expr::Bin(op, a, b) => format!("({} {} {})", x(a), op.symbol(), x(b)),
+            Expr::LoadShared(arr, idx) => format!("{arr}[{}]", x(idx)?),
+            Expr::Bin(op, a, b) => format!("({} {} {})", x(a)?, op.symbol(), x(b)?),
             Expr::Un(op, a) => {
                 let s = match op {
                     UnOp::Neg => "-",
                     UnOp::Not => "!",
                     UnOp::BitNot => "~",
                 };
-                format!("({s}{})", x(a))
+                format!("({s}{})", x(a)?)
             }
-            Expr::Cast(t, a) => format!("(({})({}))", ty(*t), x(a)),
-            Expr::Bitcast(t, a) => format!("sk_bitcast<{}>({})", ty(*t), x(a)),
+            Expr::Cast(t, a) => format!("(({}){})", ty(*t), atom(x(a)?)),
+            Expr::Bitcast(t, a) => format!("sk_bitcast<{}>({})", ty(*t), x(a)?),
             Expr::Math(m, args) => {
-                let t = scope.ty_of(&args[0]).expect("checked");
-                let a: Vec<String> = args.iter().map(x).collect();
+                let t = scope.ty_of(&args[0]).map_err(|m| IrError::ty(self.kernel, m))?;
+                let a: Vec<String> = args.iter().map(x).collect::<Result<_, _>>()?;
                 let float = |f32name: &str, f64name: &str| {
                     format!("{}({})", if t == Ty::F64 { f64name } else { f32name }, a.join(", "))
                 };
@@ -106,30 +116,35 @@ impl CLike for Emitter<'_> {
                     (MathFn::Fma, _) => float("fmaf", "fma"),
                     (MathFn::Floor, _) => float("floorf", "floor"),
                     (MathFn::Abs, Ty::F32 | Ty::F64) => float("fabsf", "fabs"),
-                    (MathFn::Min, _) => format!("(({0}) < ({1}) ? ({0}) : ({1}))", a[0], a[1]),
-                    (MathFn::Max, _) => format!("(({0}) > ({1}) ? ({0}) : ({1}))", a[0], a[1]),
-                    (MathFn::Abs, _) => format!("(({0}) < 0 ? -({0}) : ({0}))", a[0]),
+                    // CUDA's integer overloads: each operand printed (and evaluated) once.
+                    (MathFn::Min, _) => format!("min({}, {})", a[0], a[1]),
+                    (MathFn::Max, _) => format!("max({}, {})", a[0], a[1]),
+                    (MathFn::Abs, _) => format!("abs({})", a[0]),
                 }
             }
             Expr::Intrinsic(Intrinsic::MulHi, args) => {
-                format!("__umulhi({}, {})", x(&args[0]), x(&args[1]))
+                format!("__umulhi({}, {})", x(&args[0])?, x(&args[1])?)
             }
-            Expr::Intrinsic(Intrinsic::ApproxLog, args) => format!("__logf({})", x(&args[0])),
-            Expr::Select(c, a, b) => format!("(({}) ? ({}) : ({}))", x(c), x(a), x(b)),
+            Expr::Intrinsic(Intrinsic::ApproxLog, args) => format!("__logf({})", x(&args[0])?),
+            Expr::Select(c, a, b) => format!("({} ? {} : {})", atom(x(c)?), atom(x(a)?), atom(x(b)?)),
             Expr::Call(name, args) => {
-                let args: Vec<String> = args.iter().map(x).collect();
+                let args: Vec<String> = args.iter().map(x).collect::<Result<_, _>>()?;
                 format!("{name}({})", args.join(", "))
             }
-            Expr::Component(v, i) => format!("({}).{}", x(v), ["x", "y", "z", "w"][*i as usize]),
+            Expr::Component(v, i) => format!("({}).{}", x(v)?, ["x", "y", "z", "w"][*i as usize]),
             Expr::BinValue(name, i) => format!("{name}_{i}"),
-            Expr::MakeU32x4(p) => format!("make_uint4({}, {}, {}, {})", x(&p[0]), x(&p[1]), x(&p[2]), x(&p[3])),
-        }
+            Expr::MakeU32x4(p) => format!("make_uint4({}, {}, {}, {})", x(&p[0])?, x(&p[1])?, x(&p[2])?, x(&p[3])?),
+        })
     }
 
-    fn stmt(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) {
+    fn stmt(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) -> Result<(), IrError> {
         match s {
             Stmt::Let { name, ty: t, init } => {
-                out.line(format!("{} {name} = {};", ty(*t), self.expr(init, scope)));
+                out.line(format!("{} {name} = {};", ty(*t), self.expr(init, scope)?));
+                scope.declare(name, *t);
+            }
+            Stmt::Bind { name, ty: t, value } => {
+                out.line(format!("const {} {name} = {};", ty(*t), self.expr(value, scope)?));
                 scope.declare(name, *t);
             }
             // Separate registers (an indexed array would go to local memory) and a chain of
@@ -141,10 +156,10 @@ impl CLike for Emitter<'_> {
                 scope.declare_bins(name, *t, *bins);
             }
             Stmt::AddToBin { name, bin, value } => {
-                let (t, bins) = scope.histogram(name).expect("checked");
+                let (t, bins) = scope.histogram(name).map_err(|m| IrError::ty(self.kernel, m))?;
                 out.open("{");
-                out.line(format!("const unsigned int sk_bin = {};", self.expr(bin, scope)));
-                out.line(format!("const {} sk_add = {};", ty(t), self.expr(value, scope)));
+                out.line(format!("const unsigned int sk_bin = {};", self.expr(bin, scope)?));
+                out.line(format!("const {} sk_add = {};", ty(t), self.expr(value, scope)?));
                 for i in 0..bins {
                     out.line(format!("if (sk_bin == {i}u) {{ {name}_{i} += sk_add; }}"));
                 }
@@ -155,14 +170,15 @@ impl CLike for Emitter<'_> {
             | Stmt::StoreShared { .. }
             | Stmt::If { .. }
             | Stmt::Scope(_)
+            | Stmt::Comment(_)
             | Stmt::Break
-            | Stmt::Return(_) => self.c_like(out, s, scope),
+            | Stmt::Return(_) => self.c_like(out, s, scope)?,
             Stmt::For { var, from, to, step, body } => {
-                let (from, to, step) = (self.expr(from, scope), self.expr(to, scope), self.expr(step, scope));
+                let (from, to, step) = (self.expr(from, scope)?, self.expr(to, scope)?, self.expr(step, scope)?);
                 out.open(format!("for (unsigned int {var} = {from}; {var} < {to}; {var} += {step}) {{"));
                 scope.push();
                 scope.declare(var, Ty::U32);
-                self.block(out, body, scope);
+                self.block(out, body, scope)?;
                 scope.pop();
                 out.close("}");
             }
@@ -179,7 +195,7 @@ impl CLike for Emitter<'_> {
                     (ReduceOp::Max, _) => ("sk_v = ov > sk_v ? ov : sk_v;".into(), "0u".into()),
                 };
                 out.open("{");
-                out.line(format!("{tn} sk_v = {};", self.expr(value, scope)));
+                out.line(format!("{tn} sk_v = {};", self.expr(value, scope)?));
                 let refill = vec![format!("sk_v = threadIdx.x < SK_WARPS ? {arr}[threadIdx.x] : {identity};")];
                 warp_tree(out, &[(tn, "v", arr.clone())], &combine, &refill);
                 out.line(format!("{dst} = {arr}[32];"));
@@ -189,7 +205,7 @@ impl CLike for Emitter<'_> {
             Stmt::Scan { value, out: dst } => {
                 // Inclusive scans by shuffles within each warp, then over the warp totals.
                 out.open("{");
-                out.line(format!("unsigned int sk_x = {};", self.expr(value, scope)));
+                out.line(format!("unsigned int sk_x = {};", self.expr(value, scope)?));
                 out.line("unsigned int sk_v = sk_x;");
                 let warp_scan = |out: &mut Out, lane: &str| {
                     out.open("for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {");
@@ -220,7 +236,7 @@ impl CLike for Emitter<'_> {
                 let (tn, arr, n) = (ty(*t), format!("sk_many_{}", short(*t)), values.len());
                 out.open("{");
                 for (i, v) in values.iter().enumerate() {
-                    out.line(format!("{tn} sk_m{i} = {};", self.expr(v, scope)));
+                    out.line(format!("{tn} sk_m{i} = {};", self.expr(v, scope)?));
                 }
                 out.open("for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {");
                 for i in 0..n {
@@ -251,8 +267,8 @@ impl CLike for Emitter<'_> {
                 let (tn, v) = (ty(*t), format!("sk_am_{}", short(*t)));
                 let lowest = if *t == Ty::F64 { Lit::F64(f64::NEG_INFINITY) } else { Lit::F32(f32::NEG_INFINITY) };
                 out.open("{");
-                out.line(format!("{tn} sk_v = {};", self.expr(value, scope)));
-                out.line(format!("unsigned int sk_i = {};", self.expr(index, scope)));
+                out.line(format!("{tn} sk_v = {};", self.expr(value, scope)?));
+                out.line(format!("unsigned int sk_i = {};", self.expr(index, scope)?));
                 let combine = "if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }";
                 let refill = vec![
                     format!("sk_v = threadIdx.x < SK_WARPS ? {v}[threadIdx.x] : {};", lit(lowest)),
@@ -266,6 +282,7 @@ impl CLike for Emitter<'_> {
                 out.close("}");
             }
         }
+        Ok(())
     }
 }
 
@@ -308,8 +325,12 @@ fn short(t: Ty) -> &'static str {
 }
 
 /// Prints `kernel` as a CUDA translation unit.
-pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> String {
-    assert!(default_block % 32 == 0 && default_block <= 1024, "CUDA blocks are whole warps, at most 1024 threads");
+pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> Result<String, IrError> {
+    if !default_block.is_multiple_of(32) || default_block > 1024 {
+        let message = format!("a block of {default_block}: CUDA blocks are whole warps, at most 1024 threads");
+        return Err(IrError::target(kernel, message));
+    }
+    let kernel = &crate::passes::prepare(kernel)?;
     let e = Emitter { kernel };
     let mut out = Out::default();
     for l in header("//", source).lines() {
@@ -318,16 +339,37 @@ pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> String {
     out.line(format!("// kernel `{}`: {}", kernel.name, kernel.doc));
     out.line(format!("// passes over each row: {}", kernel.passes));
     out.blank();
-    let prelude = PRELUDE.replace("#define SK_BLOCK 256", &format!("#define SK_BLOCK {default_block}"));
-    for l in prelude.lines() {
-        out.line(l);
+    let used = Collectives::of(&kernel.body);
+    let loads = |storage: Storage| {
+        any_expr(
+            kernel,
+            |e| matches!(e, Expr::Load(b, _) if kernel.buffers.iter().any(|d| d.name == *b && d.storage == storage)),
+        )
+    };
+    let (f16, bf16) = (loads(Storage::F16), loads(Storage::Bf16));
+    let infinite = |e: &Expr| match e {
+        Expr::Lit(Lit::F32(v)) => !v.is_finite(),
+        Expr::Lit(Lit::F64(v)) => !v.is_finite(),
+        _ => false,
+    };
+    // Float maxima and argmaxes start from an infinity, which is spelled with a bitcast.
+    let bitcast = bf16
+        || any_expr(kernel, |e| matches!(e, Expr::Bitcast(..)) || infinite(e))
+        || used.reduce.iter().any(|(op, t)| *op == ReduceOp::Max && matches!(t, Ty::F32 | Ty::F64))
+        || !used.argmax.is_empty();
+    let prelude = BLOCK_DEFINES.replace("#define SK_BLOCK 256", &format!("#define SK_BLOCK {default_block}"));
+    for (wanted, text) in [(true, prelude.as_str()), (bitcast, BITCAST), (f16, LOAD_F16), (bf16, LOAD_BF16)] {
+        if wanted {
+            out.blank();
+            text.lines().for_each(|l| out.line(l));
+        }
     }
     out.blank();
     for func in &kernel.functions {
         let params: Vec<String> = func.params.iter().map(|(n, t)| format!("{} {n}", ty(*t))).collect();
         out.open(format!("__device__ __forceinline__ {} {}({}) {{", ty(func.ret), func.name, params.join(", ")));
         let mut scope = Scope::new(kernel, &func.params, Some(func.ret));
-        e.block(&mut out, &func.body, &mut scope);
+        e.block(&mut out, &func.body, &mut scope)?;
         out.close("}");
     }
     out.blank();
@@ -346,7 +388,6 @@ pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> String {
     args.extend(kernel.params.iter().map(|p| format!("unsigned int {p}")));
     out.line(format!("extern \"C\" __global__ void __launch_bounds__(SK_BLOCK) {}(", kernel.name));
     out.open(format!("    {}) {{", args.join(", ")));
-    let used = Collectives::of(&kernel.body);
     for t in scratch_types(&used.reduce) {
         out.line(format!("__shared__ {} sk_red_{}[33];", ty(t), short(t)));
     }
@@ -366,7 +407,7 @@ pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> String {
         out.line(format!("__shared__ {} {}[{}];", ty(s.ty), s.name, s.len));
     }
     let mut scope = Scope::new(kernel, &[], None);
-    e.block(&mut out, &kernel.body, &mut scope);
+    e.block(&mut out, &kernel.body, &mut scope)?;
     out.close("}");
-    out.finish()
+    Ok(out.finish())
 }

@@ -67,18 +67,19 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
     manifest.push_str(&format!(
         "/// The most buffers any kernel binds: launches list their bindings in arrays this long.\npub const MAX_BUFFERS: usize = {most};\n/// The most launches (stages) any kernel takes per call.\npub const MAX_STAGES: usize = {stages};\n\n"
     ));
+    manifest.push_str(&contracts(&kernels));
     manifest.push_str("pub const KERNELS: &[KernelSource] = &[\n");
     for k in &kernels {
-        ir::check(k)?;
         let wgsl_path = format!("shaders/{}.wgsl", k.name);
         let cu_path = format!("kernels/{}.cu", k.name);
-        files.push((PathBuf::from(&wgsl_path), wgsl::emit(k, wgpu.block, SOURCE)));
-        files.push((PathBuf::from(&cu_path), cuda::emit(k, sm75.block, SOURCE)));
-        let bufs: Vec<String> = k.buffers.iter().map(|b| format!("{:?}", b.name)).collect();
+        files.push((PathBuf::from(&wgsl_path), wgsl::emit(k, wgpu.block, SOURCE)?));
+        files.push((PathBuf::from(&cu_path), cuda::emit(k, sm75.block, SOURCE)?));
+        let bindings: Vec<String> = k.buffers.iter().map(|b| format!("Binding::{}", camel(&b.name))).collect();
         manifest.push_str(&format!(
-            "    KernelSource {{\n        name: {:?},\n        wgsl: include_str!(\"../{wgsl_path}\"),\n        cuda: include_str!(\"../{cu_path}\"),\n        buffers: &[{}],\n        passes: {},\n        stages: {},\n        needs_f64: {},\n        needs_int64: {},\n    }},\n",
+            "    KernelSource {{\n        id: KernelId::{},\n        name: {:?},\n        wgsl: include_str!(\"../{wgsl_path}\"),\n        cuda: include_str!(\"../{cu_path}\"),\n        bindings: &[{}],\n        passes: {},\n        stages: {},\n        needs_f64: {},\n        needs_int64: {},\n    }},\n",
+            camel(&k.name),
             k.name,
-            bufs.join(", "),
+            bindings.join(", "),
             k.passes,
             k.stages,
             ir::uses(k, ir::Ty::F64),
@@ -89,6 +90,51 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
     manifest.push_str("];\n");
     files.push((PathBuf::from("src/generated.rs"), manifest));
     Ok(files)
+}
+
+/// `softmax_f32` as a Rust type name: `SoftmaxF32`.
+fn camel(snake: &str) -> String {
+    snake
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The typed contracts of the manifest: an id per kernel (its index in `KERNELS`) and a name per
+/// storage buffer any kernel binds, so the host picks kernels and binds buffers by name and a
+/// kernel renamed or a buffer no kernel binds any more fails to compile.
+fn contracts(kernels: &[ir::Kernel]) -> String {
+    let mut text = String::from(
+        "/// Every generated kernel: `KERNELS[id as usize]` is its source (see `KernelId::source`).\n\
+         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]\npub enum KernelId {\n",
+    );
+    for k in kernels {
+        text.push_str(&format!("    /// `{}`: {}\n    {},\n", k.name, k.doc.replace('\n', " "), camel(&k.name)));
+    }
+    text.push_str("}\n\n");
+    let mut names: Vec<&str> = Vec::new();
+    for b in kernels.iter().flat_map(|k| &k.buffers) {
+        if !names.contains(&b.name.as_str()) {
+            names.push(&b.name);
+        }
+    }
+    text.push_str(
+        "/// The storage buffers the kernels bind, by the names their IR gives them; each kernel's\n\
+         /// `bindings` lists its own in binding order.\n\
+         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]\npub enum Binding {\n",
+    );
+    for n in &names {
+        text.push_str(&format!("    /// `{n}`\n    {},\n", camel(n)));
+    }
+    text.push_str("}\n\nimpl Binding {\n    /// The buffer's name in the IR and the generated code.\n    pub const fn name(self) -> &'static str {\n        match self {\n");
+    for n in &names {
+        text.push_str(&format!("            Binding::{} => {n:?},\n", camel(n)));
+    }
+    text.push_str("        }\n    }\n}\n\n");
+    text
 }
 
 /// Writes the files, or with `check` reports every one that differs and fails.

@@ -8,7 +8,47 @@
 //! width.
 
 use std::collections::BTreeMap;
-use std::ops;
+use std::{fmt, ops};
+
+/// Why a kernel cannot be emitted: what `cargo xtask gen` reports instead of panicking.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IrError {
+    /// The kernel does not type-check, or names something it does not declare.
+    Type { kernel: String, message: String },
+    /// Two of the kernel's helpers share a name but not a body.
+    HelperClash { kernel: String, name: String },
+    /// The target cannot run the kernel as asked (its block size, its scratch).
+    Target { kernel: String, message: String },
+}
+
+impl IrError {
+    pub fn ty(kernel: &Kernel, message: impl Into<String>) -> Self {
+        IrError::Type { kernel: kernel.name.clone(), message: message.into() }
+    }
+    pub fn target(kernel: &Kernel, message: impl Into<String>) -> Self {
+        IrError::Target { kernel: kernel.name.clone(), message: message.into() }
+    }
+}
+
+impl fmt::Display for IrError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IrError::Type { kernel, message } => write!(f, "{kernel}: {message}"),
+            IrError::HelperClash { kernel, name } => {
+                write!(f, "{kernel}: two helpers are called `{name}` and differ")
+            }
+            IrError::Target { kernel, message } => write!(f, "{kernel}: the target cannot run it: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for IrError {}
+
+impl From<IrError> for String {
+    fn from(e: IrError) -> String {
+        e.to_string()
+    }
+}
 
 /// Value types. `U64` and `F64` exist where the target has them (WGSL needs SHADER_INT64 /
 /// SHADER_F64); `U32x4` is the four-word block that Philox works on.
@@ -207,6 +247,15 @@ pub enum Stmt {
         ty: Ty,
         init: Expr,
     },
+    /// Bind an immutable name to a value computed once (what the binding pass introduces for an
+    /// expression a statement uses more than once): `let` in WGSL, `const` in CUDA.
+    Bind {
+        name: String,
+        ty: Ty,
+        value: Expr,
+    },
+    /// A line of commentary in the generated code: the Rust function that built what follows.
+    Comment(String),
     Assign {
         name: String,
         value: Expr,
@@ -477,8 +526,11 @@ impl Block {
     pub fn new() -> Self {
         Self::default()
     }
-    fn nested(f: impl FnOnce(&mut Block)) -> Vec<Stmt> {
+    /// The statements `f` pushes, after a comment naming the Rust function that wrote `f`
+    /// (`builder`; [`crate::passes`] keeps it only where the builder changes).
+    fn nested(builder: String, f: impl FnOnce(&mut Block)) -> Vec<Stmt> {
         let mut b = Block::new();
+        b.stmts.push(Stmt::Comment(format!("built by {builder}")));
         f(&mut b);
         b.stmts
     }
@@ -504,18 +556,19 @@ impl Block {
         self.stmts.push(Stmt::StoreShared { arr: arr.to_string(), index, value });
     }
     pub fn if_(&mut self, cond: Expr, then: impl FnOnce(&mut Block)) {
-        self.stmts.push(Stmt::If { cond, then: Self::nested(then), els: vec![] });
+        self.stmts.push(Stmt::If { cond, then: Self::nested(builder_of(&then), then), els: vec![] });
     }
     pub fn if_else(&mut self, cond: Expr, then: impl FnOnce(&mut Block), els: impl FnOnce(&mut Block)) {
-        self.stmts.push(Stmt::If { cond, then: Self::nested(then), els: Self::nested(els) });
+        let (then_by, els_by) = (builder_of(&then), builder_of(&els));
+        self.stmts.push(Stmt::If { cond, then: Self::nested(then_by, then), els: Self::nested(els_by, els) });
     }
     /// `for (name = from; name < to; name += step)`; the closure gets the loop variable.
     pub fn for_(&mut self, name: &str, from: Expr, to: Expr, step: Expr, body: impl FnOnce(&mut Block, Expr)) {
-        let body = Self::nested(|b| body(b, var(name)));
+        let body = Self::nested(builder_of(&body), |b| body(b, var(name)));
         self.stmts.push(Stmt::For { var: name.to_string(), from, to, step, body });
     }
     pub fn scope(&mut self, body: impl FnOnce(&mut Block)) {
-        self.stmts.push(Stmt::Scope(Self::nested(body)));
+        self.stmts.push(Stmt::Scope(Self::nested(builder_of(&body), body)));
     }
     pub fn ret(&mut self, e: Expr) {
         self.stmts.push(Stmt::Return(Some(e)));
@@ -570,14 +623,25 @@ impl Block {
 }
 
 pub fn function(name: &str, params: &[(&str, Ty)], ret: Ty, body: impl FnOnce(&mut Block)) -> Function {
-    let mut b = Block::new();
-    body(&mut b);
     Function {
         name: name.to_string(),
         params: params.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
         ret,
-        body: b.stmts,
+        body: Block::nested(builder_of(&body), body),
     }
+}
+
+/// The Rust function that wrote the closure `f`, as a path under `xtask::` (`kernels::filters::
+/// sweep`): the name of a closure's type is its enclosing function's path, then `{{closure}}`.
+/// What a type's name reads like is not a stable Rust promise, but `gen --check` compares
+/// output of one toolchain.
+fn builder_of<F>(_: &F) -> String {
+    let full = std::any::type_name::<F>();
+    let mut path = full.split('<').next().unwrap_or(full);
+    while let Some(p) = path.strip_suffix("::{{closure}}") {
+        path = p;
+    }
+    path.strip_prefix("xtask::").unwrap_or(path).to_string()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -628,7 +692,7 @@ impl<'k> Scope<'k> {
             .ok_or_else(|| format!("variable `{name}` is not declared"))
     }
     fn buffer(&self, name: &str) -> Result<&BufferDecl, String> {
-        self.kernel.buffers.iter().find(|b| b.name == name).ok_or_else(|| format!("no buffer `{name}`"))
+        buffer(self.kernel, name).map_err(|_| format!("no buffer `{name}`"))
     }
     fn shared(&self, name: &str) -> Result<&SharedDecl, String> {
         self.kernel.shared.iter().find(|b| b.name == name).ok_or_else(|| format!("no workgroup array `{name}`"))
@@ -811,6 +875,14 @@ impl<'k> Scope<'k> {
                     return Err(format!("`{name}` declared twice in one scope"));
                 }
             }
+            Stmt::Bind { name, ty, value } => {
+                self.same(*ty, value)?;
+                let top = self.vars.last_mut().expect("scope");
+                if top.insert(name.clone(), *ty).is_some() {
+                    return Err(format!("`{name}` declared twice in one scope"));
+                }
+            }
+            Stmt::Comment(_) => {}
             Stmt::Assign { name, value } => self.same(self.lookup(name)?, value)?,
             Stmt::Store { buf, index, value } => {
                 let decl = self.buffer(buf)?;
@@ -907,13 +979,13 @@ pub fn size_of(t: Ty) -> u32 {
 }
 
 /// Type-checks every helper and the body, so emitters can trust types.
-pub fn check(kernel: &Kernel) -> Result<(), String> {
+pub fn check(kernel: &Kernel) -> Result<(), IrError> {
     for func in &kernel.functions {
         Scope::new(kernel, &func.params, Some(func.ret))
             .check_block(&func.body)
-            .map_err(|e| format!("{}: fn {}: {e}", kernel.name, func.name))?;
+            .map_err(|e| IrError::ty(kernel, format!("fn {}: {e}", func.name)))?;
     }
-    Scope::new(kernel, &[], None).check_block(&kernel.body).map_err(|e| format!("{}: {e}", kernel.name))
+    Scope::new(kernel, &[], None).check_block(&kernel.body).map_err(|e| IrError::ty(kernel, e))
 }
 
 /// The distinct value types of a list of reductions: one scratch array each.
@@ -970,6 +1042,8 @@ impl Collectives {
                 }
                 Stmt::For { body, .. } | Stmt::Scope(body) => self.visit(body),
                 Stmt::Let { .. }
+                | Stmt::Bind { .. }
+                | Stmt::Comment(_)
                 | Stmt::LetBins { .. }
                 | Stmt::AddToBin { .. }
                 | Stmt::Assign { .. }
@@ -990,6 +1064,7 @@ pub fn uses(kernel: &Kernel, ty: Ty) -> bool {
     fn in_stmts(stmts: &[Stmt], wide: &dyn Fn(Ty) -> bool) -> bool {
         stmts.iter().any(|s| match s {
             Stmt::Let { ty, .. }
+            | Stmt::Bind { ty, .. }
             | Stmt::LetBins { ty, .. }
             | Stmt::Reduce { ty, .. }
             | Stmt::ArgMax { ty, .. }
@@ -997,6 +1072,7 @@ pub fn uses(kernel: &Kernel, ty: Ty) -> bool {
             Stmt::If { then, els, .. } => in_stmts(then, wide) || in_stmts(els, wide),
             Stmt::For { body, .. } | Stmt::Scope(body) => in_stmts(body, wide),
             Stmt::Assign { .. }
+            | Stmt::Comment(_)
             | Stmt::AddToBin { .. }
             | Stmt::Store { .. }
             | Stmt::StoreShared { .. }
@@ -1012,4 +1088,115 @@ pub fn uses(kernel: &Kernel, ty: Ty) -> bool {
             .iter()
             .any(|f| wide(f.ret) || f.params.iter().any(|(_, t)| wide(*t)) || in_stmts(&f.body, &wide))
         || in_stmts(&kernel.body, &wide)
+}
+
+/// Calls `f` on every expression of `stmts`, outermost first, through nested blocks: what the
+/// emitters ask to learn which helpers a kernel uses.
+pub fn visit_exprs(stmts: &[Stmt], f: &mut impl FnMut(&Expr)) {
+    fn expr(e: &Expr, f: &mut impl FnMut(&Expr)) {
+        f(e);
+        for c in children(e) {
+            expr(c, f);
+        }
+    }
+    for s in stmts {
+        for e in stmt_exprs(s) {
+            expr(e, f);
+        }
+        for body in stmt_blocks(s) {
+            visit_exprs(body, f);
+        }
+    }
+}
+
+/// The direct operands of `e`.
+pub fn children(e: &Expr) -> Vec<&Expr> {
+    match e {
+        Expr::Lit(_) | Expr::Var(_) | Expr::Param(_) | Expr::Builtin(_) | Expr::BinValue(..) => vec![],
+        Expr::Load(_, i) | Expr::LoadShared(_, i) => vec![i],
+        Expr::Bin(_, a, b) => vec![a, b],
+        Expr::Un(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) | Expr::Component(a, _) => vec![a],
+        Expr::Math(_, args) | Expr::Intrinsic(_, args) | Expr::Call(_, args) => args.iter().collect(),
+        Expr::Select(c, a, b) => vec![c, a, b],
+        Expr::MakeU32x4(p) => p.iter().collect(),
+    }
+}
+
+/// The expressions a statement evaluates itself (not those of its nested blocks).
+pub fn stmt_exprs(s: &Stmt) -> Vec<&Expr> {
+    match s {
+        Stmt::Let { init: e, .. }
+        | Stmt::Bind { value: e, .. }
+        | Stmt::Assign { value: e, .. }
+        | Stmt::If { cond: e, .. }
+        | Stmt::Reduce { value: e, .. }
+        | Stmt::Scan { value: e, .. }
+        | Stmt::Return(Some(e)) => vec![e],
+        Stmt::Store { index, value, .. } | Stmt::StoreShared { index, value, .. } => vec![index, value],
+        Stmt::AddToBin { bin, value, .. } => vec![bin, value],
+        Stmt::For { from, to, step, .. } => vec![from, to, step],
+        Stmt::SumMany { values, .. } => values.iter().collect(),
+        Stmt::ArgMax { value, index, .. } => vec![value, index],
+        Stmt::LetBins { .. } | Stmt::Comment(_) | Stmt::Scope(_) | Stmt::Break | Stmt::Return(None) | Stmt::Barrier => {
+            vec![]
+        }
+    }
+}
+
+/// The blocks nested in a statement.
+pub fn stmt_blocks(s: &Stmt) -> Vec<&[Stmt]> {
+    match s {
+        Stmt::If { then, els, .. } => vec![then, els],
+        Stmt::For { body, .. } | Stmt::Scope(body) => vec![body],
+        _ => vec![],
+    }
+}
+
+/// The helpers `kernel`'s body calls, directly or through other helpers, in the kernel's order
+/// (dependencies first); an error where two helpers share a name and differ.
+pub fn used_functions(kernel: &Kernel) -> Result<Vec<&Function>, IrError> {
+    let calls = |stmts: &[Stmt]| {
+        let mut found = Vec::new();
+        visit_exprs(stmts, &mut |e| {
+            if let Expr::Call(name, _) = e {
+                found.push(name.clone());
+            }
+        });
+        found
+    };
+    let mut queue = calls(&kernel.body);
+    let mut seen: Vec<String> = Vec::new();
+    while let Some(name) = queue.pop() {
+        if seen.contains(&name) {
+            continue;
+        }
+        let mut same = kernel.functions.iter().filter(|f| f.name == name);
+        let func = same.next().ok_or_else(|| IrError::ty(kernel, format!("no function `{name}`")))?;
+        if same.any(|g| g != func) {
+            return Err(IrError::HelperClash { kernel: kernel.name.clone(), name });
+        }
+        queue.extend(calls(&func.body));
+        seen.push(name);
+    }
+    let mut out: Vec<&Function> = Vec::new();
+    for f in &kernel.functions {
+        if seen.contains(&f.name) && !out.iter().any(|g| g.name == f.name) {
+            out.push(f);
+        }
+    }
+    Ok(out)
+}
+
+/// Whether any expression of `kernel` (its body or a helper's) satisfies `pred`.
+pub fn any_expr(kernel: &Kernel, pred: impl Fn(&Expr) -> bool) -> bool {
+    let mut found = false;
+    for body in std::iter::once(&kernel.body).chain(kernel.functions.iter().map(|f| &f.body)) {
+        visit_exprs(body, &mut |e| found |= pred(e));
+    }
+    found
+}
+
+/// The declaration of buffer `name` of `kernel`.
+pub fn buffer<'k>(kernel: &'k Kernel, name: &str) -> Result<&'k BufferDecl, IrError> {
+    kernel.buffers.iter().find(|b| b.name == name).ok_or_else(|| IrError::ty(kernel, format!("no buffer `{name}`")))
 }

@@ -1,5 +1,7 @@
 //! An indenting text buffer that both emitters print into.
 
+use crate::ir::{Expr, IrError, Kernel, Scope, Stmt};
+
 #[derive(Default)]
 pub struct Out {
     text: String,
@@ -38,6 +40,42 @@ impl Out {
     }
 }
 
+/// `s` ready to be an operand: as it is where it is one token, a call or already wrapped in one
+/// pair of parentheses, else parenthesized (so the generated code carries no `((x))`).
+pub fn atom(s: String) -> String {
+    let word = |t: &str| t.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.'));
+    // Where the parenthesis opened at byte 0 closes.
+    let closing = |t: &str| {
+        let mut depth = 0usize;
+        for (i, c) in t.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Some(i);
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
+    };
+    let wrapped = s.starts_with('(') && closing(&s) == Some(s.len() - 1);
+    let call = s.ends_with(')')
+        && s.find('(').is_some_and(|open| {
+            let head = &s[..open];
+            !head.is_empty()
+                && word(head.split('<').next().unwrap_or(head))
+                && closing(&s[open..]) == Some(s.len() - 1 - open)
+        });
+    if word(&s) || wrapped || call {
+        s
+    } else {
+        format!("({s})")
+    }
+}
+
 /// The first lines of every generated file.
 pub fn header(comment: &str, source: &str) -> String {
     format!(
@@ -47,49 +85,50 @@ pub fn header(comment: &str, source: &str) -> String {
 }
 
 /// What the two emitters share: the statements WGSL and CUDA spell alike (both have C's
-/// assignments, `if`, blocks, `break` and `return`). Each emitter still matches every statement
-/// itself and hands only these to [`CLike::c_like`].
+/// assignments, `if`, blocks, comments, `break` and `return`). Each emitter still matches every
+/// statement itself and hands only these to [`CLike::c_like`].
 pub trait CLike {
-    fn expr(&self, e: &crate::ir::Expr, scope: &crate::ir::Scope) -> String;
-    fn stmt(&self, out: &mut Out, s: &crate::ir::Stmt, scope: &mut crate::ir::Scope);
+    fn kernel(&self) -> &Kernel;
+    fn expr(&self, e: &Expr, scope: &Scope) -> Result<String, IrError>;
+    fn stmt(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) -> Result<(), IrError>;
 
-    fn block(&self, out: &mut Out, stmts: &[crate::ir::Stmt], scope: &mut crate::ir::Scope) {
-        for s in stmts {
-            self.stmt(out, s, scope);
-        }
+    fn block(&self, out: &mut Out, stmts: &[Stmt], scope: &mut Scope) -> Result<(), IrError> {
+        stmts.iter().try_for_each(|s| self.stmt(out, s, scope))
     }
 
-    fn nested(&self, out: &mut Out, stmts: &[crate::ir::Stmt], scope: &mut crate::ir::Scope) {
+    fn nested(&self, out: &mut Out, stmts: &[Stmt], scope: &mut Scope) -> Result<(), IrError> {
         scope.push();
-        self.block(out, stmts, scope);
+        self.block(out, stmts, scope)?;
         scope.pop();
+        Ok(())
     }
 
-    fn c_like(&self, out: &mut Out, s: &crate::ir::Stmt, scope: &mut crate::ir::Scope) {
-        use crate::ir::Stmt;
+    fn c_like(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) -> Result<(), IrError> {
         match s {
-            Stmt::Assign { name, value } => out.line(format!("{name} = {};", self.expr(value, scope))),
+            Stmt::Assign { name, value } => out.line(format!("{name} = {};", self.expr(value, scope)?)),
             Stmt::Store { buf: name, index, value } | Stmt::StoreShared { arr: name, index, value } => {
-                out.line(format!("{name}[{}] = {};", self.expr(index, scope), self.expr(value, scope)))
+                out.line(format!("{name}[{}] = {};", self.expr(index, scope)?, self.expr(value, scope)?))
             }
             Stmt::If { cond, then, els } => {
-                out.open(format!("if ({}) {{", self.expr(cond, scope)));
-                self.nested(out, then, scope);
+                out.open(format!("if ({}) {{", self.expr(cond, scope)?));
+                self.nested(out, then, scope)?;
                 if !els.is_empty() {
                     out.reopen("} else {");
-                    self.nested(out, els, scope);
+                    self.nested(out, els, scope)?;
                 }
                 out.close("}");
             }
             Stmt::Scope(body) => {
                 out.open("{");
-                self.nested(out, body, scope);
+                self.nested(out, body, scope)?;
                 out.close("}");
             }
+            Stmt::Comment(text) => out.line(format!("// {text}")),
             Stmt::Break => out.line("break;"),
             Stmt::Return(None) => out.line("return;"),
-            Stmt::Return(Some(e)) => out.line(format!("return {};", self.expr(e, scope))),
-            other => unreachable!("{other:?} is spelled by each emitter"),
+            Stmt::Return(Some(e)) => out.line(format!("return {};", self.expr(e, scope)?)),
+            other => return Err(IrError::target(self.kernel(), format!("{other:?} is spelled by each emitter"))),
         }
+        Ok(())
     }
 }

@@ -103,7 +103,7 @@ pub fn run() -> Result<(), String> {
     println!("|---|---|---|---|---|---|---|---|---|");
     let mut spills = Vec::new();
     for k in kernels::all() {
-        let source = cuda::emit(&k, tuning::get(Target::Sm75).block, "xtask/src/kernels");
+        let source = cuda::emit(&k, tuning::get(Target::Sm75).block, "xtask/src/kernels")?;
         for sm in &SMS {
             let block = tuning::get(sm.target).block;
             let opts = cudarc::nvrtc::CompileOptions {

@@ -41,9 +41,12 @@ struct Emitter<'k> {
 }
 
 impl CLike for Emitter<'_> {
-    fn expr(&self, e: &Expr, scope: &Scope) -> String {
+    fn kernel(&self) -> &Kernel {
+        self.kernel
+    }
+    fn expr(&self, e: &Expr, scope: &Scope) -> Result<String, IrError> {
         let x = |e: &Expr| self.expr(e, scope);
-        match e {
+        Ok(match e {
             Expr::Lit(l) => lit(*l),
             Expr::Var(n) => n.clone(),
             Expr::Param(n) => format!("params.{n}"),
@@ -54,25 +57,25 @@ impl CLike for Emitter<'_> {
                 Builtin::BlockSize => "BLOCK".into(),
             },
             Expr::Load(buf, idx) => {
-                let decl = self.kernel.buffers.iter().find(|d| &d.name == buf).expect("checked");
+                let decl = buffer(self.kernel, buf)?;
                 if decl.storage.is_half() {
-                    format!("sk_load_{buf}({})", x(idx))
+                    format!("sk_load_{buf}({})", x(idx)?)
                 } else {
-                    format!("{buf}[{}]", x(idx))
+                    format!("{buf}[{}]", x(idx)?)
                 }
             }
-            Expr::LoadShared(arr, idx) => format!("{arr}[{}]", x(idx)),
-            Expr::Bin(op, a, b) => format!("({} {} {})", x(a), op.symbol(), x(b)),
+            Expr::LoadShared(arr, idx) => format!("{arr}[{}]", x(idx)?),
+            Expr::Bin(op, a, b) => format!("({} {} {})", x(a)?, op.symbol(), x(b)?),
             Expr::Un(op, a) => {
                 let s = match op {
                     UnOp::Neg => "-",
                     UnOp::Not => "!",
                     UnOp::BitNot => "~",
                 };
-                format!("({s}{})", x(a))
+                format!("({s}{})", x(a)?)
             }
-            Expr::Cast(t, a) => format!("{}({})", ty(*t), x(a)),
-            Expr::Bitcast(t, a) => format!("bitcast<{}>({})", ty(*t), x(a)),
+            Expr::Cast(t, a) => format!("{}({})", ty(*t), x(a)?),
+            Expr::Bitcast(t, a) => format!("bitcast<{}>({})", ty(*t), x(a)?),
             Expr::Math(m, args) => {
                 let name = match m {
                     MathFn::Min => "min",
@@ -81,28 +84,32 @@ impl CLike for Emitter<'_> {
                     MathFn::Floor => "floor",
                     MathFn::Abs => "abs",
                 };
-                let args: Vec<String> = args.iter().map(x).collect();
+                let args: Vec<String> = args.iter().map(x).collect::<Result<_, _>>()?;
                 format!("{name}({})", args.join(", "))
             }
             Expr::Intrinsic(Intrinsic::MulHi, args) => {
-                format!("sk_mulhi({}, {})", x(&args[0]), x(&args[1]))
+                format!("sk_mulhi({}, {})", x(&args[0])?, x(&args[1])?)
             }
-            Expr::Intrinsic(Intrinsic::ApproxLog, args) => format!("log({})", x(&args[0])),
-            Expr::Select(c, a, b) => format!("select({}, {}, {})", x(b), x(a), x(c)),
+            Expr::Intrinsic(Intrinsic::ApproxLog, args) => format!("log({})", x(&args[0])?),
+            Expr::Select(c, a, b) => format!("select({}, {}, {})", x(b)?, x(a)?, x(c)?),
             Expr::Call(name, args) => {
-                let args: Vec<String> = args.iter().map(x).collect();
+                let args: Vec<String> = args.iter().map(x).collect::<Result<_, _>>()?;
                 format!("{name}({})", args.join(", "))
             }
-            Expr::Component(v, i) => format!("{}[{i}]", x(v)),
+            Expr::Component(v, i) => format!("{}[{i}]", x(v)?),
             Expr::BinValue(name, i) => format!("{name}[{i}]"),
-            Expr::MakeU32x4(p) => format!("vec4<u32>({}, {}, {}, {})", x(&p[0]), x(&p[1]), x(&p[2]), x(&p[3])),
-        }
+            Expr::MakeU32x4(p) => format!("vec4<u32>({}, {}, {}, {})", x(&p[0])?, x(&p[1])?, x(&p[2])?, x(&p[3])?),
+        })
     }
 
-    fn stmt(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) {
+    fn stmt(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) -> Result<(), IrError> {
         match s {
             Stmt::Let { name, ty: t, init } => {
-                out.line(format!("var {name}: {} = {};", ty(*t), self.expr(init, scope)));
+                out.line(format!("var {name}: {} = {};", ty(*t), self.expr(init, scope)?));
+                scope.declare(name, *t);
+            }
+            Stmt::Bind { name, ty: t, value } => {
+                out.line(format!("let {name}: {} = {};", ty(*t), self.expr(value, scope)?));
                 scope.declare(name, *t);
             }
             // An indexed array (zeroed by WGSL): one add whatever the bin.
@@ -111,21 +118,22 @@ impl CLike for Emitter<'_> {
                 scope.declare_bins(name, *t, *bins);
             }
             Stmt::AddToBin { name, bin, value } => {
-                out.line(format!("{name}[{}] += {};", self.expr(bin, scope), self.expr(value, scope)));
+                out.line(format!("{name}[{}] += {};", self.expr(bin, scope)?, self.expr(value, scope)?));
             }
             Stmt::Assign { .. }
             | Stmt::Store { .. }
             | Stmt::StoreShared { .. }
             | Stmt::If { .. }
             | Stmt::Scope(_)
+            | Stmt::Comment(_)
             | Stmt::Break
-            | Stmt::Return(_) => self.c_like(out, s, scope),
+            | Stmt::Return(_) => self.c_like(out, s, scope)?,
             Stmt::For { var, from, to, step, body } => {
-                let (from, to, step) = (self.expr(from, scope), self.expr(to, scope), self.expr(step, scope));
+                let (from, to, step) = (self.expr(from, scope)?, self.expr(to, scope)?, self.expr(step, scope)?);
                 out.open(format!("for (var {var}: u32 = {from}; {var} < {to}; {var} = {var} + {step}) {{"));
                 scope.push();
                 scope.declare(var, Ty::U32);
-                self.block(out, body, scope);
+                self.block(out, body, scope)?;
                 scope.pop();
                 out.close("}");
             }
@@ -137,7 +145,7 @@ impl CLike for Emitter<'_> {
                     ReduceOp::Sum => format!("{arr}[sk_lid] + {arr}[sk_lid + sk_s]"),
                 };
                 out.open("{");
-                out.line(format!("{arr}[sk_lid] = {};", self.expr(value, scope)));
+                out.line(format!("{arr}[sk_lid] = {};", self.expr(value, scope)?));
                 out.line("workgroupBarrier();");
                 out.open("for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {");
                 out.open("if (sk_lid < sk_s) {");
@@ -153,7 +161,7 @@ impl CLike for Emitter<'_> {
                 // Hillis-Steele over workgroup memory: log2(BLOCK) steps, inclusive, then the
                 // invocation's own value taken back out.
                 out.open("{");
-                out.line(format!("let sk_x = {};", self.expr(value, scope)));
+                out.line(format!("let sk_x = {};", self.expr(value, scope)?));
                 out.line("sk_scan[sk_lid] = sk_x;");
                 out.line("workgroupBarrier();");
                 out.open("for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {");
@@ -181,7 +189,7 @@ impl CLike for Emitter<'_> {
                 out.line("workgroupBarrier();");
                 for (i, v) in values.iter().enumerate() {
                     out.open("{");
-                    out.line(format!("let sk_v = {};", self.expr(v, scope)));
+                    out.line(format!("let sk_v = {};", self.expr(v, scope)?));
                     if wide {
                         out.line("let sk_lo = u32(sk_v & 0xfffffffflu);");
                         out.line("let sk_hi = u32(sk_v >> 32u);");
@@ -211,8 +219,8 @@ impl CLike for Emitter<'_> {
             Stmt::ArgMax { ty: t, value, index, out_value, out_index } => {
                 let v = format!("sk_am_{}", ty(*t));
                 out.open("{");
-                out.line(format!("{v}[sk_lid] = {};", self.expr(value, scope)));
-                out.line(format!("sk_am_i[sk_lid] = {};", self.expr(index, scope)));
+                out.line(format!("{v}[sk_lid] = {};", self.expr(value, scope)?));
+                out.line(format!("sk_am_i[sk_lid] = {};", self.expr(index, scope)?));
                 out.line("workgroupBarrier();");
                 out.open("for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {");
                 out.open("if (sk_lid < sk_s) {");
@@ -231,12 +239,19 @@ impl CLike for Emitter<'_> {
                 out.close("}");
             }
         }
+        Ok(())
     }
 }
 
 /// Prints `kernel` as a WGSL module with workgroup size `block` (a power of two).
-pub fn emit(kernel: &Kernel, block: u32, source: &str) -> String {
-    assert!(block.is_power_of_two(), "the WGSL tree reduction needs a power-of-two workgroup");
+pub fn emit(kernel: &Kernel, block: u32, source: &str) -> Result<String, IrError> {
+    if !block.is_power_of_two() {
+        return Err(IrError::target(
+            kernel,
+            format!("a workgroup of {block}: the tree reduction needs a power of two"),
+        ));
+    }
+    let kernel = &crate::passes::prepare(kernel)?;
     let e = Emitter { kernel, block };
     let mut out = Out::default();
     for l in header("//", source).lines() {
@@ -282,7 +297,12 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> String {
     }
     // One pair of atomic arrays serves every SumMany (u32 sums use the low half only).
     if let Some(n) = used.sum_many.iter().map(|(_, n)| *n).max() {
-        assert!(n as u32 <= block, "a SumMany zeroes one slot per invocation");
+        if n as u32 > block {
+            return Err(IrError::target(
+                kernel,
+                format!("a sum of {n} values zeroes one slot per invocation of {block}"),
+            ));
+        }
         out.line(format!("var<workgroup> sk_sum_lo: array<atomic<u32>, {n}>;"));
         out.line(format!("var<workgroup> sk_sum_hi: array<atomic<u32>, {n}>;"));
     }
@@ -291,16 +311,19 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> String {
     }
     out.blank();
 
-    // Helpers the lowering needs.
-    out.open("fn sk_mulhi(a: u32, b: u32) -> u32 {");
-    out.line("let ll = (a & 0xffffu) * (b & 0xffffu);");
-    out.line("let lh = (a & 0xffffu) * (b >> 16u);");
-    out.line("let hl = (a >> 16u) * (b & 0xffffu);");
-    out.line("let hh = (a >> 16u) * (b >> 16u);");
-    out.line("let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);");
-    out.line("return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);");
-    out.close("}");
-    for buf in kernel.buffers.iter().filter(|b| b.storage.is_half()) {
+    // Helpers the lowering needs, where the kernel uses them.
+    if any_expr(kernel, |e| matches!(e, Expr::Intrinsic(Intrinsic::MulHi, _))) {
+        out.open("fn sk_mulhi(a: u32, b: u32) -> u32 {");
+        out.line("let ll = (a & 0xffffu) * (b & 0xffffu);");
+        out.line("let lh = (a & 0xffffu) * (b >> 16u);");
+        out.line("let hl = (a >> 16u) * (b & 0xffffu);");
+        out.line("let hh = (a >> 16u) * (b >> 16u);");
+        out.line("let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);");
+        out.line("return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);");
+        out.close("}");
+    }
+    let loaded = |buf: &BufferDecl| any_expr(kernel, |e| matches!(e, Expr::Load(b, _) if *b == buf.name));
+    for buf in kernel.buffers.iter().filter(|b| b.storage.is_half() && loaded(b)) {
         out.open(format!("fn sk_load_{}(i: u32) -> f32 {{", buf.name));
         out.line(format!("let w = {}[i >> 1u];", buf.name));
         match buf.storage {
@@ -317,7 +340,7 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> String {
             out.line(format!("var {n}: {} = {n}_in;", ty(*t)));
         }
         let mut scope = Scope::new(kernel, &func.params, Some(func.ret));
-        e.block(&mut out, &func.body, &mut scope);
+        e.block(&mut out, &func.body, &mut scope)?;
         out.close("}");
     }
     out.blank();
@@ -327,7 +350,7 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> String {
          @builtin(num_workgroups) sk_nwg: vec3<u32>) {",
     );
     let mut scope = Scope::new(kernel, &[], None);
-    e.block(&mut out, &kernel.body, &mut scope);
+    e.block(&mut out, &kernel.body, &mut scope)?;
     out.close("}");
-    out.finish()
+    Ok(out.finish())
 }
