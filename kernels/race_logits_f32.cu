@@ -207,6 +207,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
     __shared__ unsigned int sk_red_u32[33];
     __shared__ float sk_am_f32[33];
     __shared__ unsigned int sk_am_i[33];
+    __shared__ unsigned int race_key[4];
     unsigned int parts = (((flags >> 16u)) > (1u) ? ((flags >> 16u)) : (1u));
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         unsigned int row_slot = (slot / parts);
@@ -234,257 +235,369 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
         unsigned int up1_i = 4294967295u;
         float up2 = sk_bitcast<float>(4286578688u);
         if (noisy) {
-            for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
-                {
-                    unsigned int col = (c0 + 0u);
-                    if ((col < col_hi)) {
-                        float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
-                        float za = (xv * rcp_t);
-                        if ((fabsf(za) < (1.7014118e38f))) {
-                            float un = sk_uniform((w).x);
-                            float tn = ((1.0f) - un);
-                            float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
-                            float an = (za - __logf(en));
-                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                            lo_best = fmaxf(lo_best, (an - dn));
-                            if (((an + dn) > up1)) {
-                                up2 = up1;
-                                up1 = (an + dn);
-                                up1_i = col;
-                            } else {
-                                up2 = fmaxf(up2, (an + dn));
-                            }
-                            if (((flags & 1u) != 0u)) {
-                                if (((xv / temp) > m)) {
-                                    s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
-                                    m = (xv / temp);
-                                } else {
-                                    if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
-                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
-                                    }
-                                }
-                            }
+            if ((threadIdx.x == 0u)) {
+                race_key[0u] = rows[((row * 12u) + 8u)];
+                race_key[1u] = rows[((row * 12u) + 9u)];
+                race_key[2u] = rows[((row * 12u) + 10u)];
+                race_key[3u] = rows[((row * 12u) + 11u)];
+            }
+            __syncthreads();
+            {
+                unsigned int c0 = (col_lo + (threadIdx.x * 4u));
+                float qmax = sk_bitcast<float>(4286578688u);
+                float x0 = sk_bitcast<float>(4286578688u);
+                if (((c0 + 0u) < col_hi)) {
+                    x0 = ((((sk_bitcast<unsigned int>(x[(base + (c0 + 0u))]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + (c0 + 0u))]));
+                }
+                qmax = fmaxf(qmax, (x0 * rcp_t));
+                if (((flags & 1u) != 0u)) {
+                    float lse_v = (x0 / temp);
+                    if ((lse_v < sk_bitcast<float>(2139095040u))) {
+                        if ((lse_v > m)) {
+                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                            m = lse_v;
                         } else {
-                            float sv = (xv / temp);
-                            if ((sv == sk_bitcast<float>(2139095040u))) {
-                                top_n = (top_n + 1u);
-                                if (((sk_gumbel((w).x) > top) || (top_i == 4294967295u))) {
-                                    top = sk_gumbel((w).x);
-                                    top_i = col;
-                                }
-                            } else {
-                                float score = (sv + sk_gumbel((w).x));
-                                if ((score > sk_bitcast<float>(4286578688u))) {
-                                    lo_best = fmaxf(lo_best, score);
-                                    if ((score > up1)) {
-                                        up2 = up1;
-                                        up1 = score;
-                                        up1_i = col;
-                                    } else {
-                                        up2 = fmaxf(up2, score);
-                                    }
-                                }
-                                if (((flags & 1u) != 0u)) {
-                                    if ((sv > m)) {
-                                        s = ((s * sk_exp((m - sv))) + (1.0f));
-                                        m = sv;
-                                    } else {
-                                        if ((sv > sk_bitcast<float>(4286578688u))) {
-                                            s = (s + ((1.0f) * sk_exp((sv - m))));
-                                        }
-                                    }
-                                }
+                            if ((lse_v > sk_bitcast<float>(4286578688u))) {
+                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
                             }
                         }
                     }
                 }
-                {
-                    unsigned int col = (c0 + 1u);
-                    if ((col < col_hi)) {
-                        float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
-                        float za = (xv * rcp_t);
-                        if ((fabsf(za) < (1.7014118e38f))) {
-                            float un = sk_uniform((w).y);
-                            float tn = ((1.0f) - un);
-                            float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
-                            float an = (za - __logf(en));
-                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                            lo_best = fmaxf(lo_best, (an - dn));
-                            if (((an + dn) > up1)) {
-                                up2 = up1;
-                                up1 = (an + dn);
-                                up1_i = col;
-                            } else {
-                                up2 = fmaxf(up2, (an + dn));
-                            }
-                            if (((flags & 1u) != 0u)) {
-                                if (((xv / temp) > m)) {
-                                    s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
-                                    m = (xv / temp);
-                                } else {
-                                    if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
-                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
-                                    }
-                                }
-                            }
+                float x1 = sk_bitcast<float>(4286578688u);
+                if (((c0 + 1u) < col_hi)) {
+                    x1 = ((((sk_bitcast<unsigned int>(x[(base + (c0 + 1u))]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + (c0 + 1u))]));
+                }
+                qmax = fmaxf(qmax, (x1 * rcp_t));
+                if (((flags & 1u) != 0u)) {
+                    float lse_v = (x1 / temp);
+                    if ((lse_v < sk_bitcast<float>(2139095040u))) {
+                        if ((lse_v > m)) {
+                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                            m = lse_v;
                         } else {
-                            float sv = (xv / temp);
-                            if ((sv == sk_bitcast<float>(2139095040u))) {
-                                top_n = (top_n + 1u);
-                                if (((sk_gumbel((w).y) > top) || (top_i == 4294967295u))) {
-                                    top = sk_gumbel((w).y);
-                                    top_i = col;
-                                }
-                            } else {
-                                float score = (sv + sk_gumbel((w).y));
-                                if ((score > sk_bitcast<float>(4286578688u))) {
-                                    lo_best = fmaxf(lo_best, score);
-                                    if ((score > up1)) {
-                                        up2 = up1;
-                                        up1 = score;
-                                        up1_i = col;
-                                    } else {
-                                        up2 = fmaxf(up2, score);
-                                    }
-                                }
-                                if (((flags & 1u) != 0u)) {
-                                    if ((sv > m)) {
-                                        s = ((s * sk_exp((m - sv))) + (1.0f));
-                                        m = sv;
-                                    } else {
-                                        if ((sv > sk_bitcast<float>(4286578688u))) {
-                                            s = (s + ((1.0f) * sk_exp((sv - m))));
-                                        }
-                                    }
-                                }
+                            if ((lse_v > sk_bitcast<float>(4286578688u))) {
+                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
                             }
                         }
                     }
                 }
-                {
-                    unsigned int col = (c0 + 2u);
-                    if ((col < col_hi)) {
-                        float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
-                        float za = (xv * rcp_t);
-                        if ((fabsf(za) < (1.7014118e38f))) {
-                            float un = sk_uniform((w).z);
-                            float tn = ((1.0f) - un);
-                            float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
-                            float an = (za - __logf(en));
-                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                            lo_best = fmaxf(lo_best, (an - dn));
-                            if (((an + dn) > up1)) {
-                                up2 = up1;
-                                up1 = (an + dn);
-                                up1_i = col;
-                            } else {
-                                up2 = fmaxf(up2, (an + dn));
-                            }
-                            if (((flags & 1u) != 0u)) {
-                                if (((xv / temp) > m)) {
-                                    s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
-                                    m = (xv / temp);
-                                } else {
-                                    if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
-                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
-                                    }
-                                }
-                            }
+                float x2 = sk_bitcast<float>(4286578688u);
+                if (((c0 + 2u) < col_hi)) {
+                    x2 = ((((sk_bitcast<unsigned int>(x[(base + (c0 + 2u))]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + (c0 + 2u))]));
+                }
+                qmax = fmaxf(qmax, (x2 * rcp_t));
+                if (((flags & 1u) != 0u)) {
+                    float lse_v = (x2 / temp);
+                    if ((lse_v < sk_bitcast<float>(2139095040u))) {
+                        if ((lse_v > m)) {
+                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                            m = lse_v;
                         } else {
-                            float sv = (xv / temp);
-                            if ((sv == sk_bitcast<float>(2139095040u))) {
-                                top_n = (top_n + 1u);
-                                if (((sk_gumbel((w).z) > top) || (top_i == 4294967295u))) {
-                                    top = sk_gumbel((w).z);
-                                    top_i = col;
-                                }
-                            } else {
-                                float score = (sv + sk_gumbel((w).z));
-                                if ((score > sk_bitcast<float>(4286578688u))) {
-                                    lo_best = fmaxf(lo_best, score);
-                                    if ((score > up1)) {
-                                        up2 = up1;
-                                        up1 = score;
-                                        up1_i = col;
-                                    } else {
-                                        up2 = fmaxf(up2, score);
-                                    }
-                                }
-                                if (((flags & 1u) != 0u)) {
-                                    if ((sv > m)) {
-                                        s = ((s * sk_exp((m - sv))) + (1.0f));
-                                        m = sv;
-                                    } else {
-                                        if ((sv > sk_bitcast<float>(4286578688u))) {
-                                            s = (s + ((1.0f) * sk_exp((sv - m))));
-                                        }
-                                    }
-                                }
+                            if ((lse_v > sk_bitcast<float>(4286578688u))) {
+                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
                             }
                         }
                     }
                 }
-                {
-                    unsigned int col = (c0 + 3u);
-                    if ((col < col_hi)) {
-                        float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
-                        float za = (xv * rcp_t);
-                        if ((fabsf(za) < (1.7014118e38f))) {
-                            float un = sk_uniform((w).w);
-                            float tn = ((1.0f) - un);
-                            float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
-                            float an = (za - __logf(en));
-                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                            lo_best = fmaxf(lo_best, (an - dn));
-                            if (((an + dn) > up1)) {
-                                up2 = up1;
-                                up1 = (an + dn);
-                                up1_i = col;
-                            } else {
-                                up2 = fmaxf(up2, (an + dn));
-                            }
-                            if (((flags & 1u) != 0u)) {
-                                if (((xv / temp) > m)) {
-                                    s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
-                                    m = (xv / temp);
-                                } else {
-                                    if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
-                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
-                                    }
-                                }
-                            }
+                float x3 = sk_bitcast<float>(4286578688u);
+                if (((c0 + 3u) < col_hi)) {
+                    x3 = ((((sk_bitcast<unsigned int>(x[(base + (c0 + 3u))]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + (c0 + 3u))]));
+                }
+                qmax = fmaxf(qmax, (x3 * rcp_t));
+                if (((flags & 1u) != 0u)) {
+                    float lse_v = (x3 / temp);
+                    if ((lse_v < sk_bitcast<float>(2139095040u))) {
+                        if ((lse_v > m)) {
+                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                            m = lse_v;
                         } else {
-                            float sv = (xv / temp);
-                            if ((sv == sk_bitcast<float>(2139095040u))) {
-                                top_n = (top_n + 1u);
-                                if (((sk_gumbel((w).w) > top) || (top_i == 4294967295u))) {
-                                    top = sk_gumbel((w).w);
-                                    top_i = col;
-                                }
-                            } else {
-                                float score = (sv + sk_gumbel((w).w));
-                                if ((score > sk_bitcast<float>(4286578688u))) {
-                                    lo_best = fmaxf(lo_best, score);
-                                    if ((score > up1)) {
-                                        up2 = up1;
-                                        up1 = score;
-                                        up1_i = col;
-                                    } else {
-                                        up2 = fmaxf(up2, score);
-                                    }
-                                }
-                                if (((flags & 1u) != 0u)) {
-                                    if ((sv > m)) {
-                                        s = ((s * sk_exp((m - sv))) + (1.0f));
-                                        m = sv;
-                                    } else {
-                                        if ((sv > sk_bitcast<float>(4286578688u))) {
-                                            s = (s + ((1.0f) * sk_exp((sv - m))));
-                                        }
-                                    }
-                                }
+                            if ((lse_v > sk_bitcast<float>(4286578688u))) {
+                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
                             }
+                        }
+                    }
+                }
+                if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
+                    w = sk_philox(make_uint4((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
+                    {
+                        float za = (x0 * rcp_t);
+                        float un = sk_uniform((w).x);
+                        float tn = ((1.0f) - un);
+                        float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                        float an = (za - __logf(en));
+                        float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                        bool in_range = (fabsf(za) < (1.7014118e38f));
+                        lo_best = fmaxf(lo_best, ((in_range) ? ((an - dn)) : (sk_bitcast<float>(4286578688u))));
+                        if ((((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u))) > up1)) {
+                            up2 = up1;
+                            up1 = ((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u)));
+                            up1_i = (c0 + 0u);
+                        } else {
+                            up2 = fmaxf(up2, ((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u))));
+                        }
+                        if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                            up1 = sk_bitcast<float>(2139095040u);
+                            up1_i = (c0 + 0u);
+                            up2 = sk_bitcast<float>(2139095040u);
+                        }
+                    }
+                    {
+                        float za = (x1 * rcp_t);
+                        float un = sk_uniform((w).y);
+                        float tn = ((1.0f) - un);
+                        float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                        float an = (za - __logf(en));
+                        float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                        bool in_range = (fabsf(za) < (1.7014118e38f));
+                        lo_best = fmaxf(lo_best, ((in_range) ? ((an - dn)) : (sk_bitcast<float>(4286578688u))));
+                        if ((((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u))) > up1)) {
+                            up2 = up1;
+                            up1 = ((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u)));
+                            up1_i = (c0 + 1u);
+                        } else {
+                            up2 = fmaxf(up2, ((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u))));
+                        }
+                        if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                            up1 = sk_bitcast<float>(2139095040u);
+                            up1_i = (c0 + 1u);
+                            up2 = sk_bitcast<float>(2139095040u);
+                        }
+                    }
+                    {
+                        float za = (x2 * rcp_t);
+                        float un = sk_uniform((w).z);
+                        float tn = ((1.0f) - un);
+                        float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                        float an = (za - __logf(en));
+                        float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                        bool in_range = (fabsf(za) < (1.7014118e38f));
+                        lo_best = fmaxf(lo_best, ((in_range) ? ((an - dn)) : (sk_bitcast<float>(4286578688u))));
+                        if ((((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u))) > up1)) {
+                            up2 = up1;
+                            up1 = ((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u)));
+                            up1_i = (c0 + 2u);
+                        } else {
+                            up2 = fmaxf(up2, ((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u))));
+                        }
+                        if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                            up1 = sk_bitcast<float>(2139095040u);
+                            up1_i = (c0 + 2u);
+                            up2 = sk_bitcast<float>(2139095040u);
+                        }
+                    }
+                    {
+                        float za = (x3 * rcp_t);
+                        float un = sk_uniform((w).w);
+                        float tn = ((1.0f) - un);
+                        float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                        float an = (za - __logf(en));
+                        float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                        bool in_range = (fabsf(za) < (1.7014118e38f));
+                        lo_best = fmaxf(lo_best, ((in_range) ? ((an - dn)) : (sk_bitcast<float>(4286578688u))));
+                        if ((((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u))) > up1)) {
+                            up2 = up1;
+                            up1 = ((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u)));
+                            up1_i = (c0 + 3u);
+                        } else {
+                            up2 = fmaxf(up2, ((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u))));
+                        }
+                        if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                            up1 = sk_bitcast<float>(2139095040u);
+                            up1_i = (c0 + 3u);
+                            up2 = sk_bitcast<float>(2139095040u);
+                        }
+                    }
+                }
+            }
+            float floor_first = (0.0f);
+            {
+                float sk_v = lo_best;
+                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                    sk_v = fmaxf(sk_v, ov);
+                }
+                if ((threadIdx.x & 31u) == 0u) {
+                    sk_red_f32[threadIdx.x >> 5] = sk_v;
+                }
+                __syncthreads();
+                if (threadIdx.x < 32u) {
+                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = fmaxf(sk_v, ov);
+                    }
+                    if (threadIdx.x == 0u) {
+                        sk_red_f32[32] = sk_v;
+                    }
+                }
+                __syncthreads();
+                floor_first = sk_red_f32[32];
+                __syncthreads();
+            }
+            lo_best = floor_first;
+            for (unsigned int cb = (col_lo + (((unsigned int)SK_BLOCK) * 4u)); cb < col_hi; cb += (((unsigned int)SK_BLOCK) * 4u)) {
+                unsigned int c0 = (cb + (threadIdx.x * 4u));
+                float qmax = sk_bitcast<float>(4286578688u);
+                float x0 = sk_bitcast<float>(4286578688u);
+                if (((c0 + 0u) < col_hi)) {
+                    x0 = ((((sk_bitcast<unsigned int>(x[(base + (c0 + 0u))]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + (c0 + 0u))]));
+                }
+                qmax = fmaxf(qmax, (x0 * rcp_t));
+                if (((flags & 1u) != 0u)) {
+                    float lse_v = (x0 / temp);
+                    if ((lse_v < sk_bitcast<float>(2139095040u))) {
+                        if ((lse_v > m)) {
+                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                            m = lse_v;
+                        } else {
+                            if ((lse_v > sk_bitcast<float>(4286578688u))) {
+                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
+                            }
+                        }
+                    }
+                }
+                float x1 = sk_bitcast<float>(4286578688u);
+                if (((c0 + 1u) < col_hi)) {
+                    x1 = ((((sk_bitcast<unsigned int>(x[(base + (c0 + 1u))]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + (c0 + 1u))]));
+                }
+                qmax = fmaxf(qmax, (x1 * rcp_t));
+                if (((flags & 1u) != 0u)) {
+                    float lse_v = (x1 / temp);
+                    if ((lse_v < sk_bitcast<float>(2139095040u))) {
+                        if ((lse_v > m)) {
+                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                            m = lse_v;
+                        } else {
+                            if ((lse_v > sk_bitcast<float>(4286578688u))) {
+                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
+                            }
+                        }
+                    }
+                }
+                float x2 = sk_bitcast<float>(4286578688u);
+                if (((c0 + 2u) < col_hi)) {
+                    x2 = ((((sk_bitcast<unsigned int>(x[(base + (c0 + 2u))]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + (c0 + 2u))]));
+                }
+                qmax = fmaxf(qmax, (x2 * rcp_t));
+                if (((flags & 1u) != 0u)) {
+                    float lse_v = (x2 / temp);
+                    if ((lse_v < sk_bitcast<float>(2139095040u))) {
+                        if ((lse_v > m)) {
+                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                            m = lse_v;
+                        } else {
+                            if ((lse_v > sk_bitcast<float>(4286578688u))) {
+                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
+                            }
+                        }
+                    }
+                }
+                float x3 = sk_bitcast<float>(4286578688u);
+                if (((c0 + 3u) < col_hi)) {
+                    x3 = ((((sk_bitcast<unsigned int>(x[(base + (c0 + 3u))]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + (c0 + 3u))]));
+                }
+                qmax = fmaxf(qmax, (x3 * rcp_t));
+                if (((flags & 1u) != 0u)) {
+                    float lse_v = (x3 / temp);
+                    if ((lse_v < sk_bitcast<float>(2139095040u))) {
+                        if ((lse_v > m)) {
+                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                            m = lse_v;
+                        } else {
+                            if ((lse_v > sk_bitcast<float>(4286578688u))) {
+                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
+                            }
+                        }
+                    }
+                }
+                if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
+                    w = sk_philox(make_uint4((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
+                    {
+                        float za = (x0 * rcp_t);
+                        float un = sk_uniform((w).x);
+                        float tn = ((1.0f) - un);
+                        float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                        float an = (za - __logf(en));
+                        float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                        bool in_range = (fabsf(za) < (1.7014118e38f));
+                        lo_best = fmaxf(lo_best, ((in_range) ? ((an - dn)) : (sk_bitcast<float>(4286578688u))));
+                        if ((((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u))) > up1)) {
+                            up2 = up1;
+                            up1 = ((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u)));
+                            up1_i = (c0 + 0u);
+                        } else {
+                            up2 = fmaxf(up2, ((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u))));
+                        }
+                        if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                            up1 = sk_bitcast<float>(2139095040u);
+                            up1_i = (c0 + 0u);
+                            up2 = sk_bitcast<float>(2139095040u);
+                        }
+                    }
+                    {
+                        float za = (x1 * rcp_t);
+                        float un = sk_uniform((w).y);
+                        float tn = ((1.0f) - un);
+                        float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                        float an = (za - __logf(en));
+                        float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                        bool in_range = (fabsf(za) < (1.7014118e38f));
+                        lo_best = fmaxf(lo_best, ((in_range) ? ((an - dn)) : (sk_bitcast<float>(4286578688u))));
+                        if ((((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u))) > up1)) {
+                            up2 = up1;
+                            up1 = ((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u)));
+                            up1_i = (c0 + 1u);
+                        } else {
+                            up2 = fmaxf(up2, ((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u))));
+                        }
+                        if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                            up1 = sk_bitcast<float>(2139095040u);
+                            up1_i = (c0 + 1u);
+                            up2 = sk_bitcast<float>(2139095040u);
+                        }
+                    }
+                    {
+                        float za = (x2 * rcp_t);
+                        float un = sk_uniform((w).z);
+                        float tn = ((1.0f) - un);
+                        float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                        float an = (za - __logf(en));
+                        float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                        bool in_range = (fabsf(za) < (1.7014118e38f));
+                        lo_best = fmaxf(lo_best, ((in_range) ? ((an - dn)) : (sk_bitcast<float>(4286578688u))));
+                        if ((((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u))) > up1)) {
+                            up2 = up1;
+                            up1 = ((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u)));
+                            up1_i = (c0 + 2u);
+                        } else {
+                            up2 = fmaxf(up2, ((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u))));
+                        }
+                        if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                            up1 = sk_bitcast<float>(2139095040u);
+                            up1_i = (c0 + 2u);
+                            up2 = sk_bitcast<float>(2139095040u);
+                        }
+                    }
+                    {
+                        float za = (x3 * rcp_t);
+                        float un = sk_uniform((w).w);
+                        float tn = ((1.0f) - un);
+                        float en = (((tn < (0.015625f))) ? ((tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f)))))) : ((-__logf(un))));
+                        float an = (za - __logf(en));
+                        float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                        bool in_range = (fabsf(za) < (1.7014118e38f));
+                        lo_best = fmaxf(lo_best, ((in_range) ? ((an - dn)) : (sk_bitcast<float>(4286578688u))));
+                        if ((((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u))) > up1)) {
+                            up2 = up1;
+                            up1 = ((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u)));
+                            up1_i = (c0 + 3u);
+                        } else {
+                            up2 = fmaxf(up2, ((in_range) ? ((an + dn)) : (sk_bitcast<float>(4286578688u))));
+                        }
+                        if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                            up1 = sk_bitcast<float>(2139095040u);
+                            up1_i = (c0 + 3u);
+                            up2 = sk_bitcast<float>(2139095040u);
                         }
                     }
                 }
@@ -522,18 +635,30 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
             }
             if ((up2 >= screen_floor)) {
                 best = sk_bitcast<float>(4286578688u);
+                top = sk_bitcast<float>(4286578688u);
                 best_i = 4294967295u;
+                top_i = 4294967295u;
+                top_n = 0u;
                 for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {
-                            float sv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
-                            if ((sv < sk_bitcast<float>(2139095040u))) {
-                                if ((((sv + sk_gumbel((w).x)) > best) || (best_i == 4294967295u))) {
-                                    best = (sv + sk_gumbel((w).x));
-                                    best_i = col;
-                                    best_z = sv;
+                            float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
+                            if ((((xv * rcp_t) > sk_bitcast<float>(4286578688u)) && (((((xv * rcp_t) + (fabsf((xv * rcp_t)) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || ((xv * rcp_t) >= (1.7014118e38f))))) {
+                                unsigned int wj = ((((col & 3u) == 0u)) ? ((sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).x) : (((((col & 3u) == 1u)) ? ((sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).y) : (((((col & 3u) == 2u)) ? ((sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).z) : ((sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).w))))));
+                                float sv = (xv / temp);
+                                if ((sv == sk_bitcast<float>(2139095040u))) {
+                                    top_n = (top_n + 1u);
+                                    if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                                        top = sk_gumbel(wj);
+                                        top_i = col;
+                                    }
+                                } else {
+                                    if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                                        best = (sv + sk_gumbel(wj));
+                                        best_i = col;
+                                        best_z = sv;
+                                    }
                                 }
                             }
                         }
@@ -541,12 +666,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                     {
                         unsigned int col = (c0 + 1u);
                         if ((col < col_hi)) {
-                            float sv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
-                            if ((sv < sk_bitcast<float>(2139095040u))) {
-                                if ((((sv + sk_gumbel((w).y)) > best) || (best_i == 4294967295u))) {
-                                    best = (sv + sk_gumbel((w).y));
-                                    best_i = col;
-                                    best_z = sv;
+                            float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
+                            if ((((xv * rcp_t) > sk_bitcast<float>(4286578688u)) && (((((xv * rcp_t) + (fabsf((xv * rcp_t)) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || ((xv * rcp_t) >= (1.7014118e38f))))) {
+                                unsigned int wj = ((((col & 3u) == 0u)) ? ((sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).x) : (((((col & 3u) == 1u)) ? ((sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).y) : (((((col & 3u) == 2u)) ? ((sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).z) : ((sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).w))))));
+                                float sv = (xv / temp);
+                                if ((sv == sk_bitcast<float>(2139095040u))) {
+                                    top_n = (top_n + 1u);
+                                    if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                                        top = sk_gumbel(wj);
+                                        top_i = col;
+                                    }
+                                } else {
+                                    if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                                        best = (sv + sk_gumbel(wj));
+                                        best_i = col;
+                                        best_z = sv;
+                                    }
                                 }
                             }
                         }
@@ -554,12 +689,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                     {
                         unsigned int col = (c0 + 2u);
                         if ((col < col_hi)) {
-                            float sv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
-                            if ((sv < sk_bitcast<float>(2139095040u))) {
-                                if ((((sv + sk_gumbel((w).z)) > best) || (best_i == 4294967295u))) {
-                                    best = (sv + sk_gumbel((w).z));
-                                    best_i = col;
-                                    best_z = sv;
+                            float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
+                            if ((((xv * rcp_t) > sk_bitcast<float>(4286578688u)) && (((((xv * rcp_t) + (fabsf((xv * rcp_t)) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || ((xv * rcp_t) >= (1.7014118e38f))))) {
+                                unsigned int wj = ((((col & 3u) == 0u)) ? ((sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).x) : (((((col & 3u) == 1u)) ? ((sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).y) : (((((col & 3u) == 2u)) ? ((sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).z) : ((sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).w))))));
+                                float sv = (xv / temp);
+                                if ((sv == sk_bitcast<float>(2139095040u))) {
+                                    top_n = (top_n + 1u);
+                                    if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                                        top = sk_gumbel(wj);
+                                        top_i = col;
+                                    }
+                                } else {
+                                    if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                                        best = (sv + sk_gumbel(wj));
+                                        best_i = col;
+                                        best_z = sv;
+                                    }
                                 }
                             }
                         }
@@ -567,12 +712,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                     {
                         unsigned int col = (c0 + 3u);
                         if ((col < col_hi)) {
-                            float sv = (((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)])) / temp);
-                            if ((sv < sk_bitcast<float>(2139095040u))) {
-                                if ((((sv + sk_gumbel((w).w)) > best) || (best_i == 4294967295u))) {
-                                    best = (sv + sk_gumbel((w).w));
-                                    best_i = col;
-                                    best_z = sv;
+                            float xv = ((((sk_bitcast<unsigned int>(x[(base + col)]) & 2147483647u) > 2139095040u)) ? (sk_bitcast<float>(4286578688u)) : (x[(base + col)]));
+                            if ((((xv * rcp_t) > sk_bitcast<float>(4286578688u)) && (((((xv * rcp_t) + (fabsf((xv * rcp_t)) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || ((xv * rcp_t) >= (1.7014118e38f))))) {
+                                unsigned int wj = ((((col & 3u) == 0u)) ? ((sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).x) : (((((col & 3u) == 1u)) ? ((sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).y) : (((((col & 3u) == 2u)) ? ((sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).z) : ((sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])).w))))));
+                                float sv = (xv / temp);
+                                if ((sv == sk_bitcast<float>(2139095040u))) {
+                                    top_n = (top_n + 1u);
+                                    if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                                        top = sk_gumbel(wj);
+                                        top_i = col;
+                                    }
+                                } else {
+                                    if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                                        best = (sv + sk_gumbel(wj));
+                                        best_i = col;
+                                        best_z = sv;
+                                    }
                                 }
                             }
                         }

@@ -24,6 +24,7 @@ var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
+var<workgroup> race_key: array<u32, 4>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
     let ll = (a & 0xffffu) * (b & 0xffffu);
@@ -247,257 +248,357 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var up1_i: u32 = 4294967295u;
         var up2: f32 = bitcast<f32>(4286578688u);
         if (noisy) {
-            for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
-                {
-                    var col: u32 = (c0 + 0u);
-                    if ((col < col_hi)) {
-                        var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
-                        var za: f32 = (xv * rcp_t);
-                        if ((abs(za) < (1.7014118e38f))) {
-                            var un: f32 = sk_uniform(w[0]);
-                            var tn: f32 = ((1.0f) - un);
-                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                            var an: f32 = (za - log(en));
-                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                            lo_best = max(lo_best, (an - dn));
-                            if (((an + dn) > up1)) {
-                                up2 = up1;
-                                up1 = (an + dn);
-                                up1_i = col;
-                            } else {
-                                up2 = max(up2, (an + dn));
-                            }
-                            if (((params.flags & 1u) != 0u)) {
-                                if (((xv / temp) > m)) {
-                                    s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
-                                    m = (xv / temp);
-                                } else {
-                                    if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
-                                    }
-                                }
-                            }
+            if ((sk_lid == 0u)) {
+                race_key[0u] = rows[((row * 12u) + 8u)];
+                race_key[1u] = rows[((row * 12u) + 9u)];
+                race_key[2u] = rows[((row * 12u) + 10u)];
+                race_key[3u] = rows[((row * 12u) + 11u)];
+            }
+            workgroupBarrier();
+            {
+                var c0: u32 = (col_lo + (sk_lid * 4u));
+                var qmax: f32 = bitcast<f32>(4286578688u);
+                var x0: f32 = bitcast<f32>(4286578688u);
+                if (((c0 + 0u) < col_hi)) {
+                    x0 = select(x[(base + (c0 + 0u))], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + (c0 + 0u))]) & 2147483647u) > 2139095040u));
+                }
+                qmax = max(qmax, (x0 * rcp_t));
+                if (((params.flags & 1u) != 0u)) {
+                    var lse_v: f32 = (x0 / temp);
+                    if ((lse_v < bitcast<f32>(2139095040u))) {
+                        if ((lse_v > m)) {
+                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                            m = lse_v;
                         } else {
-                            var sv: f32 = (xv / temp);
-                            if ((sv == bitcast<f32>(2139095040u))) {
-                                top_n = (top_n + 1u);
-                                if (((sk_gumbel(w[0]) > top) || (top_i == 4294967295u))) {
-                                    top = sk_gumbel(w[0]);
-                                    top_i = col;
-                                }
-                            } else {
-                                var score: f32 = (sv + sk_gumbel(w[0]));
-                                if ((score > bitcast<f32>(4286578688u))) {
-                                    lo_best = max(lo_best, score);
-                                    if ((score > up1)) {
-                                        up2 = up1;
-                                        up1 = score;
-                                        up1_i = col;
-                                    } else {
-                                        up2 = max(up2, score);
-                                    }
-                                }
-                                if (((params.flags & 1u) != 0u)) {
-                                    if ((sv > m)) {
-                                        s = ((s * sk_exp((m - sv))) + (1.0f));
-                                        m = sv;
-                                    } else {
-                                        if ((sv > bitcast<f32>(4286578688u))) {
-                                            s = (s + ((1.0f) * sk_exp((sv - m))));
-                                        }
-                                    }
-                                }
+                            if ((lse_v > bitcast<f32>(4286578688u))) {
+                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
                             }
                         }
                     }
                 }
-                {
-                    var col: u32 = (c0 + 1u);
-                    if ((col < col_hi)) {
-                        var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
-                        var za: f32 = (xv * rcp_t);
-                        if ((abs(za) < (1.7014118e38f))) {
-                            var un: f32 = sk_uniform(w[1]);
-                            var tn: f32 = ((1.0f) - un);
-                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                            var an: f32 = (za - log(en));
-                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                            lo_best = max(lo_best, (an - dn));
-                            if (((an + dn) > up1)) {
-                                up2 = up1;
-                                up1 = (an + dn);
-                                up1_i = col;
-                            } else {
-                                up2 = max(up2, (an + dn));
-                            }
-                            if (((params.flags & 1u) != 0u)) {
-                                if (((xv / temp) > m)) {
-                                    s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
-                                    m = (xv / temp);
-                                } else {
-                                    if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
-                                    }
-                                }
-                            }
+                var x1: f32 = bitcast<f32>(4286578688u);
+                if (((c0 + 1u) < col_hi)) {
+                    x1 = select(x[(base + (c0 + 1u))], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + (c0 + 1u))]) & 2147483647u) > 2139095040u));
+                }
+                qmax = max(qmax, (x1 * rcp_t));
+                if (((params.flags & 1u) != 0u)) {
+                    var lse_v: f32 = (x1 / temp);
+                    if ((lse_v < bitcast<f32>(2139095040u))) {
+                        if ((lse_v > m)) {
+                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                            m = lse_v;
                         } else {
-                            var sv: f32 = (xv / temp);
-                            if ((sv == bitcast<f32>(2139095040u))) {
-                                top_n = (top_n + 1u);
-                                if (((sk_gumbel(w[1]) > top) || (top_i == 4294967295u))) {
-                                    top = sk_gumbel(w[1]);
-                                    top_i = col;
-                                }
-                            } else {
-                                var score: f32 = (sv + sk_gumbel(w[1]));
-                                if ((score > bitcast<f32>(4286578688u))) {
-                                    lo_best = max(lo_best, score);
-                                    if ((score > up1)) {
-                                        up2 = up1;
-                                        up1 = score;
-                                        up1_i = col;
-                                    } else {
-                                        up2 = max(up2, score);
-                                    }
-                                }
-                                if (((params.flags & 1u) != 0u)) {
-                                    if ((sv > m)) {
-                                        s = ((s * sk_exp((m - sv))) + (1.0f));
-                                        m = sv;
-                                    } else {
-                                        if ((sv > bitcast<f32>(4286578688u))) {
-                                            s = (s + ((1.0f) * sk_exp((sv - m))));
-                                        }
-                                    }
-                                }
+                            if ((lse_v > bitcast<f32>(4286578688u))) {
+                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
                             }
                         }
                     }
                 }
-                {
-                    var col: u32 = (c0 + 2u);
-                    if ((col < col_hi)) {
-                        var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
-                        var za: f32 = (xv * rcp_t);
-                        if ((abs(za) < (1.7014118e38f))) {
-                            var un: f32 = sk_uniform(w[2]);
-                            var tn: f32 = ((1.0f) - un);
-                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                            var an: f32 = (za - log(en));
-                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                            lo_best = max(lo_best, (an - dn));
-                            if (((an + dn) > up1)) {
-                                up2 = up1;
-                                up1 = (an + dn);
-                                up1_i = col;
-                            } else {
-                                up2 = max(up2, (an + dn));
-                            }
-                            if (((params.flags & 1u) != 0u)) {
-                                if (((xv / temp) > m)) {
-                                    s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
-                                    m = (xv / temp);
-                                } else {
-                                    if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
-                                    }
-                                }
-                            }
+                var x2: f32 = bitcast<f32>(4286578688u);
+                if (((c0 + 2u) < col_hi)) {
+                    x2 = select(x[(base + (c0 + 2u))], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + (c0 + 2u))]) & 2147483647u) > 2139095040u));
+                }
+                qmax = max(qmax, (x2 * rcp_t));
+                if (((params.flags & 1u) != 0u)) {
+                    var lse_v: f32 = (x2 / temp);
+                    if ((lse_v < bitcast<f32>(2139095040u))) {
+                        if ((lse_v > m)) {
+                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                            m = lse_v;
                         } else {
-                            var sv: f32 = (xv / temp);
-                            if ((sv == bitcast<f32>(2139095040u))) {
-                                top_n = (top_n + 1u);
-                                if (((sk_gumbel(w[2]) > top) || (top_i == 4294967295u))) {
-                                    top = sk_gumbel(w[2]);
-                                    top_i = col;
-                                }
-                            } else {
-                                var score: f32 = (sv + sk_gumbel(w[2]));
-                                if ((score > bitcast<f32>(4286578688u))) {
-                                    lo_best = max(lo_best, score);
-                                    if ((score > up1)) {
-                                        up2 = up1;
-                                        up1 = score;
-                                        up1_i = col;
-                                    } else {
-                                        up2 = max(up2, score);
-                                    }
-                                }
-                                if (((params.flags & 1u) != 0u)) {
-                                    if ((sv > m)) {
-                                        s = ((s * sk_exp((m - sv))) + (1.0f));
-                                        m = sv;
-                                    } else {
-                                        if ((sv > bitcast<f32>(4286578688u))) {
-                                            s = (s + ((1.0f) * sk_exp((sv - m))));
-                                        }
-                                    }
-                                }
+                            if ((lse_v > bitcast<f32>(4286578688u))) {
+                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
                             }
                         }
                     }
                 }
-                {
-                    var col: u32 = (c0 + 3u);
-                    if ((col < col_hi)) {
-                        var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
-                        var za: f32 = (xv * rcp_t);
-                        if ((abs(za) < (1.7014118e38f))) {
-                            var un: f32 = sk_uniform(w[3]);
-                            var tn: f32 = ((1.0f) - un);
-                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                            var an: f32 = (za - log(en));
-                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                            lo_best = max(lo_best, (an - dn));
-                            if (((an + dn) > up1)) {
-                                up2 = up1;
-                                up1 = (an + dn);
-                                up1_i = col;
-                            } else {
-                                up2 = max(up2, (an + dn));
-                            }
-                            if (((params.flags & 1u) != 0u)) {
-                                if (((xv / temp) > m)) {
-                                    s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
-                                    m = (xv / temp);
-                                } else {
-                                    if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                        s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
-                                    }
-                                }
-                            }
+                var x3: f32 = bitcast<f32>(4286578688u);
+                if (((c0 + 3u) < col_hi)) {
+                    x3 = select(x[(base + (c0 + 3u))], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + (c0 + 3u))]) & 2147483647u) > 2139095040u));
+                }
+                qmax = max(qmax, (x3 * rcp_t));
+                if (((params.flags & 1u) != 0u)) {
+                    var lse_v: f32 = (x3 / temp);
+                    if ((lse_v < bitcast<f32>(2139095040u))) {
+                        if ((lse_v > m)) {
+                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                            m = lse_v;
                         } else {
-                            var sv: f32 = (xv / temp);
-                            if ((sv == bitcast<f32>(2139095040u))) {
-                                top_n = (top_n + 1u);
-                                if (((sk_gumbel(w[3]) > top) || (top_i == 4294967295u))) {
-                                    top = sk_gumbel(w[3]);
-                                    top_i = col;
-                                }
-                            } else {
-                                var score: f32 = (sv + sk_gumbel(w[3]));
-                                if ((score > bitcast<f32>(4286578688u))) {
-                                    lo_best = max(lo_best, score);
-                                    if ((score > up1)) {
-                                        up2 = up1;
-                                        up1 = score;
-                                        up1_i = col;
-                                    } else {
-                                        up2 = max(up2, score);
-                                    }
-                                }
-                                if (((params.flags & 1u) != 0u)) {
-                                    if ((sv > m)) {
-                                        s = ((s * sk_exp((m - sv))) + (1.0f));
-                                        m = sv;
-                                    } else {
-                                        if ((sv > bitcast<f32>(4286578688u))) {
-                                            s = (s + ((1.0f) * sk_exp((sv - m))));
-                                        }
-                                    }
-                                }
+                            if ((lse_v > bitcast<f32>(4286578688u))) {
+                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
                             }
+                        }
+                    }
+                }
+                if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
+                    w = sk_philox(vec4<u32>((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
+                    {
+                        var za: f32 = (x0 * rcp_t);
+                        var un: f32 = sk_uniform(w[0]);
+                        var tn: f32 = ((1.0f) - un);
+                        var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                        var an: f32 = (za - log(en));
+                        var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                        var in_range: bool = (abs(za) < (1.7014118e38f));
+                        lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                        if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                            up2 = up1;
+                            up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                            up1_i = (c0 + 0u);
+                        } else {
+                            up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                        }
+                        if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                            up1 = bitcast<f32>(2139095040u);
+                            up1_i = (c0 + 0u);
+                            up2 = bitcast<f32>(2139095040u);
+                        }
+                    }
+                    {
+                        var za: f32 = (x1 * rcp_t);
+                        var un: f32 = sk_uniform(w[1]);
+                        var tn: f32 = ((1.0f) - un);
+                        var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                        var an: f32 = (za - log(en));
+                        var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                        var in_range: bool = (abs(za) < (1.7014118e38f));
+                        lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                        if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                            up2 = up1;
+                            up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                            up1_i = (c0 + 1u);
+                        } else {
+                            up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                        }
+                        if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                            up1 = bitcast<f32>(2139095040u);
+                            up1_i = (c0 + 1u);
+                            up2 = bitcast<f32>(2139095040u);
+                        }
+                    }
+                    {
+                        var za: f32 = (x2 * rcp_t);
+                        var un: f32 = sk_uniform(w[2]);
+                        var tn: f32 = ((1.0f) - un);
+                        var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                        var an: f32 = (za - log(en));
+                        var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                        var in_range: bool = (abs(za) < (1.7014118e38f));
+                        lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                        if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                            up2 = up1;
+                            up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                            up1_i = (c0 + 2u);
+                        } else {
+                            up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                        }
+                        if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                            up1 = bitcast<f32>(2139095040u);
+                            up1_i = (c0 + 2u);
+                            up2 = bitcast<f32>(2139095040u);
+                        }
+                    }
+                    {
+                        var za: f32 = (x3 * rcp_t);
+                        var un: f32 = sk_uniform(w[3]);
+                        var tn: f32 = ((1.0f) - un);
+                        var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                        var an: f32 = (za - log(en));
+                        var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                        var in_range: bool = (abs(za) < (1.7014118e38f));
+                        lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                        if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                            up2 = up1;
+                            up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                            up1_i = (c0 + 3u);
+                        } else {
+                            up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                        }
+                        if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                            up1 = bitcast<f32>(2139095040u);
+                            up1_i = (c0 + 3u);
+                            up2 = bitcast<f32>(2139095040u);
+                        }
+                    }
+                }
+            }
+            var floor_first: f32 = (0.0f);
+            {
+                sk_red_f32[sk_lid] = lo_best;
+                workgroupBarrier();
+                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                    if (sk_lid < sk_s) {
+                        sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                    }
+                    workgroupBarrier();
+                }
+                floor_first = sk_red_f32[0];
+                workgroupBarrier();
+            }
+            lo_best = floor_first;
+            for (var cb: u32 = (col_lo + (BLOCK * 4u)); cb < col_hi; cb = cb + (BLOCK * 4u)) {
+                var c0: u32 = (cb + (sk_lid * 4u));
+                var qmax: f32 = bitcast<f32>(4286578688u);
+                var x0: f32 = bitcast<f32>(4286578688u);
+                if (((c0 + 0u) < col_hi)) {
+                    x0 = select(x[(base + (c0 + 0u))], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + (c0 + 0u))]) & 2147483647u) > 2139095040u));
+                }
+                qmax = max(qmax, (x0 * rcp_t));
+                if (((params.flags & 1u) != 0u)) {
+                    var lse_v: f32 = (x0 / temp);
+                    if ((lse_v < bitcast<f32>(2139095040u))) {
+                        if ((lse_v > m)) {
+                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                            m = lse_v;
+                        } else {
+                            if ((lse_v > bitcast<f32>(4286578688u))) {
+                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
+                            }
+                        }
+                    }
+                }
+                var x1: f32 = bitcast<f32>(4286578688u);
+                if (((c0 + 1u) < col_hi)) {
+                    x1 = select(x[(base + (c0 + 1u))], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + (c0 + 1u))]) & 2147483647u) > 2139095040u));
+                }
+                qmax = max(qmax, (x1 * rcp_t));
+                if (((params.flags & 1u) != 0u)) {
+                    var lse_v: f32 = (x1 / temp);
+                    if ((lse_v < bitcast<f32>(2139095040u))) {
+                        if ((lse_v > m)) {
+                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                            m = lse_v;
+                        } else {
+                            if ((lse_v > bitcast<f32>(4286578688u))) {
+                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
+                            }
+                        }
+                    }
+                }
+                var x2: f32 = bitcast<f32>(4286578688u);
+                if (((c0 + 2u) < col_hi)) {
+                    x2 = select(x[(base + (c0 + 2u))], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + (c0 + 2u))]) & 2147483647u) > 2139095040u));
+                }
+                qmax = max(qmax, (x2 * rcp_t));
+                if (((params.flags & 1u) != 0u)) {
+                    var lse_v: f32 = (x2 / temp);
+                    if ((lse_v < bitcast<f32>(2139095040u))) {
+                        if ((lse_v > m)) {
+                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                            m = lse_v;
+                        } else {
+                            if ((lse_v > bitcast<f32>(4286578688u))) {
+                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
+                            }
+                        }
+                    }
+                }
+                var x3: f32 = bitcast<f32>(4286578688u);
+                if (((c0 + 3u) < col_hi)) {
+                    x3 = select(x[(base + (c0 + 3u))], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + (c0 + 3u))]) & 2147483647u) > 2139095040u));
+                }
+                qmax = max(qmax, (x3 * rcp_t));
+                if (((params.flags & 1u) != 0u)) {
+                    var lse_v: f32 = (x3 / temp);
+                    if ((lse_v < bitcast<f32>(2139095040u))) {
+                        if ((lse_v > m)) {
+                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                            m = lse_v;
+                        } else {
+                            if ((lse_v > bitcast<f32>(4286578688u))) {
+                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
+                            }
+                        }
+                    }
+                }
+                if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
+                    w = sk_philox(vec4<u32>((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
+                    {
+                        var za: f32 = (x0 * rcp_t);
+                        var un: f32 = sk_uniform(w[0]);
+                        var tn: f32 = ((1.0f) - un);
+                        var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                        var an: f32 = (za - log(en));
+                        var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                        var in_range: bool = (abs(za) < (1.7014118e38f));
+                        lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                        if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                            up2 = up1;
+                            up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                            up1_i = (c0 + 0u);
+                        } else {
+                            up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                        }
+                        if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                            up1 = bitcast<f32>(2139095040u);
+                            up1_i = (c0 + 0u);
+                            up2 = bitcast<f32>(2139095040u);
+                        }
+                    }
+                    {
+                        var za: f32 = (x1 * rcp_t);
+                        var un: f32 = sk_uniform(w[1]);
+                        var tn: f32 = ((1.0f) - un);
+                        var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                        var an: f32 = (za - log(en));
+                        var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                        var in_range: bool = (abs(za) < (1.7014118e38f));
+                        lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                        if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                            up2 = up1;
+                            up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                            up1_i = (c0 + 1u);
+                        } else {
+                            up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                        }
+                        if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                            up1 = bitcast<f32>(2139095040u);
+                            up1_i = (c0 + 1u);
+                            up2 = bitcast<f32>(2139095040u);
+                        }
+                    }
+                    {
+                        var za: f32 = (x2 * rcp_t);
+                        var un: f32 = sk_uniform(w[2]);
+                        var tn: f32 = ((1.0f) - un);
+                        var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                        var an: f32 = (za - log(en));
+                        var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                        var in_range: bool = (abs(za) < (1.7014118e38f));
+                        lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                        if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                            up2 = up1;
+                            up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                            up1_i = (c0 + 2u);
+                        } else {
+                            up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                        }
+                        if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                            up1 = bitcast<f32>(2139095040u);
+                            up1_i = (c0 + 2u);
+                            up2 = bitcast<f32>(2139095040u);
+                        }
+                    }
+                    {
+                        var za: f32 = (x3 * rcp_t);
+                        var un: f32 = sk_uniform(w[3]);
+                        var tn: f32 = ((1.0f) - un);
+                        var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                        var an: f32 = (za - log(en));
+                        var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                        var in_range: bool = (abs(za) < (1.7014118e38f));
+                        lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                        if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                            up2 = up1;
+                            up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                            up1_i = (c0 + 3u);
+                        } else {
+                            up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                        }
+                        if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                            up1 = bitcast<f32>(2139095040u);
+                            up1_i = (c0 + 3u);
+                            up2 = bitcast<f32>(2139095040u);
                         }
                     }
                 }
@@ -523,18 +624,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             if ((up2 >= screen_floor)) {
                 best = bitcast<f32>(4286578688u);
+                top = bitcast<f32>(4286578688u);
                 best_i = 4294967295u;
+                top_i = 4294967295u;
+                top_n = 0u;
                 for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)]);
                     {
                         var col: u32 = (c0 + 0u);
                         if ((col < col_hi)) {
-                            var sv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                            if ((sv < bitcast<f32>(2139095040u))) {
-                                if ((((sv + sk_gumbel(w[0])) > best) || (best_i == 4294967295u))) {
-                                    best = (sv + sk_gumbel(w[0]));
-                                    best_i = col;
-                                    best_z = sv;
+                            var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
+                            if ((((xv * rcp_t) > bitcast<f32>(4286578688u)) && (((((xv * rcp_t) + (abs((xv * rcp_t)) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || ((xv * rcp_t) >= (1.7014118e38f))))) {
+                                var wj: u32 = select(select(select(sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[3], sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[2], ((col & 3u) == 2u)), sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[1], ((col & 3u) == 1u)), sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[0], ((col & 3u) == 0u));
+                                var sv: f32 = (xv / temp);
+                                if ((sv == bitcast<f32>(2139095040u))) {
+                                    top_n = (top_n + 1u);
+                                    if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                                        top = sk_gumbel(wj);
+                                        top_i = col;
+                                    }
+                                } else {
+                                    if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                                        best = (sv + sk_gumbel(wj));
+                                        best_i = col;
+                                        best_z = sv;
+                                    }
                                 }
                             }
                         }
@@ -542,12 +655,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 1u);
                         if ((col < col_hi)) {
-                            var sv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                            if ((sv < bitcast<f32>(2139095040u))) {
-                                if ((((sv + sk_gumbel(w[1])) > best) || (best_i == 4294967295u))) {
-                                    best = (sv + sk_gumbel(w[1]));
-                                    best_i = col;
-                                    best_z = sv;
+                            var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
+                            if ((((xv * rcp_t) > bitcast<f32>(4286578688u)) && (((((xv * rcp_t) + (abs((xv * rcp_t)) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || ((xv * rcp_t) >= (1.7014118e38f))))) {
+                                var wj: u32 = select(select(select(sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[3], sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[2], ((col & 3u) == 2u)), sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[1], ((col & 3u) == 1u)), sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[0], ((col & 3u) == 0u));
+                                var sv: f32 = (xv / temp);
+                                if ((sv == bitcast<f32>(2139095040u))) {
+                                    top_n = (top_n + 1u);
+                                    if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                                        top = sk_gumbel(wj);
+                                        top_i = col;
+                                    }
+                                } else {
+                                    if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                                        best = (sv + sk_gumbel(wj));
+                                        best_i = col;
+                                        best_z = sv;
+                                    }
                                 }
                             }
                         }
@@ -555,12 +678,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 2u);
                         if ((col < col_hi)) {
-                            var sv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                            if ((sv < bitcast<f32>(2139095040u))) {
-                                if ((((sv + sk_gumbel(w[2])) > best) || (best_i == 4294967295u))) {
-                                    best = (sv + sk_gumbel(w[2]));
-                                    best_i = col;
-                                    best_z = sv;
+                            var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
+                            if ((((xv * rcp_t) > bitcast<f32>(4286578688u)) && (((((xv * rcp_t) + (abs((xv * rcp_t)) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || ((xv * rcp_t) >= (1.7014118e38f))))) {
+                                var wj: u32 = select(select(select(sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[3], sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[2], ((col & 3u) == 2u)), sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[1], ((col & 3u) == 1u)), sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[0], ((col & 3u) == 0u));
+                                var sv: f32 = (xv / temp);
+                                if ((sv == bitcast<f32>(2139095040u))) {
+                                    top_n = (top_n + 1u);
+                                    if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                                        top = sk_gumbel(wj);
+                                        top_i = col;
+                                    }
+                                } else {
+                                    if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                                        best = (sv + sk_gumbel(wj));
+                                        best_i = col;
+                                        best_z = sv;
+                                    }
                                 }
                             }
                         }
@@ -568,12 +701,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 3u);
                         if ((col < col_hi)) {
-                            var sv: f32 = (select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u)) / temp);
-                            if ((sv < bitcast<f32>(2139095040u))) {
-                                if ((((sv + sk_gumbel(w[3])) > best) || (best_i == 4294967295u))) {
-                                    best = (sv + sk_gumbel(w[3]));
-                                    best_i = col;
-                                    best_z = sv;
+                            var xv: f32 = select(x[(base + col)], bitcast<f32>(4286578688u), ((bitcast<u32>(x[(base + col)]) & 2147483647u) > 2139095040u));
+                            if ((((xv * rcp_t) > bitcast<f32>(4286578688u)) && (((((xv * rcp_t) + (abs((xv * rcp_t)) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || ((xv * rcp_t) >= (1.7014118e38f))))) {
+                                var wj: u32 = select(select(select(sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[3], sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[2], ((col & 3u) == 2u)), sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[1], ((col & 3u) == 1u)), sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[((row * 12u) + 10u)], rows[((row * 12u) + 11u)]), rows[((row * 12u) + 8u)], rows[((row * 12u) + 9u)])[0], ((col & 3u) == 0u));
+                                var sv: f32 = (xv / temp);
+                                if ((sv == bitcast<f32>(2139095040u))) {
+                                    top_n = (top_n + 1u);
+                                    if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                                        top = sk_gumbel(wj);
+                                        top_i = col;
+                                    }
+                                } else {
+                                    if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                                        best = (sv + sk_gumbel(wj));
+                                        best_i = col;
+                                        best_z = sv;
+                                    }
                                 }
                             }
                         }
