@@ -8,6 +8,7 @@
 //! - one workgroup per row (rows past the grid are taken in a grid-stride loop), each invocation
 //!   taking four consecutive columns per step so one Philox block serves four columns.
 
+use super::filter_split::STAGE_SHIFT;
 use super::math::{self, is_nan};
 use super::philox;
 use crate::ir::*;
@@ -765,19 +766,112 @@ pub(super) fn softmax_weight(z: Expr, mx: Expr) -> Expr {
     select(mx.eq_(inf.clone()), select(z.eq_(inf), f(1.0), f(0.0)), finite)
 }
 
-/// Softmax of `l / T` per row into `probs` (same stride as the input). Three reads: the maximum,
-/// a compensated sum of exponentials, then the normalized write.
+/// Merges `weight x exp(v)` into this invocation's softmax pair `(m, s)` (the largest value so
+/// far and the sum of `exp(value - m)`): `s` is rescaled when the maximum grows. Values at +inf
+/// weigh 1 each once the maximum is +inf (the softmax's limit) and -inf weighs nothing, as
+/// [`softmax_weight`] says, so no `inf - inf` is ever taken. Returns what is added to `s` after
+/// the rescale (the compensated sum's term).
+fn softmax_merge(b: &mut Block, v: Expr, weight: Expr, rescaled: &[&str]) -> Expr {
+    b.if_(v.clone().gt(var("m")), |b| {
+        // exp(-inf) = 0: the first value, or a first +inf, starts the sum afresh.
+        let r = b.let_("r", Ty::F32, call(math::EXP, vec![var("m") - v.clone()]));
+        for name in rescaled {
+            b.set(name, var(name) * r.clone());
+        }
+        b.set("m", v.clone());
+    });
+    let e = select(v.clone().eq_(var("m")), weight.clone(), weight * call(math::EXP, vec![v.clone() - var("m")]));
+    select(v.eq_(f(f32::NEG_INFINITY)), f(0.0), e)
+}
+
+/// One read of the invocation's columns: its running maximum `m` and a compensated (Kahan) sum
+/// `s - comp` of `exp(z - m)`, rescaled when the maximum grows (about `ln n` times over `n`
+/// columns, each a rounding the compensation does not see).
+fn softmax_pass(b: &mut Block) {
+    b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
+    b.let_("s", Ty::F32, f(0.0));
+    b.let_("comp", Ty::F32, f(0.0));
+    for_each_column(
+        b,
+        |_, _| {},
+        |b, col, _| {
+            let z = b.let_("z", Ty::F32, scaled(col));
+            let e = softmax_merge(b, z, f(1.0), &["s", "comp"]);
+            let y = b.let_("y", Ty::F32, e - var("comp"));
+            let t = b.let_("t", Ty::F32, var("s") + y.clone());
+            b.set("comp", (t.clone() - var("s")) - y);
+            b.set("s", t);
+        },
+    );
+    b.set("s", var("s") - var("comp"));
+}
+
+/// The block's softmax pair `(max, sum)` from every invocation's `(m, s)`.
+fn softmax_block_pair(b: &mut Block) -> (Expr, Expr) {
+    let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_max");
+    let rescaled =
+        select(var("m").eq_(f(f32::NEG_INFINITY)), f(0.0), var("s") * call(math::EXP, vec![var("m") - mx.clone()]));
+    let total = b.reduce(ReduceOp::Sum, Ty::F32, select(var("m").eq_(mx.clone()), var("s"), rescaled), "row_sum");
+    (mx, total)
+}
+
+/// Writes the softmax of this workgroup's columns from the row's `(max, sum)`.
+fn softmax_write(b: &mut Block, mx: Expr, total: Expr) {
+    // A row with no valid value (all -inf) has weight 0 everywhere and probabilities 0.
+    let inv = b.let_("inv", Ty::F32, select(total.clone().gt(f(0.0)), f(1.0) / total, f(0.0)));
+    for_each_column(
+        b,
+        |_, _| {},
+        |b, col, _| {
+            let p = softmax_weight(scaled(col.clone()), mx.clone()) * inv.clone();
+            b.store("probs", var("base") + col, p);
+        },
+    );
+}
+
+/// Softmax of `l / T` per row into `probs` (same stride as the input), in two reads: the
+/// maximum and a compensated sum of exponentials together ([`softmax_pass`]), then the
+/// normalized write. A row split in `parts` (flags, as the argmax family's) takes two launches:
+/// each part writes its pair `(max, sum)` to `partials` (two words at its slot), then each part
+/// merges its row's pairs and writes its columns.
 fn softmax_kernel(dtype: Dtype) -> Kernel {
     let mut b = Block::new();
-    for_each_row(&mut b, |b| {
+    // The launch of a split row, in the staged kernels' flag bits: 0 for the parts' pairs, 1 for
+    // their merge and the write.
+    b.let_("stage", Ty::U32, (param("flags") >> u(STAGE_SHIFT)) & u(0xff));
+    for_each_row_part(&mut b, |b| {
         row_temperature(b);
-        let (mx, inv) = softmax_stats(b);
-        for_each_column(
-            b,
-            |_, _| {},
-            |b, col, _| {
-                let p = softmax_weight(scaled(col.clone()), mx.clone()) * inv.clone();
-                b.store("probs", var("base") + col, p);
+        let pair = |slot: Expr, k: u32| slot * u(2) + u(k);
+        b.if_else(
+            var("parts").gt(u(1)).and(var("stage").gt(u(0))),
+            |b| {
+                // The row's parts' pairs, each invocation merging some, then the block's.
+                b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
+                b.let_("s", Ty::F32, f(0.0));
+                let first = var("row_slot") * var("parts");
+                b.for_("p", builtin(Builtin::LocalId), var("parts"), builtin(Builtin::BlockSize), |b, p| {
+                    let at = first.clone() + p;
+                    let pm = b.let_("pm", Ty::F32, load("partials", pair(at.clone(), 0)).bitcast(Ty::F32));
+                    let ps = b.let_("ps", Ty::F32, load("partials", pair(at, 1)).bitcast(Ty::F32));
+                    let e = softmax_merge(b, pm, ps, &["s"]);
+                    b.set("s", var("s") + e);
+                });
+                let (mx, total) = softmax_block_pair(b);
+                softmax_write(b, mx, total);
+            },
+            |b| {
+                softmax_pass(b);
+                let (mx, total) = softmax_block_pair(b);
+                b.if_else(
+                    var("parts").le(u(1)),
+                    |b| softmax_write(b, mx.clone(), total.clone()),
+                    |b| {
+                        b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+                            b.store("partials", pair(var("slot"), 0), mx.clone().bitcast(Ty::U32));
+                            b.store("partials", pair(var("slot"), 1), total.clone().bitcast(Ty::U32));
+                        });
+                    },
+                );
             },
         );
     });
@@ -785,9 +879,12 @@ fn softmax_kernel(dtype: Dtype) -> Kernel {
         buffer("x", dtype.storage(), false),
         buffer("rows", Storage::U32, false),
         buffer("probs", Storage::F32, true),
+        partials_buffer(),
     ];
     let doc = "softmax of l/T per row (greedy rows at T = 1), written with the input's stride";
-    kernel(format!("softmax_{}", dtype.suffix()), doc, 3, buffers, vec![math::exp()], b)
+    let mut k = kernel(format!("softmax_{}", dtype.suffix()), doc, 2, buffers, vec![math::exp()], b);
+    k.stages = 2;
+    k
 }
 
 /// A grid-stride loop over `batch` independent items (for the per-item diagnostic kernels).
