@@ -260,7 +260,7 @@ fn families<B: Backend>() -> Vec<Family<B>> {
         Family {
             name: "softmax",
             input: Input::Logits,
-            passes: 3,
+            passes: 2,
             writes: 4,
             launch: |b, s, x| b.softmax(s, x.logits, x.rows, &mut x.probs),
         },

@@ -210,6 +210,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
     __shared__ unsigned int sk_red_u32[33];
     __shared__ float sk_am_f32[33];
     __shared__ unsigned int sk_am_i[33];
+    __shared__ unsigned int race_key[4];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::sampling::for_each_row_part_at
@@ -258,307 +259,427 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
             float up2 = sk_bitcast<float>(4286578688u);
             if (noisy) {
                 // built by kernels::sampling::screened_pass
-                for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::sampling::for_each_column
-                    const unsigned int sk_e0 = (row * 12u);
-                    w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e0 + 10u)], rows[(sk_e0 + 11u)]), rows[(sk_e0 + 8u)], rows[(sk_e0 + 9u)]);
-                    {
-                        unsigned int col = (c0 + 0u);
-                        if ((col < col_hi)) {
-                            const float sk_e1 = sk_bf16(x[(base + col)]);
-                            float xv = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
-                            float za = (xv * rcp_t);
-                            if ((fabsf(za) < (1.7014118e38f))) {
-                                // built by kernels::sampling::screened_pass
-                                float un = sk_uniform((w).x);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                lo_best = fmaxf(lo_best, (an - dn));
-                                if (((an + dn) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = (an + dn);
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = fmaxf(up2, (an + dn));
-                                }
-                                if (((flags & 1u) != 0u)) {
-                                    if (((xv / temp) > m)) {
-                                        // built by kernels::sampling::online_logsumexp
-                                        s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
-                                        m = (xv / temp);
-                                    } else {
-                                        // built by kernels::sampling::online_logsumexp
-                                        if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
-                                            s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
-                                        }
-                                    }
-                                }
+                if ((threadIdx.x == 0u)) {
+                    race_key[0u] = rows[((row * 12u) + 8u)];
+                    race_key[1u] = rows[((row * 12u) + 9u)];
+                    race_key[2u] = rows[((row * 12u) + 10u)];
+                    race_key[3u] = rows[((row * 12u) + 11u)];
+                }
+                __syncthreads();
+                {
+                    unsigned int c0 = (col_lo + (threadIdx.x * 4u));
+                    float qmax = sk_bitcast<float>(4286578688u);
+                    float x0 = sk_bitcast<float>(4286578688u);
+                    if (((c0 + 0u) < col_hi)) {
+                        // built by kernels::sampling::prune_step
+                        const float sk_e0 = sk_bf16(x[(base + (c0 + 0u))]);
+                        x0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
+                    }
+                    qmax = fmaxf(qmax, (x0 * rcp_t));
+                    if (((flags & 1u) != 0u)) {
+                        // built by kernels::sampling::prune_step
+                        float lse_v = (x0 / temp);
+                        if ((lse_v < sk_bitcast<float>(2139095040u))) {
+                            if ((lse_v > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                                m = lse_v;
                             } else {
-                                // built by kernels::sampling::screened_pass
-                                float sv = (xv / temp);
-                                if ((sv == sk_bitcast<float>(2139095040u))) {
-                                    top_n = (top_n + 1u);
-                                    if (((sk_gumbel((w).x) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep_top
-                                        top = sk_gumbel((w).x);
-                                        top_i = col;
-                                    }
-                                } else {
-                                    float score = (sv + sk_gumbel((w).x));
-                                    if ((score > sk_bitcast<float>(4286578688u))) {
-                                        lo_best = fmaxf(lo_best, score);
-                                        if ((score > up1)) {
-                                            // built by kernels::sampling::bound
-                                            up2 = up1;
-                                            up1 = score;
-                                            up1_i = col;
-                                        } else {
-                                            // built by kernels::sampling::bound
-                                            up2 = fmaxf(up2, score);
-                                        }
-                                    }
-                                    if (((flags & 1u) != 0u)) {
-                                        if ((sv > m)) {
-                                            // built by kernels::sampling::online_logsumexp
-                                            s = ((s * sk_exp((m - sv))) + (1.0f));
-                                            m = sv;
-                                        } else {
-                                            // built by kernels::sampling::online_logsumexp
-                                            if ((sv > sk_bitcast<float>(4286578688u))) {
-                                                s = (s + ((1.0f) * sk_exp((sv - m))));
-                                            }
-                                        }
-                                    }
+                                // built by kernels::sampling::online_logsumexp
+                                if ((lse_v > sk_bitcast<float>(4286578688u))) {
+                                    s = (s + ((1.0f) * sk_exp((lse_v - m))));
                                 }
                             }
                         }
                     }
-                    {
-                        unsigned int col = (c0 + 1u);
-                        if ((col < col_hi)) {
-                            const float sk_e2 = sk_bf16(x[(base + col)]);
-                            float xv = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
-                            float za = (xv * rcp_t);
-                            if ((fabsf(za) < (1.7014118e38f))) {
-                                // built by kernels::sampling::screened_pass
-                                float un = sk_uniform((w).y);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                lo_best = fmaxf(lo_best, (an - dn));
-                                if (((an + dn) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = (an + dn);
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = fmaxf(up2, (an + dn));
-                                }
-                                if (((flags & 1u) != 0u)) {
-                                    if (((xv / temp) > m)) {
-                                        // built by kernels::sampling::online_logsumexp
-                                        s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
-                                        m = (xv / temp);
-                                    } else {
-                                        // built by kernels::sampling::online_logsumexp
-                                        if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
-                                            s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
-                                        }
-                                    }
-                                }
+                    float x1 = sk_bitcast<float>(4286578688u);
+                    if (((c0 + 1u) < col_hi)) {
+                        // built by kernels::sampling::prune_step
+                        const float sk_e1 = sk_bf16(x[(base + (c0 + 1u))]);
+                        x1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
+                    }
+                    qmax = fmaxf(qmax, (x1 * rcp_t));
+                    if (((flags & 1u) != 0u)) {
+                        // built by kernels::sampling::prune_step
+                        float lse_v = (x1 / temp);
+                        if ((lse_v < sk_bitcast<float>(2139095040u))) {
+                            if ((lse_v > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                                m = lse_v;
                             } else {
-                                // built by kernels::sampling::screened_pass
-                                float sv = (xv / temp);
-                                if ((sv == sk_bitcast<float>(2139095040u))) {
-                                    top_n = (top_n + 1u);
-                                    if (((sk_gumbel((w).y) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep_top
-                                        top = sk_gumbel((w).y);
-                                        top_i = col;
-                                    }
-                                } else {
-                                    float score = (sv + sk_gumbel((w).y));
-                                    if ((score > sk_bitcast<float>(4286578688u))) {
-                                        lo_best = fmaxf(lo_best, score);
-                                        if ((score > up1)) {
-                                            // built by kernels::sampling::bound
-                                            up2 = up1;
-                                            up1 = score;
-                                            up1_i = col;
-                                        } else {
-                                            // built by kernels::sampling::bound
-                                            up2 = fmaxf(up2, score);
-                                        }
-                                    }
-                                    if (((flags & 1u) != 0u)) {
-                                        if ((sv > m)) {
-                                            // built by kernels::sampling::online_logsumexp
-                                            s = ((s * sk_exp((m - sv))) + (1.0f));
-                                            m = sv;
-                                        } else {
-                                            // built by kernels::sampling::online_logsumexp
-                                            if ((sv > sk_bitcast<float>(4286578688u))) {
-                                                s = (s + ((1.0f) * sk_exp((sv - m))));
-                                            }
-                                        }
-                                    }
+                                // built by kernels::sampling::online_logsumexp
+                                if ((lse_v > sk_bitcast<float>(4286578688u))) {
+                                    s = (s + ((1.0f) * sk_exp((lse_v - m))));
                                 }
                             }
                         }
                     }
-                    {
-                        unsigned int col = (c0 + 2u);
-                        if ((col < col_hi)) {
-                            const float sk_e3 = sk_bf16(x[(base + col)]);
-                            float xv = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
-                            float za = (xv * rcp_t);
-                            if ((fabsf(za) < (1.7014118e38f))) {
-                                // built by kernels::sampling::screened_pass
-                                float un = sk_uniform((w).z);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                lo_best = fmaxf(lo_best, (an - dn));
-                                if (((an + dn) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = (an + dn);
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = fmaxf(up2, (an + dn));
-                                }
-                                if (((flags & 1u) != 0u)) {
-                                    if (((xv / temp) > m)) {
-                                        // built by kernels::sampling::online_logsumexp
-                                        s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
-                                        m = (xv / temp);
-                                    } else {
-                                        // built by kernels::sampling::online_logsumexp
-                                        if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
-                                            s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
-                                        }
-                                    }
-                                }
+                    float x2 = sk_bitcast<float>(4286578688u);
+                    if (((c0 + 2u) < col_hi)) {
+                        // built by kernels::sampling::prune_step
+                        const float sk_e2 = sk_bf16(x[(base + (c0 + 2u))]);
+                        x2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
+                    }
+                    qmax = fmaxf(qmax, (x2 * rcp_t));
+                    if (((flags & 1u) != 0u)) {
+                        // built by kernels::sampling::prune_step
+                        float lse_v = (x2 / temp);
+                        if ((lse_v < sk_bitcast<float>(2139095040u))) {
+                            if ((lse_v > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                                m = lse_v;
                             } else {
-                                // built by kernels::sampling::screened_pass
-                                float sv = (xv / temp);
-                                if ((sv == sk_bitcast<float>(2139095040u))) {
-                                    top_n = (top_n + 1u);
-                                    if (((sk_gumbel((w).z) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep_top
-                                        top = sk_gumbel((w).z);
-                                        top_i = col;
-                                    }
-                                } else {
-                                    float score = (sv + sk_gumbel((w).z));
-                                    if ((score > sk_bitcast<float>(4286578688u))) {
-                                        lo_best = fmaxf(lo_best, score);
-                                        if ((score > up1)) {
-                                            // built by kernels::sampling::bound
-                                            up2 = up1;
-                                            up1 = score;
-                                            up1_i = col;
-                                        } else {
-                                            // built by kernels::sampling::bound
-                                            up2 = fmaxf(up2, score);
-                                        }
-                                    }
-                                    if (((flags & 1u) != 0u)) {
-                                        if ((sv > m)) {
-                                            // built by kernels::sampling::online_logsumexp
-                                            s = ((s * sk_exp((m - sv))) + (1.0f));
-                                            m = sv;
-                                        } else {
-                                            // built by kernels::sampling::online_logsumexp
-                                            if ((sv > sk_bitcast<float>(4286578688u))) {
-                                                s = (s + ((1.0f) * sk_exp((sv - m))));
-                                            }
-                                        }
-                                    }
+                                // built by kernels::sampling::online_logsumexp
+                                if ((lse_v > sk_bitcast<float>(4286578688u))) {
+                                    s = (s + ((1.0f) * sk_exp((lse_v - m))));
                                 }
                             }
                         }
                     }
-                    {
-                        unsigned int col = (c0 + 3u);
-                        if ((col < col_hi)) {
-                            const float sk_e4 = sk_bf16(x[(base + col)]);
-                            float xv = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
-                            float za = (xv * rcp_t);
-                            if ((fabsf(za) < (1.7014118e38f))) {
-                                // built by kernels::sampling::screened_pass
-                                float un = sk_uniform((w).w);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                lo_best = fmaxf(lo_best, (an - dn));
-                                if (((an + dn) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = (an + dn);
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = fmaxf(up2, (an + dn));
-                                }
-                                if (((flags & 1u) != 0u)) {
-                                    if (((xv / temp) > m)) {
-                                        // built by kernels::sampling::online_logsumexp
-                                        s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
-                                        m = (xv / temp);
-                                    } else {
-                                        // built by kernels::sampling::online_logsumexp
-                                        if (((xv / temp) > sk_bitcast<float>(4286578688u))) {
-                                            s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
-                                        }
-                                    }
-                                }
+                    float x3 = sk_bitcast<float>(4286578688u);
+                    if (((c0 + 3u) < col_hi)) {
+                        // built by kernels::sampling::prune_step
+                        const float sk_e3 = sk_bf16(x[(base + (c0 + 3u))]);
+                        x3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
+                    }
+                    qmax = fmaxf(qmax, (x3 * rcp_t));
+                    if (((flags & 1u) != 0u)) {
+                        // built by kernels::sampling::prune_step
+                        float lse_v = (x3 / temp);
+                        if ((lse_v < sk_bitcast<float>(2139095040u))) {
+                            if ((lse_v > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                                m = lse_v;
                             } else {
-                                // built by kernels::sampling::screened_pass
-                                float sv = (xv / temp);
-                                if ((sv == sk_bitcast<float>(2139095040u))) {
-                                    top_n = (top_n + 1u);
-                                    if (((sk_gumbel((w).w) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep_top
-                                        top = sk_gumbel((w).w);
-                                        top_i = col;
-                                    }
-                                } else {
-                                    float score = (sv + sk_gumbel((w).w));
-                                    if ((score > sk_bitcast<float>(4286578688u))) {
-                                        lo_best = fmaxf(lo_best, score);
-                                        if ((score > up1)) {
-                                            // built by kernels::sampling::bound
-                                            up2 = up1;
-                                            up1 = score;
-                                            up1_i = col;
-                                        } else {
-                                            // built by kernels::sampling::bound
-                                            up2 = fmaxf(up2, score);
-                                        }
-                                    }
-                                    if (((flags & 1u) != 0u)) {
-                                        if ((sv > m)) {
-                                            // built by kernels::sampling::online_logsumexp
-                                            s = ((s * sk_exp((m - sv))) + (1.0f));
-                                            m = sv;
-                                        } else {
-                                            // built by kernels::sampling::online_logsumexp
-                                            if ((sv > sk_bitcast<float>(4286578688u))) {
-                                                s = (s + ((1.0f) * sk_exp((sv - m))));
-                                            }
-                                        }
-                                    }
+                                // built by kernels::sampling::online_logsumexp
+                                if ((lse_v > sk_bitcast<float>(4286578688u))) {
+                                    s = (s + ((1.0f) * sk_exp((lse_v - m))));
                                 }
+                            }
+                        }
+                    }
+                    if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
+                        // built by kernels::sampling::prune_step
+                        w = sk_philox(make_uint4((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
+                        {
+                            float za = (x0 * rcp_t);
+                            float un = sk_uniform((w).x);
+                            float tn = ((1.0f) - un);
+                            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            bool in_range = (fabsf(za) < (1.7014118e38f));
+                            lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                            if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                up1_i = (c0 + 0u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            }
+                            if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = sk_bitcast<float>(2139095040u);
+                                up1_i = (c0 + 0u);
+                                up2 = sk_bitcast<float>(2139095040u);
+                            }
+                        }
+                        {
+                            float za = (x1 * rcp_t);
+                            float un = sk_uniform((w).y);
+                            float tn = ((1.0f) - un);
+                            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            bool in_range = (fabsf(za) < (1.7014118e38f));
+                            lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                            if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                up1_i = (c0 + 1u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            }
+                            if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = sk_bitcast<float>(2139095040u);
+                                up1_i = (c0 + 1u);
+                                up2 = sk_bitcast<float>(2139095040u);
+                            }
+                        }
+                        {
+                            float za = (x2 * rcp_t);
+                            float un = sk_uniform((w).z);
+                            float tn = ((1.0f) - un);
+                            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            bool in_range = (fabsf(za) < (1.7014118e38f));
+                            lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                            if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                up1_i = (c0 + 2u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            }
+                            if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = sk_bitcast<float>(2139095040u);
+                                up1_i = (c0 + 2u);
+                                up2 = sk_bitcast<float>(2139095040u);
+                            }
+                        }
+                        {
+                            float za = (x3 * rcp_t);
+                            float un = sk_uniform((w).w);
+                            float tn = ((1.0f) - un);
+                            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            bool in_range = (fabsf(za) < (1.7014118e38f));
+                            lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                            if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                up1_i = (c0 + 3u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            }
+                            if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = sk_bitcast<float>(2139095040u);
+                                up1_i = (c0 + 3u);
+                                up2 = sk_bitcast<float>(2139095040u);
+                            }
+                        }
+                    }
+                }
+                float floor_first = (0.0f);
+                {
+                    float sk_v = lo_best;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = fmaxf(sk_v, ov);
+                    }
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = fmaxf(sk_v, ov);
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    floor_first = sk_red_f32[32];
+                    __syncthreads();
+                }
+                lo_best = floor_first;
+                for (unsigned int cb = (col_lo + (((unsigned int)SK_BLOCK) * 4u)); cb < col_hi; cb += (((unsigned int)SK_BLOCK) * 4u)) {
+                    // built by kernels::sampling::prune_step
+                    unsigned int c0 = (cb + (threadIdx.x * 4u));
+                    float qmax = sk_bitcast<float>(4286578688u);
+                    float x0 = sk_bitcast<float>(4286578688u);
+                    if (((c0 + 0u) < col_hi)) {
+                        const float sk_e4 = sk_bf16(x[(base + (c0 + 0u))]);
+                        x0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
+                    }
+                    qmax = fmaxf(qmax, (x0 * rcp_t));
+                    if (((flags & 1u) != 0u)) {
+                        float lse_v = (x0 / temp);
+                        if ((lse_v < sk_bitcast<float>(2139095040u))) {
+                            if ((lse_v > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                                m = lse_v;
+                            } else {
+                                // built by kernels::sampling::online_logsumexp
+                                if ((lse_v > sk_bitcast<float>(4286578688u))) {
+                                    s = (s + ((1.0f) * sk_exp((lse_v - m))));
+                                }
+                            }
+                        }
+                    }
+                    float x1 = sk_bitcast<float>(4286578688u);
+                    if (((c0 + 1u) < col_hi)) {
+                        const float sk_e5 = sk_bf16(x[(base + (c0 + 1u))]);
+                        x1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
+                    }
+                    qmax = fmaxf(qmax, (x1 * rcp_t));
+                    if (((flags & 1u) != 0u)) {
+                        float lse_v = (x1 / temp);
+                        if ((lse_v < sk_bitcast<float>(2139095040u))) {
+                            if ((lse_v > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                                m = lse_v;
+                            } else {
+                                // built by kernels::sampling::online_logsumexp
+                                if ((lse_v > sk_bitcast<float>(4286578688u))) {
+                                    s = (s + ((1.0f) * sk_exp((lse_v - m))));
+                                }
+                            }
+                        }
+                    }
+                    float x2 = sk_bitcast<float>(4286578688u);
+                    if (((c0 + 2u) < col_hi)) {
+                        const float sk_e6 = sk_bf16(x[(base + (c0 + 2u))]);
+                        x2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
+                    }
+                    qmax = fmaxf(qmax, (x2 * rcp_t));
+                    if (((flags & 1u) != 0u)) {
+                        float lse_v = (x2 / temp);
+                        if ((lse_v < sk_bitcast<float>(2139095040u))) {
+                            if ((lse_v > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                                m = lse_v;
+                            } else {
+                                // built by kernels::sampling::online_logsumexp
+                                if ((lse_v > sk_bitcast<float>(4286578688u))) {
+                                    s = (s + ((1.0f) * sk_exp((lse_v - m))));
+                                }
+                            }
+                        }
+                    }
+                    float x3 = sk_bitcast<float>(4286578688u);
+                    if (((c0 + 3u) < col_hi)) {
+                        const float sk_e7 = sk_bf16(x[(base + (c0 + 3u))]);
+                        x3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                    }
+                    qmax = fmaxf(qmax, (x3 * rcp_t));
+                    if (((flags & 1u) != 0u)) {
+                        float lse_v = (x3 / temp);
+                        if ((lse_v < sk_bitcast<float>(2139095040u))) {
+                            if ((lse_v > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                                m = lse_v;
+                            } else {
+                                // built by kernels::sampling::online_logsumexp
+                                if ((lse_v > sk_bitcast<float>(4286578688u))) {
+                                    s = (s + ((1.0f) * sk_exp((lse_v - m))));
+                                }
+                            }
+                        }
+                    }
+                    if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
+                        w = sk_philox(make_uint4((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
+                        {
+                            float za = (x0 * rcp_t);
+                            float un = sk_uniform((w).x);
+                            float tn = ((1.0f) - un);
+                            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            bool in_range = (fabsf(za) < (1.7014118e38f));
+                            lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                            if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                up1_i = (c0 + 0u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            }
+                            if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = sk_bitcast<float>(2139095040u);
+                                up1_i = (c0 + 0u);
+                                up2 = sk_bitcast<float>(2139095040u);
+                            }
+                        }
+                        {
+                            float za = (x1 * rcp_t);
+                            float un = sk_uniform((w).y);
+                            float tn = ((1.0f) - un);
+                            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            bool in_range = (fabsf(za) < (1.7014118e38f));
+                            lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                            if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                up1_i = (c0 + 1u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            }
+                            if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = sk_bitcast<float>(2139095040u);
+                                up1_i = (c0 + 1u);
+                                up2 = sk_bitcast<float>(2139095040u);
+                            }
+                        }
+                        {
+                            float za = (x2 * rcp_t);
+                            float un = sk_uniform((w).z);
+                            float tn = ((1.0f) - un);
+                            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            bool in_range = (fabsf(za) < (1.7014118e38f));
+                            lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                            if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                up1_i = (c0 + 2u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            }
+                            if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = sk_bitcast<float>(2139095040u);
+                                up1_i = (c0 + 2u);
+                                up2 = sk_bitcast<float>(2139095040u);
+                            }
+                        }
+                        {
+                            float za = (x3 * rcp_t);
+                            float un = sk_uniform((w).w);
+                            float tn = ((1.0f) - un);
+                            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            bool in_range = (fabsf(za) < (1.7014118e38f));
+                            lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                            if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                up1_i = (c0 + 3u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            }
+                            if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = sk_bitcast<float>(2139095040u);
+                                up1_i = (c0 + 3u);
+                                up2 = sk_bitcast<float>(2139095040u);
                             }
                         }
                     }
@@ -589,34 +710,50 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     __syncthreads();
                 }
                 if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                    const float sk_e5 = sk_bf16(x[(base + up1_i)]);
-                    float sv = ((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5) / temp);
-                    const unsigned int sk_e7 = (row * 12u);
-                    const uint4 sk_e6 = sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, rows[(sk_e7 + 10u)], rows[(sk_e7 + 11u)]), rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)]);
-                    const unsigned int sk_e8 = (up1_i & 3u);
-                    best = (sv + sk_gumbel(((sk_e8 == 0u) ? ((sk_e6).x) : ((sk_e8 == 1u) ? ((sk_e6).y) : ((sk_e8 == 2u) ? ((sk_e6).z) : ((sk_e6).w))))));
+                    const float sk_e8 = sk_bf16(x[(base + up1_i)]);
+                    float sv = ((((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) / temp);
+                    const unsigned int sk_e10 = (row * 12u);
+                    const uint4 sk_e9 = sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, rows[(sk_e10 + 10u)], rows[(sk_e10 + 11u)]), rows[(sk_e10 + 8u)], rows[(sk_e10 + 9u)]);
+                    const unsigned int sk_e11 = (up1_i & 3u);
+                    best = (sv + sk_gumbel(((sk_e11 == 0u) ? ((sk_e9).x) : ((sk_e11 == 1u) ? ((sk_e9).y) : ((sk_e11 == 2u) ? ((sk_e9).z) : ((sk_e9).w))))));
                     best_i = up1_i;
                     best_z = sv;
                 }
                 if ((up2 >= screen_floor)) {
                     best = sk_bitcast<float>(4286578688u);
+                    top = sk_bitcast<float>(4286578688u);
                     best_i = 4294967295u;
+                    top_i = 4294967295u;
+                    top_n = 0u;
                     for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::sampling::for_each_column
-                        const unsigned int sk_e9 = (row * 12u);
-                        w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e9 + 10u)], rows[(sk_e9 + 11u)]), rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)]);
                         {
                             unsigned int col = (c0 + 0u);
                             if ((col < col_hi)) {
-                                const float sk_e10 = sk_bf16(x[(base + col)]);
-                                float sv = ((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp);
-                                if ((sv < sk_bitcast<float>(2139095040u))) {
+                                const float sk_e12 = sk_bf16(x[(base + col)]);
+                                float xv = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12);
+                                const float sk_e13 = (xv * rcp_t);
+                                if (((sk_e13 > sk_bitcast<float>(4286578688u)) && ((((sk_e13 + (fabsf(sk_e13) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e13 >= (1.7014118e38f))))) {
                                     // built by kernels::sampling::screened_pass
-                                    if ((((sv + sk_gumbel((w).x)) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep
-                                        best = (sv + sk_gumbel((w).x));
-                                        best_i = col;
-                                        best_z = sv;
+                                    const unsigned int sk_e15 = (row * 12u);
+                                    const uint4 sk_e14 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e15 + 10u)], rows[(sk_e15 + 11u)]), rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)]);
+                                    const unsigned int sk_e16 = (col & 3u);
+                                    unsigned int wj = ((sk_e16 == 0u) ? ((sk_e14).x) : ((sk_e16 == 1u) ? ((sk_e14).y) : ((sk_e16 == 2u) ? ((sk_e14).z) : ((sk_e14).w))));
+                                    float sv = (xv / temp);
+                                    if ((sv == sk_bitcast<float>(2139095040u))) {
+                                        top_n = (top_n + 1u);
+                                        if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                                            // built by kernels::sampling::keep_top
+                                            top = sk_gumbel(wj);
+                                            top_i = col;
+                                        }
+                                    } else {
+                                        if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::sampling::keep
+                                            best = (sv + sk_gumbel(wj));
+                                            best_i = col;
+                                            best_z = sv;
+                                        }
                                     }
                                 }
                             }
@@ -624,15 +761,30 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                         {
                             unsigned int col = (c0 + 1u);
                             if ((col < col_hi)) {
-                                const float sk_e11 = sk_bf16(x[(base + col)]);
-                                float sv = ((((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) / temp);
-                                if ((sv < sk_bitcast<float>(2139095040u))) {
+                                const float sk_e17 = sk_bf16(x[(base + col)]);
+                                float xv = (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17);
+                                const float sk_e18 = (xv * rcp_t);
+                                if (((sk_e18 > sk_bitcast<float>(4286578688u)) && ((((sk_e18 + (fabsf(sk_e18) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e18 >= (1.7014118e38f))))) {
                                     // built by kernels::sampling::screened_pass
-                                    if ((((sv + sk_gumbel((w).y)) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep
-                                        best = (sv + sk_gumbel((w).y));
-                                        best_i = col;
-                                        best_z = sv;
+                                    const unsigned int sk_e20 = (row * 12u);
+                                    const uint4 sk_e19 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e20 + 10u)], rows[(sk_e20 + 11u)]), rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)]);
+                                    const unsigned int sk_e21 = (col & 3u);
+                                    unsigned int wj = ((sk_e21 == 0u) ? ((sk_e19).x) : ((sk_e21 == 1u) ? ((sk_e19).y) : ((sk_e21 == 2u) ? ((sk_e19).z) : ((sk_e19).w))));
+                                    float sv = (xv / temp);
+                                    if ((sv == sk_bitcast<float>(2139095040u))) {
+                                        top_n = (top_n + 1u);
+                                        if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                                            // built by kernels::sampling::keep_top
+                                            top = sk_gumbel(wj);
+                                            top_i = col;
+                                        }
+                                    } else {
+                                        if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::sampling::keep
+                                            best = (sv + sk_gumbel(wj));
+                                            best_i = col;
+                                            best_z = sv;
+                                        }
                                     }
                                 }
                             }
@@ -640,15 +792,30 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                         {
                             unsigned int col = (c0 + 2u);
                             if ((col < col_hi)) {
-                                const float sk_e12 = sk_bf16(x[(base + col)]);
-                                float sv = ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp);
-                                if ((sv < sk_bitcast<float>(2139095040u))) {
+                                const float sk_e22 = sk_bf16(x[(base + col)]);
+                                float xv = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
+                                const float sk_e23 = (xv * rcp_t);
+                                if (((sk_e23 > sk_bitcast<float>(4286578688u)) && ((((sk_e23 + (fabsf(sk_e23) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e23 >= (1.7014118e38f))))) {
                                     // built by kernels::sampling::screened_pass
-                                    if ((((sv + sk_gumbel((w).z)) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep
-                                        best = (sv + sk_gumbel((w).z));
-                                        best_i = col;
-                                        best_z = sv;
+                                    const unsigned int sk_e25 = (row * 12u);
+                                    const uint4 sk_e24 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e25 + 10u)], rows[(sk_e25 + 11u)]), rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)]);
+                                    const unsigned int sk_e26 = (col & 3u);
+                                    unsigned int wj = ((sk_e26 == 0u) ? ((sk_e24).x) : ((sk_e26 == 1u) ? ((sk_e24).y) : ((sk_e26 == 2u) ? ((sk_e24).z) : ((sk_e24).w))));
+                                    float sv = (xv / temp);
+                                    if ((sv == sk_bitcast<float>(2139095040u))) {
+                                        top_n = (top_n + 1u);
+                                        if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                                            // built by kernels::sampling::keep_top
+                                            top = sk_gumbel(wj);
+                                            top_i = col;
+                                        }
+                                    } else {
+                                        if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::sampling::keep
+                                            best = (sv + sk_gumbel(wj));
+                                            best_i = col;
+                                            best_z = sv;
+                                        }
                                     }
                                 }
                             }
@@ -656,15 +823,30 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                         {
                             unsigned int col = (c0 + 3u);
                             if ((col < col_hi)) {
-                                const float sk_e13 = sk_bf16(x[(base + col)]);
-                                float sv = ((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) / temp);
-                                if ((sv < sk_bitcast<float>(2139095040u))) {
+                                const float sk_e27 = sk_bf16(x[(base + col)]);
+                                float xv = (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27);
+                                const float sk_e28 = (xv * rcp_t);
+                                if (((sk_e28 > sk_bitcast<float>(4286578688u)) && ((((sk_e28 + (fabsf(sk_e28) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e28 >= (1.7014118e38f))))) {
                                     // built by kernels::sampling::screened_pass
-                                    if ((((sv + sk_gumbel((w).w)) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep
-                                        best = (sv + sk_gumbel((w).w));
-                                        best_i = col;
-                                        best_z = sv;
+                                    const unsigned int sk_e30 = (row * 12u);
+                                    const uint4 sk_e29 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e30 + 10u)], rows[(sk_e30 + 11u)]), rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)]);
+                                    const unsigned int sk_e31 = (col & 3u);
+                                    unsigned int wj = ((sk_e31 == 0u) ? ((sk_e29).x) : ((sk_e31 == 1u) ? ((sk_e29).y) : ((sk_e31 == 2u) ? ((sk_e29).z) : ((sk_e29).w))));
+                                    float sv = (xv / temp);
+                                    if ((sv == sk_bitcast<float>(2139095040u))) {
+                                        top_n = (top_n + 1u);
+                                        if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                                            // built by kernels::sampling::keep_top
+                                            top = sk_gumbel(wj);
+                                            top_i = col;
+                                        }
+                                    } else {
+                                        if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::sampling::keep
+                                            best = (sv + sk_gumbel(wj));
+                                            best_i = col;
+                                            best_z = sv;
+                                        }
                                     }
                                 }
                             }
@@ -678,8 +860,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {
-                            const float sk_e14 = sk_bf16(x[(base + col)]);
-                            float sv = ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp);
+                            const float sk_e32 = sk_bf16(x[(base + col)]);
+                            float sv = ((((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
                                 // built by kernels::sampling::greedy_column
                                 top_n = (top_n + 1u);
@@ -714,8 +896,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     {
                         unsigned int col = (c0 + 1u);
                         if ((col < col_hi)) {
-                            const float sk_e15 = sk_bf16(x[(base + col)]);
-                            float sv = ((((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15) / temp);
+                            const float sk_e33 = sk_bf16(x[(base + col)]);
+                            float sv = ((((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
                                 // built by kernels::sampling::greedy_column
                                 top_n = (top_n + 1u);
@@ -750,8 +932,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     {
                         unsigned int col = (c0 + 2u);
                         if ((col < col_hi)) {
-                            const float sk_e16 = sk_bf16(x[(base + col)]);
-                            float sv = ((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp);
+                            const float sk_e34 = sk_bf16(x[(base + col)]);
+                            float sv = ((((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34) / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
                                 // built by kernels::sampling::greedy_column
                                 top_n = (top_n + 1u);
@@ -786,8 +968,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     {
                         unsigned int col = (c0 + 3u);
                         if ((col < col_hi)) {
-                            const float sk_e17 = sk_bf16(x[(base + col)]);
-                            float sv = ((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) / temp);
+                            const float sk_e35 = sk_bf16(x[(base + col)]);
+                            float sv = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
                                 // built by kernels::sampling::greedy_column
                                 top_n = (top_n + 1u);
@@ -983,8 +1165,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                         __syncthreads();
                     }
                     if ((threadIdx.x == 0u)) {
-                        const float sk_e18 = sk_bf16(x[(base + tok)]);
-                        logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
+                        const float sk_e36 = sk_bf16(x[(base + tok)]);
+                        logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
                     }
                 }
             } else {

@@ -24,6 +24,7 @@ var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
+var<workgroup> race_key: array<u32, 4>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
     let ll = (a & 0xffffu) * (b & 0xffffu);
@@ -274,307 +275,415 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var up2: f32 = bitcast<f32>(4286578688u);
             if (noisy) {
                 // built by kernels::sampling::screened_pass
-                for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    // built by kernels::sampling::for_each_column
-                    let sk_e0: u32 = (row * 12u);
-                    w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e0 + 10u)], rows[(sk_e0 + 11u)]), rows[(sk_e0 + 8u)], rows[(sk_e0 + 9u)]);
-                    {
-                        var col: u32 = (c0 + 0u);
-                        if ((col < col_hi)) {
-                            let sk_e1: f32 = x[(base + col)];
-                            var xv: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
-                            var za: f32 = (xv * rcp_t);
-                            if ((abs(za) < (1.7014118e38f))) {
-                                // built by kernels::sampling::screened_pass
-                                var un: f32 = sk_uniform(w[0]);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                lo_best = max(lo_best, (an - dn));
-                                if (((an + dn) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = (an + dn);
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = max(up2, (an + dn));
-                                }
-                                if (((params.flags & 1u) != 0u)) {
-                                    if (((xv / temp) > m)) {
-                                        // built by kernels::sampling::online_logsumexp
-                                        s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
-                                        m = (xv / temp);
-                                    } else {
-                                        // built by kernels::sampling::online_logsumexp
-                                        if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                            s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
-                                        }
-                                    }
-                                }
+                if ((sk_lid == 0u)) {
+                    race_key[0u] = rows[((row * 12u) + 8u)];
+                    race_key[1u] = rows[((row * 12u) + 9u)];
+                    race_key[2u] = rows[((row * 12u) + 10u)];
+                    race_key[3u] = rows[((row * 12u) + 11u)];
+                }
+                workgroupBarrier();
+                {
+                    var c0: u32 = (col_lo + (sk_lid * 4u));
+                    var qmax: f32 = bitcast<f32>(4286578688u);
+                    var x0: f32 = bitcast<f32>(4286578688u);
+                    if (((c0 + 0u) < col_hi)) {
+                        // built by kernels::sampling::prune_step
+                        let sk_e0: f32 = x[(base + (c0 + 0u))];
+                        x0 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
+                    }
+                    qmax = max(qmax, (x0 * rcp_t));
+                    if (((params.flags & 1u) != 0u)) {
+                        // built by kernels::sampling::prune_step
+                        var lse_v: f32 = (x0 / temp);
+                        if ((lse_v < bitcast<f32>(2139095040u))) {
+                            if ((lse_v > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                                m = lse_v;
                             } else {
-                                // built by kernels::sampling::screened_pass
-                                var sv: f32 = (xv / temp);
-                                if ((sv == bitcast<f32>(2139095040u))) {
-                                    top_n = (top_n + 1u);
-                                    if (((sk_gumbel(w[0]) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep_top
-                                        top = sk_gumbel(w[0]);
-                                        top_i = col;
-                                    }
-                                } else {
-                                    var score: f32 = (sv + sk_gumbel(w[0]));
-                                    if ((score > bitcast<f32>(4286578688u))) {
-                                        lo_best = max(lo_best, score);
-                                        if ((score > up1)) {
-                                            // built by kernels::sampling::bound
-                                            up2 = up1;
-                                            up1 = score;
-                                            up1_i = col;
-                                        } else {
-                                            // built by kernels::sampling::bound
-                                            up2 = max(up2, score);
-                                        }
-                                    }
-                                    if (((params.flags & 1u) != 0u)) {
-                                        if ((sv > m)) {
-                                            // built by kernels::sampling::online_logsumexp
-                                            s = ((s * sk_exp((m - sv))) + (1.0f));
-                                            m = sv;
-                                        } else {
-                                            // built by kernels::sampling::online_logsumexp
-                                            if ((sv > bitcast<f32>(4286578688u))) {
-                                                s = (s + ((1.0f) * sk_exp((sv - m))));
-                                            }
-                                        }
-                                    }
+                                // built by kernels::sampling::online_logsumexp
+                                if ((lse_v > bitcast<f32>(4286578688u))) {
+                                    s = (s + ((1.0f) * sk_exp((lse_v - m))));
                                 }
                             }
                         }
                     }
-                    {
-                        var col: u32 = (c0 + 1u);
-                        if ((col < col_hi)) {
-                            let sk_e2: f32 = x[(base + col)];
-                            var xv: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
-                            var za: f32 = (xv * rcp_t);
-                            if ((abs(za) < (1.7014118e38f))) {
-                                // built by kernels::sampling::screened_pass
-                                var un: f32 = sk_uniform(w[1]);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                lo_best = max(lo_best, (an - dn));
-                                if (((an + dn) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = (an + dn);
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = max(up2, (an + dn));
-                                }
-                                if (((params.flags & 1u) != 0u)) {
-                                    if (((xv / temp) > m)) {
-                                        // built by kernels::sampling::online_logsumexp
-                                        s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
-                                        m = (xv / temp);
-                                    } else {
-                                        // built by kernels::sampling::online_logsumexp
-                                        if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                            s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
-                                        }
-                                    }
-                                }
+                    var x1: f32 = bitcast<f32>(4286578688u);
+                    if (((c0 + 1u) < col_hi)) {
+                        // built by kernels::sampling::prune_step
+                        let sk_e1: f32 = x[(base + (c0 + 1u))];
+                        x1 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+                    }
+                    qmax = max(qmax, (x1 * rcp_t));
+                    if (((params.flags & 1u) != 0u)) {
+                        // built by kernels::sampling::prune_step
+                        var lse_v: f32 = (x1 / temp);
+                        if ((lse_v < bitcast<f32>(2139095040u))) {
+                            if ((lse_v > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                                m = lse_v;
                             } else {
-                                // built by kernels::sampling::screened_pass
-                                var sv: f32 = (xv / temp);
-                                if ((sv == bitcast<f32>(2139095040u))) {
-                                    top_n = (top_n + 1u);
-                                    if (((sk_gumbel(w[1]) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep_top
-                                        top = sk_gumbel(w[1]);
-                                        top_i = col;
-                                    }
-                                } else {
-                                    var score: f32 = (sv + sk_gumbel(w[1]));
-                                    if ((score > bitcast<f32>(4286578688u))) {
-                                        lo_best = max(lo_best, score);
-                                        if ((score > up1)) {
-                                            // built by kernels::sampling::bound
-                                            up2 = up1;
-                                            up1 = score;
-                                            up1_i = col;
-                                        } else {
-                                            // built by kernels::sampling::bound
-                                            up2 = max(up2, score);
-                                        }
-                                    }
-                                    if (((params.flags & 1u) != 0u)) {
-                                        if ((sv > m)) {
-                                            // built by kernels::sampling::online_logsumexp
-                                            s = ((s * sk_exp((m - sv))) + (1.0f));
-                                            m = sv;
-                                        } else {
-                                            // built by kernels::sampling::online_logsumexp
-                                            if ((sv > bitcast<f32>(4286578688u))) {
-                                                s = (s + ((1.0f) * sk_exp((sv - m))));
-                                            }
-                                        }
-                                    }
+                                // built by kernels::sampling::online_logsumexp
+                                if ((lse_v > bitcast<f32>(4286578688u))) {
+                                    s = (s + ((1.0f) * sk_exp((lse_v - m))));
                                 }
                             }
                         }
                     }
-                    {
-                        var col: u32 = (c0 + 2u);
-                        if ((col < col_hi)) {
-                            let sk_e3: f32 = x[(base + col)];
-                            var xv: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
-                            var za: f32 = (xv * rcp_t);
-                            if ((abs(za) < (1.7014118e38f))) {
-                                // built by kernels::sampling::screened_pass
-                                var un: f32 = sk_uniform(w[2]);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                lo_best = max(lo_best, (an - dn));
-                                if (((an + dn) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = (an + dn);
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = max(up2, (an + dn));
-                                }
-                                if (((params.flags & 1u) != 0u)) {
-                                    if (((xv / temp) > m)) {
-                                        // built by kernels::sampling::online_logsumexp
-                                        s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
-                                        m = (xv / temp);
-                                    } else {
-                                        // built by kernels::sampling::online_logsumexp
-                                        if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                            s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
-                                        }
-                                    }
-                                }
+                    var x2: f32 = bitcast<f32>(4286578688u);
+                    if (((c0 + 2u) < col_hi)) {
+                        // built by kernels::sampling::prune_step
+                        let sk_e2: f32 = x[(base + (c0 + 2u))];
+                        x2 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                    }
+                    qmax = max(qmax, (x2 * rcp_t));
+                    if (((params.flags & 1u) != 0u)) {
+                        // built by kernels::sampling::prune_step
+                        var lse_v: f32 = (x2 / temp);
+                        if ((lse_v < bitcast<f32>(2139095040u))) {
+                            if ((lse_v > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                                m = lse_v;
                             } else {
-                                // built by kernels::sampling::screened_pass
-                                var sv: f32 = (xv / temp);
-                                if ((sv == bitcast<f32>(2139095040u))) {
-                                    top_n = (top_n + 1u);
-                                    if (((sk_gumbel(w[2]) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep_top
-                                        top = sk_gumbel(w[2]);
-                                        top_i = col;
-                                    }
-                                } else {
-                                    var score: f32 = (sv + sk_gumbel(w[2]));
-                                    if ((score > bitcast<f32>(4286578688u))) {
-                                        lo_best = max(lo_best, score);
-                                        if ((score > up1)) {
-                                            // built by kernels::sampling::bound
-                                            up2 = up1;
-                                            up1 = score;
-                                            up1_i = col;
-                                        } else {
-                                            // built by kernels::sampling::bound
-                                            up2 = max(up2, score);
-                                        }
-                                    }
-                                    if (((params.flags & 1u) != 0u)) {
-                                        if ((sv > m)) {
-                                            // built by kernels::sampling::online_logsumexp
-                                            s = ((s * sk_exp((m - sv))) + (1.0f));
-                                            m = sv;
-                                        } else {
-                                            // built by kernels::sampling::online_logsumexp
-                                            if ((sv > bitcast<f32>(4286578688u))) {
-                                                s = (s + ((1.0f) * sk_exp((sv - m))));
-                                            }
-                                        }
-                                    }
+                                // built by kernels::sampling::online_logsumexp
+                                if ((lse_v > bitcast<f32>(4286578688u))) {
+                                    s = (s + ((1.0f) * sk_exp((lse_v - m))));
                                 }
                             }
                         }
                     }
-                    {
-                        var col: u32 = (c0 + 3u);
-                        if ((col < col_hi)) {
-                            let sk_e4: f32 = x[(base + col)];
-                            var xv: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
-                            var za: f32 = (xv * rcp_t);
-                            if ((abs(za) < (1.7014118e38f))) {
-                                // built by kernels::sampling::screened_pass
-                                var un: f32 = sk_uniform(w[3]);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                lo_best = max(lo_best, (an - dn));
-                                if (((an + dn) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = (an + dn);
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = max(up2, (an + dn));
-                                }
-                                if (((params.flags & 1u) != 0u)) {
-                                    if (((xv / temp) > m)) {
-                                        // built by kernels::sampling::online_logsumexp
-                                        s = ((s * sk_exp((m - (xv / temp)))) + (1.0f));
-                                        m = (xv / temp);
-                                    } else {
-                                        // built by kernels::sampling::online_logsumexp
-                                        if (((xv / temp) > bitcast<f32>(4286578688u))) {
-                                            s = (s + ((1.0f) * sk_exp(((xv / temp) - m))));
-                                        }
-                                    }
-                                }
+                    var x3: f32 = bitcast<f32>(4286578688u);
+                    if (((c0 + 3u) < col_hi)) {
+                        // built by kernels::sampling::prune_step
+                        let sk_e3: f32 = x[(base + (c0 + 3u))];
+                        x3 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+                    }
+                    qmax = max(qmax, (x3 * rcp_t));
+                    if (((params.flags & 1u) != 0u)) {
+                        // built by kernels::sampling::prune_step
+                        var lse_v: f32 = (x3 / temp);
+                        if ((lse_v < bitcast<f32>(2139095040u))) {
+                            if ((lse_v > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                                m = lse_v;
                             } else {
-                                // built by kernels::sampling::screened_pass
-                                var sv: f32 = (xv / temp);
-                                if ((sv == bitcast<f32>(2139095040u))) {
-                                    top_n = (top_n + 1u);
-                                    if (((sk_gumbel(w[3]) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep_top
-                                        top = sk_gumbel(w[3]);
-                                        top_i = col;
-                                    }
-                                } else {
-                                    var score: f32 = (sv + sk_gumbel(w[3]));
-                                    if ((score > bitcast<f32>(4286578688u))) {
-                                        lo_best = max(lo_best, score);
-                                        if ((score > up1)) {
-                                            // built by kernels::sampling::bound
-                                            up2 = up1;
-                                            up1 = score;
-                                            up1_i = col;
-                                        } else {
-                                            // built by kernels::sampling::bound
-                                            up2 = max(up2, score);
-                                        }
-                                    }
-                                    if (((params.flags & 1u) != 0u)) {
-                                        if ((sv > m)) {
-                                            // built by kernels::sampling::online_logsumexp
-                                            s = ((s * sk_exp((m - sv))) + (1.0f));
-                                            m = sv;
-                                        } else {
-                                            // built by kernels::sampling::online_logsumexp
-                                            if ((sv > bitcast<f32>(4286578688u))) {
-                                                s = (s + ((1.0f) * sk_exp((sv - m))));
-                                            }
-                                        }
-                                    }
+                                // built by kernels::sampling::online_logsumexp
+                                if ((lse_v > bitcast<f32>(4286578688u))) {
+                                    s = (s + ((1.0f) * sk_exp((lse_v - m))));
                                 }
+                            }
+                        }
+                    }
+                    if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
+                        // built by kernels::sampling::prune_step
+                        w = sk_philox(vec4<u32>((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
+                        {
+                            var za: f32 = (x0 * rcp_t);
+                            var un: f32 = sk_uniform(w[0]);
+                            var tn: f32 = ((1.0f) - un);
+                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                            var an: f32 = (za - log(en));
+                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                            var in_range: bool = (abs(za) < (1.7014118e38f));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                            if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                up1_i = (c0 + 0u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                            }
+                            if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = bitcast<f32>(2139095040u);
+                                up1_i = (c0 + 0u);
+                                up2 = bitcast<f32>(2139095040u);
+                            }
+                        }
+                        {
+                            var za: f32 = (x1 * rcp_t);
+                            var un: f32 = sk_uniform(w[1]);
+                            var tn: f32 = ((1.0f) - un);
+                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                            var an: f32 = (za - log(en));
+                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                            var in_range: bool = (abs(za) < (1.7014118e38f));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                            if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                up1_i = (c0 + 1u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                            }
+                            if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = bitcast<f32>(2139095040u);
+                                up1_i = (c0 + 1u);
+                                up2 = bitcast<f32>(2139095040u);
+                            }
+                        }
+                        {
+                            var za: f32 = (x2 * rcp_t);
+                            var un: f32 = sk_uniform(w[2]);
+                            var tn: f32 = ((1.0f) - un);
+                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                            var an: f32 = (za - log(en));
+                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                            var in_range: bool = (abs(za) < (1.7014118e38f));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                            if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                up1_i = (c0 + 2u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                            }
+                            if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = bitcast<f32>(2139095040u);
+                                up1_i = (c0 + 2u);
+                                up2 = bitcast<f32>(2139095040u);
+                            }
+                        }
+                        {
+                            var za: f32 = (x3 * rcp_t);
+                            var un: f32 = sk_uniform(w[3]);
+                            var tn: f32 = ((1.0f) - un);
+                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                            var an: f32 = (za - log(en));
+                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                            var in_range: bool = (abs(za) < (1.7014118e38f));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                            if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                up1_i = (c0 + 3u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                            }
+                            if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = bitcast<f32>(2139095040u);
+                                up1_i = (c0 + 3u);
+                                up2 = bitcast<f32>(2139095040u);
+                            }
+                        }
+                    }
+                }
+                var floor_first: f32 = (0.0f);
+                {
+                    sk_red_f32[sk_lid] = lo_best;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                        }
+                        workgroupBarrier();
+                    }
+                    floor_first = sk_red_f32[0];
+                    workgroupBarrier();
+                }
+                lo_best = floor_first;
+                for (var cb: u32 = (col_lo + (BLOCK * 4u)); cb < col_hi; cb = cb + (BLOCK * 4u)) {
+                    // built by kernels::sampling::prune_step
+                    var c0: u32 = (cb + (sk_lid * 4u));
+                    var qmax: f32 = bitcast<f32>(4286578688u);
+                    var x0: f32 = bitcast<f32>(4286578688u);
+                    if (((c0 + 0u) < col_hi)) {
+                        let sk_e4: f32 = x[(base + (c0 + 0u))];
+                        x0 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                    }
+                    qmax = max(qmax, (x0 * rcp_t));
+                    if (((params.flags & 1u) != 0u)) {
+                        var lse_v: f32 = (x0 / temp);
+                        if ((lse_v < bitcast<f32>(2139095040u))) {
+                            if ((lse_v > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                                m = lse_v;
+                            } else {
+                                // built by kernels::sampling::online_logsumexp
+                                if ((lse_v > bitcast<f32>(4286578688u))) {
+                                    s = (s + ((1.0f) * sk_exp((lse_v - m))));
+                                }
+                            }
+                        }
+                    }
+                    var x1: f32 = bitcast<f32>(4286578688u);
+                    if (((c0 + 1u) < col_hi)) {
+                        let sk_e5: f32 = x[(base + (c0 + 1u))];
+                        x1 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+                    }
+                    qmax = max(qmax, (x1 * rcp_t));
+                    if (((params.flags & 1u) != 0u)) {
+                        var lse_v: f32 = (x1 / temp);
+                        if ((lse_v < bitcast<f32>(2139095040u))) {
+                            if ((lse_v > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                                m = lse_v;
+                            } else {
+                                // built by kernels::sampling::online_logsumexp
+                                if ((lse_v > bitcast<f32>(4286578688u))) {
+                                    s = (s + ((1.0f) * sk_exp((lse_v - m))));
+                                }
+                            }
+                        }
+                    }
+                    var x2: f32 = bitcast<f32>(4286578688u);
+                    if (((c0 + 2u) < col_hi)) {
+                        let sk_e6: f32 = x[(base + (c0 + 2u))];
+                        x2 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+                    }
+                    qmax = max(qmax, (x2 * rcp_t));
+                    if (((params.flags & 1u) != 0u)) {
+                        var lse_v: f32 = (x2 / temp);
+                        if ((lse_v < bitcast<f32>(2139095040u))) {
+                            if ((lse_v > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                                m = lse_v;
+                            } else {
+                                // built by kernels::sampling::online_logsumexp
+                                if ((lse_v > bitcast<f32>(4286578688u))) {
+                                    s = (s + ((1.0f) * sk_exp((lse_v - m))));
+                                }
+                            }
+                        }
+                    }
+                    var x3: f32 = bitcast<f32>(4286578688u);
+                    if (((c0 + 3u) < col_hi)) {
+                        let sk_e7: f32 = x[(base + (c0 + 3u))];
+                        x3 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
+                    }
+                    qmax = max(qmax, (x3 * rcp_t));
+                    if (((params.flags & 1u) != 0u)) {
+                        var lse_v: f32 = (x3 / temp);
+                        if ((lse_v < bitcast<f32>(2139095040u))) {
+                            if ((lse_v > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - lse_v))) + (1.0f));
+                                m = lse_v;
+                            } else {
+                                // built by kernels::sampling::online_logsumexp
+                                if ((lse_v > bitcast<f32>(4286578688u))) {
+                                    s = (s + ((1.0f) * sk_exp((lse_v - m))));
+                                }
+                            }
+                        }
+                    }
+                    if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
+                        w = sk_philox(vec4<u32>((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
+                        {
+                            var za: f32 = (x0 * rcp_t);
+                            var un: f32 = sk_uniform(w[0]);
+                            var tn: f32 = ((1.0f) - un);
+                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                            var an: f32 = (za - log(en));
+                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                            var in_range: bool = (abs(za) < (1.7014118e38f));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                            if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                up1_i = (c0 + 0u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                            }
+                            if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = bitcast<f32>(2139095040u);
+                                up1_i = (c0 + 0u);
+                                up2 = bitcast<f32>(2139095040u);
+                            }
+                        }
+                        {
+                            var za: f32 = (x1 * rcp_t);
+                            var un: f32 = sk_uniform(w[1]);
+                            var tn: f32 = ((1.0f) - un);
+                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                            var an: f32 = (za - log(en));
+                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                            var in_range: bool = (abs(za) < (1.7014118e38f));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                            if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                up1_i = (c0 + 1u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                            }
+                            if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = bitcast<f32>(2139095040u);
+                                up1_i = (c0 + 1u);
+                                up2 = bitcast<f32>(2139095040u);
+                            }
+                        }
+                        {
+                            var za: f32 = (x2 * rcp_t);
+                            var un: f32 = sk_uniform(w[2]);
+                            var tn: f32 = ((1.0f) - un);
+                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                            var an: f32 = (za - log(en));
+                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                            var in_range: bool = (abs(za) < (1.7014118e38f));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                            if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                up1_i = (c0 + 2u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                            }
+                            if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = bitcast<f32>(2139095040u);
+                                up1_i = (c0 + 2u);
+                                up2 = bitcast<f32>(2139095040u);
+                            }
+                        }
+                        {
+                            var za: f32 = (x3 * rcp_t);
+                            var un: f32 = sk_uniform(w[3]);
+                            var tn: f32 = ((1.0f) - un);
+                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                            var an: f32 = (za - log(en));
+                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                            var in_range: bool = (abs(za) < (1.7014118e38f));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                            if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                up1_i = (c0 + 3u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                            }
+                            if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = bitcast<f32>(2139095040u);
+                                up1_i = (c0 + 3u);
+                                up2 = bitcast<f32>(2139095040u);
                             }
                         }
                     }
@@ -593,34 +702,50 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     workgroupBarrier();
                 }
                 if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                    let sk_e5: f32 = x[(base + up1_i)];
-                    var sv: f32 = (select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u)) / temp);
-                    let sk_e7: u32 = (row * 12u);
-                    let sk_e6: vec4<u32> = sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, rows[(sk_e7 + 10u)], rows[(sk_e7 + 11u)]), rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)]);
-                    let sk_e8: u32 = (up1_i & 3u);
-                    best = (sv + sk_gumbel(select(select(select(sk_e6[3], sk_e6[2], (sk_e8 == 2u)), sk_e6[1], (sk_e8 == 1u)), sk_e6[0], (sk_e8 == 0u))));
+                    let sk_e8: f32 = x[(base + up1_i)];
+                    var sv: f32 = (select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)) / temp);
+                    let sk_e10: u32 = (row * 12u);
+                    let sk_e9: vec4<u32> = sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, rows[(sk_e10 + 10u)], rows[(sk_e10 + 11u)]), rows[(sk_e10 + 8u)], rows[(sk_e10 + 9u)]);
+                    let sk_e11: u32 = (up1_i & 3u);
+                    best = (sv + sk_gumbel(select(select(select(sk_e9[3], sk_e9[2], (sk_e11 == 2u)), sk_e9[1], (sk_e11 == 1u)), sk_e9[0], (sk_e11 == 0u))));
                     best_i = up1_i;
                     best_z = sv;
                 }
                 if ((up2 >= screen_floor)) {
                     best = bitcast<f32>(4286578688u);
+                    top = bitcast<f32>(4286578688u);
                     best_i = 4294967295u;
+                    top_i = 4294967295u;
+                    top_n = 0u;
                     for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                         // built by kernels::sampling::for_each_column
-                        let sk_e9: u32 = (row * 12u);
-                        w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e9 + 10u)], rows[(sk_e9 + 11u)]), rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)]);
                         {
                             var col: u32 = (c0 + 0u);
                             if ((col < col_hi)) {
-                                let sk_e10: f32 = x[(base + col)];
-                                var sv: f32 = (select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp);
-                                if ((sv < bitcast<f32>(2139095040u))) {
+                                let sk_e12: f32 = x[(base + col)];
+                                var xv: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
+                                let sk_e13: f32 = (xv * rcp_t);
+                                if (((sk_e13 > bitcast<f32>(4286578688u)) && ((((sk_e13 + (abs(sk_e13) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e13 >= (1.7014118e38f))))) {
                                     // built by kernels::sampling::screened_pass
-                                    if ((((sv + sk_gumbel(w[0])) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep
-                                        best = (sv + sk_gumbel(w[0]));
-                                        best_i = col;
-                                        best_z = sv;
+                                    let sk_e15: u32 = (row * 12u);
+                                    let sk_e14: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e15 + 10u)], rows[(sk_e15 + 11u)]), rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)]);
+                                    let sk_e16: u32 = (col & 3u);
+                                    var wj: u32 = select(select(select(sk_e14[3], sk_e14[2], (sk_e16 == 2u)), sk_e14[1], (sk_e16 == 1u)), sk_e14[0], (sk_e16 == 0u));
+                                    var sv: f32 = (xv / temp);
+                                    if ((sv == bitcast<f32>(2139095040u))) {
+                                        top_n = (top_n + 1u);
+                                        if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                                            // built by kernels::sampling::keep_top
+                                            top = sk_gumbel(wj);
+                                            top_i = col;
+                                        }
+                                    } else {
+                                        if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::sampling::keep
+                                            best = (sv + sk_gumbel(wj));
+                                            best_i = col;
+                                            best_z = sv;
+                                        }
                                     }
                                 }
                             }
@@ -628,15 +753,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 1u);
                             if ((col < col_hi)) {
-                                let sk_e11: f32 = x[(base + col)];
-                                var sv: f32 = (select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)) / temp);
-                                if ((sv < bitcast<f32>(2139095040u))) {
+                                let sk_e17: f32 = x[(base + col)];
+                                var xv: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
+                                let sk_e18: f32 = (xv * rcp_t);
+                                if (((sk_e18 > bitcast<f32>(4286578688u)) && ((((sk_e18 + (abs(sk_e18) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e18 >= (1.7014118e38f))))) {
                                     // built by kernels::sampling::screened_pass
-                                    if ((((sv + sk_gumbel(w[1])) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep
-                                        best = (sv + sk_gumbel(w[1]));
-                                        best_i = col;
-                                        best_z = sv;
+                                    let sk_e20: u32 = (row * 12u);
+                                    let sk_e19: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e20 + 10u)], rows[(sk_e20 + 11u)]), rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)]);
+                                    let sk_e21: u32 = (col & 3u);
+                                    var wj: u32 = select(select(select(sk_e19[3], sk_e19[2], (sk_e21 == 2u)), sk_e19[1], (sk_e21 == 1u)), sk_e19[0], (sk_e21 == 0u));
+                                    var sv: f32 = (xv / temp);
+                                    if ((sv == bitcast<f32>(2139095040u))) {
+                                        top_n = (top_n + 1u);
+                                        if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                                            // built by kernels::sampling::keep_top
+                                            top = sk_gumbel(wj);
+                                            top_i = col;
+                                        }
+                                    } else {
+                                        if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::sampling::keep
+                                            best = (sv + sk_gumbel(wj));
+                                            best_i = col;
+                                            best_z = sv;
+                                        }
                                     }
                                 }
                             }
@@ -644,15 +784,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 2u);
                             if ((col < col_hi)) {
-                                let sk_e12: f32 = x[(base + col)];
-                                var sv: f32 = (select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)) / temp);
-                                if ((sv < bitcast<f32>(2139095040u))) {
+                                let sk_e22: f32 = x[(base + col)];
+                                var xv: f32 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
+                                let sk_e23: f32 = (xv * rcp_t);
+                                if (((sk_e23 > bitcast<f32>(4286578688u)) && ((((sk_e23 + (abs(sk_e23) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e23 >= (1.7014118e38f))))) {
                                     // built by kernels::sampling::screened_pass
-                                    if ((((sv + sk_gumbel(w[2])) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep
-                                        best = (sv + sk_gumbel(w[2]));
-                                        best_i = col;
-                                        best_z = sv;
+                                    let sk_e25: u32 = (row * 12u);
+                                    let sk_e24: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e25 + 10u)], rows[(sk_e25 + 11u)]), rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)]);
+                                    let sk_e26: u32 = (col & 3u);
+                                    var wj: u32 = select(select(select(sk_e24[3], sk_e24[2], (sk_e26 == 2u)), sk_e24[1], (sk_e26 == 1u)), sk_e24[0], (sk_e26 == 0u));
+                                    var sv: f32 = (xv / temp);
+                                    if ((sv == bitcast<f32>(2139095040u))) {
+                                        top_n = (top_n + 1u);
+                                        if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                                            // built by kernels::sampling::keep_top
+                                            top = sk_gumbel(wj);
+                                            top_i = col;
+                                        }
+                                    } else {
+                                        if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::sampling::keep
+                                            best = (sv + sk_gumbel(wj));
+                                            best_i = col;
+                                            best_z = sv;
+                                        }
                                     }
                                 }
                             }
@@ -660,15 +815,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 3u);
                             if ((col < col_hi)) {
-                                let sk_e13: f32 = x[(base + col)];
-                                var sv: f32 = (select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)) / temp);
-                                if ((sv < bitcast<f32>(2139095040u))) {
+                                let sk_e27: f32 = x[(base + col)];
+                                var xv: f32 = select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u));
+                                let sk_e28: f32 = (xv * rcp_t);
+                                if (((sk_e28 > bitcast<f32>(4286578688u)) && ((((sk_e28 + (abs(sk_e28) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e28 >= (1.7014118e38f))))) {
                                     // built by kernels::sampling::screened_pass
-                                    if ((((sv + sk_gumbel(w[3])) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep
-                                        best = (sv + sk_gumbel(w[3]));
-                                        best_i = col;
-                                        best_z = sv;
+                                    let sk_e30: u32 = (row * 12u);
+                                    let sk_e29: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e30 + 10u)], rows[(sk_e30 + 11u)]), rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)]);
+                                    let sk_e31: u32 = (col & 3u);
+                                    var wj: u32 = select(select(select(sk_e29[3], sk_e29[2], (sk_e31 == 2u)), sk_e29[1], (sk_e31 == 1u)), sk_e29[0], (sk_e31 == 0u));
+                                    var sv: f32 = (xv / temp);
+                                    if ((sv == bitcast<f32>(2139095040u))) {
+                                        top_n = (top_n + 1u);
+                                        if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                                            // built by kernels::sampling::keep_top
+                                            top = sk_gumbel(wj);
+                                            top_i = col;
+                                        }
+                                    } else {
+                                        if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::sampling::keep
+                                            best = (sv + sk_gumbel(wj));
+                                            best_i = col;
+                                            best_z = sv;
+                                        }
                                     }
                                 }
                             }
@@ -682,8 +852,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 0u);
                         if ((col < col_hi)) {
-                            let sk_e14: f32 = x[(base + col)];
-                            var sv: f32 = (select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e32: f32 = x[(base + col)];
+                            var sv: f32 = (select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u)) / temp);
                             if ((sv == bitcast<f32>(2139095040u))) {
                                 // built by kernels::sampling::greedy_column
                                 top_n = (top_n + 1u);
@@ -718,8 +888,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 1u);
                         if ((col < col_hi)) {
-                            let sk_e15: f32 = x[(base + col)];
-                            var sv: f32 = (select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e33: f32 = x[(base + col)];
+                            var sv: f32 = (select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)) / temp);
                             if ((sv == bitcast<f32>(2139095040u))) {
                                 // built by kernels::sampling::greedy_column
                                 top_n = (top_n + 1u);
@@ -754,8 +924,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 2u);
                         if ((col < col_hi)) {
-                            let sk_e16: f32 = x[(base + col)];
-                            var sv: f32 = (select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e34: f32 = x[(base + col)];
+                            var sv: f32 = (select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u)) / temp);
                             if ((sv == bitcast<f32>(2139095040u))) {
                                 // built by kernels::sampling::greedy_column
                                 top_n = (top_n + 1u);
@@ -790,8 +960,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 3u);
                         if ((col < col_hi)) {
-                            let sk_e17: f32 = x[(base + col)];
-                            var sv: f32 = (select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e35: f32 = x[(base + col)];
+                            var sv: f32 = (select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp);
                             if ((sv == bitcast<f32>(2139095040u))) {
                                 // built by kernels::sampling::greedy_column
                                 top_n = (top_n + 1u);
@@ -927,8 +1097,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         workgroupBarrier();
                     }
                     if ((sk_lid == 0u)) {
-                        let sk_e18: f32 = x[(base + tok)];
-                        logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
+                        let sk_e36: f32 = x[(base + tok)];
+                        logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
                     }
                 }
             } else {

@@ -156,14 +156,14 @@ pub enum Binding {
     Rows,
     /// `probs`
     Probs,
+    /// `partials`
+    Partials,
     /// `tokens`
     Tokens,
     /// `logprobs`
     Logprobs,
     /// `status`
     Status,
-    /// `partials`
-    Partials,
     /// `input`
     Input,
     /// `output`
@@ -189,10 +189,10 @@ impl Binding {
             Binding::X => "x",
             Binding::Rows => "rows",
             Binding::Probs => "probs",
+            Binding::Partials => "partials",
             Binding::Tokens => "tokens",
             Binding::Logprobs => "logprobs",
             Binding::Status => "status",
-            Binding::Partials => "partials",
             Binding::Input => "input",
             Binding::Output => "output",
             Binding::Noise => "noise",
@@ -211,9 +211,9 @@ pub const KERNELS: &[KernelSource] = &[
         name: "softmax_f32",
         wgsl: include_str!("../shaders/softmax_f32.wgsl"),
         cuda: include_str!("../kernels/softmax_f32.cu"),
-        bindings: &[Binding::X, Binding::Rows, Binding::Probs],
-        passes: 3,
-        stages: 1,
+        bindings: &[Binding::X, Binding::Rows, Binding::Probs, Binding::Partials],
+        passes: 2,
+        stages: 2,
         needs_f64: false,
         needs_int64: false,
     },
@@ -222,9 +222,9 @@ pub const KERNELS: &[KernelSource] = &[
         name: "softmax_f16",
         wgsl: include_str!("../shaders/softmax_f16.wgsl"),
         cuda: include_str!("../kernels/softmax_f16.cu"),
-        bindings: &[Binding::X, Binding::Rows, Binding::Probs],
-        passes: 3,
-        stages: 1,
+        bindings: &[Binding::X, Binding::Rows, Binding::Probs, Binding::Partials],
+        passes: 2,
+        stages: 2,
         needs_f64: false,
         needs_int64: false,
     },
@@ -233,9 +233,9 @@ pub const KERNELS: &[KernelSource] = &[
         name: "softmax_bf16",
         wgsl: include_str!("../shaders/softmax_bf16.wgsl"),
         cuda: include_str!("../kernels/softmax_bf16.cu"),
-        bindings: &[Binding::X, Binding::Rows, Binding::Probs],
-        passes: 3,
-        stages: 1,
+        bindings: &[Binding::X, Binding::Rows, Binding::Probs, Binding::Partials],
+        passes: 2,
+        stages: 2,
         needs_f64: false,
         needs_int64: false,
     },

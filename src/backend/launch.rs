@@ -293,6 +293,13 @@ impl<'a, H: Copy> Launch<H> {
                 split_rows::<B>(first, *shape, out, split, KernelId::CombineLogits)
             }
             Job::RaceProbs { shape, out, .. } => split_rows::<B>(first, *shape, out, split, KernelId::CombineProbs),
+            Job::Softmax { shape, .. } => {
+                // Rows split as the argmax family's: the parts' (max, sum) pairs, then the write.
+                let mut first = first;
+                first.bind(Binding::Partials, Some(split.partials));
+                let parts = parts(shape.batch, shape.vocab, split.target_groups, split.block);
+                first.split_stages(shape.batch, parts)
+            }
             _ => match filters {
                 Some((rows, parts)) => first.staged(rows, parts, split.partials),
                 None => std::iter::once(first).collect(),
@@ -337,10 +344,21 @@ impl<'a, H: Copy> Launch<H> {
         }
         staged.stray = self.stray.or(staged.stray);
         staged.bind(Binding::Partials, Some(partials));
-        staged.params[3] |= parts << PARTS_SHIFT;
-        (0..staged.kernel.stages)
+        staged.split_stages(rows, parts)
+    }
+
+    /// A staged kernel's launches over `rows` rows in `parts` each (one launch when `parts` is
+    /// 1): one per stage, with the stage and the parts in the flags, over `rows x parts`
+    /// workgroups.
+    fn split_stages(mut self, rows: usize, parts: u32) -> Plan<H> {
+        if parts <= 1 {
+            return std::iter::once(self).collect();
+        }
+        self.params[3] |= parts << PARTS_SHIFT;
+        self.work = Work::Rows(rows as u32 * parts);
+        (0..self.kernel.stages)
             .map(|stage| {
-                let mut l = staged.clone();
+                let mut l = self.clone();
                 l.params[3] |= stage << STAGE_SHIFT;
                 l
             })

@@ -195,10 +195,26 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         Call::Greedy => split(format!("greedy_{dtype}"), "combine_logits", row),
         Call::RaceLogits => split(format!("race_logits_{dtype}"), "combine_logits", row),
         Call::RaceProbs => split("race_probs".into(), "combine_probs", vocab as f64 * 4.0),
+        // f09f138: three reads of a row by one workgroup. Now two reads (the maximum and the sum
+        // together, then the write's) and one write in f32, rows split as the argmax family's:
+        // then a launch for the parts' pairs and one that merges them and writes.
         Call::Softmax => {
-            let mut l = whole(format!("softmax_{dtype}"), 3, vocab as f64 * 4.0 * batch as f64);
-            l.read = 3.0 * row * batch as f64;
-            vec![l]
+            let written = vocab as f64 * 4.0 * batch as f64;
+            let p = parts(batch, vocab, target_groups, block);
+            match era {
+                Era::F09f138 => vec![whole(format!("softmax_{dtype}"), 3, written)],
+                Era::Current if p <= 1 => vec![whole(format!("softmax_{dtype}"), 2, written)],
+                Era::Current => (0..2)
+                    .map(|stage| Launch {
+                        kernel: format!("softmax_{dtype}"),
+                        groups: batch * p,
+                        columns: vocab.div_ceil(p),
+                        passes: 1,
+                        read: row * batch as f64,
+                        written: if stage == 1 { written } else { 0.0 },
+                    })
+                    .collect(),
+            }
         }
         Call::SeededLogits => vec![whole(format!("seeded_logits_{dtype}"), 3, 0.0)],
         Call::Sample => {

@@ -2,7 +2,8 @@
 
 use super::filters::row_is_filtered;
 use super::sampling::{
-    for_each_row_part, kernel, mark_not_raced, partials_buffer, race_row, row_is_seeded, row_temperature, Dtype, Race,
+    for_each_row_part, kernel, mark_not_raced, partials_buffer, race_row, race_shared, row_is_seeded, row_temperature,
+    Dtype, Race,
 };
 use super::seeded::logits_buffers;
 use super::{math, philox};
@@ -29,7 +30,9 @@ fn sample(dtype: Dtype) -> Kernel {
     let doc = "per-row sampler: the Philox race on the rows without a seed or a filter (the seeded and filter kernels take those)";
     let mut buffers = logits_buffers(dtype);
     buffers.push(partials_buffer());
-    kernel(format!("sample_{}", dtype.suffix()), doc, 1, buffers, functions, b)
+    let mut k = kernel(format!("sample_{}", dtype.suffix()), doc, 1, buffers, functions, b);
+    k.shared.push(race_shared());
+    k
 }
 
 pub fn all() -> Vec<Kernel> {

@@ -8,6 +8,7 @@
 //! - one workgroup per row (rows past the grid are taken in a grid-stride loop), each invocation
 //!   taking four consecutive columns per step so one Philox block serves four columns.
 
+use super::filter_split::STAGE_SHIFT;
 use super::math::{self, is_nan};
 use super::philox;
 use crate::ir::*;
@@ -358,53 +359,142 @@ fn bound(b: &mut Block, lo: Expr, up: Expr, col: Expr) {
     );
 }
 
-/// One read of a noisy row that scores every column approximately, with the fast log (two
-/// per column instead of two exact logs and a division), and keeps bounds on the exact scores
-/// (see [`SCREEN_ZREL`]). Columns past the approximation's range (`|x / T|` near overflow,
-/// -inf) are scored exactly on the spot.
-fn screened_pass(b: &mut Block) {
+/// An upper bound on the race's Gumbel noise as the kernels compute it: the uniform is at most
+/// `1 - 2^-24`, whose noise `-ln(-ln(1 - 2^-24))` is 16.63553, and the IR's `log` (about one
+/// ulp, [`math::log`]) moves the computed value by under 1e-5; the rest (0.0044) is margin for
+/// the roundings of the pruning test (see [`prune_test`]).
+const NOISE_MAX: f32 = 16.64;
+
+/// Whether a quad of four columns can hold the race's winner, given `floor`, a lower bound on
+/// the exact score of a column already scored (or -inf): the quad's largest `za = x * (1/T)`
+/// is `qmax`, and the quad is kept when `qmax + |qmax| 2^-20 + 16.64 >= floor`, or when `qmax`
+/// is at least 2^127 (the column may be in the +inf class, which beats every finite score).
+///
+/// Why a quad that fails the test holds no winner (exact pruning). A column's exact score is
+/// `s = fl(sv + g)` with `sv = fl(x / T)` and `g` its computed Gumbel noise, as [`exact_score`]
+/// computes it and as every screened candidate is rescored; `floor` is `a - d` of a column the
+/// screen scored, at most that column's exact score (see [`SCREEN_ZREL`]).
+/// - `sv <= za + |za| 2^-21`: `za = fl(x * fl(1/T))` and `sv` are within 6 ulp (2.5 for each
+///   Vulkan division, 0.5 for the product), so within `|za| 6 2^-24`; `z -> z + |z| 2^-20` is
+///   increasing, so the quad's largest column bounds every column of the quad.
+/// - `g <= 16.63554 < NOISE_MAX` (above), so `sv + g <= za + |za| 2^-21 + 16.63554` in reals.
+/// - The test's two roundings (the product `|za| 2^-20` is exact) lose at most 2 ulp of a value
+///   of size `|za| + 17`, below what the slack `|za| 2^-21 + 0.0044` covers; so the computed
+///   bound `U >= sv + g` in reals, and as `U` is a float and rounding is monotone, `s <= U`.
+/// - A pruned quad has `U < floor <= s_c`, the exact score of another column: its columns
+///   score strictly less than a column already seen, so none is the argmax or ties with it.
+///
+/// Columns read as -inf (NaN, -inf, past the row) give `qmax = -inf` and never win.
+fn prune_test(qmax: Expr, floor: Expr) -> Expr {
+    let bound = qmax.clone() + qmax.clone().abs() * f(SCREEN_ZREL) + f(NOISE_MAX);
+    let finite = qmax.clone().gt(f(f32::NEG_INFINITY));
+    finite.and(bound.ge(floor).or(qmax.ge(f(SCREEN_HUGE))))
+}
+
+/// The screened score of column `col` (its value scaled, `za`, and its Philox word `wj`):
+/// approximate with the fast log (two per column instead of two exact logs and a division) and
+/// bounds on the exact score (see [`SCREEN_ZREL`]). A column past the approximation's range
+/// (`|x / T|` at or above 2^127, where the +inf class begins) sets `up1` and `up2` to +inf,
+/// which sends its invocation to the exact rescoring of all its columns ([`screened_pass`]);
+/// -inf never wins.
+/// So a kept quad has no exact scoring on its path, and the cost model's rare path is just it.
+fn screened_column(b: &mut Block, za: Expr, wj: Expr, col: Expr) {
+    let un = b.let_("un", Ty::F32, call(philox::UNIFORM, vec![wj]));
+    let t = b.let_("tn", Ty::F32, f(1.0) - un.clone());
+    let series = t.clone() + t.clone() * t.clone() * (f(0.5) + t.clone() * f(1.0 / 3.0));
+    let e = b.let_("en", Ty::F32, select(t.lt(f(SCREEN_SERIES)), series, -approx_log(un)));
+    let a = b.let_("an", Ty::F32, za.clone() - approx_log(e));
+    let d = b.let_("dn", Ty::F32, za.clone().abs() * f(SCREEN_ZREL) + f(SCREEN_GABS));
+    // Branch-free in range (out of it the bounds are -inf, which record nothing), so the cost
+    // model, whose common path is the cheapest, counts the screen and not the rare exit.
+    let in_range = b.let_("in_range", Ty::Bool, za.clone().abs().lt(f(SCREEN_HUGE)));
+    let none = f(f32::NEG_INFINITY);
+    let col_at = col.clone();
+    bound(b, select(in_range.clone(), a.clone() - d.clone(), none.clone()), select(in_range.clone(), a + d, none), col);
+    // Both of the largest upper bounds at +inf, so that no later column moves the second down.
+    b.if_(in_range.not().and(za.gt(f(f32::NEG_INFINITY))), |b| {
+        b.set("up1", f(f32::INFINITY));
+        b.set("up1_i", col_at);
+        b.set("up2", f(f32::INFINITY));
+    });
+}
+
+/// The workgroup memory holding the row's Philox key words ([`KEY_WORDS`]) during the pruned
+/// pass, declared by every kernel that races from logits ([`race_shared`]).
+const RACE_KEY: &str = "race_key";
+const KEY_WORDS: [u32; 4] = [word::SEED_LO, word::SEED_HI, word::OFFSET_LO, word::OFFSET_HI];
+
+/// [`philox_block`] with the key from [`RACE_KEY`], for the kept quads of [`screened_pass`].
+fn keyed_block(c0: Expr) -> Expr {
+    let key = |k: u32| load_shared(RACE_KEY, u(k));
+    philox::block_for(c0, key(0), key(1), key(2), key(3))
+}
+
+/// The workgroup memory of [`screened_pass`], for the kernels that race from logits.
+pub(super) fn race_shared() -> SharedDecl {
+    SharedDecl { name: RACE_KEY.into(), ty: Ty::U32, len: KEY_WORDS.len() as u32 }
+}
+
+/// One step of [`screened_pass`] for the invocation's quad at `cb + 4 x local id`: its four
+/// values read (and entered in the online log-sum-exp on request), then, if [`prune_test`] keeps
+/// the quad, its Philox block and its four screened scores.
+fn prune_step(b: &mut Block, cb: Expr) {
     let want_lp = (param("flags") & u(FLAG_LOGPROBS)).ne_(u(0));
-    for_each_column(
-        b,
-        |b, c0| b.set("w", philox_block(c0)),
-        |b, col, j| {
-            let x = b.let_("xv", Ty::F32, load_clean(col.clone()));
-            let za = b.let_("za", Ty::F32, x.clone() * var("rcp_t"));
-            b.if_else(
-                za.clone().abs().lt(f(SCREEN_HUGE)),
-                |b| {
-                    let un = b.let_("un", Ty::F32, call(philox::UNIFORM, vec![var("w").comp(j)]));
-                    let t = b.let_("tn", Ty::F32, f(1.0) - un.clone());
-                    let series = t.clone() + t.clone() * t.clone() * (f(0.5) + t.clone() * f(1.0 / 3.0));
-                    let e = b.let_("en", Ty::F32, select(t.lt(f(SCREEN_SERIES)), series, -approx_log(un)));
-                    let a = b.let_("an", Ty::F32, za.clone() - approx_log(e));
-                    let d = b.let_("dn", Ty::F32, za.clone().abs() * f(SCREEN_ZREL) + f(SCREEN_GABS));
-                    bound(b, a.clone() - d.clone(), a + d, col.clone());
-                    b.if_(want_lp.clone(), |b| online_logsumexp(b, x.clone() / var("temp"), f(1.0)));
-                },
-                |b| {
-                    // Exact: the +inf class, or a finite score recorded with no slack.
-                    let sv = b.let_("sv", Ty::F32, x.clone() / var("temp"));
-                    b.if_else(
-                        sv.clone().eq_(f(f32::INFINITY)),
-                        |b| {
-                            b.set("top_n", var("top_n") + u(1));
-                            keep_top(b, call(philox::GUMBEL, vec![var("w").comp(j)]), col.clone());
-                        },
-                        |b| {
-                            let s = b.let_("score", Ty::F32, exact_score(sv.clone(), var("w").comp(j)));
-                            b.if_(s.clone().gt(f(f32::NEG_INFINITY)), |b| bound(b, s.clone(), s.clone(), col.clone()));
-                            b.if_(want_lp.clone(), |b| online_logsumexp(b, sv.clone(), f(1.0)));
-                        },
-                    );
-                },
-            );
-        },
-    );
+    let c0 = b.let_("c0", Ty::U32, cb + builtin(Builtin::LocalId) * u(4));
+    b.let_("qmax", Ty::F32, f(f32::NEG_INFINITY));
+    for j in 0..4u8 {
+        let name = format!("x{j}");
+        b.let_(&name, Ty::F32, f(f32::NEG_INFINITY));
+        let col = c0.clone() + u(j as u32);
+        b.if_(col.clone().lt(var("col_hi")), |b| b.set(&name, load_clean(col)));
+        b.set("qmax", var("qmax").max(var(&name) * var("rcp_t")));
+        b.if_(want_lp.clone(), |b| {
+            let sv = b.let_("lse_v", Ty::F32, var(&name) / var("temp"));
+            b.if_(sv.clone().lt(f(f32::INFINITY)), |b| online_logsumexp(b, sv, f(1.0)));
+        });
+    }
+    b.if_(prune_test(var("qmax"), var("lo_best")), |b| {
+        b.set("w", keyed_block(c0.clone()));
+        for j in 0..4u8 {
+            b.scope(|b| {
+                let col = c0.clone() + u(j as u32);
+                // `za` again rather than kept from the read: four registers fewer.
+                let za = b.let_("za", Ty::F32, var(&format!("x{j}")) * var("rcp_t"));
+                screened_column(b, za, var("w").comp(j), col);
+            });
+        }
+    });
+}
+
+/// One read of a noisy row, pruned: each invocation reads a quad of four consecutive columns a
+/// step ([`prune_step`]), and only a quad that [`prune_test`] keeps gets its Philox block and
+/// its screened scores ([`screened_column`]); the others cost a load, a product and a
+/// comparison a column. After the first step (which nothing can prune) the workgroup shares its
+/// largest lower bound, so the high columns a row shows early prune every invocation's later
+/// quads. That one reduction sits outside the loop: a barrier inside it kept the compiler from
+/// hoisting the row's Philox key out of the loop. With log-probabilities, every column still
+/// enters the online log-sum-exp.
+fn screened_pass(b: &mut Block) {
+    // The row's Philox key and offset, once into workgroup memory: read from the row record
+    // inside the kept quads' branch they were read again for every kept quad, and kept in
+    // registers across the loop they cost 17 more on sm_90 (2 blocks of 512 resident, not 3).
+    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+        for (k, w) in KEY_WORDS.iter().enumerate() {
+            b.store_shared(RACE_KEY, u(k as u32), row_word(*w));
+        }
+    });
+    b.barrier();
+    let step = builtin(Builtin::BlockSize) * u(4);
+    b.scope(|b| prune_step(b, var("col_lo")));
+    // The workgroup's largest lower bound after its first step is still one column's: it
+    // serves as every invocation's own from here on.
+    let shared = b.reduce(ReduceOp::Max, Ty::F32, var("lo_best"), "floor_first");
+    b.set("lo_best", shared);
+    b.for_("cb", var("col_lo") + step.clone(), var("col_hi"), step, prune_step);
     // Every exact score lies in its column's bounds, so the winner's upper bound reaches the
     // largest lower bound `floor`, and so does any column that ties with it. Each invocation
-    // scores its best candidate exactly, and the rare invocation with a second candidate
-    // rescores all its columns.
+    // scores its best candidate exactly, and the rare invocation with a second candidate (or a
+    // column past the screen's range, see `screened_column`) rescores all its columns.
     let floor = b.reduce(ReduceOp::Max, Ty::F32, var("lo_best"), "screen_floor");
     b.if_(var("up1_i").ne_(u(NONE)).and(var("up1").ge(floor.clone())), |b| {
         let c = var("up1_i");
@@ -414,17 +504,34 @@ fn screened_pass(b: &mut Block) {
         b.set("best_i", c);
         b.set("best_z", sv);
     });
-    b.if_(var("up2").ge(floor), |b| {
-        // From scratch, so that a tie goes to the lower column as in the exact pass.
-        b.set("best", f(f32::NEG_INFINITY));
+    b.if_(var("up2").ge(floor.clone()), |b| {
+        // From scratch, so that a tie goes to the lower column as in the exact pass; the +inf
+        // class is raced here alone (the screen sent its columns here).
+        for (name, init) in [("best", f(f32::NEG_INFINITY)), ("top", f(f32::NEG_INFINITY))] {
+            b.set(name, init);
+        }
         b.set("best_i", u(NONE));
+        b.set("top_i", u(NONE));
+        b.set("top_n", u(0));
+        // A column that cannot win costs no Philox block here either (-inf, or below the floor
+        // by the pruning bound); the others draw their block alone, this pass being rare.
         for_each_column(
             b,
-            |b, c0| b.set("w", philox_block(c0)),
-            |b, col, j| {
-                let sv = b.let_("sv", Ty::F32, load_clean(col.clone()) / var("temp"));
-                b.if_(sv.clone().lt(f(f32::INFINITY)), |b| {
-                    keep(b, exact_score(sv.clone(), var("w").comp(j)), col.clone(), sv.clone())
+            |_, _| {},
+            |b, col, _| {
+                let x = b.let_("xv", Ty::F32, load_clean(col.clone()));
+                let za = x.clone() * var("rcp_t");
+                b.if_(prune_test(za, floor.clone()), |b| {
+                    let wj = b.let_("wj", Ty::U32, word_at(philox_block(col.clone() & u(!3)), col.clone() & u(3)));
+                    let sv = b.let_("sv", Ty::F32, x.clone() / var("temp"));
+                    b.if_else(
+                        sv.clone().eq_(f(f32::INFINITY)),
+                        |b| {
+                            b.set("top_n", var("top_n") + u(1));
+                            keep_top(b, call(philox::GUMBEL, vec![wj.clone()]), col.clone());
+                        },
+                        |b| keep(b, exact_score(sv.clone(), wj.clone()), col.clone(), sv.clone()),
+                    );
                 });
             },
         );
@@ -613,7 +720,11 @@ fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
         Race::Probs => name.to_string(),
         _ => format!("{name}_{}", dtype.suffix()),
     };
-    kernel(name, doc, 1, buffers, functions, b)
+    let mut k = kernel(name, doc, 1, buffers, functions, b);
+    if race == Race::Logits {
+        k.shared.push(race_shared());
+    }
+    k
 }
 
 /// The scaled input `z = x / T` at `col` (NaN read as -inf; +inf, or an overflow of the
@@ -655,19 +766,112 @@ pub(super) fn softmax_weight(z: Expr, mx: Expr) -> Expr {
     select(mx.eq_(inf.clone()), select(z.eq_(inf), f(1.0), f(0.0)), finite)
 }
 
-/// Softmax of `l / T` per row into `probs` (same stride as the input). Three reads: the maximum,
-/// a compensated sum of exponentials, then the normalized write.
+/// Merges `weight x exp(v)` into this invocation's softmax pair `(m, s)` (the largest value so
+/// far and the sum of `exp(value - m)`): `s` is rescaled when the maximum grows. Values at +inf
+/// weigh 1 each once the maximum is +inf (the softmax's limit) and -inf weighs nothing, as
+/// [`softmax_weight`] says, so no `inf - inf` is ever taken. Returns what is added to `s` after
+/// the rescale (the compensated sum's term).
+fn softmax_merge(b: &mut Block, v: Expr, weight: Expr, rescaled: &[&str]) -> Expr {
+    b.if_(v.clone().gt(var("m")), |b| {
+        // exp(-inf) = 0: the first value, or a first +inf, starts the sum afresh.
+        let r = b.let_("r", Ty::F32, call(math::EXP, vec![var("m") - v.clone()]));
+        for name in rescaled {
+            b.set(name, var(name) * r.clone());
+        }
+        b.set("m", v.clone());
+    });
+    let e = select(v.clone().eq_(var("m")), weight.clone(), weight * call(math::EXP, vec![v.clone() - var("m")]));
+    select(v.eq_(f(f32::NEG_INFINITY)), f(0.0), e)
+}
+
+/// One read of the invocation's columns: its running maximum `m` and a compensated (Kahan) sum
+/// `s - comp` of `exp(z - m)`, rescaled when the maximum grows (about `ln n` times over `n`
+/// columns, each a rounding the compensation does not see).
+fn softmax_pass(b: &mut Block) {
+    b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
+    b.let_("s", Ty::F32, f(0.0));
+    b.let_("comp", Ty::F32, f(0.0));
+    for_each_column(
+        b,
+        |_, _| {},
+        |b, col, _| {
+            let z = b.let_("z", Ty::F32, scaled(col));
+            let e = softmax_merge(b, z, f(1.0), &["s", "comp"]);
+            let y = b.let_("y", Ty::F32, e - var("comp"));
+            let t = b.let_("t", Ty::F32, var("s") + y.clone());
+            b.set("comp", (t.clone() - var("s")) - y);
+            b.set("s", t);
+        },
+    );
+    b.set("s", var("s") - var("comp"));
+}
+
+/// The block's softmax pair `(max, sum)` from every invocation's `(m, s)`.
+fn softmax_block_pair(b: &mut Block) -> (Expr, Expr) {
+    let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_max");
+    let rescaled =
+        select(var("m").eq_(f(f32::NEG_INFINITY)), f(0.0), var("s") * call(math::EXP, vec![var("m") - mx.clone()]));
+    let total = b.reduce(ReduceOp::Sum, Ty::F32, select(var("m").eq_(mx.clone()), var("s"), rescaled), "row_sum");
+    (mx, total)
+}
+
+/// Writes the softmax of this workgroup's columns from the row's `(max, sum)`.
+fn softmax_write(b: &mut Block, mx: Expr, total: Expr) {
+    // A row with no valid value (all -inf) has weight 0 everywhere and probabilities 0.
+    let inv = b.let_("inv", Ty::F32, select(total.clone().gt(f(0.0)), f(1.0) / total, f(0.0)));
+    for_each_column(
+        b,
+        |_, _| {},
+        |b, col, _| {
+            let p = softmax_weight(scaled(col.clone()), mx.clone()) * inv.clone();
+            b.store("probs", var("base") + col, p);
+        },
+    );
+}
+
+/// Softmax of `l / T` per row into `probs` (same stride as the input), in two reads: the
+/// maximum and a compensated sum of exponentials together ([`softmax_pass`]), then the
+/// normalized write. A row split in `parts` (flags, as the argmax family's) takes two launches:
+/// each part writes its pair `(max, sum)` to `partials` (two words at its slot), then each part
+/// merges its row's pairs and writes its columns.
 fn softmax_kernel(dtype: Dtype) -> Kernel {
     let mut b = Block::new();
-    for_each_row(&mut b, |b| {
+    // The launch of a split row, in the staged kernels' flag bits: 0 for the parts' pairs, 1 for
+    // their merge and the write.
+    b.let_("stage", Ty::U32, (param("flags") >> u(STAGE_SHIFT)) & u(0xff));
+    for_each_row_part(&mut b, |b| {
         row_temperature(b);
-        let (mx, inv) = softmax_stats(b);
-        for_each_column(
-            b,
-            |_, _| {},
-            |b, col, _| {
-                let p = softmax_weight(scaled(col.clone()), mx.clone()) * inv.clone();
-                b.store("probs", var("base") + col, p);
+        let pair = |slot: Expr, k: u32| slot * u(2) + u(k);
+        b.if_else(
+            var("parts").gt(u(1)).and(var("stage").gt(u(0))),
+            |b| {
+                // The row's parts' pairs, each invocation merging some, then the block's.
+                b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
+                b.let_("s", Ty::F32, f(0.0));
+                let first = var("row_slot") * var("parts");
+                b.for_("p", builtin(Builtin::LocalId), var("parts"), builtin(Builtin::BlockSize), |b, p| {
+                    let at = first.clone() + p;
+                    let pm = b.let_("pm", Ty::F32, load("partials", pair(at.clone(), 0)).bitcast(Ty::F32));
+                    let ps = b.let_("ps", Ty::F32, load("partials", pair(at, 1)).bitcast(Ty::F32));
+                    let e = softmax_merge(b, pm, ps, &["s"]);
+                    b.set("s", var("s") + e);
+                });
+                let (mx, total) = softmax_block_pair(b);
+                softmax_write(b, mx, total);
+            },
+            |b| {
+                softmax_pass(b);
+                let (mx, total) = softmax_block_pair(b);
+                b.if_else(
+                    var("parts").le(u(1)),
+                    |b| softmax_write(b, mx.clone(), total.clone()),
+                    |b| {
+                        b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+                            b.store("partials", pair(var("slot"), 0), mx.clone().bitcast(Ty::U32));
+                            b.store("partials", pair(var("slot"), 1), total.clone().bitcast(Ty::U32));
+                        });
+                    },
+                );
             },
         );
     });
@@ -675,9 +879,12 @@ fn softmax_kernel(dtype: Dtype) -> Kernel {
         buffer("x", dtype.storage(), false),
         buffer("rows", Storage::U32, false),
         buffer("probs", Storage::F32, true),
+        partials_buffer(),
     ];
     let doc = "softmax of l/T per row (greedy rows at T = 1), written with the input's stride";
-    kernel(format!("softmax_{}", dtype.suffix()), doc, 3, buffers, vec![math::exp()], b)
+    let mut k = kernel(format!("softmax_{}", dtype.suffix()), doc, 2, buffers, vec![math::exp()], b);
+    k.stages = 2;
+    k
 }
 
 /// A grid-stride loop over `batch` independent items (for the per-item diagnostic kernels).
