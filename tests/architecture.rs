@@ -7,6 +7,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+/// The module a top-level name of `src/` counts as (`generated` is part of `kernels`).
+fn top(name: &str) -> String {
+    if name == "generated" { "kernels" } else { name }.to_owned()
+}
+
 /// Each top-level module and the top-level modules its code names.
 fn graph() -> BTreeMap<String, BTreeSet<String>> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -24,10 +29,7 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
     }
     let module = |path: &Path| {
         let first = path.strip_prefix(&src).unwrap().components().next().unwrap();
-        match first.as_os_str().to_string_lossy().trim_end_matches(".rs") {
-            "generated" => "kernels".to_owned(),
-            name => name.to_owned(),
-        }
+        top(first.as_os_str().to_string_lossy().trim_end_matches(".rs"))
     };
     let modules: BTreeSet<String> = files.iter().map(|f| module(f)).filter(|m| m != "lib" && m != "bin").collect();
     let mut graph: BTreeMap<String, BTreeSet<String>> = modules.iter().map(|m| (m.clone(), BTreeSet::new())).collect();
@@ -39,7 +41,7 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
             for (at, _) in line.match_indices("crate::") {
                 let name: String =
                     line[at + 7..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-                let name = if name == "generated" { "kernels".to_owned() } else { name };
+                let name = top(&name);
                 if modules.contains(&name) && name != from {
                     edges.insert(name);
                 }

@@ -115,6 +115,15 @@ pub fn nvrtc_present() -> bool {
     unsafe { cudarc::nvrtc::sys::is_culib_present() }
 }
 
+/// [`Error::Unavailable`] unless libnvrtc can be loaded: cudarc panics on a call into a
+/// library it cannot load.
+fn require_nvrtc() -> Result<()> {
+    if nvrtc_present() {
+        return Ok(());
+    }
+    Err(Error::Unavailable("libnvrtc not found on the library path".into()))
+}
+
 /// Whether the CUDA driver and NVRTC libraries can be loaded (no driver call is made).
 pub fn libraries_present() -> bool {
     // SAFETY: this only tries to dlopen the library.
@@ -164,9 +173,7 @@ fn target(major: i32) -> (&'static str, u32) {
 
 /// Compiles one generated kernel to PTX for `arch` with `block` threads per block.
 pub fn compile(kernel: &KernelSource, arch: &'static str, block: u32) -> Result<cudarc::nvrtc::Ptx> {
-    if !nvrtc_present() {
-        return Err(Error::Unavailable("libnvrtc not found on the library path".into()));
-    }
+    require_nvrtc()?;
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(arch),
         // Keep `a * b + c` two roundings, as the IR and the other backends compute it.
@@ -191,9 +198,7 @@ impl CudaBackend {
 
     /// Launches on an engine's own stream.
     pub fn from_stream(stream: Arc<CudaStream>) -> Result<Self> {
-        if !nvrtc_present() {
-            return Err(Error::Unavailable("libnvrtc not found on the library path".into()));
-        }
+        require_nvrtc()?;
         let driver = driver_version()?;
         check_versions(driver, nvrtc_version()?)?;
         let ctx = stream.context();

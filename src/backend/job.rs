@@ -11,8 +11,8 @@ pub trait Sealed {}
 /// One validated kernel launch, what a backend's `Backend::run` executes. Each variant's
 /// fields are the arguments of the provided method of the same name ([`Backend::softmax`],
 /// [`Backend::greedy`], [`Backend::race_from_logits`], [`Backend::race_from_probs`],
-/// [`Backend::seeded`], [`Backend::seeded_from_logits`], [`Backend::sample`], [`Backend::murmur3`],
-/// [`Backend::log_f64`], [`Backend::philox`], [`Backend::gumbel_noise`], [`Backend::read_rows`];
+/// [`Backend::seeded`], [`Backend::seeded_from_logits`], [`Backend::sample`], and the
+/// [`crate::Diagnostics`] probes `murmur3`, `log_f64`, `philox`, `gumbel_noise`, `read_rows`;
 /// `Filter` is [`Backend::sample_filtered`]'s, `MaskLogits` [`Backend::mask_logits`]'s and
 /// `RenormProbs` [`Backend::renorm_probs`]'s), checked by it.
 #[allow(missing_docs)]
@@ -134,7 +134,7 @@ impl<B: Backend + ?Sized> Job<'_, B> {
         }
         fn out<B: Backend + ?Sized>(o: &mut Output<'_, B>, v: &mut impl Visit<B>) {
             v.write(&mut *o.tokens);
-            for b in [o.logprobs.as_deref_mut()].into_iter().flatten() {
+            if let Some(b) = o.logprobs.as_deref_mut() {
                 v.write(b);
             }
             for b in [o.status.as_deref_mut(), o.passes.as_deref_mut()].into_iter().flatten() {
