@@ -300,6 +300,46 @@ fn wgpu_samples_an_engines_buffers_in_place() {
     });
 }
 
+/// A binding covers the buffer's elements, not the rest of an engine's buffer, and one larger
+/// than the device's `max_storage_buffer_binding_size` is a typed error naming that limit, not a
+/// wgpu validation failure: on a device asking for a 64 KiB limit, 2 rows of 5000 logits (40 KB)
+/// give the CPU's tokens, and 4 rows (80 KB) the error.
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_bindings_stay_within_the_device_limit() {
+    use sampling_kernels::{wgpu, WgpuBackend};
+    const LIMIT: u64 = 1 << 16;
+    let made = crate::common::wgpu().map(|_| {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
+        let required_limits = wgpu::Limits { max_storage_buffer_binding_size: LIMIT, ..adapter.limits() };
+        let desc = wgpu::DeviceDescriptor { required_limits, ..Default::default() };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc)).unwrap();
+        assert_eq!(device.limits().max_storage_buffer_binding_size, LIMIT);
+        WgpuBackend::from_device(device, queue, adapter.get_info())
+    });
+    crate::common::on("wgpu", "bindings_stay_within_the_device_limit", made.as_ref(), |b| {
+        let mut rng = Rng::new(42);
+        for batch in [2, 4] {
+            let shape = Shape::dense(batch, 5000);
+            let logits: Vec<f32> = (0..shape.elements()).map(|_| rng.normal(2.0) as f32).collect();
+            let rows: Vec<RowParams> = (0..batch as u64).map(|r| RowParams::new(0.8, rng.next_u64(), r)).collect();
+            let (want, _) =
+                call(&sampling_kernels::CpuBackend, shape, &logits, &rows, sampling_kernels::CpuBackend::sample);
+            let x = b.upload(&logits).unwrap();
+            let mut t = b.zeros::<u32>(batch).unwrap();
+            let got = Sampler::new(b, batch).unwrap().step(shape, Logits::F32(&x), &rows, Output::new(&mut t));
+            if 4 * shape.elements() as u64 <= LIMIT {
+                got.unwrap();
+                assert_eq!(b.download(&t).unwrap(), want);
+            } else {
+                let err = got.unwrap_err();
+                assert!(matches!(&err, Error::Shape(m) if m.contains("max_storage_buffer_binding_size")), "{err}");
+            }
+        }
+    });
+}
+
 suite!(cpu, crate::common::cpu, sampler_steps);
 device_suites!(mixed_batch_matches_each_path, sampler_steps);
 

@@ -41,8 +41,9 @@ impl<T: Element> WgpuBuffer<T> {
         if !offset.is_multiple_of(OFFSET_ALIGNMENT) {
             return Err(Error::Shape(format!("buffer offset {offset} is not a multiple of {OFFSET_ALIGNMENT} bytes")));
         }
+        // The binding covers whole words (`padded_bytes`), so those must lie inside the buffer.
         let room = buffer.size().saturating_sub(offset);
-        if room < (len * size_of::<T>()) as u64 {
+        if room < padded_bytes::<T>(len) {
             return Err(Error::BufferTooShort { name: "wgpu buffer", len: room as usize / size_of::<T>(), need: len });
         }
         if !buffer.usage().contains(wgpu::BufferUsages::STORAGE) {
@@ -69,7 +70,7 @@ const CPU_TARGET_GROUPS: u32 = 16;
 
 /// A launch's buffers in binding order (`None`: the unused output), what its bind group is made
 /// of besides the kernel and its parameter slot.
-type BoundBuffers = ArrayVec<Option<(wgpu::Buffer, u64)>, { crate::generated::MAX_BUFFERS }>;
+type BoundBuffers = ArrayVec<Option<(wgpu::Buffer, u64, u64)>, { crate::generated::MAX_BUFFERS }>;
 
 /// Bind groups kept per kernel and parameter slot: an engine that alternates between a few
 /// logits buffers still finds its own; one that makes a new buffer per call keeps at most this
@@ -178,11 +179,14 @@ fn scratch_buffer(device: &wgpu::Device, words: usize) -> wgpu::Buffer {
     })
 }
 
-/// A buffer as a launch binds it: the buffer and the byte offset its elements start at.
+/// A buffer as a launch binds it: the buffer, the byte offset its elements start at, and the
+/// bytes they span. The binding covers those bytes only, not the rest of an engine's buffer,
+/// which could pass the device's `max_storage_buffer_binding_size` or alias another binding.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Bound<'a> {
     buffer: &'a wgpu::Buffer,
     offset: u64,
+    size: u64,
 }
 
 /// A pipeline cache from `data` (or empty), where the device has PIPELINE_CACHE.
@@ -431,7 +435,19 @@ impl WgpuBackend {
         pipeline: &wgpu::ComputePipeline,
         slot: usize,
     ) -> Result<wgpu::BindGroup> {
-        let buffers: BoundBuffers = launch.buffers.iter().map(|b| b.map(|b| (b.buffer.clone(), b.offset))).collect();
+        let limit = self.device.limits().max_storage_buffer_binding_size;
+        for (b, name) in launch.buffers.iter().zip(launch.kernel.bindings) {
+            if let Some(b) = b.filter(|b| b.size > limit) {
+                return Err(Error::Shape(format!(
+                    "kernel `{}` binds {} bytes as `{}`, over the device's max_storage_buffer_binding_size ({limit})",
+                    launch.kernel.name,
+                    b.size,
+                    name.name()
+                )));
+            }
+        }
+        let buffers: BoundBuffers =
+            launch.buffers.iter().map(|b| b.map(|b| (b.buffer.clone(), b.offset, b.size))).collect();
         let mut cache = self.bind_groups.lock().map_err(|_| device_error("bind group cache poisoned"))?;
         let kept = cache.entry((launch.kernel.name, slot)).or_default();
         if let Some((_, group)) = kept.iter().find(|(bound, _)| *bound == buffers) {
@@ -447,7 +463,7 @@ impl WgpuBackend {
                     Some(b) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                         buffer: b.buffer,
                         offset: b.offset,
-                        size: None,
+                        size: wgpu::BufferSize::new(b.size),
                     }),
                     None => self.unused_output.as_entire_binding(),
                 },
@@ -518,7 +534,7 @@ impl WgpuBackend {
 impl Device for WgpuBackend {
     type Handle<'a> = Bound<'a>;
     fn handle<'a, T: Element>(buf: &'a WgpuBuffer<T>) -> Bound<'a> {
-        Bound { buffer: &buf.buffer, offset: buf.offset }
+        Bound { buffer: &buf.buffer, offset: buf.offset, size: padded_bytes::<T>(buf.len) }
     }
 }
 
@@ -596,7 +612,12 @@ impl Backend for WgpuBackend {
         if (scratch.size() as usize) < need * 4 {
             *scratch = scratch_buffer(&self.device, need);
         }
-        let split = Split { target_groups, block, partials: Bound { buffer: &scratch, offset: 0 }, split_filters };
+        let split = Split {
+            target_groups,
+            block,
+            partials: Bound { buffer: &scratch, offset: 0, size: scratch.size() },
+            split_filters,
+        };
         let plan = Launch::plan(&job, &split)?;
         self.dispatch(plan)
     }
