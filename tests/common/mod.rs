@@ -42,6 +42,14 @@ pub fn cpu() -> Option<&'static sampling_kernels::CpuBackend> {
 pub fn wgpu() -> Option<&'static sampling_kernels::WgpuBackend> {
     static B: OnceLock<Option<sampling_kernels::WgpuBackend>> = OnceLock::new();
     B.get_or_init(|| match sampling_kernels::WgpuBackend::new() {
+        // Without Mesa's Vulkan driver wgpu finds llvmpipe through OpenGL, which lacks float64:
+        // the tests would run, on the wrong device, and fail where lavapipe passes.
+        Ok(b) if in_ci() && b.adapter_info().backend != sampling_kernels::wgpu::Backend::Vulkan => {
+            panic!(
+                "CI=true requires the wgpu backend on lavapipe (Vulkan), not {}",
+                sampling_kernels::Backend::describe(&b)
+            )
+        }
         Ok(b) => Some(b),
         Err(e) if in_ci() => panic!("CI=true requires the wgpu backend (lavapipe): {e}"),
         Err(e) => {
