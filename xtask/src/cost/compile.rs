@@ -28,6 +28,8 @@ impl Compiler {
         let need = |name: &str, wheel: &str| tools.bin(name).ok_or(format!("{name} not found: pip install {wheel}"));
         let nvcc = need("nvcc", "\"nvidia-cuda-nvcc==13.*\"")?;
         let cuobjdump = need("cuobjdump", "\"nvidia-cuda-cuobjdump==13.*\"")?;
+        // cuobjdump -sass runs nvdisasm from beside it, a wheel of its own.
+        need("nvdisasm", "\"nvidia-cuda-nvdisasm==13.*\"")?;
         std::fs::create_dir_all(&cache).map_err(|e| format!("{}: {e}", cache.display()))?;
         Ok(Compiler { nvcc, cuobjdump, cache })
     }
