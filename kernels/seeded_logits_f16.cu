@@ -306,7 +306,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                         const float sk_e13 = sk_f16(x[(base + col)]);
                         const float sk_e12 = ((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) / temp);
                         float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e12 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e12 - row_max)))) * inv);
-                        double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -326,7 +326,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                         const float sk_e16 = sk_f16(x[(base + col)]);
                         const float sk_e15 = ((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp);
                         float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e15 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e15 - row_max)))) * inv);
-                        double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -346,7 +346,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                         const float sk_e19 = sk_f16(x[(base + col)]);
                         const float sk_e18 = ((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19) / temp);
                         float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e18 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e18 - row_max)))) * inv);
-                        double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -366,7 +366,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                         const float sk_e22 = sk_f16(x[(base + col)]);
                         const float sk_e21 = ((((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22) / temp);
                         float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e21 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e21 - row_max)))) * inv);
-                        double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -427,7 +427,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 const float sk_e25 = sk_f16(x[(base + tok)]);
                 const float sk_e24 = ((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) / temp);
                 float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e24 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e24 - row_max)))) * inv);
-                double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                 if ((threadIdx.x == 0u)) {
                     logprobs[row] = (valid ? ((float)lp) : sk_bitcast<float>(4286578688u));
                 }

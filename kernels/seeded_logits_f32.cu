@@ -300,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                         const float sk_e13 = x[(base + col)];
                         const float sk_e12 = ((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) / temp);
                         float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e12 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e12 - row_max)))) * inv);
-                        double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -320,7 +320,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                         const float sk_e16 = x[(base + col)];
                         const float sk_e15 = ((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp);
                         float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e15 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e15 - row_max)))) * inv);
-                        double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -340,7 +340,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                         const float sk_e19 = x[(base + col)];
                         const float sk_e18 = ((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19) / temp);
                         float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e18 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e18 - row_max)))) * inv);
-                        double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -360,7 +360,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                         const float sk_e22 = x[(base + col)];
                         const float sk_e21 = ((((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22) / temp);
                         float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e21 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e21 - row_max)))) * inv);
-                        double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -421,7 +421,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                 const float sk_e25 = x[(base + tok)];
                 const float sk_e24 = ((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) / temp);
                 float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e24 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e24 - row_max)))) * inv);
-                double lp = ((double)((p > (0.0f)) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                 if ((threadIdx.x == 0u)) {
                     logprobs[row] = (valid ? ((float)lp) : sk_bitcast<float>(4286578688u));
                 }

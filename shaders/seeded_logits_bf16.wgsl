@@ -292,7 +292,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e13: f32 = sk_load_x((base + col));
                         let sk_e12: f32 = (select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)) / temp);
                         var p: f32 = (select(select(sk_exp((sk_e12 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e12 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
+                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
                         var s64: f64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -312,7 +312,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e16: f32 = sk_load_x((base + col));
                         let sk_e15: f32 = (select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u)) / temp);
                         var p: f32 = (select(select(sk_exp((sk_e15 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e15 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
+                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
                         var s64: f64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -332,7 +332,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e19: f32 = sk_load_x((base + col));
                         let sk_e18: f32 = (select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u)) / temp);
                         var p: f32 = (select(select(sk_exp((sk_e18 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e18 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
+                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
                         var s64: f64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -352,7 +352,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e22: f32 = sk_load_x((base + col));
                         let sk_e21: f32 = (select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u)) / temp);
                         var p: f32 = (select(select(sk_exp((sk_e21 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e21 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
+                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
                         var s64: f64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -401,7 +401,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 let sk_e25: f32 = sk_load_x((base + tok));
                 let sk_e24: f32 = (select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)) / temp);
                 var p: f32 = (select(select(sk_exp((sk_e24 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e24 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-                var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), (p > (0.0f))));
+                var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
                 if ((sk_lid == 0u)) {
                     logprobs[row] = select(bitcast<f32>(4286578688u), f32(lp), valid);
                 }

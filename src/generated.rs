@@ -90,10 +90,14 @@ pub enum KernelId {
     SeededF64,
     /// `seeded_f32`: SGLang's seeded float64 Gumbel race over log-probabilities, every column in float64
     SeededF32,
+    /// `seeded_probs`: SGLang's seeded float64 Gumbel race over log-probabilities, every column in float64
+    SeededProbs,
     /// `seeded_screened_f64`: the seeded float64 race, screened in float32 so only possible winners are redone in float64
     SeededScreenedF64,
     /// `seeded_screened_f32`: the seeded float64 race, screened in float32 so only possible winners are redone in float64
     SeededScreenedF32,
+    /// `seeded_screened_probs`: the seeded float64 race, screened in float32 so only possible winners are redone in float64
+    SeededScreenedProbs,
     /// `seeded_logits_f32`: the seeded float64 race from logits, log-probabilities computed as SGLang does
     SeededLogitsF32,
     /// `seeded_logits_f16`: the seeded float64 race from logits, log-probabilities computed as SGLang does
@@ -361,6 +365,17 @@ pub const KERNELS: &[KernelSource] = &[
         needs_int64: true,
     },
     KernelSource {
+        id: KernelId::SeededProbs,
+        name: "seeded_probs",
+        wgsl: include_str!("../shaders/seeded_probs.wgsl"),
+        cuda: include_str!("../kernels/seeded_probs.cu"),
+        bindings: &[Binding::Lp, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status],
+        passes: 1,
+        stages: 1,
+        needs_f64: true,
+        needs_int64: true,
+    },
+    KernelSource {
         id: KernelId::SeededScreenedF64,
         name: "seeded_screened_f64",
         wgsl: include_str!("../shaders/seeded_screened_f64.wgsl"),
@@ -376,6 +391,17 @@ pub const KERNELS: &[KernelSource] = &[
         name: "seeded_screened_f32",
         wgsl: include_str!("../shaders/seeded_screened_f32.wgsl"),
         cuda: include_str!("../kernels/seeded_screened_f32.cu"),
+        bindings: &[Binding::Lp, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status],
+        passes: 2,
+        stages: 1,
+        needs_f64: true,
+        needs_int64: true,
+    },
+    KernelSource {
+        id: KernelId::SeededScreenedProbs,
+        name: "seeded_screened_probs",
+        wgsl: include_str!("../shaders/seeded_screened_probs.wgsl"),
+        cuda: include_str!("../kernels/seeded_screened_probs.cu"),
         bindings: &[Binding::Lp, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status],
         passes: 2,
         stages: 1,

@@ -188,12 +188,19 @@ fn filtered_histogram_matches_the_set() {
 fn seeded_reproduces_golden_tokens() {
     let meta: Value = serde_json::from_str(&std::fs::read_to_string(golden("seeded_golden.json")).unwrap()).unwrap();
     let list = |key: &str| meta[key].as_array().unwrap().iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",");
-    let want: Vec<u64> = meta["expected_tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
-    let (seeds, positions, input) = (list("seeds"), list("positions"), golden("seeded_golden.npy"));
+    let expected = |key: &str| meta[key].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect::<Vec<_>>();
+    let (seeds, positions) = (list("seeds"), list("positions"));
+    let inputs = [
+        ("--logprobs", golden("seeded_golden.npy"), expected("expected_tokens")),
+        ("--probs", golden("seeded_golden_probs.npy"), expected("expected_tokens_from_probs")),
+    ];
     on_backends("cli_seeded_golden", |backend| {
-        for mode in ["float64", "screened"] {
-            let args = ["--logprobs", &input, "--seeded", "--mode", mode, "--seed", &seeds, "--position", &positions];
-            assert_eq!(tokens(&[&args[..], &["--backend", backend]].concat()), want, "{backend} {mode}");
+        for (flag, input, want) in &inputs {
+            for mode in ["float64", "screened"] {
+                let args =
+                    [*flag, input.as_str(), "--seeded", "--mode", mode, "--seed", &seeds, "--position", &positions];
+                assert_eq!(tokens(&[&args[..], &["--backend", backend]].concat()), *want, "{backend} {flag} {mode}");
+            }
         }
     });
 }
@@ -255,7 +262,7 @@ fn bad_input_fails_with_a_message() {
     let missing = data("missing.npy");
     let rank3 = scratch_npy("rank3.npy", &[2, 2, 8], 1f32);
     let ints = scratch_npy("ints.npy", &[2, 8], 1i32);
-    let cases: [(&[&str], &str); 15] = [
+    let cases: [(&[&str], &str); 16] = [
         (&["--logits", &missing], "missing.npy: cannot read"),
         (&["--logits", &rank3], "rank3.npy: rank 3 (shape [2, 2, 8]); expected 1 (one row) or 2"),
         (&["--logits", &ints], "ints.npy: dtype '<i4' is not f16, f32 or f64"),
@@ -270,6 +277,7 @@ fn bad_input_fails_with_a_message() {
         (&["--logits", &npy, "--top-p", "1.5"], "top_p"),
         (&["--logits", &npy, "--seed", "1,2"], "--seed has 2 values for 4 rows"),
         (&["--logprobs", &golden], "required arguments were not provided:\n  --seeded"),
+        (&["--probs", &npy, "--mode", "screened"], "required arguments were not provided:\n  --seeded"),
         (&["--logprobs", &golden, "--seeded", "--top-k", "3"], "'--logprobs <FILE>' cannot be used with '--top-k <K>'"),
     ];
     for (args, message) in cases {

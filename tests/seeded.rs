@@ -14,11 +14,15 @@ use sampling_kernels::{Backend, Diagnostics, Input, LogProbs, Logits, Output, Ro
 struct Golden {
     shape: Shape,
     logprobs: Vec<f64>,
+    /// Their float32 softmax, as SGLang's path from probabilities would be given it.
+    probs: Vec<f32>,
     rows: Vec<RowParams>,
-    /// SGLang's tokens from the log-probabilities, and from them as logits at T = 1 (its float32
-    /// log-softmax, which flushes the hash-zero rows' other columns to -inf).
+    /// SGLang's tokens from the log-probabilities, from them as logits at T = 1 (its float32
+    /// log-softmax, which flushes the hash-zero rows' other columns to -inf), and from the
+    /// probabilities (`multinomial_with_seed(torch.log(probs))`).
     expected: Vec<u32>,
     expected_from_logits: Vec<u32>,
+    expected_from_probs: Vec<u32>,
     vectors: Vec<(u64, u64, u32, u32)>,
     hash_zero: HashZero,
 }
@@ -40,9 +44,13 @@ fn golden() -> Golden {
         .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data"));
     let text = std::fs::read_to_string(dir.join("seeded_golden.json")).expect("tests/data/seeded_golden.json");
     let meta: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let logprobs = npy_f64(&std::fs::read(dir.join(meta["logprobs_file"].as_str().unwrap())).unwrap());
+    let read = |k: &str| std::fs::read(dir.join(meta[k].as_str().unwrap())).unwrap();
+    let logprobs: Vec<f64> =
+        npy(&read("logprobs_file"), "<f8").map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
+    let probs: Vec<f32> = npy(&read("probs_file"), "<f4").map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     let n = |k: &str| meta[k].as_u64().unwrap() as usize;
     assert_eq!(logprobs.len(), n("rows") * n("vocab"), "log-probabilities for rows x vocab");
+    assert_eq!(probs.len(), logprobs.len(), "probabilities for rows x vocab");
     let numbers = |v: &serde_json::Value| v.as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect::<Vec<_>>();
     let list = |k: &str| numbers(&meta[k]);
     let tokens = |k: &str| list(k).into_iter().map(|t| t as u32).collect();
@@ -69,23 +77,26 @@ fn golden() -> Golden {
     Golden {
         shape: Shape::dense(n("rows"), n("vocab")),
         logprobs,
+        probs,
         rows,
         expected: tokens("expected_tokens"),
         expected_from_logits: tokens("expected_tokens_from_logits"),
+        expected_from_probs: tokens("expected_tokens_from_probs"),
         vectors,
         hash_zero,
     }
 }
 
-/// The values of a little-endian float64 `.npy` in C order (what numpy's `save` writes).
-fn npy_f64(file: &[u8]) -> Vec<f64> {
+/// The values of an `.npy` of dtype `descr` (`<f8`, `<f4`) in C order (what numpy's `save`
+/// writes), as one little-endian chunk each.
+fn npy<'a>(file: &'a [u8], descr: &str) -> std::slice::ChunksExact<'a, u8> {
     assert_eq!(&file[..6], b"\x93NUMPY", "not an .npy file");
     let (len_at, len_bytes) = if file[6] == 1 { (8, 2) } else { (8, 4) };
     let header_len = file[len_at..len_at + len_bytes].iter().rev().fold(0usize, |n, &b| n << 8 | b as usize);
     let start = len_at + len_bytes + header_len;
     let header = std::str::from_utf8(&file[len_at + len_bytes..start]).unwrap();
-    assert!(header.contains("'descr': '<f8'") && header.contains("'fortran_order': False"), "{header}");
-    file[start..].chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
+    assert!(header.contains(&format!("'descr': '{descr}'")) && header.contains("'fortran_order': False"), "{header}");
+    file[start..].chunks_exact(if descr.ends_with('8') { 8 } else { 4 })
 }
 
 fn seeded_tokens<B: Backend>(
@@ -109,19 +120,23 @@ fn seeded_tokens<B: Backend>(
 }
 
 /// Every golden row (the hash-zero column's among them), in both modes, from float64 and float32
-/// log-probabilities, and through the fused path from logits (the golden log-probabilities as
-/// logits at T = 1).
+/// log-probabilities and from probabilities, and through the fused path from logits (the golden
+/// log-probabilities as logits at T = 1).
 pub fn golden_tokens<B: Backend>(b: &B) {
     let g = golden();
     assert_eq!(g.rows.len(), 12);
+    let r = b.upload(&g.rows).unwrap();
+    let probs = b.upload(&g.probs).unwrap();
     for mode in [SeededMode::Float64, SeededMode::Screened] {
         for f32_lp in [false, true] {
             let got = seeded_tokens(b, g.shape, &g.logprobs, &g.rows, mode, f32_lp);
             assert_eq!(got, g.expected, "{mode:?}, float32 input {f32_lp}");
         }
+        let mut tokens = b.zeros::<u32>(g.shape.batch).unwrap();
+        b.seeded(g.shape, LogProbs::LogOf(&probs), &r, mode, Output::new(&mut tokens)).unwrap();
+        assert_eq!(b.download(&tokens).unwrap(), g.expected_from_probs, "{mode:?}, from probabilities");
     }
     let logits: Vec<f32> = g.logprobs.iter().map(|&x| x as f32).collect();
-    let r = b.upload(&g.rows).unwrap();
     let mut tokens = b.zeros::<u32>(g.shape.batch).unwrap();
     let out = Output::new(&mut tokens);
     b.seeded_from_logits(g.shape, Logits::F32(&b.upload(&logits).unwrap()), &r, out).unwrap();
@@ -326,6 +341,48 @@ pub fn seeded_token_independent_of_row<B: Backend>(b: &B) {
     }
 }
 
+/// From probabilities with the values a buggy engine hands over (0, negative, NaN, +inf, the
+/// smallest subnormal, the smallest normal, 1, above 1): the CPU oracle's tokens and statuses,
+/// and log-probabilities within 2 float32 ulps, in both modes. A token may differ only where the
+/// kernel's float32 log and the correctly rounded one differ by an ulp at a near-tie of the top two
+/// scores (about 1e-6 apart, on rows of 600 Gumbel-perturbed scores: about 1 in 10^5 rows, so a
+/// false alarm on these 300 rows is about 0.3%).
+pub fn log_of_probabilities_is_the_oracles<B: Backend>(b: &B) {
+    let mut rng = Rng::new(91);
+    let shape = Shape::dense(300, 600);
+    let odd = [0.0f32, -0.5, f32::NAN, f32::INFINITY, 1e-45, f32::MIN_POSITIVE, 1.0, 3.0];
+    let probs: Vec<f32> = (0..shape.elements())
+        .map(|i| if i % 7 == 0 { odd[(i / 7) % odd.len()] } else { (rng.normal(1.0).exp() * 1e-3) as f32 })
+        .collect();
+    let rows: Vec<RowParams> = (0..shape.batch as u64)
+        .map(|r| RowParams::seeded(if r % 25 == 0 { 0.0 } else { 1.0 }, rng.next_u64(), r))
+        .collect();
+    let cpu = sampling_kernels::CpuBackend;
+    for mode in [SeededMode::Float64, SeededMode::Screened] {
+        let (want_t, want_s, want_lp) = {
+            let (mut t, mut st, mut lp) = (vec![0u32; shape.batch], vec![0u32; shape.batch], vec![0f32; shape.batch]);
+            let out = Output::new(&mut t).with_status(&mut st).with_logprobs(&mut lp);
+            cpu.seeded(shape, LogProbs::LogOf(&probs), &rows, mode, out).unwrap();
+            (t, st, lp)
+        };
+        let p = b.upload(&probs).unwrap();
+        let r = b.upload(&rows).unwrap();
+        let (mut t, mut st, mut lp) = (
+            b.zeros::<u32>(shape.batch).unwrap(),
+            b.zeros::<u32>(shape.batch).unwrap(),
+            b.zeros::<f32>(shape.batch).unwrap(),
+        );
+        let out = Output::new(&mut t).with_status(&mut st).with_logprobs(&mut lp);
+        b.seeded(shape, LogProbs::LogOf(&p), &r, mode, out).unwrap();
+        assert_eq!(b.download(&t).unwrap(), want_t, "{mode:?}: tokens");
+        assert_eq!(b.download(&st).unwrap(), want_s, "{mode:?}: statuses");
+        for (row, (got, want)) in b.download(&lp).unwrap().iter().zip(&want_lp).enumerate() {
+            let ulps = (got.to_bits() as i64 - want.to_bits() as i64).abs();
+            assert!(got == want || ulps <= 2, "{mode:?}, row {row}: log-probability {got:e}, oracle {want:e}");
+        }
+    }
+}
+
 // On the CPU, the oracle's own log and hash are checked against the references.
 suite!(
     cpu,
@@ -341,6 +398,7 @@ device_suites!(
     hash_zero_column_filtered,
     murmur_matches,
     log64_within_one_ulp,
+    log_of_probabilities_is_the_oracles,
     screened_equals_float64,
     seeded_token_independent_of_row
 );

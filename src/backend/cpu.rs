@@ -5,7 +5,7 @@ use crate::backend::{Backend, Input, Job, LogProbs, Logits, Output};
 use crate::error::Result;
 use crate::reference::filters::{self, clean_probs};
 use crate::reference::race::{race_logits_in, race_logits_row, race_probs_in, seeded_in};
-use crate::reference::softmax::{sglang_logprobs, softmax_f32};
+use crate::reference::softmax::{log32, sglang_logprobs, softmax_f32};
 use crate::reference::{murmur, philox};
 use crate::types::{Element, RowMode, RowParams, Shape};
 
@@ -145,6 +145,9 @@ impl Backend for CpuBackend {
                     let lp = match logprobs {
                         LogProbs::F64(b) => b[r * shape.stride..r * shape.stride + shape.vocab].to_vec(),
                         LogProbs::F32(b) => row_values(Logits::F32(b), shape, r),
+                        LogProbs::LogOf(b) => {
+                            row_values(Logits::F32(b), shape, r).iter().map(|&p| log32(p as f32)).collect()
+                        }
                     };
                     seeded_row(out.reborrow(), r, &lp, &rows[r]);
                 }

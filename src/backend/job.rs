@@ -164,7 +164,7 @@ impl<B: Backend + ?Sized> Job<'_, B> {
             Job::Seeded { logprobs, rows, out: o, .. } => {
                 match logprobs {
                     LogProbs::F64(b) => v.read(*b),
-                    LogProbs::F32(b) => v.read(*b),
+                    LogProbs::F32(b) | LogProbs::LogOf(b) => v.read(*b),
                 }
                 v.read(*rows);
                 out(o, v);

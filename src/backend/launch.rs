@@ -396,6 +396,8 @@ impl<'a, H: Copy> Launch<H> {
                     (SeededMode::Float64, LogProbs::F32(b)) => (KernelId::SeededF32, B::handle(*b)),
                     (SeededMode::Screened, LogProbs::F64(b)) => (KernelId::SeededScreenedF64, B::handle(*b)),
                     (SeededMode::Screened, LogProbs::F32(b)) => (KernelId::SeededScreenedF32, B::handle(*b)),
+                    (SeededMode::Float64, LogProbs::LogOf(b)) => (KernelId::SeededProbs, B::handle(*b)),
+                    (SeededMode::Screened, LogProbs::LogOf(b)) => (KernelId::SeededScreenedProbs, B::handle(*b)),
                 };
                 let inputs = [(Binding::Lp, Some(lp)), (Binding::Rows, Some(B::handle(*r)))];
                 sampling::<B, 2>(id, *shape, inputs, out, 0, false)
@@ -557,6 +559,7 @@ mod tests {
         for mode in [SeededMode::Float64, SeededMode::Screened] {
             b.seeded(shape, LogProbs::F64(&lp64), &rows, mode, out!()).unwrap();
             b.seeded(shape, LogProbs::F32(&x32), &rows, mode, out!()).unwrap();
+            b.seeded(shape, LogProbs::LogOf(&x32), &rows, mode, out!()).unwrap();
         }
         b.gumbel_noise(shape, &rows, &mut dense).unwrap();
         b.murmur3(2, &vec![0; 8], &mut vec![0; 2]).unwrap();

@@ -118,12 +118,18 @@ impl<B: Backend + ?Sized> Input<'_, B> {
     }
 }
 
-/// Log-probabilities for the seeded sampler: float64 as SGLang keeps them, or float32 promoted.
+/// Log-probabilities for the seeded sampler: float64 as SGLang keeps them, float32 promoted, or
+/// the float32 log of float32 probabilities.
 pub enum LogProbs<'a, B: Backend + ?Sized> {
     /// float64, as SGLang keeps them.
     F64(&'a B::Buffer<f64>),
     /// float32, promoted to float64 in the kernel.
     F32(&'a B::Buffer<f32>),
+    /// float32 probabilities: the kernel takes their float32 log (0, NaN and negative values give
+    /// -inf), as SGLang's unfiltered seeded path from probabilities (`sampling_from_probs_torch`)
+    /// takes `torch.log(probs)`; tokens agree with SGLang's except where its float32 log and
+    /// the kernel's differ by an ulp at a near-tie.
+    LogOf(&'a B::Buffer<f32>),
 }
 
 impl<B: Backend + ?Sized> Clone for LogProbs<'_, B> {
@@ -325,7 +331,7 @@ pub trait Backend: Sealed {
     ) -> Result<()> {
         let len = match logprobs {
             LogProbs::F64(b) => Self::len(b),
-            LogProbs::F32(b) => Self::len(b),
+            LogProbs::F32(b) | LogProbs::LogOf(b) => Self::len(b),
         };
         check_rows::<Self>(shape, len, rows)?;
         check_output(shape, &out)?;

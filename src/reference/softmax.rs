@@ -46,7 +46,17 @@ pub fn scaled_f32(values: &[f64], row: &RowParams) -> Vec<f32> {
 
 /// SGLang's log-probabilities from logits: the float32 log of the float32 softmax.
 pub fn sglang_logprobs(values: &[f64], row: &RowParams) -> Vec<f64> {
-    softmax_f32(values, row).iter().map(|&p| (p as f64).ln() as f32 as f64).collect()
+    softmax_f32(values, row).iter().map(|&p| log32(p)).collect()
+}
+
+/// `torch.log` of a float32 probability, rounded to float32: 0 gives -inf, and so do NaN and
+/// negative values (whose log, NaN, this crate never samples) and +inf (no probability).
+pub fn log32(p: f32) -> f64 {
+    if p > 0.0 && p.is_finite() {
+        (p as f64).ln() as f32 as f64
+    } else {
+        f64::NEG_INFINITY
+    }
 }
 
 /// log-softmax(values / T) at `token`.

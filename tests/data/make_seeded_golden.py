@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Writes the seeded sampler's golden vectors, `seeded_golden.json` and `seeded_golden.npy`.
+"""Writes the seeded sampler's golden vectors: `seeded_golden.json`, `seeded_golden.npy` (float64
+log-probabilities) and `seeded_golden_probs.npy` (their float32 softmax, for the path from
+probabilities).
 
 SGLang's deterministic sampler (`multinomial_with_seed`), computed here from its formulas with
 numpy and the `mmh3` package, not with the crate's code, so the tests that read these files check
@@ -137,13 +139,23 @@ def hash_zero_rows(rng: np.random.Generator, position: int) -> np.ndarray:
     return rows
 
 
+def softmax32(lp: np.ndarray) -> np.ndarray:
+    """`torch.softmax(x)` in float32 at T = 1 (the golden log-probabilities as logits)."""
+    x = lp.astype(np.float32)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def log32(p: np.ndarray) -> np.ndarray:
+    """`torch.log` of float32 probabilities, in float32, promoted to float64 for the race."""
+    with np.errstate(divide="ignore"):
+        return np.log(p).astype(np.float64)
+
+
 def from_logits(lp: np.ndarray) -> np.ndarray:
     """SGLang's log-probabilities from logits at T = 1, `torch.log(torch.softmax(x))` in float32
     (the golden log-probabilities are the logits `seeded_from_logits` is given)."""
-    x = lp.astype(np.float32)
-    e = np.exp(x - x.max(axis=1, keepdims=True))
-    with np.errstate(divide="ignore"):
-        return np.log(e / e.sum(axis=1, keepdims=True)).astype(np.float64)
+    return log32(softmax32(lp))
 
 
 def race(lp: np.ndarray, seeds: list, positions: list) -> tuple:
@@ -167,21 +179,29 @@ def main() -> None:
     seeds, positions = SEEDS + [HASH_ZERO_SEED] * 4, POSITIONS + [position] * 4
     tokens, margins = race(lp, seeds, positions)
     tokens_from_logits, _ = race(from_logits(lp), seeds, positions)
+    # SGLang's unfiltered seeded path from probabilities (`sampling_from_probs_torch`):
+    # `multinomial_with_seed(torch.log(probs))`, here on the float32 softmax written beside.
+    probs = softmax32(lp)
+    tokens_from_probs, _ = race(log32(probs), seeds, positions)
     assert murmur(7847, 12345, MAX_NOISE_COLUMN) == 0xFFFFFFFF
     assert tokens[2] != MAX_NOISE_COLUMN and tokens[5] == MAX_NOISE_COLUMN, tokens
     assert tokens[ROWS:] == [HASH_ZERO_COLUMN] * 3 + [HASH_ZERO_COLUMN + 1], tokens
     assert tokens_from_logits == tokens[:ROWS] + [HASH_ZERO_COLUMN] * 4, tokens_from_logits
+    assert tokens_from_probs == tokens_from_logits, tokens_from_probs
     np.save(here / "seeded_golden.npy", lp)
+    np.save(here / "seeded_golden_probs.npy", probs)
     triples = HASH_TRIPLES + [(HASH_ZERO_SEED, position, HASH_ZERO_COLUMN)]
     meta = {
         "about": "SGLang's multinomial_with_seed from its formulas (numpy, mmh3); see make_seeded_golden.py",
         "rows": len(seeds),
         "vocab": VOCAB,
         "logprobs_file": "seeded_golden.npy",
+        "probs_file": "seeded_golden_probs.npy",
         "seeds": seeds,
         "positions": positions,
         "expected_tokens": tokens,
         "expected_tokens_from_logits": tokens_from_logits,
+        "expected_tokens_from_probs": tokens_from_probs,
         "margin_best_minus_second": margins,
         "murmur_vectors": [{"seed": s, "position": p, "column": c, "hash": murmur(s, p, c)} for s, p, c in triples],
         "hash_zero": {

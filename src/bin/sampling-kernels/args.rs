@@ -1,6 +1,5 @@
 //! The command line. Combinations that cannot work (two inputs, log-probabilities without the
-//! seeded sampler, probabilities with it, filters on log-probabilities) are refused by clap before
-//! any file is read.
+//! seeded sampler, filters on log-probabilities) are refused by clap before any file is read.
 
 use crate::input::Role;
 use anyhow::{bail, Result};
@@ -55,8 +54,9 @@ pub struct SampleArgs {
     /// Logits (f32, f16 or bf16), rank 1 or batch x vocab, in .npy or .safetensors.
     #[arg(long, value_name = "FILE")]
     pub logits: Option<PathBuf>,
-    /// Probabilities (f32), sampled with SGLang's `argmax p / Exponential`.
-    #[arg(long, value_name = "FILE", conflicts_with = "seeded")]
+    /// Probabilities (f32), sampled with SGLang's `argmax p / Exponential`; with --seeded, its
+    /// deterministic sampler on `log(p)` (float32, as `sampling_from_probs_torch`).
+    #[arg(long, value_name = "FILE")]
     pub probs: Option<PathBuf>,
     /// Log-probabilities (f64 or f32) for the seeded float64 sampler.
     #[arg(long, value_name = "FILE", requires = "seeded")]
@@ -79,9 +79,9 @@ pub struct SampleArgs {
     /// with --top-k, --top-p or --min-p, inside the kept set (the noise of each token's vocabulary id).
     #[arg(long)]
     pub seeded: bool,
-    /// How the seeded sampler reads --logprobs (both give the same token; default float64).
-    /// From --logits it has one path, and --probs it does not read.
-    #[arg(long, value_enum, conflicts_with_all = ["logits", "probs"])]
+    /// How the seeded sampler reads --logprobs or --probs (both give the same token; default
+    /// float64). From --logits it has one path.
+    #[arg(long, value_enum, requires = "seeded", conflicts_with = "logits")]
     pub mode: Option<Mode>,
     /// Keep the K most likely tokens of each row (ties to the lower index).
     #[arg(long, value_name = "K", conflicts_with = "logprobs")]

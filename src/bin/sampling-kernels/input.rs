@@ -7,7 +7,8 @@ use anyhow::{bail, ensure, Context, Result};
 use half::{bf16, f16};
 use sampling_kernels::reference::filters::kept;
 use sampling_kernels::{
-    Backend, CpuBackend, Element, Input as Kept, LogProbs, Logits, Output, RowParams, Sampler, SeededMode, Shape,
+    Backend, CpuBackend, Element, Input as Kept, LogProbs, Logits, Output, RowMode, RowParams, Sampler, SeededMode,
+    Shape,
 };
 
 /// The flag an input file came from.
@@ -51,8 +52,9 @@ pub enum LogProbsIn<B: Backend> {
 pub enum Input<B: Backend> {
     /// The per-row sampler: the rows' records say which are seeded, greedy or filtered.
     Logits(LogitsIn<B>),
-    /// `race_from_probs`.
-    Probs(B::Buffer<f32>),
+    /// `race_from_probs`, or for seeded rows `seeded` on their float32 log (`mode`); filtered
+    /// rows of either kind, `sample_filtered`.
+    Probs { values: B::Buffer<f32>, mode: SeededMode },
     /// `seeded`.
     LogProbs { values: LogProbsIn<B>, mode: SeededMode },
 }
@@ -106,10 +108,13 @@ impl<B: Backend> Input<B> {
         let params = || backend.upload(rows);
         match self {
             Input::Logits(values) => Sampler::new(backend, rows.len())?.step(shape, values.get(), rows, out),
-            Input::Probs(probs) if rows.iter().any(RowParams::has_filters) => {
-                backend.sample_filtered(shape, Kept::Probs(probs), &params()?, out)
+            Input::Probs { values, .. } if rows.iter().any(RowParams::has_filters) => {
+                backend.sample_filtered(shape, Kept::Probs(values), &params()?, out)
             }
-            Input::Probs(probs) => backend.race_from_probs(shape, probs, &params()?, out),
+            Input::Probs { values, mode } if rows.iter().any(|r| r.mode() == RowMode::Seeded) => {
+                backend.seeded(shape, LogProbs::LogOf(values), &params()?, *mode, out)
+            }
+            Input::Probs { values, .. } => backend.race_from_probs(shape, values, &params()?, out),
             Input::LogProbs { values, mode } => backend.seeded(shape, values.get(), &params()?, *mode, out),
         }?;
         let logprobs = logprobs.map(|lp| backend.download(&lp)).transpose()?;
@@ -138,13 +143,13 @@ impl<B: Backend> LogProbsIn<B> {
 
 impl Input<CpuBackend> {
     /// Types a file's values by their role; `mode` was checked against the role by the argument
-    /// parser (log-probabilities are seeded, probabilities never are).
+    /// parser (log-probabilities are always seeded, probabilities with `--seeded`).
     pub fn new(role: Role, tensor: Tensor, mode: SeededMode) -> Result<Self> {
         Ok(match (role, tensor.values) {
             (Role::Logits, Values::F32(v)) => Input::Logits(LogitsIn::F32(v)),
             (Role::Logits, Values::F16(v)) => Input::Logits(LogitsIn::F16(v)),
             (Role::Logits, Values::Bf16(v)) => Input::Logits(LogitsIn::Bf16(v)),
-            (Role::Probs, Values::F32(v)) => Input::Probs(v),
+            (Role::Probs, Values::F32(v)) => Input::Probs { values: v, mode },
             (Role::LogProbs, Values::F64(v)) => Input::LogProbs { values: LogProbsIn::F64(v), mode },
             (Role::LogProbs, Values::F32(v)) => Input::LogProbs { values: LogProbsIn::F32(v), mode },
             (role, values) => bail!(
@@ -164,7 +169,7 @@ impl Input<CpuBackend> {
                 LogitsIn::F16(b) => LogitsIn::F16(t.apply(b)?),
                 LogitsIn::Bf16(b) => LogitsIn::Bf16(t.apply(b)?),
             }),
-            Input::Probs(b) => Input::Probs(t.apply(b)?),
+            Input::Probs { values, mode } => Input::Probs { values: t.apply(values)?, mode: *mode },
             Input::LogProbs { values, mode } => Input::LogProbs {
                 values: match values {
                     LogProbsIn::F64(b) => LogProbsIn::F64(t.apply(b)?),
@@ -187,7 +192,7 @@ impl Input<CpuBackend> {
     /// Bytes one row of `vocab` values takes.
     pub fn row_bytes(&self, vocab: usize) -> usize {
         let size = match self {
-            Input::Logits(LogitsIn::F32(_)) | Input::Probs(_) => 4,
+            Input::Logits(LogitsIn::F32(_)) | Input::Probs { .. } => 4,
             Input::Logits(LogitsIn::F16(_) | LogitsIn::Bf16(_)) => 2,
             Input::LogProbs { values: LogProbsIn::F64(_), .. } => 8,
             Input::LogProbs { values: LogProbsIn::F32(_), .. } => 4,
@@ -217,7 +222,7 @@ impl Input<CpuBackend> {
             Input::LogProbs { values: LogProbsIn::F64(lp), .. } => {
                 softmax(Logits::F32(&lp.iter().map(|&x| x as f32).collect()), unit)
             }
-            Input::Probs(p) => {
+            Input::Probs { values: p, .. } => {
                 let valid: Vec<f64> = p.iter().map(|&x| if x >= 0.0 { f64::from(x) } else { 0.0 }).collect();
                 let sum: f64 = valid.iter().sum();
                 ensure!(sum > 0.0, "row {row} has no positive probability");

@@ -11,6 +11,10 @@
 //!   (`s32 + err >= s32[m] - err[m]`), so the token is always the one full float64 gives.
 //! - `seeded_logits_*`: from logits and temperature, computing the log-probabilities as SGLang
 //!   does (float32 log of the float32 softmax), then the float64 race. Three reads.
+//!
+//! The `_probs` variants of the first two read float32 probabilities and take their float32 log
+//! first, as SGLang's unfiltered path from probabilities (`sampling_from_probs_torch`) hands
+//! `torch.log(probs)` to `multinomial_with_seed`.
 
 use super::filters::{listed_row, row_is_filtered};
 use super::math;
@@ -23,17 +27,37 @@ use crate::ir::*;
 
 const NONE: u32 = u32::MAX;
 
+/// What the `lp` buffer holds.
 #[derive(Clone, Copy, PartialEq)]
 enum Lp {
     F64,
     F32,
+    /// float32 probabilities, whose float32 log is the log-probability.
+    Probs,
 }
 
-fn lp_storage(lp: Lp) -> Storage {
-    match lp {
-        Lp::F64 => Storage::F64,
-        Lp::F32 => Storage::F32,
+impl Lp {
+    fn storage(self) -> Storage {
+        match self {
+            Lp::F64 => Storage::F64,
+            Lp::F32 | Lp::Probs => Storage::F32,
+        }
     }
+    fn suffix(self) -> &'static str {
+        match self {
+            Lp::F64 => "f64",
+            Lp::F32 => "f32",
+            Lp::Probs => "probs",
+        }
+    }
+}
+
+/// `torch.log` of a float32 probability, in float32: 0 gives -inf, and so do NaN and negative
+/// values (whose log is NaN, which SGLang's argmax would return and this crate never samples)
+/// and +inf (no probability; the IR's log is not defined there).
+fn log32(p: Expr) -> Expr {
+    let valid = p.clone().gt(f(0.0)).and(p.clone().le(f(f32::MAX)));
+    select(valid, call(math::LOG, vec![p]), f(f32::NEG_INFINITY))
 }
 
 /// The column's hash: Murmur3 of (seed lo, seed hi, position lo, column).
@@ -45,7 +69,11 @@ fn hash(col: Expr) -> Expr {
 /// as -inf, so they are never chosen.
 fn load_lp64(lp: Lp, col: Expr) -> Expr {
     let x = load("lp", var("base") + col);
-    let x = if lp == Lp::F32 { x.cast(Ty::F64) } else { x };
+    let x = match lp {
+        Lp::F64 => x,
+        Lp::F32 => x.cast(Ty::F64),
+        Lp::Probs => log32(x).cast(Ty::F64),
+    };
     select(nan_or_pinf_f64(x.clone()), f64_(f64::NEG_INFINITY), x)
 }
 
@@ -104,10 +132,9 @@ fn float64_race(b: &mut Block, lp: Lp, candidate: impl Fn(&mut Block, Expr) -> E
 }
 
 fn lp_kernel(name: &str, lp: Lp, doc: &str, passes: u32, b: Block) -> Kernel {
-    let suffix = if lp == Lp::F64 { "f64" } else { "f32" };
-    let mut buffers = vec![buffer("lp", lp_storage(lp), false), buffer("rows", Storage::U32, false)];
+    let mut buffers = vec![buffer("lp", lp.storage(), false), buffer("rows", Storage::U32, false)];
     buffers.extend(output_buffers());
-    kernel(format!("{name}_{suffix}"), doc, passes, buffers, functions(), b)
+    kernel(format!("{name}_{}", lp.suffix()), doc, passes, buffers, functions(), b)
 }
 
 /// Full float64: one read.
@@ -176,8 +203,7 @@ pub(super) fn seeded_logits_row(b: &mut Block) {
     // log(softmax) in float32, as `torch.log(torch.softmax(logits / T))`: 0 gives -inf.
     let lp_at = |b: &mut Block, col: Expr| -> Expr {
         let p = b.let_("p", Ty::F32, softmax_weight(scaled(col), mx.clone()) * inv.clone());
-        let lp = select(p.clone().gt(f(0.0)), call(math::LOG, vec![p]), f(f32::NEG_INFINITY));
-        b.let_("lp", Ty::F64, lp.cast(Ty::F64))
+        b.let_("lp", Ty::F64, log32(p).cast(Ty::F64))
     };
     for_each_column(
         b,
@@ -242,7 +268,9 @@ fn log64_kernel() -> Kernel {
 }
 
 pub fn all() -> Vec<Kernel> {
-    let mut out = vec![seeded_full(Lp::F64), seeded_full(Lp::F32), seeded_screened(Lp::F64), seeded_screened(Lp::F32)];
+    let lps = [Lp::F64, Lp::F32, Lp::Probs];
+    let mut out: Vec<Kernel> =
+        lps.iter().map(|&lp| seeded_full(lp)).chain(lps.iter().map(|&lp| seeded_screened(lp))).collect();
     out.extend(Dtype::ALL.iter().map(|&d| seeded_logits(d)));
     out.push(murmur_kernel());
     out.push(log64_kernel());
