@@ -42,22 +42,46 @@ pub fn rare_rate(kernel: &str) -> (f64, &'static str) {
     }
 }
 
+/// The share of columns that take a loop's kept path (its noise and log) where its common path
+/// prunes them, with the reason. The race's pruning needs a column's `l / T` more than 19.45
+/// below the best score: model-like rows at T >= 0.8 (the benchmarks'), and flat rows at any T,
+/// keep every quad (`docs/race-design.md`), so the model counts every column as kept; it is a
+/// bound for peaked rows and low temperatures, which prune.
+pub fn kept_share(kernel: &str) -> (f64, &'static str) {
+    if kernel.starts_with("race_logits") || kernel.starts_with("sample_") {
+        (1.0, "every column kept: model-like rows at T >= 0.8 and flat rows prune no quad")
+    } else {
+        (0.0, "no pruning")
+    }
+}
+
 impl Kernel {
     /// Columns one iteration of `l` covers: the bytes its loads read over a column's bytes.
     fn columns_per_iteration(&self, l: &Loop) -> f64 {
         (l.common.load_bytes / self.elem).max(1.0)
     }
 
+    /// One iteration of `l`: the common path, the kept path's extra at the kept share, and what
+    /// the longest path adds beyond the common (or kept) one at the rare rate.
+    fn iteration(&self, l: &Loop) -> Counts {
+        let (rate, _) = rare_rate(&self.name);
+        let (share, _) = kept_share(&self.name);
+        let minus = |a: &Counts, b: &Counts| a.plus(&b.scaled(-1.0));
+        match &l.kept {
+            Some(kept) if share > 0.0 => {
+                let base = l.common.plus(&minus(kept, &l.common).scaled(share));
+                base.plus(&minus(&l.longest, kept).scaled(rate))
+            }
+            _ => l.common.plus(&l.rare().scaled(rate)),
+        }
+    }
+
     /// The instructions per column (per thread) of `passes` passes: the loops that cost most per
     /// column first, the costliest again where the kernel makes more passes than it has loops
-    /// (a digit pass's loop runs once per digit). Includes the rare paths at their rate.
+    /// (a digit pass's loop runs once per digit). Includes the kept and rare paths at their rates.
     pub fn per_column(&self, passes: u32) -> Counts {
-        let (rate, _) = rare_rate(&self.name);
-        let mut per: Vec<Counts> = self
-            .loops
-            .iter()
-            .map(|l| l.common.plus(&l.rare().scaled(rate)).scaled(1.0 / self.columns_per_iteration(l)))
-            .collect();
+        let mut per: Vec<Counts> =
+            self.loops.iter().map(|l| self.iteration(l).scaled(1.0 / self.columns_per_iteration(l))).collect();
         per.sort_by(|a, b| b.total().total_cmp(&a.total()));
         (0..passes as usize).filter_map(|i| per.get(i).or(per.first())).fold(Counts::default(), |acc, c| acc.plus(c))
     }
@@ -65,7 +89,7 @@ impl Kernel {
     /// The loop that costs most per column.
     pub fn hot_loop(&self) -> Option<&Loop> {
         self.loops.iter().max_by(|a, b| {
-            let per = |l: &Loop| l.common.total() / self.columns_per_iteration(l);
+            let per = |l: &Loop| self.iteration(l).total() / self.columns_per_iteration(l);
             per(a).total_cmp(&per(b))
         })
     }

@@ -103,7 +103,7 @@ pub fn hardware(counted: &[Counted]) {
 pub fn kernels(counted: &[Counted]) {
     println!("Kernels: streaming loops counted from SASS, per column (per thread), by pipe");
     println!(
-        "| kernel | target | registers | shared B | blocks/SM | occupancy | loops (costliest) | per column, costliest loop ({}) | round trips per column | off the common path, per column | rate |",
+        "| kernel | target | registers | shared B | blocks/SM | occupancy | loops (costliest) | per column, costliest loop ({}) | round trips per column | off the common path, per column | rate (kept share) |",
         pipes_header()
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
@@ -116,8 +116,12 @@ pub fn kernels(counted: &[Counted]) {
                 .map(|l| l.rare().scaled(1.0 / (l.common.load_bytes / k.elem).max(1.0)).total())
                 .fold(0.0, f64::max);
             let range = k.hot_loop().map_or(String::new(), |l| format!(" ({:#x}-{:#x})", l.start, l.end));
+            let kept = k.loops.iter().any(|l| l.kept.is_some()).then(|| model::kept_share(&k.name).0);
+            let rate = kept.map_or(format!("{}", model::rare_rate(&k.name).0), |share| {
+                format!("{} ({share})", model::rare_rate(&k.name).0)
+            });
             println!(
-                "| {} | {} | {} | {} | {} | {:.0}% | {}{range} | {:.1} ({}) | {:.2} | {rare:.1} | {} |",
+                "| {} | {} | {} | {} | {} | {:.0}% | {}{range} | {:.1} ({}) | {:.2} | {rare:.1} | {rate} |",
                 k.name,
                 c.hw.name,
                 k.registers,
@@ -128,7 +132,6 @@ pub fn kernels(counted: &[Counted]) {
                 hot.total(),
                 pipes_csv(&hot),
                 hot.round_trips,
-                model::rare_rate(&k.name).0
             );
         }
     }

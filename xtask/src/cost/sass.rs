@@ -79,6 +79,8 @@ pub struct Counts {
     /// behind a branch cannot be issued before the branch is decided, so it waits for the
     /// previous block's).
     pub round_trips: f64,
+    /// `MUFU.LG2`: the logs (the race's noise takes them; a pruned column does not).
+    pub logs: f64,
 }
 
 impl Counts {
@@ -91,6 +93,7 @@ impl Counts {
     fn add(&mut self, i: &Instr) {
         self.by_pipe[i.pipe as usize] += 1.0;
         self.load_bytes += i.load_bytes as f64;
+        self.logs += f64::from(u8::from(i.log));
     }
     /// These counts times `k`.
     pub fn scaled(&self, k: f64) -> Counts {
@@ -98,6 +101,7 @@ impl Counts {
             by_pipe: self.by_pipe.map(|c| c * k),
             load_bytes: self.load_bytes * k,
             round_trips: self.round_trips * k,
+            logs: self.logs * k,
         }
     }
     pub fn plus(&self, o: &Counts) -> Counts {
@@ -105,7 +109,12 @@ impl Counts {
         for (a, b) in by_pipe.iter_mut().zip(o.by_pipe) {
             *a += b;
         }
-        Counts { by_pipe, load_bytes: self.load_bytes + o.load_bytes, round_trips: self.round_trips + o.round_trips }
+        Counts {
+            by_pipe,
+            load_bytes: self.load_bytes + o.load_bytes,
+            round_trips: self.round_trips + o.round_trips,
+            logs: self.logs + o.logs,
+        }
     }
 }
 
@@ -116,6 +125,8 @@ struct Instr {
     pipe: Pipe,
     /// Bytes a global load reads per thread (0 for anything else).
     load_bytes: u32,
+    /// `MUFU.LG2`.
+    log: bool,
     /// Where a branch goes, if it is one.
     target: Option<u32>,
     /// Where a `CALL` goes, if it is one.
@@ -164,7 +175,8 @@ fn parse_line(line: &str) -> Option<Instr> {
     let ret = base == "RET";
     let ends_flow = !predicated && matches!(base, "BRA" | "EXIT" | "RET" | "BRX" | "JMP");
     let load_bytes = if pipe == Pipe::Ldg { load_width(opcode) } else { 0 };
-    Some(Instr { addr, pipe, load_bytes, target, call, ret, ends_flow })
+    let log = opcode.starts_with("MUFU.LG2");
+    Some(Instr { addr, pipe, load_bytes, log, target, call, ret, ends_flow })
 }
 
 /// The functions of a `cuobjdump -sass` listing.
@@ -181,13 +193,16 @@ pub fn parse(text: &str) -> Vec<Function> {
 }
 
 /// A loop that streams a row: one iteration counted along its cheapest path that still makes
-/// every load of the iteration (the common path), and along its most expensive one (the
-/// difference is what its rarely taken branches cost when they are taken).
+/// every load of the iteration (the common path), along the cheapest such path that takes a log
+/// where the common one takes none (the kept path: the race's pruning skips a column's noise,
+/// so its common path is a pruned column's), and along its most expensive one (the difference
+/// is what its rarely taken branches cost when they are taken).
 #[derive(Clone, Debug)]
 pub struct Loop {
     pub start: u32,
     pub end: u32,
     pub common: Counts,
+    pub kept: Option<Counts>,
     pub longest: Counts,
 }
 
@@ -235,76 +250,91 @@ impl Function {
             .iter()
             .filter(|&&r| !holds_smaller(r))
             .filter_map(|&(s, e)| {
-                let common = self.path((s, e), &|a: Rank, b: Rank| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1))?;
-                let longest = self.path((s, e), &|a: Rank, b: Rank| a.0 > b.0 || (a.0 == b.0 && a.1 > b.1))?;
-                Some(Loop { start: self.instrs[s].addr, end: self.instrs[e].addr, common, longest })
+                let cheapest = |a: Rank, b: Rank| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
+                let common = self.path((s, e), &cheapest, false)?;
+                let kept = if common.logs == 0.0 { self.path((s, e), &cheapest, true) } else { None };
+                let longest = self.path((s, e), &|a: Rank, b: Rank| a.0 > b.0 || (a.0 == b.0 && a.1 > b.1), false)?;
+                Some(Loop { start: self.instrs[s].addr, end: self.instrs[e].addr, common, kept, longest })
             })
             .collect()
     }
 
-    /// The counts along the best path, by `better`, from the loop's head to its backward branch.
-    /// Inside the body, forward branches and fall-through are followed; branches out of the body
-    /// and inner backward branches are not (a path leaving the body is no iteration).
-    fn path(&self, (s, e): (usize, usize), better: &dyn Fn(Rank, Rank) -> bool) -> Option<Counts> {
-        self.path_to(s, e, &|k| k == e, better, 0)
+    /// The counts along the best path, by `better`, from the loop's head to its backward branch
+    /// (with `log`, the best of those that take a log). Inside the body, forward branches and
+    /// fall-through are followed; branches out of the body and inner backward branches are not
+    /// (a path leaving the body is no iteration).
+    fn path(&self, (s, e): (usize, usize), better: &dyn Fn(Rank, Rank) -> bool, log: bool) -> Option<Counts> {
+        self.path_to(s, e, &|k| k == e, better, log, 0)
     }
 
-    /// The best path from `s` to an instruction at or before `e` that `end` accepts; a `CALL` on
-    /// it counts the called subroutine's best path to its `RET` (`depth` bounds the nesting).
+    /// The best path from `s` to an instruction at or before `e` that `end` accepts, among those
+    /// that take a log if `log`; a `CALL` on it counts the called subroutine's best path to its
+    /// `RET` (`depth` bounds the nesting). Each instruction is reached in two states, with and
+    /// without a log on the way there, so the best path of either kind is found in one sweep.
     fn path_to(
         &self,
         s: usize,
         e: usize,
         end: &dyn Fn(usize) -> bool,
         better: &dyn Fn(Rank, Rank) -> bool,
+        log: bool,
         depth: u32,
     ) -> Option<Counts> {
         let n = e - s + 1;
         let callee = |i: &Instr| -> Counts {
             match i.call.and_then(|t| self.index(t)) {
                 Some(t) if depth < 4 => self
-                    .path_to(t, self.instrs.len() - 1, &|k| self.instrs[k].ret, better, depth + 1)
+                    .path_to(t, self.instrs.len() - 1, &|k| self.instrs[k].ret, better, false, depth + 1)
                     .unwrap_or_default(),
                 _ => Counts::default(),
             }
         };
-        let weight = |i: &Instr| (i.load_bytes, 1.0 + callee(i).total());
-        let mut best: Vec<Option<Rank>> = vec![None; n];
-        let mut from: Vec<usize> = vec![usize::MAX; n];
-        best[0] = Some(weight(&self.instrs[s]));
-        let mut done = None;
+        // (loads, cost, whether it takes a log)
+        let weight = |i: &Instr| {
+            let called = callee(i);
+            (i.load_bytes, 1.0 + called.total(), usize::from(i.log || called.logs > 0.0))
+        };
+        let mut best: Vec<[Option<Rank>; 2]> = vec![[None; 2]; n];
+        let mut from: Vec<[(usize, usize); 2]> = vec![[(usize::MAX, 0); 2]; n];
+        let (l0, c0, g0) = weight(&self.instrs[s]);
+        best[0][g0] = Some((l0, c0));
+        let mut done: Option<(usize, usize)> = None;
         for k in 0..n {
-            let Some((loads, cost)) = best[k] else { continue };
-            if end(s + k) {
-                if done.is_none_or(|d: usize| better((loads, cost), best[d].expect("reached"))) {
-                    done = Some(k);
+            for state in 0..2 {
+                let Some((loads, cost)) = best[k][state] else { continue };
+                if end(s + k) {
+                    let allowed = !log || state == 1;
+                    let beats = |(d, ds): (usize, usize)| better((loads, cost), best[d][ds].expect("reached"));
+                    if allowed && done.is_none_or(beats) {
+                        done = Some((k, state));
+                    }
+                    continue;
                 }
-                continue;
-            }
-            let i = &self.instrs[s + k];
-            let mut next = Vec::with_capacity(2);
-            if !i.ends_flow {
-                next.push(k + 1);
-            }
-            if let Some(t) = i.target.and_then(|t| self.index(t)) {
-                if t > s + k && t <= e {
-                    next.push(t - s);
+                let i = &self.instrs[s + k];
+                let mut next = Vec::with_capacity(2);
+                if !i.ends_flow {
+                    next.push(k + 1);
                 }
-            }
-            for j in next.into_iter().filter(|&j| j < n) {
-                let (l, c) = weight(&self.instrs[s + j]);
-                let cand = (loads + l, cost + c);
-                if best[j].is_none_or(|old| better(cand, old)) {
-                    best[j] = Some(cand);
-                    from[j] = k;
+                if let Some(t) = i.target.and_then(|t| self.index(t)) {
+                    if t > s + k && t <= e {
+                        next.push(t - s);
+                    }
+                }
+                for j in next.into_iter().filter(|&j| j < n) {
+                    let (l, c, g) = weight(&self.instrs[s + j]);
+                    let (cand, to) = ((loads + l, cost + c), state.max(g));
+                    if best[j][to].is_none_or(|old| better(cand, old)) {
+                        best[j][to] = Some(cand);
+                        from[j][to] = (k, state);
+                    }
                 }
             }
         }
         let mut path = vec![done?];
-        while let Some(&k) = path.last().filter(|&&k| k != 0) {
-            path.push(from[k]);
+        while let Some(&(k, state)) = path.last().filter(|&&(k, _)| k != 0) {
+            path.push(from[k][state]);
         }
-        path.reverse();
+        let path: Vec<usize> = path.into_iter().rev().map(|(k, _)| k).collect();
         let mut counts = Counts::default();
         let mut new_block = true;
         for (at, &k) in path.iter().enumerate() {
@@ -352,5 +382,8 @@ mod tests {
         assert_eq!(l.common.round_trips, 1.0);
         assert_eq!(l.rare().get(Pipe::Mufu), 1.0);
         assert_eq!(l.rare().get(Pipe::Fp32), 1.0);
+        // The common path skips the log, so the kept path is the one through it.
+        let kept = l.kept.expect("a path with the log");
+        assert_eq!((kept.total(), kept.logs), (6.0, 1.0));
     }
 }
