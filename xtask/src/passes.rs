@@ -170,6 +170,10 @@ fn map_exprs(s: Stmt, f: &mut impl FnMut(Expr) -> Expr) -> Stmt {
             let bin = f(bin);
             Stmt::AddToBin { name, bin, value: f(value) }
         }
+        Stmt::AtomicAdd { buf, index, value, old } => {
+            let index = f(index);
+            Stmt::AtomicAdd { buf, index, value: f(value), old }
+        }
         Stmt::If { cond, then, els } => Stmt::If { cond: f(cond), then, els },
         Stmt::Return(e) => Stmt::Return(e.map(f)),
         Stmt::Reduce { op, ty, value, out } => Stmt::Reduce { op, ty, value: f(value), out },
@@ -184,7 +188,8 @@ fn map_exprs(s: Stmt, f: &mut impl FnMut(Expr) -> Expr) -> Stmt {
         | Stmt::Comment(_)
         | Stmt::LetBins { .. }
         | Stmt::Break
-        | Stmt::Barrier) => s,
+        | Stmt::Barrier
+        | Stmt::Fence) => s,
     }
 }
 
