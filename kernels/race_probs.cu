@@ -17,6 +17,29 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     return u.t;
 }
 
+__device__ __forceinline__ float sk_exp(float x) {
+    // built by kernels::math::exp
+    if ((x < (-104.0f))) {
+        return (0.0f);
+    }
+    if ((x > (88.72283f))) {
+        return sk_bitcast<float>(2139095040u);
+    }
+    float kf = floorf(((x * (1.442695f)) + (0.5f)));
+    float r = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
+    float p = (0.0001984127f);
+    p = ((p * r) + (0.0013888889f));
+    p = ((p * r) + (0.008333334f));
+    p = ((p * r) + (0.041666668f));
+    p = ((p * r) + (0.16666667f));
+    p = ((p * r) + (0.5f));
+    p = ((p * r) + (1.0f));
+    p = ((p * r) + (1.0f));
+    int k = ((int)kf);
+    int k1 = (k >> 1u);
+    int k2 = (k - k1);
+    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
+}
 __device__ __forceinline__ float sk_log(float x) {
     // built by kernels::math::log
     unsigned int ix = sk_bitcast<unsigned int>(x);
@@ -174,7 +197,8 @@ __device__ __forceinline__ float sk_exponential(unsigned int w) {
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
-    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    __shared__ unsigned int sk_red_u32[33];
     __shared__ float sk_am_f32[33];
     __shared__ unsigned int sk_am_i[33];
     unsigned int parts = max((flags >> 16u), 1u);
@@ -360,18 +384,210 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             float part_s = (0.0f);
             if ((threadIdx.x == 0u)) {
                 // built by kernels::sampling::write_part
-                partials[((slot * 9u) + 0u)] = sk_bitcast<unsigned int>(win);
-                partials[((slot * 9u) + 1u)] = tok;
-                partials[((slot * 9u) + 3u)] = sk_bitcast<unsigned int>(sk_bitcast<float>(4286578688u));
-                partials[((slot * 9u) + 4u)] = 4294967295u;
-                partials[((slot * 9u) + 5u)] = 0u;
-                partials[((slot * 9u) + 6u)] = sk_bitcast<unsigned int>(part_m);
-                partials[((slot * 9u) + 7u)] = sk_bitcast<unsigned int>(part_s);
-                partials[((slot * 9u) + 8u)] = 1u;
+                partials[((slot * 8u) + 0u)] = sk_bitcast<unsigned int>(win);
+                partials[((slot * 8u) + 1u)] = tok;
+                partials[((slot * 8u) + 3u)] = sk_bitcast<unsigned int>(sk_bitcast<float>(4286578688u));
+                partials[((slot * 8u) + 4u)] = 4294967295u;
+                partials[((slot * 8u) + 5u)] = 0u;
+                partials[((slot * 8u) + 6u)] = sk_bitcast<unsigned int>(part_m);
+                partials[((slot * 8u) + 7u)] = sk_bitcast<unsigned int>(part_s);
             }
             if (((best_i == tok) && (tok != 4294967295u))) {
                 // built by kernels::sampling::write_part
-                partials[((slot * 9u) + 2u)] = sk_bitcast<unsigned int>(best_z);
+                partials[((slot * 8u) + 2u)] = sk_bitcast<unsigned int>(best_z);
+            }
+            __threadfence();
+            __syncthreads();
+            unsigned int arrived = 0u;
+            if ((threadIdx.x == 0u)) {
+                // built by kernels::combine::last_part_combines
+                unsigned int before = 0u;
+                before = atomicAdd(&counters[row_slot], 1u);
+                arrived = (before + 1u);
+            }
+            unsigned int arrivals = 0u;
+            {
+                unsigned int sk_v = arrived;
+                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                    sk_v = ov > sk_v ? ov : sk_v;
+                }
+                if ((threadIdx.x & 31u) == 0u) {
+                    sk_red_u32[threadIdx.x >> 5] = sk_v;
+                }
+                __syncthreads();
+                if (threadIdx.x < 32u) {
+                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = ov > sk_v ? ov : sk_v;
+                    }
+                    if (threadIdx.x == 0u) {
+                        sk_red_u32[32] = sk_v;
+                    }
+                }
+                __syncthreads();
+                arrivals = sk_red_u32[32];
+                __syncthreads();
+            }
+            if ((arrivals == parts)) {
+                // built by kernels::combine::last_part_combines
+                __threadfence();
+                {
+                    float best = sk_bitcast<float>(4286578688u);
+                    float top = sk_bitcast<float>(4286578688u);
+                    float m = sk_bitcast<float>(4286578688u);
+                    float s = (0.0f);
+                    unsigned int best_i = 4294967295u;
+                    unsigned int top_i = 4294967295u;
+                    unsigned int top_n = 0u;
+                    for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                        // built by kernels::combine::combine_row
+                        float pv = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 0u)]));
+                        unsigned int pi = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 1u)]);
+                        if (((pi != 4294967295u) && ((pv > best) || (best_i == 4294967295u)))) {
+                            best = pv;
+                            best_i = pi;
+                        }
+                        float ptv = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 3u)]));
+                        unsigned int pti = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 4u)]);
+                        if (((pti != 4294967295u) && ((ptv > top) || (top_i == 4294967295u)))) {
+                            top = ptv;
+                            top_i = pti;
+                        }
+                        top_n = (top_n + (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 5u)]));
+                        float pm = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 6u)]));
+                        float ps = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 7u)]));
+                        if ((pm > m)) {
+                            // built by kernels::sampling::online_logsumexp
+                            s = ((s * sk_exp((m - pm))) + ps);
+                            m = pm;
+                        } else {
+                            // built by kernels::sampling::online_logsumexp
+                            if ((pm > sk_bitcast<float>(4286578688u))) {
+                                s = (s + (ps * sk_exp((pm - m))));
+                            }
+                        }
+                    }
+                    float win = (0.0f);
+                    unsigned int tok = 0u;
+                    {
+                        float sk_v = best;
+                        unsigned int sk_i = best_i;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                        }
+                        if ((threadIdx.x & 31u) == 0u) {
+                            sk_am_f32[threadIdx.x >> 5] = sk_v;
+                            sk_am_i[threadIdx.x >> 5] = sk_i;
+                        }
+                        __syncthreads();
+                        if (threadIdx.x < 32u) {
+                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                            }
+                            if (threadIdx.x == 0u) {
+                                sk_am_f32[32] = sk_v;
+                                sk_am_i[32] = sk_i;
+                            }
+                        }
+                        __syncthreads();
+                        win = sk_am_f32[32];
+                        tok = sk_am_i[32];
+                        __syncthreads();
+                    }
+                    unsigned int tops = 0u;
+                    {
+                        unsigned int sk_v = top_n;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = sk_v + ov;
+                        }
+                        if ((threadIdx.x & 31u) == 0u) {
+                            sk_red_u32[threadIdx.x >> 5] = sk_v;
+                        }
+                        __syncthreads();
+                        if (threadIdx.x < 32u) {
+                            sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                sk_v = sk_v + ov;
+                            }
+                            if (threadIdx.x == 0u) {
+                                sk_red_u32[32] = sk_v;
+                            }
+                        }
+                        __syncthreads();
+                        tops = sk_red_u32[32];
+                        __syncthreads();
+                    }
+                    if ((tops > 0u)) {
+                        // built by kernels::combine::combine_row
+                        float top_win = (0.0f);
+                        unsigned int top_tok = 0u;
+                        {
+                            float sk_v = top;
+                            unsigned int sk_i = top_i;
+                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                            }
+                            if ((threadIdx.x & 31u) == 0u) {
+                                sk_am_f32[threadIdx.x >> 5] = sk_v;
+                                sk_am_i[threadIdx.x >> 5] = sk_i;
+                            }
+                            __syncthreads();
+                            if (threadIdx.x < 32u) {
+                                sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                }
+                                if (threadIdx.x == 0u) {
+                                    sk_am_f32[32] = sk_v;
+                                    sk_am_i[32] = sk_i;
+                                }
+                            }
+                            __syncthreads();
+                            top_win = sk_am_f32[32];
+                            top_tok = sk_am_i[32];
+                            __syncthreads();
+                        }
+                        tok = top_tok;
+                    }
+                    const bool sk_e6 = (tok == 4294967295u);
+                    float z = (sk_e6 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e6 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)])));
+                    if ((tok == 4294967295u)) {
+                        // built by kernels::combine::combine_row
+                        tok = 0u;
+                    }
+                    bool valid = (win > (0.0f));
+                    if ((threadIdx.x == 0u)) {
+                        // built by kernels::sampling::write_results
+                        tokens[row] = (valid ? tok : 0u);
+                        if (((flags & 2u) != 0u)) {
+                            status[row] = (valid ? 1u : 0u);
+                        }
+                    }
+                    if (((flags & 1u) != 0u)) {
+                        // built by kernels::sampling::write_results
+                        if ((threadIdx.x == 0u)) {
+                            logprobs[row] = (valid ? ((z > (0.0f)) ? sk_log(z) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                        }
+                    }
+                }
+                if ((threadIdx.x == 0u)) {
+                    counters[row_slot] = 0u;
+                }
             }
         }
     }

@@ -207,7 +207,7 @@ __device__ __forceinline__ float sk_gumbel(unsigned int w) {
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
-    const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_red_f32[33];
     __shared__ unsigned int sk_red_u32[33];
     __shared__ float sk_am_f32[33];
@@ -1265,24 +1265,261 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
                 }
                 if ((threadIdx.x == 0u)) {
                     // built by kernels::sampling::write_part
-                    partials[((slot * 9u) + 0u)] = sk_bitcast<unsigned int>(win);
-                    partials[((slot * 9u) + 1u)] = tok;
-                    partials[((slot * 9u) + 3u)] = sk_bitcast<unsigned int>(top_win);
-                    partials[((slot * 9u) + 4u)] = top_tok;
-                    partials[((slot * 9u) + 5u)] = tops;
-                    partials[((slot * 9u) + 6u)] = sk_bitcast<unsigned int>(part_m);
-                    partials[((slot * 9u) + 7u)] = sk_bitcast<unsigned int>(part_s);
-                    partials[((slot * 9u) + 8u)] = 1u;
+                    partials[((slot * 8u) + 0u)] = sk_bitcast<unsigned int>(win);
+                    partials[((slot * 8u) + 1u)] = tok;
+                    partials[((slot * 8u) + 3u)] = sk_bitcast<unsigned int>(top_win);
+                    partials[((slot * 8u) + 4u)] = top_tok;
+                    partials[((slot * 8u) + 5u)] = tops;
+                    partials[((slot * 8u) + 6u)] = sk_bitcast<unsigned int>(part_m);
+                    partials[((slot * 8u) + 7u)] = sk_bitcast<unsigned int>(part_s);
                 }
                 if (((best_i == tok) && (tok != 4294967295u))) {
                     // built by kernels::sampling::write_part
-                    partials[((slot * 9u) + 2u)] = sk_bitcast<unsigned int>(best_z);
+                    partials[((slot * 8u) + 2u)] = sk_bitcast<unsigned int>(best_z);
                 }
-            }
-        } else {
-            // built by kernels::sampling::mark_not_raced
-            if (((parts > 1u) && ((threadIdx.x == 0u) && (part == 0u)))) {
-                partials[((slot * 9u) + 8u)] = 0u;
+                __threadfence();
+                __syncthreads();
+                unsigned int arrived = 0u;
+                if ((threadIdx.x == 0u)) {
+                    // built by kernels::combine::last_part_combines
+                    unsigned int before = 0u;
+                    before = atomicAdd(&counters[row_slot], 1u);
+                    arrived = (before + 1u);
+                }
+                unsigned int arrivals = 0u;
+                {
+                    unsigned int sk_v = arrived;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = ov > sk_v ? ov : sk_v;
+                    }
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_u32[threadIdx.x >> 5] = sk_v;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = ov > sk_v ? ov : sk_v;
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_u32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    arrivals = sk_red_u32[32];
+                    __syncthreads();
+                }
+                if ((arrivals == parts)) {
+                    // built by kernels::combine::last_part_combines
+                    __threadfence();
+                    {
+                        float best = sk_bitcast<float>(4286578688u);
+                        float top = sk_bitcast<float>(4286578688u);
+                        float m = sk_bitcast<float>(4286578688u);
+                        float s = (0.0f);
+                        unsigned int best_i = 4294967295u;
+                        unsigned int top_i = 4294967295u;
+                        unsigned int top_n = 0u;
+                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::combine::combine_row
+                            float pv = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 0u)]));
+                            unsigned int pi = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 1u)]);
+                            if (((pi != 4294967295u) && ((pv > best) || (best_i == 4294967295u)))) {
+                                best = pv;
+                                best_i = pi;
+                            }
+                            float ptv = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 3u)]));
+                            unsigned int pti = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 4u)]);
+                            if (((pti != 4294967295u) && ((ptv > top) || (top_i == 4294967295u)))) {
+                                top = ptv;
+                                top_i = pti;
+                            }
+                            top_n = (top_n + (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 5u)]));
+                            float pm = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 6u)]));
+                            float ps = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 7u)]));
+                            if ((pm > m)) {
+                                // built by kernels::sampling::online_logsumexp
+                                s = ((s * sk_exp((m - pm))) + ps);
+                                m = pm;
+                            } else {
+                                // built by kernels::sampling::online_logsumexp
+                                if ((pm > sk_bitcast<float>(4286578688u))) {
+                                    s = (s + (ps * sk_exp((pm - m))));
+                                }
+                            }
+                        }
+                        float win = (0.0f);
+                        unsigned int tok = 0u;
+                        {
+                            float sk_v = best;
+                            unsigned int sk_i = best_i;
+                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                            }
+                            if ((threadIdx.x & 31u) == 0u) {
+                                sk_am_f32[threadIdx.x >> 5] = sk_v;
+                                sk_am_i[threadIdx.x >> 5] = sk_i;
+                            }
+                            __syncthreads();
+                            if (threadIdx.x < 32u) {
+                                sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                }
+                                if (threadIdx.x == 0u) {
+                                    sk_am_f32[32] = sk_v;
+                                    sk_am_i[32] = sk_i;
+                                }
+                            }
+                            __syncthreads();
+                            win = sk_am_f32[32];
+                            tok = sk_am_i[32];
+                            __syncthreads();
+                        }
+                        unsigned int tops = 0u;
+                        {
+                            unsigned int sk_v = top_n;
+                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                sk_v = sk_v + ov;
+                            }
+                            if ((threadIdx.x & 31u) == 0u) {
+                                sk_red_u32[threadIdx.x >> 5] = sk_v;
+                            }
+                            __syncthreads();
+                            if (threadIdx.x < 32u) {
+                                sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = sk_v + ov;
+                                }
+                                if (threadIdx.x == 0u) {
+                                    sk_red_u32[32] = sk_v;
+                                }
+                            }
+                            __syncthreads();
+                            tops = sk_red_u32[32];
+                            __syncthreads();
+                        }
+                        if ((tops > 0u)) {
+                            // built by kernels::combine::combine_row
+                            float top_win = (0.0f);
+                            unsigned int top_tok = 0u;
+                            {
+                                float sk_v = top;
+                                unsigned int sk_i = top_i;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                }
+                                if ((threadIdx.x & 31u) == 0u) {
+                                    sk_am_f32[threadIdx.x >> 5] = sk_v;
+                                    sk_am_i[threadIdx.x >> 5] = sk_i;
+                                }
+                                __syncthreads();
+                                if (threadIdx.x < 32u) {
+                                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                    }
+                                    if (threadIdx.x == 0u) {
+                                        sk_am_f32[32] = sk_v;
+                                        sk_am_i[32] = sk_i;
+                                    }
+                                }
+                                __syncthreads();
+                                top_win = sk_am_f32[32];
+                                top_tok = sk_am_i[32];
+                                __syncthreads();
+                            }
+                            tok = top_tok;
+                        }
+                        const bool sk_e37 = (tok == 4294967295u);
+                        float z = (sk_e37 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e37 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)])));
+                        if ((tok == 4294967295u)) {
+                            // built by kernels::combine::combine_row
+                            tok = 0u;
+                        }
+                        bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u)));
+                        if ((threadIdx.x == 0u)) {
+                            // built by kernels::sampling::write_results
+                            tokens[row] = (valid ? tok : 0u);
+                            if (((flags & 2u) != 0u)) {
+                                status[row] = (valid ? 1u : 0u);
+                            }
+                        }
+                        if (((flags & 1u) != 0u)) {
+                            // built by kernels::sampling::write_results
+                            float row_max = (0.0f);
+                            {
+                                float sk_v = m;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = fmaxf(sk_v, ov);
+                                }
+                                if ((threadIdx.x & 31u) == 0u) {
+                                    sk_red_f32[threadIdx.x >> 5] = sk_v;
+                                }
+                                __syncthreads();
+                                if (threadIdx.x < 32u) {
+                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = fmaxf(sk_v, ov);
+                                    }
+                                    if (threadIdx.x == 0u) {
+                                        sk_red_f32[32] = sk_v;
+                                    }
+                                }
+                                __syncthreads();
+                                row_max = sk_red_f32[32];
+                                __syncthreads();
+                            }
+                            float row_sum = (0.0f);
+                            {
+                                float sk_v = ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))));
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = sk_v + ov;
+                                }
+                                if ((threadIdx.x & 31u) == 0u) {
+                                    sk_red_f32[threadIdx.x >> 5] = sk_v;
+                                }
+                                __syncthreads();
+                                if (threadIdx.x < 32u) {
+                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = sk_v + ov;
+                                    }
+                                    if (threadIdx.x == 0u) {
+                                        sk_red_f32[32] = sk_v;
+                                    }
+                                }
+                                __syncthreads();
+                                row_sum = sk_red_f32[32];
+                                __syncthreads();
+                            }
+                            if ((threadIdx.x == 0u)) {
+                                logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((z - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
+                            }
+                        }
+                    }
+                    if ((threadIdx.x == 0u)) {
+                        counters[row_slot] = 0u;
+                    }
+                }
             }
         }
     }

@@ -17,8 +17,9 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> tokens: array<u32>;
 @group(0) @binding(3) var<storage, read_write> logprobs: array<f32>;
 @group(0) @binding(4) var<storage, read_write> status: array<u32>;
-@group(0) @binding(5) var<storage, read_write> partials: array<u32>;
-@group(0) @binding(6) var<uniform> params: Params;
+@group(0) @binding(5) var<storage, read_write> partials: array<atomic<u32>>;
+@group(0) @binding(6) var<storage, read_write> counters: array<atomic<u32>>;
+@group(0) @binding(7) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
@@ -1144,18 +1145,188 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             if ((sk_lid == 0u)) {
                 // built by kernels::sampling::write_part
-                partials[((slot * 9u) + 0u)] = bitcast<u32>(win);
-                partials[((slot * 9u) + 1u)] = tok;
-                partials[((slot * 9u) + 3u)] = bitcast<u32>(top_win);
-                partials[((slot * 9u) + 4u)] = top_tok;
-                partials[((slot * 9u) + 5u)] = tops;
-                partials[((slot * 9u) + 6u)] = bitcast<u32>(part_m);
-                partials[((slot * 9u) + 7u)] = bitcast<u32>(part_s);
-                partials[((slot * 9u) + 8u)] = 1u;
+                atomicStore(&partials[((slot * 8u) + 0u)], bitcast<u32>(win));
+                atomicStore(&partials[((slot * 8u) + 1u)], tok);
+                atomicStore(&partials[((slot * 8u) + 3u)], bitcast<u32>(top_win));
+                atomicStore(&partials[((slot * 8u) + 4u)], top_tok);
+                atomicStore(&partials[((slot * 8u) + 5u)], tops);
+                atomicStore(&partials[((slot * 8u) + 6u)], bitcast<u32>(part_m));
+                atomicStore(&partials[((slot * 8u) + 7u)], bitcast<u32>(part_s));
             }
             if (((best_i == tok) && (tok != 4294967295u))) {
                 // built by kernels::sampling::write_part
-                partials[((slot * 9u) + 2u)] = bitcast<u32>(best_z);
+                atomicStore(&partials[((slot * 8u) + 2u)], bitcast<u32>(best_z));
+            }
+            storageBarrier();
+            workgroupBarrier();
+            var arrived: u32 = 0u;
+            if ((sk_lid == 0u)) {
+                // built by kernels::combine::last_part_combines
+                var before: u32 = 0u;
+                before = atomicAdd(&counters[row_slot], 1u);
+                arrived = (before + 1u);
+            }
+            var arrivals: u32 = 0u;
+            {
+                sk_red_u32[sk_lid] = arrived;
+                workgroupBarrier();
+                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                    if (sk_lid < sk_s) {
+                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+                    }
+                    workgroupBarrier();
+                }
+                arrivals = sk_red_u32[0];
+                workgroupBarrier();
+            }
+            if ((arrivals == parts)) {
+                // built by kernels::combine::last_part_combines
+                storageBarrier();
+                {
+                    var best: f32 = bitcast<f32>(4286578688u);
+                    var top: f32 = bitcast<f32>(4286578688u);
+                    var m: f32 = bitcast<f32>(4286578688u);
+                    var s: f32 = (0.0f);
+                    var best_i: u32 = 4294967295u;
+                    var top_i: u32 = 4294967295u;
+                    var top_n: u32 = 0u;
+                    for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                        // built by kernels::combine::combine_row
+                        var pv: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 0u)]));
+                        var pi: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 1u)]);
+                        if (((pi != 4294967295u) && ((pv > best) || (best_i == 4294967295u)))) {
+                            best = pv;
+                            best_i = pi;
+                        }
+                        var ptv: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 3u)]));
+                        var pti: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 4u)]);
+                        if (((pti != 4294967295u) && ((ptv > top) || (top_i == 4294967295u)))) {
+                            top = ptv;
+                            top_i = pti;
+                        }
+                        top_n = (top_n + atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 5u)]));
+                        var pm: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 6u)]));
+                        var ps: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 7u)]));
+                        if ((pm > m)) {
+                            // built by kernels::sampling::online_logsumexp
+                            s = ((s * sk_exp((m - pm))) + ps);
+                            m = pm;
+                        } else {
+                            // built by kernels::sampling::online_logsumexp
+                            if ((pm > bitcast<f32>(4286578688u))) {
+                                s = (s + (ps * sk_exp((pm - m))));
+                            }
+                        }
+                    }
+                    var win: f32 = (0.0f);
+                    var tok: u32 = 0u;
+                    {
+                        sk_am_f32[sk_lid] = best;
+                        sk_am_i[sk_lid] = best_i;
+                        workgroupBarrier();
+                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                            if (sk_lid < sk_s) {
+                                let ov = sk_am_f32[sk_lid + sk_s];
+                                let oi = sk_am_i[sk_lid + sk_s];
+                                if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                                    sk_am_f32[sk_lid] = ov;
+                                    sk_am_i[sk_lid] = oi;
+                                }
+                            }
+                            workgroupBarrier();
+                        }
+                        win = sk_am_f32[0];
+                        tok = sk_am_i[0];
+                        workgroupBarrier();
+                    }
+                    var tops: u32 = 0u;
+                    {
+                        sk_red_u32[sk_lid] = top_n;
+                        workgroupBarrier();
+                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                            if (sk_lid < sk_s) {
+                                sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
+                            }
+                            workgroupBarrier();
+                        }
+                        tops = sk_red_u32[0];
+                        workgroupBarrier();
+                    }
+                    if ((tops > 0u)) {
+                        // built by kernels::combine::combine_row
+                        var top_win: f32 = (0.0f);
+                        var top_tok: u32 = 0u;
+                        {
+                            sk_am_f32[sk_lid] = top;
+                            sk_am_i[sk_lid] = top_i;
+                            workgroupBarrier();
+                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                if (sk_lid < sk_s) {
+                                    let ov = sk_am_f32[sk_lid + sk_s];
+                                    let oi = sk_am_i[sk_lid + sk_s];
+                                    if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                                        sk_am_f32[sk_lid] = ov;
+                                        sk_am_i[sk_lid] = oi;
+                                    }
+                                }
+                                workgroupBarrier();
+                            }
+                            top_win = sk_am_f32[0];
+                            top_tok = sk_am_i[0];
+                            workgroupBarrier();
+                        }
+                        tok = top_tok;
+                    }
+                    let sk_e37: bool = (tok == 4294967295u);
+                    var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e37)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e37);
+                    if ((tok == 4294967295u)) {
+                        // built by kernels::combine::combine_row
+                        tok = 0u;
+                    }
+                    var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
+                    if ((sk_lid == 0u)) {
+                        // built by kernels::sampling::write_results
+                        tokens[row] = select(0u, tok, valid);
+                        if (((params.flags & 2u) != 0u)) {
+                            status[row] = select(0u, 1u, valid);
+                        }
+                    }
+                    if (((params.flags & 1u) != 0u)) {
+                        // built by kernels::sampling::write_results
+                        var row_max: f32 = (0.0f);
+                        {
+                            sk_red_f32[sk_lid] = m;
+                            workgroupBarrier();
+                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                if (sk_lid < sk_s) {
+                                    sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                                }
+                                workgroupBarrier();
+                            }
+                            row_max = sk_red_f32[0];
+                            workgroupBarrier();
+                        }
+                        var row_sum: f32 = (0.0f);
+                        {
+                            sk_red_f32[sk_lid] = select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u)));
+                            workgroupBarrier();
+                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                if (sk_lid < sk_s) {
+                                    sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+                                }
+                                workgroupBarrier();
+                            }
+                            row_sum = sk_red_f32[0];
+                            workgroupBarrier();
+                        }
+                        if ((sk_lid == 0u)) {
+                            logprobs[row] = select(bitcast<f32>(4286578688u), select(((z - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
+                        }
+                    }
+                }
+                if ((sk_lid == 0u)) {
+                    atomicStore(&counters[row_slot], 0u);
+                }
             }
         }
     }

@@ -46,9 +46,9 @@ pub const ORDER_TOP_K_FIRST: u32 = 1;
 pub const FILTER_MAX_VOCAB: usize = 8388608;
 
 /// Split rows: `flags >> PARTS_SHIFT` workgroups per row, each writing `PART_WORDS` u32 to
-/// `partials` for the combine launch.
+/// `partials`; the row's last part (by its `counters` word) combines them in the same launch.
 pub const PARTS_SHIFT: u32 = 16;
-pub const PART_WORDS: usize = 9;
+pub const PART_WORDS: usize = 8;
 /// Staged kernels (the split filters): `(flags >> STAGE_SHIFT) & 0xff` is a launch's stage, and
 /// each (row, part) keeps `SLOT_WORDS` u32 of `partials` from one stage to the next.
 pub const STAGE_SHIFT: u32 = 8;
@@ -144,10 +144,6 @@ pub enum KernelId {
     ReadRowsF16,
     /// `read_rows_bf16`: each row's sum, reading every element once: the read bandwidth the benchmarks compare with
     ReadRowsBf16,
-    /// `combine_logits`: the race from logits' results (greedy, sample) from the records of a row's parts
-    CombineLogits,
-    /// `combine_probs`: the race from probabilities' results from the records of a row's parts
-    CombineProbs,
 }
 
 /// The storage buffers the kernels bind, by the names their IR gives them; each kernel's
@@ -160,7 +156,7 @@ pub enum Binding {
     Rows,
     /// `probs`
     Probs,
-    /// `partials`
+    /// `partials` (atomic u32 in greedy_f32, greedy_f16, greedy_bf16, race_logits_f32, race_logits_f16, race_logits_bf16, race_probs, sample_f32, sample_f16, sample_bf16)
     Partials,
     /// `tokens`
     Tokens,
@@ -168,6 +164,8 @@ pub enum Binding {
     Logprobs,
     /// `status`
     Status,
+    /// `counters` (atomic u32 in greedy_f32, greedy_f16, greedy_bf16, race_logits_f32, race_logits_f16, race_logits_bf16, race_probs, sample_f32, sample_f16, sample_bf16)
+    Counters,
     /// `input`
     Input,
     /// `output`
@@ -197,6 +195,7 @@ impl Binding {
             Binding::Tokens => "tokens",
             Binding::Logprobs => "logprobs",
             Binding::Status => "status",
+            Binding::Counters => "counters",
             Binding::Input => "input",
             Binding::Output => "output",
             Binding::Noise => "noise",
@@ -248,7 +247,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "greedy_f32",
         wgsl: include_str!("../shaders/greedy_f32.wgsl"),
         cuda: include_str!("../kernels/greedy_f32.cu"),
-        bindings: &[Binding::X, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials],
+        bindings: &[Binding::X, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials, Binding::Counters],
         passes: 1,
         stages: 1,
         needs_f64: false,
@@ -259,7 +258,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "greedy_f16",
         wgsl: include_str!("../shaders/greedy_f16.wgsl"),
         cuda: include_str!("../kernels/greedy_f16.cu"),
-        bindings: &[Binding::X, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials],
+        bindings: &[Binding::X, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials, Binding::Counters],
         passes: 1,
         stages: 1,
         needs_f64: false,
@@ -270,7 +269,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "greedy_bf16",
         wgsl: include_str!("../shaders/greedy_bf16.wgsl"),
         cuda: include_str!("../kernels/greedy_bf16.cu"),
-        bindings: &[Binding::X, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials],
+        bindings: &[Binding::X, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials, Binding::Counters],
         passes: 1,
         stages: 1,
         needs_f64: false,
@@ -281,7 +280,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "race_logits_f32",
         wgsl: include_str!("../shaders/race_logits_f32.wgsl"),
         cuda: include_str!("../kernels/race_logits_f32.cu"),
-        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials],
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials, Binding::Counters],
         passes: 1,
         stages: 1,
         needs_f64: false,
@@ -292,7 +291,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "race_logits_f16",
         wgsl: include_str!("../shaders/race_logits_f16.wgsl"),
         cuda: include_str!("../kernels/race_logits_f16.cu"),
-        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials],
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials, Binding::Counters],
         passes: 1,
         stages: 1,
         needs_f64: false,
@@ -303,7 +302,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "race_logits_bf16",
         wgsl: include_str!("../shaders/race_logits_bf16.wgsl"),
         cuda: include_str!("../kernels/race_logits_bf16.cu"),
-        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials],
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials, Binding::Counters],
         passes: 1,
         stages: 1,
         needs_f64: false,
@@ -314,7 +313,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "race_probs",
         wgsl: include_str!("../shaders/race_probs.wgsl"),
         cuda: include_str!("../kernels/race_probs.cu"),
-        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials],
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials, Binding::Counters],
         passes: 1,
         stages: 1,
         needs_f64: false,
@@ -468,7 +467,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "sample_f32",
         wgsl: include_str!("../shaders/sample_f32.wgsl"),
         cuda: include_str!("../kernels/sample_f32.cu"),
-        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials],
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials, Binding::Counters],
         passes: 1,
         stages: 1,
         needs_f64: false,
@@ -479,7 +478,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "sample_f16",
         wgsl: include_str!("../shaders/sample_f16.wgsl"),
         cuda: include_str!("../kernels/sample_f16.cu"),
-        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials],
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials, Binding::Counters],
         passes: 1,
         stages: 1,
         needs_f64: false,
@@ -490,7 +489,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "sample_bf16",
         wgsl: include_str!("../shaders/sample_bf16.wgsl"),
         cuda: include_str!("../kernels/sample_bf16.cu"),
-        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials],
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Partials, Binding::Counters],
         passes: 1,
         stages: 1,
         needs_f64: false,
@@ -657,28 +656,6 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/read_rows_bf16.cu"),
         bindings: &[Binding::X, Binding::Sums],
         passes: 1,
-        stages: 1,
-        needs_f64: false,
-        needs_int64: false,
-    },
-    KernelSource {
-        id: KernelId::CombineLogits,
-        name: "combine_logits",
-        wgsl: include_str!("../shaders/combine_logits.wgsl"),
-        cuda: include_str!("../kernels/combine_logits.cu"),
-        bindings: &[Binding::Partials, Binding::Tokens, Binding::Logprobs, Binding::Status],
-        passes: 0,
-        stages: 1,
-        needs_f64: false,
-        needs_int64: false,
-    },
-    KernelSource {
-        id: KernelId::CombineProbs,
-        name: "combine_probs",
-        wgsl: include_str!("../shaders/combine_probs.wgsl"),
-        cuda: include_str!("../kernels/combine_probs.cu"),
-        bindings: &[Binding::Partials, Binding::Tokens, Binding::Logprobs, Binding::Status],
-        passes: 0,
         stages: 1,
         needs_f64: false,
         needs_int64: false,

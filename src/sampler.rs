@@ -1,6 +1,6 @@
 //! The per-step API for engines: one call per decode step, any mix of greedy, sampled, filtered
-//! and seeded rows in the same launches whatever the mix (the plain kernel, its combine where the
-//! batch is small enough to split rows, the seeded kernel over the seeded rows and the filter
+//! and seeded rows in the same launches whatever the mix (the plain kernel, whose rows are split over
+//! workgroups where the batch is small, the seeded kernel over the seeded rows and the filter
 //! kernel over the filtered rows), the row records' device buffers made once and rewritten in
 //! place.
 

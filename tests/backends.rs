@@ -452,9 +452,56 @@ pub fn split_rows_find_winners_at_part_edges<B: Backend>(b: &B) {
     }
 }
 
+/// Split rows called again and again, on one backend: the counters by which a row's last part
+/// knows it is last are reset by that part, so every call combines every row. Nine calls
+/// alternate greedy and both races (which share the counters), each with new seeds and steps and
+/// a token buffer filled with `u32::MAX` first, and every token is the CPU oracle's (the races'
+/// near ties, closer than `RACE_EPS`, are counted, not compared). A counter left set would make
+/// a later call combine early (a wrong token) or never (`u32::MAX` left).
+pub fn split_rows_repeat_calls<B: Backend>(b: &B) {
+    let mut rng = Rng::new(79);
+    let shape = Shape::dense(2, 16384);
+    let logits: Vec<f32> = (0..shape.elements()).map(|_| rng.normal(3.0) as f32).collect();
+    let probs = softmax_on(&CpuBackend, shape, &logits, &[RowParams::new(1.0, 0, 0); 2], 0);
+    let (x, p) = (b.upload(&logits).unwrap(), b.upload(&probs).unwrap());
+    let input = |from_probs: bool| CpuBackend.upload(if from_probs { &probs } else { &logits }).unwrap();
+    let (mut near_ties, mut compared) = (0, 0);
+    for call in 0..9u64 {
+        let rows: Vec<RowParams> = (0..2).map(|_| RowParams::new(0.8, rng.next_u64(), call)).collect();
+        let r = b.upload(&rows).unwrap();
+        let mut t = b.upload(&[u32::MAX; 2]).unwrap();
+        let path = call % 3;
+        match path {
+            0 => b.greedy(shape, Logits::F32(&x), Output::new(&mut t)),
+            1 => b.race_from_logits(shape, Logits::F32(&x), &r, Output::new(&mut t)),
+            _ => b.race_from_probs(shape, &p, &r, Output::new(&mut t)),
+        }
+        .unwrap();
+        let got = b.download(&t).unwrap();
+        for row in 0..2 {
+            let from_probs = path == 2;
+            let values = row_values(Logits::F32(&input(from_probs)), shape, row);
+            let mut scores = match path {
+                0 => values.clone(),
+                _ => oracle::race_scores(&values, &rows[row], from_probs),
+            };
+            let best = oracle::argmax(&scores);
+            let top = scores[best];
+            scores[best] = f64::NEG_INFINITY;
+            if path != 0 && (top - scores[oracle::argmax(&scores)]).abs() <= RACE_EPS * top.abs().max(1.0) {
+                near_ties += 1;
+                continue;
+            }
+            compared += 1;
+            assert_eq!(got[row] as usize, best, "call {call} (path {path}) row {row}");
+        }
+    }
+    assert!(near_ties * 4 < compared, "{near_ties} near ties, {compared} rows compared");
+}
+
 /// Four threads sharing one backend, each sampling its own split batch 25 times, get the tokens
-/// each batch gets alone: one call's launches (a split launch and its combine, which share the
-/// backend's part records) stay together on the queue or stream.
+/// each batch gets alone: the split launches (which share the backend's part records and
+/// counters) stay whole and in order on the queue or stream.
 pub fn threads_share_a_backend<B: Backend + Sync>(b: &B) {
     let vocab = 16384;
     let batches: Vec<(Vec<f32>, Vec<RowParams>)> = (0..4u64)
@@ -483,6 +530,7 @@ pub fn threads_share_a_backend<B: Backend + Sync>(b: &B) {
 device_suites!(
     split_rows_match_whole_rows,
     split_rows_find_winners_at_part_edges,
+    split_rows_repeat_calls,
     threads_share_a_backend,
     philox_known_answers,
     gumbel_noise_matches_oracle,

@@ -124,6 +124,9 @@ pub(crate) struct Split<H> {
     pub block: u32,
     /// The scratch of split and staged launches: [`scratch_words`] u32 for the job.
     pub partials: H,
+    /// The split rows' arrival counters: [`counter_words`]`(target_groups)` u32, zeroed once
+    /// when allocated; each call's last part of a row sets the row's back to 0.
+    pub counters: H,
     /// Whether filtered rows are split too: a launch per stage then (19), which pays where
     /// launches are cheap beside a row's passes (GPUs), not on a CPU adapter.
     pub split_filters: bool,
@@ -136,8 +139,8 @@ const MIN_QUADS_PER_INVOCATION: u32 = 2;
 /// Workgroups per row for the kernels that split rows (the argmax family, `sample`, and the
 /// filters' sampling path) when `rows` rows of `vocab` columns are launched: enough for them to
 /// fill `target_groups`, but no part shorter than [`MIN_QUADS_PER_INVOCATION`] quads per
-/// invocation. One when the rows alone fill the device; then no combine (or stage) launch
-/// follows.
+/// invocation. One when the rows alone fill the device; then no stage launch follows (the
+/// argmax family's row is combined by its last part, in the same launch).
 pub(crate) fn parts(rows: usize, vocab: usize, target_groups: u32, block: u32) -> u32 {
     let by_size = vocab as u32 / (block * 4 * MIN_QUADS_PER_INVOCATION);
     (target_groups / (rows as u32).max(1)).min(by_size).max(1)
@@ -176,37 +179,34 @@ pub(crate) fn scratch_words<B: Backend + ?Sized>(
     records.max(slots * SLOT_WORDS)
 }
 
-/// The most launches one job takes: the plain sampler and its combine, the seeded kernel, then a
-/// staged kernel's stages.
-pub(crate) const MAX_LAUNCHES: usize = MAX_STAGES + 3;
+/// The u32 of the split rows' arrival counters (one per row of a split launch, indexed by the
+/// row's place in the batch): rows are split only when each gets at least two parts, so a split
+/// launch has at most `target_groups / 2` rows, whatever the job. A fixed size, so the backends
+/// allocate and zero them once.
+pub(crate) fn counter_words(target_groups: u32) -> usize {
+    (target_groups as usize / 2).max(1)
+}
 
-/// The launches of one job, in the order they must run: one; a split launch and its combine;
-/// a staged kernel's stages; or the plain sampler's launches then the seeded kernel's and the
-/// filter kernel's.
+/// The most launches one job takes: the plain sampler, the seeded kernel, then a staged
+/// kernel's stages.
+pub(crate) const MAX_LAUNCHES: usize = MAX_STAGES + 2;
+
+/// The launches of one job, in the order they must run: one; a staged kernel's stages; or the
+/// plain sampler's launch then the seeded kernel's and the filter kernel's.
 pub(crate) type Plan<H> = ArrayVec<Launch<H>, MAX_LAUNCHES>;
 
-/// Binds the part records to a split kernel's launch and, when its rows get more than one part,
-/// widens its grid to `batch x parts` and adds the `combine` launch that writes the results.
-fn split_rows<'a, B: Device + ?Sized>(
-    mut first: Launch<B::Handle<'a>>,
-    shape: Shape,
-    out: &'a crate::backend::Output<'a, B>,
-    split: &Split<B::Handle<'a>>,
-    combine: KernelId,
-) -> Plan<B::Handle<'a>> {
+/// Binds the part records and the row counters to a split kernel's launch and, when its rows
+/// get more than one part, widens its grid to `batch x parts`: each row's last part to finish
+/// combines the parts' records and writes the row's results in the same launch.
+fn split_rows<H: Copy>(mut first: Launch<H>, shape: Shape, split: &Split<H>) -> Plan<H> {
     first.bind(Binding::Partials, Some(split.partials));
+    first.bind(Binding::Counters, Some(split.counters));
     let parts = parts(shape.batch, shape.vocab, split.target_groups, split.block);
-    let mut plan = Plan::new();
-    if parts <= 1 {
-        plan.push(first);
-        return plan;
+    if parts > 1 {
+        first.params[3] |= parts << PARTS_SHIFT;
+        first.work = Work::Rows(shape.batch as u32 * parts);
     }
-    first.params[3] |= parts << PARTS_SHIFT;
-    first.work = Work::Rows(shape.batch as u32 * parts);
-    let combine =
-        sampling::<B, 1>(combine, shape, [(Binding::Partials, Some(split.partials))], out, parts << PARTS_SHIFT, false);
-    plan.extend([first, combine]);
-    plan
+    std::iter::once(first).collect()
 }
 
 /// The kernel of `[f32, f16, bf16]` that reads `logits`.
@@ -280,7 +280,7 @@ impl<'a, H: Copy> Launch<H> {
                 );
                 let filter = sampling::<B, 2>(filter, *shape, inputs, out, FLAG_FILTERED_ONLY, true);
                 let (filtered, parts) = filters.unwrap_or((shape.batch, 1));
-                let mut plan = split_rows::<B>(first, *shape, out, split, KernelId::CombineLogits);
+                let mut plan = split_rows(first, *shape, split);
                 plan.push(seeded.with_list(listed.map(|l| handle(l.seeded))));
                 plan.extend(filter.with_list(listed.map(|l| handle(l.filtered))).staged(
                     filtered,
@@ -289,10 +289,9 @@ impl<'a, H: Copy> Launch<H> {
                 ));
                 plan
             }
-            Job::Greedy { shape, out, .. } | Job::RaceLogits { shape, out, .. } => {
-                split_rows::<B>(first, *shape, out, split, KernelId::CombineLogits)
+            Job::Greedy { shape, .. } | Job::RaceLogits { shape, .. } | Job::RaceProbs { shape, .. } => {
+                split_rows(first, *shape, split)
             }
-            Job::RaceProbs { shape, out, .. } => split_rows::<B>(first, *shape, out, split, KernelId::CombineProbs),
             Job::Softmax { shape, .. } => {
                 // Rows split as the argmax family's: the parts' (max, sum) pairs, then the write.
                 let mut first = first;
@@ -480,7 +479,7 @@ mod tests {
     use crate::CpuBackend;
     use half::{bf16, f16};
 
-    /// Plans each job it is given, with rows whole and with rows split (combine and staged
+    /// Plans each job it is given, with rows whole and with rows split (split and staged
     /// launches), and keeps nothing.
     struct Planner;
 
@@ -509,7 +508,8 @@ mod tests {
         }
         fn run(&self, job: Job<'_, Self>) -> Result<()> {
             for (target_groups, split_filters) in [(1, false), (4096, true)] {
-                let split = Split { target_groups, block: 32, partials: usize::MAX, split_filters };
+                let split =
+                    Split { target_groups, block: 32, partials: usize::MAX, counters: usize::MAX - 1, split_filters };
                 let plan = Launch::plan(&job, &split)?;
                 assert!(!plan.is_empty());
             }
@@ -565,5 +565,35 @@ mod tests {
         b.murmur3(2, &vec![0; 8], &mut vec![0; 2]).unwrap();
         b.philox(2, &vec![0; 12], &mut vec![0; 8]).unwrap();
         b.log_f64(2, &vec![1.0; 2], &mut vec![0.0; 2]).unwrap();
+    }
+    /// The argmax family at batch 1 on a device as large as an H200 (132 SMs, three blocks of
+    /// 512 each): the row is split over many workgroups, and it is still one launch, which
+    /// binds the part records and the counters; the parts combine the row themselves.
+    #[test]
+    fn a_split_row_is_one_launch() {
+        let shape = Shape::dense(1, 151_936);
+        let (x, rows) = (vec![0.0f32; shape.elements()], vec![RowParams::new(0.8, 1, 0)]);
+        let (mut t, mut lp) = (vec![0u32; 1], vec![0.0f32; 1]);
+        let split = Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true };
+        let want = parts(1, shape.vocab, 396, 512);
+        assert!(want > 1, "the row must be split for this test to mean anything");
+        for job in 0..3 {
+            let out = Output::new(&mut t).with_logprobs(&mut lp);
+            let job: Job<'_, Planner> = match job {
+                0 => Job::Greedy { shape, logits: Logits::F32(&x), out },
+                1 => Job::RaceLogits { shape, logits: Logits::F32(&x), rows: &rows, out },
+                _ => Job::RaceProbs { shape, probs: &x, rows: &rows, out },
+            };
+            let plan = Launch::plan(&job, &split).unwrap();
+            assert_eq!(plan.len(), 1, "{}: {} launches", plan[0].kernel.name, plan.len());
+            let launch = &plan[0];
+            assert_eq!(launch.params[3] >> PARTS_SHIFT, want, "{}", launch.kernel.name);
+            assert!(matches!(launch.work, Work::Rows(n) if n == want), "{}: {:?}", launch.kernel.name, launch.work);
+            assert_eq!(launch.bound(Binding::Partials), Some(1));
+            assert_eq!(launch.bound(Binding::Counters), Some(2));
+        }
+        // Every row that splits has a counter.
+        let most_rows = (1..=396).filter(|&rows| parts(rows, shape.vocab, 396, 512) > 1).max().unwrap();
+        assert!(most_rows <= counter_words(396), "{most_rows} split rows, {} counters", counter_words(396));
     }
 }

@@ -356,8 +356,8 @@ pub trait Backend: Sealed {
     /// The per-row sampler: each row runs the path its own [`RowParams`] ask for: the Philox
     /// race (greedy below [`crate::GREEDY_EPS`]), SGLang's seeded float64 race for rows made
     /// with [`RowParams::seeded`], or the race inside the row's top-k / top-p / min-p set. The
-    /// same launches whatever the mix (the plain kernel, its combine where rows are split, then
-    /// the seeded kernel and the filter kernel, whose workgroups leave the rows that are not
+    /// same launches whatever the mix (the plain kernel, its rows split where the batch is small,
+    /// then the seeded kernel and the filter kernel, whose workgroups leave the rows that are not
     /// theirs at once; with the records on the host, [`crate::Sampler::step`] launches them
     /// over their rows only), each row paying only for its own path. Gives each row the token of
     /// [`Backend::race_from_logits`], [`Backend::seeded_from_logits`] or

@@ -1,7 +1,7 @@
 //! The wgpu backend: the generated WGSL on any adapter wgpu finds (Vulkan, Metal, DX12, and
 //! Mesa's lavapipe on a CPU).
 
-use super::launch::{scratch_words, Device, Launch, Plan, Split, MAX_LAUNCHES};
+use super::launch::{counter_words, scratch_words, Device, Launch, Plan, Split, MAX_LAUNCHES};
 use super::timing::{Clock, LaunchTime};
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
@@ -111,9 +111,11 @@ pub struct WgpuBackend {
     target_groups: u32,
     /// The scratch of split and staged launches (see `launch::scratch_words`), grown to the
     /// largest job run so far, behind the lock that keeps one call's launches adjacent on the
-    /// queue, so no other call's launches land between a split launch and its combine or
-    /// between two stages.
+    /// queue, so no other call's launches land between two stages.
     scratch: Mutex<wgpu::Buffer>,
+    /// The split rows' arrival counters (see `launch::counter_words`): zeroed at creation and
+    /// left zeroed by every call, so never cleared or grown.
+    counters: wgpu::Buffer,
     /// Whether filtered rows are split over workgroups (a launch per stage): on GPUs; not on a
     /// CPU adapter, where a launch costs about half a millisecond (lavapipe).
     split_filters: bool,
@@ -170,9 +172,9 @@ fn device_error(message: impl std::fmt::Display) -> Error {
 }
 
 /// The scratch of split and staged launches, `words` u32 (only the kernels use it).
-fn scratch_buffer(device: &wgpu::Device, words: usize) -> wgpu::Buffer {
+fn scratch_buffer(device: &wgpu::Device, label: &str, words: usize) -> wgpu::Buffer {
     device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("sampling-kernels scratch"),
+        label: Some(label),
         size: (words.max(1) * 4) as u64,
         usage: wgpu::BufferUsages::STORAGE,
         mapped_at_creation: false,
@@ -269,7 +271,9 @@ impl WgpuBackend {
             device.features().contains(wgpu::Features::TIMESTAMP_QUERY).then(|| Timestamps::new(&device, &queue));
         let target_groups =
             if info.device_type == wgpu::DeviceType::Cpu { CPU_TARGET_GROUPS } else { GPU_TARGET_GROUPS };
-        let scratch = Mutex::new(scratch_buffer(&device, 1));
+        let scratch = Mutex::new(scratch_buffer(&device, "sampling-kernels scratch", 1));
+        // wgpu zeroes a new buffer: the counters' one clearing.
+        let counters = scratch_buffer(&device, "sampling-kernels counters", counter_words(target_groups));
         let split_filters = info.device_type != wgpu::DeviceType::Cpu;
         // SAFETY: a cache made without data vouches for nothing.
         let pipeline_cache = unsafe { pipeline_cache(&device, None) };
@@ -287,6 +291,7 @@ impl WgpuBackend {
             timing: Mutex::default(),
             target_groups,
             scratch,
+            counters,
             split_filters,
         }
     }
@@ -610,14 +615,11 @@ impl Backend for WgpuBackend {
         let mut scratch = self.scratch.lock().map_err(|_| device_error("scratch lock poisoned"))?;
         let need = scratch_words(&job, target_groups, block, split_filters);
         if (scratch.size() as usize) < need * 4 {
-            *scratch = scratch_buffer(&self.device, need);
+            *scratch = scratch_buffer(&self.device, "sampling-kernels scratch", need);
         }
-        let split = Split {
-            target_groups,
-            block,
-            partials: Bound { buffer: &scratch, offset: 0, size: scratch.size() },
-            split_filters,
-        };
+        let partials = Bound { buffer: &scratch, offset: 0, size: scratch.size() };
+        let counters = Bound { buffer: &self.counters, offset: 0, size: self.counters.size() };
+        let split = Split { target_groups, block, partials, counters, split_filters };
         let plan = Launch::plan(&job, &split)?;
         self.dispatch(plan)
     }

@@ -6,7 +6,9 @@
 //!   one shared slot per warp;
 //! - f16 loads use the `cvt.f32.f16` instruction and bf16 loads a shift, so no header is needed
 //!   (NVRTC has no system headers);
-//! - `mulhi` is `__umulhi`; infinities are spelled with bit patterns (NVRTC has no `INFINITY`).
+//! - `mulhi` is `__umulhi`; infinities are spelled with bit patterns (NVRTC has no `INFINITY`);
+//! - atomic buffers are plain `unsigned int*`: stores are plain (a `__threadfence()` publishes
+//!   them), loads `volatile` (from L2), adds `atomicAdd`.
 
 use crate::ir::*;
 use crate::out::{atom, header, CLike, Out};
@@ -89,7 +91,9 @@ impl CLike for Emitter<'_> {
                 match decl.storage {
                     Storage::F16 => format!("sk_f16({buf}[{}])", x(idx)?),
                     Storage::Bf16 => format!("sk_bf16({buf}[{}])", x(idx)?),
-                    _ => format!("{buf}[{}]", x(idx)?),
+                    // Written by other blocks of this launch: read from L2, past L1.
+                    Storage::AtomicU32 => format!("(*(volatile unsigned int*)&{buf}[{}])", x(idx)?),
+                    Storage::F32 | Storage::U32 | Storage::F64 => format!("{buf}[{}]", x(idx)?),
                 }
             }
             Expr::LoadShared(arr, idx) => format!("{arr}[{}]", x(idx)?),
@@ -165,6 +169,11 @@ impl CLike for Emitter<'_> {
                 }
                 out.close("}");
             }
+            Stmt::AtomicAdd { buf, index, value, old } => {
+                let (index, value) = (self.expr(index, scope)?, self.expr(value, scope)?);
+                out.line(format!("{old} = atomicAdd(&{buf}[{index}], {value});"));
+            }
+            Stmt::Fence => out.line("__threadfence();"),
             Stmt::Assign { .. }
             | Stmt::Store { .. }
             | Stmt::StoreShared { .. }

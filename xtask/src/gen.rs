@@ -59,7 +59,7 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         use kernels::filter_split::{SLOT_WORDS, STAGE_SHIFT};
         use kernels::sampling::{PARTS_SHIFT, PART_WORDS};
         manifest.push_str(&format!(
-            "/// Split rows: `flags >> PARTS_SHIFT` workgroups per row, each writing `PART_WORDS` u32 to\n/// `partials` for the combine launch.\npub const PARTS_SHIFT: u32 = {PARTS_SHIFT};\npub const PART_WORDS: usize = {PART_WORDS};\n/// Staged kernels (the split filters): `(flags >> STAGE_SHIFT) & 0xff` is a launch's stage, and\n/// each (row, part) keeps `SLOT_WORDS` u32 of `partials` from one stage to the next.\npub const STAGE_SHIFT: u32 = {STAGE_SHIFT};\npub const SLOT_WORDS: usize = {SLOT_WORDS};\n\n"
+            "/// Split rows: `flags >> PARTS_SHIFT` workgroups per row, each writing `PART_WORDS` u32 to\n/// `partials`; the row's last part (by its `counters` word) combines them in the same launch.\npub const PARTS_SHIFT: u32 = {PARTS_SHIFT};\npub const PART_WORDS: usize = {PART_WORDS};\n/// Staged kernels (the split filters): `(flags >> STAGE_SHIFT) & 0xff` is a launch's stage, and\n/// each (row, part) keeps `SLOT_WORDS` u32 of `partials` from one stage to the next.\npub const STAGE_SHIFT: u32 = {STAGE_SHIFT};\npub const SLOT_WORDS: usize = {SLOT_WORDS};\n\n"
         ));
     }
     let most = kernels.iter().map(|k| k.buffers.len()).max().unwrap_or(0);
@@ -121,13 +121,24 @@ fn contracts(kernels: &[ir::Kernel]) -> String {
             names.push(&b.name);
         }
     }
+    // Which kernels see a binding as atomic u32 (another workgroup of the launch reads it): the
+    // host binds the same buffer either way, and a word of it left set breaks the next call.
+    let atomic = |n: &str| -> Vec<&str> {
+        kernels
+            .iter()
+            .filter(|k| k.buffers.iter().any(|b| b.name == n && b.storage == ir::Storage::AtomicU32))
+            .map(|k| k.name.as_str())
+            .collect()
+    };
     text.push_str(
         "/// The storage buffers the kernels bind, by the names their IR gives them; each kernel's\n\
          /// `bindings` lists its own in binding order.\n\
          #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]\npub enum Binding {\n",
     );
     for n in &names {
-        text.push_str(&format!("    /// `{n}`\n    {},\n", camel(n)));
+        let by = atomic(n);
+        let note = if by.is_empty() { String::new() } else { format!(" (atomic u32 in {})", by.join(", ")) };
+        text.push_str(&format!("    /// `{n}`{note}\n    {},\n", camel(n)));
     }
     text.push_str("}\n\nimpl Binding {\n    /// The buffer's name in the IR and the generated code.\n    pub const fn name(self) -> &'static str {\n        match self {\n");
     for n in &names {

@@ -65,6 +65,11 @@ pub enum Ty {
 
 /// How a storage buffer's elements are laid out in memory.
 /// `F16` and `Bf16` are packed two to a 32-bit word, read-only, and load as `F32`.
+/// `AtomicU32` is u32 that other workgroups of the same launch read or update (a split row's
+/// part records and per-row counters): WGSL declares it `array<atomic<u32>>` and every load and
+/// store of it is `atomicLoad`/`atomicStore` (its memory model orders nothing else between
+/// workgroups); CUDA loads it `volatile` (from L2, never a stale L1 line) and stores it plainly
+/// before a [`Stmt::Fence`]. Writable only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Storage {
     F32,
@@ -72,6 +77,7 @@ pub enum Storage {
     Bf16,
     U32,
     F64,
+    AtomicU32,
 }
 
 impl Storage {
@@ -79,7 +85,7 @@ impl Storage {
     pub fn value_ty(self) -> Ty {
         match self {
             Storage::F32 | Storage::F16 | Storage::Bf16 => Ty::F32,
-            Storage::U32 => Ty::U32,
+            Storage::U32 | Storage::AtomicU32 => Ty::U32,
             Storage::F64 => Ty::F64,
         }
     }
@@ -305,6 +311,22 @@ pub enum Stmt {
     Return(Option<Expr>),
     /// Workgroup barrier for workgroup memory.
     Barrier,
+    /// `old` (a u32 declared beforehand) = element `index` of the [`Storage::AtomicU32`] buffer
+    /// `buf`, which gains `value` (u32) in one indivisible step: of several workgroups adding at
+    /// once, each sees a distinct `old`. Relaxed: it orders no other access (see [`Stmt::Fence`]).
+    AtomicAdd {
+        buf: String,
+        index: Expr,
+        value: Expr,
+        old: String,
+    },
+    /// A device-scope memory fence: this invocation's stores to storage buffers before it are
+    /// visible to every workgroup before its accesses after it (`__threadfence()` on CUDA;
+    /// `storageBarrier()` in WGSL, which is also a workgroup barrier, so it must be reached in
+    /// uniform control flow like [`Stmt::Barrier`]). Publishing a result to another workgroup is
+    /// stores, `Fence`, `Barrier`, then one invocation's [`Stmt::AtomicAdd`]; the workgroup that
+    /// reads it takes a `Fence` after its add before its loads.
+    Fence,
     /// Every invocation of the block gets `op` over all invocations' `value` in `out` (declared
     /// beforehand). Must be reached in uniform control flow.
     Reduce {
@@ -575,6 +597,17 @@ impl Block {
     }
     pub fn barrier(&mut self) {
         self.stmts.push(Stmt::Barrier);
+    }
+    /// A device-scope fence (see [`Stmt::Fence`]).
+    pub fn fence(&mut self) {
+        self.stmts.push(Stmt::Fence);
+    }
+    /// Atomically adds `value` to element `index` of the atomic buffer `buf`; the element's
+    /// previous value goes into a new u32 variable `old`, returned as an expression.
+    pub fn atomic_add(&mut self, buf: &str, index: Expr, value: Expr, old: &str) -> Expr {
+        self.let_(old, Ty::U32, u(0));
+        self.stmts.push(Stmt::AtomicAdd { buf: buf.to_string(), index, value, old: old.to_string() });
+        var(old)
     }
     /// Block-wide reduction into a new variable `out`, returned as an expression.
     pub fn reduce(&mut self, op: ReduceOp, ty: Ty, value: Expr, out: &str) -> Expr {
@@ -927,7 +960,17 @@ impl<'k> Scope<'k> {
                 self.pop();
             }
             Stmt::Scope(body) => self.check_block(body)?,
-            Stmt::Break | Stmt::Barrier => {}
+            Stmt::Break | Stmt::Barrier | Stmt::Fence => {}
+            Stmt::AtomicAdd { buf, index, value, old } => {
+                if self.buffer(buf)?.storage != Storage::AtomicU32 {
+                    return Err(format!("atomic add to `{buf}`, which is not an atomic buffer"));
+                }
+                self.same(Ty::U32, index)?;
+                self.same(Ty::U32, value)?;
+                if self.lookup(old)? != Ty::U32 {
+                    return Err(format!("`{old}` is not u32"));
+                }
+            }
             Stmt::Return(e) => match (e, self.ret) {
                 (Some(e), Some(t)) => self.same(t, e)?,
                 (None, None) => {}
@@ -980,6 +1023,9 @@ pub fn size_of(t: Ty) -> u32 {
 
 /// Type-checks every helper and the body, so emitters can trust types.
 pub fn check(kernel: &Kernel) -> Result<(), IrError> {
+    if let Some(b) = kernel.buffers.iter().find(|b| b.storage == Storage::AtomicU32 && !b.writable) {
+        return Err(IrError::ty(kernel, format!("atomic buffer `{}` must be writable", b.name)));
+    }
     for func in &kernel.functions {
         Scope::new(kernel, &func.params, Some(func.ret))
             .check_block(&func.body)
@@ -1051,7 +1097,9 @@ impl Collectives {
                 | Stmt::StoreShared { .. }
                 | Stmt::Break
                 | Stmt::Return(_)
-                | Stmt::Barrier => {}
+                | Stmt::Barrier
+                | Stmt::AtomicAdd { .. }
+                | Stmt::Fence => {}
             }
         }
     }
@@ -1079,7 +1127,9 @@ pub fn uses(kernel: &Kernel, ty: Ty) -> bool {
             | Stmt::Scan { .. }
             | Stmt::Break
             | Stmt::Return(_)
-            | Stmt::Barrier => false,
+            | Stmt::Barrier
+            | Stmt::AtomicAdd { .. }
+            | Stmt::Fence => false,
         })
     }
     kernel.buffers.iter().any(|b| wide(b.storage.value_ty()))
@@ -1133,13 +1183,17 @@ pub fn stmt_exprs(s: &Stmt) -> Vec<&Expr> {
         | Stmt::Scan { value: e, .. }
         | Stmt::Return(Some(e)) => vec![e],
         Stmt::Store { index, value, .. } | Stmt::StoreShared { index, value, .. } => vec![index, value],
-        Stmt::AddToBin { bin, value, .. } => vec![bin, value],
+        Stmt::AddToBin { bin, value, .. } | Stmt::AtomicAdd { index: bin, value, .. } => vec![bin, value],
         Stmt::For { from, to, step, .. } => vec![from, to, step],
         Stmt::SumMany { values, .. } => values.iter().collect(),
         Stmt::ArgMax { value, index, .. } => vec![value, index],
-        Stmt::LetBins { .. } | Stmt::Comment(_) | Stmt::Scope(_) | Stmt::Break | Stmt::Return(None) | Stmt::Barrier => {
-            vec![]
-        }
+        Stmt::LetBins { .. }
+        | Stmt::Comment(_)
+        | Stmt::Scope(_)
+        | Stmt::Break
+        | Stmt::Return(None)
+        | Stmt::Barrier
+        | Stmt::Fence => vec![],
     }
 }
 

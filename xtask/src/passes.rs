@@ -170,6 +170,10 @@ fn map_exprs(s: Stmt, f: &mut impl FnMut(Expr) -> Expr) -> Stmt {
             let bin = f(bin);
             Stmt::AddToBin { name, bin, value: f(value) }
         }
+        Stmt::AtomicAdd { buf, index, value, old } => {
+            let index = f(index);
+            Stmt::AtomicAdd { buf, index, value: f(value), old }
+        }
         Stmt::If { cond, then, els } => Stmt::If { cond: f(cond), then, els },
         Stmt::Return(e) => Stmt::Return(e.map(f)),
         Stmt::Reduce { op, ty, value, out } => Stmt::Reduce { op, ty, value: f(value), out },
@@ -184,7 +188,8 @@ fn map_exprs(s: Stmt, f: &mut impl FnMut(Expr) -> Expr) -> Stmt {
         | Stmt::Comment(_)
         | Stmt::LetBins { .. }
         | Stmt::Break
-        | Stmt::Barrier) => s,
+        | Stmt::Barrier
+        | Stmt::Fence) => s,
     }
 }
 
@@ -420,5 +425,47 @@ mod tests {
         assert_eq!(comments(inner), 0, "{inner:?}");
         let Stmt::Comment(text) = &outer[0] else { unreachable!() };
         assert_eq!(text, "built by passes::tests::a_builder_comment_is_kept_only_where_the_builder_changes");
+    }
+    /// An atomic add into an atomic buffer, a fence, an atomic store and an atomic load type-check
+    /// and are spelled as each target needs (WGSL: `atomic<u32>` and its built-ins; CUDA: a plain
+    /// pointer, `atomicAdd`, `__threadfence()`, a volatile load); an add into a plain buffer and
+    /// a read-only atomic buffer are errors, not panics.
+    #[test]
+    fn atomics_type_check_and_lower_on_both_targets() {
+        let counters = BufferDecl { name: "c".into(), storage: Storage::AtomicU32, writable: true };
+        let with = |c: BufferDecl, add_to: &str| {
+            let mut b = Block::new();
+            let old = b.atomic_add(add_to, u(0), u(1), "old");
+            b.fence();
+            b.store("c", u(1), old);
+            b.store("y", u(0), load("c", u(2)).cast(Ty::F32));
+            let mut k = kernel(b.stmts);
+            k.buffers.push(c);
+            k
+        };
+        let k = with(counters.clone(), "c");
+        let wgsl = crate::wgsl::emit(&k, 64, "test").unwrap();
+        for want in [
+            "var<storage, read_write> c: array<atomic<u32>>;",
+            "old = atomicAdd(&c[0u], 1u);",
+            "storageBarrier();",
+            "atomicStore(&c[1u], old);",
+            "f32(atomicLoad(&c[2u]))",
+        ] {
+            assert!(wgsl.contains(want), "WGSL lacks `{want}`:\n{wgsl}");
+        }
+        let cuda = crate::cuda::emit(&k, 64, "test").unwrap();
+        for want in [
+            "unsigned int* __restrict__ c",
+            "old = atomicAdd(&c[0u], 1u);",
+            "__threadfence();",
+            "c[1u] = old;",
+            "(*(volatile unsigned int*)&c[2u])",
+        ] {
+            assert!(cuda.contains(want), "CUDA lacks `{want}`:\n{cuda}");
+        }
+        assert!(matches!(prepare(&with(counters.clone(), "y")), Err(IrError::Type { .. })));
+        let read_only = BufferDecl { writable: false, ..counters };
+        assert!(matches!(crate::wgsl::emit(&with(read_only, "c"), 64, "test"), Err(IrError::Type { .. })));
     }
 }

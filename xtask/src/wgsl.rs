@@ -5,7 +5,9 @@
 //!   NVIDIA's 32 and AMD's 64);
 //! - f16/bf16 buffers are `array<u32>` words unpacked in the shader, so no `enable f16` is needed;
 //! - `mulhi` is a helper built from 16-bit halves (WGSL has no 64-bit product in core);
-//! - parameters are one uniform struct, padded to 16 bytes.
+//! - parameters are one uniform struct, padded to 16 bytes;
+//! - atomic buffers are `array<atomic<u32>>`, read and written only through `atomicLoad`,
+//!   `atomicStore` and `atomicAdd`, and the fence is `storageBarrier()`.
 
 use crate::ir::*;
 use crate::out::{header, CLike, Out};
@@ -58,10 +60,10 @@ impl CLike for Emitter<'_> {
             },
             Expr::Load(buf, idx) => {
                 let decl = buffer(self.kernel, buf)?;
-                if decl.storage.is_half() {
-                    format!("sk_load_{buf}({})", x(idx)?)
-                } else {
-                    format!("{buf}[{}]", x(idx)?)
+                match decl.storage {
+                    Storage::F16 | Storage::Bf16 => format!("sk_load_{buf}({})", x(idx)?),
+                    Storage::AtomicU32 => format!("atomicLoad(&{buf}[{}])", x(idx)?),
+                    Storage::F32 | Storage::U32 | Storage::F64 => format!("{buf}[{}]", x(idx)?),
                 }
             }
             Expr::LoadShared(arr, idx) => format!("{arr}[{}]", x(idx)?),
@@ -120,6 +122,14 @@ impl CLike for Emitter<'_> {
             Stmt::AddToBin { name, bin, value } => {
                 out.line(format!("{name}[{}] += {};", self.expr(bin, scope)?, self.expr(value, scope)?));
             }
+            Stmt::Store { buf, index, value } if buffer(self.kernel, buf)?.storage == Storage::AtomicU32 => {
+                out.line(format!("atomicStore(&{buf}[{}], {});", self.expr(index, scope)?, self.expr(value, scope)?));
+            }
+            Stmt::AtomicAdd { buf, index, value, old } => {
+                let (index, value) = (self.expr(index, scope)?, self.expr(value, scope)?);
+                out.line(format!("{old} = atomicAdd(&{buf}[{index}], {value});"));
+            }
+            Stmt::Fence => out.line("storageBarrier();"),
             Stmt::Assign { .. }
             | Stmt::Store { .. }
             | Stmt::StoreShared { .. }
@@ -274,7 +284,11 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> Result<String, IrError
     out.close("}");
     out.blank();
     for (binding, buf) in kernel.buffers.iter().enumerate() {
-        let elem = if buf.storage.is_half() { "u32" } else { ty(buf.storage.value_ty()) };
+        let elem = match buf.storage {
+            Storage::F16 | Storage::Bf16 => "u32",
+            Storage::AtomicU32 => "atomic<u32>",
+            s => ty(s.value_ty()),
+        };
         let access = if buf.writable { "read_write" } else { "read" };
         out.line(format!("@group(0) @binding({binding}) var<storage, {access}> {}: array<{elem}>;", buf.name));
     }

@@ -1,8 +1,8 @@
 //! The launches one call makes, as the host plans them (`src/launch.rs`): which kernel, how many
 //! workgroups, how many of a row's columns each covers, how many passes over its columns it makes,
 //! and the bytes it moves. Two plans: today's, and that of f09f138, the commit the 2026-11-30
-//! H200 run measured (filtered rows were not split then, and `sample` had no seeded or filter
-//! launch after it).
+//! H200 run measured (filtered rows were not split then, `sample` had no seeded or filter launch
+//! after it, and a second launch combined a split row's parts).
 
 /// Which host's launch plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +141,8 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         read: passes as f64 * row * batch as f64,
         written,
     };
+    // A split row: today one launch (its last part combines the parts' records); at f09f138 a
+    // second launch, `combine`, did.
     let split = |kernel: String, combine: &str, row_bytes: f64| {
         let p = parts(batch, vocab, target_groups, block);
         let first = Launch {
@@ -152,7 +154,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
             written: 0.0,
         };
         let mut v = vec![first];
-        if p > 1 {
+        if p > 1 && era == Era::F09f138 {
             v.push(Launch {
                 kernel: combine.to_string(),
                 groups: batch,

@@ -1,109 +1,114 @@
-//! The second launch of a split row: one workgroup per row reads the records its parts wrote
-//! (`sampling.rs`, [`PART_WORDS`] words each) and writes the row's token, log-probability and
-//! status, exactly as one workgroup reading the whole row would have. It reads no logits: the
-//! record carries the winner's scaled value, which is all the log-probability needs.
+//! The end of a split row, in the same launch as its parts: each part publishes its record
+//! (`sampling.rs`, [`PART_WORDS`] words) and counts itself in on the row's counter, and the
+//! workgroup that arrives last reads every part's record and writes the row's token,
+//! log-probability and status, exactly as one workgroup reading the whole row would have. It
+//! reads no logits: the record carries the winner's scaled value, which is all the
+//! log-probability needs. So a row split over workgroups takes one launch, not a second one to
+//! combine (a batch of one row is one launch).
 //!
 //! The argmax is associative and ties go to the lower index in both steps, so the token is the
 //! whole-row kernel's; the log-sum-exp pairs combine as the invocations' do inside a workgroup,
 //! so the log-probability agrees with it to a few ulp.
+//!
+//! The counters (`counters`, one u32 per row slot of the batch) are zeroed once when the host
+//! allocates them, and the last part sets its row's back to 0, so no call clears them.
 
 use super::math;
-use super::sampling::{
-    buffer, for_each_row, kernel, logsumexp_pair, online_logsumexp, output_buffers, part, quads_per_part,
-    write_results, PARTS_SHIFT, PART_WORDS,
-};
+use super::sampling::{logsumexp_pair, online_logsumexp, part, quads_per_part, write_results, PART_WORDS};
 use crate::ir::*;
 
 const NONE: u32 = u32::MAX;
 
 /// The record word `k` of part `p` of the current row.
 fn word(p: Expr, k: u32) -> Expr {
-    load("partials", (var("row") * var("parts") + p) * u(PART_WORDS) + u(k))
+    load("partials", (var("row_slot") * var("parts") + p) * u(PART_WORDS) + u(k))
 }
 
 fn float(p: Expr, k: u32) -> Expr {
     word(p, k).bitcast(Ty::F32)
 }
 
-/// The combine of the race from logits (greedy and `sample` too) or, with `probs`, of the race
-/// from probabilities (whose log-probability is the log of the winner's probability).
-fn combine(probs: bool) -> Kernel {
-    let mut b = Block::new();
-    b.let_("parts", Ty::U32, (param("flags") >> u(PARTS_SHIFT)).max(u(1)));
-    for_each_row(&mut b, |b| {
-        // Rows the first launch left alone (seeded, filtered) keep the results written for them.
-        b.if_(word(u(0), part::RACED).ne_(u(0)), |b| {
-            for (name, ty, init) in [
-                ("best", Ty::F32, f(f32::NEG_INFINITY)),
-                ("top", Ty::F32, f(f32::NEG_INFINITY)),
-                ("m", Ty::F32, f(f32::NEG_INFINITY)),
-                ("s", Ty::F32, f(0.0)),
-            ] {
-                b.let_(name, ty, init);
-            }
-            b.let_("best_i", Ty::U32, u(NONE));
-            b.let_("top_i", Ty::U32, u(NONE));
-            b.let_("top_n", Ty::U32, u(0));
-            // Each invocation takes parts in increasing order, so a strict `>` keeps the lower
-            // index on a tie, as the whole-row race does.
-            let first = builtin(Builtin::LocalId);
-            b.for_("p", first, var("parts"), builtin(Builtin::BlockSize), |b, p| {
-                let (v, i) = (b.let_("pv", Ty::F32, float(p.clone(), part::BEST)), word(p.clone(), part::BEST_I));
-                let i = b.let_("pi", Ty::U32, i);
-                b.if_(i.clone().ne_(u(NONE)).and(v.clone().gt(var("best")).or(var("best_i").eq_(u(NONE)))), |b| {
-                    b.set("best", v);
-                    b.set("best_i", i);
-                });
-                let tv = b.let_("ptv", Ty::F32, float(p.clone(), part::TOP));
-                let ti = b.let_("pti", Ty::U32, word(p.clone(), part::TOP_I));
-                b.if_(ti.clone().ne_(u(NONE)).and(tv.clone().gt(var("top")).or(var("top_i").eq_(u(NONE)))), |b| {
-                    b.set("top", tv);
-                    b.set("top_i", ti);
-                });
-                b.set("top_n", var("top_n") + word(p.clone(), part::TOP_N));
-                // The parts' log-sum-exp pairs, merged as the online sums are.
-                let pm = b.let_("pm", Ty::F32, float(p.clone(), part::M));
-                let ps = b.let_("ps", Ty::F32, float(p, part::S));
-                online_logsumexp(b, pm, ps);
-            });
-            let (win, tok) = b.argmax(var("best"), var("best_i"), "win", "tok");
-            let tops = b.reduce(ReduceOp::Sum, Ty::U32, var("top_n"), "tops");
-            b.if_(tops.clone().gt(u(0)), |b| {
-                let (_, top_tok) = b.argmax(var("top"), var("top_i"), "top_win", "top_tok");
-                b.set("tok", top_tok);
-            });
-            // The winner's part, from the split's arithmetic; its record holds the scaled value.
-            // No winner (nothing valid): no record to read, and WGSL's select evaluates both
-            // sides, so the index stays in range.
-            let none = tok.clone().eq_(u(NONE));
-            let winner = select(none.clone(), u(0), (tok.clone() >> u(2)) / quads_per_part(var("parts")));
-            let z = b.let_("z", Ty::F32, select(none.clone(), f(f32::NEG_INFINITY), float(winner, part::BEST_Z)));
-            b.if_(none, |b| b.set("tok", u(0)));
-            if probs {
-                let valid = b.let_("valid", Ty::Bool, win.gt(f(0.0)));
-                write_results(b, tok, valid, |_| {
-                    select(z.clone().gt(f(0.0)), call(math::LOG, vec![z.clone()]), f(f32::NEG_INFINITY))
-                });
-            } else {
-                let valid = b.let_("valid", Ty::Bool, tops.clone().gt(u(0)).or(win.gt(f(f32::NEG_INFINITY))));
-                write_results(b, tok, valid, |b| {
-                    let (mx, total) = logsumexp_pair(b);
-                    let finite = z.clone() - mx - call(math::LOG, vec![total]);
-                    select(tops.clone().gt(u(0)), -call(math::LOG, vec![tops.clone().cast(Ty::F32)]), finite)
-                });
-            }
-        });
+/// After this part wrote its record: publishes it, counts the part in, and in the part that
+/// arrives last combines the row (the race from logits, greedy and `sample`, or with `probs`
+/// the race from probabilities) and resets the row's counter. Uniform control flow.
+pub(super) fn last_part_combines(b: &mut Block, probs: bool) {
+    // Every invocation's record stores (invocation 0's words, the winner's scaled value from
+    // the invocation holding it) reach the device before invocation 0 counts the part in.
+    b.fence();
+    b.barrier();
+    b.let_("arrived", Ty::U32, u(0));
+    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+        let old = b.atomic_add("counters", var("row_slot"), u(1), "before");
+        b.set("arrived", old + u(1));
     });
-    let mut buffers = vec![buffer("partials", Storage::U32, false)];
-    buffers.extend(output_buffers());
-    let (name, doc) = if probs {
-        ("combine_probs", "the race from probabilities' results from the records of a row's parts")
-    } else {
-        ("combine_logits", "the race from logits' results (greedy, sample) from the records of a row's parts")
-    };
-    kernel(name.to_string(), doc, 0, buffers, vec![math::exp(), math::log()], b)
+    let arrived = b.reduce(ReduceOp::Max, Ty::U32, var("arrived"), "arrivals");
+    b.if_(arrived.eq_(var("parts")), |b| {
+        // Every other part's record was published before its add, which came before ours.
+        b.fence();
+        b.scope(|b| combine_row(b, probs));
+        b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| b.store("counters", var("row_slot"), u(0)));
+    });
 }
 
-pub fn all() -> Vec<Kernel> {
-    vec![combine(false), combine(true)]
+/// The row's results from its parts' records.
+fn combine_row(b: &mut Block, probs: bool) {
+    for (name, ty, init) in [
+        ("best", Ty::F32, f(f32::NEG_INFINITY)),
+        ("top", Ty::F32, f(f32::NEG_INFINITY)),
+        ("m", Ty::F32, f(f32::NEG_INFINITY)),
+        ("s", Ty::F32, f(0.0)),
+    ] {
+        b.let_(name, ty, init);
+    }
+    b.let_("best_i", Ty::U32, u(NONE));
+    b.let_("top_i", Ty::U32, u(NONE));
+    b.let_("top_n", Ty::U32, u(0));
+    // Each invocation takes parts in increasing order, so a strict `>` keeps the lower index on
+    // a tie, as the whole-row race does.
+    let first = builtin(Builtin::LocalId);
+    b.for_("p", first, var("parts"), builtin(Builtin::BlockSize), |b, p| {
+        let (v, i) = (b.let_("pv", Ty::F32, float(p.clone(), part::BEST)), word(p.clone(), part::BEST_I));
+        let i = b.let_("pi", Ty::U32, i);
+        b.if_(i.clone().ne_(u(NONE)).and(v.clone().gt(var("best")).or(var("best_i").eq_(u(NONE)))), |b| {
+            b.set("best", v);
+            b.set("best_i", i);
+        });
+        let tv = b.let_("ptv", Ty::F32, float(p.clone(), part::TOP));
+        let ti = b.let_("pti", Ty::U32, word(p.clone(), part::TOP_I));
+        b.if_(ti.clone().ne_(u(NONE)).and(tv.clone().gt(var("top")).or(var("top_i").eq_(u(NONE)))), |b| {
+            b.set("top", tv);
+            b.set("top_i", ti);
+        });
+        b.set("top_n", var("top_n") + word(p.clone(), part::TOP_N));
+        // The parts' log-sum-exp pairs, merged as the online sums are.
+        let pm = b.let_("pm", Ty::F32, float(p.clone(), part::M));
+        let ps = b.let_("ps", Ty::F32, float(p, part::S));
+        online_logsumexp(b, pm, ps);
+    });
+    let (win, tok) = b.argmax(var("best"), var("best_i"), "win", "tok");
+    let tops = b.reduce(ReduceOp::Sum, Ty::U32, var("top_n"), "tops");
+    b.if_(tops.clone().gt(u(0)), |b| {
+        let (_, top_tok) = b.argmax(var("top"), var("top_i"), "top_win", "top_tok");
+        b.set("tok", top_tok);
+    });
+    // The winner's part, from the split's arithmetic; its record holds the scaled value. No
+    // winner (nothing valid): no record to read, and WGSL's select evaluates both sides, so the
+    // index stays in range.
+    let none = tok.clone().eq_(u(NONE));
+    let winner = select(none.clone(), u(0), (tok.clone() >> u(2)) / quads_per_part(var("parts")));
+    let z = b.let_("z", Ty::F32, select(none.clone(), f(f32::NEG_INFINITY), float(winner, part::BEST_Z)));
+    b.if_(none, |b| b.set("tok", u(0)));
+    if probs {
+        let valid = b.let_("valid", Ty::Bool, win.gt(f(0.0)));
+        write_results(b, tok, valid, |_| {
+            select(z.clone().gt(f(0.0)), call(math::LOG, vec![z.clone()]), f(f32::NEG_INFINITY))
+        });
+    } else {
+        let valid = b.let_("valid", Ty::Bool, tops.clone().gt(u(0)).or(win.gt(f(f32::NEG_INFINITY))));
+        write_results(b, tok, valid, |b| {
+            let (mx, total) = logsumexp_pair(b);
+            let finite = z.clone() - mx - call(math::LOG, vec![total]);
+            select(tops.clone().gt(u(0)), -call(math::LOG, vec![tops.clone().cast(Ty::F32)]), finite)
+        });
+    }
 }

@@ -21,7 +21,6 @@ pub fn all() -> Vec<Kernel> {
     all.extend(filters::all());
     all.extend(filter_split::all());
     all.extend(read::all());
-    all.extend(combine::all());
     all
 }
 

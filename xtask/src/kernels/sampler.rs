@@ -2,8 +2,7 @@
 
 use super::filters::row_is_filtered;
 use super::sampling::{
-    for_each_row_part, kernel, mark_not_raced, partials_buffer, race_row, race_shared, row_is_seeded, row_temperature,
-    Dtype, Race,
+    for_each_row_part, kernel, part_buffers, race_row, race_shared, row_is_seeded, row_temperature, Dtype, Race,
 };
 use super::seeded::logits_buffers;
 use super::{math, philox};
@@ -22,14 +21,14 @@ fn sample(dtype: Dtype) -> Kernel {
             let filtered = row_is_filtered(b);
             b.set("skip", filtered.or(row_is_seeded()));
         });
-        // The mode and filters are the same for every invocation of the row's workgroup: the
-        // branch is uniform.
-        b.if_else(var("skip").not(), |b| race_row(b, Race::Logits), mark_not_raced);
+        // The mode and filters are the same for every invocation of the row's workgroup (and
+        // every part of the row: a skipped row's parts never count in): the branch is uniform.
+        b.if_(var("skip").not(), |b| race_row(b, Race::Logits));
     });
     let functions = super::union([vec![math::exp()], philox::noise_functions()]);
     let doc = "per-row sampler: the Philox race on the rows without a seed or a filter (the seeded and filter kernels take those)";
     let mut buffers = logits_buffers(dtype);
-    buffers.push(partials_buffer());
+    buffers.extend(part_buffers());
     let mut k = kernel(format!("sample_{}", dtype.suffix()), doc, 1, buffers, functions, b);
     k.shared.push(race_shared());
     k

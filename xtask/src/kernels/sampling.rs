@@ -8,6 +8,7 @@
 //! - one workgroup per row (rows past the grid are taken in a grid-stride loop), each invocation
 //!   taking four consecutive columns per step so one Philox block serves four columns.
 
+use super::combine;
 use super::filter_split::STAGE_SHIFT;
 use super::math::{self, is_nan};
 use super::philox;
@@ -125,9 +126,9 @@ pub(super) fn for_each_row_at(b: &mut Block, row: impl FnOnce(Expr) -> Expr, bod
 
 /// Words of a part's record in the `partials` buffer (see [`race_row`] and `combine.rs`): its
 /// winner's score (f32 bits), index and scaled value (f32 bits), the winner of its +inf class
-/// (noise, f32 bits) and index, that class's size, the log-sum-exp pair `(m, s)` of its scaled
-/// values (f32 bits; written with log-probabilities only), and whether the row was raced here.
-pub const PART_WORDS: u32 = 9;
+/// (noise, f32 bits) and index, that class's size, and the log-sum-exp pair `(m, s)` of its
+/// scaled values (f32 bits; written with log-probabilities only).
+pub const PART_WORDS: u32 = 8;
 pub mod part {
     pub const BEST: u32 = 0;
     pub const BEST_I: u32 = 1;
@@ -137,7 +138,6 @@ pub mod part {
     pub const TOP_N: u32 = 5;
     pub const M: u32 = 6;
     pub const S: u32 = 7;
-    pub const RACED: u32 = 8;
 }
 /// `flags >> PARTS_SHIFT` is the number of workgroups per row of the split kernels (0 reads as
 /// 1). The host chooses it per call from the batch and the device's size (`src/launch.rs`).
@@ -602,7 +602,10 @@ pub(super) fn race_row(b: &mut Block, race: Race) {
     b.if_else(
         var("parts").le(u(1)),
         |b| whole_row_results(b, race, win.clone(), tok.clone(), tops.clone()),
-        |b| write_part(b, race, win.clone(), tok.clone(), tops.clone()),
+        |b| {
+            write_part(b, race, win.clone(), tok.clone(), tops.clone());
+            combine::last_part_combines(b, race == Race::Probs);
+        },
     );
 }
 
@@ -673,7 +676,6 @@ fn write_part(b: &mut Block, race: Race, win: Expr, tok: Expr, tops: Expr) {
         b.store("partials", part_word(part::TOP_N), tops);
         b.store("partials", part_word(part::M), bits(var("part_m")));
         b.store("partials", part_word(part::S), bits(var("part_s")));
-        b.store("partials", part_word(part::RACED), u(1));
     });
     // The winner's scaled value, from the invocation that holds it.
     b.if_(var("best_i").eq_(tok.clone()).and(tok.ne_(u(NONE))), |b| {
@@ -681,16 +683,17 @@ fn write_part(b: &mut Block, race: Race, win: Expr, tok: Expr, tops: Expr) {
     });
 }
 
-/// In a split kernel, marks the row as not raced by this launch (the per-row sampler's seeded
-/// and filtered rows), so the combine leaves its results alone.
-pub(super) fn mark_not_raced(b: &mut Block) {
-    let first = builtin(Builtin::LocalId).eq_(u(0)).and(var("part").eq_(u(0)));
-    b.if_(var("parts").gt(u(1)).and(first), |b| b.store("partials", part_word(part::RACED), u(0)));
-}
-
-/// The part records of a split launch, bound after the outputs.
+/// The scratch of the staged kernels (softmax's split rows, the split filters), bound after the
+/// outputs: what one launch writes there the next reads, so plain u32 does.
 pub(super) fn partials_buffer() -> BufferDecl {
     buffer("partials", Storage::U32, true)
+}
+
+/// The part records of the argmax family's split rows and the rows' arrival counters, bound
+/// after the outputs: atomic, since the row's last part reads them in the same launch
+/// (`combine.rs`).
+pub(super) fn part_buffers() -> [BufferDecl; 2] {
+    [buffer("partials", Storage::AtomicU32, true), buffer("counters", Storage::AtomicU32, true)]
 }
 
 /// The argmax family: greedy, the race from logits and the race from probabilities. One read of
@@ -711,7 +714,7 @@ fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
         buffers.push(buffer("rows", Storage::U32, false));
     }
     buffers.extend(output_buffers());
-    buffers.push(partials_buffer());
+    buffers.extend(part_buffers());
     for_each_row_part(&mut b, |b| race_row(b, race));
 
     let mut functions = vec![math::exp()];
