@@ -9,7 +9,7 @@ use arrayvec::ArrayVec;
 
 use crate::generated::{
     FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY, FLAG_STATUS, MAX_BUFFERS,
-    MAX_STAGES, PARTS_SHIFT, PART_WORDS, SLOT_WORDS, STAGE_SHIFT,
+    MAX_STAGES, PARTS_SHIFT, PART_WORDS, SLOT_WORDS, STAGE_SHIFT, TOP_K_PART_COLS, TOP_K_SLOT_WORDS,
 };
 
 /// A backend whose buffers have a raw handle that a launch can bind.
@@ -173,7 +173,19 @@ pub(crate) fn scratch_words<B: Backend + ?Sized>(
         Some((rows, parts)) if parts > 1 => rows * parts as usize,
         _ => 0,
     };
-    records.max(slots * SLOT_WORDS)
+    let one_read = match (job, filter_parts(job, target_groups, block, split_filters)) {
+        (Job::Filter { input: Input::Logits(_), shape, .. } | Job::Sample { shape, .. }, Some((rows, _))) => {
+            rows * top_k_parts(shape.vocab) as usize * TOP_K_SLOT_WORDS
+        }
+        _ => 0,
+    };
+    records.max(slots * SLOT_WORDS).max(one_read)
+}
+
+/// Parts per row of the one-read top-k path: every part at most `TOP_K_PART_COLS` columns, so
+/// it fits the parts kernel's workgroup array (the kernels check it, and otherwise fall back).
+fn top_k_parts(vocab: usize) -> u32 {
+    vocab.div_ceil(TOP_K_PART_COLS).max(1) as u32
 }
 
 /// The most launches one job takes: the plain sampler and its combine, the seeded kernel, then a
@@ -207,6 +219,14 @@ fn split_rows<'a, B: Device + ?Sized>(
         sampling::<B, 1>(combine, shape, [(Binding::Partials, Some(split.partials))], out, parts << PARTS_SHIFT, false);
     plan.extend([first, combine]);
     plan
+}
+
+/// The row length of a filter job (0 for any other).
+fn job_vocab<B: Backend + ?Sized>(job: &Job<'_, B>) -> usize {
+    match job {
+        Job::Filter { shape, .. } | Job::Sample { shape, .. } => shape.vocab,
+        _ => 0,
+    }
 }
 
 /// The kernel of `[f32, f16, bf16]` that reads `logits`.
@@ -285,6 +305,7 @@ impl<'a, H: Copy> Launch<H> {
                 plan.extend(filter.with_list(listed.map(|l| handle(l.filtered))).staged(
                     filtered,
                     parts,
+                    shape.vocab,
                     split.partials,
                 ));
                 plan
@@ -301,7 +322,7 @@ impl<'a, H: Copy> Launch<H> {
                 first.split_stages(shape.batch, parts)
             }
             _ => match filters {
-                Some((rows, parts)) => first.staged(rows, parts, split.partials),
+                Some((rows, parts)) => first.staged(rows, parts, job_vocab(job), split.partials),
                 None => std::iter::once(first).collect(),
             },
         };
@@ -325,7 +346,10 @@ impl<'a, H: Copy> Launch<H> {
     /// A filter sampling launch over `rows` rows: as it is with one part each, else split in
     /// `parts` (the staged kernel's launches, one per stage with the stage in its flags, over
     /// `rows x parts` workgroups, the scratch bound last).
-    fn staged(self, rows: usize, parts: u32, partials: H) -> Plan<H> {
+    fn staged(self, rows: usize, parts: u32, vocab: usize, partials: H) -> Plan<H> {
+        if let Some(plan) = self.clone().one_read(rows, vocab, partials) {
+            return plan;
+        }
         if parts <= 1 {
             return std::iter::once(self).collect();
         }
@@ -345,6 +369,34 @@ impl<'a, H: Copy> Launch<H> {
         staged.stray = self.stray.or(staged.stray);
         staged.bind(Binding::Partials, Some(partials));
         staged.split_stages(rows, parts)
+    }
+
+    /// A filter sampling launch from logits as the one-read top-k path (`filter_top_k.rs`): the
+    /// parts launch over `rows x parts` workgroups, then the merge, one workgroup per row, which
+    /// takes the filter kernel's place (it binds what that kernel does, then the scratch, and
+    /// runs its body on the rows the candidates do not decide). `None` for any other launch.
+    fn one_read(self, rows: usize, vocab: usize, partials: H) -> Option<Plan<H>> {
+        let (parts_id, merge_id) = match self.kernel.id {
+            KernelId::FilterLogitsF32 => (KernelId::TopKPartsLogitsF32, KernelId::TopKMergeLogitsF32),
+            KernelId::FilterLogitsF16 => (KernelId::TopKPartsLogitsF16, KernelId::TopKMergeLogitsF16),
+            KernelId::FilterLogitsBf16 => (KernelId::TopKPartsLogitsBf16, KernelId::TopKMergeLogitsBf16),
+            _ => return None,
+        };
+        let parts = top_k_parts(vocab);
+        let mut params = self.params;
+        params[3] |= parts << PARTS_SHIFT;
+        let mut merge = Launch::new(merge_id, params, Work::Rows(rows as u32));
+        for (name, buffer) in self.kernel.bindings.iter().zip(&self.buffers) {
+            merge.bind(*name, *buffer);
+        }
+        merge.stray = self.stray.or(merge.stray);
+        merge.bind(Binding::Partials, Some(partials));
+        let mut first = Launch::new(parts_id, params, Work::Rows(rows as u32 * parts));
+        for name in [Binding::X, Binding::Rows, Binding::Listed] {
+            first.bind(name, merge.bound(name));
+        }
+        first.bind(Binding::Partials, Some(partials));
+        Some([first, merge].into_iter().collect())
     }
 
     /// A staged kernel's launches over `rows` rows in `parts` each (one launch when `parts` is
