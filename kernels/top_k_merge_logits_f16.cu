@@ -299,13 +299,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
     __shared__ unsigned int bucket_cols[64];
     __shared__ unsigned int bucket_keys[64];
     __shared__ unsigned long long bucket_masses[64];
-    __shared__ unsigned int cand_keys[257];
-    __shared__ unsigned int cand_cols[257];
-    __shared__ float cand_ov[257];
-    __shared__ unsigned long long cand_mass[257];
-    __shared__ unsigned int rank_keys[257];
-    __shared__ unsigned int rank_cols[257];
-    __shared__ unsigned long long rank_before[257];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
         // built by kernels::sampling::for_each_row_at
@@ -758,9 +751,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     g_rank = (g_rank + 1u);
                                 }
                                 if (g_take) {
-                                    cand_keys[g_out] = gk;
+                                    listed_cols[(0u + g_out)] = gk;
                                     const unsigned int sk_e0 = (gj / want);
-                                    cand_cols[g_out] = partials[((((slot * parts) + sk_e0) * 518u) + (5u + ((gj - (sk_e0 * want)) * 2u)))];
+                                    listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e0) * 518u) + (5u + ((gj - (sk_e0 * want)) * 2u)))];
                                     g_out = (g_out + 1u);
                                 }
                             }
@@ -768,30 +761,32 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         unsigned int n_sel = (t_above + t_take);
                         __syncthreads();
                         for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                            const unsigned int sk_e1 = cand_keys[i];
+                            const unsigned int sk_e1 = listed_cols[(0u + i)];
                             float zi = sk_bitcast<float>((((sk_e1 & 2147483648u) != 0u) ? (sk_e1 ^ 2147483648u) : (sk_e1 ^ 4294967295u)));
-                            cand_ov[i] = (zi - row_m);
-                            cand_mass[i] = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m)))));
+                            listed_cols[(514u + i)] = sk_bitcast<unsigned int>((zi - row_m));
+                            listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) & 4294967295ull));
+                            listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) >> 32u));
                         }
                         __syncthreads();
                         unsigned long long tk_mass = 0ull;
                         for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                            float oi = cand_ov[i];
-                            unsigned int ci = cand_cols[i];
+                            float oi = sk_bitcast<float>(listed_cols[(514u + i)]);
+                            unsigned int ci = listed_cols[(257u + i)];
                             unsigned int rank = 0u;
                             unsigned long long before = 0ull;
                             for (unsigned int j = 0u; j < n_sel; j += 1u) {
-                                float oj = cand_ov[j];
-                                if (((oj > oi) || ((oj == oi) && (cand_cols[j] < ci)))) {
+                                float oj = sk_bitcast<float>(listed_cols[(514u + j)]);
+                                if (((oj > oi) || ((oj == oi) && (listed_cols[(257u + j)] < ci)))) {
                                     rank = (rank + 1u);
-                                    before = (before + cand_mass[j]);
+                                    before = (before + ((((unsigned long long)(listed_cols[(1028u + j)])) << 32u) | ((unsigned long long)(listed_cols[(771u + j)]))));
                                 }
                             }
-                            rank_keys[rank] = cand_keys[i];
-                            rank_cols[rank] = ci;
-                            rank_before[rank] = before;
+                            listed_cols[(1285u + rank)] = listed_cols[(0u + i)];
+                            listed_cols[(1542u + rank)] = ci;
+                            listed_cols[(1799u + rank)] = ((unsigned int)(before & 4294967295ull));
+                            listed_cols[(2056u + rank)] = ((unsigned int)(before >> 32u));
                             if ((rank < kk)) {
-                                tk_mass = (tk_mass + cand_mass[i]);
+                                tk_mass = (tk_mass + ((((unsigned long long)(listed_cols[(1028u + i)])) << 32u) | ((unsigned long long)(listed_cols[(771u + i)]))));
                             }
                         }
                         unsigned long long top_k_mass = 0ull;
@@ -827,10 +822,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         unsigned int n_lo = 0u;
                         unsigned int n_unsure = 0u;
                         for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                            const unsigned int sk_e3 = rank_keys[r];
+                            const unsigned int sk_e3 = listed_cols[(1285u + r)];
                             const float sk_e2 = sk_bitcast<float>((((sk_e3 & 2147483648u) != 0u) ? (sk_e3 ^ 2147483648u) : (sk_e3 ^ 4294967295u)));
                             float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e2 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e2 - row_m))));
-                            unsigned long long br = rank_before[r];
+                            unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                             bool base_r = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
                             float bf = sk_fixed_f32(br);
                             bool keep_lo = (base_r && (joint_p ? (bf <= lim_lo) : (br <= lim_k)));
@@ -867,18 +862,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         }
                         float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                         bool all_in = ((n_sel < want) || (((row_m == sk_bitcast<float>(2139095040u)) ? ((zt == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zt - row_m)))) <= (0.0f)));
-                        const unsigned int sk_e4 = (max(min(kk, n_sel), 1u) - 1u);
-                        const unsigned int sk_e5 = (max(kept_n, 1u) - 1u);
+                        const unsigned int sk_e4 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                        const unsigned int sk_e5 = (1285u + (max(kept_n, 1u) - 1u));
                         const float sk_e6 = (zt - row_m);
-                        bool decided = ((((kept_n > 0u) && (all_in || ((sk_bitcast<float>((((rank_keys[sk_e5] & 2147483648u) != 0u) ? (rank_keys[sk_e5] ^ 2147483648u) : (rank_keys[sk_e5] ^ 4294967295u))) - row_m) > sk_e6))) && (((!k_first) || all_in) || ((sk_bitcast<float>((((rank_keys[sk_e4] & 2147483648u) != 0u) ? (rank_keys[sk_e4] ^ 2147483648u) : (rank_keys[sk_e4] ^ 4294967295u))) - row_m) > sk_e6))) && (unsure_n == 0u));
+                        bool decided = ((((kept_n > 0u) && (all_in || ((sk_bitcast<float>((((listed_cols[sk_e5] & 2147483648u) != 0u) ? (listed_cols[sk_e5] ^ 2147483648u) : (listed_cols[sk_e5] ^ 4294967295u))) - row_m) > sk_e6))) && (((!k_first) || all_in) || ((sk_bitcast<float>((((listed_cols[sk_e4] & 2147483648u) != 0u) ? (listed_cols[sk_e4] ^ 2147483648u) : (listed_cols[sk_e4] ^ 4294967295u))) - row_m) > sk_e6))) && (unsure_n == 0u));
                         if (decided) {
                             float best = sk_bitcast<float>(4286578688u);
                             unsigned int best_i = 4294967295u;
                             double best64 = sk_bitcast<double>(18442240474082181120ull);
                             unsigned int best64_i = 4294967295u;
                             for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
-                                unsigned int rc = rank_cols[r];
-                                const unsigned int sk_e7 = rank_keys[r];
+                                unsigned int rc = listed_cols[(1542u + r)];
+                                const unsigned int sk_e7 = listed_cols[(1285u + r)];
                                 float rz = sk_bitcast<float>((((sk_e7 & 2147483648u) != 0u) ? (sk_e7 ^ 2147483648u) : (sk_e7 ^ 4294967295u)));
                                 const unsigned int sk_e8 = (row * 12u);
                                 uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e8 + 10u)], rows[(sk_e8 + 11u)]), rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)]);
@@ -947,6 +942,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                 }
             }
             if ((!one_read_done)) {
+                __syncthreads();
                 unsigned int sweeps = (one_read ? 1u : 0u);
                 float m = sk_bitcast<float>(4286578688u);
                 sweeps = (sweeps + 1u);

@@ -34,13 +34,6 @@ var<workgroup> listed_cols: array<u32, 4096>;
 var<workgroup> bucket_cols: array<u32, 64>;
 var<workgroup> bucket_keys: array<u32, 64>;
 var<workgroup> bucket_masses: array<u64, 64>;
-var<workgroup> cand_keys: array<u32, 257>;
-var<workgroup> cand_cols: array<u32, 257>;
-var<workgroup> cand_ov: array<f32, 257>;
-var<workgroup> cand_mass: array<u64, 257>;
-var<workgroup> rank_keys: array<u32, 257>;
-var<workgroup> rank_cols: array<u32, 257>;
-var<workgroup> rank_before: array<u64, 257>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
     let ll = (a & 0xffffu) * (b & 0xffffu);
@@ -720,9 +713,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     g_rank = (g_rank + 1u);
                                 }
                                 if (g_take) {
-                                    cand_keys[g_out] = gk;
+                                    listed_cols[(0u + g_out)] = gk;
                                     let sk_e0: u32 = (gj / want);
-                                    cand_cols[g_out] = partials[((((slot * parts) + sk_e0) * 518u) + (5u + ((gj - (sk_e0 * want)) * 2u)))];
+                                    listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e0) * 518u) + (5u + ((gj - (sk_e0 * want)) * 2u)))];
                                     g_out = (g_out + 1u);
                                 }
                             }
@@ -730,30 +723,32 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var n_sel: u32 = (t_above + t_take);
                         workgroupBarrier();
                         for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                            let sk_e1: u32 = cand_keys[i];
+                            let sk_e1: u32 = listed_cols[(0u + i)];
                             var zi: f32 = bitcast<f32>(select((sk_e1 ^ 4294967295u), (sk_e1 ^ 2147483648u), ((sk_e1 & 2147483648u) != 0u)));
-                            cand_ov[i] = (zi - row_m);
-                            cand_mass[i] = sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+                            listed_cols[(514u + i)] = bitcast<u32>((zi - row_m));
+                            listed_cols[(771u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) & 4294967295lu));
+                            listed_cols[(1028u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) >> 32u));
                         }
                         workgroupBarrier();
                         var tk_mass: u64 = 0lu;
                         for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                            var oi: f32 = cand_ov[i];
-                            var ci: u32 = cand_cols[i];
+                            var oi: f32 = bitcast<f32>(listed_cols[(514u + i)]);
+                            var ci: u32 = listed_cols[(257u + i)];
                             var rank: u32 = 0u;
                             var before: u64 = 0lu;
                             for (var j: u32 = 0u; j < n_sel; j = j + 1u) {
-                                var oj: f32 = cand_ov[j];
-                                if (((oj > oi) || ((oj == oi) && (cand_cols[j] < ci)))) {
+                                var oj: f32 = bitcast<f32>(listed_cols[(514u + j)]);
+                                if (((oj > oi) || ((oj == oi) && (listed_cols[(257u + j)] < ci)))) {
                                     rank = (rank + 1u);
-                                    before = (before + cand_mass[j]);
+                                    before = (before + ((u64(listed_cols[(1028u + j)]) << 32u) | u64(listed_cols[(771u + j)])));
                                 }
                             }
-                            rank_keys[rank] = cand_keys[i];
-                            rank_cols[rank] = ci;
-                            rank_before[rank] = before;
+                            listed_cols[(1285u + rank)] = listed_cols[(0u + i)];
+                            listed_cols[(1542u + rank)] = ci;
+                            listed_cols[(1799u + rank)] = u32((before & 4294967295lu));
+                            listed_cols[(2056u + rank)] = u32((before >> 32u));
                             if ((rank < kk)) {
-                                tk_mass = (tk_mass + cand_mass[i]);
+                                tk_mass = (tk_mass + ((u64(listed_cols[(1028u + i)]) << 32u) | u64(listed_cols[(771u + i)])));
                             }
                         }
                         var top_k_mass: u64 = 0lu;
@@ -777,10 +772,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var n_lo: u32 = 0u;
                         var n_unsure: u32 = 0u;
                         for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                            let sk_e3: u32 = rank_keys[r];
+                            let sk_e3: u32 = listed_cols[(1285u + r)];
                             let sk_e2: f32 = bitcast<f32>(select((sk_e3 ^ 4294967295u), (sk_e3 ^ 2147483648u), ((sk_e3 & 2147483648u) != 0u)));
                             var wr: f32 = select(select(sk_exp((sk_e2 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e2 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
-                            var br: u64 = rank_before[r];
+                            var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                             var base_r: bool = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
                             var bf: f32 = sk_fixed_f32(br);
                             var keep_lo: bool = (base_r && select((br <= lim_k), (bf <= lim_lo), joint_p));
@@ -813,18 +808,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                         var all_in: bool = ((n_sel < want) || (select(select(sk_exp((zt - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zt == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) <= (0.0f)));
-                        let sk_e4: u32 = (max(min(kk, n_sel), 1u) - 1u);
-                        let sk_e5: u32 = (max(kept_n, 1u) - 1u);
+                        let sk_e4: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                        let sk_e5: u32 = (1285u + (max(kept_n, 1u) - 1u));
                         let sk_e6: f32 = (zt - row_m);
-                        var decided: bool = ((((kept_n > 0u) && (all_in || ((bitcast<f32>(select((rank_keys[sk_e5] ^ 4294967295u), (rank_keys[sk_e5] ^ 2147483648u), ((rank_keys[sk_e5] & 2147483648u) != 0u))) - row_m) > sk_e6))) && (((!k_first) || all_in) || ((bitcast<f32>(select((rank_keys[sk_e4] ^ 4294967295u), (rank_keys[sk_e4] ^ 2147483648u), ((rank_keys[sk_e4] & 2147483648u) != 0u))) - row_m) > sk_e6))) && (unsure_n == 0u));
+                        var decided: bool = ((((kept_n > 0u) && (all_in || ((bitcast<f32>(select((listed_cols[sk_e5] ^ 4294967295u), (listed_cols[sk_e5] ^ 2147483648u), ((listed_cols[sk_e5] & 2147483648u) != 0u))) - row_m) > sk_e6))) && (((!k_first) || all_in) || ((bitcast<f32>(select((listed_cols[sk_e4] ^ 4294967295u), (listed_cols[sk_e4] ^ 2147483648u), ((listed_cols[sk_e4] & 2147483648u) != 0u))) - row_m) > sk_e6))) && (unsure_n == 0u));
                         if (decided) {
                             var best: f32 = bitcast<f32>(4286578688u);
                             var best_i: u32 = 4294967295u;
                             var best64: f64 = bitcast<f64>(18442240474082181120lu);
                             var best64_i: u32 = 4294967295u;
                             for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
-                                var rc: u32 = rank_cols[r];
-                                let sk_e7: u32 = rank_keys[r];
+                                var rc: u32 = listed_cols[(1542u + r)];
+                                let sk_e7: u32 = listed_cols[(1285u + r)];
                                 var rz: f32 = bitcast<f32>(select((sk_e7 ^ 4294967295u), (sk_e7 ^ 2147483648u), ((sk_e7 & 2147483648u) != 0u)));
                                 let sk_e8: u32 = (row * 12u);
                                 var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e8 + 10u)], rows[(sk_e8 + 11u)]), rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)]);
@@ -881,6 +876,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
             }
             if ((!one_read_done)) {
+                workgroupBarrier();
                 var sweeps: u32 = select(0u, 1u, one_read);
                 var m: f32 = bitcast<f32>(4286578688u);
                 sweeps = (sweeps + 1u);

@@ -386,9 +386,11 @@ pub fn peaked_rows_take_fewer_passes<B: Backend>(b: &B) {
         let count = b.download(&count).unwrap();
         let (whole, split) = (passes(&row.filters(), vocab), split_passes(&row.filters(), vocab));
         if one_read(&row, vocab) {
-            // The one-read path: the peaked row is decided by its candidates; the flat one (all
-            // tied) falls back to the filter kernel's passes after its one read.
-            assert!(count[1] == 1 && count[0] == 1 + whole, "one-read path, {:?}: {count:?} passes", row.filters());
+            // The one-read path: both rows tie at the boundary (the peaked one repeats every 977
+            // columns), so both fall back after their one read, the peaked one with fewer passes
+            // (`one_read_rows_read_once` has the rows read once).
+            let ok = count[0] == 1 + whole && count[1] < 1 + whole;
+            assert!(ok, "one-read path, {:?}: {count:?} passes, not {} and fewer", row.filters(), 1 + whole);
             continue;
         }
         let fewer = if whole > 2 { count[1] < whole } else { count[1] == whole };

@@ -32,7 +32,7 @@
 
 use super::filters::{
     declare_best, filter_body, filter_buffers, filter_shared, functions, key_value, listed_row, max_passes, order_key,
-    takes_row, Input, Output, FIXED, FIXED_F32, FRACTION, NONE,
+    takes_row, Input, Output, FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP, NONE,
 };
 use super::math;
 use super::philox;
@@ -54,13 +54,42 @@ pub const SLOT_WORDS: u32 = HEAD_WORDS + 2 * (CAP + 1);
 const MASS_MARGIN: f32 = 1.0 / 1024.0;
 const SCRATCH: &str = "partials";
 const KEYS: &str = "part_keys";
-const M_KEY: &str = "cand_keys";
-const M_COL: &str = "cand_cols";
-const M_OV: &str = "cand_ov";
-const M_MASS: &str = "cand_mass";
-const S_KEY: &str = "rank_keys";
-const S_COL: &str = "rank_cols";
-const S_BEFORE: &str = "rank_before";
+/// The merge's arrays of `CAP + 1` words each, in the filter kernel's list (`filters::LIST`),
+/// which the fallback overwrites only after the merge is done with them: the candidates' keys,
+/// columns, `z - max` (f32 bits) and masses (u64 in two words), then by rank the keys, columns
+/// and masses before (two words).
+const M_KEY: u32 = 0;
+const M_COL: u32 = 1;
+const M_OV: u32 = 2;
+const M_MASS: u32 = 3;
+const S_KEY: u32 = 5;
+const S_COL: u32 = 6;
+const S_BEFORE: u32 = 7;
+const ARRAYS: u32 = 9;
+const _: () = assert!(ARRAYS * (CAP + 1) <= LIST_CAP);
+
+/// Word `i` of the merge's array `a` (see [`M_KEY`]).
+fn at(a: u32, i: Expr) -> Expr {
+    u(a * (CAP + 1)) + i
+}
+
+fn get(a: u32, i: Expr) -> Expr {
+    load_shared(LIST, at(a, i))
+}
+
+fn put(b: &mut Block, a: u32, i: Expr, v: Expr) {
+    b.store_shared(LIST, at(a, i), v);
+}
+
+fn get64(a: u32, i: Expr) -> Expr {
+    let word = |k: u32| load_shared(LIST, at(a + k, i.clone())).cast(Ty::U64);
+    (word(1) << u(32)) | word(0)
+}
+
+fn put64(b: &mut Block, a: u32, i: Expr, v: Expr) {
+    put(b, a, i.clone(), (v.clone() & Expr::Lit(Lit::U64(0xffff_ffff))).cast(Ty::U32));
+    put(b, a + 1, i, (v >> u(32)).cast(Ty::U32));
+}
 
 /// Declares `one_read`: whether this path takes the row (after `takes_row`, with `parts`
 /// declared). Both kernels compute it alike, so they agree on every row.
@@ -239,40 +268,39 @@ fn merge_row(b: &mut Block) {
         gather(b, n, &key_at, &|b, o, pos, k| {
             let p = pos.clone() / want.clone();
             let s = pos - p.clone() * want.clone();
-            b.store_shared(M_KEY, o.clone(), k);
-            b.store_shared(M_COL, o, load(SCRATCH, record(p, u(HEAD_WORDS + 1) + s * u(2))));
+            put(b, M_KEY, o.clone(), k);
+            put(b, M_COL, o, load(SCRATCH, record(p, u(HEAD_WORDS + 1) + s * u(2))));
         });
         let n_sel = b.let_("n_sel", Ty::U32, var("t_above") + var("t_take"));
         b.barrier();
         // Each candidate's place in the filters' order and its fixed-point mass.
         let ov = |z: Expr| z - mx.clone();
         b.for_("i", lid.clone(), n_sel.clone(), bs.clone(), |b, i| {
-            let z = b.let_("zi", Ty::F32, key_value(load_shared(M_KEY, i.clone())));
-            b.store_shared(M_OV, i.clone(), ov(z.clone()));
-            b.store_shared(M_MASS, i, call(FIXED, vec![softmax_weight(z, mx.clone())]));
+            let z = b.let_("zi", Ty::F32, key_value(get(M_KEY, i.clone())));
+            put(b, M_OV, i.clone(), ov(z.clone()).bitcast(Ty::U32));
+            put64(b, M_MASS, i, call(FIXED, vec![softmax_weight(z, mx.clone())]));
         });
         b.barrier();
         b.let_("tk_mass", Ty::U64, Expr::Lit(Lit::U64(0)));
         b.for_("i", lid.clone(), n_sel.clone(), bs.clone(), |b, i| {
             let (oi, ci) = (
-                b.let_("oi", Ty::F32, load_shared(M_OV, i.clone())),
-                b.let_("ci", Ty::U32, load_shared(M_COL, i.clone())),
+                b.let_("oi", Ty::F32, get(M_OV, i.clone()).bitcast(Ty::F32)),
+                b.let_("ci", Ty::U32, get(M_COL, i.clone())),
             );
             b.let_("rank", Ty::U32, u(0));
             b.let_("before", Ty::U64, Expr::Lit(Lit::U64(0)));
             b.for_("j", u(0), n_sel.clone(), u(1), |b, j| {
-                let oj = b.let_("oj", Ty::F32, load_shared(M_OV, j.clone()));
-                let ahead =
-                    oj.clone().gt(oi.clone()).or(oj.eq_(oi.clone()).and(load_shared(M_COL, j.clone()).lt(ci.clone())));
+                let oj = b.let_("oj", Ty::F32, get(M_OV, j.clone()).bitcast(Ty::F32));
+                let ahead = oj.clone().gt(oi.clone()).or(oj.eq_(oi.clone()).and(get(M_COL, j.clone()).lt(ci.clone())));
                 b.if_(ahead, |b| {
                     b.set("rank", var("rank") + u(1));
-                    b.set("before", var("before") + load_shared(M_MASS, j));
+                    b.set("before", var("before") + get64(M_MASS, j));
                 });
             });
-            b.store_shared(S_KEY, var("rank"), load_shared(M_KEY, i.clone()));
-            b.store_shared(S_COL, var("rank"), ci);
-            b.store_shared(S_BEFORE, var("rank"), var("before"));
-            b.if_(var("rank").lt(var("kk")), |b| b.set("tk_mass", var("tk_mass") + load_shared(M_MASS, i)));
+            put(b, S_KEY, var("rank"), get(M_KEY, i.clone()));
+            put(b, S_COL, var("rank"), ci);
+            put64(b, S_BEFORE, var("rank"), var("before"));
+            b.if_(var("rank").lt(var("kk")), |b| b.set("tk_mass", var("tk_mass") + get64(M_MASS, i)));
         });
         let tk_mass = b.reduce(ReduceOp::Sum, Ty::U64, var("tk_mass"), "top_k_mass");
         b.barrier();
@@ -288,8 +316,8 @@ fn merge_row(b: &mut Block) {
         b.let_("n_lo", Ty::U32, u(0));
         b.let_("n_unsure", Ty::U32, u(0));
         b.for_("r", lid.clone(), n_sel.clone(), bs.clone(), |b, r| {
-            let w = b.let_("wr", Ty::F32, softmax_weight(key_value(load_shared(S_KEY, r.clone())), mx.clone()));
-            let before = b.let_("br", Ty::U64, load_shared(S_BEFORE, r.clone()));
+            let w = b.let_("wr", Ty::F32, softmax_weight(key_value(get(S_KEY, r.clone())), mx.clone()));
+            let before = b.let_("br", Ty::U64, get64(S_BEFORE, r.clone()));
             let base = b.let_("base_r", Ty::Bool, w.clone().gt(f(0.0)).and(r.lt(var("kk"))).and(w.ge(var("mp"))));
             let bf = b.let_("bf", Ty::F32, call(FIXED_F32, vec![before.clone()]));
             let exact = before.le(lim.clone());
@@ -308,7 +336,7 @@ fn merge_row(b: &mut Block) {
         let zt = b.let_("zt", Ty::F32, key_value(var("t_key")));
         let all_in = n_sel.clone().lt(want).or(softmax_weight(zt.clone(), mx.clone()).le(f(0.0)));
         let complete = b.let_("all_in", Ty::Bool, all_in);
-        let above = |r: Expr| ov(key_value(load_shared(S_KEY, r))).gt(ov(zt.clone()));
+        let above = |r: Expr| ov(key_value(get(S_KEY, r))).gt(ov(zt.clone()));
         let kept_n = var("kept_n");
         let cut_ok = kept_n.clone().gt(u(0)).and(complete.clone().or(above(kept_n.clone().max(u(1)) - u(1))));
         let last_k = var("kk").min(n_sel.clone()).max(u(1)) - u(1);
@@ -318,8 +346,8 @@ fn merge_row(b: &mut Block) {
             // The plain path's race inside the set: the same noise per column.
             declare_best(b);
             b.for_("r", lid.clone(), kept_n.clone(), bs.clone(), |b, r| {
-                let col = b.let_("rc", Ty::U32, load_shared(S_COL, r.clone()));
-                let z = b.let_("rz", Ty::F32, key_value(load_shared(S_KEY, r)));
+                let col = b.let_("rc", Ty::U32, get(S_COL, r.clone()));
+                let z = b.let_("rz", Ty::F32, key_value(get(S_KEY, r)));
                 let w4 = b.let_("w4", Ty::U32x4, philox_block(col.clone() & u(!3)));
                 let lane = col.clone() & u(3);
                 let bits = (1..4u8)
@@ -372,7 +400,11 @@ fn merge_kernel(d: Dtype) -> Kernel {
             b.let_("one_read_done", Ty::Bool, boolean(false));
             let one = one_read_row(b);
             b.if_(one.clone(), |b| b.scope(merge_row));
-            b.if_(var("one_read_done").not(), |b| filter_body(b, input, Output::Sample, select(one, u(1), u(0))));
+            b.if_(var("one_read_done").not(), |b| {
+                // The merge's arrays are the body's list: every read of them is done.
+                b.barrier();
+                filter_body(b, input, Output::Sample, select(one, u(1), u(0)))
+            });
         });
     });
     let mut buffers = filter_buffers(input, Output::Sample);
@@ -381,13 +413,6 @@ fn merge_kernel(d: Dtype) -> Kernel {
     let passes = 1 + max_passes(Output::Sample);
     let mut k = kernel(format!("top_k_merge_logits_{}", d.suffix()), doc, passes, buffers, functions(true), b);
     k.shared.extend(filter_shared());
-    let n = CAP + 1;
-    for (name, ty) in [(M_KEY, Ty::U32), (M_COL, Ty::U32), (M_OV, Ty::F32), (M_MASS, Ty::U64)] {
-        k.shared.push(SharedDecl { name: name.into(), ty, len: n });
-    }
-    for (name, ty) in [(S_KEY, Ty::U32), (S_COL, Ty::U32), (S_BEFORE, Ty::U64)] {
-        k.shared.push(SharedDecl { name: name.into(), ty, len: n });
-    }
     k
 }
 

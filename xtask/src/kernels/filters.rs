@@ -29,6 +29,10 @@
 //!   measured against, then the joint select);
 //! - the renormalizing kernel reads once more, for the kept mass before it writes.
 //!
+//! Sampling from logits goes through `filter_top_k.rs` (the one-read path for top-k up to its
+//! cap), whose merge kernel runs this kernel's body ([`filter_body`]) on every row it does not
+//! decide from its candidates; these kernels stay for probabilities, masks and renormalizing.
+//!
 //! These kernels give each row one workgroup. `filter_split.rs` samples rows split over several
 //! (a launch per pass) from the same pieces: the digit counts, the select's step, the tie count,
 //! the race in the set and the results are functions here that both call.
@@ -62,8 +66,8 @@ pub(super) const NONE: u32 = u32::MAX;
 /// passes read the list, not the row. A bucket after three digit passes is an eighth of an
 /// octave of `z - max`: about 3000 tokens of the benchmarks' 151936-token rows of evenly spread
 /// logits, so the list takes them after three reads of the row.
-const LIST_CAP: u32 = 4096;
-const LIST: &str = "listed_cols";
+pub(super) const LIST_CAP: u32 = 4096;
+pub(super) const LIST: &str = "listed_cols";
 /// A listed select whose bucket holds at most this many tokens ends at once: each of them is
 /// ranked against all the others in workgroup memory (see [`select_in_bucket`]).
 const BUCKET_CAP: u32 = 64;
