@@ -288,3 +288,7 @@ impl Filters {
         self.top_k.is_some() || self.top_p < 1.0 || self.min_p > 0.0
     }
 }
+
+/// The largest top-k the device backends' one-read path takes (`filter_top_k.rs` in xtask;
+/// see `reference::filters::one_read`).
+pub const ONE_READ_TOP_K: usize = crate::generated::TOP_K_CAP as usize;

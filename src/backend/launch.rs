@@ -175,7 +175,7 @@ pub(crate) fn scratch_words<B: Backend + ?Sized>(
     };
     let one_read = match (job, filter_parts(job, target_groups, block, split_filters)) {
         (Job::Filter { input: Input::Logits(_), shape, .. } | Job::Sample { shape, .. }, Some((rows, _))) => {
-            rows * top_k_parts(shape.vocab) as usize * TOP_K_SLOT_WORDS
+            one_read_words(rows, shape.vocab).unwrap_or(0)
         }
         _ => 0,
     };
@@ -186,6 +186,16 @@ pub(crate) fn scratch_words<B: Backend + ?Sized>(
 /// it fits the parts kernel's workgroup array (the kernels check it, and otherwise fall back).
 fn top_k_parts(vocab: usize) -> u32 {
     vocab.div_ceil(TOP_K_PART_COLS).max(1) as u32
+}
+
+/// The most scratch the one-read path takes (64 MiB, within every adapter's 128 MiB binding).
+const ONE_READ_MAX_WORDS: usize = 1 << 24;
+
+/// The scratch words of the one-read path over `rows` rows of `vocab` columns (a record per
+/// part, sized for the largest top-k), or `None` where that exceeds [`ONE_READ_MAX_WORDS`]:
+/// then the batch (a shape, never the rows' parameters, decides) takes the filter kernels.
+fn one_read_words(rows: usize, vocab: usize) -> Option<usize> {
+    Some(rows * top_k_parts(vocab) as usize * TOP_K_SLOT_WORDS).filter(|&w| w <= ONE_READ_MAX_WORDS)
 }
 
 /// The most launches one job takes: the plain sampler and its combine, the seeded kernel, then a
@@ -382,6 +392,7 @@ impl<'a, H: Copy> Launch<H> {
             KernelId::FilterLogitsBf16 => (KernelId::TopKPartsLogitsBf16, KernelId::TopKMergeLogitsBf16),
             _ => return None,
         };
+        one_read_words(rows, vocab)?;
         let parts = top_k_parts(vocab);
         let mut params = self.params;
         params[3] |= parts << PARTS_SHIFT;

@@ -73,8 +73,7 @@ pub fn clean_probs(x: &[f64]) -> Vec<f64> {
     x.iter().map(|&p| if p > 0.0 && p < f64::INFINITY { p } else { 0.0 }).collect()
 }
 
-/// The largest top-k the device backends' one-read path takes (`filter_top_k.rs` in xtask).
-pub const ONE_READ_TOP_K: usize = crate::generated::TOP_K_CAP as usize;
+pub use crate::types::ONE_READ_TOP_K;
 
 /// Whether the device backends sample this row (from logits) on the one-read top-k path: a
 /// sampled (not greedy) row of the Philox race whose top-k is below the vocabulary and at most
