@@ -1571,7 +1571,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 kept = in_set;
                             }
                             if (kept) {
-                                // built by kernels::filters::filter_row
+                                // built by kernels::filters::filter_body
                                 km = (km + mv);
                             }
                         }
@@ -1603,7 +1603,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 kept = in_set;
                             }
                             if (kept) {
-                                // built by kernels::filters::filter_row
+                                // built by kernels::filters::filter_body
                                 km = (km + mv);
                             }
                         }
@@ -1635,7 +1635,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 kept = in_set;
                             }
                             if (kept) {
-                                // built by kernels::filters::filter_row
+                                // built by kernels::filters::filter_body
                                 km = (km + mv);
                             }
                         }
@@ -1667,7 +1667,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 kept = in_set;
                             }
                             if (kept) {
-                                // built by kernels::filters::filter_row
+                                // built by kernels::filters::filter_body
                                 km = (km + mv);
                             }
                         }

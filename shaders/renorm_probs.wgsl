@@ -1275,7 +1275,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 kept = in_set;
                             }
                             if (kept) {
-                                // built by kernels::filters::filter_row
+                                // built by kernels::filters::filter_body
                                 km = (km + mv);
                             }
                         }
@@ -1307,7 +1307,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 kept = in_set;
                             }
                             if (kept) {
-                                // built by kernels::filters::filter_row
+                                // built by kernels::filters::filter_body
                                 km = (km + mv);
                             }
                         }
@@ -1339,7 +1339,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 kept = in_set;
                             }
                             if (kept) {
-                                // built by kernels::filters::filter_row
+                                // built by kernels::filters::filter_body
                                 km = (km + mv);
                             }
                         }
@@ -1371,7 +1371,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 kept = in_set;
                             }
                             if (kept) {
-                                // built by kernels::filters::filter_row
+                                // built by kernels::filters::filter_body
                                 km = (km + mv);
                             }
                         }

@@ -54,6 +54,12 @@ pub const PART_WORDS: usize = 8;
 pub const STAGE_SHIFT: u32 = 8;
 pub const SLOT_WORDS: usize = 110;
 
+/// The one-read top-k path: rows with top-k up to `TOP_K_CAP` split into parts of at most
+/// `TOP_K_PART_COLS` columns, each writing `TOP_K_SLOT_WORDS` u32 of `partials`.
+pub const TOP_K_CAP: u32 = 256;
+pub const TOP_K_PART_COLS: usize = 4096;
+pub const TOP_K_SLOT_WORDS: usize = 518;
+
 /// The most buffers any kernel binds: launches list their bindings in arrays this long.
 pub const MAX_BUFFERS: usize = 8;
 /// The most launches (stages) any kernel takes per call.
@@ -138,6 +144,18 @@ pub enum KernelId {
     FilterSplitLogitsBf16,
     /// `filter_split_probs`: top-k, top-p and min-p sampling with each row split over workgroups: one launch per stage
     FilterSplitProbs,
+    /// `top_k_parts_logits_f32`: top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum
+    TopKPartsLogitsF32,
+    /// `top_k_parts_logits_f16`: top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum
+    TopKPartsLogitsF16,
+    /// `top_k_parts_logits_bf16`: top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum
+    TopKPartsLogitsBf16,
+    /// `top_k_merge_logits_f32`: top-k from logits after top_k_parts: the set and the race from the parts' candidates, else the filter kernel's
+    TopKMergeLogitsF32,
+    /// `top_k_merge_logits_f16`: top-k from logits after top_k_parts: the set and the race from the parts' candidates, else the filter kernel's
+    TopKMergeLogitsF16,
+    /// `top_k_merge_logits_bf16`: top-k from logits after top_k_parts: the set and the race from the parts' candidates, else the filter kernel's
+    TopKMergeLogitsBf16,
     /// `read_rows_f32`: each row's sum, reading every element once: the read bandwidth the benchmarks compare with
     ReadRowsF32,
     /// `read_rows_f16`: each row's sum, reading every element once: the read bandwidth the benchmarks compare with
@@ -624,6 +642,72 @@ pub const KERNELS: &[KernelSource] = &[
         bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed, Binding::Partials],
         passes: 19,
         stages: 19,
+        needs_f64: true,
+        needs_int64: true,
+    },
+    KernelSource {
+        id: KernelId::TopKPartsLogitsF32,
+        name: "top_k_parts_logits_f32",
+        wgsl: include_str!("../shaders/top_k_parts_logits_f32.wgsl"),
+        cuda: include_str!("../kernels/top_k_parts_logits_f32.cu"),
+        bindings: &[Binding::X, Binding::Rows, Binding::Listed, Binding::Partials],
+        passes: 1,
+        stages: 1,
+        needs_f64: false,
+        needs_int64: true,
+    },
+    KernelSource {
+        id: KernelId::TopKPartsLogitsF16,
+        name: "top_k_parts_logits_f16",
+        wgsl: include_str!("../shaders/top_k_parts_logits_f16.wgsl"),
+        cuda: include_str!("../kernels/top_k_parts_logits_f16.cu"),
+        bindings: &[Binding::X, Binding::Rows, Binding::Listed, Binding::Partials],
+        passes: 1,
+        stages: 1,
+        needs_f64: false,
+        needs_int64: true,
+    },
+    KernelSource {
+        id: KernelId::TopKPartsLogitsBf16,
+        name: "top_k_parts_logits_bf16",
+        wgsl: include_str!("../shaders/top_k_parts_logits_bf16.wgsl"),
+        cuda: include_str!("../kernels/top_k_parts_logits_bf16.cu"),
+        bindings: &[Binding::X, Binding::Rows, Binding::Listed, Binding::Partials],
+        passes: 1,
+        stages: 1,
+        needs_f64: false,
+        needs_int64: true,
+    },
+    KernelSource {
+        id: KernelId::TopKMergeLogitsF32,
+        name: "top_k_merge_logits_f32",
+        wgsl: include_str!("../shaders/top_k_merge_logits_f32.wgsl"),
+        cuda: include_str!("../kernels/top_k_merge_logits_f32.cu"),
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed, Binding::Partials],
+        passes: 19,
+        stages: 1,
+        needs_f64: true,
+        needs_int64: true,
+    },
+    KernelSource {
+        id: KernelId::TopKMergeLogitsF16,
+        name: "top_k_merge_logits_f16",
+        wgsl: include_str!("../shaders/top_k_merge_logits_f16.wgsl"),
+        cuda: include_str!("../kernels/top_k_merge_logits_f16.cu"),
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed, Binding::Partials],
+        passes: 19,
+        stages: 1,
+        needs_f64: true,
+        needs_int64: true,
+    },
+    KernelSource {
+        id: KernelId::TopKMergeLogitsBf16,
+        name: "top_k_merge_logits_bf16",
+        wgsl: include_str!("../shaders/top_k_merge_logits_bf16.wgsl"),
+        cuda: include_str!("../kernels/top_k_merge_logits_bf16.cu"),
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed, Binding::Partials],
+        passes: 19,
+        stages: 1,
         needs_f64: true,
         needs_int64: true,
     },

@@ -67,9 +67,11 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
         };
         pick(&mut self.filtered, &mut self.filtered_rows, RowParams::has_filters)?;
         pick(&mut self.seeded, &mut self.seeded_rows, |r| r.mode() == RowMode::Seeded)?;
+        let one_read = self.filtered.iter().all(|&r| rows[r as usize].takes_one_read(shape.vocab));
         let listed = RowLists {
             seeded: (&self.seeded_rows, self.seeded.len()),
             filtered: (&self.filtered_rows, self.filtered.len()),
+            one_read,
         };
         sample_rows(&*self.backend, shape, logits, &self.rows, out, Some(listed))
     }

@@ -188,6 +188,14 @@ impl RowParams {
     pub fn has_filters(&self) -> bool {
         self.filters().is_active()
     }
+    /// Whether the one-read top-k path takes this row of `vocab` columns, by its parameters (as
+    /// its kernels decide: a top-k below the vocabulary and at most
+    /// [`TOP_K_CAP`](crate::generated::TOP_K_CAP), not seeded); the data may still send it to the
+    /// filter kernels' body (ties at the boundary).
+    pub fn takes_one_read(&self, vocab: usize) -> bool {
+        let by_k = self.filters().top_k.is_some_and(|k| k < vocab && k <= crate::generated::TOP_K_CAP as usize);
+        by_k && self.mode() != RowMode::Seeded
+    }
 }
 
 /// The top-k value of a row without top-k.
@@ -288,3 +296,7 @@ impl Filters {
         self.top_k.is_some() || self.top_p < 1.0 || self.min_p > 0.0
     }
 }
+
+/// The largest top-k the device backends' one-read path takes (`filter_top_k.rs` in xtask;
+/// see `reference::filters::one_read`).
+pub const ONE_READ_TOP_K: usize = crate::generated::TOP_K_CAP as usize;

@@ -12,7 +12,7 @@
 mod common;
 
 use common::{chi_square, total_variation, Rng};
-use sampling_kernels::reference::filters::{kept, kept_from_logits, passes, split_passes};
+use sampling_kernels::reference::filters::{kept, kept_from_logits, one_read, passes, split_passes, ONE_READ_TOP_K};
 use sampling_kernels::reference::softmax;
 use sampling_kernels::{Backend, Input, Logits, Output, RowParams, Shape};
 use sampling_kernels::{FilterOrder as Order, Filters};
@@ -86,6 +86,11 @@ const NEAR: f64 = 1e-5;
 /// Whether the reference's set for `p` is decided with margin: no top-p or min-p threshold lies
 /// within [`NEAR`] of a token's mass ahead or probability.
 fn decided(p: &[f64], f: &Filters) -> bool {
+    decided_within(p, f, NEAR)
+}
+
+/// [`decided`] with the margin `near`.
+fn decided_within(p: &[f64], f: &Filters, near: f64) -> bool {
     let mut order: Vec<usize> = (0..p.len()).filter(|&j| p[j] > 0.0).collect();
     order.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
     let Some(&first) = order.first() else { return true };
@@ -98,9 +103,9 @@ fn decided(p: &[f64], f: &Filters) -> bool {
     };
     let mut ahead = 0.0;
     for &j in &order {
-        let near_p = f.top_p < 1.0 && (ahead - f.top_p * reference).abs() <= NEAR * reference;
+        let near_p = f.top_p < 1.0 && (ahead - f.top_p * reference).abs() <= near * reference;
         // The largest probability passes any min-p exactly (its weight is exp(0) = 1).
-        let near_min = f.min_p > 0.0 && p[j] < p[first] && (p[j] - f.min_p * p[first]).abs() <= NEAR * p[first];
+        let near_min = f.min_p > 0.0 && p[j] < p[first] && (p[j] - f.min_p * p[first]).abs() <= near * p[first];
         if near_p || near_min {
             return false;
         }
@@ -380,6 +385,14 @@ pub fn peaked_rows_take_fewer_passes<B: Backend>(b: &B) {
         .unwrap();
         let count = b.download(&count).unwrap();
         let (whole, split) = (passes(&row.filters(), vocab), split_passes(&row.filters(), vocab));
+        if one_read(&row, vocab) {
+            // The one-read path: both rows tie at the boundary (the peaked one repeats every 977
+            // columns), so both fall back after their one read, the peaked one with fewer passes
+            // (`one_read_rows_read_once` has the rows read once).
+            let ok = count[0] == 1 + whole && count[1] < 1 + whole;
+            assert!(ok, "one-read path, {:?}: {count:?} passes, not {} and fewer", row.filters(), 1 + whole);
+            continue;
+        }
         let fewer = if whole > 2 { count[1] < whole } else { count[1] == whole };
         assert!(
             (count[0] == whole && fewer) || count == [split, split],
@@ -431,10 +444,11 @@ pub fn no_filter_is_the_plain_race<B: Backend>(b: &B) {
     assert_eq!(run(&top1, true).0, run(&greedy, false).0, "top-k 1");
 }
 
-/// Rows split over workgroups (the staged kernel, a launch per stage) sample exactly as whole
-/// rows do on the same device: the same token, status and log-probability on every row; the
-/// split rows read the parameters' passes plus one with top-k or top-p, the whole rows at most
-/// the parameters' passes. Small batches of long rows (2 to 16 parts on lavapipe), the
+/// A backend that splits filtered rows over workgroups samples exactly as one that does not:
+/// the same token, status, log-probability and passes on every row. From logits both now take
+/// the one-read path's two launches (the staged kernel runs only from probabilities), so this
+/// checks that the split setting changes nothing; the passes are at most the parameters' (plus
+/// the one read for the one-read path's rows). Small batches of long rows (2 to 16 parts on lavapipe), the
 /// random rows and filters of the set checks (ties, -inf blocks, NaN, seeded rows, both orders).
 pub fn split_rows_match_whole_rows<B: Backend>(split: &B, whole: &B) {
     let mut rng = Rng::new(4242);
@@ -458,17 +472,101 @@ pub fn split_rows_match_whole_rows<B: Backend>(split: &B, whole: &B) {
             assert_eq!((s.0[r], s.2[r]), (w.0[r], w.2[r]), "token and status, {what}");
             assert_eq!(s.1[r].to_bits(), w.1[r].to_bits(), "log-probability {} vs {}, {what}", s.1[r], w.1[r]);
             let f = rows[r].filters();
-            assert_eq!(s.3[r], split_passes(&f, shape.vocab), "split passes, {what}");
-            assert!(
-                w.3[r] <= passes(&f, shape.vocab),
-                "{} passes, more than {}, {what}",
-                w.3[r],
-                passes(&f, shape.vocab)
-            );
+            // From logits both backends take the one-read path's launches (whose merge runs the
+            // one-workgroup filter kernel's body on the rows it does not decide): one read, or
+            // one more than the bound for its rows, at most the bound for the others.
+            assert_eq!(s.3[r], w.3[r], "passes, {what}");
+            let bound = passes(&f, shape.vocab) + u32::from(one_read(&rows[r], shape.vocab));
+            assert!(s.3[r] <= bound, "{} passes, more than {bound}, {what}", s.3[r]);
             rows_seen += 1;
         }
     }
     eprintln!("{}: {rows_seen} split rows equal to whole rows", split.describe());
+}
+
+/// The one-read top-k path (rows of top-k up to [`ONE_READ_TOP_K`], alone or with top-p and
+/// min-p, both orders): on rows of distinct logits (model-like, normal) the token is the CPU
+/// oracle's and lies in its set, and the row is read once wherever no top-p or min-p boundary
+/// lies within 2e-3 of a token's mass (the path's margin on the row mass is 2^-10); rows of
+/// tied logits (integers) fall back to the filter kernel after the one read (1 + its passes),
+/// seeded rows take the filter kernel alone. Three parts of 4096 columns and a ragged tail,
+/// from f32, f16 and bf16 logits.
+pub fn one_read_rows_read_once<B: Backend>(b: &B) {
+    let mut rng = Rng::new(1919);
+    let vocab = 3 * 4096 + 123;
+    let shape = Shape { batch: 48, vocab, stride: vocab + 5 };
+    let (mut once, mut fell_back, mut same, mut draws) = (0, 0, 0, 0);
+    for case in 0..2 {
+        let mut x = vec![0.0f32; shape.elements()];
+        let rows: Vec<RowParams> = (0..shape.batch)
+            .map(|r| {
+                let base = match r % 8 {
+                    7 => RowParams::seeded(0.8, rng.next_u64(), 3),
+                    _ => RowParams::new([0.6, 1.0, 1.3][r % 3], rng.next_u64(), 3),
+                };
+                let k = [1, 5, 20, 50, ONE_READ_TOP_K as u32, 20][r % 6];
+                let row = base.with_top_k(k).with_order([Order::Joint, Order::TopKFirst][(r / 6) % 2]);
+                let row = if r % 4 != 3 { row.with_top_p([0.95, 0.5, 0.8][r % 3]) } else { row };
+                if r % 5 == 4 {
+                    row.with_min_p(0.05)
+                } else {
+                    row
+                }
+            })
+            .collect();
+        for r in 0..shape.batch {
+            for j in 0..vocab {
+                // Case 0: distinct values; case 1: integers, tied.
+                x[r * shape.stride + j] = if case == 0 { rng.normal(3.0) as f32 } else { rng.below(12) as f32 };
+            }
+        }
+        let cpu = sampling_kernels::CpuBackend;
+        let mut want = vec![0u32; shape.batch];
+        cpu.sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut want)).unwrap();
+        let rb = b.upload(&rows).unwrap();
+        let f16 = b.upload(&x.iter().map(|&v| half::f16::from_f32(v)).collect::<Vec<_>>()).unwrap();
+        let bf16 = b.upload(&x.iter().map(|&v| half::bf16::from_f32(v)).collect::<Vec<_>>()).unwrap();
+        let xb = b.upload(&x).unwrap();
+        for (name, logits) in [("f32", Logits::F32(&xb)), ("f16", Logits::F16(&f16)), ("bf16", Logits::Bf16(&bf16))] {
+            let mut t = b.zeros::<u32>(shape.batch).unwrap();
+            let mut ps = b.zeros::<u32>(shape.batch).unwrap();
+            b.sample_filtered(shape, Input::Logits(logits), &rb, Output::new(&mut t).with_passes(&mut ps)).unwrap();
+            let (t, ps) = (b.download(&t).unwrap(), b.download(&ps).unwrap());
+            for r in 0..shape.batch {
+                let what = format!("{name} row {r} case {case}, {:?}", rows[r]);
+                let f = rows[r].filters();
+                let whole = passes(&f, vocab);
+                if !one_read(&rows[r], vocab) {
+                    assert!(ps[r] <= whole, "{} passes, {what}", ps[r]);
+                    continue;
+                }
+                assert!((1..=1 + whole).contains(&ps[r]), "{} passes, {what}", ps[r]);
+                once += usize::from(ps[r] == 1);
+                fell_back += usize::from(ps[r] > 1);
+                if name != "f32" {
+                    continue;
+                }
+                let (set, _) = oracle_set(&x, shape, r, &rows[r]);
+                assert!(set[t[r] as usize], "token {} outside the set, {what}", t[r]);
+                draws += 1;
+                same += usize::from(t[r] == want[r]);
+                let values: Vec<f64> = x[r * shape.stride..][..vocab].iter().map(|&v| v as f64).collect();
+                let p = softmax(&values, &rows[r]);
+                if case == 0 && decided_within(&p, &f, 2e-3) {
+                    assert_eq!(ps[r], 1, "a row of distinct values read more than once, {what}");
+                }
+                if case == 1 {
+                    assert!(ps[r] > 1, "tied rows fall back, {what}");
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{}: one-read rows: {once} read once, {fell_back} fell back; {same} of {draws} tokens equal the CPU's",
+        b.describe()
+    );
+    assert!(same * 100 >= draws * 99, "only {same} of {draws} tokens equal the CPU's");
+    assert!(once > 0 && fell_back > 0);
 }
 
 #[cfg(feature = "wgpu")]
@@ -490,6 +588,7 @@ device_suites!(
     draws_follow_the_set,
     joint_and_top_k_first_differ,
     peaked_rows_take_fewer_passes,
-    no_filter_is_the_plain_race
+    no_filter_is_the_plain_race,
+    one_read_rows_read_once
 );
 suite!(cpu, crate::common::cpu, joint_and_top_k_first_differ, no_filter_is_the_plain_race, draws_follow_the_set);

@@ -9,7 +9,7 @@ use arrayvec::ArrayVec;
 
 use crate::generated::{
     FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY, FLAG_STATUS, MAX_BUFFERS,
-    MAX_STAGES, PARTS_SHIFT, PART_WORDS, SLOT_WORDS, STAGE_SHIFT,
+    MAX_STAGES, PARTS_SHIFT, PART_WORDS, SLOT_WORDS, STAGE_SHIFT, TOP_K_PART_COLS, TOP_K_SLOT_WORDS,
 };
 
 /// A backend whose buffers have a raw handle that a launch can bind.
@@ -176,7 +176,29 @@ pub(crate) fn scratch_words<B: Backend + ?Sized>(
         Some((rows, parts)) if parts > 1 => rows * parts as usize,
         _ => 0,
     };
-    records.max(slots * SLOT_WORDS)
+    let one_read = match (job, filter_parts(job, target_groups, block, split_filters)) {
+        (Job::Filter { input: Input::Logits(_), shape, .. } | Job::Sample { shape, .. }, Some((rows, _))) => {
+            one_read_words(rows, shape.vocab).unwrap_or(0)
+        }
+        _ => 0,
+    };
+    records.max(slots * SLOT_WORDS).max(one_read)
+}
+
+/// Parts per row of the one-read top-k path: every part at most `TOP_K_PART_COLS` columns, so
+/// it fits the parts kernel's workgroup array (the kernels check it, and otherwise fall back).
+fn top_k_parts(vocab: usize) -> u32 {
+    vocab.div_ceil(TOP_K_PART_COLS).max(1) as u32
+}
+
+/// The most scratch the one-read path takes (64 MiB, within every adapter's 128 MiB binding).
+const ONE_READ_MAX_WORDS: usize = 1 << 24;
+
+/// The scratch words of the one-read path over `rows` rows of `vocab` columns (a record per
+/// part, sized for the largest top-k), or `None` where that exceeds [`ONE_READ_MAX_WORDS`]:
+/// then the batch (a shape, never the rows' parameters, decides) takes the filter kernels.
+fn one_read_words(rows: usize, vocab: usize) -> Option<usize> {
+    Some(rows * top_k_parts(vocab) as usize * TOP_K_SLOT_WORDS).filter(|&w| w <= ONE_READ_MAX_WORDS)
 }
 
 /// The u32 of the split rows' arrival counters (one per row of a split launch, indexed by the
@@ -207,6 +229,14 @@ fn split_rows<H: Copy>(mut first: Launch<H>, shape: Shape, split: &Split<H>) -> 
         first.work = Work::Rows(shape.batch as u32 * parts);
     }
     std::iter::once(first).collect()
+}
+
+/// The row length of a filter job (0 for any other).
+fn job_vocab<B: Backend + ?Sized>(job: &Job<'_, B>) -> usize {
+    match job {
+        Job::Filter { shape, .. } | Job::Sample { shape, .. } => shape.vocab,
+        _ => 0,
+    }
 }
 
 /// The kernel of `[f32, f16, bf16]` that reads `logits`.
@@ -282,9 +312,12 @@ impl<'a, H: Copy> Launch<H> {
                 let (filtered, parts) = filters.unwrap_or((shape.batch, 1));
                 let mut plan = split_rows(first, *shape, split);
                 plan.push(seeded.with_list(listed.map(|l| handle(l.seeded))));
+                let one_read = listed.is_none_or(|l| l.one_read);
                 plan.extend(filter.with_list(listed.map(|l| handle(l.filtered))).staged(
                     filtered,
                     parts,
+                    shape.vocab,
+                    one_read,
                     split.partials,
                 ));
                 plan
@@ -300,7 +333,7 @@ impl<'a, H: Copy> Launch<H> {
                 first.split_stages(shape.batch, parts)
             }
             _ => match filters {
-                Some((rows, parts)) => first.staged(rows, parts, split.partials),
+                Some((rows, parts)) => first.staged(rows, parts, job_vocab(job), true, split.partials),
                 None => std::iter::once(first).collect(),
             },
         };
@@ -321,10 +354,14 @@ impl<'a, H: Copy> Launch<H> {
         self
     }
 
-    /// A filter sampling launch over `rows` rows: as it is with one part each, else split in
-    /// `parts` (the staged kernel's launches, one per stage with the stage in its flags, over
-    /// `rows x parts` workgroups, the scratch bound last).
-    fn staged(self, rows: usize, parts: u32, partials: H) -> Plan<H> {
+    /// A filter sampling launch over `rows` rows: with `one_read`, the one-read top-k path where
+    /// it takes the kernel; else as it is with one part each, else split in `parts` (the staged
+    /// kernel's launches, one per stage with the stage in its flags, over `rows x parts`
+    /// workgroups, the scratch bound last).
+    fn staged(self, rows: usize, parts: u32, vocab: usize, one_read: bool, partials: H) -> Plan<H> {
+        if let Some(plan) = one_read.then(|| self.clone().one_read(rows, vocab, partials)).flatten() {
+            return plan;
+        }
         if parts <= 1 {
             return std::iter::once(self).collect();
         }
@@ -344,6 +381,35 @@ impl<'a, H: Copy> Launch<H> {
         staged.stray = self.stray.or(staged.stray);
         staged.bind(Binding::Partials, Some(partials));
         staged.split_stages(rows, parts)
+    }
+
+    /// A filter sampling launch from logits as the one-read top-k path (`filter_top_k.rs`): the
+    /// parts launch over `rows x parts` workgroups, then the merge, one workgroup per row, which
+    /// takes the filter kernel's place (it binds what that kernel does, then the scratch, and
+    /// runs its body on the rows the candidates do not decide). `None` for any other launch.
+    fn one_read(self, rows: usize, vocab: usize, partials: H) -> Option<Plan<H>> {
+        let (parts_id, merge_id) = match self.kernel.id {
+            KernelId::FilterLogitsF32 => (KernelId::TopKPartsLogitsF32, KernelId::TopKMergeLogitsF32),
+            KernelId::FilterLogitsF16 => (KernelId::TopKPartsLogitsF16, KernelId::TopKMergeLogitsF16),
+            KernelId::FilterLogitsBf16 => (KernelId::TopKPartsLogitsBf16, KernelId::TopKMergeLogitsBf16),
+            _ => return None,
+        };
+        one_read_words(rows, vocab)?;
+        let parts = top_k_parts(vocab);
+        let mut params = self.params;
+        params[3] |= parts << PARTS_SHIFT;
+        let mut merge = Launch::new(merge_id, params, Work::Rows(rows as u32));
+        for (name, buffer) in self.kernel.bindings.iter().zip(&self.buffers) {
+            merge.bind(*name, *buffer);
+        }
+        merge.stray = self.stray.or(merge.stray);
+        merge.bind(Binding::Partials, Some(partials));
+        let mut first = Launch::new(parts_id, params, Work::Rows(rows as u32 * parts));
+        for name in [Binding::X, Binding::Rows, Binding::Listed] {
+            first.bind(name, merge.bound(name));
+        }
+        first.bind(Binding::Partials, Some(partials));
+        Some([first, merge].into_iter().collect())
     }
 
     /// A staged kernel's launches over `rows` rows in `parts` each (one launch when `parts` is
@@ -542,7 +608,7 @@ mod tests {
             };
         }
         for logits in [Logits::F32(&x32), Logits::F16(&x16), Logits::Bf16(&xb)] {
-            let listed = RowLists { seeded: (&list, 1), filtered: (&list, 1) };
+            let listed = RowLists { seeded: (&list, 1), filtered: (&list, 1), one_read: true };
             b.softmax(shape, logits, &rows, &mut dense).unwrap();
             b.greedy(shape, logits, out!()).unwrap();
             b.race_from_logits(shape, logits, &rows, out!()).unwrap();
@@ -595,5 +661,36 @@ mod tests {
         // Every row that splits has a counter.
         let most_rows = (1..=396).filter(|&rows| parts(rows, shape.vocab, 396, 512) > 1).max().unwrap();
         assert!(most_rows <= counter_words(396), "{most_rows} split rows, {} counters", counter_words(396));
+    }
+
+    /// `Sampler::step` with one filtered row at batch 4 x 151936: a top-k row takes the one-read
+    /// path's parts and merge, a top-p row alone the split filter kernel's stages (faster than
+    /// the merge's one workgroup a row), as `RowLists::one_read` says.
+    #[test]
+    fn listed_rows_choose_the_filter_plan() {
+        let shape = Shape::dense(4, 151_936);
+        let x = vec![0.0f32; shape.elements()];
+        let (mut t, list) = (vec![0u32; 4], vec![0u32; 4]);
+        let split = Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true };
+        for (row, one_read, filter) in [
+            (RowParams::new(0.8, 1, 0).with_top_k(20).with_top_p(0.95), true, KernelId::TopKMergeLogitsF32),
+            (RowParams::new(0.8, 1, 0).with_top_p(0.9), false, KernelId::FilterSplitLogitsF32),
+        ] {
+            assert_eq!(row.takes_one_read(shape.vocab), one_read);
+            let rows = vec![RowParams::new(0.8, 1, 0), row, RowParams::greedy(), RowParams::new(1.0, 2, 0)];
+            let listed = RowLists { seeded: (&list, 0), filtered: (&list, 1), one_read };
+            let job: Job<'_, Planner> = Job::Sample {
+                shape,
+                logits: Logits::F32(&x),
+                rows: &rows,
+                out: Output::new(&mut t),
+                listed: Some(listed),
+            };
+            let plan = Launch::plan(&job, &split).unwrap();
+            let last = plan.last().unwrap().kernel.id;
+            assert_eq!(last, filter, "{:?}", plan.iter().map(|l| l.kernel.name).collect::<Vec<_>>());
+            let filter_launches = plan.len() - 2;
+            assert_eq!(filter_launches > 2, !one_read, "{filter_launches} filter launches");
+        }
     }
 }

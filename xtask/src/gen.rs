@@ -62,6 +62,12 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
             "/// Split rows: `flags >> PARTS_SHIFT` workgroups per row, each writing `PART_WORDS` u32 to\n/// `partials`; the row's last part (by its `counters` word) combines them in the same launch.\npub const PARTS_SHIFT: u32 = {PARTS_SHIFT};\npub const PART_WORDS: usize = {PART_WORDS};\n/// Staged kernels (the split filters): `(flags >> STAGE_SHIFT) & 0xff` is a launch's stage, and\n/// each (row, part) keeps `SLOT_WORDS` u32 of `partials` from one stage to the next.\npub const STAGE_SHIFT: u32 = {STAGE_SHIFT};\npub const SLOT_WORDS: usize = {SLOT_WORDS};\n\n"
         ));
     }
+    {
+        use kernels::filter_top_k::{CAP, PART_COLS, SLOT_WORDS};
+        manifest.push_str(&format!(
+            "/// The one-read top-k path: rows with top-k up to `TOP_K_CAP` split into parts of at most\n/// `TOP_K_PART_COLS` columns, each writing `TOP_K_SLOT_WORDS` u32 of `partials`.\npub const TOP_K_CAP: u32 = {CAP};\npub const TOP_K_PART_COLS: usize = {PART_COLS};\npub const TOP_K_SLOT_WORDS: usize = {SLOT_WORDS};\n\n"
+        ));
+    }
     let most = kernels.iter().map(|k| k.buffers.len()).max().unwrap_or(0);
     let stages = kernels.iter().map(|k| k.stages).max().unwrap_or(1);
     manifest.push_str(&format!(

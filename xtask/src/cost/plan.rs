@@ -45,6 +45,15 @@ pub const FILTERS: [(&str, u32); 5] = [
     ("filter_qwen3_k_first", 18),
 ];
 
+/// The settings the one-read top-k path takes (top-k at most `filter_top_k::CAP`, with or
+/// without top-p and min-p): a launch that reads each part once and a merge over the
+/// candidates. The others (top-p alone, min-p alone) leave that launch at once and take the
+/// filter kernel's passes in the merge launch, one workgroup per row.
+pub const ONE_READ: [&str; 3] = ["filter_top_k_50", "filter_qwen3_joint", "filter_qwen3_k_first"];
+
+/// Columns of a part of the one-read path (`filter_top_k::PART_COLS`).
+const TOP_K_PART_COLS: u32 = crate::kernels::filter_top_k::PART_COLS;
+
 impl Call {
     pub fn all() -> Vec<Call> {
         let mut v = vec![
@@ -192,6 +201,23 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
             })
             .collect()
     };
+    // The one-read path (`launch.rs`, `Launch::one_read`): the parts, then the merge, which
+    // runs the filter kernel's body (`passes` over the row) on the rows the parts do not take.
+    let one_read = |name: &str, passes: u32, idle_rows: bool| -> Vec<Launch> {
+        let p = vocab.div_ceil(TOP_K_PART_COLS);
+        let taken = !idle_rows && ONE_READ.contains(&name);
+        let parts = Launch {
+            kernel: format!("top_k_parts_logits_{dtype}"),
+            groups: batch * p,
+            columns: if taken { vocab.div_ceil(p) } else { 0 },
+            passes: u32::from(taken),
+            read: if taken { row * batch as f64 } else { 0.0 },
+            written: 0.0,
+        };
+        let merge = format!("top_k_merge_logits_{dtype}");
+        let merge = if taken || idle_rows { idle(merge, batch) } else { whole(merge, passes, 0.0) };
+        vec![parts, merge]
+    };
     match call {
         Call::ReadRows => vec![whole(format!("read_rows_{dtype}"), 1, 0.0)],
         Call::Greedy => split(format!("greedy_{dtype}"), "combine_logits", row),
@@ -225,10 +251,11 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
                 // `Backend::sample` without row lists: the seeded and filter launches span the
                 // batch and each plain row leaves them at once.
                 v.push(idle(format!("seeded_logits_{dtype}"), batch));
-                v.extend(filter(0, true, &format!("logits_{dtype}")));
+                v.extend(one_read("", 0, true));
             }
             v
         }
+        Call::Filter(name, passes) if era == Era::Current => one_read(name, passes, false),
         Call::Filter(_, passes) => filter(passes, false, &format!("logits_{dtype}")),
         Call::FilterProbs => filter(TOP_P_PASSES, false, "probs"),
         // Neither is split over blocks (the host stages only the sampling filter kernels).

@@ -29,6 +29,10 @@
 //!   measured against, then the joint select);
 //! - the renormalizing kernel reads once more, for the kept mass before it writes.
 //!
+//! Sampling from logits goes through `filter_top_k.rs` (the one-read path for top-k up to its
+//! cap), whose merge kernel runs this kernel's body ([`filter_body`]) on every row it does not
+//! decide from its candidates; these kernels stay for probabilities, masks and renormalizing.
+//!
 //! These kernels give each row one workgroup. `filter_split.rs` samples rows split over several
 //! (a launch per pass) from the same pieces: the digit counts, the select's step, the tie count,
 //! the race in the set and the results are functions here that both call.
@@ -56,14 +60,14 @@ pub(super) const DIGIT_PASSES: u32 = 32 / DIGIT_BITS;
 /// below 2^63 (the host refuses longer rows for these kernels).
 pub const MASS_BITS: u32 = 40;
 pub const MAX_VOCAB: u32 = 1 << (63 - MASS_BITS);
-const NONE: u32 = u32::MAX;
+pub(super) const NONE: u32 = u32::MAX;
 /// The workgroup array the one-workgroup kernels list a select's last candidates in (16 KiB of
 /// column indices): once a prefix's bucket holds at most this many tokens, the select's later
 /// passes read the list, not the row. A bucket after three digit passes is an eighth of an
 /// octave of `z - max`: about 3000 tokens of the benchmarks' 151936-token rows of evenly spread
 /// logits, so the list takes them after three reads of the row.
-const LIST_CAP: u32 = 4096;
-const LIST: &str = "listed_cols";
+pub(super) const LIST_CAP: u32 = 4096;
+pub(super) const LIST: &str = "listed_cols";
 /// A listed select whose bucket holds at most this many tokens ends at once: each of them is
 /// ranked against all the others in workgroup memory (see [`select_in_bucket`]).
 const BUCKET_CAP: u32 = 64;
@@ -90,13 +94,13 @@ pub enum Output {
     Renorm,
 }
 
-const FIXED: &str = "sk_fixed";
-const FIXED_F32: &str = "sk_fixed_f32";
-const FRACTION: &str = "sk_fraction";
+pub(super) const FIXED: &str = "sk_fixed";
+pub(super) const FIXED_F32: &str = "sk_fixed_f32";
+pub(super) const FRACTION: &str = "sk_fraction";
 
 /// `w` in [0, 1] as a u64 multiple of 2^-40, truncated: exact for `w >= 2^-16`, and within 2^-40
 /// below. `w * 2^8` splits exactly into integer and fraction parts in f32.
-fn fixed() -> Function {
+pub(super) fn fixed() -> Function {
     function(FIXED, &[("w", Ty::F32)], Ty::U64, |b| {
         let s = b.let_("s", Ty::F32, var("w") * f((1u32 << (MASS_BITS - 32)) as f32));
         let hi = b.let_("hi", Ty::F32, floor(s.clone()));
@@ -196,13 +200,25 @@ fn element(b: &mut Block, input: Input, col: Expr) {
             b.let_("ov", Ty::F32, x);
         }
     }
-    // Order-preserving: flip every bit of negatives, the sign bit of the rest.
-    let bits = var("ov").bitcast(Ty::U32);
-    let neg = (bits.clone() & u(0x8000_0000)).ne_(u(0));
-    b.let_("key", Ty::U32, select(neg, bits.clone() ^ u(u32::MAX), bits | u(0x8000_0000)));
+    b.let_("key", Ty::U32, order_key(var("ov")));
     b.let_("wv", Ty::F32, f(0.0));
     b.let_("ok", Ty::Bool, boolean(false));
     b.let_("mv", Ty::U64, Expr::Lit(Lit::U64(0)));
+}
+
+/// The u32 key of an f32 value, in the same order (larger first): flip every bit of negatives,
+/// the sign bit of the rest. -inf gets `0x007f_ffff`; no value gets 0, which the one-read path
+/// uses for "no token".
+pub(super) fn order_key(v: Expr) -> Expr {
+    let bits = v.bitcast(Ty::U32);
+    let neg = (bits.clone() & u(0x8000_0000)).ne_(u(0));
+    select(neg, bits.clone() ^ u(u32::MAX), bits | u(0x8000_0000))
+}
+
+/// The f32 value of an [`order_key`].
+pub(super) fn key_value(k: Expr) -> Expr {
+    let pos = (k.clone() & u(0x8000_0000)).ne_(u(0));
+    select(pos, k.clone() ^ u(0x8000_0000), k ^ u(u32::MAX)).bitcast(Ty::F32)
 }
 
 /// Sets, after [`element`], `wv` (the token's weight relative to the row's largest, in [0, 1]),
@@ -624,8 +640,15 @@ fn sweep_set(
 /// One row of a filter kernel.
 fn filter_row(b: &mut Block, input: Input, output: Output) {
     let takes = takes_row(b);
-    b.if_(takes, |b| {
-        b.let_("sweeps", Ty::U32, u(0));
+    b.if_(takes, |b| filter_body(b, input, output, u(0)));
+}
+
+/// A row the kernel takes (after [`takes_row`]), its reads counted from `sweeps0`: the maximum,
+/// the select, then the output. The one-read path (`filter_top_k.rs`) runs it for the rows it
+/// cannot decide from its candidates, which it has read once already.
+pub(super) fn filter_body(b: &mut Block, input: Input, output: Output, sweeps0: Expr) {
+    {
+        b.let_("sweeps", Ty::U32, sweeps0);
         let m = part_max(b, input);
         b.let_("mx", Ty::F32, m);
         find_set(b, input);
@@ -655,7 +678,7 @@ fn filter_row(b: &mut Block, input: Input, output: Output) {
                 );
             }
         }
-    });
+    }
 }
 
 /// The race of the plain path restricted to `S`, with the same noise, then the row's results.
@@ -783,7 +806,7 @@ pub(super) fn listed_row(slot: Expr) -> Expr {
 
 /// What a filter kernel binds: the input and the row records, then its outputs (a sampling
 /// kernel's, with the pass counts and the row list; or the filtered values).
-fn filter_buffers(input: Input, output: Output) -> Vec<BufferDecl> {
+pub(super) fn filter_buffers(input: Input, output: Output) -> Vec<BufferDecl> {
     let storage = match input {
         Input::Logits(d) => d.storage(),
         Input::Probs => Storage::F32,
@@ -832,11 +855,18 @@ fn filter_kernel(input: Input, output: Output) -> Kernel {
     };
     let functions = functions(output == Output::Sample);
     let mut k = kernel(name, doc, max_passes(output), buffers, functions, b);
-    k.shared.push(SharedDecl { name: LIST.into(), ty: Ty::U32, len: LIST_CAP });
-    k.shared.push(SharedDecl { name: BUCKET_COLS.into(), ty: Ty::U32, len: BUCKET_CAP });
-    k.shared.push(SharedDecl { name: BUCKET_KEYS.into(), ty: Ty::U32, len: BUCKET_CAP });
-    k.shared.push(SharedDecl { name: BUCKET_MASSES.into(), ty: Ty::U64, len: BUCKET_CAP });
+    k.shared.extend(filter_shared());
     k
+}
+
+/// The workgroup arrays [`filter_body`] uses: the select's list and its last bucket.
+pub(super) fn filter_shared() -> Vec<SharedDecl> {
+    vec![
+        SharedDecl { name: LIST.into(), ty: Ty::U32, len: LIST_CAP },
+        SharedDecl { name: BUCKET_COLS.into(), ty: Ty::U32, len: BUCKET_CAP },
+        SharedDecl { name: BUCKET_KEYS.into(), ty: Ty::U32, len: BUCKET_CAP },
+        SharedDecl { name: BUCKET_MASSES.into(), ty: Ty::U64, len: BUCKET_CAP },
+    ]
 }
 
 /// The helpers the filter kernels call (with `sample`, the seeded race's hash and float64 log).

@@ -2,6 +2,7 @@
 
 pub mod combine;
 pub mod filter_split;
+pub mod filter_top_k;
 pub mod filters;
 pub mod math;
 pub mod murmur;
@@ -20,6 +21,7 @@ pub fn all() -> Vec<Kernel> {
     all.extend(sampler::all());
     all.extend(filters::all());
     all.extend(filter_split::all());
+    all.extend(filter_top_k::all());
     all.extend(read::all());
     all
 }

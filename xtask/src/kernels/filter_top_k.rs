@@ -1,0 +1,424 @@
+//! The filtered path with one read of the row, for rows with top-k of at most [`CAP`] (alone or
+//! with top-p and min-p, either order): Qwen3's top-k 20 + top-p 0.95, the common case.
+//!
+//! Two launches. `top_k_parts_*` splits each row into parts of at most [`PART_COLS`] columns,
+//! one workgroup each; a part reads its columns once into workgroup memory as order keys of
+//! `z = l / T` and, on chip, selects its `k + 1` largest by (value descending, index ascending)
+//! (a radix select of 4-bit digits over the keys in workgroup memory, [`select_top`]), and
+//! writes them in index order with its maximum `m` and `sum exp(z - m)` ([`read_part`]).
+//! `top_k_merge_*` (one workgroup per row) selects the row's `k + 1` largest from the parts'
+//! lists with the same select, ranks them by the filter kernels' order (`z - max` rounded to
+//! f32, then index), weighs them with the filter kernels' fixed-point masses and decides the set
+//! and the race as `filters.rs` does, on `k + 1` tokens ([`merge_row`]).
+//!
+//! The candidates decide the row exactly unless one of these holds, and then the merge kernel
+//! runs the one-workgroup filter kernel's body on the row in the same launch (per-row routing,
+//! no host sync), so a row's token is always the one the filter kernels give:
+//! - the order on `z` and the filters' order on `z - max` differ only where two values of `z`
+//!   round to the same `z - max` (or are equal): the set is exact when the last kept token's
+//!   `z - max` is above that of the `(k + 1)`-th largest `z` (every token at or above it is a
+//!   candidate), or the candidates hold every token with probability;
+//! - joint top-p is measured against the whole row's mass, which the parts give only
+//!   approximately (their sums at their own maxima): the set is taken when it is the same for
+//!   every mass within [`MASS_MARGIN`] of the estimate, which bounds the estimate's rounding
+//!   (fixed-point truncation, f32 sums and exponentials: below 2^-14 relative) with room;
+//! - the row's maximum is not finite, the row is seeded (SGLang's float64 race), or a part would
+//!   exceed [`PART_COLS`].
+//!
+//! Top-k first needs only the top-k mass, which the candidates give exactly. The log-probability
+//! divides by the estimated row mass, so it may differ from the filter kernels' in the last bits.
+//! Reads of the row: 1 on this path (the pass count says so); a row that falls back reads once
+//! more than the filter kernel's count.
+
+use super::filters::{
+    declare_best, filter_body, filter_buffers, filter_shared, functions, key_value, listed_row, max_passes, order_key,
+    takes_row, Input, Output, FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP, NONE,
+};
+use super::math;
+use super::philox;
+use super::sampling::{
+    buffer, for_each_row_at, for_each_row_part_at, kernel, partials_buffer, philox_block, quads_per_part,
+    row_is_seeded, scaled, softmax_weight, write_results, Dtype, FLAG_PASSES, PARTS_SHIFT,
+};
+use crate::ir::*;
+
+/// The largest top-k this path takes; larger ones take the filter kernels.
+pub const CAP: u32 = 256;
+/// The most columns of a part: the host splits a row into `ceil(vocab / PART_COLS)` parts.
+pub const PART_COLS: u32 = 4096;
+/// Words of a part's record in `partials`: its maximum (f32 bits), its sum of `exp(z - m)` (f32
+/// bits), how many candidates it lists, one unused; then `(key, column)` per candidate.
+pub const HEAD_WORDS: u32 = 4;
+pub const SLOT_WORDS: u32 = HEAD_WORDS + 2 * (CAP + 1);
+/// Relative margin on the estimated row mass within which joint top-p must give one set.
+const MASS_MARGIN: f32 = 1.0 / 1024.0;
+const SCRATCH: &str = "partials";
+const KEYS: &str = "part_keys";
+/// The merge's arrays of `CAP + 1` words each, in the filter kernel's list (`filters::LIST`),
+/// which the fallback overwrites only after the merge is done with them: the candidates' keys,
+/// columns, `z - max` (f32 bits) and masses (u64 in two words), then by rank the keys, columns
+/// and masses before (two words).
+const M_KEY: u32 = 0;
+const M_COL: u32 = 1;
+const M_OV: u32 = 2;
+const M_MASS: u32 = 3;
+const S_KEY: u32 = 5;
+const S_COL: u32 = 6;
+const S_BEFORE: u32 = 7;
+const ARRAYS: u32 = 9;
+const _: () = assert!(ARRAYS * (CAP + 1) <= LIST_CAP);
+
+/// Word `i` of the merge's array `a` (see [`M_KEY`]).
+fn at(a: u32, i: Expr) -> Expr {
+    u(a * (CAP + 1)) + i
+}
+
+fn get(a: u32, i: Expr) -> Expr {
+    load_shared(LIST, at(a, i))
+}
+
+fn put(b: &mut Block, a: u32, i: Expr, v: Expr) {
+    b.store_shared(LIST, at(a, i), v);
+}
+
+fn get64(a: u32, i: Expr) -> Expr {
+    let word = |k: u32| load_shared(LIST, at(a + k, i.clone())).cast(Ty::U64);
+    (word(1) << u(32)) | word(0)
+}
+
+fn put64(b: &mut Block, a: u32, i: Expr, v: Expr) {
+    put(b, a, i.clone(), (v.clone() & Expr::Lit(Lit::U64(0xffff_ffff))).cast(Ty::U32));
+    put(b, a + 1, i, (v >> u(32)).cast(Ty::U32));
+}
+
+/// Declares `one_read`: whether this path takes the row (after `takes_row`, with `parts`
+/// declared). Both kernels compute it alike, so they agree on every row.
+fn one_read_row(b: &mut Block) -> Expr {
+    let fits = (quads_per_part(var("parts")) * u(4)).le(u(PART_COLS));
+    let by_k = var("kk").lt(param("vocab")).and(var("kk").le(u(CAP)));
+    b.let_("one_read", Ty::Bool, var("filtered").and(row_is_seeded().not()).and(by_k).and(fits))
+}
+
+/// Word `k` of part `p`'s record of this row (slot `slot` of the row loop).
+fn record(p: Expr, k: Expr) -> Expr {
+    (var("slot") * var("parts") + p) * u(SLOT_WORDS) + k
+}
+
+/// The `want` largest of `n` items by (key descending, position ascending), `key_at(i)` giving
+/// item `i`'s key (0: no item): a radix select of 4-bit digits, each pass counting per digit
+/// the items matching the prefix so far. Declares `t_key` (the boundary key: the smallest
+/// taken), `t_above` (items above it) and `t_take` (how many of those at it are taken, the
+/// lowest positions). With fewer than `want` items, all are taken.
+fn select_top(b: &mut Block, n: Expr, want: Expr, key_at: &dyn Fn(&mut Block, Expr) -> Expr) {
+    for name in ["t_key", "t_mask", "t_above", "t_at"] {
+        b.let_(name, Ty::U32, u(0));
+    }
+    b.for_("t_pass", u(0), u(8), u(1), |b, ps| {
+        let shift = b.let_("t_shift", Ty::U32, u(28) - ps * u(4));
+        b.let_bins("t_cnt", Ty::U32, 16);
+        b.for_("ti", builtin(Builtin::LocalId), n.clone(), builtin(Builtin::BlockSize), |b, i| {
+            let key = key_at(b, i);
+            let k = b.let_("tk", Ty::U32, key);
+            let matches = k.clone().ne_(u(0)).and((k.clone() & var("t_mask")).eq_(var("t_key")));
+            b.if_(matches, |b| b.add_to_bin("t_cnt", (k >> shift.clone()) & u(15), u(1)));
+        });
+        let names: Vec<String> = (0..16).map(|d| format!("t_cs{d}")).collect();
+        b.sum_many(Ty::U32, (0..16).map(|d| bin_value("t_cnt", d)).collect(), &names);
+        // From the highest digit down: the digit holding the `want`-th item (or the lowest
+        // non-empty one when there are fewer).
+        let nb = b.let_("t_nb", Ty::U32, var("t_above"));
+        let chosen = b.let_("t_chosen", Ty::U32, u(NONE));
+        b.let_("t_cn", Ty::U32, var("t_above"));
+        for d in (0..16).rev() {
+            let cs = var(&names[d as usize]);
+            b.if_(cs.clone().gt(u(0)), |b| {
+                b.if_(nb.clone().lt(want.clone()), |b| {
+                    b.set("t_chosen", u(d));
+                    b.set("t_cn", nb.clone());
+                });
+                b.set("t_nb", nb.clone() + cs);
+            });
+        }
+        b.if_(chosen.clone().ne_(u(NONE)), |b| {
+            b.set("t_key", var("t_key") | (chosen.clone() << shift.clone()));
+            b.set("t_above", var("t_cn"));
+            let at = (0..16u32).fold(u(0), |e, d| select(chosen.clone().eq_(u(d)), var(&names[d as usize]), e));
+            b.set("t_at", at);
+        });
+        b.set("t_mask", var("t_mask") | (u(15) << shift));
+    });
+    b.let_("t_take", Ty::U32, var("t_at").min(want - var("t_above")));
+}
+
+/// After [`select_top`]: `emit(out, i, key)` for each taken item, `out` counting them in
+/// position order (each invocation walks one contiguous run; two scans place the runs).
+fn gather(
+    b: &mut Block,
+    n: Expr,
+    key_at: &dyn Fn(&mut Block, Expr) -> Expr,
+    emit: &dyn Fn(&mut Block, Expr, Expr, Expr),
+) {
+    let bs = builtin(Builtin::BlockSize);
+    let per = b.let_("g_per", Ty::U32, (n.clone() + bs.clone() - u(1)) / bs);
+    let lo = b.let_("g_lo", Ty::U32, (builtin(Builtin::LocalId) * per.clone()).min(n.clone()));
+    let hi = b.let_("g_hi", Ty::U32, (lo.clone() + per).min(n));
+    b.let_("g_ties", Ty::U32, u(0));
+    b.let_("g_above", Ty::U32, u(0));
+    b.for_("gi", lo.clone(), hi.clone(), u(1), |b, i| {
+        let key = key_at(b, i);
+        let k = b.let_("gk", Ty::U32, key);
+        b.if_(k.clone().ne_(u(0)), |b| {
+            b.if_(k.clone().eq_(var("t_key")), |b| b.set("g_ties", var("g_ties") + u(1)));
+            b.if_(k.gt(var("t_key")), |b| b.set("g_above", var("g_above") + u(1)));
+        });
+    });
+    let tie_start = b.scan(var("g_ties"), "g_tie_start");
+    let left = select(var("t_take").gt(tie_start.clone()), var("t_take") - tie_start.clone(), u(0));
+    let out = b.scan(var("g_above") + left.min(var("g_ties")), "g_out_start");
+    b.let_("g_rank", Ty::U32, tie_start);
+    b.let_("g_out", Ty::U32, out);
+    b.for_("gj", lo, hi, u(1), |b, i| {
+        let key = key_at(b, i.clone());
+        let k = b.let_("gk", Ty::U32, key);
+        b.if_(k.clone().ne_(u(0)), |b| {
+            let tie = k.clone().eq_(var("t_key"));
+            let take = b.let_(
+                "g_take",
+                Ty::Bool,
+                k.clone().gt(var("t_key")).or(tie.clone().and(var("g_rank").lt(var("t_take")))),
+            );
+            b.if_(tie, |b| b.set("g_rank", var("g_rank") + u(1)));
+            b.if_(take, |b| {
+                emit(b, var("g_out"), i, k);
+                b.set("g_out", var("g_out") + u(1));
+            });
+        });
+    });
+}
+
+/// One part (after [`one_read_row`]): one read of its columns into workgroup memory, its
+/// maximum and sum, its `k + 1` candidates, and its record.
+fn read_part(b: &mut Block) {
+    let n = b.let_("n_cols", Ty::U32, var("col_hi") - var("col_lo"));
+    let lid = builtin(Builtin::LocalId);
+    let bs = builtin(Builtin::BlockSize);
+    b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
+    b.for_("i", lid.clone(), n.clone(), bs.clone(), |b, i| {
+        let z = b.let_("z", Ty::F32, scaled(var("col_lo") + i.clone()));
+        b.store_shared(KEYS, i, select(z.clone().gt(f(f32::NEG_INFINITY)), order_key(z.clone()), u(0)));
+        b.set("m", var("m").max(z));
+    });
+    let m = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "part_m");
+    b.barrier();
+    b.let_("s", Ty::F32, f(0.0));
+    b.for_("i", lid, n.clone(), bs, |b, i| {
+        let k = b.let_("k", Ty::U32, load_shared(KEYS, i));
+        b.if_(k.clone().ne_(u(0)), |b| b.set("s", var("s") + softmax_weight(key_value(k), m.clone())));
+    });
+    let s = b.reduce(ReduceOp::Sum, Ty::F32, var("s"), "part_s");
+    let key_at = |_: &mut Block, i: Expr| load_shared(KEYS, i);
+    select_top(b, n.clone(), var("kk") + u(1), &key_at);
+    let own = |k: Expr| var("slot") * u(SLOT_WORDS) + k;
+    gather(b, n, &key_at, &|b, o, i, k| {
+        let at = own(u(HEAD_WORDS) + o * u(2));
+        b.store(SCRATCH, at.clone(), k);
+        b.store(SCRATCH, at + u(1), var("col_lo") + i);
+    });
+    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+        b.store(SCRATCH, own(u(0)), m.bitcast(Ty::U32));
+        b.store(SCRATCH, own(u(1)), s.bitcast(Ty::U32));
+        b.store(SCRATCH, own(u(2)), var("t_above") + var("t_take"));
+    });
+}
+
+/// The merge of one row (after [`one_read_row`]): sets `one_read_done` where the candidates
+/// decide it, and then writes its results.
+fn merge_row(b: &mut Block) {
+    let lid = builtin(Builtin::LocalId);
+    let bs = builtin(Builtin::BlockSize);
+    let part_m = |p: Expr| load(SCRATCH, record(p, u(0))).bitcast(Ty::F32);
+    b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
+    b.for_("p", lid.clone(), var("parts"), bs.clone(), |b, p| b.set("m", var("m").max(part_m(p))));
+    let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_m");
+    b.let_("s", Ty::F32, f(0.0));
+    b.for_("p", lid.clone(), var("parts"), bs.clone(), |b, p| {
+        let mp = b.let_("mp_p", Ty::F32, part_m(p.clone()));
+        let sp = load(SCRATCH, record(p, u(1))).bitcast(Ty::F32);
+        b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
+            b.set("s", var("s") + sp * call(math::EXP, vec![mp - mx.clone()]))
+        });
+    });
+    let mass = b.reduce(ReduceOp::Sum, Ty::F32, var("s"), "row_s");
+    let finite = mx.clone().gt(f(f32::NEG_INFINITY)).and(mx.clone().lt(f(f32::INFINITY)));
+    b.if_(finite, |b| {
+        let want = b.let_("want", Ty::U32, var("kk") + u(1));
+        let n = b.let_("n_items", Ty::U32, var("parts") * want.clone());
+        let w2 = want.clone();
+        let key_at = move |b: &mut Block, pos: Expr| {
+            let p = b.let_("ip", Ty::U32, pos.clone() / w2.clone());
+            let s = b.let_("is", Ty::U32, pos - p.clone() * w2.clone());
+            let listed = s.clone().lt(load(SCRATCH, record(p.clone(), u(2))));
+            let at = record(p, u(HEAD_WORDS) + s * u(2));
+            // The record is read only where it lists the item (the rest is stale).
+            b.let_("ik", Ty::U32, u(0));
+            b.if_(listed, |b| b.set("ik", load(SCRATCH, at)));
+            var("ik")
+        };
+        select_top(b, n.clone(), want.clone(), &key_at);
+        gather(b, n, &key_at, &|b, o, pos, k| {
+            let p = pos.clone() / want.clone();
+            let s = pos - p.clone() * want.clone();
+            put(b, M_KEY, o.clone(), k);
+            put(b, M_COL, o, load(SCRATCH, record(p, u(HEAD_WORDS + 1) + s * u(2))));
+        });
+        let n_sel = b.let_("n_sel", Ty::U32, var("t_above") + var("t_take"));
+        b.barrier();
+        // Each candidate's place in the filters' order and its fixed-point mass.
+        let ov = |z: Expr| z - mx.clone();
+        b.for_("i", lid.clone(), n_sel.clone(), bs.clone(), |b, i| {
+            let z = b.let_("zi", Ty::F32, key_value(get(M_KEY, i.clone())));
+            put(b, M_OV, i.clone(), ov(z.clone()).bitcast(Ty::U32));
+            put64(b, M_MASS, i, call(FIXED, vec![softmax_weight(z, mx.clone())]));
+        });
+        b.barrier();
+        b.let_("tk_mass", Ty::U64, Expr::Lit(Lit::U64(0)));
+        b.for_("i", lid.clone(), n_sel.clone(), bs.clone(), |b, i| {
+            let (oi, ci) = (
+                b.let_("oi", Ty::F32, get(M_OV, i.clone()).bitcast(Ty::F32)),
+                b.let_("ci", Ty::U32, get(M_COL, i.clone())),
+            );
+            b.let_("rank", Ty::U32, u(0));
+            b.let_("before", Ty::U64, Expr::Lit(Lit::U64(0)));
+            b.for_("j", u(0), n_sel.clone(), u(1), |b, j| {
+                let oj = b.let_("oj", Ty::F32, get(M_OV, j.clone()).bitcast(Ty::F32));
+                let ahead = oj.clone().gt(oi.clone()).or(oj.eq_(oi.clone()).and(get(M_COL, j.clone()).lt(ci.clone())));
+                b.if_(ahead, |b| {
+                    b.set("rank", var("rank") + u(1));
+                    b.set("before", var("before") + get64(M_MASS, j));
+                });
+            });
+            put(b, S_KEY, var("rank"), get(M_KEY, i.clone()));
+            put(b, S_COL, var("rank"), ci);
+            put64(b, S_BEFORE, var("rank"), var("before"));
+            b.if_(var("rank").lt(var("kk")), |b| b.set("tk_mass", var("tk_mass") + get64(M_MASS, i)));
+        });
+        let tk_mass = b.reduce(ReduceOp::Sum, Ty::U64, var("tk_mass"), "top_k_mass");
+        b.barrier();
+        // The set: a prefix of the ranks, under top-k, min-p and top-p (exact against the top-k
+        // mass; joint, the same for every row mass within the margin, or undecided).
+        let by_p = var("pp").lt(f(1.0));
+        let joint_p = b.let_("joint_p", Ty::Bool, by_p.clone().and(var("k_first").not()));
+        let all = Expr::Lit(Lit::U64(u64::MAX));
+        let lim = b.let_("lim_k", Ty::U64, select(by_p, call(FRACTION, vec![var("pp"), tk_mass]), all));
+        let target = var("pp") * mass.clone();
+        let lo = b.let_("lim_lo", Ty::F32, target.clone() * f(1.0 - MASS_MARGIN));
+        let hi = b.let_("lim_hi", Ty::F32, target * f(1.0 + MASS_MARGIN));
+        b.let_("n_lo", Ty::U32, u(0));
+        b.let_("n_unsure", Ty::U32, u(0));
+        b.for_("r", lid.clone(), n_sel.clone(), bs.clone(), |b, r| {
+            let w = b.let_("wr", Ty::F32, softmax_weight(key_value(get(S_KEY, r.clone())), mx.clone()));
+            let before = b.let_("br", Ty::U64, get64(S_BEFORE, r.clone()));
+            let base = b.let_("base_r", Ty::Bool, w.clone().gt(f(0.0)).and(r.lt(var("kk"))).and(w.ge(var("mp"))));
+            let bf = b.let_("bf", Ty::F32, call(FIXED_F32, vec![before.clone()]));
+            let exact = before.le(lim.clone());
+            let keep_lo = b.let_(
+                "keep_lo",
+                Ty::Bool,
+                base.clone().and(select(joint_p.clone(), bf.clone().le(lo.clone()), exact.clone())),
+            );
+            let keep_hi = base.and(select(joint_p.clone(), bf.le(hi.clone()), exact));
+            b.if_(keep_lo.clone(), |b| b.set("n_lo", var("n_lo") + u(1)));
+            b.if_(keep_lo.ne_(keep_hi), |b| b.set("n_unsure", var("n_unsure") + u(1)));
+        });
+        b.sum_many(Ty::U32, vec![var("n_lo"), var("n_unsure")], &["kept_n".to_string(), "unsure_n".to_string()]);
+        // Exact where the tokens at or above the last kept one's (and, top-k first, the k-th
+        // one's) value are all candidates, or the candidates hold every token with probability.
+        let zt = b.let_("zt", Ty::F32, key_value(var("t_key")));
+        let all_in = n_sel.clone().lt(want).or(softmax_weight(zt.clone(), mx.clone()).le(f(0.0)));
+        let complete = b.let_("all_in", Ty::Bool, all_in);
+        let above = |r: Expr| ov(key_value(get(S_KEY, r))).gt(ov(zt.clone()));
+        let kept_n = var("kept_n");
+        let cut_ok = kept_n.clone().gt(u(0)).and(complete.clone().or(above(kept_n.clone().max(u(1)) - u(1))));
+        let last_k = var("kk").min(n_sel.clone()).max(u(1)) - u(1);
+        let k_ok = var("k_first").not().or(complete).or(above(last_k));
+        let decided = b.let_("decided", Ty::Bool, cut_ok.and(k_ok).and(var("unsure_n").eq_(u(0))));
+        b.if_(decided, |b| {
+            // The plain path's race inside the set: the same noise per column.
+            declare_best(b);
+            b.for_("r", lid.clone(), kept_n.clone(), bs.clone(), |b, r| {
+                let col = b.let_("rc", Ty::U32, get(S_COL, r.clone()));
+                let z = b.let_("rz", Ty::F32, key_value(get(S_KEY, r)));
+                let w4 = b.let_("w4", Ty::U32x4, philox_block(col.clone() & u(!3)));
+                let lane = col.clone() & u(3);
+                let bits = (1..4u8)
+                    .fold(w4.clone().comp(0), |e, j| select(lane.clone().eq_(u(j as u32)), w4.clone().comp(j), e));
+                let score = b.let_("score", Ty::F32, z + call(philox::GUMBEL, vec![bits]));
+                let better =
+                    score.clone().gt(var("best")).or(score.clone().eq_(var("best")).and(col.clone().lt(var("best_i"))));
+                b.if_(better, |b| {
+                    b.set("best", score);
+                    b.set("best_i", col);
+                });
+            });
+            let (_, tok) = b.argmax(var("best"), var("best_i"), "ow_win", "ow_tok");
+            let valid = b.let_("ow_valid", Ty::Bool, tok.clone().lt(param("vocab")));
+            let safe = b.let_("ow_at", Ty::U32, select(valid.clone(), tok.clone(), u(0)));
+            write_results(b, tok, valid, |_| (scaled(safe) - mx.clone()) - call(math::LOG, vec![mass.clone()]));
+            let want_passes = (param("flags") & u(FLAG_PASSES)).ne_(u(0));
+            b.if_(want_passes.and(builtin(Builtin::LocalId).eq_(u(0))), |b| b.store("passes", var("row"), u(1)));
+            b.set("one_read_done", boolean(true));
+        });
+    });
+}
+
+fn parts_kernel(d: Dtype) -> Kernel {
+    let mut b = Block::new();
+    for_each_row_part_at(&mut b, listed_row, |b| {
+        let takes = takes_row(b);
+        let one = one_read_row(b);
+        b.if_(takes.and(one), read_part);
+    });
+    let buffers = vec![
+        buffer("x", d.storage(), false),
+        buffer("rows", Storage::U32, false),
+        buffer("listed", Storage::U32, false),
+        partials_buffer(),
+    ];
+    let doc = "top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum";
+    let mut k = kernel(format!("top_k_parts_logits_{}", d.suffix()), doc, 1, buffers, functions(false), b);
+    k.shared.push(SharedDecl { name: KEYS.into(), ty: Ty::U32, len: PART_COLS });
+    k
+}
+
+fn merge_kernel(d: Dtype) -> Kernel {
+    let input = Input::Logits(d);
+    let mut b = Block::new();
+    b.let_("parts", Ty::U32, (param("flags") >> u(PARTS_SHIFT)).max(u(1)));
+    for_each_row_at(&mut b, listed_row, |b| {
+        let takes = takes_row(b);
+        b.if_(takes, |b| {
+            b.let_("one_read_done", Ty::Bool, boolean(false));
+            let one = one_read_row(b);
+            b.if_(one.clone(), |b| b.scope(merge_row));
+            b.if_(var("one_read_done").not(), |b| {
+                // The merge's arrays are the body's list: every read of them is done.
+                b.barrier();
+                filter_body(b, input, Output::Sample, select(one, u(1), u(0)))
+            });
+        });
+    });
+    let mut buffers = filter_buffers(input, Output::Sample);
+    buffers.push(partials_buffer());
+    let doc = "top-k from logits after top_k_parts: the set and the race from the parts' candidates, else the filter kernel's";
+    let passes = 1 + max_passes(Output::Sample);
+    let mut k = kernel(format!("top_k_merge_logits_{}", d.suffix()), doc, passes, buffers, functions(true), b);
+    k.shared.extend(filter_shared());
+    k
+}
+
+/// Every kernel of this path: the parts and the merge, per dtype of the logits.
+pub fn all() -> Vec<Kernel> {
+    let mut out: Vec<Kernel> = Dtype::ALL.iter().map(|&d| parts_kernel(d)).collect();
+    out.extend(Dtype::ALL.iter().map(|&d| merge_kernel(d)));
+    out
+}
