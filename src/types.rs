@@ -188,13 +188,15 @@ impl RowParams {
     pub fn has_filters(&self) -> bool {
         self.filters().is_active()
     }
-    /// Whether the one-read top-k path takes this row of `vocab` columns, by its parameters (as
-    /// its kernels decide: a top-k below the vocabulary and at most
-    /// [`TOP_K_CAP`](crate::generated::TOP_K_CAP), not seeded); the data may still send it to the
-    /// filter kernels' body (ties at the boundary).
+    /// Whether the device backends sample this row of `vocab` logits on the one-read top-k path,
+    /// by its parameters, as its kernels decide: a sampled (not greedy) row of the Philox race
+    /// whose top-k is below the vocabulary and at most
+    /// [`ONE_READ_TOP_K`]. Such a row reads once
+    /// where its candidates decide it, and otherwise once more than the filter kernel's passes
+    /// (its parts' read, then the filter kernel's body).
     pub fn takes_one_read(&self, vocab: usize) -> bool {
-        let by_k = self.filters().top_k.is_some_and(|k| k < vocab && k <= crate::generated::TOP_K_CAP as usize);
-        by_k && self.mode() != RowMode::Seeded
+        let by_k = self.filters().top_k.is_some_and(|k| k < vocab && k <= ONE_READ_TOP_K);
+        self.is_sampled() && self.mode() == RowMode::Race && by_k
     }
 }
 
@@ -298,5 +300,5 @@ impl Filters {
 }
 
 /// The largest top-k the device backends' one-read path takes (`filter_top_k.rs` in xtask;
-/// see `reference::filters::one_read`).
+/// see [`RowParams::takes_one_read`]).
 pub const ONE_READ_TOP_K: usize = crate::generated::TOP_K_CAP as usize;

@@ -74,12 +74,3 @@ pub fn clean_probs(x: &[f64]) -> Vec<f64> {
 }
 
 pub use crate::types::ONE_READ_TOP_K;
-
-/// Whether the device backends sample this row (from logits) on the one-read top-k path: a
-/// sampled (not greedy) row of the Philox race whose top-k is below the vocabulary and at most
-/// [`ONE_READ_TOP_K`]. Such a row reads once where its candidates decide it, and otherwise once
-/// more than [`passes`] (its parts' read, then the filter kernel's).
-pub fn one_read(row: &RowParams, vocab: usize) -> bool {
-    let k = row.filters().top_k;
-    row.is_sampled() && row.mode() == crate::types::RowMode::Race && k.is_some_and(|k| k < vocab && k <= ONE_READ_TOP_K)
-}
