@@ -251,13 +251,10 @@ fn wgpu_warm_up_builds_what_the_device_runs() {
 #[test]
 fn wgpu_samples_an_engines_buffers_in_place() {
     use sampling_kernels::backend::wgpu::OFFSET_ALIGNMENT;
-    use sampling_kernels::{wgpu, WgpuBackend, WgpuBuffer};
-    let made = crate::common::wgpu().map(|_| {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
-        let desc = wgpu::DeviceDescriptor { required_features: adapter.features(), ..Default::default() };
-        let (device, queue) = pollster::block_on(adapter.request_device(&desc)).unwrap();
-        (WgpuBackend::from_device(device.clone(), queue.clone(), adapter.get_info()), device, queue)
+    use sampling_kernels::{wgpu, WgpuBuffer};
+    let made = crate::common::engine_wgpu(|adapter| wgpu::DeviceDescriptor {
+        required_features: adapter.features(),
+        ..Default::default()
     });
     let backend = made.as_ref().map(|(b, _, _)| b);
     crate::common::on("wgpu", "samples_an_engines_buffers_in_place", backend, |b| {
@@ -307,16 +304,15 @@ fn wgpu_samples_an_engines_buffers_in_place() {
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_bindings_stay_within_the_device_limit() {
-    use sampling_kernels::{wgpu, WgpuBackend};
+    use sampling_kernels::wgpu;
     const LIMIT: u64 = 1 << 16;
-    let made = crate::common::wgpu().map(|_| {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
-        let required_limits = wgpu::Limits { max_storage_buffer_binding_size: LIMIT, ..adapter.limits() };
-        let desc = wgpu::DeviceDescriptor { required_limits, ..Default::default() };
-        let (device, queue) = pollster::block_on(adapter.request_device(&desc)).unwrap();
+    let made = crate::common::engine_wgpu(|adapter| wgpu::DeviceDescriptor {
+        required_limits: wgpu::Limits { max_storage_buffer_binding_size: LIMIT, ..adapter.limits() },
+        ..Default::default()
+    })
+    .map(|(backend, device, _)| {
         assert_eq!(device.limits().max_storage_buffer_binding_size, LIMIT);
-        WgpuBackend::from_device(device, queue, adapter.get_info())
+        backend
     });
     crate::common::on("wgpu", "bindings_stay_within_the_device_limit", made.as_ref(), |b| {
         let mut rng = Rng::new(42);

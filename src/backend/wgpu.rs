@@ -440,6 +440,14 @@ impl WgpuBackend {
         pipeline: &wgpu::ComputePipeline,
         slot: usize,
     ) -> Result<wgpu::BindGroup> {
+        let buffers: BoundBuffers =
+            launch.buffers.iter().map(|b| b.map(|b| (b.buffer.clone(), b.offset, b.size))).collect();
+        let mut cache = self.bind_groups.lock().map_err(|_| device_error("bind group cache poisoned"))?;
+        let kept = cache.entry((launch.kernel.name, slot)).or_default();
+        if let Some((_, group)) = kept.iter().find(|(bound, _)| *bound == buffers) {
+            return Ok(group.clone());
+        }
+        // A kept group's sizes were checked when it was made.
         let limit = self.device.limits().max_storage_buffer_binding_size;
         for (b, name) in launch.buffers.iter().zip(launch.kernel.bindings) {
             if let Some(b) = b.filter(|b| b.size > limit) {
@@ -450,13 +458,6 @@ impl WgpuBackend {
                     name.name()
                 )));
             }
-        }
-        let buffers: BoundBuffers =
-            launch.buffers.iter().map(|b| b.map(|b| (b.buffer.clone(), b.offset, b.size))).collect();
-        let mut cache = self.bind_groups.lock().map_err(|_| device_error("bind group cache poisoned"))?;
-        let kept = cache.entry((launch.kernel.name, slot)).or_default();
-        if let Some((_, group)) = kept.iter().find(|(bound, _)| *bound == buffers) {
-            return Ok(group.clone());
         }
         let mut entries: ArrayVec<wgpu::BindGroupEntry, { crate::generated::MAX_BUFFERS + 1 }> = launch
             .buffers

@@ -185,16 +185,28 @@ macro_rules! every_suite {
     };
 }
 
-/// A wgpu backend on a device of its own, made with no features and default limits (what a
-/// Metal device, or an engine's default device, offers), where wgpu is present.
+/// A wgpu backend on a device of its own, made as an engine would make it, from the descriptor
+/// `describe` gives for the default adapter; with the device and queue, for the engine's own
+/// buffers. Where wgpu is present.
 #[cfg(feature = "wgpu")]
-pub fn featureless_wgpu() -> Option<sampling_kernels::WgpuBackend> {
+pub fn engine_wgpu(
+    describe: impl FnOnce(&sampling_kernels::wgpu::Adapter) -> sampling_kernels::wgpu::DeviceDescriptor<'static>,
+) -> Option<(sampling_kernels::WgpuBackend, sampling_kernels::wgpu::Device, sampling_kernels::wgpu::Queue)> {
     use sampling_kernels::wgpu;
     wgpu().map(|_| {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = pollster::block_on(instance.request_adapter(&Default::default())).unwrap();
-        let (device, queue) = pollster::block_on(adapter.request_device(&Default::default())).unwrap();
+        let (device, queue) = pollster::block_on(adapter.request_device(&describe(&adapter))).unwrap();
+        (sampling_kernels::WgpuBackend::from_device(device.clone(), queue.clone(), adapter.get_info()), device, queue)
+    })
+}
+
+/// A wgpu backend on a device of its own, made with no features and default limits (what a
+/// Metal device, or an engine's default device, offers), where wgpu is present.
+#[cfg(feature = "wgpu")]
+pub fn featureless_wgpu() -> Option<sampling_kernels::WgpuBackend> {
+    engine_wgpu(|_| Default::default()).map(|(backend, device, _)| {
         assert!(device.features().is_empty());
-        sampling_kernels::WgpuBackend::from_device(device, queue, adapter.get_info())
+        backend
     })
 }

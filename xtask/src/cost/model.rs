@@ -27,9 +27,14 @@ pub struct Kernel {
     pub occupancy: f64,
 }
 
+/// The kernels that run the race from logits (the fast-log screen and the pruning).
+fn races_logits(kernel: &str) -> bool {
+    kernel.starts_with("race_logits") || kernel.starts_with("sample_")
+}
+
 /// Rates at which the instructions off a loop's common path run, per column, with the reason.
 pub fn rare_rate(kernel: &str) -> (f64, &'static str) {
-    if kernel.starts_with("race_logits") || kernel.starts_with("sample_") {
+    if races_logits(kernel) {
         (0.01, "assumed: the fast-log screen sends about 1 column in 100 to the exact rescoring")
     } else if kernel.starts_with("filter_") {
         (
@@ -48,7 +53,7 @@ pub fn rare_rate(kernel: &str) -> (f64, &'static str) {
 /// keep every quad (`docs/race-design.md`), so the model counts every column as kept; it is a
 /// bound for peaked rows and low temperatures, which prune.
 pub fn kept_share(kernel: &str) -> (f64, &'static str) {
-    if kernel.starts_with("race_logits") || kernel.starts_with("sample_") {
+    if races_logits(kernel) {
         (1.0, "every column kept: model-like rows at T >= 0.8 and flat rows prune no quad")
     } else {
         (0.0, "no pruning")
