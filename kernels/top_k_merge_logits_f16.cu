@@ -323,7 +323,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
             bool one_read_done = false;
             bool capped = (((kk > 256u) && (!k_first)) && ((pp < (1.0f)) || (mp > (0.0f))));
             unsigned int kc = (capped ? 256u : kk);
-            bool one_read = (((filtered && (!(rows[((row * 12u) + 1u)] == 1u))) && (((kk < vocab) && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
+            bool one_read = ((filtered && (((kk < vocab) && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
             if (one_read) {
                 {
                     // built by kernels::filter_top_k::merge_row
@@ -873,21 +873,35 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             unsigned int best_i = 4294967295u;
                             double best64 = sk_bitcast<double>(18442240474082181120ull);
                             unsigned int best64_i = 4294967295u;
+                            bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
                             for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                 unsigned int rc = listed_cols[(1542u + r)];
                                 const unsigned int sk_e7 = listed_cols[(1285u + r)];
                                 float rz = sk_bitcast<float>((((sk_e7 & 2147483648u) != 0u) ? (sk_e7 ^ 2147483648u) : (sk_e7 ^ 4294967295u)));
-                                const unsigned int sk_e8 = (row * 12u);
-                                uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e8 + 10u)], rows[(sk_e8 + 11u)]), rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)]);
-                                const unsigned int sk_e9 = (rc & 3u);
-                                float score = (rz + sk_gumbel(((sk_e9 == 3u) ? ((w4).w) : ((sk_e9 == 2u) ? ((w4).z) : ((sk_e9 == 1u) ? ((w4).y) : ((w4).x))))));
-                                if (((score > best) || ((score == best) && (rc < best_i)))) {
-                                    best = score;
-                                    best_i = rc;
+                                if (ow_seeded) {
+                                    double s64 = ((double)(rz - row_m));
+                                    if (noisy) {
+                                        // built by kernels::seeded::score64
+                                        const unsigned int sk_e8 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], rc)));
+                                    }
+                                    if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
+                                        best64 = s64;
+                                        best64_i = rc;
+                                    }
+                                } else {
+                                    const unsigned int sk_e9 = (row * 12u);
+                                    uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e9 + 10u)], rows[(sk_e9 + 11u)]), rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)]);
+                                    const unsigned int sk_e10 = (rc & 3u);
+                                    float score = (rz + sk_gumbel(((sk_e10 == 3u) ? ((w4).w) : ((sk_e10 == 2u) ? ((w4).z) : ((sk_e10 == 1u) ? ((w4).y) : ((w4).x))))));
+                                    if (((score > best) || ((score == best) && (rc < best_i)))) {
+                                        best = score;
+                                        best_i = rc;
+                                    }
                                 }
                             }
                             float ow_win = (0.0f);
-                            unsigned int ow_tok = 0u;
+                            unsigned int ow_tok32 = 0u;
                             {
                                 float sk_v = best;
                                 unsigned int sk_i = best_i;
@@ -916,9 +930,43 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 }
                                 __syncthreads();
                                 ow_win = sk_am_f32[32];
-                                ow_tok = sk_am_i[32];
+                                ow_tok32 = sk_am_i[32];
                                 __syncthreads();
                             }
+                            double ow_win64 = (0.0);
+                            unsigned int ow_tok64 = 0u;
+                            {
+                                double sk_v = best64;
+                                unsigned int sk_i = best64_i;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                }
+                                if ((threadIdx.x & 31u) == 0u) {
+                                    sk_am_f64[threadIdx.x >> 5] = sk_v;
+                                    sk_am_i[threadIdx.x >> 5] = sk_i;
+                                }
+                                __syncthreads();
+                                if (threadIdx.x < 32u) {
+                                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
+                                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                    }
+                                    if (threadIdx.x == 0u) {
+                                        sk_am_f64[32] = sk_v;
+                                        sk_am_i[32] = sk_i;
+                                    }
+                                }
+                                __syncthreads();
+                                ow_win64 = sk_am_f64[32];
+                                ow_tok64 = sk_am_i[32];
+                                __syncthreads();
+                            }
+                            unsigned int ow_tok = (ow_seeded ? ow_tok64 : ow_tok32);
                             bool ow_valid = (ow_tok < vocab);
                             unsigned int ow_at = (ow_valid ? ow_tok : 0u);
                             if ((threadIdx.x == 0u)) {
@@ -931,8 +979,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             if (((flags & 1u) != 0u)) {
                                 // built by kernels::sampling::write_results
                                 if ((threadIdx.x == 0u)) {
-                                    const float sk_e10 = sk_f16(x[(base + ow_at)]);
-                                    logprobs[row] = (ow_valid ? ((((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp) - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
+                                    const float sk_e11 = sk_f16(x[(base + ow_at)]);
+                                    logprobs[row] = (ow_valid ? ((((((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) / temp) - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
                                 }
                             }
                             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {
@@ -954,29 +1002,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                     {
                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                         if ((col < col_hi)) {
-                            const float sk_e11 = sk_f16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) / temp));
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                        if ((col < col_hi)) {
                             const float sk_e12 = sk_f16(x[(base + col)]);
                             m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp));
                         }
                     }
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                         if ((col < col_hi)) {
                             const float sk_e13 = sk_f16(x[(base + col)]);
                             m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) / temp));
                         }
                     }
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                         if ((col < col_hi)) {
                             const float sk_e14 = sk_f16(x[(base + col)]);
                             m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp));
+                        }
+                    }
+                    {
+                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                        if ((col < col_hi)) {
+                            const float sk_e15 = sk_f16(x[(base + col)]);
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15) / temp));
                         }
                     }
                 }
@@ -1024,8 +1072,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                 for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                     // built by kernels::filters::find_set
                     bool in_a = (stage <= sel_a);
-                    const unsigned int sk_e15 = (stage - 1u);
-                    unsigned int digit_pass = (in_a ? sk_e15 : (sk_e15 - sel_a));
+                    const unsigned int sk_e16 = (stage - 1u);
+                    unsigned int digit_pass = (in_a ? sk_e16 : (sk_e16 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -1063,29 +1111,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             {
                                 unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                                 if ((col < col_hi)) {
-                                    const float sk_e16 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp);
-                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        // built by kernels::filters::candidate
-                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        // built by kernels::filters::list_bucket
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                                if ((col < col_hi)) {
                                     const float sk_e17 = sk_f16(x[(base + col)]);
                                     float zv = ((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
@@ -1107,7 +1132,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                                 if ((col < col_hi)) {
                                     const float sk_e18 = sk_f16(x[(base + col)]);
                                     float zv = ((((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18) / temp);
@@ -1130,10 +1155,33 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                                 if ((col < col_hi)) {
                                     const float sk_e19 = sk_f16(x[(base + col)]);
                                     float zv = ((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19) / temp);
+                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        // built by kernels::filters::candidate
+                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if ((ok && (list_at < 4096u))) {
+                                        // built by kernels::filters::list_bucket
+                                        listed_cols[list_at] = col;
+                                        list_at = (list_at + 1u);
+                                    }
+                                }
+                            }
+                            {
+                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                if ((col < col_hi)) {
+                                    const float sk_e20 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -1162,8 +1210,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            const float sk_e20 = sk_f16(x[(base + col)]);
-                            float zv = ((((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20) / temp);
+                            const float sk_e21 = sk_f16(x[(base + col)]);
+                            float zv = ((((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21) / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -1208,8 +1256,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            const float sk_e21 = sk_f16(x[(base + col)]);
-                            float zv = ((((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21) / temp);
+                            const float sk_e22 = sk_f16(x[(base + col)]);
+                            float zv = ((((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22) / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -1248,8 +1296,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            const unsigned int sk_e22 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e22 == (sel_n + min(sel_tn, 64u))) || (!((sk_e22 < kk) && ((mass_before + mt) <= lim)))))) {
+                            const unsigned int sk_e23 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e23 == (sel_n + min(sel_tn, 64u))) || (!((sk_e23 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -1320,8 +1368,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
-                                const float sk_e23 = sk_f16(x[(base + col)]);
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23) / temp);
+                                const float sk_e24 = sk_f16(x[(base + col)]);
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1390,68 +1438,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     {
                                         unsigned int col = (c0 + 0u);
                                         if ((col < col_hi)) {
-                                            const float sk_e24 = sk_f16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                unsigned int digit = ((key >> shift) & 15u);
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned int sk_add = 1u;
-                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                }
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned long long sk_add = mv;
-                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + 1u);
-                                        if ((col < col_hi)) {
                                             const float sk_e25 = sk_f16(x[(base + col)]);
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
@@ -1512,7 +1498,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 2u);
+                                        unsigned int col = (c0 + 1u);
                                         if ((col < col_hi)) {
                                             const float sk_e26 = sk_f16(x[(base + col)]);
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) / temp);
@@ -1574,10 +1560,72 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 3u);
+                                        unsigned int col = (c0 + 2u);
                                         if ((col < col_hi)) {
                                             const float sk_e27 = sk_f16(x[(base + col)]);
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                unsigned int digit = ((key >> shift) & 15u);
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned int sk_add = 1u;
+                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
+                                                }
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned long long sk_add = mv;
+                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = (c0 + 3u);
+                                        if ((col < col_hi)) {
+                                            const float sk_e28 = sk_f16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1642,68 +1690,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     {
                                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                                         if ((col < col_hi)) {
-                                            const float sk_e28 = sk_f16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28) / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                unsigned int digit = ((key >> shift) & 15u);
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned int sk_add = 1u;
-                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                }
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned long long sk_add = mv;
-                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                                        if ((col < col_hi)) {
                                             const float sk_e29 = sk_f16(x[(base + col)]);
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
@@ -1764,7 +1750,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                                         if ((col < col_hi)) {
                                             const float sk_e30 = sk_f16(x[(base + col)]);
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) / temp);
@@ -1826,10 +1812,72 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                                         if ((col < col_hi)) {
                                             const float sk_e31 = sk_f16(x[(base + col)]);
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                unsigned int digit = ((key >> shift) & 15u);
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned int sk_add = 1u;
+                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
+                                                }
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned long long sk_add = mv;
+                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                        if ((col < col_hi)) {
+                                            const float sk_e32 = sk_f16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -2264,8 +2312,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             // built by kernels::filters::decide
                             unsigned long long tn64 = ((unsigned long long)sel_tn);
                             unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                            const bool sk_e32 = (tie_v == 0ull);
-                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e32 ? tn64 : (((lim - sel_m) / (sk_e32 ? 1ull : tie_v)) + 1ull))));
+                            const bool sk_e33 = (tie_v == 0ull);
+                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e33 ? tn64 : (((lim - sel_m) / (sk_e33 ? 1ull : tie_v)) + 1ull))));
                             lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -2283,8 +2331,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                     // built by kernels::filters::set_bounds
                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                    const bool sk_e33 = (tie_v == 0ull);
-                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e33 ? tn64 : (((lim - sel_m) / (sk_e33 ? 1ull : tie_v)) + 1ull))));
+                    const bool sk_e34 = (tie_v == 0ull);
+                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e34 ? tn64 : (((lim - sel_m) / (sk_e34 ? 1ull : tie_v)) + 1ull))));
                     s_ties = ties;
                 }
                 unsigned int tie_rank = 0u;
@@ -2308,28 +2356,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     {
                                         unsigned int col = (c0 + 0u);
                                         if ((col < col_hi)) {
-                                            const float sk_e34 = sk_f16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34) / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if ((key == s_key)) {
-                                                // built by kernels::filters::count_ties
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::count_ties
-                                                mine = (mine + 1u);
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + 1u);
-                                        if ((col < col_hi)) {
                                             const float sk_e35 = sk_f16(x[(base + col)]);
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
@@ -2350,7 +2376,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 2u);
+                                        unsigned int col = (c0 + 1u);
                                         if ((col < col_hi)) {
                                             const float sk_e36 = sk_f16(x[(base + col)]);
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36) / temp);
@@ -2372,10 +2398,32 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 3u);
+                                        unsigned int col = (c0 + 2u);
                                         if ((col < col_hi)) {
                                             const float sk_e37 = sk_f16(x[(base + col)]);
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            if ((key == s_key)) {
+                                                // built by kernels::filters::count_ties
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::count_ties
+                                                mine = (mine + 1u);
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = (c0 + 3u);
+                                        if ((col < col_hi)) {
+                                            const float sk_e38 = sk_f16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -2441,8 +2489,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             {
                                 unsigned int col = (c0 + 0u);
                                 if ((col < col_hi)) {
-                                    const float sk_e38 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38) / temp);
+                                    const float sk_e39 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2470,8 +2518,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e39 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], col)));
+                                            const unsigned int sk_e40 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -2484,8 +2532,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             {
                                 unsigned int col = (c0 + 1u);
                                 if ((col < col_hi)) {
-                                    const float sk_e40 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40) / temp);
+                                    const float sk_e41 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2513,8 +2561,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e41 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e41 + 8u)], rows[(sk_e41 + 9u)], rows[(sk_e41 + 10u)], col)));
+                                            const unsigned int sk_e42 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e42 + 8u)], rows[(sk_e42 + 9u)], rows[(sk_e42 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -2527,8 +2575,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             {
                                 unsigned int col = (c0 + 2u);
                                 if ((col < col_hi)) {
-                                    const float sk_e42 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42) / temp);
+                                    const float sk_e43 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2556,8 +2604,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e43 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col)));
+                                            const unsigned int sk_e44 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e44 + 8u)], rows[(sk_e44 + 9u)], rows[(sk_e44 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -2570,8 +2618,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             {
                                 unsigned int col = (c0 + 3u);
                                 if ((col < col_hi)) {
-                                    const float sk_e44 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44) / temp);
+                                    const float sk_e45 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2599,8 +2647,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e45 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e45 + 8u)], rows[(sk_e45 + 9u)], rows[(sk_e45 + 10u)], col)));
+                                            const unsigned int sk_e46 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -2624,14 +2672,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
-                                const unsigned int sk_e46 = (row * 12u);
-                                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e46 + 10u)], rows[(sk_e46 + 11u)]), rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)]);
+                                const unsigned int sk_e47 = (row * 12u);
+                                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e47 + 10u)], rows[(sk_e47 + 11u)]), rows[(sk_e47 + 8u)], rows[(sk_e47 + 9u)]);
                             }
                             {
                                 unsigned int col = (c0 + 0u);
                                 if ((col < col_hi)) {
-                                    const float sk_e47 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e47) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e47) / temp);
+                                    const float sk_e48 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2656,8 +2704,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e48 = sk_gumbel((w).x);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e48 : (zv + sk_e48)) : zv);
+                                        const float sk_e49 = sk_gumbel((w).x);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e49 : (zv + sk_e49)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -2669,8 +2717,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             {
                                 unsigned int col = (c0 + 1u);
                                 if ((col < col_hi)) {
-                                    const float sk_e49 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e49) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e49) / temp);
+                                    const float sk_e50 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2695,8 +2743,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e50 = sk_gumbel((w).y);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e50 : (zv + sk_e50)) : zv);
+                                        const float sk_e51 = sk_gumbel((w).y);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e51 : (zv + sk_e51)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -2708,8 +2756,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             {
                                 unsigned int col = (c0 + 2u);
                                 if ((col < col_hi)) {
-                                    const float sk_e51 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e51) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e51) / temp);
+                                    const float sk_e52 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2734,8 +2782,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e52 = sk_gumbel((w).z);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e52 : (zv + sk_e52)) : zv);
+                                        const float sk_e53 = sk_gumbel((w).z);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e53 : (zv + sk_e53)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -2747,8 +2795,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             {
                                 unsigned int col = (c0 + 3u);
                                 if ((col < col_hi)) {
-                                    const float sk_e53 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e53) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e53) / temp);
+                                    const float sk_e54 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e54) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e54) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2773,8 +2821,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e54 = sk_gumbel((w).w);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e54 : (zv + sk_e54)) : zv);
+                                        const float sk_e55 = sk_gumbel((w).w);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e55 : (zv + sk_e55)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -2891,8 +2939,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                     // built by kernels::sampling::write_results
                     float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                     if ((threadIdx.x == 0u)) {
-                        const float sk_e55 = sk_f16(x[(base + tok_at)]);
-                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e55) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e55) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                        const float sk_e56 = sk_f16(x[(base + tok_at)]);
+                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                     }
                 }
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

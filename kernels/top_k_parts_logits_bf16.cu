@@ -75,7 +75,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
         bool filtered = (noisy && (searched || (mp > (0.0f))));
         bool capped = (((kk > 256u) && (!k_first)) && ((pp < (1.0f)) || (mp > (0.0f))));
         unsigned int kc = (capped ? 256u : kk);
-        bool one_read = (((filtered && (!(rows[((row * 12u) + 1u)] == 1u))) && (((kk < vocab) && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
+        bool one_read = ((filtered && (((kk < vocab) && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
         if ((((!((flags & 8u) != 0u)) || filtered) && one_read)) {
             // built by kernels::filter_top_k::read_part
             unsigned int n_cols = (col_hi - col_lo);

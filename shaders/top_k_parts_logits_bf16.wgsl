@@ -79,7 +79,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var filtered: bool = (noisy && (searched || (mp > (0.0f))));
         var capped: bool = (((kk > 256u) && (!k_first)) && ((pp < (1.0f)) || (mp > (0.0f))));
         var kc: u32 = select(kk, 256u, capped);
-        var one_read: bool = (((filtered && (!(rows[((row * 12u) + 1u)] == 1u))) && (((kk < params.vocab) && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
+        var one_read: bool = ((filtered && (((kk < params.vocab) && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
         if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
             // built by kernels::filter_top_k::read_part
             var n_cols: u32 = (col_hi - col_lo);

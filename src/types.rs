@@ -189,8 +189,8 @@ impl RowParams {
         self.filters().is_active()
     }
     /// Whether the device backends sample this row of `vocab` logits on the one-read path, by
-    /// its parameters, as its kernels decide: a sampled (not greedy) row of the Philox race
-    /// whose top-k is below the vocabulary and at most [`ONE_READ_TOP_K`], or one of top-p or
+    /// its parameters, as its kernels decide: a sampled (not greedy) row, of the Philox race or
+    /// seeded, whose top-k is below the vocabulary and at most [`ONE_READ_TOP_K`], or one of top-p or
     /// min-p without such a top-k (joint with a larger top-k, or with none), whose
     /// `ONE_READ_TOP_K + 1` largest tokens decide it where its set is shorter. Such a row reads
     /// once where its candidates decide it, and otherwise once more than the filter kernel's
@@ -201,7 +201,7 @@ impl RowParams {
         let k_first = f.order == Order::TopKFirst && k.is_some() && f.top_p < 1.0;
         let capped = k.unwrap_or(vocab) > ONE_READ_TOP_K && !k_first && (f.top_p < 1.0 || f.min_p > 0.0);
         let by_k = k.is_some_and(|k| k <= ONE_READ_TOP_K);
-        self.is_sampled() && self.mode() == RowMode::Race && (by_k || capped)
+        self.is_sampled() && (by_k || capped)
     }
     /// Whether the one-read path suits this row in a batch (`Sampler::step` routes a batch's
     /// filtered rows there only when all of them are): it [takes the path](Self::takes_one_read)

@@ -492,7 +492,7 @@ pub fn split_rows_match_whole_rows<B: Backend>(split: &B, whole: &B) {
 /// once wherever its set holds at most [`ONE_READ_TOP_K`] tokens and no top-p or min-p boundary
 /// lies within 2e-3 of a token's mass (the path's margin on the row mass is 2^-10); rows of
 /// tied logits (integers) fall back to the filter kernel after the one read (1 + its passes),
-/// seeded rows take the filter kernel alone. Three parts of 4096 columns and a ragged tail,
+/// seeded rows (SGLang's float64 race) take the same path. Three parts of 4096 columns and a ragged tail,
 /// from f32, f16 and bf16 logits.
 pub fn one_read_rows_read_once<B: Backend>(b: &B) {
     let mut rng = Rng::new(1919);

@@ -24,8 +24,10 @@
 //!   approximately (their sums at their own maxima): the set is taken when it is the same for
 //!   every mass within [`MASS_MARGIN`] of the estimate, which bounds the estimate's rounding
 //!   (fixed-point truncation, f32 sums and exponentials: below 2^-14 relative) with room;
-//! - the row's maximum is not finite, the row is seeded (SGLang's float64 race), or a part would
-//!   exceed [`PART_COLS`].
+//! - the row's maximum is not finite, or a part would exceed [`PART_COLS`].
+//!
+//! Seeded rows (SGLang's deterministic sampler) race as the filter kernel races them: the
+//! float64 score of `z - max` plus the Murmur-hashed noise of the column, on the kept candidates.
 //!
 //! Top-k first needs only the top-k mass, which the candidates give exactly. The log-probability
 //! divides by the estimated row mass, so it may differ from the filter kernels' in the last bits.
@@ -42,6 +44,7 @@ use super::sampling::{
     buffer, for_each_row_at, for_each_row_part_at, kernel, partials_buffer, philox_block, quads_per_part,
     row_is_seeded, scaled, softmax_weight, write_results, Dtype, FLAG_PASSES, PARTS_SHIFT,
 };
+use super::seeded::score64;
 use crate::ir::*;
 
 /// The largest top-k this path takes; larger ones take the filter kernels.
@@ -109,7 +112,7 @@ fn one_read_row(b: &mut Block) -> Expr {
     let cuts = var("pp").lt(f(1.0)).or(var("mp").gt(f(0.0)));
     let capped = b.let_("capped", Ty::Bool, var("kk").gt(u(CAP)).and(var("k_first").not()).and(cuts));
     b.let_("kc", Ty::U32, select(capped.clone(), u(CAP), var("kk")));
-    let taken = var("filtered").and(row_is_seeded().not()).and(by_k.or(capped)).and(fits);
+    let taken = var("filtered").and(by_k.or(capped)).and(fits);
     b.let_("one_read", Ty::Bool, taken)
 }
 
@@ -360,24 +363,40 @@ fn merge_row(b: &mut Block) {
         let cap_ok = var("capped").not().or(short);
         let decided = b.let_("decided", Ty::Bool, cut_ok.and(k_ok).and(cap_ok).and(var("unsure_n").eq_(u(0))));
         b.if_(decided, |b| {
-            // The plain path's race inside the set: the same noise per column.
+            // The filter kernel's race inside the set: the same noise per column.
             declare_best(b);
+            let seeded = b.let_("ow_seeded", Ty::Bool, row_is_seeded());
             b.for_("r", lid.clone(), kept_n.clone(), bs.clone(), |b, r| {
                 let col = b.let_("rc", Ty::U32, get(S_COL, r.clone()));
                 let z = b.let_("rz", Ty::F32, key_value(get(S_KEY, r)));
-                let w4 = b.let_("w4", Ty::U32x4, philox_block(col.clone() & u(!3)));
-                let lane = col.clone() & u(3);
-                let bits = (1..4u8)
-                    .fold(w4.clone().comp(0), |e, j| select(lane.clone().eq_(u(j as u32)), w4.clone().comp(j), e));
-                let score = b.let_("score", Ty::F32, z + call(philox::GUMBEL, vec![bits]));
-                let better =
-                    score.clone().gt(var("best")).or(score.clone().eq_(var("best")).and(col.clone().lt(var("best_i"))));
-                b.if_(better, |b| {
-                    b.set("best", score);
-                    b.set("best_i", col);
-                });
+                let keep = |b: &mut Block, suffix: &str, score: Expr| {
+                    let (best, best_i) = (var(&format!("best{suffix}")), var(&format!("best{suffix}_i")));
+                    let better = score.clone().gt(best.clone()).or(score.clone().eq_(best).and(col.clone().lt(best_i)));
+                    b.if_(better, |b| {
+                        b.set(&format!("best{suffix}"), score);
+                        b.set(&format!("best{suffix}_i"), col.clone());
+                    });
+                };
+                b.if_else(
+                    seeded.clone(),
+                    |b| {
+                        let s = score64(b, ov(z.clone()).cast(Ty::F64), col.clone());
+                        keep(b, "64", s);
+                    },
+                    |b| {
+                        let w4 = b.let_("w4", Ty::U32x4, philox_block(col.clone() & u(!3)));
+                        let lane = col.clone() & u(3);
+                        let bits = (1..4u8).fold(w4.clone().comp(0), |e, j| {
+                            select(lane.clone().eq_(u(j as u32)), w4.clone().comp(j), e)
+                        });
+                        let score = b.let_("score", Ty::F32, z.clone() + call(philox::GUMBEL, vec![bits]));
+                        keep(b, "", score);
+                    },
+                );
             });
-            let (_, tok) = b.argmax(var("best"), var("best_i"), "ow_win", "ow_tok");
+            let (_, tok32) = b.argmax(var("best"), var("best_i"), "ow_win", "ow_tok32");
+            let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "ow_win64", "ow_tok64");
+            let tok = b.let_("ow_tok", Ty::U32, select(seeded, tok64, tok32));
             let valid = b.let_("ow_valid", Ty::Bool, tok.clone().lt(param("vocab")));
             let safe = b.let_("ow_at", Ty::U32, select(valid.clone(), tok.clone(), u(0)));
             write_results(b, tok, valid, |_| (scaled(safe) - mx.clone()) - call(math::LOG, vec![mass.clone()]));
