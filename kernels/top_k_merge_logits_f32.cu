@@ -283,6 +283,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_red_f32[33];
     __shared__ unsigned long long sk_red_u64[33];
+    __shared__ unsigned int sk_red_u32[33];
     __shared__ float sk_am_f32[33];
     __shared__ double sk_am_f64[33];
     __shared__ unsigned int sk_am_i[33];
@@ -323,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                     // built by kernels::filter_top_k::merge_row
                     float m = sk_bitcast<float>(4286578688u);
                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
-                        m = fmaxf(m, sk_bitcast<float>(partials[((((slot * parts) + p) * 518u) + 0u)]));
+                        m = fmaxf(m, sk_bitcast<float>(partials[((((slot * parts) + p) * 519u) + 0u)]));
                     }
                     float row_m = (0.0f);
                     {
@@ -352,9 +353,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                     }
                     float s = (0.0f);
                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
-                        float mp_p = sk_bitcast<float>(partials[((((slot * parts) + p) * 518u) + 0u)]);
+                        float mp_p = sk_bitcast<float>(partials[((((slot * parts) + p) * 519u) + 0u)]);
                         if ((mp_p > sk_bitcast<float>(4286578688u))) {
-                            s = (s + (sk_bitcast<float>(partials[((((slot * parts) + p) * 518u) + 1u)]) * sk_exp((mp_p - row_m))));
+                            s = (s + (sk_bitcast<float>(partials[((((slot * parts) + p) * 519u) + 1u)]) * sk_exp((mp_p - row_m))));
                         }
                     }
                     float row_s = (0.0f);
@@ -412,9 +413,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 unsigned int ip = (ti / want);
                                 unsigned int is = (ti - (ip * want));
                                 unsigned int ik = 0u;
-                                if ((is < partials[((((slot * parts) + ip) * 518u) + 2u)])) {
+                                if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
                                     // built by kernels::filter_top_k::merge_row
-                                    ik = partials[((((slot * parts) + ip) * 518u) + (4u + (is * 2u)))];
+                                    ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
                                 }
                                 unsigned int tk = ik;
                                 if (((tk != 0u) && ((tk & t_mask) == t_key))) {
@@ -667,9 +668,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             unsigned int ip = (gi / want);
                             unsigned int is = (gi - (ip * want));
                             unsigned int ik = 0u;
-                            if ((is < partials[((((slot * parts) + ip) * 518u) + 2u)])) {
+                            if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
                                 // built by kernels::filter_top_k::merge_row
-                                ik = partials[((((slot * parts) + ip) * 518u) + (4u + (is * 2u)))];
+                                ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
                             }
                             unsigned int gk = ik;
                             if ((gk != 0u)) {
@@ -736,9 +737,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             unsigned int ip = (gj / want);
                             unsigned int is = (gj - (ip * want));
                             unsigned int ik = 0u;
-                            if ((is < partials[((((slot * parts) + ip) * 518u) + 2u)])) {
+                            if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
                                 // built by kernels::filter_top_k::merge_row
-                                ik = partials[((((slot * parts) + ip) * 518u) + (4u + (is * 2u)))];
+                                ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
                             }
                             unsigned int gk = ik;
                             if ((gk != 0u)) {
@@ -749,7 +750,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 if (g_take) {
                                     listed_cols[(0u + g_out)] = gk;
                                     const unsigned int sk_e0 = (gj / want);
-                                    listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e0) * 518u) + (5u + ((gj - (sk_e0 * want)) * 2u)))];
+                                    listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e0) * 519u) + (6u + ((gj - (sk_e0 * want)) * 2u)))];
                                     g_out = (g_out + 1u);
                                 }
                             }
@@ -858,10 +859,70 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                         }
                         float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                         bool all_in = ((n_sel < want) || (((row_m == sk_bitcast<float>(2139095040u)) ? ((zt == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zt - row_m)))) <= (0.0f)));
+                        float ov_t = (sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u))) - row_m);
+                        unsigned int tie_bad = 0u;
+                        for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::filter_top_k::prefix_is_exact
+                            unsigned int ek = listed_cols[(0u + i)];
+                            if (((ek > t_key) && ((sk_bitcast<float>((((ek & 2147483648u) != 0u) ? (ek ^ 2147483648u) : (ek ^ 4294967295u))) - row_m) == ov_t))) {
+                                tie_bad = (tie_bad + 1u);
+                            }
+                        }
+                        for (unsigned int pos = threadIdx.x; pos < n_items; pos += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::filter_top_k::prefix_is_exact
+                            unsigned int ip = (pos / want);
+                            unsigned int is = (pos - (ip * want));
+                            unsigned int ik = 0u;
+                            if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
+                                // built by kernels::filter_top_k::merge_row
+                                ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
+                            }
+                            unsigned int lk = ik;
+                            if ((((lk != 0u) && (lk < t_key)) && ((sk_bitcast<float>((((lk & 2147483648u) != 0u) ? (lk ^ 2147483648u) : (lk ^ 4294967295u))) - row_m) == ov_t))) {
+                                tie_bad = (tie_bad + 1u);
+                            }
+                        }
+                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::filter_top_k::prefix_is_exact
+                            unsigned int rk3 = partials[((((slot * parts) + p) * 519u) + 3u)];
+                            if ((((rk3 != 0u) && (rk3 < t_key)) && ((sk_bitcast<float>((((rk3 & 2147483648u) != 0u) ? (rk3 ^ 2147483648u) : (rk3 ^ 4294967295u))) - row_m) == ov_t))) {
+                                tie_bad = (tie_bad + 1u);
+                            }
+                            unsigned int rk4 = partials[((((slot * parts) + p) * 519u) + 4u)];
+                            if ((((rk4 != 0u) && (rk4 < t_key)) && ((sk_bitcast<float>((((rk4 & 2147483648u) != 0u) ? (rk4 ^ 2147483648u) : (rk4 ^ 4294967295u))) - row_m) == ov_t))) {
+                                tie_bad = (tie_bad + 1u);
+                            }
+                        }
+                        unsigned int tie_bad_n = 0u;
+                        {
+                            unsigned int sk_v = tie_bad;
+                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                sk_v = sk_v + ov;
+                            }
+                            if ((threadIdx.x & 31u) == 0u) {
+                                sk_red_u32[threadIdx.x >> 5] = sk_v;
+                            }
+                            __syncthreads();
+                            if (threadIdx.x < 32u) {
+                                sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = sk_v + ov;
+                                }
+                                if (threadIdx.x == 0u) {
+                                    sk_red_u32[32] = sk_v;
+                                }
+                            }
+                            __syncthreads();
+                            tie_bad_n = sk_red_u32[32];
+                            __syncthreads();
+                        }
+                        bool prefix_exact = (all_in || (tie_bad_n == 0u));
                         const unsigned int sk_e4 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
                         const unsigned int sk_e5 = (1285u + (max(kept_n, 1u) - 1u));
                         const float sk_e6 = (zt - row_m);
-                        bool decided = (((((kept_n > 0u) && (all_in || ((sk_bitcast<float>((((listed_cols[sk_e5] & 2147483648u) != 0u) ? (listed_cols[sk_e5] ^ 2147483648u) : (listed_cols[sk_e5] ^ 4294967295u))) - row_m) > sk_e6))) && (((!k_first) || all_in) || ((sk_bitcast<float>((((listed_cols[sk_e4] & 2147483648u) != 0u) ? (listed_cols[sk_e4] ^ 2147483648u) : (listed_cols[sk_e4] ^ 4294967295u))) - row_m) > sk_e6))) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
+                        bool decided = (((((kept_n > 0u) && (prefix_exact || ((sk_bitcast<float>((((listed_cols[sk_e5] & 2147483648u) != 0u) ? (listed_cols[sk_e5] ^ 2147483648u) : (listed_cols[sk_e5] ^ 4294967295u))) - row_m) > sk_e6))) && (((!k_first) || prefix_exact) || ((sk_bitcast<float>((((listed_cols[sk_e4] & 2147483648u) != 0u) ? (listed_cols[sk_e4] ^ 2147483648u) : (listed_cols[sk_e4] ^ 4294967295u))) - row_m) > sk_e6))) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
                         if (decided) {
                             float best = sk_bitcast<float>(4286578688u);
                             unsigned int best_i = 4294967295u;

@@ -44,6 +44,7 @@ __device__ __forceinline__ float sk_exp(float x) {
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_red_f32[33];
+    __shared__ unsigned int sk_red_u32[33];
     __shared__ unsigned int sk_scan[32];
     __shared__ unsigned int sk_many_u32[544];
     __shared__ unsigned int part_keys[4096];
@@ -482,16 +483,50 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         g_rank = (g_rank + 1u);
                     }
                     if (g_take) {
-                        partials[((slot * 518u) + (4u + (g_out * 2u)))] = gk;
-                        partials[(((slot * 518u) + (4u + (g_out * 2u))) + 1u)] = (col_lo + gj);
+                        partials[((slot * 519u) + (5u + (g_out * 2u)))] = gk;
+                        partials[(((slot * 519u) + (5u + (g_out * 2u))) + 1u)] = (col_lo + gj);
                         g_out = (g_out + 1u);
                     }
                 }
             }
+            unsigned int below = 0u;
+            for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
+                unsigned int k = part_keys[i];
+                if ((k < t_key)) {
+                    below = max(below, k);
+                }
+            }
+            unsigned int part_below = 0u;
+            {
+                unsigned int sk_v = below;
+                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                    sk_v = ov > sk_v ? ov : sk_v;
+                }
+                if ((threadIdx.x & 31u) == 0u) {
+                    sk_red_u32[threadIdx.x >> 5] = sk_v;
+                }
+                __syncthreads();
+                if (threadIdx.x < 32u) {
+                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = ov > sk_v ? ov : sk_v;
+                    }
+                    if (threadIdx.x == 0u) {
+                        sk_red_u32[32] = sk_v;
+                    }
+                }
+                __syncthreads();
+                part_below = sk_red_u32[32];
+                __syncthreads();
+            }
             if ((threadIdx.x == 0u)) {
-                partials[((slot * 518u) + 0u)] = sk_bitcast<unsigned int>(part_m);
-                partials[((slot * 518u) + 1u)] = sk_bitcast<unsigned int>(part_s);
-                partials[((slot * 518u) + 2u)] = (t_above + t_take);
+                partials[((slot * 519u) + 0u)] = sk_bitcast<unsigned int>(part_m);
+                partials[((slot * 519u) + 1u)] = sk_bitcast<unsigned int>(part_s);
+                partials[((slot * 519u) + 2u)] = (t_above + t_take);
+                partials[((slot * 519u) + 3u)] = part_below;
+                partials[((slot * 519u) + 4u)] = ((t_at > t_take) ? t_key : 0u);
             }
         }
     }

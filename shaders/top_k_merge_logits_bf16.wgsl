@@ -24,6 +24,7 @@ struct Params {
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u64: array<u64, BLOCK>;
+var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
@@ -359,7 +360,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filter_top_k::merge_row
                     var m: f32 = bitcast<f32>(4286578688u);
                     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                        m = max(m, bitcast<f32>(partials[((((slot * parts) + p) * 518u) + 0u)]));
+                        m = max(m, bitcast<f32>(partials[((((slot * parts) + p) * 519u) + 0u)]));
                     }
                     var row_m: f32 = (0.0f);
                     {
@@ -376,9 +377,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var s: f32 = (0.0f);
                     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                        var mp_p: f32 = bitcast<f32>(partials[((((slot * parts) + p) * 518u) + 0u)]);
+                        var mp_p: f32 = bitcast<f32>(partials[((((slot * parts) + p) * 519u) + 0u)]);
                         if ((mp_p > bitcast<f32>(4286578688u))) {
-                            s = (s + (bitcast<f32>(partials[((((slot * parts) + p) * 518u) + 1u)]) * sk_exp((mp_p - row_m))));
+                            s = (s + (bitcast<f32>(partials[((((slot * parts) + p) * 519u) + 1u)]) * sk_exp((mp_p - row_m))));
                         }
                     }
                     var row_s: f32 = (0.0f);
@@ -409,9 +410,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var ip: u32 = (ti / want);
                                 var is: u32 = (ti - (ip * want));
                                 var ik: u32 = 0u;
-                                if ((is < partials[((((slot * parts) + ip) * 518u) + 2u)])) {
+                                if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
                                     // built by kernels::filter_top_k::merge_row
-                                    ik = partials[((((slot * parts) + ip) * 518u) + (4u + (is * 2u)))];
+                                    ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
                                 }
                                 var tk: u32 = ik;
                                 if (((tk != 0u) && ((tk & t_mask) == t_key))) {
@@ -655,9 +656,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var ip: u32 = (gi / want);
                             var is: u32 = (gi - (ip * want));
                             var ik: u32 = 0u;
-                            if ((is < partials[((((slot * parts) + ip) * 518u) + 2u)])) {
+                            if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
                                 // built by kernels::filter_top_k::merge_row
-                                ik = partials[((((slot * parts) + ip) * 518u) + (4u + (is * 2u)))];
+                                ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
                             }
                             var gk: u32 = ik;
                             if ((gk != 0u)) {
@@ -704,9 +705,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var ip: u32 = (gj / want);
                             var is: u32 = (gj - (ip * want));
                             var ik: u32 = 0u;
-                            if ((is < partials[((((slot * parts) + ip) * 518u) + 2u)])) {
+                            if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
                                 // built by kernels::filter_top_k::merge_row
-                                ik = partials[((((slot * parts) + ip) * 518u) + (4u + (is * 2u)))];
+                                ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
                             }
                             var gk: u32 = ik;
                             if ((gk != 0u)) {
@@ -717,7 +718,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 if (g_take) {
                                     listed_cols[(0u + g_out)] = gk;
                                     let sk_e0: u32 = (gj / want);
-                                    listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e0) * 518u) + (5u + ((gj - (sk_e0 * want)) * 2u)))];
+                                    listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e0) * 519u) + (6u + ((gj - (sk_e0 * want)) * 2u)))];
                                     g_out = (g_out + 1u);
                                 }
                             }
@@ -810,10 +811,58 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                         var all_in: bool = ((n_sel < want) || (select(select(sk_exp((zt - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zt == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) <= (0.0f)));
+                        var ov_t: f32 = (bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u))) - row_m);
+                        var tie_bad: u32 = 0u;
+                        for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
+                            // built by kernels::filter_top_k::prefix_is_exact
+                            var ek: u32 = listed_cols[(0u + i)];
+                            if (((ek > t_key) && ((bitcast<f32>(select((ek ^ 4294967295u), (ek ^ 2147483648u), ((ek & 2147483648u) != 0u))) - row_m) == ov_t))) {
+                                tie_bad = (tie_bad + 1u);
+                            }
+                        }
+                        for (var pos: u32 = sk_lid; pos < n_items; pos = pos + BLOCK) {
+                            // built by kernels::filter_top_k::prefix_is_exact
+                            var ip: u32 = (pos / want);
+                            var is: u32 = (pos - (ip * want));
+                            var ik: u32 = 0u;
+                            if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
+                                // built by kernels::filter_top_k::merge_row
+                                ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
+                            }
+                            var lk: u32 = ik;
+                            if ((((lk != 0u) && (lk < t_key)) && ((bitcast<f32>(select((lk ^ 4294967295u), (lk ^ 2147483648u), ((lk & 2147483648u) != 0u))) - row_m) == ov_t))) {
+                                tie_bad = (tie_bad + 1u);
+                            }
+                        }
+                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                            // built by kernels::filter_top_k::prefix_is_exact
+                            var rk3: u32 = partials[((((slot * parts) + p) * 519u) + 3u)];
+                            if ((((rk3 != 0u) && (rk3 < t_key)) && ((bitcast<f32>(select((rk3 ^ 4294967295u), (rk3 ^ 2147483648u), ((rk3 & 2147483648u) != 0u))) - row_m) == ov_t))) {
+                                tie_bad = (tie_bad + 1u);
+                            }
+                            var rk4: u32 = partials[((((slot * parts) + p) * 519u) + 4u)];
+                            if ((((rk4 != 0u) && (rk4 < t_key)) && ((bitcast<f32>(select((rk4 ^ 4294967295u), (rk4 ^ 2147483648u), ((rk4 & 2147483648u) != 0u))) - row_m) == ov_t))) {
+                                tie_bad = (tie_bad + 1u);
+                            }
+                        }
+                        var tie_bad_n: u32 = 0u;
+                        {
+                            sk_red_u32[sk_lid] = tie_bad;
+                            workgroupBarrier();
+                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                if (sk_lid < sk_s) {
+                                    sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
+                                }
+                                workgroupBarrier();
+                            }
+                            tie_bad_n = sk_red_u32[0];
+                            workgroupBarrier();
+                        }
+                        var prefix_exact: bool = (all_in || (tie_bad_n == 0u));
                         let sk_e4: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
                         let sk_e5: u32 = (1285u + (max(kept_n, 1u) - 1u));
                         let sk_e6: f32 = (zt - row_m);
-                        var decided: bool = (((((kept_n > 0u) && (all_in || ((bitcast<f32>(select((listed_cols[sk_e5] ^ 4294967295u), (listed_cols[sk_e5] ^ 2147483648u), ((listed_cols[sk_e5] & 2147483648u) != 0u))) - row_m) > sk_e6))) && (((!k_first) || all_in) || ((bitcast<f32>(select((listed_cols[sk_e4] ^ 4294967295u), (listed_cols[sk_e4] ^ 2147483648u), ((listed_cols[sk_e4] & 2147483648u) != 0u))) - row_m) > sk_e6))) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
+                        var decided: bool = (((((kept_n > 0u) && (prefix_exact || ((bitcast<f32>(select((listed_cols[sk_e5] ^ 4294967295u), (listed_cols[sk_e5] ^ 2147483648u), ((listed_cols[sk_e5] & 2147483648u) != 0u))) - row_m) > sk_e6))) && (((!k_first) || prefix_exact) || ((bitcast<f32>(select((listed_cols[sk_e4] ^ 4294967295u), (listed_cols[sk_e4] ^ 2147483648u), ((listed_cols[sk_e4] & 2147483648u) != 0u))) - row_m) > sk_e6))) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
                         if (decided) {
                             var best: f32 = bitcast<f32>(4286578688u);
                             var best_i: u32 = 4294967295u;

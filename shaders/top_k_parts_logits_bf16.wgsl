@@ -19,6 +19,7 @@ struct Params {
 @group(0) @binding(4) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
+var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> sk_sum_lo: array<atomic<u32>, 16>;
 var<workgroup> sk_sum_hi: array<atomic<u32>, 16>;
@@ -422,16 +423,38 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         g_rank = (g_rank + 1u);
                     }
                     if (g_take) {
-                        partials[((slot * 518u) + (4u + (g_out * 2u)))] = gk;
-                        partials[(((slot * 518u) + (4u + (g_out * 2u))) + 1u)] = (col_lo + gj);
+                        partials[((slot * 519u) + (5u + (g_out * 2u)))] = gk;
+                        partials[(((slot * 519u) + (5u + (g_out * 2u))) + 1u)] = (col_lo + gj);
                         g_out = (g_out + 1u);
                     }
                 }
             }
+            var below: u32 = 0u;
+            for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
+                var k: u32 = part_keys[i];
+                if ((k < t_key)) {
+                    below = max(below, k);
+                }
+            }
+            var part_below: u32 = 0u;
+            {
+                sk_red_u32[sk_lid] = below;
+                workgroupBarrier();
+                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                    if (sk_lid < sk_s) {
+                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+                    }
+                    workgroupBarrier();
+                }
+                part_below = sk_red_u32[0];
+                workgroupBarrier();
+            }
             if ((sk_lid == 0u)) {
-                partials[((slot * 518u) + 0u)] = bitcast<u32>(part_m);
-                partials[((slot * 518u) + 1u)] = bitcast<u32>(part_s);
-                partials[((slot * 518u) + 2u)] = (t_above + t_take);
+                partials[((slot * 519u) + 0u)] = bitcast<u32>(part_m);
+                partials[((slot * 519u) + 1u)] = bitcast<u32>(part_s);
+                partials[((slot * 519u) + 2u)] = (t_above + t_take);
+                partials[((slot * 519u) + 3u)] = part_below;
+                partials[((slot * 519u) + 4u)] = select(0u, t_key, (t_at > t_take));
             }
         }
     }

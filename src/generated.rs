@@ -58,7 +58,7 @@ pub const SLOT_WORDS: usize = 110;
 /// `TOP_K_PART_COLS` columns, each writing `TOP_K_SLOT_WORDS` u32 of `partials`.
 pub const TOP_K_CAP: u32 = 256;
 pub const TOP_K_PART_COLS: usize = 4096;
-pub const TOP_K_SLOT_WORDS: usize = 518;
+pub const TOP_K_SLOT_WORDS: usize = 519;
 
 /// The most buffers any kernel binds: launches list their bindings in arrays this long.
 pub const MAX_BUFFERS: usize = 8;

@@ -17,9 +17,11 @@
 //! runs the one-workgroup filter kernel's body on the row in the same launch (per-row routing,
 //! no host sync), so a row's token is always the one the filter kernels give:
 //! - the order on `z` and the filters' order on `z - max` differ only where two values of `z`
-//!   round to the same `z - max` (or are equal): the set is exact when the last kept token's
-//!   `z - max` is above that of the `(k + 1)`-th largest `z` (every token at or above it is a
-//!   candidate), or the candidates hold every token with probability;
+//!   round to the same `z - max`: the set is exact when the candidates are the first tokens of
+//!   the filters' order, ties at the boundary included ([`prefix_is_exact`]: no token left out
+//!   and no candidate above the boundary shares the boundary's `z - max` with another `z`), or
+//!   the last kept token's `z - max` is above the boundary's, or the candidates hold every token
+//!   with probability;
 //! - joint top-p is measured against the whole row's mass, which the parts give only
 //!   approximately (their sums at their own maxima): the set is taken when it is the same for
 //!   every mass within [`MASS_MARGIN`] of the estimate, which bounds the estimate's rounding
@@ -52,8 +54,10 @@ pub const CAP: u32 = 256;
 /// The most columns of a part: the host splits a row into `ceil(vocab / PART_COLS)` parts.
 pub const PART_COLS: u32 = 4096;
 /// Words of a part's record in `partials`: its maximum (f32 bits), its sum of `exp(z - m)` (f32
-/// bits), how many candidates it lists, one unused; then `(key, column)` per candidate.
-pub const HEAD_WORDS: u32 = 4;
+/// bits), how many candidates it lists, the largest key it leaves out below its boundary key,
+/// and its boundary key where it leaves some of it out (0: none); then `(key, column)` per
+/// candidate.
+pub const HEAD_WORDS: u32 = 5;
 pub const SLOT_WORDS: u32 = HEAD_WORDS + 2 * (CAP + 1);
 /// Relative margin on the estimated row mass within which joint top-p must give one set.
 const MASS_MARGIN: f32 = 1.0 / 1024.0;
@@ -241,11 +245,64 @@ fn read_part(b: &mut Block) {
         b.store(SCRATCH, at.clone(), k);
         b.store(SCRATCH, at + u(1), var("col_lo") + i);
     });
+    // What the part leaves out, for the merge's test of the boundary (`prefix_is_exact`).
+    b.let_("below", Ty::U32, u(0));
+    b.for_("i", builtin(Builtin::LocalId), var("n_cols"), builtin(Builtin::BlockSize), |b, i| {
+        let k = b.let_("k", Ty::U32, load_shared(KEYS, i));
+        b.if_(k.clone().lt(var("t_key")), |b| b.set("below", var("below").max(k)));
+    });
+    let below = b.reduce(ReduceOp::Max, Ty::U32, var("below"), "part_below");
     b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
         b.store(SCRATCH, own(u(0)), m.bitcast(Ty::U32));
         b.store(SCRATCH, own(u(1)), s.bitcast(Ty::U32));
         b.store(SCRATCH, own(u(2)), var("t_above") + var("t_take"));
+        b.store(SCRATCH, own(u(3)), below);
+        b.store(SCRATCH, own(u(4)), select(var("t_at").gt(var("t_take")), var("t_key"), u(0)));
     });
+}
+
+/// Declares `prefix_exact`: whether the merge's candidates (after its select, with `t_key` the
+/// boundary key) are the first tokens of the filters' order, ties at the boundary included, so
+/// that their ranks are the row's. The candidates are the largest by `(z, index)`, the filters'
+/// order is by `(z - max, index)`, and the two differ only where distinct values of `z` round to
+/// one `z - max`. So the candidates are a prefix unless a token left out shares the boundary's
+/// `z - max` with a smaller `z` (it would rank among the candidates by its index), or a candidate
+/// above the boundary value shares it (a left-out token at the boundary value would then rank
+/// before that candidate by index). Every value a left-out token can have that could share it
+/// is in the parts' lists (the items the merge leaves out) or in their records (the largest key
+/// a part leaves out below its boundary, and that boundary where it leaves some of it out); the
+/// tokens left out at the boundary value itself rank after the candidates there, by index, as
+/// the selects take the lowest indices. `complete` (every token with probability is a
+/// candidate) is exact as it is.
+fn prefix_is_exact(
+    b: &mut Block,
+    complete: Expr,
+    ov: &dyn Fn(Expr) -> Expr,
+    key_at: &dyn Fn(&mut Block, Expr) -> Expr,
+) -> Expr {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    let ot = b.let_("ov_t", Ty::F32, ov(key_value(var("t_key"))));
+    b.let_("tie_bad", Ty::U32, u(0));
+    let bad = |b: &mut Block| b.set("tie_bad", var("tie_bad") + u(1));
+    let shares = |k: Expr| ov(key_value(k)).eq_(ot.clone());
+    b.for_("i", lid.clone(), var("n_sel"), bs.clone(), |b, i| {
+        let k = b.let_("ek", Ty::U32, get(M_KEY, i));
+        b.if_(k.clone().gt(var("t_key")).and(shares(k)), bad);
+    });
+    let left_out = |k: Expr| k.clone().ne_(u(0)).and(k.clone().lt(var("t_key"))).and(shares(k));
+    b.for_("pos", lid.clone(), var("n_items"), bs.clone(), |b, pos| {
+        let key = key_at(b, pos);
+        let k = b.let_("lk", Ty::U32, key);
+        b.if_(left_out(k), bad);
+    });
+    b.for_("p", lid, var("parts"), bs, |b, p| {
+        for word in [3, 4] {
+            let k = b.let_(&format!("rk{word}"), Ty::U32, load(SCRATCH, record(p.clone(), u(word))));
+            b.if_(left_out(k), bad);
+        }
+    });
+    let n = b.reduce(ReduceOp::Sum, Ty::U32, var("tie_bad"), "tie_bad_n");
+    b.let_("prefix_exact", Ty::Bool, complete.or(n.eq_(u(0))))
 }
 
 /// The merge of one row (after [`one_read_row`]): sets `one_read_done` where the candidates
@@ -354,10 +411,11 @@ fn merge_row(b: &mut Block) {
         let all_in = n_sel.clone().lt(want).or(softmax_weight(zt.clone(), mx.clone()).le(f(0.0)));
         let complete = b.let_("all_in", Ty::Bool, all_in);
         let above = |r: Expr| ov(key_value(get(S_KEY, r))).gt(ov(zt.clone()));
+        let exact = prefix_is_exact(b, complete.clone(), &ov, &key_at);
         let kept_n = var("kept_n");
-        let cut_ok = kept_n.clone().gt(u(0)).and(complete.clone().or(above(kept_n.clone().max(u(1)) - u(1))));
+        let cut_ok = kept_n.clone().gt(u(0)).and(exact.clone().or(above(kept_n.clone().max(u(1)) - u(1))));
         let last_k = var("kk").min(n_sel.clone()).max(u(1)) - u(1);
-        let k_ok = var("k_first").not().or(complete.clone()).or(above(last_k));
+        let k_ok = var("k_first").not().or(exact).or(above(last_k));
         // A capped row's set is known only where it ends before the candidates do.
         let short = kept_n.clone().lt(n_sel.clone()).or(complete.clone());
         let cap_ok = var("capped").not().or(short);
