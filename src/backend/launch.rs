@@ -263,7 +263,7 @@ fn params(shape: Shape, flags: u32) -> [u32; 4] {
 
 /// A sampling launch over rows: `id` with `inputs`, then the outputs of `out` (tokens,
 /// log-probabilities and status, all but the tokens where asked, and with `passes` the pass
-/// counts of a filter kernel) and the flags that tell the kernel which to write.
+/// counts of a filter or seeded kernel) and the flags that tell the kernel which to write.
 fn sampling<'a, B: Device + ?Sized, const N: usize>(
     id: KernelId,
     shape: Shape,
@@ -303,7 +303,7 @@ impl<'a, H: Copy> Launch<H> {
                     [KernelId::SeededLogitsF32, KernelId::SeededLogitsF16, KernelId::SeededLogitsBf16],
                     logits,
                 );
-                let seeded = sampling::<B, 2>(seeded, *shape, inputs, out, FLAG_SEEDED_ONLY, false);
+                let seeded = sampling::<B, 2>(seeded, *shape, inputs, out, FLAG_SEEDED_ONLY, true);
                 let filter = by_dtype(
                     [KernelId::FilterLogitsF32, KernelId::FilterLogitsF16, KernelId::FilterLogitsBf16],
                     logits,
@@ -470,7 +470,7 @@ impl<'a, H: Copy> Launch<H> {
             Job::SeededLogits { shape, logits, rows: r, out } => {
                 let ids = [KernelId::SeededLogitsF32, KernelId::SeededLogitsF16, KernelId::SeededLogitsBf16];
                 let inputs = [(Binding::X, Some(logits_handle(logits))), (Binding::Rows, Some(B::handle(*r)))];
-                sampling::<B, 2>(by_dtype(ids, logits), *shape, inputs, out, 0, false).with_list(None)
+                sampling::<B, 2>(by_dtype(ids, logits), *shape, inputs, out, 0, true).with_list(None)
             }
             // The plain sampler, which leaves the seeded and filtered rows to the launches `plan`
             // adds.
