@@ -141,18 +141,24 @@ __device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
-    const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, const unsigned int* __restrict__ listed, unsigned int* __restrict__ passes, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, const unsigned int* __restrict__ listed, unsigned int* __restrict__ passes, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_red_f32[33];
     __shared__ unsigned int sk_red_u32[33];
+    __shared__ float sk_am_f32[33];
     __shared__ double sk_am_f64[33];
     __shared__ unsigned int sk_am_i[33];
-    for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
-        // built by kernels::sampling::for_each_row_at
-        unsigned int row = (((flags & 32u) != 0u) ? (listed[slot]) : slot);
+    unsigned int stage = ((flags >> 8u) & 255u);
+    unsigned int parts = max((flags >> 16u), 1u);
+    for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
+        // built by kernels::sampling::for_each_row_part_at
+        unsigned int row_slot = (slot / parts);
+        unsigned int part = (slot - (row_slot * parts));
+        unsigned int row = (((flags & 32u) != 0u) ? (listed[row_slot]) : row_slot);
         unsigned int base = (row * stride);
-        unsigned int col_lo = 0u;
-        unsigned int col_hi = vocab;
-        bool takes = true;
+        unsigned int quads_per_part = (((((vocab + 3u) >> 2u) + parts) - 1u) / parts);
+        unsigned int col_lo = min(((part * quads_per_part) * 4u), vocab);
+        unsigned int col_hi = min((col_lo + (quads_per_part * 4u)), vocab);
+        bool takes = ((stage == 0u) || (part == 0u));
         if (((flags & 16u) != 0u)) {
             // built by kernels::seeded::seeded_logits
             float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
@@ -167,7 +173,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
             bool searched = ((kk < vocab) || (pp < (1.0f)));
             bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
             bool filtered = (noisy && (searched || (mp > (0.0f))));
-            takes = ((rows[((row * 12u) + 1u)] == 1u) && (!filtered));
+            takes = ((takes && (rows[((row * 12u) + 1u)] == 1u)) && (!filtered));
         }
         if (takes) {
             // built by kernels::seeded::seeded_logits_row
@@ -178,447 +184,671 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
             float up1 = sk_bitcast<float>(4286578688u);
             unsigned int up1_i = 4294967295u;
             float up2 = sk_bitcast<float>(4286578688u);
-            float m = sk_bitcast<float>(4286578688u);
-            float s = (0.0f);
-            float comp = (0.0f);
-            for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                // built by kernels::sampling::for_each_column
-                {
-                    unsigned int col = (c0 + 0u);
-                    if ((col < col_hi)) {
-                        const float sk_e0 = sk_f16(x[(base + col)]);
-                        float z = ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp);
-                        const unsigned int sk_e1 = (row * 12u);
-                        float g32 = (noisy ? sk_seeded_gumbel32(sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col)) : (0.0f));
-                        bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                        float sv32 = ((finite ? z : (0.0f)) + g32);
-                        float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                        lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                        if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                            // built by kernels::sampling::bound
-                            up2 = up1;
-                            up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                            up1_i = col;
-                        } else {
-                            // built by kernels::sampling::bound
-                            up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                        }
-                        if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
-                            float r = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * sk_exp((z - m))))) - comp);
-                        float t = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+            float row_m = sk_bitcast<float>(4286578688u);
+            float row_s = (0.0f);
+            bool combining = ((parts > 1u) && (stage > 0u));
+            if (combining) {
+                float m = sk_bitcast<float>(4286578688u);
+                float s = (0.0f);
+                for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                    // built by kernels::seeded::combine_parts
+                    float pm = sk_bitcast<float>(partials[((((row_slot * parts) + p) * 8u) + 0u)]);
+                    float ps = sk_bitcast<float>(partials[((((row_slot * parts) + p) * 8u) + 1u)]);
+                    if ((pm > m)) {
+                        // built by kernels::sampling::softmax_merge
+                        float r = sk_exp((m - pm));
+                        s = (s * r);
+                        m = pm;
                     }
-                }
-                {
-                    unsigned int col = (c0 + 1u);
-                    if ((col < col_hi)) {
-                        const float sk_e2 = sk_f16(x[(base + col)]);
-                        float z = ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp);
-                        const unsigned int sk_e3 = (row * 12u);
-                        float g32 = (noisy ? sk_seeded_gumbel32(sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col)) : (0.0f));
-                        bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                        float sv32 = ((finite ? z : (0.0f)) + g32);
-                        float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                        lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                        if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                            // built by kernels::sampling::bound
-                            up2 = up1;
-                            up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                            up1_i = col;
-                        } else {
-                            // built by kernels::sampling::bound
-                            up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                        }
-                        if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
-                            float r = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * sk_exp((z - m))))) - comp);
-                        float t = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                    float ex = sk_exp((pm - m));
+                    s = (s + ((pm == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((pm == m) ? ps : (ps * ex))));
+                    lo_best = fmaxf(lo_best, sk_bitcast<float>(partials[((((row_slot * parts) + p) * 8u) + 2u)]));
+                    if ((sk_bitcast<float>(partials[((((row_slot * parts) + p) * 8u) + 3u)]) > up1)) {
+                        // built by kernels::sampling::bound
+                        up2 = up1;
+                        up1 = sk_bitcast<float>(partials[((((row_slot * parts) + p) * 8u) + 3u)]);
+                        up1_i = partials[((((row_slot * parts) + p) * 8u) + 4u)];
+                    } else {
+                        // built by kernels::sampling::bound
+                        up2 = fmaxf(up2, sk_bitcast<float>(partials[((((row_slot * parts) + p) * 8u) + 3u)]));
                     }
+                    up2 = fmaxf(up2, sk_bitcast<float>(partials[((((row_slot * parts) + p) * 8u) + 5u)]));
                 }
+                float row_max = (0.0f);
                 {
-                    unsigned int col = (c0 + 2u);
-                    if ((col < col_hi)) {
-                        const float sk_e4 = sk_f16(x[(base + col)]);
-                        float z = ((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) / temp);
-                        const unsigned int sk_e5 = (row * 12u);
-                        float g32 = (noisy ? sk_seeded_gumbel32(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col)) : (0.0f));
-                        bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                        float sv32 = ((finite ? z : (0.0f)) + g32);
-                        float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                        lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                        if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                            // built by kernels::sampling::bound
-                            up2 = up1;
-                            up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                            up1_i = col;
-                        } else {
-                            // built by kernels::sampling::bound
-                            up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                        }
-                        if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
-                            float r = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * sk_exp((z - m))))) - comp);
-                        float t = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
-                    }
-                }
-                {
-                    unsigned int col = (c0 + 3u);
-                    if ((col < col_hi)) {
-                        const float sk_e6 = sk_f16(x[(base + col)]);
-                        float z = ((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) / temp);
-                        const unsigned int sk_e7 = (row * 12u);
-                        float g32 = (noisy ? sk_seeded_gumbel32(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col)) : (0.0f));
-                        bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                        float sv32 = ((finite ? z : (0.0f)) + g32);
-                        float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                        lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                        if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                            // built by kernels::sampling::bound
-                            up2 = up1;
-                            up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                            up1_i = col;
-                        } else {
-                            // built by kernels::sampling::bound
-                            up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                        }
-                        if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
-                            float r = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * sk_exp((z - m))))) - comp);
-                        float t = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
-                    }
-                }
-            }
-            s = (s - comp);
-            float row_max = (0.0f);
-            {
-                float sk_v = m;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = fmaxf(sk_v, ov);
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                    float sk_v = m;
                     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                         float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                         sk_v = fmaxf(sk_v, ov);
                     }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
                     }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = fmaxf(sk_v, ov);
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    row_max = sk_red_f32[32];
+                    __syncthreads();
                 }
-                __syncthreads();
-                row_max = sk_red_f32[32];
-                __syncthreads();
-            }
-            float row_sum = (0.0f);
-            {
-                float sk_v = ((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = sk_v + ov;
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+                float row_sum = (0.0f);
+                {
+                    float sk_v = ((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
                     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                         float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                         sk_v = sk_v + ov;
                     }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
                     }
-                }
-                __syncthreads();
-                row_sum = sk_red_f32[32];
-                __syncthreads();
-            }
-            float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
-            float screen_floor = (0.0f);
-            {
-                float sk_v = lo_best;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = fmaxf(sk_v, ov);
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = sk_v + ov;
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
                     }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
-                    }
+                    __syncthreads();
+                    row_sum = sk_red_f32[32];
+                    __syncthreads();
                 }
-                __syncthreads();
-                screen_floor = sk_red_f32[32];
-                __syncthreads();
-            }
-            const bool sk_e8 = ((fabsf(row_max) < (1048576.0f)) && (row_sum > (0.0f)));
-            bool screened = (sk_e8 && ((screen_floor - row_max) >= (sk_log((sk_e8 ? row_sum : (1.0f))) - (41.0f))));
-            double best = sk_bitcast<double>(18442240474082181120ull);
-            unsigned int best_i = 4294967295u;
-            bool rescan = ((!screened) || (up2 >= screen_floor));
-            if (rescan) {
+                row_m = row_max;
+                row_s = row_sum;
+                col_lo = 0u;
+                col_hi = vocab;
+            } else {
+                float m = sk_bitcast<float>(4286578688u);
+                float s = (0.0f);
+                float comp = (0.0f);
                 for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::sampling::for_each_column
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {
-                            const unsigned int sk_e9 = (row * 12u);
-                            float g32 = (noisy ? sk_seeded_gumbel32(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col)) : (0.0f));
-                            const float sk_e10 = sk_f16(x[(base + col)]);
-                            bool finite = (fabsf(((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp)) < sk_bitcast<float>(2139095040u));
-                            const float sk_e11 = sk_f16(x[(base + col)]);
-                            float sv32 = ((finite ? ((((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) / temp) : (0.0f)) + g32);
-                            const float sk_e12 = sk_f16(x[(base + col)]);
-                            float serr = ((0.00024414063f) + ((fabsf((finite ? ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp) : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                            if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                const float sk_e14 = sk_f16(x[(base + col)]);
-                                const float sk_e13 = ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp);
-                                float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e13 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e13 - row_max)))) * inv);
-                                double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
-                                double s64 = lp;
-                                if (noisy) {
-                                    // built by kernels::seeded::score64
-                                    const unsigned int sk_e15 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
-                                }
-                                if (((s64 > best) || (best_i == 4294967295u))) {
-                                    // built by kernels::seeded::keep_best
-                                    best = s64;
-                                    best_i = col;
-                                }
+                            const float sk_e0 = sk_f16(x[(base + col)]);
+                            float z = ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp);
+                            const unsigned int sk_e1 = (row * 12u);
+                            float g32_any = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col));
+                            float g32 = (noisy ? g32_any : (0.0f));
+                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                            float sv32 = ((finite ? z : (0.0f)) + g32);
+                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
                             }
+                            if ((z > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                float r = sk_exp((m - z));
+                                s = (s * r);
+                                comp = (comp * r);
+                                m = z;
+                            }
+                            float ex = sk_exp((z - m));
+                            float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
+                            float t = (s + y);
+                            comp = ((t - s) - y);
+                            s = t;
                         }
                     }
                     {
                         unsigned int col = (c0 + 1u);
                         if ((col < col_hi)) {
-                            const unsigned int sk_e16 = (row * 12u);
-                            float g32 = (noisy ? sk_seeded_gumbel32(sk_murmur3(rows[(sk_e16 + 8u)], rows[(sk_e16 + 9u)], rows[(sk_e16 + 10u)], col)) : (0.0f));
-                            const float sk_e17 = sk_f16(x[(base + col)]);
-                            bool finite = (fabsf(((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) / temp)) < sk_bitcast<float>(2139095040u));
-                            const float sk_e18 = sk_f16(x[(base + col)]);
-                            float sv32 = ((finite ? ((((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18) / temp) : (0.0f)) + g32);
-                            const float sk_e19 = sk_f16(x[(base + col)]);
-                            float serr = ((0.00024414063f) + ((fabsf((finite ? ((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19) / temp) : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                            if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                const float sk_e21 = sk_f16(x[(base + col)]);
-                                const float sk_e20 = ((((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21) / temp);
-                                float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e20 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e20 - row_max)))) * inv);
-                                double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
-                                double s64 = lp;
-                                if (noisy) {
-                                    // built by kernels::seeded::score64
-                                    const unsigned int sk_e22 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], col)));
-                                }
-                                if (((s64 > best) || (best_i == 4294967295u))) {
-                                    // built by kernels::seeded::keep_best
-                                    best = s64;
-                                    best_i = col;
-                                }
+                            const float sk_e2 = sk_f16(x[(base + col)]);
+                            float z = ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp);
+                            const unsigned int sk_e3 = (row * 12u);
+                            float g32_any = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col));
+                            float g32 = (noisy ? g32_any : (0.0f));
+                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                            float sv32 = ((finite ? z : (0.0f)) + g32);
+                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
                             }
+                            if ((z > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                float r = sk_exp((m - z));
+                                s = (s * r);
+                                comp = (comp * r);
+                                m = z;
+                            }
+                            float ex = sk_exp((z - m));
+                            float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
+                            float t = (s + y);
+                            comp = ((t - s) - y);
+                            s = t;
                         }
                     }
                     {
                         unsigned int col = (c0 + 2u);
                         if ((col < col_hi)) {
-                            const unsigned int sk_e23 = (row * 12u);
-                            float g32 = (noisy ? sk_seeded_gumbel32(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col)) : (0.0f));
-                            const float sk_e24 = sk_f16(x[(base + col)]);
-                            bool finite = (fabsf(((((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) / temp)) < sk_bitcast<float>(2139095040u));
-                            const float sk_e25 = sk_f16(x[(base + col)]);
-                            float sv32 = ((finite ? ((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) / temp) : (0.0f)) + g32);
-                            const float sk_e26 = sk_f16(x[(base + col)]);
-                            float serr = ((0.00024414063f) + ((fabsf((finite ? ((((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) / temp) : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                            if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                const float sk_e28 = sk_f16(x[(base + col)]);
-                                const float sk_e27 = ((((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28) / temp);
-                                float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e27 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e27 - row_max)))) * inv);
-                                double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
-                                double s64 = lp;
-                                if (noisy) {
-                                    // built by kernels::seeded::score64
-                                    const unsigned int sk_e29 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e29 + 8u)], rows[(sk_e29 + 9u)], rows[(sk_e29 + 10u)], col)));
-                                }
-                                if (((s64 > best) || (best_i == 4294967295u))) {
-                                    // built by kernels::seeded::keep_best
-                                    best = s64;
-                                    best_i = col;
-                                }
+                            const float sk_e4 = sk_f16(x[(base + col)]);
+                            float z = ((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) / temp);
+                            const unsigned int sk_e5 = (row * 12u);
+                            float g32_any = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col));
+                            float g32 = (noisy ? g32_any : (0.0f));
+                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                            float sv32 = ((finite ? z : (0.0f)) + g32);
+                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
                             }
+                            if ((z > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                float r = sk_exp((m - z));
+                                s = (s * r);
+                                comp = (comp * r);
+                                m = z;
+                            }
+                            float ex = sk_exp((z - m));
+                            float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
+                            float t = (s + y);
+                            comp = ((t - s) - y);
+                            s = t;
                         }
                     }
                     {
                         unsigned int col = (c0 + 3u);
                         if ((col < col_hi)) {
-                            const unsigned int sk_e30 = (row * 12u);
-                            float g32 = (noisy ? sk_seeded_gumbel32(sk_murmur3(rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)], rows[(sk_e30 + 10u)], col)) : (0.0f));
-                            const float sk_e31 = sk_f16(x[(base + col)]);
-                            bool finite = (fabsf(((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) / temp)) < sk_bitcast<float>(2139095040u));
-                            const float sk_e32 = sk_f16(x[(base + col)]);
-                            float sv32 = ((finite ? ((((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) / temp) : (0.0f)) + g32);
-                            const float sk_e33 = sk_f16(x[(base + col)]);
-                            float serr = ((0.00024414063f) + ((fabsf((finite ? ((((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) / temp) : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                            if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                const float sk_e35 = sk_f16(x[(base + col)]);
-                                const float sk_e34 = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
-                                float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e34 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e34 - row_max)))) * inv);
-                                double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
-                                double s64 = lp;
-                                if (noisy) {
-                                    // built by kernels::seeded::score64
-                                    const unsigned int sk_e36 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e36 + 8u)], rows[(sk_e36 + 9u)], rows[(sk_e36 + 10u)], col)));
-                                }
-                                if (((s64 > best) || (best_i == 4294967295u))) {
-                                    // built by kernels::seeded::keep_best
-                                    best = s64;
-                                    best_i = col;
-                                }
+                            const float sk_e6 = sk_f16(x[(base + col)]);
+                            float z = ((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) / temp);
+                            const unsigned int sk_e7 = (row * 12u);
+                            float g32_any = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col));
+                            float g32 = (noisy ? g32_any : (0.0f));
+                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                            float sv32 = ((finite ? z : (0.0f)) + g32);
+                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
                             }
+                            if ((z > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                float r = sk_exp((m - z));
+                                s = (s * r);
+                                comp = (comp * r);
+                                m = z;
+                            }
+                            float ex = sk_exp((z - m));
+                            float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
+                            float t = (s + y);
+                            comp = ((t - s) - y);
+                            s = t;
                         }
                     }
                 }
-            } else {
-                if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                    const float sk_e38 = sk_f16(x[(base + up1_i)]);
-                    const float sk_e37 = ((((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38) / temp);
-                    float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e37 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e37 - row_max)))) * inv);
-                    double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
-                    double s64 = lp;
-                    if (noisy) {
-                        // built by kernels::seeded::score64
-                        const unsigned int sk_e39 = (row * 12u);
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], up1_i)));
+                s = (s - comp);
+                float row_max = (0.0f);
+                {
+                    float sk_v = m;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = fmaxf(sk_v, ov);
                     }
-                    best = s64;
-                    best_i = up1_i;
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = fmaxf(sk_v, ov);
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    row_max = sk_red_f32[32];
+                    __syncthreads();
                 }
+                float row_sum = (0.0f);
+                {
+                    float sk_v = ((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = sk_v + ov;
+                    }
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = sk_v + ov;
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    row_sum = sk_red_f32[32];
+                    __syncthreads();
+                }
+                row_m = row_max;
+                row_s = row_sum;
             }
-            unsigned int reads = 0u;
-            {
-                unsigned int sk_v = (rescan ? 2u : 1u);
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = ov > sk_v ? ov : sk_v;
+            if (((parts > 1u) && (!combining))) {
+                // built by kernels::seeded::write_seeded_part
+                float part_floor = (0.0f);
+                {
+                    float sk_v = lo_best;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = fmaxf(sk_v, ov);
+                    }
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = fmaxf(sk_v, ov);
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    part_floor = sk_red_f32[32];
+                    __syncthreads();
                 }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_u32[threadIdx.x >> 5] = sk_v;
+                float part_up1 = (0.0f);
+                unsigned int part_up1_i = 0u;
+                {
+                    float sk_v = up1;
+                    unsigned int sk_i = up1_i;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                    }
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_am_f32[threadIdx.x >> 5] = sk_v;
+                        sk_am_i[threadIdx.x >> 5] = sk_i;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_am_f32[32] = sk_v;
+                            sk_am_i[32] = sk_i;
+                        }
+                    }
+                    __syncthreads();
+                    part_up1 = sk_am_f32[32];
+                    part_up1_i = sk_am_i[32];
+                    __syncthreads();
                 }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                float part_up2 = (0.0f);
+                {
+                    float sk_v = ((up1_i == part_up1_i) ? up2 : up1);
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = fmaxf(sk_v, ov);
+                    }
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = fmaxf(sk_v, ov);
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    part_up2 = sk_red_f32[32];
+                    __syncthreads();
+                }
+                if ((threadIdx.x == 0u)) {
+                    partials[((((row_slot * parts) + part) * 8u) + 0u)] = sk_bitcast<unsigned int>(row_m);
+                    partials[((((row_slot * parts) + part) * 8u) + 1u)] = sk_bitcast<unsigned int>(row_s);
+                    partials[((((row_slot * parts) + part) * 8u) + 2u)] = sk_bitcast<unsigned int>(part_floor);
+                    partials[((((row_slot * parts) + part) * 8u) + 3u)] = sk_bitcast<unsigned int>(part_up1);
+                    partials[((((row_slot * parts) + part) * 8u) + 4u)] = part_up1_i;
+                    partials[((((row_slot * parts) + part) * 8u) + 5u)] = sk_bitcast<unsigned int>(part_up2);
+                }
+            } else {
+                float inv = ((row_s > (0.0f)) ? ((1.0f) / row_s) : (0.0f));
+                float screen_floor = (0.0f);
+                {
+                    float sk_v = lo_best;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = fmaxf(sk_v, ov);
+                    }
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = fmaxf(sk_v, ov);
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    screen_floor = sk_red_f32[32];
+                    __syncthreads();
+                }
+                const bool sk_e8 = ((fabsf(row_m) < (1048576.0f)) && (row_s > (0.0f)));
+                bool screened = (sk_e8 && ((screen_floor - row_m) >= (sk_log((sk_e8 ? row_s : (1.0f))) - (41.0f))));
+                double best = sk_bitcast<double>(18442240474082181120ull);
+                unsigned int best_i = 4294967295u;
+                bool mine = ((!screened) || (up2 >= screen_floor));
+                unsigned int any_rescan = 0u;
+                {
+                    unsigned int sk_v = (mine ? 1u : 0u);
                     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                         unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                         sk_v = ov > sk_v ? ov : sk_v;
                     }
-                    if (threadIdx.x == 0u) {
-                        sk_red_u32[32] = sk_v;
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_u32[threadIdx.x >> 5] = sk_v;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = ov > sk_v ? ov : sk_v;
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_u32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    any_rescan = sk_red_u32[32];
+                    __syncthreads();
+                }
+                bool rescan = (combining ? (any_rescan > 0u) : mine);
+                if (rescan) {
+                    // built by kernels::seeded::seeded_logits_finish
+                    for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                        // built by kernels::sampling::for_each_column
+                        {
+                            unsigned int col = (c0 + 0u);
+                            if ((col < col_hi)) {
+                                const unsigned int sk_e9 = (row * 12u);
+                                float g32_any = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col));
+                                float g32 = (noisy ? g32_any : (0.0f));
+                                const float sk_e10 = sk_f16(x[(base + col)]);
+                                bool finite = (fabsf(((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp)) < sk_bitcast<float>(2139095040u));
+                                const float sk_e11 = sk_f16(x[(base + col)]);
+                                float sv32 = ((finite ? ((((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) / temp) : (0.0f)) + g32);
+                                const float sk_e12 = sk_f16(x[(base + col)]);
+                                float serr = ((0.00024414063f) + ((fabsf((finite ? ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp) : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
+                                    // built by kernels::seeded::seeded_logits_finish
+                                    const float sk_e14 = sk_f16(x[(base + col)]);
+                                    const float sk_e13 = ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp);
+                                    float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e13 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e13 - row_m)))) * inv);
+                                    double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                                    double s64 = lp;
+                                    if (noisy) {
+                                        // built by kernels::seeded::score64
+                                        const unsigned int sk_e15 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
+                                    }
+                                    if (((s64 > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::seeded::keep_best
+                                        best = s64;
+                                        best_i = col;
+                                    }
+                                }
+                            }
+                        }
+                        {
+                            unsigned int col = (c0 + 1u);
+                            if ((col < col_hi)) {
+                                const unsigned int sk_e16 = (row * 12u);
+                                float g32_any = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e16 + 8u)], rows[(sk_e16 + 9u)], rows[(sk_e16 + 10u)], col));
+                                float g32 = (noisy ? g32_any : (0.0f));
+                                const float sk_e17 = sk_f16(x[(base + col)]);
+                                bool finite = (fabsf(((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) / temp)) < sk_bitcast<float>(2139095040u));
+                                const float sk_e18 = sk_f16(x[(base + col)]);
+                                float sv32 = ((finite ? ((((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18) / temp) : (0.0f)) + g32);
+                                const float sk_e19 = sk_f16(x[(base + col)]);
+                                float serr = ((0.00024414063f) + ((fabsf((finite ? ((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19) / temp) : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
+                                    // built by kernels::seeded::seeded_logits_finish
+                                    const float sk_e21 = sk_f16(x[(base + col)]);
+                                    const float sk_e20 = ((((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21) / temp);
+                                    float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e20 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e20 - row_m)))) * inv);
+                                    double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                                    double s64 = lp;
+                                    if (noisy) {
+                                        // built by kernels::seeded::score64
+                                        const unsigned int sk_e22 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], col)));
+                                    }
+                                    if (((s64 > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::seeded::keep_best
+                                        best = s64;
+                                        best_i = col;
+                                    }
+                                }
+                            }
+                        }
+                        {
+                            unsigned int col = (c0 + 2u);
+                            if ((col < col_hi)) {
+                                const unsigned int sk_e23 = (row * 12u);
+                                float g32_any = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col));
+                                float g32 = (noisy ? g32_any : (0.0f));
+                                const float sk_e24 = sk_f16(x[(base + col)]);
+                                bool finite = (fabsf(((((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) / temp)) < sk_bitcast<float>(2139095040u));
+                                const float sk_e25 = sk_f16(x[(base + col)]);
+                                float sv32 = ((finite ? ((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) / temp) : (0.0f)) + g32);
+                                const float sk_e26 = sk_f16(x[(base + col)]);
+                                float serr = ((0.00024414063f) + ((fabsf((finite ? ((((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) / temp) : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
+                                    // built by kernels::seeded::seeded_logits_finish
+                                    const float sk_e28 = sk_f16(x[(base + col)]);
+                                    const float sk_e27 = ((((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28) / temp);
+                                    float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e27 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e27 - row_m)))) * inv);
+                                    double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                                    double s64 = lp;
+                                    if (noisy) {
+                                        // built by kernels::seeded::score64
+                                        const unsigned int sk_e29 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e29 + 8u)], rows[(sk_e29 + 9u)], rows[(sk_e29 + 10u)], col)));
+                                    }
+                                    if (((s64 > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::seeded::keep_best
+                                        best = s64;
+                                        best_i = col;
+                                    }
+                                }
+                            }
+                        }
+                        {
+                            unsigned int col = (c0 + 3u);
+                            if ((col < col_hi)) {
+                                const unsigned int sk_e30 = (row * 12u);
+                                float g32_any = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)], rows[(sk_e30 + 10u)], col));
+                                float g32 = (noisy ? g32_any : (0.0f));
+                                const float sk_e31 = sk_f16(x[(base + col)]);
+                                bool finite = (fabsf(((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) / temp)) < sk_bitcast<float>(2139095040u));
+                                const float sk_e32 = sk_f16(x[(base + col)]);
+                                float sv32 = ((finite ? ((((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) / temp) : (0.0f)) + g32);
+                                const float sk_e33 = sk_f16(x[(base + col)]);
+                                float serr = ((0.00024414063f) + ((fabsf((finite ? ((((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) / temp) : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
+                                    // built by kernels::seeded::seeded_logits_finish
+                                    const float sk_e35 = sk_f16(x[(base + col)]);
+                                    const float sk_e34 = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
+                                    float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e34 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e34 - row_m)))) * inv);
+                                    double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                                    double s64 = lp;
+                                    if (noisy) {
+                                        // built by kernels::seeded::score64
+                                        const unsigned int sk_e36 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e36 + 8u)], rows[(sk_e36 + 9u)], rows[(sk_e36 + 10u)], col)));
+                                    }
+                                    if (((s64 > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::seeded::keep_best
+                                        best = s64;
+                                        best_i = col;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                } else {
+                    // built by kernels::seeded::seeded_logits_finish
+                    if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
+                        const float sk_e38 = sk_f16(x[(base + up1_i)]);
+                        const float sk_e37 = ((((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38) / temp);
+                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e37 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e37 - row_m)))) * inv);
+                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                        double s64 = lp;
+                        if (noisy) {
+                            // built by kernels::seeded::score64
+                            const unsigned int sk_e39 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], up1_i)));
+                        }
+                        best = s64;
+                        best_i = up1_i;
                     }
                 }
-                __syncthreads();
-                reads = sk_red_u32[32];
-                __syncthreads();
-            }
-            double win = (0.0);
-            unsigned int tok = 0u;
-            {
-                double sk_v = best;
-                unsigned int sk_i = best_i;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                unsigned int reads = 0u;
+                {
+                    unsigned int sk_v = (rescan ? 2u : 1u);
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = ov > sk_v ? ov : sk_v;
+                    }
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_u32[threadIdx.x >> 5] = sk_v;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = ov > sk_v ? ov : sk_v;
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_u32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    reads = sk_red_u32[32];
+                    __syncthreads();
                 }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_am_f64[threadIdx.x >> 5] = sk_v;
-                    sk_am_i[threadIdx.x >> 5] = sk_i;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                double win = (0.0);
+                unsigned int tok = 0u;
+                {
+                    double sk_v = best;
+                    unsigned int sk_i = best_i;
                     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                         double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                         unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
                         if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
                     }
-                    if (threadIdx.x == 0u) {
-                        sk_am_f64[32] = sk_v;
-                        sk_am_i[32] = sk_i;
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_am_f64[threadIdx.x >> 5] = sk_v;
+                        sk_am_i[threadIdx.x >> 5] = sk_i;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
+                        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_am_f64[32] = sk_v;
+                            sk_am_i[32] = sk_i;
+                        }
+                    }
+                    __syncthreads();
+                    win = sk_am_f64[32];
+                    tok = sk_am_i[32];
+                    __syncthreads();
+                }
+                if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {
+                    // built by kernels::seeded::seeded_logits_finish
+                    passes[row] = reads;
+                }
+                bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
+                if ((threadIdx.x == 0u)) {
+                    // built by kernels::sampling::write_results
+                    tokens[row] = (valid ? tok : 0u);
+                    if (((flags & 2u) != 0u)) {
+                        status[row] = (valid ? 1u : 0u);
                     }
                 }
-                __syncthreads();
-                win = sk_am_f64[32];
-                tok = sk_am_i[32];
-                __syncthreads();
-            }
-            if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {
-                passes[row] = reads;
-            }
-            bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
-            if ((threadIdx.x == 0u)) {
-                // built by kernels::sampling::write_results
-                tokens[row] = (valid ? tok : 0u);
-                if (((flags & 2u) != 0u)) {
-                    status[row] = (valid ? 1u : 0u);
-                }
-            }
-            if (((flags & 1u) != 0u)) {
-                // built by kernels::sampling::write_results
-                const float sk_e41 = sk_f16(x[(base + tok)]);
-                const float sk_e40 = ((((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41) / temp);
-                float p = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e40 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e40 - row_max)))) * inv);
-                double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
-                if ((threadIdx.x == 0u)) {
-                    logprobs[row] = (valid ? ((float)lp) : sk_bitcast<float>(4286578688u));
+                if (((flags & 1u) != 0u)) {
+                    // built by kernels::sampling::write_results
+                    const float sk_e41 = sk_f16(x[(base + tok)]);
+                    const float sk_e40 = ((((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41) / temp);
+                    float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e40 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e40 - row_m)))) * inv);
+                    double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                    if ((threadIdx.x == 0u)) {
+                        logprobs[row] = (valid ? ((float)lp) : sk_bitcast<float>(4286578688u));
+                    }
                 }
             }
         }

@@ -19,10 +19,12 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> status: array<u32>;
 @group(0) @binding(5) var<storage, read> listed: array<u32>;
 @group(0) @binding(6) var<storage, read_write> passes: array<u32>;
-@group(0) @binding(7) var<uniform> params: Params;
+@group(0) @binding(7) var<storage, read_write> partials: array<u32>;
+@group(0) @binding(8) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
+var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
@@ -158,13 +160,18 @@ fn sk_seeded_gumbel32(h_in: u32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
-    for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
-        // built by kernels::sampling::for_each_row_at
-        var row: u32 = select(slot, listed[slot], ((params.flags & 32u) != 0u));
+    var stage: u32 = ((params.flags >> 8u) & 255u);
+    var parts: u32 = max((params.flags >> 16u), 1u);
+    for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
+        // built by kernels::sampling::for_each_row_part_at
+        var row_slot: u32 = (slot / parts);
+        var part: u32 = (slot - (row_slot * parts));
+        var row: u32 = select(row_slot, listed[row_slot], ((params.flags & 32u) != 0u));
         var base: u32 = (row * params.stride);
-        var col_lo: u32 = 0u;
-        var col_hi: u32 = params.vocab;
-        var takes: bool = true;
+        var quads_per_part: u32 = (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts);
+        var col_lo: u32 = min(((part * quads_per_part) * 4u), params.vocab);
+        var col_hi: u32 = min((col_lo + (quads_per_part * 4u)), params.vocab);
+        var takes: bool = ((stage == 0u) || (part == 0u));
         if (((params.flags & 16u) != 0u)) {
             // built by kernels::seeded::seeded_logits
             var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
@@ -179,7 +186,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
             var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
             var filtered: bool = (noisy && (searched || (mp > (0.0f))));
-            takes = ((rows[((row * 12u) + 1u)] == 1u) && (!filtered));
+            takes = ((takes && (rows[((row * 12u) + 1u)] == 1u)) && (!filtered));
         }
         if (takes) {
             // built by kernels::seeded::seeded_logits_row
@@ -190,387 +197,539 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var up1: f32 = bitcast<f32>(4286578688u);
             var up1_i: u32 = 4294967295u;
             var up2: f32 = bitcast<f32>(4286578688u);
-            var m: f32 = bitcast<f32>(4286578688u);
-            var s: f32 = (0.0f);
-            var comp: f32 = (0.0f);
-            for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                // built by kernels::sampling::for_each_column
-                {
-                    var col: u32 = (c0 + 0u);
-                    if ((col < col_hi)) {
-                        let sk_e0: f32 = sk_load_x((base + col));
-                        var z: f32 = (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp);
-                        let sk_e1: u32 = (row * 12u);
-                        var g32: f32 = select((0.0f), sk_seeded_gumbel32(sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col)), noisy);
-                        var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                        var sv32: f32 = (select((0.0f), z, finite) + g32);
-                        var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                        lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                        if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                            // built by kernels::sampling::bound
-                            up2 = up1;
-                            up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                            up1_i = col;
-                        } else {
-                            // built by kernels::sampling::bound
-                            up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                        }
-                        if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
-                            var r: f32 = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        var y: f32 = (select(select(((1.0f) * sk_exp((z - m))), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                        var t: f32 = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+            var row_m: f32 = bitcast<f32>(4286578688u);
+            var row_s: f32 = (0.0f);
+            var combining: bool = ((parts > 1u) && (stage > 0u));
+            if (combining) {
+                var m: f32 = bitcast<f32>(4286578688u);
+                var s: f32 = (0.0f);
+                for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                    // built by kernels::seeded::combine_parts
+                    var pm: f32 = bitcast<f32>(partials[((((row_slot * parts) + p) * 8u) + 0u)]);
+                    var ps: f32 = bitcast<f32>(partials[((((row_slot * parts) + p) * 8u) + 1u)]);
+                    if ((pm > m)) {
+                        // built by kernels::sampling::softmax_merge
+                        var r: f32 = sk_exp((m - pm));
+                        s = (s * r);
+                        m = pm;
                     }
+                    var ex: f32 = sk_exp((pm - m));
+                    s = (s + select(select((ps * ex), ps, (pm == m)), (0.0f), (pm == bitcast<f32>(4286578688u))));
+                    lo_best = max(lo_best, bitcast<f32>(partials[((((row_slot * parts) + p) * 8u) + 2u)]));
+                    if ((bitcast<f32>(partials[((((row_slot * parts) + p) * 8u) + 3u)]) > up1)) {
+                        // built by kernels::sampling::bound
+                        up2 = up1;
+                        up1 = bitcast<f32>(partials[((((row_slot * parts) + p) * 8u) + 3u)]);
+                        up1_i = partials[((((row_slot * parts) + p) * 8u) + 4u)];
+                    } else {
+                        // built by kernels::sampling::bound
+                        up2 = max(up2, bitcast<f32>(partials[((((row_slot * parts) + p) * 8u) + 3u)]));
+                    }
+                    up2 = max(up2, bitcast<f32>(partials[((((row_slot * parts) + p) * 8u) + 5u)]));
                 }
+                var row_max: f32 = (0.0f);
                 {
-                    var col: u32 = (c0 + 1u);
-                    if ((col < col_hi)) {
-                        let sk_e2: f32 = sk_load_x((base + col));
-                        var z: f32 = (select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)) / temp);
-                        let sk_e3: u32 = (row * 12u);
-                        var g32: f32 = select((0.0f), sk_seeded_gumbel32(sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col)), noisy);
-                        var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                        var sv32: f32 = (select((0.0f), z, finite) + g32);
-                        var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                        lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                        if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                            // built by kernels::sampling::bound
-                            up2 = up1;
-                            up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                            up1_i = col;
-                        } else {
-                            // built by kernels::sampling::bound
-                            up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                    sk_red_f32[sk_lid] = m;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
                         }
-                        if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
-                            var r: f32 = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        var y: f32 = (select(select(((1.0f) * sk_exp((z - m))), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                        var t: f32 = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        workgroupBarrier();
                     }
-                }
-                {
-                    var col: u32 = (c0 + 2u);
-                    if ((col < col_hi)) {
-                        let sk_e4: f32 = sk_load_x((base + col));
-                        var z: f32 = (select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)) / temp);
-                        let sk_e5: u32 = (row * 12u);
-                        var g32: f32 = select((0.0f), sk_seeded_gumbel32(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col)), noisy);
-                        var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                        var sv32: f32 = (select((0.0f), z, finite) + g32);
-                        var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                        lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                        if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                            // built by kernels::sampling::bound
-                            up2 = up1;
-                            up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                            up1_i = col;
-                        } else {
-                            // built by kernels::sampling::bound
-                            up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                        }
-                        if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
-                            var r: f32 = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        var y: f32 = (select(select(((1.0f) * sk_exp((z - m))), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                        var t: f32 = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
-                    }
-                }
-                {
-                    var col: u32 = (c0 + 3u);
-                    if ((col < col_hi)) {
-                        let sk_e6: f32 = sk_load_x((base + col));
-                        var z: f32 = (select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u)) / temp);
-                        let sk_e7: u32 = (row * 12u);
-                        var g32: f32 = select((0.0f), sk_seeded_gumbel32(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col)), noisy);
-                        var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                        var sv32: f32 = (select((0.0f), z, finite) + g32);
-                        var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                        lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                        if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                            // built by kernels::sampling::bound
-                            up2 = up1;
-                            up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                            up1_i = col;
-                        } else {
-                            // built by kernels::sampling::bound
-                            up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                        }
-                        if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
-                            var r: f32 = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        var y: f32 = (select(select(((1.0f) * sk_exp((z - m))), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                        var t: f32 = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
-                    }
-                }
-            }
-            s = (s - comp);
-            var row_max: f32 = (0.0f);
-            {
-                sk_red_f32[sk_lid] = m;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                    }
+                    row_max = sk_red_f32[0];
                     workgroupBarrier();
                 }
-                row_max = sk_red_f32[0];
-                workgroupBarrier();
-            }
-            var row_sum: f32 = (0.0f);
-            {
-                sk_red_f32[sk_lid] = select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max));
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+                var row_sum: f32 = (0.0f);
+                {
+                    sk_red_f32[sk_lid] = select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max));
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+                        }
+                        workgroupBarrier();
                     }
+                    row_sum = sk_red_f32[0];
                     workgroupBarrier();
                 }
-                row_sum = sk_red_f32[0];
-                workgroupBarrier();
-            }
-            var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
-            var screen_floor: f32 = (0.0f);
-            {
-                sk_red_f32[sk_lid] = lo_best;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                    }
-                    workgroupBarrier();
-                }
-                screen_floor = sk_red_f32[0];
-                workgroupBarrier();
-            }
-            let sk_e8: bool = ((abs(row_max) < (1048576.0f)) && (row_sum > (0.0f)));
-            var screened: bool = (sk_e8 && ((screen_floor - row_max) >= (sk_log(select((1.0f), row_sum, sk_e8)) - (41.0f))));
-            var best: f64 = bitcast<f64>(18442240474082181120lu);
-            var best_i: u32 = 4294967295u;
-            var rescan: bool = ((!screened) || (up2 >= screen_floor));
-            if (rescan) {
+                row_m = row_max;
+                row_s = row_sum;
+                col_lo = 0u;
+                col_hi = params.vocab;
+            } else {
+                var m: f32 = bitcast<f32>(4286578688u);
+                var s: f32 = (0.0f);
+                var comp: f32 = (0.0f);
                 for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                     // built by kernels::sampling::for_each_column
                     {
                         var col: u32 = (c0 + 0u);
                         if ((col < col_hi)) {
-                            let sk_e9: u32 = (row * 12u);
-                            var g32: f32 = select((0.0f), sk_seeded_gumbel32(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col)), noisy);
-                            let sk_e10: f32 = sk_load_x((base + col));
-                            var finite: bool = (abs((select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp)) < bitcast<f32>(2139095040u));
-                            let sk_e11: f32 = sk_load_x((base + col));
-                            var sv32: f32 = (select((0.0f), (select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)) / temp), finite) + g32);
-                            let sk_e12: f32 = sk_load_x((base + col));
-                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), (select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)) / temp), finite)) + abs(g32)) * (4.7683716e-7f)));
-                            if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                let sk_e14: f32 = sk_load_x((base + col));
-                                let sk_e13: f32 = (select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)) / temp);
-                                var p: f32 = (select(select(sk_exp((sk_e13 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e13 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-                                var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
-                                var s64: f64 = lp;
-                                if (noisy) {
-                                    // built by kernels::seeded::score64
-                                    let sk_e15: u32 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
-                                }
-                                if (((s64 > best) || (best_i == 4294967295u))) {
-                                    // built by kernels::seeded::keep_best
-                                    best = s64;
-                                    best_i = col;
-                                }
+                            let sk_e0: f32 = sk_load_x((base + col));
+                            var z: f32 = (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e1: u32 = (row * 12u);
+                            var g32_any: f32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col));
+                            var g32: f32 = select((0.0f), g32_any, noisy);
+                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                            var sv32: f32 = (select((0.0f), z, finite) + g32);
+                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
                             }
+                            if ((z > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                var r: f32 = sk_exp((m - z));
+                                s = (s * r);
+                                comp = (comp * r);
+                                m = z;
+                            }
+                            var ex: f32 = sk_exp((z - m));
+                            var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                            var t: f32 = (s + y);
+                            comp = ((t - s) - y);
+                            s = t;
                         }
                     }
                     {
                         var col: u32 = (c0 + 1u);
                         if ((col < col_hi)) {
-                            let sk_e16: u32 = (row * 12u);
-                            var g32: f32 = select((0.0f), sk_seeded_gumbel32(sk_murmur3(rows[(sk_e16 + 8u)], rows[(sk_e16 + 9u)], rows[(sk_e16 + 10u)], col)), noisy);
-                            let sk_e17: f32 = sk_load_x((base + col));
-                            var finite: bool = (abs((select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)) / temp)) < bitcast<f32>(2139095040u));
-                            let sk_e18: f32 = sk_load_x((base + col));
-                            var sv32: f32 = (select((0.0f), (select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u)) / temp), finite) + g32);
-                            let sk_e19: f32 = sk_load_x((base + col));
-                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), (select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u)) / temp), finite)) + abs(g32)) * (4.7683716e-7f)));
-                            if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                let sk_e21: f32 = sk_load_x((base + col));
-                                let sk_e20: f32 = (select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u)) / temp);
-                                var p: f32 = (select(select(sk_exp((sk_e20 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e20 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-                                var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
-                                var s64: f64 = lp;
-                                if (noisy) {
-                                    // built by kernels::seeded::score64
-                                    let sk_e22: u32 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], col)));
-                                }
-                                if (((s64 > best) || (best_i == 4294967295u))) {
-                                    // built by kernels::seeded::keep_best
-                                    best = s64;
-                                    best_i = col;
-                                }
+                            let sk_e2: f32 = sk_load_x((base + col));
+                            var z: f32 = (select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e3: u32 = (row * 12u);
+                            var g32_any: f32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col));
+                            var g32: f32 = select((0.0f), g32_any, noisy);
+                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                            var sv32: f32 = (select((0.0f), z, finite) + g32);
+                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
                             }
+                            if ((z > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                var r: f32 = sk_exp((m - z));
+                                s = (s * r);
+                                comp = (comp * r);
+                                m = z;
+                            }
+                            var ex: f32 = sk_exp((z - m));
+                            var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                            var t: f32 = (s + y);
+                            comp = ((t - s) - y);
+                            s = t;
                         }
                     }
                     {
                         var col: u32 = (c0 + 2u);
                         if ((col < col_hi)) {
-                            let sk_e23: u32 = (row * 12u);
-                            var g32: f32 = select((0.0f), sk_seeded_gumbel32(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col)), noisy);
-                            let sk_e24: f32 = sk_load_x((base + col));
-                            var finite: bool = (abs((select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u)) / temp)) < bitcast<f32>(2139095040u));
-                            let sk_e25: f32 = sk_load_x((base + col));
-                            var sv32: f32 = (select((0.0f), (select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)) / temp), finite) + g32);
-                            let sk_e26: f32 = sk_load_x((base + col));
-                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), (select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u)) / temp), finite)) + abs(g32)) * (4.7683716e-7f)));
-                            if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                let sk_e28: f32 = sk_load_x((base + col));
-                                let sk_e27: f32 = (select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u)) / temp);
-                                var p: f32 = (select(select(sk_exp((sk_e27 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e27 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-                                var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
-                                var s64: f64 = lp;
-                                if (noisy) {
-                                    // built by kernels::seeded::score64
-                                    let sk_e29: u32 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e29 + 8u)], rows[(sk_e29 + 9u)], rows[(sk_e29 + 10u)], col)));
-                                }
-                                if (((s64 > best) || (best_i == 4294967295u))) {
-                                    // built by kernels::seeded::keep_best
-                                    best = s64;
-                                    best_i = col;
-                                }
+                            let sk_e4: f32 = sk_load_x((base + col));
+                            var z: f32 = (select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e5: u32 = (row * 12u);
+                            var g32_any: f32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col));
+                            var g32: f32 = select((0.0f), g32_any, noisy);
+                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                            var sv32: f32 = (select((0.0f), z, finite) + g32);
+                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
                             }
+                            if ((z > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                var r: f32 = sk_exp((m - z));
+                                s = (s * r);
+                                comp = (comp * r);
+                                m = z;
+                            }
+                            var ex: f32 = sk_exp((z - m));
+                            var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                            var t: f32 = (s + y);
+                            comp = ((t - s) - y);
+                            s = t;
                         }
                     }
                     {
                         var col: u32 = (c0 + 3u);
                         if ((col < col_hi)) {
-                            let sk_e30: u32 = (row * 12u);
-                            var g32: f32 = select((0.0f), sk_seeded_gumbel32(sk_murmur3(rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)], rows[(sk_e30 + 10u)], col)), noisy);
-                            let sk_e31: f32 = sk_load_x((base + col));
-                            var finite: bool = (abs((select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u)) / temp)) < bitcast<f32>(2139095040u));
-                            let sk_e32: f32 = sk_load_x((base + col));
-                            var sv32: f32 = (select((0.0f), (select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u)) / temp), finite) + g32);
-                            let sk_e33: f32 = sk_load_x((base + col));
-                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), (select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)) / temp), finite)) + abs(g32)) * (4.7683716e-7f)));
-                            if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                let sk_e35: f32 = sk_load_x((base + col));
-                                let sk_e34: f32 = (select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp);
-                                var p: f32 = (select(select(sk_exp((sk_e34 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e34 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-                                var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
-                                var s64: f64 = lp;
-                                if (noisy) {
-                                    // built by kernels::seeded::score64
-                                    let sk_e36: u32 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e36 + 8u)], rows[(sk_e36 + 9u)], rows[(sk_e36 + 10u)], col)));
+                            let sk_e6: f32 = sk_load_x((base + col));
+                            var z: f32 = (select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e7: u32 = (row * 12u);
+                            var g32_any: f32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col));
+                            var g32: f32 = select((0.0f), g32_any, noisy);
+                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                            var sv32: f32 = (select((0.0f), z, finite) + g32);
+                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                            }
+                            if ((z > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                var r: f32 = sk_exp((m - z));
+                                s = (s * r);
+                                comp = (comp * r);
+                                m = z;
+                            }
+                            var ex: f32 = sk_exp((z - m));
+                            var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                            var t: f32 = (s + y);
+                            comp = ((t - s) - y);
+                            s = t;
+                        }
+                    }
+                }
+                s = (s - comp);
+                var row_max: f32 = (0.0f);
+                {
+                    sk_red_f32[sk_lid] = m;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                        }
+                        workgroupBarrier();
+                    }
+                    row_max = sk_red_f32[0];
+                    workgroupBarrier();
+                }
+                var row_sum: f32 = (0.0f);
+                {
+                    sk_red_f32[sk_lid] = select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max));
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+                        }
+                        workgroupBarrier();
+                    }
+                    row_sum = sk_red_f32[0];
+                    workgroupBarrier();
+                }
+                row_m = row_max;
+                row_s = row_sum;
+            }
+            if (((parts > 1u) && (!combining))) {
+                // built by kernels::seeded::write_seeded_part
+                var part_floor: f32 = (0.0f);
+                {
+                    sk_red_f32[sk_lid] = lo_best;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                        }
+                        workgroupBarrier();
+                    }
+                    part_floor = sk_red_f32[0];
+                    workgroupBarrier();
+                }
+                var part_up1: f32 = (0.0f);
+                var part_up1_i: u32 = 0u;
+                {
+                    sk_am_f32[sk_lid] = up1;
+                    sk_am_i[sk_lid] = up1_i;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            let ov = sk_am_f32[sk_lid + sk_s];
+                            let oi = sk_am_i[sk_lid + sk_s];
+                            if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                                sk_am_f32[sk_lid] = ov;
+                                sk_am_i[sk_lid] = oi;
+                            }
+                        }
+                        workgroupBarrier();
+                    }
+                    part_up1 = sk_am_f32[0];
+                    part_up1_i = sk_am_i[0];
+                    workgroupBarrier();
+                }
+                var part_up2: f32 = (0.0f);
+                {
+                    sk_red_f32[sk_lid] = select(up1, up2, (up1_i == part_up1_i));
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                        }
+                        workgroupBarrier();
+                    }
+                    part_up2 = sk_red_f32[0];
+                    workgroupBarrier();
+                }
+                if ((sk_lid == 0u)) {
+                    partials[((((row_slot * parts) + part) * 8u) + 0u)] = bitcast<u32>(row_m);
+                    partials[((((row_slot * parts) + part) * 8u) + 1u)] = bitcast<u32>(row_s);
+                    partials[((((row_slot * parts) + part) * 8u) + 2u)] = bitcast<u32>(part_floor);
+                    partials[((((row_slot * parts) + part) * 8u) + 3u)] = bitcast<u32>(part_up1);
+                    partials[((((row_slot * parts) + part) * 8u) + 4u)] = part_up1_i;
+                    partials[((((row_slot * parts) + part) * 8u) + 5u)] = bitcast<u32>(part_up2);
+                }
+            } else {
+                var inv: f32 = select((0.0f), ((1.0f) / row_s), (row_s > (0.0f)));
+                var screen_floor: f32 = (0.0f);
+                {
+                    sk_red_f32[sk_lid] = lo_best;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                        }
+                        workgroupBarrier();
+                    }
+                    screen_floor = sk_red_f32[0];
+                    workgroupBarrier();
+                }
+                let sk_e8: bool = ((abs(row_m) < (1048576.0f)) && (row_s > (0.0f)));
+                var screened: bool = (sk_e8 && ((screen_floor - row_m) >= (sk_log(select((1.0f), row_s, sk_e8)) - (41.0f))));
+                var best: f64 = bitcast<f64>(18442240474082181120lu);
+                var best_i: u32 = 4294967295u;
+                var mine: bool = ((!screened) || (up2 >= screen_floor));
+                var any_rescan: u32 = 0u;
+                {
+                    sk_red_u32[sk_lid] = select(0u, 1u, mine);
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+                        }
+                        workgroupBarrier();
+                    }
+                    any_rescan = sk_red_u32[0];
+                    workgroupBarrier();
+                }
+                var rescan: bool = select(mine, (any_rescan > 0u), combining);
+                if (rescan) {
+                    // built by kernels::seeded::seeded_logits_finish
+                    for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                        // built by kernels::sampling::for_each_column
+                        {
+                            var col: u32 = (c0 + 0u);
+                            if ((col < col_hi)) {
+                                let sk_e9: u32 = (row * 12u);
+                                var g32_any: f32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col));
+                                var g32: f32 = select((0.0f), g32_any, noisy);
+                                let sk_e10: f32 = sk_load_x((base + col));
+                                var finite: bool = (abs((select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp)) < bitcast<f32>(2139095040u));
+                                let sk_e11: f32 = sk_load_x((base + col));
+                                var sv32: f32 = (select((0.0f), (select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)) / temp), finite) + g32);
+                                let sk_e12: f32 = sk_load_x((base + col));
+                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), (select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)) / temp), finite)) + abs(g32)) * (4.7683716e-7f)));
+                                if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
+                                    // built by kernels::seeded::seeded_logits_finish
+                                    let sk_e14: f32 = sk_load_x((base + col));
+                                    let sk_e13: f32 = (select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)) / temp);
+                                    var p: f32 = (select(select(sk_exp((sk_e13 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e13 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                                    var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
+                                    var s64: f64 = lp;
+                                    if (noisy) {
+                                        // built by kernels::seeded::score64
+                                        let sk_e15: u32 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
+                                    }
+                                    if (((s64 > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::seeded::keep_best
+                                        best = s64;
+                                        best_i = col;
+                                    }
                                 }
-                                if (((s64 > best) || (best_i == 4294967295u))) {
-                                    // built by kernels::seeded::keep_best
-                                    best = s64;
-                                    best_i = col;
+                            }
+                        }
+                        {
+                            var col: u32 = (c0 + 1u);
+                            if ((col < col_hi)) {
+                                let sk_e16: u32 = (row * 12u);
+                                var g32_any: f32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e16 + 8u)], rows[(sk_e16 + 9u)], rows[(sk_e16 + 10u)], col));
+                                var g32: f32 = select((0.0f), g32_any, noisy);
+                                let sk_e17: f32 = sk_load_x((base + col));
+                                var finite: bool = (abs((select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)) / temp)) < bitcast<f32>(2139095040u));
+                                let sk_e18: f32 = sk_load_x((base + col));
+                                var sv32: f32 = (select((0.0f), (select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u)) / temp), finite) + g32);
+                                let sk_e19: f32 = sk_load_x((base + col));
+                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), (select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u)) / temp), finite)) + abs(g32)) * (4.7683716e-7f)));
+                                if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
+                                    // built by kernels::seeded::seeded_logits_finish
+                                    let sk_e21: f32 = sk_load_x((base + col));
+                                    let sk_e20: f32 = (select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u)) / temp);
+                                    var p: f32 = (select(select(sk_exp((sk_e20 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e20 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                                    var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
+                                    var s64: f64 = lp;
+                                    if (noisy) {
+                                        // built by kernels::seeded::score64
+                                        let sk_e22: u32 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], col)));
+                                    }
+                                    if (((s64 > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::seeded::keep_best
+                                        best = s64;
+                                        best_i = col;
+                                    }
+                                }
+                            }
+                        }
+                        {
+                            var col: u32 = (c0 + 2u);
+                            if ((col < col_hi)) {
+                                let sk_e23: u32 = (row * 12u);
+                                var g32_any: f32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col));
+                                var g32: f32 = select((0.0f), g32_any, noisy);
+                                let sk_e24: f32 = sk_load_x((base + col));
+                                var finite: bool = (abs((select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u)) / temp)) < bitcast<f32>(2139095040u));
+                                let sk_e25: f32 = sk_load_x((base + col));
+                                var sv32: f32 = (select((0.0f), (select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)) / temp), finite) + g32);
+                                let sk_e26: f32 = sk_load_x((base + col));
+                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), (select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u)) / temp), finite)) + abs(g32)) * (4.7683716e-7f)));
+                                if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
+                                    // built by kernels::seeded::seeded_logits_finish
+                                    let sk_e28: f32 = sk_load_x((base + col));
+                                    let sk_e27: f32 = (select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u)) / temp);
+                                    var p: f32 = (select(select(sk_exp((sk_e27 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e27 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                                    var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
+                                    var s64: f64 = lp;
+                                    if (noisy) {
+                                        // built by kernels::seeded::score64
+                                        let sk_e29: u32 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e29 + 8u)], rows[(sk_e29 + 9u)], rows[(sk_e29 + 10u)], col)));
+                                    }
+                                    if (((s64 > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::seeded::keep_best
+                                        best = s64;
+                                        best_i = col;
+                                    }
+                                }
+                            }
+                        }
+                        {
+                            var col: u32 = (c0 + 3u);
+                            if ((col < col_hi)) {
+                                let sk_e30: u32 = (row * 12u);
+                                var g32_any: f32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)], rows[(sk_e30 + 10u)], col));
+                                var g32: f32 = select((0.0f), g32_any, noisy);
+                                let sk_e31: f32 = sk_load_x((base + col));
+                                var finite: bool = (abs((select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u)) / temp)) < bitcast<f32>(2139095040u));
+                                let sk_e32: f32 = sk_load_x((base + col));
+                                var sv32: f32 = (select((0.0f), (select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u)) / temp), finite) + g32);
+                                let sk_e33: f32 = sk_load_x((base + col));
+                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), (select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)) / temp), finite)) + abs(g32)) * (4.7683716e-7f)));
+                                if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
+                                    // built by kernels::seeded::seeded_logits_finish
+                                    let sk_e35: f32 = sk_load_x((base + col));
+                                    let sk_e34: f32 = (select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp);
+                                    var p: f32 = (select(select(sk_exp((sk_e34 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e34 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                                    var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
+                                    var s64: f64 = lp;
+                                    if (noisy) {
+                                        // built by kernels::seeded::score64
+                                        let sk_e36: u32 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e36 + 8u)], rows[(sk_e36 + 9u)], rows[(sk_e36 + 10u)], col)));
+                                    }
+                                    if (((s64 > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::seeded::keep_best
+                                        best = s64;
+                                        best_i = col;
+                                    }
                                 }
                             }
                         }
                     }
-                }
-            } else {
-                if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                    let sk_e38: f32 = sk_load_x((base + up1_i));
-                    let sk_e37: f32 = (select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u)) / temp);
-                    var p: f32 = (select(select(sk_exp((sk_e37 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e37 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-                    var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
-                    var s64: f64 = lp;
-                    if (noisy) {
-                        // built by kernels::seeded::score64
-                        let sk_e39: u32 = (row * 12u);
-                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], up1_i)));
-                    }
-                    best = s64;
-                    best_i = up1_i;
-                }
-            }
-            var reads: u32 = 0u;
-            {
-                sk_red_u32[sk_lid] = select(1u, 2u, rescan);
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                    }
-                    workgroupBarrier();
-                }
-                reads = sk_red_u32[0];
-                workgroupBarrier();
-            }
-            var win: f64 = (0.0lf);
-            var tok: u32 = 0u;
-            {
-                sk_am_f64[sk_lid] = best;
-                sk_am_i[sk_lid] = best_i;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        let ov = sk_am_f64[sk_lid + sk_s];
-                        let oi = sk_am_i[sk_lid + sk_s];
-                        if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                            sk_am_f64[sk_lid] = ov;
-                            sk_am_i[sk_lid] = oi;
+                } else {
+                    // built by kernels::seeded::seeded_logits_finish
+                    if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
+                        let sk_e38: f32 = sk_load_x((base + up1_i));
+                        let sk_e37: f32 = (select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u)) / temp);
+                        var p: f32 = (select(select(sk_exp((sk_e37 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e37 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
+                        var s64: f64 = lp;
+                        if (noisy) {
+                            // built by kernels::seeded::score64
+                            let sk_e39: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], up1_i)));
                         }
+                        best = s64;
+                        best_i = up1_i;
                     }
+                }
+                var reads: u32 = 0u;
+                {
+                    sk_red_u32[sk_lid] = select(1u, 2u, rescan);
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+                        }
+                        workgroupBarrier();
+                    }
+                    reads = sk_red_u32[0];
                     workgroupBarrier();
                 }
-                win = sk_am_f64[0];
-                tok = sk_am_i[0];
-                workgroupBarrier();
-            }
-            if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
-                passes[row] = reads;
-            }
-            var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
-            if ((sk_lid == 0u)) {
-                // built by kernels::sampling::write_results
-                tokens[row] = select(0u, tok, valid);
-                if (((params.flags & 2u) != 0u)) {
-                    status[row] = select(0u, 1u, valid);
+                var win: f64 = (0.0lf);
+                var tok: u32 = 0u;
+                {
+                    sk_am_f64[sk_lid] = best;
+                    sk_am_i[sk_lid] = best_i;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            let ov = sk_am_f64[sk_lid + sk_s];
+                            let oi = sk_am_i[sk_lid + sk_s];
+                            if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
+                                sk_am_f64[sk_lid] = ov;
+                                sk_am_i[sk_lid] = oi;
+                            }
+                        }
+                        workgroupBarrier();
+                    }
+                    win = sk_am_f64[0];
+                    tok = sk_am_i[0];
+                    workgroupBarrier();
                 }
-            }
-            if (((params.flags & 1u) != 0u)) {
-                // built by kernels::sampling::write_results
-                let sk_e41: f32 = sk_load_x((base + tok));
-                let sk_e40: f32 = (select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u)) / temp);
-                var p: f32 = (select(select(sk_exp((sk_e40 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e40 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-                var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
+                if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
+                    // built by kernels::seeded::seeded_logits_finish
+                    passes[row] = reads;
+                }
+                var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
                 if ((sk_lid == 0u)) {
-                    logprobs[row] = select(bitcast<f32>(4286578688u), f32(lp), valid);
+                    // built by kernels::sampling::write_results
+                    tokens[row] = select(0u, tok, valid);
+                    if (((params.flags & 2u) != 0u)) {
+                        status[row] = select(0u, 1u, valid);
+                    }
+                }
+                if (((params.flags & 1u) != 0u)) {
+                    // built by kernels::sampling::write_results
+                    let sk_e41: f32 = sk_load_x((base + tok));
+                    let sk_e40: f32 = (select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u)) / temp);
+                    var p: f32 = (select(select(sk_exp((sk_e40 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e40 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                    var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
+                    if ((sk_lid == 0u)) {
+                        logprobs[row] = select(bitcast<f32>(4286578688u), f32(lp), valid);
+                    }
                 }
             }
         }

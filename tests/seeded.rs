@@ -383,15 +383,20 @@ pub fn log_of_probabilities_is_the_oracles<B: Backend>(b: &B) {
     }
 }
 
-/// From logits, 2,000 rows of ten kinds (flat, model-like, peaked, masked, greedy, shifted by
+/// From logits, rows of ten kinds (flat, model-like, peaked, masked, greedy, shifted by
 /// 3,000 at T = 0.7, with a +inf column, integer ties, all -inf, shifted past 2^20): the CPU
 /// oracle's tokens and statuses, but where the oracle's top two scores lie within 1e-5 of each
 /// other (the kernel's float32 sum and the oracle's exact one may round a log-probability an ulp
 /// apart there). The pass counts: one read for the screened kinds, two where the row takes the
 /// rescan (a +inf column, |max| at or above 2^20, nothing valid).
 pub fn from_logits_is_the_oracles<B: Backend>(b: &B) {
+    // Rows of one workgroup, and rows split over workgroups (their parts' records, then the merge).
+    from_logits_matches(b, Shape::dense(2000, 1031));
+    from_logits_matches(b, Shape::dense(200, 40_000));
+}
+
+fn from_logits_matches<B: Backend>(b: &B, shape: Shape) {
     let mut rng = Rng::new(2020);
-    let shape = Shape::dense(2000, 1031);
     let v = shape.vocab;
     let mut logits = Vec::with_capacity(shape.elements());
     let mut rows = Vec::new();
@@ -458,7 +463,7 @@ pub fn from_logits_is_the_oracles<B: Backend>(b: &B) {
     let screened = (0..shape.batch).filter(|&r| !matches!(r % 10, 7 | 9) && r % 100 != 8);
     let one = screened.clone().filter(|&r| passes[r] == 1).count();
     assert!(one * 100 >= screened.count() * 95, "only {one} screened rows read once");
-    eprintln!("{}: from logits = oracle on 2000 rows; {near} near-ties differ; {one} rows read once", b.describe());
+    eprintln!("{}: from logits = oracle on {shape:?}; {near} near-ties differ; {one} rows read once", b.describe());
 }
 
 // On the CPU, the oracle's own log and hash are checked against the references.

@@ -750,7 +750,7 @@ pub(super) fn softmax_weight(z: Expr, mx: Expr) -> Expr {
 /// weigh 1 each once the maximum is +inf (the softmax's limit) and -inf weighs nothing, as
 /// [`softmax_weight`] says, so no `inf - inf` is ever taken. Returns what is added to `s` after
 /// the rescale (the compensated sum's term).
-fn softmax_merge(b: &mut Block, v: Expr, weight: Expr, rescaled: &[&str]) -> Expr {
+pub(super) fn softmax_merge(b: &mut Block, v: Expr, weight: Expr, rescaled: &[&str]) -> Expr {
     b.if_(v.clone().gt(var("m")), |b| {
         // exp(-inf) = 0: the first value, or a first +inf, starts the sum afresh.
         let r = b.let_("r", Ty::F32, call(math::EXP, vec![var("m") - v.clone()]));
@@ -759,7 +759,10 @@ fn softmax_merge(b: &mut Block, v: Expr, weight: Expr, rescaled: &[&str]) -> Exp
         }
         b.set("m", v.clone());
     });
-    let e = select(v.clone().eq_(var("m")), weight.clone(), weight * call(math::EXP, vec![v.clone() - var("m")]));
+    // The exponential on every value, then selected: under a branch (which the compiler makes
+    // of a select around a call) the cost model's cheapest path would skip it.
+    let ex = b.let_("ex", Ty::F32, call(math::EXP, vec![v.clone() - var("m")]));
+    let e = select(v.clone().eq_(var("m")), weight.clone(), weight * ex);
     select(v.eq_(f(f32::NEG_INFINITY)), f(0.0), e)
 }
 

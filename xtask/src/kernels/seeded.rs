@@ -16,13 +16,14 @@
 //! first, as SGLang's unfiltered path from probabilities (`sampling_from_probs_torch`) hands
 //! `torch.log(probs)` to `multinomial_with_seed`.
 
+use super::filter_split::STAGE_SHIFT;
 use super::filters::{listed_row, row_is_filtered};
 use super::math;
 use super::murmur::{self, SCREEN_ABS, SCREEN_REL};
 use super::sampling::{
-    bound, buffer, for_each_column, for_each_item, for_each_row, for_each_row_at, kernel, output_buffers,
-    row_is_seeded, row_temperature, row_word, scaled, softmax_block_pair, softmax_pass, softmax_weight, word,
-    write_results, Dtype, FLAG_PASSES, FLAG_SEEDED_ONLY,
+    bound, buffer, for_each_column, for_each_item, for_each_row, for_each_row_part_at, kernel, output_buffers,
+    partials_buffer, row_is_seeded, row_temperature, row_word, scaled, softmax_block_pair, softmax_merge, softmax_pass,
+    softmax_weight, word, write_results, Dtype, FLAG_PASSES, FLAG_SEEDED_ONLY, PART_WORDS,
 };
 use crate::ir::*;
 
@@ -222,9 +223,11 @@ const SCREEN_MAX_ABS: f32 = 1_048_576.0; // 2^20
 /// [`LOGITS_SCREEN_ABS`]): `(lower, upper)`, both -inf where `z` is not finite (-inf never
 /// wins; +inf makes the row's maximum +inf, which takes the exact rescan).
 fn logits_screen(b: &mut Block, col: Expr, z: Expr) -> (Expr, Expr) {
-    // A select, not a branch on `noisy`: the cost model counts a loop's cheapest path, which a
-    // branch would make a greedy row's.
-    let g32 = b.let_("g32", Ty::F32, select(var("noisy"), call(murmur::SEEDED_GUMBEL32, vec![hash(col)]), f(0.0)));
+    // Computed on every row and then selected, not under a branch on `noisy`: the cost model
+    // counts a loop's cheapest path, which a branch (or a select the compiler turns into one)
+    // would make a greedy row's.
+    let noise = b.let_("g32_any", Ty::F32, call(murmur::SEEDED_GUMBEL32, vec![hash(col)]));
+    let g32 = b.let_("g32", Ty::F32, select(var("noisy"), noise, f(0.0)));
     let finite = b.let_("finite", Ty::Bool, z.clone().abs().lt(f(f32::INFINITY)));
     let zf = select(finite.clone(), z, f(0.0));
     let v = b.let_("sv32", Ty::F32, zf.clone() + g32.clone());
@@ -262,17 +265,102 @@ pub(super) fn seeded_logits_row(b: &mut Block) {
     b.let_("up1", Ty::F32, f(f32::NEG_INFINITY));
     b.let_("up1_i", Ty::U32, u(NONE));
     b.let_("up2", Ty::F32, f(f32::NEG_INFINITY));
-    softmax_pass(b, |b, col, z| {
-        let (lo, up) = logits_screen(b, col.clone(), z);
-        bound(b, lo, up, col);
+    b.let_("row_m", Ty::F32, f(f32::NEG_INFINITY));
+    b.let_("row_s", Ty::F32, f(0.0));
+    let combining = b.let_("combining", Ty::Bool, var("parts").gt(u(1)).and(var("stage").gt(u(0))));
+    b.if_else(
+        combining.clone(),
+        |b| {
+            combine_parts(b);
+            // The rare rescan takes the whole row: this workgroup is the row's only one now.
+            b.set("col_lo", u(0));
+            b.set("col_hi", param("vocab"));
+        },
+        |b| {
+            softmax_pass(b, |b, col, z| {
+                let (lo, up) = logits_screen(b, col.clone(), z);
+                bound(b, lo, up, col);
+            });
+            let (mx, total) = softmax_block_pair(b);
+            b.set("row_m", mx);
+            b.set("row_s", total);
+        },
+    );
+    b.if_else(var("parts").gt(u(1)).and(combining.clone().not()), write_seeded_part, |b| {
+        seeded_logits_finish(b, combining.clone())
+    });
+}
+
+/// Words of a part's record in `partials` (stage 0 of a split row, [`PART_WORDS`] each): its
+/// softmax pair (f32 bits), its largest lower bound, its largest upper bound and that column,
+/// and its second upper bound.
+mod record {
+    pub const M: u32 = 0;
+    pub const S: u32 = 1;
+    pub const FLOOR: u32 = 2;
+    pub const UP1: u32 = 3;
+    pub const UP1_I: u32 = 4;
+    pub const UP2: u32 = 5;
+}
+
+/// Word `k` of part `p`'s record of the current row.
+fn record_word(p: Expr, k: u32) -> Expr {
+    (var("row_slot") * var("parts") + p) * u(PART_WORDS) + u(k)
+}
+
+/// Stage 0 of a split row: this part's record, the block's screen state as one invocation's.
+fn write_seeded_part(b: &mut Block) {
+    let floor = b.reduce(ReduceOp::Max, Ty::F32, var("lo_best"), "part_floor");
+    let (up1, up1_i) = b.argmax(var("up1"), var("up1_i"), "part_up1", "part_up1_i");
+    // The second: every invocation's second, and the first of those that do not hold the part's.
+    let other = select(var("up1_i").eq_(up1_i.clone()), var("up2"), var("up1"));
+    let up2 = b.reduce(ReduceOp::Max, Ty::F32, other, "part_up2");
+    let bits = |e: Expr| e.bitcast(Ty::U32);
+    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+        let at = |k| record_word(var("part"), k);
+        b.store("partials", at(record::M), bits(var("row_m")));
+        b.store("partials", at(record::S), bits(var("row_s")));
+        b.store("partials", at(record::FLOOR), bits(floor));
+        b.store("partials", at(record::UP1), bits(up1));
+        b.store("partials", at(record::UP1_I), up1_i);
+        b.store("partials", at(record::UP2), bits(up2));
+    });
+}
+
+/// Stage 1 of a split row, in its part 0: the parts' records merged as the invocations' own
+/// state is in one workgroup (each invocation takes parts in increasing order, so a part's
+/// first upper bound enters [`bound`] as a column would): the softmax pairs as the softmax
+/// kernel merges its parts', the floors by their maximum, and a part's second upper bound
+/// as the invocation's second.
+fn combine_parts(b: &mut Block) {
+    b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
+    b.let_("s", Ty::F32, f(0.0));
+    b.for_("p", builtin(Builtin::LocalId), var("parts"), builtin(Builtin::BlockSize), |b, p| {
+        let word = |k| load("partials", record_word(p.clone(), k));
+        let float = |k| word(k).bitcast(Ty::F32);
+        let pm = b.let_("pm", Ty::F32, float(record::M));
+        let ps = b.let_("ps", Ty::F32, float(record::S));
+        let e = softmax_merge(b, pm, ps, &["s"]);
+        b.set("s", var("s") + e);
+        bound(b, float(record::FLOOR), float(record::UP1), word(record::UP1_I));
+        b.set("up2", var("up2").max(float(record::UP2)));
     });
     let (mx, total) = softmax_block_pair(b);
+    b.set("row_m", mx);
+    b.set("row_s", total);
+}
+
+/// The row's token from its softmax pair and screen state (`row_m`, `row_s`, and each
+/// invocation's bounds; see [`seeded_logits_row`]). `combining`: the state is the parts'
+/// records, so a rescan is the whole workgroup's over the whole row.
+fn seeded_logits_finish(b: &mut Block, combining: Expr) {
+    let (mx, total) = (var("row_m"), var("row_s"));
     // As the softmax kernel writes it: a row with no valid value has probabilities 0.
     let inv = b.let_("inv", Ty::F32, select(total.clone().gt(f(0.0)), f(1.0) / total.clone(), f(0.0)));
     let floor = b.reduce(ReduceOp::Max, Ty::F32, var("lo_best"), "screen_floor");
     let tame = mx.clone().abs().lt(f(SCREEN_MAX_ABS)).and(total.clone().gt(f(0.0)));
-    let near =
-        (floor.clone() - mx.clone()).ge(call(math::LOG, vec![select(tame.clone(), total, f(1.0))]) - f(FAR - 23.0));
+    let ln_total = call(math::LOG, vec![select(tame.clone(), total, f(1.0))]);
+    let near = (floor.clone() - mx.clone()).ge(ln_total - f(FAR - 23.0));
     let screened = b.let_("screened", Ty::Bool, tame.and(near));
     // log(softmax) in float32, as `torch.log(torch.softmax(logits / T))`: 0 gives -inf.
     let lp_at = |b: &mut Block, col: Expr| -> Expr {
@@ -281,7 +369,9 @@ pub(super) fn seeded_logits_row(b: &mut Block) {
     };
     b.let_("best", Ty::F64, f64_(f64::NEG_INFINITY));
     b.let_("best_i", Ty::U32, u(NONE));
-    let rescan = b.let_("rescan", Ty::Bool, screened.clone().not().or(var("up2").ge(floor.clone())));
+    let mine = b.let_("mine", Ty::Bool, screened.clone().not().or(var("up2").ge(floor.clone())));
+    let any = b.reduce(ReduceOp::Max, Ty::U32, select(mine.clone(), u(1), u(0)), "any_rescan");
+    let rescan = b.let_("rescan", Ty::Bool, select(combining, any.gt(u(0)), mine));
     b.if_else(
         rescan.clone(),
         |b| {
@@ -324,14 +414,21 @@ pub(super) fn logits_buffers(dtype: Dtype) -> Vec<BufferDecl> {
 /// SGLang's seeded race from logits; with [`FLAG_SEEDED_ONLY`], the per-row sampler's launch for
 /// its seeded rows without a filter (the rows of its list, with
 /// [`FLAG_ROW_LIST`](super::sampling::FLAG_ROW_LIST)).
+///
+/// A row split in `parts` (the flags, as the softmax kernel's) takes two launches: each part
+/// reads its columns once and writes its record (stage 0), then part 0 of each row merges the
+/// records and scores the possible winners (stage 1). The host sets the parts from the row's
+/// length and the workgroup size alone, never from the batch, so a request's token is the same
+/// in every batch (the float32 sum's rounding follows the split).
 fn seeded_logits(dtype: Dtype) -> Kernel {
     let mut b = Block::new();
-    for_each_row_at(&mut b, listed_row, |b| {
-        b.let_("takes", Ty::Bool, boolean(true));
+    b.let_("stage", Ty::U32, (param("flags") >> u(STAGE_SHIFT)) & u(0xff));
+    for_each_row_part_at(&mut b, listed_row, |b| {
+        b.let_("takes", Ty::Bool, var("stage").eq_(u(0)).or(var("part").eq_(u(0))));
         b.if_((param("flags") & u(FLAG_SEEDED_ONLY)).ne_(u(0)), |b| {
             row_temperature(b);
             let filtered = row_is_filtered(b);
-            b.set("takes", row_is_seeded().and(filtered.not()));
+            b.set("takes", var("takes").and(row_is_seeded()).and(filtered.not()));
         });
         b.if_(var("takes"), seeded_logits_row);
     });
@@ -341,7 +438,10 @@ fn seeded_logits(dtype: Dtype) -> Kernel {
     let mut buffers = logits_buffers(dtype);
     buffers.push(buffer("listed", Storage::U32, false));
     buffers.push(buffer("passes", Storage::U32, true));
-    kernel(format!("seeded_logits_{}", dtype.suffix()), doc, 1, buffers, functions, b)
+    buffers.push(partials_buffer());
+    let mut k = kernel(format!("seeded_logits_{}", dtype.suffix()), doc, 1, buffers, functions, b);
+    k.stages = 2;
+    k
 }
 
 /// Diagnostic: Murmur3 of `batch` items of four words.
