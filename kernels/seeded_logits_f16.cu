@@ -159,7 +159,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
         unsigned int col_lo = min(((part * quads_per_part) * 4u), vocab);
         unsigned int col_hi = min((col_lo + (quads_per_part * 4u)), vocab);
         bool takes = ((stage == 0u) || (part == 0u));
-        if (((flags & 16u) != 0u)) {
+        if ((takes && ((flags & 16u) != 0u))) {
             // built by kernels::seeded::seeded_logits
             float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
             bool noisy = (t_raw >= (1e-6f));

@@ -172,7 +172,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var col_lo: u32 = min(((part * quads_per_part) * 4u), params.vocab);
         var col_hi: u32 = min((col_lo + (quads_per_part * 4u)), params.vocab);
         var takes: bool = ((stage == 0u) || (part == 0u));
-        if (((params.flags & 16u) != 0u)) {
+        if ((takes && ((params.flags & 16u) != 0u))) {
             // built by kernels::seeded::seeded_logits
             var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
             var noisy: bool = (t_raw >= (1e-6f));

@@ -443,7 +443,13 @@ impl<'a, H: Copy> Launch<H> {
     /// where its rows are split ([`seeded_parts`]).
     fn seeded_split(mut self, rows: usize, vocab: usize, split: &Split<H>) -> Plan<H> {
         self.bind(Binding::Partials, Some(split.partials));
-        self.split_stages(rows, seeded_parts(vocab, split.block))
+        let mut plan = self.split_stages(rows, seeded_parts(vocab, split.block));
+        // The merge is part 0's alone: a workgroup per row, whose grid-stride loop passes over
+        // the other parts' slots without a load.
+        if let Some(merge) = plan.get_mut(1) {
+            merge.work = Work::Rows(rows as u32);
+        }
+        plan
     }
 
     /// A staged kernel's launches over `rows` rows in `parts` each (one launch when `parts` is

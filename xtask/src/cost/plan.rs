@@ -229,8 +229,11 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
     let seeded = |idle_rows: bool| -> Vec<Launch> {
         let kernel = format!("seeded_logits_{dtype}");
         let p = seeded_parts(vocab, block);
+        // The merge is a workgroup per row (part 0's).
         if idle_rows {
-            return (0..if p > 1 { 2 } else { 1 }).map(|_| idle(kernel.clone(), batch * p)).collect();
+            let mut v = vec![idle(kernel.clone(), batch * p)];
+            v.extend((p > 1).then(|| idle(kernel, batch)));
+            return v;
         }
         if p <= 1 {
             return vec![whole(kernel, 1, 0.0)];
@@ -243,7 +246,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
             read: row * batch as f64,
             written: 0.0,
         };
-        vec![parts, idle(kernel, batch * p)]
+        vec![parts, idle(kernel, batch)]
     };
     match call {
         Call::ReadRows => vec![whole(format!("read_rows_{dtype}"), 1, 0.0)],

@@ -424,8 +424,9 @@ fn seeded_logits(dtype: Dtype) -> Kernel {
     let mut b = Block::new();
     b.let_("stage", Ty::U32, (param("flags") >> u(STAGE_SHIFT)) & u(0xff));
     for_each_row_part_at(&mut b, listed_row, |b| {
+        // The merge (stage 1) is part 0's; the other parts' slots are passed over unread.
         b.let_("takes", Ty::Bool, var("stage").eq_(u(0)).or(var("part").eq_(u(0))));
-        b.if_((param("flags") & u(FLAG_SEEDED_ONLY)).ne_(u(0)), |b| {
+        b.if_(var("takes").and((param("flags") & u(FLAG_SEEDED_ONLY)).ne_(u(0))), |b| {
             row_temperature(b);
             let filtered = row_is_filtered(b);
             b.set("takes", var("takes").and(row_is_seeded()).and(filtered.not()));
