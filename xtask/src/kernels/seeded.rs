@@ -10,7 +10,10 @@
 //!   float64 only the columns whose float32 score could still reach the true maximum
 //!   (`s32 + err >= s32[m] - err[m]`), so the token is always the one full float64 gives.
 //! - `seeded_logits_*`: from logits and temperature, computing the log-probabilities as SGLang
-//!   does (float32 log of the float32 softmax), then the float64 race. Three reads.
+//!   does (float32 log of the float32 softmax), then the float64 race. One read: the softmax
+//!   pair online and a float32 screen whose bound covers the later shift by the row's maximum
+//!   and log-sum, then float64 for the few columns that can still win (see
+//!   `seeded_logits_row`); rows split over workgroups by their length.
 //!
 //! The `_probs` variants of the first two read float32 probabilities and take their float32 log
 //! first, as SGLang's unfiltered path from probabilities (`sampling_from_probs_torch`) hands
