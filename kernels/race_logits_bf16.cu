@@ -347,102 +347,114 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
                     w = sk_philox(make_uint4((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
                     {
                         float za = (x0 * rcp_t);
-                        float un = sk_uniform((w).x);
-                        float tn = ((1.0f) - un);
-                        float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                        float an = (za - __logf(en));
-                        float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                        bool in_range = (fabsf(za) < (1.7014118e38f));
-                        lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                        if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                            // built by kernels::sampling::bound
-                            up2 = up1;
-                            up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                            up1_i = (c0 + 0u);
-                        } else {
-                            // built by kernels::sampling::bound
-                            up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                        }
-                        if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                            // built by kernels::sampling::screened_column
-                            up1 = sk_bitcast<float>(2139095040u);
-                            up1_i = (c0 + 0u);
-                            up2 = sk_bitcast<float>(2139095040u);
+                        unsigned int wj = (w).x;
+                        if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((88.034195f) - (((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                            float un = sk_uniform(wj);
+                            float tn = ((1.0f) - un);
+                            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            bool in_range = (fabsf(za) < (1.7014118e38f));
+                            lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                            if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                up1_i = (c0 + 0u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            }
+                            if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = sk_bitcast<float>(2139095040u);
+                                up1_i = (c0 + 0u);
+                                up2 = sk_bitcast<float>(2139095040u);
+                            }
                         }
                     }
                     {
                         float za = (x1 * rcp_t);
-                        float un = sk_uniform((w).y);
-                        float tn = ((1.0f) - un);
-                        float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                        float an = (za - __logf(en));
-                        float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                        bool in_range = (fabsf(za) < (1.7014118e38f));
-                        lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                        if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                            // built by kernels::sampling::bound
-                            up2 = up1;
-                            up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                            up1_i = (c0 + 1u);
-                        } else {
-                            // built by kernels::sampling::bound
-                            up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                        }
-                        if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                            // built by kernels::sampling::screened_column
-                            up1 = sk_bitcast<float>(2139095040u);
-                            up1_i = (c0 + 1u);
-                            up2 = sk_bitcast<float>(2139095040u);
+                        unsigned int wj = (w).y;
+                        if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((88.034195f) - (((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                            float un = sk_uniform(wj);
+                            float tn = ((1.0f) - un);
+                            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            bool in_range = (fabsf(za) < (1.7014118e38f));
+                            lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                            if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                up1_i = (c0 + 1u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            }
+                            if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = sk_bitcast<float>(2139095040u);
+                                up1_i = (c0 + 1u);
+                                up2 = sk_bitcast<float>(2139095040u);
+                            }
                         }
                     }
                     {
                         float za = (x2 * rcp_t);
-                        float un = sk_uniform((w).z);
-                        float tn = ((1.0f) - un);
-                        float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                        float an = (za - __logf(en));
-                        float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                        bool in_range = (fabsf(za) < (1.7014118e38f));
-                        lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                        if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                            // built by kernels::sampling::bound
-                            up2 = up1;
-                            up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                            up1_i = (c0 + 2u);
-                        } else {
-                            // built by kernels::sampling::bound
-                            up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                        }
-                        if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                            // built by kernels::sampling::screened_column
-                            up1 = sk_bitcast<float>(2139095040u);
-                            up1_i = (c0 + 2u);
-                            up2 = sk_bitcast<float>(2139095040u);
+                        unsigned int wj = (w).z;
+                        if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((88.034195f) - (((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                            float un = sk_uniform(wj);
+                            float tn = ((1.0f) - un);
+                            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            bool in_range = (fabsf(za) < (1.7014118e38f));
+                            lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                            if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                up1_i = (c0 + 2u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            }
+                            if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = sk_bitcast<float>(2139095040u);
+                                up1_i = (c0 + 2u);
+                                up2 = sk_bitcast<float>(2139095040u);
+                            }
                         }
                     }
                     {
                         float za = (x3 * rcp_t);
-                        float un = sk_uniform((w).w);
-                        float tn = ((1.0f) - un);
-                        float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                        float an = (za - __logf(en));
-                        float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                        bool in_range = (fabsf(za) < (1.7014118e38f));
-                        lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                        if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                            // built by kernels::sampling::bound
-                            up2 = up1;
-                            up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                            up1_i = (c0 + 3u);
-                        } else {
-                            // built by kernels::sampling::bound
-                            up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                        }
-                        if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                            // built by kernels::sampling::screened_column
-                            up1 = sk_bitcast<float>(2139095040u);
-                            up1_i = (c0 + 3u);
-                            up2 = sk_bitcast<float>(2139095040u);
+                        unsigned int wj = (w).w;
+                        if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((88.034195f) - (((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                            float un = sk_uniform(wj);
+                            float tn = ((1.0f) - un);
+                            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            bool in_range = (fabsf(za) < (1.7014118e38f));
+                            lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                            if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                up1_i = (c0 + 3u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            }
+                            if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = sk_bitcast<float>(2139095040u);
+                                up1_i = (c0 + 3u);
+                                up2 = sk_bitcast<float>(2139095040u);
+                            }
                         }
                     }
                 }
@@ -565,102 +577,114 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
                     w = sk_philox(make_uint4((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
                     {
                         float za = (x0 * rcp_t);
-                        float un = sk_uniform((w).x);
-                        float tn = ((1.0f) - un);
-                        float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                        float an = (za - __logf(en));
-                        float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                        bool in_range = (fabsf(za) < (1.7014118e38f));
-                        lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                        if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                            // built by kernels::sampling::bound
-                            up2 = up1;
-                            up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                            up1_i = (c0 + 0u);
-                        } else {
-                            // built by kernels::sampling::bound
-                            up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                        }
-                        if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                            // built by kernels::sampling::screened_column
-                            up1 = sk_bitcast<float>(2139095040u);
-                            up1_i = (c0 + 0u);
-                            up2 = sk_bitcast<float>(2139095040u);
+                        unsigned int wj = (w).x;
+                        if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((88.034195f) - (((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                            float un = sk_uniform(wj);
+                            float tn = ((1.0f) - un);
+                            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            bool in_range = (fabsf(za) < (1.7014118e38f));
+                            lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                            if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                up1_i = (c0 + 0u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            }
+                            if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = sk_bitcast<float>(2139095040u);
+                                up1_i = (c0 + 0u);
+                                up2 = sk_bitcast<float>(2139095040u);
+                            }
                         }
                     }
                     {
                         float za = (x1 * rcp_t);
-                        float un = sk_uniform((w).y);
-                        float tn = ((1.0f) - un);
-                        float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                        float an = (za - __logf(en));
-                        float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                        bool in_range = (fabsf(za) < (1.7014118e38f));
-                        lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                        if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                            // built by kernels::sampling::bound
-                            up2 = up1;
-                            up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                            up1_i = (c0 + 1u);
-                        } else {
-                            // built by kernels::sampling::bound
-                            up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                        }
-                        if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                            // built by kernels::sampling::screened_column
-                            up1 = sk_bitcast<float>(2139095040u);
-                            up1_i = (c0 + 1u);
-                            up2 = sk_bitcast<float>(2139095040u);
+                        unsigned int wj = (w).y;
+                        if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((88.034195f) - (((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                            float un = sk_uniform(wj);
+                            float tn = ((1.0f) - un);
+                            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            bool in_range = (fabsf(za) < (1.7014118e38f));
+                            lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                            if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                up1_i = (c0 + 1u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            }
+                            if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = sk_bitcast<float>(2139095040u);
+                                up1_i = (c0 + 1u);
+                                up2 = sk_bitcast<float>(2139095040u);
+                            }
                         }
                     }
                     {
                         float za = (x2 * rcp_t);
-                        float un = sk_uniform((w).z);
-                        float tn = ((1.0f) - un);
-                        float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                        float an = (za - __logf(en));
-                        float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                        bool in_range = (fabsf(za) < (1.7014118e38f));
-                        lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                        if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                            // built by kernels::sampling::bound
-                            up2 = up1;
-                            up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                            up1_i = (c0 + 2u);
-                        } else {
-                            // built by kernels::sampling::bound
-                            up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                        }
-                        if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                            // built by kernels::sampling::screened_column
-                            up1 = sk_bitcast<float>(2139095040u);
-                            up1_i = (c0 + 2u);
-                            up2 = sk_bitcast<float>(2139095040u);
+                        unsigned int wj = (w).z;
+                        if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((88.034195f) - (((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                            float un = sk_uniform(wj);
+                            float tn = ((1.0f) - un);
+                            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            bool in_range = (fabsf(za) < (1.7014118e38f));
+                            lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                            if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                up1_i = (c0 + 2u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            }
+                            if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = sk_bitcast<float>(2139095040u);
+                                up1_i = (c0 + 2u);
+                                up2 = sk_bitcast<float>(2139095040u);
+                            }
                         }
                     }
                     {
                         float za = (x3 * rcp_t);
-                        float un = sk_uniform((w).w);
-                        float tn = ((1.0f) - un);
-                        float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                        float an = (za - __logf(en));
-                        float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                        bool in_range = (fabsf(za) < (1.7014118e38f));
-                        lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                        if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                            // built by kernels::sampling::bound
-                            up2 = up1;
-                            up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                            up1_i = (c0 + 3u);
-                        } else {
-                            // built by kernels::sampling::bound
-                            up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                        }
-                        if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                            // built by kernels::sampling::screened_column
-                            up1 = sk_bitcast<float>(2139095040u);
-                            up1_i = (c0 + 3u);
-                            up2 = sk_bitcast<float>(2139095040u);
+                        unsigned int wj = (w).w;
+                        if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((88.034195f) - (((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                            float un = sk_uniform(wj);
+                            float tn = ((1.0f) - un);
+                            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                            float an = (za - __logf(en));
+                            float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                            bool in_range = (fabsf(za) < (1.7014118e38f));
+                            lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                            if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                up1_i = (c0 + 3u);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            }
+                            if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                // built by kernels::sampling::screened_column
+                                up1 = sk_bitcast<float>(2139095040u);
+                                up1_i = (c0 + 3u);
+                                up2 = sk_bitcast<float>(2139095040u);
+                            }
                         }
                     }
                 }

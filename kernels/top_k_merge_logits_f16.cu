@@ -321,7 +321,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
         if (((!((flags & 8u) != 0u)) || filtered)) {
             // built by kernels::filter_top_k::merge_kernel
             bool one_read_done = false;
-            bool one_read = (((filtered && (!(rows[((row * 12u) + 1u)] == 1u))) && ((kk < vocab) && (kk <= 256u))) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
+            bool capped = (((kk > 256u) && (!k_first)) && ((pp < (1.0f)) || (mp > (0.0f))));
+            unsigned int kc = (capped ? 256u : kk);
+            bool one_read = (((filtered && (!(rows[((row * 12u) + 1u)] == 1u))) && (((kk < vocab) && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
             if (one_read) {
                 {
                     // built by kernels::filter_top_k::merge_row
@@ -387,7 +389,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         __syncthreads();
                     }
                     if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
-                        unsigned int want = (kk + 1u);
+                        unsigned int want = (kc + 1u);
                         unsigned int n_items = (parts * want);
                         unsigned int t_key = 0u;
                         unsigned int t_mask = 0u;
@@ -865,7 +867,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         const unsigned int sk_e4 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
                         const unsigned int sk_e5 = (1285u + (max(kept_n, 1u) - 1u));
                         const float sk_e6 = (zt - row_m);
-                        bool decided = ((((kept_n > 0u) && (all_in || ((sk_bitcast<float>((((listed_cols[sk_e5] & 2147483648u) != 0u) ? (listed_cols[sk_e5] ^ 2147483648u) : (listed_cols[sk_e5] ^ 4294967295u))) - row_m) > sk_e6))) && (((!k_first) || all_in) || ((sk_bitcast<float>((((listed_cols[sk_e4] & 2147483648u) != 0u) ? (listed_cols[sk_e4] ^ 2147483648u) : (listed_cols[sk_e4] ^ 4294967295u))) - row_m) > sk_e6))) && (unsure_n == 0u));
+                        bool decided = (((((kept_n > 0u) && (all_in || ((sk_bitcast<float>((((listed_cols[sk_e5] & 2147483648u) != 0u) ? (listed_cols[sk_e5] ^ 2147483648u) : (listed_cols[sk_e5] ^ 4294967295u))) - row_m) > sk_e6))) && (((!k_first) || all_in) || ((sk_bitcast<float>((((listed_cols[sk_e4] & 2147483648u) != 0u) ? (listed_cols[sk_e4] ^ 2147483648u) : (listed_cols[sk_e4] ^ 4294967295u))) - row_m) > sk_e6))) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
                         if (decided) {
                             float best = sk_bitcast<float>(4286578688u);
                             unsigned int best_i = 4294967295u;

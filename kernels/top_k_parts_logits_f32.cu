@@ -69,7 +69,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
         bool searched = ((kk < vocab) || (pp < (1.0f)));
         bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
         bool filtered = (noisy && (searched || (mp > (0.0f))));
-        bool one_read = (((filtered && (!(rows[((row * 12u) + 1u)] == 1u))) && ((kk < vocab) && (kk <= 256u))) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
+        bool capped = (((kk > 256u) && (!k_first)) && ((pp < (1.0f)) || (mp > (0.0f))));
+        unsigned int kc = (capped ? 256u : kk);
+        bool one_read = (((filtered && (!(rows[((row * 12u) + 1u)] == 1u))) && (((kk < vocab) && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
         if ((((!((flags & 8u) != 0u)) || filtered) && one_read)) {
             // built by kernels::filter_top_k::read_part
             unsigned int n_cols = (col_hi - col_lo);
@@ -285,112 +287,112 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                 unsigned int t_chosen = 4294967295u;
                 unsigned int t_cn = t_above;
                 if ((t_cs15 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 15u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs15);
                 }
                 if ((t_cs14 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 14u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs14);
                 }
                 if ((t_cs13 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 13u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs13);
                 }
                 if ((t_cs12 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 12u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs12);
                 }
                 if ((t_cs11 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 11u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs11);
                 }
                 if ((t_cs10 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 10u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs10);
                 }
                 if ((t_cs9 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 9u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs9);
                 }
                 if ((t_cs8 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 8u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs8);
                 }
                 if ((t_cs7 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 7u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs7);
                 }
                 if ((t_cs6 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 6u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs6);
                 }
                 if ((t_cs5 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 5u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs5);
                 }
                 if ((t_cs4 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 4u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs4);
                 }
                 if ((t_cs3 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 3u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs3);
                 }
                 if ((t_cs2 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 2u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs2);
                 }
                 if ((t_cs1 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 1u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs1);
                 }
                 if ((t_cs0 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 0u;
                         t_cn = t_nb;
                     }
@@ -403,7 +405,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                 }
                 t_mask = (t_mask | (15u << t_shift));
             }
-            unsigned int t_take = min(t_at, ((kk + 1u) - t_above));
+            unsigned int t_take = min(t_at, ((kc + 1u) - t_above));
             unsigned int g_per = (((n_cols + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
             unsigned int g_lo = min((threadIdx.x * g_per), n_cols);
             unsigned int g_hi = min((g_lo + g_per), n_cols);

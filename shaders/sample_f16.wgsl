@@ -387,102 +387,114 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         w = sk_philox(vec4<u32>((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
                         {
                             var za: f32 = (x0 * rcp_t);
-                            var un: f32 = sk_uniform(w[0]);
-                            var tn: f32 = ((1.0f) - un);
-                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                            var an: f32 = (za - log(en));
-                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                            var in_range: bool = (abs(za) < (1.7014118e38f));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                            if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                // built by kernels::sampling::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                up1_i = (c0 + 0u);
-                            } else {
-                                // built by kernels::sampling::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                            }
-                            if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                // built by kernels::sampling::screened_column
-                                up1 = bitcast<f32>(2139095040u);
-                                up1_i = (c0 + 0u);
-                                up2 = bitcast<f32>(2139095040u);
+                            var wj: u32 = w[0];
+                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((88.034195f) - (f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                var un: f32 = sk_uniform(wj);
+                                var tn: f32 = ((1.0f) - un);
+                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                                var an: f32 = (za - log(en));
+                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                                var in_range: bool = (abs(za) < (1.7014118e38f));
+                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                    up1_i = (c0 + 0u);
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                                }
+                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                    // built by kernels::sampling::screened_column
+                                    up1 = bitcast<f32>(2139095040u);
+                                    up1_i = (c0 + 0u);
+                                    up2 = bitcast<f32>(2139095040u);
+                                }
                             }
                         }
                         {
                             var za: f32 = (x1 * rcp_t);
-                            var un: f32 = sk_uniform(w[1]);
-                            var tn: f32 = ((1.0f) - un);
-                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                            var an: f32 = (za - log(en));
-                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                            var in_range: bool = (abs(za) < (1.7014118e38f));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                            if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                // built by kernels::sampling::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                up1_i = (c0 + 1u);
-                            } else {
-                                // built by kernels::sampling::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                            }
-                            if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                // built by kernels::sampling::screened_column
-                                up1 = bitcast<f32>(2139095040u);
-                                up1_i = (c0 + 1u);
-                                up2 = bitcast<f32>(2139095040u);
+                            var wj: u32 = w[1];
+                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((88.034195f) - (f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                var un: f32 = sk_uniform(wj);
+                                var tn: f32 = ((1.0f) - un);
+                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                                var an: f32 = (za - log(en));
+                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                                var in_range: bool = (abs(za) < (1.7014118e38f));
+                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                    up1_i = (c0 + 1u);
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                                }
+                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                    // built by kernels::sampling::screened_column
+                                    up1 = bitcast<f32>(2139095040u);
+                                    up1_i = (c0 + 1u);
+                                    up2 = bitcast<f32>(2139095040u);
+                                }
                             }
                         }
                         {
                             var za: f32 = (x2 * rcp_t);
-                            var un: f32 = sk_uniform(w[2]);
-                            var tn: f32 = ((1.0f) - un);
-                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                            var an: f32 = (za - log(en));
-                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                            var in_range: bool = (abs(za) < (1.7014118e38f));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                            if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                // built by kernels::sampling::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                up1_i = (c0 + 2u);
-                            } else {
-                                // built by kernels::sampling::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                            }
-                            if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                // built by kernels::sampling::screened_column
-                                up1 = bitcast<f32>(2139095040u);
-                                up1_i = (c0 + 2u);
-                                up2 = bitcast<f32>(2139095040u);
+                            var wj: u32 = w[2];
+                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((88.034195f) - (f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                var un: f32 = sk_uniform(wj);
+                                var tn: f32 = ((1.0f) - un);
+                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                                var an: f32 = (za - log(en));
+                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                                var in_range: bool = (abs(za) < (1.7014118e38f));
+                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                    up1_i = (c0 + 2u);
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                                }
+                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                    // built by kernels::sampling::screened_column
+                                    up1 = bitcast<f32>(2139095040u);
+                                    up1_i = (c0 + 2u);
+                                    up2 = bitcast<f32>(2139095040u);
+                                }
                             }
                         }
                         {
                             var za: f32 = (x3 * rcp_t);
-                            var un: f32 = sk_uniform(w[3]);
-                            var tn: f32 = ((1.0f) - un);
-                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                            var an: f32 = (za - log(en));
-                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                            var in_range: bool = (abs(za) < (1.7014118e38f));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                            if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                // built by kernels::sampling::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                up1_i = (c0 + 3u);
-                            } else {
-                                // built by kernels::sampling::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                            }
-                            if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                // built by kernels::sampling::screened_column
-                                up1 = bitcast<f32>(2139095040u);
-                                up1_i = (c0 + 3u);
-                                up2 = bitcast<f32>(2139095040u);
+                            var wj: u32 = w[3];
+                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((88.034195f) - (f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                var un: f32 = sk_uniform(wj);
+                                var tn: f32 = ((1.0f) - un);
+                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                                var an: f32 = (za - log(en));
+                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                                var in_range: bool = (abs(za) < (1.7014118e38f));
+                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                    up1_i = (c0 + 3u);
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                                }
+                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                    // built by kernels::sampling::screened_column
+                                    up1 = bitcast<f32>(2139095040u);
+                                    up1_i = (c0 + 3u);
+                                    up2 = bitcast<f32>(2139095040u);
+                                }
                             }
                         }
                     }
@@ -593,102 +605,114 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         w = sk_philox(vec4<u32>((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
                         {
                             var za: f32 = (x0 * rcp_t);
-                            var un: f32 = sk_uniform(w[0]);
-                            var tn: f32 = ((1.0f) - un);
-                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                            var an: f32 = (za - log(en));
-                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                            var in_range: bool = (abs(za) < (1.7014118e38f));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                            if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                // built by kernels::sampling::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                up1_i = (c0 + 0u);
-                            } else {
-                                // built by kernels::sampling::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                            }
-                            if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                // built by kernels::sampling::screened_column
-                                up1 = bitcast<f32>(2139095040u);
-                                up1_i = (c0 + 0u);
-                                up2 = bitcast<f32>(2139095040u);
+                            var wj: u32 = w[0];
+                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((88.034195f) - (f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                var un: f32 = sk_uniform(wj);
+                                var tn: f32 = ((1.0f) - un);
+                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                                var an: f32 = (za - log(en));
+                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                                var in_range: bool = (abs(za) < (1.7014118e38f));
+                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                    up1_i = (c0 + 0u);
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                                }
+                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                    // built by kernels::sampling::screened_column
+                                    up1 = bitcast<f32>(2139095040u);
+                                    up1_i = (c0 + 0u);
+                                    up2 = bitcast<f32>(2139095040u);
+                                }
                             }
                         }
                         {
                             var za: f32 = (x1 * rcp_t);
-                            var un: f32 = sk_uniform(w[1]);
-                            var tn: f32 = ((1.0f) - un);
-                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                            var an: f32 = (za - log(en));
-                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                            var in_range: bool = (abs(za) < (1.7014118e38f));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                            if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                // built by kernels::sampling::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                up1_i = (c0 + 1u);
-                            } else {
-                                // built by kernels::sampling::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                            }
-                            if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                // built by kernels::sampling::screened_column
-                                up1 = bitcast<f32>(2139095040u);
-                                up1_i = (c0 + 1u);
-                                up2 = bitcast<f32>(2139095040u);
+                            var wj: u32 = w[1];
+                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((88.034195f) - (f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                var un: f32 = sk_uniform(wj);
+                                var tn: f32 = ((1.0f) - un);
+                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                                var an: f32 = (za - log(en));
+                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                                var in_range: bool = (abs(za) < (1.7014118e38f));
+                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                    up1_i = (c0 + 1u);
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                                }
+                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                    // built by kernels::sampling::screened_column
+                                    up1 = bitcast<f32>(2139095040u);
+                                    up1_i = (c0 + 1u);
+                                    up2 = bitcast<f32>(2139095040u);
+                                }
                             }
                         }
                         {
                             var za: f32 = (x2 * rcp_t);
-                            var un: f32 = sk_uniform(w[2]);
-                            var tn: f32 = ((1.0f) - un);
-                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                            var an: f32 = (za - log(en));
-                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                            var in_range: bool = (abs(za) < (1.7014118e38f));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                            if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                // built by kernels::sampling::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                up1_i = (c0 + 2u);
-                            } else {
-                                // built by kernels::sampling::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                            }
-                            if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                // built by kernels::sampling::screened_column
-                                up1 = bitcast<f32>(2139095040u);
-                                up1_i = (c0 + 2u);
-                                up2 = bitcast<f32>(2139095040u);
+                            var wj: u32 = w[2];
+                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((88.034195f) - (f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                var un: f32 = sk_uniform(wj);
+                                var tn: f32 = ((1.0f) - un);
+                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                                var an: f32 = (za - log(en));
+                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                                var in_range: bool = (abs(za) < (1.7014118e38f));
+                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                    up1_i = (c0 + 2u);
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                                }
+                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                    // built by kernels::sampling::screened_column
+                                    up1 = bitcast<f32>(2139095040u);
+                                    up1_i = (c0 + 2u);
+                                    up2 = bitcast<f32>(2139095040u);
+                                }
                             }
                         }
                         {
                             var za: f32 = (x3 * rcp_t);
-                            var un: f32 = sk_uniform(w[3]);
-                            var tn: f32 = ((1.0f) - un);
-                            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                            var an: f32 = (za - log(en));
-                            var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                            var in_range: bool = (abs(za) < (1.7014118e38f));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                            if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                // built by kernels::sampling::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                up1_i = (c0 + 3u);
-                            } else {
-                                // built by kernels::sampling::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                            }
-                            if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                // built by kernels::sampling::screened_column
-                                up1 = bitcast<f32>(2139095040u);
-                                up1_i = (c0 + 3u);
-                                up2 = bitcast<f32>(2139095040u);
+                            var wj: u32 = w[3];
+                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((88.034195f) - (f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                var un: f32 = sk_uniform(wj);
+                                var tn: f32 = ((1.0f) - un);
+                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                                var an: f32 = (za - log(en));
+                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                                var in_range: bool = (abs(za) < (1.7014118e38f));
+                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                    up1_i = (c0 + 3u);
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                                }
+                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                    // built by kernels::sampling::screened_column
+                                    up1 = bitcast<f32>(2139095040u);
+                                    up1_i = (c0 + 3u);
+                                    up2 = bitcast<f32>(2139095040u);
+                                }
                             }
                         }
                     }

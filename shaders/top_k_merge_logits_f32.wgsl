@@ -347,7 +347,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         if (((!((params.flags & 8u) != 0u)) || filtered)) {
             // built by kernels::filter_top_k::merge_kernel
             var one_read_done: bool = false;
-            var one_read: bool = (((filtered && (!(rows[((row * 12u) + 1u)] == 1u))) && ((kk < params.vocab) && (kk <= 256u))) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
+            var capped: bool = (((kk > 256u) && (!k_first)) && ((pp < (1.0f)) || (mp > (0.0f))));
+            var kc: u32 = select(kk, 256u, capped);
+            var one_read: bool = (((filtered && (!(rows[((row * 12u) + 1u)] == 1u))) && (((kk < params.vocab) && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
             if (one_read) {
                 {
                     // built by kernels::filter_top_k::merge_row
@@ -389,7 +391,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         workgroupBarrier();
                     }
                     if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
-                        var want: u32 = (kk + 1u);
+                        var want: u32 = (kc + 1u);
                         var n_items: u32 = (parts * want);
                         var t_key: u32 = 0u;
                         var t_mask: u32 = 0u;
@@ -807,7 +809,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e4: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
                         let sk_e5: u32 = (1285u + (max(kept_n, 1u) - 1u));
                         let sk_e6: f32 = (zt - row_m);
-                        var decided: bool = ((((kept_n > 0u) && (all_in || ((bitcast<f32>(select((listed_cols[sk_e5] ^ 4294967295u), (listed_cols[sk_e5] ^ 2147483648u), ((listed_cols[sk_e5] & 2147483648u) != 0u))) - row_m) > sk_e6))) && (((!k_first) || all_in) || ((bitcast<f32>(select((listed_cols[sk_e4] ^ 4294967295u), (listed_cols[sk_e4] ^ 2147483648u), ((listed_cols[sk_e4] & 2147483648u) != 0u))) - row_m) > sk_e6))) && (unsure_n == 0u));
+                        var decided: bool = (((((kept_n > 0u) && (all_in || ((bitcast<f32>(select((listed_cols[sk_e5] ^ 4294967295u), (listed_cols[sk_e5] ^ 2147483648u), ((listed_cols[sk_e5] & 2147483648u) != 0u))) - row_m) > sk_e6))) && (((!k_first) || all_in) || ((bitcast<f32>(select((listed_cols[sk_e4] ^ 4294967295u), (listed_cols[sk_e4] ^ 2147483648u), ((listed_cols[sk_e4] & 2147483648u) != 0u))) - row_m) > sk_e6))) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
                         if (decided) {
                             var best: f32 = bitcast<f32>(4286578688u);
                             var best_i: u32 = 4294967295u;

@@ -77,7 +77,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
         var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
         var filtered: bool = (noisy && (searched || (mp > (0.0f))));
-        var one_read: bool = (((filtered && (!(rows[((row * 12u) + 1u)] == 1u))) && ((kk < params.vocab) && (kk <= 256u))) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
+        var capped: bool = (((kk > 256u) && (!k_first)) && ((pp < (1.0f)) || (mp > (0.0f))));
+        var kc: u32 = select(kk, 256u, capped);
+        var one_read: bool = (((filtered && (!(rows[((row * 12u) + 1u)] == 1u))) && (((kk < params.vocab) && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
         if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
             // built by kernels::filter_top_k::read_part
             var n_cols: u32 = (col_hi - col_lo);
@@ -245,112 +247,112 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var t_chosen: u32 = 4294967295u;
                 var t_cn: u32 = t_above;
                 if ((t_cs15 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 15u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs15);
                 }
                 if ((t_cs14 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 14u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs14);
                 }
                 if ((t_cs13 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 13u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs13);
                 }
                 if ((t_cs12 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 12u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs12);
                 }
                 if ((t_cs11 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 11u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs11);
                 }
                 if ((t_cs10 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 10u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs10);
                 }
                 if ((t_cs9 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 9u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs9);
                 }
                 if ((t_cs8 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 8u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs8);
                 }
                 if ((t_cs7 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 7u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs7);
                 }
                 if ((t_cs6 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 6u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs6);
                 }
                 if ((t_cs5 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 5u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs5);
                 }
                 if ((t_cs4 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 4u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs4);
                 }
                 if ((t_cs3 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 3u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs3);
                 }
                 if ((t_cs2 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 2u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs2);
                 }
                 if ((t_cs1 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 1u;
                         t_cn = t_nb;
                     }
                     t_nb = (t_nb + t_cs1);
                 }
                 if ((t_cs0 > 0u)) {
-                    if ((t_nb < (kk + 1u))) {
+                    if ((t_nb < (kc + 1u))) {
                         t_chosen = 0u;
                         t_cn = t_nb;
                     }
@@ -363,7 +365,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 t_mask = (t_mask | (15u << t_shift));
             }
-            var t_take: u32 = min(t_at, ((kk + 1u) - t_above));
+            var t_take: u32 = min(t_at, ((kc + 1u) - t_above));
             var g_per: u32 = (((n_cols + BLOCK) - 1u) / BLOCK);
             var g_lo: u32 = min((sk_lid * g_per), n_cols);
             var g_hi: u32 = min((g_lo + g_per), n_cols);

@@ -188,15 +188,31 @@ impl RowParams {
     pub fn has_filters(&self) -> bool {
         self.filters().is_active()
     }
-    /// Whether the device backends sample this row of `vocab` logits on the one-read top-k path,
-    /// by its parameters, as its kernels decide: a sampled (not greedy) row of the Philox race
-    /// whose top-k is below the vocabulary and at most
-    /// [`ONE_READ_TOP_K`]. Such a row reads once
-    /// where its candidates decide it, and otherwise once more than the filter kernel's passes
-    /// (its parts' read, then the filter kernel's body).
+    /// Whether the device backends sample this row of `vocab` logits on the one-read path, by
+    /// its parameters, as its kernels decide: a sampled (not greedy) row of the Philox race
+    /// whose top-k is below the vocabulary and at most [`ONE_READ_TOP_K`], or one of top-p or
+    /// min-p without such a top-k (joint with a larger top-k, or with none), whose
+    /// `ONE_READ_TOP_K + 1` largest tokens decide it where its set is shorter. Such a row reads
+    /// once where its candidates decide it, and otherwise once more than the filter kernel's
+    /// passes (its parts' read, then the filter kernel's body).
     pub fn takes_one_read(&self, vocab: usize) -> bool {
-        let by_k = self.filters().top_k.is_some_and(|k| k < vocab && k <= ONE_READ_TOP_K);
-        self.is_sampled() && self.mode() == RowMode::Race && by_k
+        let f = self.filters();
+        let k = f.top_k.filter(|&k| k < vocab);
+        let k_first = f.order == Order::TopKFirst && k.is_some() && f.top_p < 1.0;
+        let capped = k.unwrap_or(vocab) > ONE_READ_TOP_K && !k_first && (f.top_p < 1.0 || f.min_p > 0.0);
+        let by_k = k.is_some_and(|k| k <= ONE_READ_TOP_K);
+        self.is_sampled() && self.mode() == RowMode::Race && (by_k || capped)
+    }
+    /// Whether the one-read path suits this row in a batch (`Sampler::step` routes a batch's
+    /// filtered rows there only when all of them are): it [takes the path](Self::takes_one_read)
+    /// and no top-p without a top-k of at most [`ONE_READ_TOP_K`] can make it keep thousands of
+    /// tokens. Such a top-p row (Zipf rows at temperature 0.8 keep 300 to 700 at 0.9) falls back
+    /// to one workgroup for the row in the merge, slower than the split filter kernels, and the
+    /// launch waits for its slowest row.
+    pub fn suits_one_read(&self, vocab: usize) -> bool {
+        let f = self.filters();
+        let by_k = f.top_k.is_some_and(|k| k < vocab && k <= ONE_READ_TOP_K);
+        self.takes_one_read(vocab) && (by_k || f.top_p >= 1.0)
     }
 }
 

@@ -704,8 +704,8 @@ mod tests {
     }
 
     /// `Sampler::step` with one filtered row at batch 4 x 151936: a top-k row takes the one-read
-    /// path's parts and merge, a top-p row alone the split filter kernel's stages (faster than
-    /// the merge's one workgroup a row), as `RowLists::one_read` says.
+    /// path's parts and merge, and so does a min-p row alone; a top-k row above the cap, or a
+    /// top-p row alone, the split filter kernel's stages, as `RowLists::one_read` says.
     #[test]
     fn listed_rows_choose_the_filter_plan() {
         let shape = Shape::dense(4, 151_936);
@@ -714,9 +714,11 @@ mod tests {
         let split = Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true };
         for (row, one_read, filter) in [
             (RowParams::new(0.8, 1, 0).with_top_k(20).with_top_p(0.95), true, KernelId::TopKMergeLogitsF32),
+            (RowParams::new(0.8, 1, 0).with_min_p(0.05), true, KernelId::TopKMergeLogitsF32),
+            (RowParams::new(0.8, 1, 0).with_top_k(1000), false, KernelId::FilterSplitLogitsF32),
             (RowParams::new(0.8, 1, 0).with_top_p(0.9), false, KernelId::FilterSplitLogitsF32),
         ] {
-            assert_eq!(row.takes_one_read(shape.vocab), one_read);
+            assert_eq!(row.suits_one_read(shape.vocab), one_read);
             let rows = vec![RowParams::new(0.8, 1, 0), row, RowParams::greedy(), RowParams::new(1.0, 2, 0)];
             let listed = RowLists { seeded: (&list, 0), filtered: (&list, 1), one_read };
             let job: Job<'_, Planner> = Job::Sample {

@@ -160,11 +160,11 @@ pub struct RowLists<'a, B: Backend + ?Sized> {
     pub seeded: (&'a B::Buffer<u32>, usize),
     /// The rows with a filter (the filter kernel takes those with a temperature too).
     pub filtered: (&'a B::Buffer<u32>, usize),
-    /// Whether every listed filtered row takes the one-read top-k path
-    /// ([`RowParams::takes_one_read`](crate::RowParams::takes_one_read)): then its two launches;
+    /// Whether the one-read path suits every listed filtered row
+    /// ([`RowParams::suits_one_read`](crate::RowParams::suits_one_read)): then its two launches;
     /// else the filter kernels' own plan (split over workgroups where the batch is small), which
-    /// a top-p or min-p row alone takes faster than the merge's one workgroup a row. Either gives
-    /// the same tokens.
+    /// a row of top-p alone that keeps thousands takes faster than the merge's one workgroup a
+    /// row. Either gives the same tokens.
     pub one_read: bool,
 }
 

@@ -45,11 +45,15 @@ pub const FILTERS: [(&str, u32); 5] = [
     ("filter_qwen3_k_first", 18),
 ];
 
-/// The settings the one-read top-k path takes (top-k at most `filter_top_k::CAP`, with or
-/// without top-p and min-p): a launch that reads each part once and a merge over the
-/// candidates. The others (top-p alone, min-p alone) leave that launch at once and take the
-/// filter kernel's passes in the merge launch, one workgroup per row.
-pub const ONE_READ: [&str; 3] = ["filter_top_k_50", "filter_qwen3_joint", "filter_qwen3_k_first"];
+/// The settings whose benchmark rows (Zipf at temperature 0.8) the one-read path decides: a
+/// launch that reads each part once and a merge over the candidates. Top-k at most
+/// `filter_top_k::CAP`, with or without top-p and min-p, always; min-p alone where its set is
+/// shorter than the candidates (10 to 30 tokens at 0.05). Top-p 0.9 alone keeps 300 to 700
+/// tokens there, more than the candidates: its parts read the row, and the merge launch then
+/// takes the filter kernel's passes, one workgroup per row.
+pub const ONE_READ: [&str; 4] = ["filter_top_k_50", "filter_min_p_0.05", "filter_qwen3_joint", "filter_qwen3_k_first"];
+/// The settings the one-read path takes but does not decide on those rows (see [`ONE_READ`]).
+const READ_THEN_FILTER: [&str; 1] = ["filter_top_p_0.9"];
 
 /// Columns of a part of the one-read path (`filter_top_k::PART_COLS`).
 const TOP_K_PART_COLS: u32 = crate::kernels::filter_top_k::PART_COLS;
@@ -211,17 +215,18 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
     // runs the filter kernel's body (`passes` over the row) on the rows the parts do not take.
     let one_read = |name: &str, passes: u32, idle_rows: bool| -> Vec<Launch> {
         let p = vocab.div_ceil(TOP_K_PART_COLS);
-        let taken = !idle_rows && ONE_READ.contains(&name);
+        let decided = !idle_rows && ONE_READ.contains(&name);
+        let read = decided || READ_THEN_FILTER.contains(&name);
         let parts = Launch {
             kernel: format!("top_k_parts_logits_{dtype}"),
             groups: batch * p,
-            columns: if taken { vocab.div_ceil(p) } else { 0 },
-            passes: u32::from(taken),
-            read: if taken { row * batch as f64 } else { 0.0 },
+            columns: if read { vocab.div_ceil(p) } else { 0 },
+            passes: u32::from(read),
+            read: if read { row * batch as f64 } else { 0.0 },
             written: 0.0,
         };
         let merge = format!("top_k_merge_logits_{dtype}");
-        let merge = if taken || idle_rows { idle(merge, batch) } else { whole(merge, passes, 0.0) };
+        let merge = if decided || idle_rows { idle(merge, batch) } else { whole(merge, passes, 0.0) };
         vec![parts, merge]
     };
     // The seeded kernel from logits (`Call::SeededLogits`); with `idle_rows`, the launches of

@@ -81,6 +81,8 @@ pub struct Counts {
     pub round_trips: f64,
     /// `MUFU.LG2`: the logs (the race's noise takes them; a pruned column does not).
     pub logs: f64,
+    /// Philox's multiplies by its first constant, ten a block (a pruned quad takes none).
+    pub philox: f64,
 }
 
 impl Counts {
@@ -94,6 +96,7 @@ impl Counts {
         self.by_pipe[i.pipe as usize] += 1.0;
         self.load_bytes += i.load_bytes as f64;
         self.logs += f64::from(u8::from(i.log));
+        self.philox += f64::from(u8::from(i.philox));
     }
     /// These counts times `k`.
     pub fn scaled(&self, k: f64) -> Counts {
@@ -102,6 +105,7 @@ impl Counts {
             load_bytes: self.load_bytes * k,
             round_trips: self.round_trips * k,
             logs: self.logs * k,
+            philox: self.philox * k,
         }
     }
     pub fn plus(&self, o: &Counts) -> Counts {
@@ -114,6 +118,7 @@ impl Counts {
             load_bytes: self.load_bytes + o.load_bytes,
             round_trips: self.round_trips + o.round_trips,
             logs: self.logs + o.logs,
+            philox: self.philox + o.philox,
         }
     }
 }
@@ -127,6 +132,8 @@ struct Instr {
     load_bytes: u32,
     /// `MUFU.LG2`.
     log: bool,
+    /// A multiply by Philox's first constant (`0xD2511F53`, printed as `-0x2daee0ad`).
+    philox: bool,
     /// Where a branch goes, if it is one.
     target: Option<u32>,
     /// Where a `CALL` goes, if it is one.
@@ -176,7 +183,8 @@ fn parse_line(line: &str) -> Option<Instr> {
     let ends_flow = !predicated && matches!(base, "BRA" | "EXIT" | "RET" | "BRX" | "JMP");
     let load_bytes = if pipe == Pipe::Ldg { load_width(opcode) } else { 0 };
     let log = opcode.starts_with("MUFU.LG2");
-    Some(Instr { addr, pipe, load_bytes, log, target, call, ret, ends_flow })
+    let philox = base == "IMAD" && text.contains("-0x2daee0ad");
+    Some(Instr { addr, pipe, load_bytes, log, philox, target, call, ret, ends_flow })
 }
 
 /// The functions of a `cuobjdump -sass` listing.
@@ -195,15 +203,26 @@ pub fn parse(text: &str) -> Vec<Function> {
 /// A loop that streams a row: one iteration counted along its cheapest path that still makes
 /// every load of the iteration (the common path), along the cheapest such path that takes a log
 /// where the common one takes none (the kept path: the race's pruning skips a column's noise,
-/// so its common path is a pruned column's), and along its most expensive one (the difference
-/// is what its rarely taken branches cost when they are taken).
+/// so its common path is a pruned column's), along the cheapest that draws a Philox block where
+/// the common one draws none (the noised path: a kept quad whose columns the noise bound all
+/// skip, so it takes no log), and along its most expensive one (the difference is what its
+/// rarely taken branches cost when they are taken).
 #[derive(Clone, Debug)]
 pub struct Loop {
     pub start: u32,
     pub end: u32,
     pub common: Counts,
     pub kept: Option<Counts>,
+    pub noised: Option<Counts>,
     pub longest: Counts,
+}
+
+/// What a path must pass through (see [`Loop`]).
+#[derive(Clone, Copy, PartialEq)]
+enum Through {
+    Anything,
+    Log,
+    Philox,
 }
 
 impl Loop {
@@ -251,48 +270,56 @@ impl Function {
             .filter(|&&r| !holds_smaller(r))
             .filter_map(|&(s, e)| {
                 let cheapest = |a: Rank, b: Rank| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
-                let common = self.path((s, e), &cheapest, false)?;
-                let kept = if common.logs == 0.0 { self.path((s, e), &cheapest, true) } else { None };
-                let longest = self.path((s, e), &|a: Rank, b: Rank| a.0 > b.0 || (a.0 == b.0 && a.1 > b.1), false)?;
-                Some(Loop { start: self.instrs[s].addr, end: self.instrs[e].addr, common, kept, longest })
+                let common = self.path((s, e), &cheapest, Through::Anything)?;
+                let kept = if common.logs == 0.0 { self.path((s, e), &cheapest, Through::Log) } else { None };
+                let noised = if common.philox == 0.0 { self.path((s, e), &cheapest, Through::Philox) } else { None };
+                let costliest = |a: Rank, b: Rank| a.0 > b.0 || (a.0 == b.0 && a.1 > b.1);
+                let longest = self.path((s, e), &costliest, Through::Anything)?;
+                Some(Loop { start: self.instrs[s].addr, end: self.instrs[e].addr, common, kept, noised, longest })
             })
             .collect()
     }
 
     /// The counts along the best path, by `better`, from the loop's head to its backward branch
-    /// (with `log`, the best of those that take a log). Inside the body, forward branches and
+    /// (the best of those that pass through what `through` names). Inside the body, forward branches and
     /// fall-through are followed; branches out of the body and inner backward branches are not
     /// (a path leaving the body is no iteration).
-    fn path(&self, (s, e): (usize, usize), better: &dyn Fn(Rank, Rank) -> bool, log: bool) -> Option<Counts> {
-        self.path_to(s, e, &|k| k == e, better, log, 0)
+    fn path(&self, (s, e): (usize, usize), better: &dyn Fn(Rank, Rank) -> bool, through: Through) -> Option<Counts> {
+        self.path_to(s, e, &|k| k == e, better, through, 0)
     }
 
     /// The best path from `s` to an instruction at or before `e` that `end` accepts, among those
-    /// that take a log if `log`; a `CALL` on it counts the called subroutine's best path to its
-    /// `RET` (`depth` bounds the nesting). Each instruction is reached in two states, with and
-    /// without a log on the way there, so the best path of either kind is found in one sweep.
+    /// that pass through what `through` names; a `CALL` on it counts the called subroutine's best
+    /// path to its `RET` (`depth` bounds the nesting). Each instruction is reached in two states,
+    /// with and without the mark on the way there, so the best path of either kind is found in
+    /// one sweep.
     fn path_to(
         &self,
         s: usize,
         e: usize,
         end: &dyn Fn(usize) -> bool,
         better: &dyn Fn(Rank, Rank) -> bool,
-        log: bool,
+        through: Through,
         depth: u32,
     ) -> Option<Counts> {
         let n = e - s + 1;
         let callee = |i: &Instr| -> Counts {
             match i.call.and_then(|t| self.index(t)) {
                 Some(t) if depth < 4 => self
-                    .path_to(t, self.instrs.len() - 1, &|k| self.instrs[k].ret, better, false, depth + 1)
+                    .path_to(t, self.instrs.len() - 1, &|k| self.instrs[k].ret, better, Through::Anything, depth + 1)
                     .unwrap_or_default(),
                 _ => Counts::default(),
             }
         };
-        // (loads, cost, whether it takes a log)
+        // (loads, cost, whether it is what the path must pass through)
         let weight = |i: &Instr| {
             let called = callee(i);
-            (i.load_bytes, 1.0 + called.total(), usize::from(i.log || called.logs > 0.0))
+            let marked = match through {
+                Through::Anything => false,
+                Through::Log => i.log || called.logs > 0.0,
+                Through::Philox => i.philox || called.philox > 0.0,
+            };
+            (i.load_bytes, 1.0 + called.total(), usize::from(marked))
         };
         let mut best: Vec<[Option<Rank>; 2]> = vec![[None; 2]; n];
         let mut from: Vec<[(usize, usize); 2]> = vec![[(usize::MAX, 0); 2]; n];
@@ -303,7 +330,7 @@ impl Function {
             for state in 0..2 {
                 let Some((loads, cost)) = best[k][state] else { continue };
                 if end(s + k) {
-                    let allowed = !log || state == 1;
+                    let allowed = through == Through::Anything || state == 1;
                     let beats = |(d, ds): (usize, usize)| better((loads, cost), best[d][ds].expect("reached"));
                     if allowed && done.is_none_or(beats) {
                         done = Some((k, state));
@@ -385,5 +412,31 @@ mod tests {
         // The common path skips the log, so the kept path is the one through it.
         let kept = l.kept.expect("a path with the log");
         assert_eq!((kept.total(), kept.logs), (6.0, 1.0));
+        assert!(l.noised.is_none(), "no Philox in the listing");
+    }
+
+    /// A kept quad's block, then a column's log behind its own branch: the noised path draws
+    /// the block and skips the log; the kept path takes both.
+    #[test]
+    fn finds_the_noised_path() {
+        let listing = "\
+            Function : k
+            /*0000*/                   MOV R1, c[0x0][0x28] ;
+            /*0010*/                   LDG.E R4, desc[UR6][R2.64] ;
+            /*0020*/               @P0 BRA 0x70 ;
+            /*0030*/                   IMAD.WIDE.U32 R6, R6, -0x2daee0ad, RZ ;
+            /*0040*/               @P2 BRA 0x70 ;
+            /*0050*/                   MUFU.LG2 R5, R4 ;
+            /*0060*/                   FFMA R5, R5, R4, R4 ;
+            /*0070*/                   IADD3 R2, R2, 0x10, RZ ;
+            /*0080*/               @P1 BRA 0x10 ;
+            /*0090*/                   EXIT ;
+        ";
+        let l = &parse(listing)[0].streaming_loops()[0];
+        assert_eq!((l.common.total(), l.common.philox), (4.0, 0.0));
+        let noised = l.noised.expect("a path through the block");
+        assert_eq!((noised.total(), noised.philox, noised.logs), (6.0, 1.0, 0.0));
+        let kept = l.kept.expect("a path with the log");
+        assert_eq!((kept.total(), kept.philox, kept.logs), (8.0, 1.0, 1.0));
     }
 }

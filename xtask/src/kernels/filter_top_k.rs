@@ -1,5 +1,7 @@
 //! The filtered path with one read of the row, for rows with top-k of at most [`CAP`] (alone or
-//! with top-p and min-p, either order): Qwen3's top-k 20 + top-p 0.95, the common case.
+//! with top-p and min-p, either order): Qwen3's top-k 20 + top-p 0.95, the common case. Rows of
+//! top-p or min-p with no such top-k take it too, with `CAP + 1` candidates ("capped", see
+//! [`one_read_row`]): their candidates decide them where the set is shorter.
 //!
 //! Two launches. `top_k_parts_*` splits each row into parts of at most [`PART_COLS`] columns,
 //! one workgroup each; a part reads its columns once into workgroup memory as order keys of
@@ -92,11 +94,23 @@ fn put64(b: &mut Block, a: u32, i: Expr, v: Expr) {
 }
 
 /// Declares `one_read`: whether this path takes the row (after `takes_row`, with `parts`
-/// declared). Both kernels compute it alike, so they agree on every row.
+/// declared), `capped` (it takes the row for its top-p or min-p, not for a top-k of at most
+/// [`CAP`]) and `kc` (the row's candidates less one: its top-k, or [`CAP`] where capped). Both
+/// kernels compute them alike, so they agree on every row.
+///
+/// A capped row (top-p or min-p, joint with any top-k above [`CAP`] or with none) keeps a
+/// prefix of the order that the `CAP + 1` largest decide whenever it is shorter than them:
+/// min-p's set is short wherever the row has a clear maximum (Zipf rows at 0.8 keep 10 to 30
+/// tokens at 0.05), top-p's at low temperatures. Top-k first with a top-k above [`CAP`] needs
+/// the top-k mass, which the candidates do not give, and is not capped.
 fn one_read_row(b: &mut Block) -> Expr {
     let fits = (quads_per_part(var("parts")) * u(4)).le(u(PART_COLS));
     let by_k = var("kk").lt(param("vocab")).and(var("kk").le(u(CAP)));
-    b.let_("one_read", Ty::Bool, var("filtered").and(row_is_seeded().not()).and(by_k).and(fits))
+    let cuts = var("pp").lt(f(1.0)).or(var("mp").gt(f(0.0)));
+    let capped = b.let_("capped", Ty::Bool, var("kk").gt(u(CAP)).and(var("k_first").not()).and(cuts));
+    b.let_("kc", Ty::U32, select(capped.clone(), u(CAP), var("kk")));
+    let taken = var("filtered").and(row_is_seeded().not()).and(by_k.or(capped)).and(fits);
+    b.let_("one_read", Ty::Bool, taken)
 }
 
 /// Word `k` of part `p`'s record of this row (slot `slot` of the row loop).
@@ -217,7 +231,7 @@ fn read_part(b: &mut Block) {
     });
     let s = b.reduce(ReduceOp::Sum, Ty::F32, var("s"), "part_s");
     let key_at = |_: &mut Block, i: Expr| load_shared(KEYS, i);
-    select_top(b, n.clone(), var("kk") + u(1), &key_at);
+    select_top(b, n.clone(), var("kc") + u(1), &key_at);
     let own = |k: Expr| var("slot") * u(SLOT_WORDS) + k;
     gather(b, n, &key_at, &|b, o, i, k| {
         let at = own(u(HEAD_WORDS) + o * u(2));
@@ -251,7 +265,7 @@ fn merge_row(b: &mut Block) {
     let mass = b.reduce(ReduceOp::Sum, Ty::F32, var("s"), "row_s");
     let finite = mx.clone().gt(f(f32::NEG_INFINITY)).and(mx.clone().lt(f(f32::INFINITY)));
     b.if_(finite, |b| {
-        let want = b.let_("want", Ty::U32, var("kk") + u(1));
+        let want = b.let_("want", Ty::U32, var("kc") + u(1));
         let n = b.let_("n_items", Ty::U32, var("parts") * want.clone());
         let w2 = want.clone();
         let key_at = move |b: &mut Block, pos: Expr| {
@@ -340,8 +354,11 @@ fn merge_row(b: &mut Block) {
         let kept_n = var("kept_n");
         let cut_ok = kept_n.clone().gt(u(0)).and(complete.clone().or(above(kept_n.clone().max(u(1)) - u(1))));
         let last_k = var("kk").min(n_sel.clone()).max(u(1)) - u(1);
-        let k_ok = var("k_first").not().or(complete).or(above(last_k));
-        let decided = b.let_("decided", Ty::Bool, cut_ok.and(k_ok).and(var("unsure_n").eq_(u(0))));
+        let k_ok = var("k_first").not().or(complete.clone()).or(above(last_k));
+        // A capped row's set is known only where it ends before the candidates do.
+        let short = kept_n.clone().lt(n_sel.clone()).or(complete.clone());
+        let cap_ok = var("capped").not().or(short);
+        let decided = b.let_("decided", Ty::Bool, cut_ok.and(k_ok).and(cap_ok).and(var("unsure_n").eq_(u(0))));
         b.if_(decided, |b| {
             // The plain path's race inside the set: the same noise per column.
             declare_best(b);

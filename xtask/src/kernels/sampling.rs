@@ -369,6 +369,13 @@ const NOISE_MAX: f32 = 16.64;
 /// the exact score of a column already scored (or -inf): the quad's largest `za = x * (1/T)`
 /// is `qmax`, and the quad is kept when `qmax + |qmax| 2^-20 + 16.64 >= floor`, or when `qmax`
 /// is at least 2^127 (the column may be in the +inf class, which beats every finite score).
+/// [`can_win`] with the largest noise of any word.
+fn prune_test(qmax: Expr, floor: Expr) -> Expr {
+    can_win(qmax, f(NOISE_MAX), floor)
+}
+
+/// Whether columns whose largest `za = x * (1/T)` is `qmax` and whose computed noise is at
+/// most `noise - 0.0044` can score at least `floor` (see [`prune_test`]).
 ///
 /// Why a quad that fails the test holds no winner (exact pruning). A column's exact score is
 /// `s = fl(sv + g)` with `sv = fl(x / T)` and `g` its computed Gumbel noise, as [`exact_score`]
@@ -377,7 +384,8 @@ const NOISE_MAX: f32 = 16.64;
 /// - `sv <= za + |za| 2^-21`: `za = fl(x * fl(1/T))` and `sv` are within 6 ulp (2.5 for each
 ///   Vulkan division, 0.5 for the product), so within `|za| 6 2^-24`; `z -> z + |z| 2^-20` is
 ///   increasing, so the quad's largest column bounds every column of the quad.
-/// - `g <= 16.63554 < NOISE_MAX` (above), so `sv + g <= za + |za| 2^-21 + 16.63554` in reals.
+/// - `g <= noise - 0.0044` (for the quad test `16.63554` and `NOISE_MAX`, above), so
+///   `sv + g <= za + |za| 2^-21 + noise - 0.0044` in reals.
 /// - The test's two roundings (the product `|za| 2^-20` is exact) lose at most 2 ulp of a value
 ///   of size `|za| + 17`, below what the slack `|za| 2^-21 + 0.0044` covers; so the computed
 ///   bound `U >= sv + g` in reals, and as `U` is a float and rounding is monotone, `s <= U`.
@@ -385,10 +393,34 @@ const NOISE_MAX: f32 = 16.64;
 ///   score strictly less than a column already seen, so none is the argmax or ties with it.
 ///
 /// Columns read as -inf (NaN, -inf, past the row) give `qmax = -inf` and never win.
-fn prune_test(qmax: Expr, floor: Expr) -> Expr {
-    let bound = qmax.clone() + qmax.clone().abs() * f(SCREEN_ZREL) + f(NOISE_MAX);
+fn can_win(qmax: Expr, noise: Expr, floor: Expr) -> Expr {
+    let bound = qmax.clone() + qmax.clone().abs() * f(SCREEN_ZREL) + noise;
     let finite = qmax.clone().gt(f(f32::NEG_INFINITY));
     finite.and(bound.ge(floor).or(qmax.ge(f(SCREEN_HUGE))))
+}
+
+/// The margin [`can_win`] needs over a bound on the computed noise (see [`NOISE_MAX`]).
+const NOISE_SLACK: f32 = 0.0045;
+
+/// An upper bound on the Gumbel noise of word `w` as the kernels compute it, plus
+/// [`NOISE_SLACK`], from the word's bits with no log: what lets a kept quad skip the screened
+/// score of a column that cannot win ([`prune_step`]).
+///
+/// `t = 1 - u` is exact: `uniform(!w) = (2 (2^23 - 1 - (w >> 9)) + 1) 2^-24`. Then
+/// `-ln u >= t`, so `g = -ln(-ln u) <= -ln t`; and with `t = 2^e (1 + m)` (`t` is normal, at
+/// least 2^-24) and `b` its bits read as an integer, `log2 t >= e + m = b 2^-23 - 127`, so
+/// `g <= (127 - b 2^-23) ln 2`. Computed in f32: `b` rounds by at most 32 (2.7e-6 after the
+/// product), the constant and the fused product by 1e-6 each, and the IR's logs put the
+/// computed `g` within 1e-5 of the real one; 4e-4 of the 0.0045 added covers them, the rest is
+/// the test's slack. A word of `n` leading ones has `t >= 2^-(n+1)`, so the bound is at most
+/// `(n + 1) ln 2 + 0.0045`: half the words bound their noise by 0.70, one in 1024 by 7.6 (the
+/// best of 2048 columns' noise), so on a row whose floor is a few units above most columns'
+/// `za`, nearly every column of a kept quad is skipped (`docs/race-design.md`).
+fn noise_bound(w: Expr) -> Expr {
+    let t = call(philox::UNIFORM, vec![w ^ u(u32::MAX)]);
+    let ln2 = std::f64::consts::LN_2;
+    let b = t.bitcast(Ty::U32).cast(Ty::F32);
+    f((127.0 * ln2) as f32 + NOISE_SLACK) - b * f((ln2 / 8_388_608.0) as f32)
 }
 
 /// The screened score of column `col` (its value scaled, `za`, and its Philox word `wj`):
@@ -460,7 +492,12 @@ fn prune_step(b: &mut Block, cb: Expr) {
                 let col = c0.clone() + u(j as u32);
                 // `za` again rather than kept from the read: four registers fewer.
                 let za = b.let_("za", Ty::F32, var(&format!("x{j}")) * var("rcp_t"));
-                screened_column(b, za, var("w").comp(j), col);
+                let wj = b.let_("wj", Ty::U32, var("w").comp(j));
+                // The column's own noise bound, from its word: most columns of a kept quad stop
+                // here, before the two logs of their screened score.
+                b.if_(can_win(za.clone(), noise_bound(wj.clone()), var("lo_best")), |b| {
+                    screened_column(b, za, wj, col)
+                });
             });
         }
     });
