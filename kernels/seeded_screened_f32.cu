@@ -103,21 +103,12 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
 }
 __device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
     // built by kernels::murmur::seeded_gumbel32
-    if ((h == 0u)) {
-        return (-709.7827f);
-    }
-    float t = (0.0f);
-    if ((h >= 2147483648u)) {
-        float q = (((float)(4294967295u - h)) / ((float)h));
-        float up = ((1.0f) + q);
-        t = q;
-        if ((up != (1.0f))) {
-            t = ((sk_log(up) * q) / (up - (1.0f)));
-        }
-    } else {
-        t = (-sk_log((((float)h) * (2.3283064e-10f))));
-    }
-    return (-sk_log(fmaxf(t, (2.3283064e-10f))));
+    bool high = (h >= 2147483648u);
+    float q = (((float)(4294967295u - h)) / ((float)h));
+    float up = ((1.0f) + q);
+    float l = sk_log((high ? up : (((float)h) * (2.3283064e-10f))));
+    float t = (high ? ((up != (1.0f)) ? ((l * q) / (up - (1.0f))) : q) : (-l));
+    return ((h == 0u) ? (-709.7827f) : (-sk_log(fmaxf(t, (2.3283064e-10f)))));
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(

@@ -75,7 +75,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
                     s = (s * r);
                     m = pm;
                 }
-                s = (s + ((pm == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((pm == m) ? ps : (ps * sk_exp((pm - m))))));
+                float ex = sk_exp((pm - m));
+                s = (s + ((pm == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((pm == m) ? ps : (ps * ex))));
             }
             float row_max = (0.0f);
             {
@@ -186,7 +187,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
                             comp = (comp * r);
                             m = z;
                         }
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * sk_exp((z - m))))) - comp);
+                        float ex = sk_exp((z - m));
+                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -204,7 +206,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
                             comp = (comp * r);
                             m = z;
                         }
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * sk_exp((z - m))))) - comp);
+                        float ex = sk_exp((z - m));
+                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -222,7 +225,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
                             comp = (comp * r);
                             m = z;
                         }
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * sk_exp((z - m))))) - comp);
+                        float ex = sk_exp((z - m));
+                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -240,7 +244,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
                             comp = (comp * r);
                             m = z;
                         }
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * sk_exp((z - m))))) - comp);
+                        float ex = sk_exp((z - m));
+                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;

@@ -71,7 +71,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
                     s = (s * r);
                     m = pm;
                 }
-                s = (s + ((pm == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((pm == m) ? ps : (ps * sk_exp((pm - m))))));
+                float ex = sk_exp((pm - m));
+                s = (s + ((pm == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((pm == m) ? ps : (ps * ex))));
             }
             float row_max = (0.0f);
             {
@@ -182,7 +183,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
                             comp = (comp * r);
                             m = z;
                         }
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * sk_exp((z - m))))) - comp);
+                        float ex = sk_exp((z - m));
+                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -200,7 +202,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
                             comp = (comp * r);
                             m = z;
                         }
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * sk_exp((z - m))))) - comp);
+                        float ex = sk_exp((z - m));
+                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -218,7 +221,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
                             comp = (comp * r);
                             m = z;
                         }
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * sk_exp((z - m))))) - comp);
+                        float ex = sk_exp((z - m));
+                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -236,7 +240,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
                             comp = (comp * r);
                             m = z;
                         }
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * sk_exp((z - m))))) - comp);
+                        float ex = sk_exp((z - m));
+                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
                         float t = (s + y);
                         comp = ((t - s) - y);
                         s = t;

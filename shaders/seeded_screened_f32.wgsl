@@ -117,21 +117,12 @@ fn sk_seeded_gumbel64(h_in: u32) -> f64 {
 fn sk_seeded_gumbel32(h_in: u32) -> f32 {
     var h: u32 = h_in;
     // built by kernels::murmur::seeded_gumbel32
-    if ((h == 0u)) {
-        return (-709.7827f);
-    }
-    var t: f32 = (0.0f);
-    if ((h >= 2147483648u)) {
-        var q: f32 = (f32((4294967295u - h)) / f32(h));
-        var up: f32 = ((1.0f) + q);
-        t = q;
-        if ((up != (1.0f))) {
-            t = ((sk_log(up) * q) / (up - (1.0f)));
-        }
-    } else {
-        t = (-sk_log((f32(h) * (2.3283064e-10f))));
-    }
-    return (-sk_log(max(t, (2.3283064e-10f))));
+    var high: bool = (h >= 2147483648u);
+    var q: f32 = (f32((4294967295u - h)) / f32(h));
+    var up: f32 = ((1.0f) + q);
+    var l: f32 = sk_log(select((f32(h) * (2.3283064e-10f)), up, high));
+    var t: f32 = select((-l), select(q, ((l * q) / (up - (1.0f))), (up != (1.0f))), high);
+    return select((-sk_log(max(t, (2.3283064e-10f)))), (-709.7827f), (h == 0u));
 }
 
 @compute @workgroup_size(256)

@@ -78,7 +78,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     s = (s * r);
                     m = pm;
                 }
-                s = (s + select(select((ps * sk_exp((pm - m))), ps, (pm == m)), (0.0f), (pm == bitcast<f32>(4286578688u))));
+                var ex: f32 = sk_exp((pm - m));
+                s = (s + select(select((ps * ex), ps, (pm == m)), (0.0f), (pm == bitcast<f32>(4286578688u))));
             }
             var row_max: f32 = (0.0f);
             {
@@ -165,7 +166,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             comp = (comp * r);
                             m = z;
                         }
-                        var y: f32 = (select(select(((1.0f) * sk_exp((z - m))), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                        var ex: f32 = sk_exp((z - m));
+                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
                         var t: f32 = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -183,7 +185,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             comp = (comp * r);
                             m = z;
                         }
-                        var y: f32 = (select(select(((1.0f) * sk_exp((z - m))), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                        var ex: f32 = sk_exp((z - m));
+                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
                         var t: f32 = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -201,7 +204,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             comp = (comp * r);
                             m = z;
                         }
-                        var y: f32 = (select(select(((1.0f) * sk_exp((z - m))), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                        var ex: f32 = sk_exp((z - m));
+                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
                         var t: f32 = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -219,7 +223,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             comp = (comp * r);
                             m = z;
                         }
-                        var y: f32 = (select(select(((1.0f) * sk_exp((z - m))), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                        var ex: f32 = sk_exp((z - m));
+                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
                         var t: f32 = (s + y);
                         comp = ((t - s) - y);
                         s = t;

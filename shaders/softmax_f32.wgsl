@@ -74,7 +74,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     s = (s * r);
                     m = pm;
                 }
-                s = (s + select(select((ps * sk_exp((pm - m))), ps, (pm == m)), (0.0f), (pm == bitcast<f32>(4286578688u))));
+                var ex: f32 = sk_exp((pm - m));
+                s = (s + select(select((ps * ex), ps, (pm == m)), (0.0f), (pm == bitcast<f32>(4286578688u))));
             }
             var row_max: f32 = (0.0f);
             {
@@ -161,7 +162,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             comp = (comp * r);
                             m = z;
                         }
-                        var y: f32 = (select(select(((1.0f) * sk_exp((z - m))), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                        var ex: f32 = sk_exp((z - m));
+                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
                         var t: f32 = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -179,7 +181,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             comp = (comp * r);
                             m = z;
                         }
-                        var y: f32 = (select(select(((1.0f) * sk_exp((z - m))), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                        var ex: f32 = sk_exp((z - m));
+                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
                         var t: f32 = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -197,7 +200,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             comp = (comp * r);
                             m = z;
                         }
-                        var y: f32 = (select(select(((1.0f) * sk_exp((z - m))), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                        var ex: f32 = sk_exp((z - m));
+                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
                         var t: f32 = (s + y);
                         comp = ((t - s) - y);
                         s = t;
@@ -215,7 +219,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             comp = (comp * r);
                             m = z;
                         }
-                        var y: f32 = (select(select(((1.0f) * sk_exp((z - m))), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                        var ex: f32 = sk_exp((z - m));
+                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
                         var t: f32 = (s + y);
                         comp = ((t - s) - y);
                         s = t;

@@ -383,6 +383,89 @@ pub fn log_of_probabilities_is_the_oracles<B: Backend>(b: &B) {
     }
 }
 
+/// From logits, rows of ten kinds (flat, model-like, peaked, masked, greedy, shifted by
+/// 3,000 at T = 0.7, with a +inf column, integer ties, all -inf, shifted past 2^20): the CPU
+/// oracle's tokens and statuses, but where the oracle's top two scores lie within 1e-5 of each
+/// other (the kernel's float32 sum and the oracle's exact one may round a log-probability an ulp
+/// apart there). The pass counts: one read for the screened kinds, two where the row takes the
+/// rescan (a +inf column, |max| at or above 2^20, nothing valid).
+pub fn from_logits_is_the_oracles<B: Backend>(b: &B) {
+    // Rows of one workgroup, and rows split over workgroups (their parts' records, then the merge).
+    from_logits_matches(b, Shape::dense(2000, 1031));
+    from_logits_matches(b, Shape::dense(200, 40_000));
+}
+
+fn from_logits_matches<B: Backend>(b: &B, shape: Shape) {
+    let mut rng = Rng::new(2020);
+    let v = shape.vocab;
+    let mut logits = Vec::with_capacity(shape.elements());
+    let mut rows = Vec::new();
+    for r in 0..shape.batch {
+        let kind = r % 10;
+        let scale = [0.05, 1.0, 4.0, 12.0, 2.0, 2.0, 3.0, 1.0, 1.0, 1.0][kind];
+        let shift = match kind {
+            6 => 3000.0,
+            9 => 2.0e6,
+            _ => 0.0,
+        };
+        let mut row: Vec<f32> = (0..v).map(|_| (rng.normal(scale) + shift) as f32).collect();
+        match kind {
+            4 => row.iter_mut().step_by(3).for_each(|x| *x = f32::NEG_INFINITY),
+            7 => row[rng.below(v as u64) as usize] = f32::INFINITY,
+            8 if r % 100 == 8 => row.iter_mut().for_each(|x| *x = f32::NEG_INFINITY),
+            8 => row.iter_mut().for_each(|x| *x = x.round()),
+            _ => {}
+        }
+        logits.extend(row);
+        let t = match kind {
+            5 => 0.0,
+            6 => 0.7,
+            _ => 1.0,
+        };
+        rows.push(RowParams::seeded(t, rng.next_u64(), rng.next_u64()));
+    }
+    let (want_t, want_s) = {
+        let (mut t, mut st) = (vec![0u32; shape.batch], vec![0u32; shape.batch]);
+        let out = Output::new(&mut t).with_status(&mut st);
+        sampling_kernels::CpuBackend.seeded_from_logits(shape, Logits::F32(&logits), &rows, out).unwrap();
+        (t, st)
+    };
+    let (x, r) = (b.upload(&logits).unwrap(), b.upload(&rows).unwrap());
+    let (mut t, mut st, mut passes) = (
+        b.zeros::<u32>(shape.batch).unwrap(),
+        b.zeros::<u32>(shape.batch).unwrap(),
+        b.zeros::<u32>(shape.batch).unwrap(),
+    );
+    let out = Output::new(&mut t).with_status(&mut st).with_passes(&mut passes);
+    b.seeded_from_logits(shape, Logits::F32(&x), &r, out).unwrap();
+    let (got_t, got_s, passes) = (b.download(&t).unwrap(), b.download(&st).unwrap(), b.download(&passes).unwrap());
+    assert_eq!(got_s, want_s, "statuses");
+    let mut near = 0;
+    for row in 0..shape.batch {
+        if got_t[row] != want_t[row] {
+            let values: Vec<f64> = logits[row * v..(row + 1) * v].iter().map(|&x| x as f64).collect();
+            let lp = sampling_kernels::reference::softmax::sglang_logprobs(&values, &rows[row]);
+            let s = sampling_kernels::reference::seeded_scores(&lp, &rows[row]);
+            let (a, w) = (s[got_t[row] as usize], s[want_t[row] as usize]);
+            assert!(
+                (a - w).abs() <= 1e-5 * w.abs().max(1.0),
+                "row {row}: token {} ({a}), oracle {} ({w})",
+                got_t[row],
+                want_t[row]
+            );
+            near += 1;
+        }
+        let rescans = matches!(row % 10, 7 | 9) || row % 100 == 8;
+        if rescans {
+            assert_eq!(passes[row], 2, "row {row}: the rescan is a second read");
+        }
+    }
+    let screened = (0..shape.batch).filter(|&r| !matches!(r % 10, 7 | 9) && r % 100 != 8);
+    let one = screened.clone().filter(|&r| passes[r] == 1).count();
+    assert!(one * 100 >= screened.count() * 95, "only {one} screened rows read once");
+    eprintln!("{}: from logits = oracle on {shape:?}; {near} near-ties differ; {one} rows read once", b.describe());
+}
+
 // On the CPU, the oracle's own log and hash are checked against the references.
 suite!(
     cpu,
@@ -400,7 +483,8 @@ device_suites!(
     log64_within_one_ulp,
     log_of_probabilities_is_the_oracles,
     screened_equals_float64,
-    seeded_token_independent_of_row
+    seeded_token_independent_of_row,
+    from_logits_is_the_oracles
 );
 
 /// The hash-zero rows through the split filter kernel (a launch per stage), which lavapipe's

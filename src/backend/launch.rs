@@ -142,8 +142,25 @@ const MIN_QUADS_PER_INVOCATION: u32 = 2;
 /// invocation. One when the rows alone fill the device; then no stage launch follows (the
 /// argmax family's row is combined by its last part, in the same launch).
 pub(crate) fn parts(rows: usize, vocab: usize, target_groups: u32, block: u32) -> u32 {
-    let by_size = vocab as u32 / (block * 4 * MIN_QUADS_PER_INVOCATION);
-    (target_groups / (rows as u32).max(1)).min(by_size).max(1)
+    (target_groups / (rows as u32).max(1)).min(seeded_parts(vocab, block)).max(1)
+}
+
+/// Workgroups per row of the seeded kernel from logits: as many as the row's length allows
+/// ([`MIN_QUADS_PER_INVOCATION`] quads per invocation), whatever the batch, since the row's
+/// float32 sum (and so, at a near-tie, its token) rounds as its split does: a request gets the
+/// same token in every batch. Its rows take two launches when split (the parts' records, then
+/// their merge).
+pub(crate) fn seeded_parts(vocab: usize, block: u32) -> u32 {
+    (vocab as u32 / (block * 4 * MIN_QUADS_PER_INVOCATION)).max(1)
+}
+
+/// The scratch words of the seeded kernel from logits over `rows` rows of `vocab` columns: a
+/// record per part when its rows are split.
+fn seeded_words(rows: usize, vocab: usize, block: u32) -> usize {
+    match seeded_parts(vocab, block) {
+        1 => 0,
+        p => rows * p as usize * PART_WORDS,
+    }
 }
 
 /// The rows a job's filter launches go over, and the parts each gets (1: the one-workgroup
@@ -182,7 +199,14 @@ pub(crate) fn scratch_words<B: Backend + ?Sized>(
         }
         _ => 0,
     };
-    records.max(slots * SLOT_WORDS).max(one_read)
+    let seeded = match job {
+        Job::SeededLogits { shape, .. } => seeded_words(shape.batch, shape.vocab, block),
+        Job::Sample { shape, listed, .. } => {
+            seeded_words(listed.map_or(shape.batch, |l| l.seeded.1), shape.vocab, block)
+        }
+        _ => 0,
+    };
+    records.max(slots * SLOT_WORDS).max(one_read).max(seeded)
 }
 
 /// Parts per row of the one-read top-k path: every part at most `TOP_K_PART_COLS` columns, so
@@ -209,9 +233,9 @@ pub(crate) fn counter_words(target_groups: u32) -> usize {
     (target_groups as usize / 2).max(1)
 }
 
-/// The most launches one job takes: the plain sampler, the seeded kernel, then a staged
-/// kernel's stages.
-pub(crate) const MAX_LAUNCHES: usize = MAX_STAGES + 2;
+/// The most launches one job takes: the plain sampler, the seeded kernel's two stages, then a
+/// staged kernel's stages.
+pub(crate) const MAX_LAUNCHES: usize = MAX_STAGES + 3;
 
 /// The launches of one job, in the order they must run: one; a staged kernel's stages; or the
 /// plain sampler's launch then the seeded kernel's and the filter kernel's.
@@ -263,7 +287,7 @@ fn params(shape: Shape, flags: u32) -> [u32; 4] {
 
 /// A sampling launch over rows: `id` with `inputs`, then the outputs of `out` (tokens,
 /// log-probabilities and status, all but the tokens where asked, and with `passes` the pass
-/// counts of a filter kernel) and the flags that tell the kernel which to write.
+/// counts of a filter or seeded kernel) and the flags that tell the kernel which to write.
 fn sampling<'a, B: Device + ?Sized, const N: usize>(
     id: KernelId,
     shape: Shape,
@@ -303,7 +327,7 @@ impl<'a, H: Copy> Launch<H> {
                     [KernelId::SeededLogitsF32, KernelId::SeededLogitsF16, KernelId::SeededLogitsBf16],
                     logits,
                 );
-                let seeded = sampling::<B, 2>(seeded, *shape, inputs, out, FLAG_SEEDED_ONLY, false);
+                let seeded = sampling::<B, 2>(seeded, *shape, inputs, out, FLAG_SEEDED_ONLY, true);
                 let filter = by_dtype(
                     [KernelId::FilterLogitsF32, KernelId::FilterLogitsF16, KernelId::FilterLogitsBf16],
                     logits,
@@ -311,7 +335,9 @@ impl<'a, H: Copy> Launch<H> {
                 let filter = sampling::<B, 2>(filter, *shape, inputs, out, FLAG_FILTERED_ONLY, true);
                 let (filtered, parts) = filters.unwrap_or((shape.batch, 1));
                 let mut plan = split_rows(first, *shape, split);
-                plan.push(seeded.with_list(listed.map(|l| handle(l.seeded))));
+                let seeded_rows = listed.map_or(shape.batch, |l| l.seeded.1);
+                let seeded = seeded.with_list(listed.map(|l| handle(l.seeded)));
+                plan.extend(seeded.seeded_split(seeded_rows, shape.vocab, split));
                 let one_read = listed.is_none_or(|l| l.one_read);
                 plan.extend(filter.with_list(listed.map(|l| handle(l.filtered))).staged(
                     filtered,
@@ -325,6 +351,7 @@ impl<'a, H: Copy> Launch<H> {
             Job::Greedy { shape, .. } | Job::RaceLogits { shape, .. } | Job::RaceProbs { shape, .. } => {
                 split_rows(first, *shape, split)
             }
+            Job::SeededLogits { shape, .. } => first.seeded_split(shape.batch, shape.vocab, split),
             Job::Softmax { shape, .. } => {
                 // Rows split as the argmax family's: the parts' (max, sum) pairs, then the write.
                 let mut first = first;
@@ -412,6 +439,19 @@ impl<'a, H: Copy> Launch<H> {
         Some([first, merge].into_iter().collect())
     }
 
+    /// The seeded kernel from logits over `rows` rows: the scratch bound, and its two stages
+    /// where its rows are split ([`seeded_parts`]).
+    fn seeded_split(mut self, rows: usize, vocab: usize, split: &Split<H>) -> Plan<H> {
+        self.bind(Binding::Partials, Some(split.partials));
+        let mut plan = self.split_stages(rows, seeded_parts(vocab, split.block));
+        // The merge is part 0's alone: a workgroup per row, whose grid-stride loop passes over
+        // the other parts' slots without a load.
+        if let Some(merge) = plan.get_mut(1) {
+            merge.work = Work::Rows(rows as u32);
+        }
+        plan
+    }
+
     /// A staged kernel's launches over `rows` rows in `parts` each (one launch when `parts` is
     /// 1): one per stage, with the stage and the parts in the flags, over `rows x parts`
     /// workgroups.
@@ -470,7 +510,7 @@ impl<'a, H: Copy> Launch<H> {
             Job::SeededLogits { shape, logits, rows: r, out } => {
                 let ids = [KernelId::SeededLogitsF32, KernelId::SeededLogitsF16, KernelId::SeededLogitsBf16];
                 let inputs = [(Binding::X, Some(logits_handle(logits))), (Binding::Rows, Some(B::handle(*r)))];
-                sampling::<B, 2>(by_dtype(ids, logits), *shape, inputs, out, 0, false).with_list(None)
+                sampling::<B, 2>(by_dtype(ids, logits), *shape, inputs, out, 0, true).with_list(None)
             }
             // The plain sampler, which leaves the seeded and filtered rows to the launches `plan`
             // adds.
@@ -691,7 +731,11 @@ mod tests {
             let plan = Launch::plan(&job, &split).unwrap();
             let last = plan.last().unwrap().kernel.id;
             assert_eq!(last, filter, "{:?}", plan.iter().map(|l| l.kernel.name).collect::<Vec<_>>());
-            let filter_launches = plan.len() - 2;
+            // The plain sampler's launch, then the seeded kernel's two stages (its rows split by
+            // their length), then the filter's.
+            let seeded = plan.iter().filter(|l| l.kernel.id == KernelId::SeededLogitsF32).count();
+            assert_eq!(seeded, 2, "the seeded kernel's stages");
+            let filter_launches = plan.len() - 1 - seeded;
             assert_eq!(filter_launches > 2, !one_read, "{filter_launches} filter launches");
         }
     }

@@ -58,8 +58,9 @@ pub struct Output<'a, B: Backend + ?Sized> {
     pub logprobs: Option<&'a mut B::Buffer<f32>>,
     /// One status per row (1 valid, 0 nothing to sample), when asked.
     pub status: Option<&'a mut B::Buffer<u32>>,
-    /// How many times each row was read, when asked: written by the filter kernels (for the
-    /// rows they take), so tests and benchmarks see the pass count the data did not choose.
+    /// How many times each row was read, when asked: written by the filter kernels and the
+    /// seeded kernel from logits (for the rows they take), so tests and benchmarks see the pass
+    /// count the data did not choose.
     pub passes: Option<&'a mut B::Buffer<u32>>,
 }
 

@@ -125,7 +125,13 @@ pub struct Launch {
 /// Workgroups per row (`launch::parts`): enough to fill the device, no part shorter than two
 /// quads of four columns per invocation.
 fn parts(rows: u32, vocab: u32, target_groups: u32, block: u32) -> u32 {
-    (target_groups / rows.max(1)).min(vocab / (block * 4 * 2)).max(1)
+    (target_groups / rows.max(1)).min(seeded_parts(vocab, block)).max(1)
+}
+
+/// Workgroups per row of the seeded kernel from logits (`launch::seeded_parts`): by the row's
+/// length alone, whatever the batch.
+fn seeded_parts(vocab: u32, block: u32) -> u32 {
+    (vocab / (block * 4 * 2)).max(1)
 }
 
 /// The shape of one call.
@@ -223,6 +229,30 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         let merge = if decided || idle_rows { idle(merge, batch) } else { whole(merge, passes, 0.0) };
         vec![parts, merge]
     };
+    // The seeded kernel from logits (`Call::SeededLogits`); with `idle_rows`, the launches of
+    // `sample`, which its plain rows leave at once.
+    let seeded = |idle_rows: bool| -> Vec<Launch> {
+        let kernel = format!("seeded_logits_{dtype}");
+        let p = seeded_parts(vocab, block);
+        // The merge is a workgroup per row (part 0's).
+        if idle_rows {
+            let mut v = vec![idle(kernel.clone(), batch * p)];
+            v.extend((p > 1).then(|| idle(kernel, batch)));
+            return v;
+        }
+        if p <= 1 {
+            return vec![whole(kernel, 1, 0.0)];
+        }
+        let parts = Launch {
+            kernel: kernel.clone(),
+            groups: batch * p,
+            columns: vocab.div_ceil(p),
+            passes: 1,
+            read: row * batch as f64,
+            written: 0.0,
+        };
+        vec![parts, idle(kernel, batch)]
+    };
     match call {
         Call::ReadRows => vec![whole(format!("read_rows_{dtype}"), 1, 0.0)],
         Call::Greedy => split(format!("greedy_{dtype}"), "combine_logits", row),
@@ -249,13 +279,18 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
                     .collect(),
             }
         }
-        Call::SeededLogits => vec![whole(format!("seeded_logits_{dtype}"), 3, 0.0)],
+        // f09f138: three reads of a row by one workgroup (the maximum, the sum, the float64
+        // race). Now one, screened in float32 (the rescan of a row or of an invocation with two
+        // possible winners is a rare path), rows split by their length: the parts' launch, then
+        // the merge's, which scores a few columns.
+        Call::SeededLogits if era == Era::F09f138 => vec![whole(format!("seeded_logits_{dtype}"), 3, 0.0)],
+        Call::SeededLogits => seeded(false),
         Call::Sample => {
             let mut v = split(format!("sample_{dtype}"), "combine_logits", row);
             if era == Era::Current {
                 // `Backend::sample` without row lists: the seeded and filter launches span the
                 // batch and each plain row leaves them at once.
-                v.push(idle(format!("seeded_logits_{dtype}"), batch));
+                v.extend(seeded(true));
                 v.extend(one_read("", 0, true));
             }
             v

@@ -61,26 +61,22 @@ pub fn seeded_gumbel64() -> Function {
 /// `c = 2^32 - 1 - h` (Goldberg's log1p), else as `-ln(h / 2^32)`; either way `t` is within 8 f32
 /// ulps relative. Then `g = -ln(max(t, 2^-32))`: an 8-ulp relative error in `t` is 4.8e-7
 /// absolute in `g`, and the log and the rounding of `|g| <= 22.2` add 2.7e-6.
+///
+/// Branch-free (the two halves share one log, `log(a) * k`, and `h = 0` is a final select), so
+/// the cost model's common path, the cheapest through a loop, is every column's: a branch on
+/// `h = 0` made it a path with no noise at all. The values are the branching form's, bit for bit.
 pub fn seeded_gumbel32() -> Function {
     function(SEEDED_GUMBEL32, &[("h", Ty::U32)], Ty::F32, |b| {
-        b.if_(var("h").eq_(u(0)), |b| b.ret(f(hash_zero_noise() as f32)));
-        b.let_("t", Ty::F32, f(0.0));
-        b.if_else(
-            var("h").ge(u(0x8000_0000)),
-            |b| {
-                let q = b.let_("q", Ty::F32, (u(u32::MAX) - var("h")).cast(Ty::F32) / var("h").cast(Ty::F32));
-                let up = b.let_("up", Ty::F32, f(1.0) + q.clone());
-                b.set("t", q.clone());
-                b.if_(up.clone().ne_(f(1.0)), |b| {
-                    b.set("t", call(math::LOG, vec![up.clone()]) * q / (up - f(1.0)));
-                });
-            },
-            |b| {
-                let x = var("h").cast(Ty::F32) * f(1.0 / 4_294_967_296.0);
-                b.set("t", -call(math::LOG, vec![x]));
-            },
-        );
-        b.ret(-call(math::LOG, vec![var("t").max(f(2f32.powi(-32)))]));
+        let high = b.let_("high", Ty::Bool, var("h").ge(u(0x8000_0000)));
+        let q = b.let_("q", Ty::F32, (u(u32::MAX) - var("h")).cast(Ty::F32) / var("h").cast(Ty::F32));
+        let up = b.let_("up", Ty::F32, f(1.0) + q.clone());
+        let x = var("h").cast(Ty::F32) * f(1.0 / 4_294_967_296.0);
+        let l = b.let_("l", Ty::F32, call(math::LOG, vec![select(high.clone(), up.clone(), x)]));
+        // `q` itself where `1 + q` rounds to 1 (then `log(1 + q) = q` to float32).
+        let low1p = select(up.clone().ne_(f(1.0)), l.clone() * q.clone() / (up - f(1.0)), q);
+        let t = b.let_("t", Ty::F32, select(high, low1p, -l));
+        let g = -call(math::LOG, vec![t.max(f(2f32.powi(-32)))]);
+        b.ret(select(var("h").eq_(u(0)), f(hash_zero_noise() as f32), g));
     })
 }
 

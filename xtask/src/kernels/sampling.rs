@@ -346,7 +346,7 @@ fn greedy_column(b: &mut Block, col: Expr) {
 
 /// Records a column's bounds `[lo, up]` on its exact score: `lo_best` the largest lower bound,
 /// `up1` the largest upper bound (at `up1_i`) and `up2` the next (ties included).
-fn bound(b: &mut Block, lo: Expr, up: Expr, col: Expr) {
+pub(super) fn bound(b: &mut Block, lo: Expr, up: Expr, col: Expr) {
     b.set("lo_best", var("lo_best").max(lo));
     b.if_else(
         up.clone().gt(var("up1")),
@@ -773,30 +773,6 @@ pub(super) fn scaled(col: Expr) -> Expr {
     load_clean(col) / var("temp")
 }
 
-/// The row's softmax statistics in two reads: the maximum of `x / T`, then `1 / sum exp(x/T - max)`
-/// with a compensated (Kahan) sum per invocation. Returns (max, 1 / sum).
-pub(super) fn softmax_stats(b: &mut Block) -> (Expr, Expr) {
-    b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
-    for_each_column(b, |_, _| {}, |b, col, _| b.set("m", var("m").max(scaled(col))));
-    let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_max");
-    b.let_("s", Ty::F32, f(0.0));
-    b.let_("comp", Ty::F32, f(0.0));
-    for_each_column(
-        b,
-        |_, _| {},
-        |b, col, _| {
-            let y = b.let_("y", Ty::F32, softmax_weight(scaled(col), mx.clone()) - var("comp"));
-            let t = b.let_("t", Ty::F32, var("s") + y.clone());
-            b.set("comp", (t.clone() - var("s")) - y);
-            b.set("s", t);
-        },
-    );
-    let total = b.reduce(ReduceOp::Sum, Ty::F32, var("s") - var("comp"), "row_sum");
-    // A row with no valid value (all -inf) has weight 0 everywhere and probabilities 0.
-    let inv = b.let_("inv", Ty::F32, select(total.clone().gt(f(0.0)), f(1.0) / total, f(0.0)));
-    (mx, inv)
-}
-
 /// The unnormalized softmax weight of `z` in a row whose maximum is `mx`: `exp(z - mx)`, except
 /// that when the maximum is +inf every +inf column weighs 1 and every other 0 (the limit of the
 /// softmax), and when it is -inf (no valid value) everything weighs 0.
@@ -811,7 +787,7 @@ pub(super) fn softmax_weight(z: Expr, mx: Expr) -> Expr {
 /// weigh 1 each once the maximum is +inf (the softmax's limit) and -inf weighs nothing, as
 /// [`softmax_weight`] says, so no `inf - inf` is ever taken. Returns what is added to `s` after
 /// the rescale (the compensated sum's term).
-fn softmax_merge(b: &mut Block, v: Expr, weight: Expr, rescaled: &[&str]) -> Expr {
+pub(super) fn softmax_merge(b: &mut Block, v: Expr, weight: Expr, rescaled: &[&str]) -> Expr {
     b.if_(v.clone().gt(var("m")), |b| {
         // exp(-inf) = 0: the first value, or a first +inf, starts the sum afresh.
         let r = b.let_("r", Ty::F32, call(math::EXP, vec![var("m") - v.clone()]));
@@ -820,14 +796,19 @@ fn softmax_merge(b: &mut Block, v: Expr, weight: Expr, rescaled: &[&str]) -> Exp
         }
         b.set("m", v.clone());
     });
-    let e = select(v.clone().eq_(var("m")), weight.clone(), weight * call(math::EXP, vec![v.clone() - var("m")]));
+    // The exponential on every value, then selected: under a branch (which the compiler makes
+    // of a select around a call) the cost model's cheapest path would skip it.
+    let ex = b.let_("ex", Ty::F32, call(math::EXP, vec![v.clone() - var("m")]));
+    let e = select(v.clone().eq_(var("m")), weight.clone(), weight * ex);
     select(v.eq_(f(f32::NEG_INFINITY)), f(0.0), e)
 }
 
 /// One read of the invocation's columns: its running maximum `m` and a compensated (Kahan) sum
 /// `s - comp` of `exp(z - m)`, rescaled when the maximum grows (about `ln n` times over `n`
-/// columns, each a rounding the compensation does not see).
-fn softmax_pass(b: &mut Block) {
+/// columns, each a rounding the compensation does not see). `also` runs for every column with
+/// its scaled value `z`, so a kernel that needs more of the row than its softmax pair (the
+/// seeded race's screen) still reads it once.
+pub(super) fn softmax_pass(b: &mut Block, also: impl Fn(&mut Block, Expr, Expr)) {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
     b.let_("s", Ty::F32, f(0.0));
     b.let_("comp", Ty::F32, f(0.0));
@@ -835,7 +816,8 @@ fn softmax_pass(b: &mut Block) {
         b,
         |_, _| {},
         |b, col, _| {
-            let z = b.let_("z", Ty::F32, scaled(col));
+            let z = b.let_("z", Ty::F32, scaled(col.clone()));
+            also(b, col, z.clone());
             let e = softmax_merge(b, z, f(1.0), &["s", "comp"]);
             let y = b.let_("y", Ty::F32, e - var("comp"));
             let t = b.let_("t", Ty::F32, var("s") + y.clone());
@@ -847,7 +829,7 @@ fn softmax_pass(b: &mut Block) {
 }
 
 /// The block's softmax pair `(max, sum)` from every invocation's `(m, s)`.
-fn softmax_block_pair(b: &mut Block) -> (Expr, Expr) {
+pub(super) fn softmax_block_pair(b: &mut Block) -> (Expr, Expr) {
     let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_max");
     let rescaled =
         select(var("m").eq_(f(f32::NEG_INFINITY)), f(0.0), var("s") * call(math::EXP, vec![var("m") - mx.clone()]));
@@ -900,7 +882,7 @@ fn softmax_kernel(dtype: Dtype) -> Kernel {
                 softmax_write(b, mx, total);
             },
             |b| {
-                softmax_pass(b);
+                softmax_pass(b, |_, _, _| {});
                 let (mx, total) = softmax_block_pair(b);
                 b.if_else(
                     var("parts").le(u(1)),

@@ -10,18 +10,23 @@
 //!   float64 only the columns whose float32 score could still reach the true maximum
 //!   (`s32 + err >= s32[m] - err[m]`), so the token is always the one full float64 gives.
 //! - `seeded_logits_*`: from logits and temperature, computing the log-probabilities as SGLang
-//!   does (float32 log of the float32 softmax), then the float64 race. Three reads.
+//!   does (float32 log of the float32 softmax), then the float64 race. One read: the softmax
+//!   pair online and a float32 screen whose bound covers the later shift by the row's maximum
+//!   and log-sum, then float64 for the few columns that can still win (see
+//!   `seeded_logits_row`); rows split over workgroups by their length.
 //!
 //! The `_probs` variants of the first two read float32 probabilities and take their float32 log
 //! first, as SGLang's unfiltered path from probabilities (`sampling_from_probs_torch`) hands
 //! `torch.log(probs)` to `multinomial_with_seed`.
 
+use super::filter_split::STAGE_SHIFT;
 use super::filters::{listed_row, row_is_filtered};
 use super::math;
 use super::murmur::{self, SCREEN_ABS, SCREEN_REL};
 use super::sampling::{
-    buffer, for_each_column, for_each_item, for_each_row, for_each_row_at, kernel, output_buffers, row_is_seeded,
-    row_temperature, row_word, scaled, softmax_stats, softmax_weight, word, write_results, Dtype, FLAG_SEEDED_ONLY,
+    bound, buffer, for_each_column, for_each_item, for_each_row, for_each_row_part_at, kernel, output_buffers,
+    partials_buffer, row_is_seeded, row_temperature, row_word, scaled, softmax_block_pair, softmax_merge, softmax_pass,
+    softmax_weight, word, write_results, Dtype, FLAG_PASSES, FLAG_SEEDED_ONLY, PART_WORDS,
 };
 use crate::ir::*;
 
@@ -193,28 +198,213 @@ fn seeded_screened(lp: Lp) -> Kernel {
     lp_kernel("seeded_screened", lp, doc, 2, b)
 }
 
-/// From logits: SGLang's float32 log-softmax, then the float64 race. Three reads.
-/// One row of the seeded race from logits (see [`seeded_logits`]), inside the row loop.
+/// Screening bounds of the seeded race from logits (see [`seeded_logits_row`]): a column's
+/// screen value `b = fl(z + g32)` (`z = x / T`, `g32` its float32 noise) is within
+/// `LOGITS_SCREEN_ABS + (|z| + |g32|) * SCREEN_REL` of `S + C`, where `S` is its exact float64
+/// score (`lp + g64`, `lp` the float32 log of the float32 softmax) and `C = M - ln(inv)` is a row
+/// constant (`M` the row's maximum of `z`, `inv` the computed `1 / sum`), for every column with
+/// `z >= M - 64` (a *near* column).
+///
+/// Why. The kernel computes `lp = fl(log(fl(exp(fl(z - M)) * inv)))`. For a near column,
+/// `|z - M| <= 64`, so `fl(z - M)` is off by at most 2^-19; the IR's `exp` (about one ulp) and
+/// the product with `inv` (normal: `exp(-64) / n` is far above 2^-126 for `n < 2^32`) add
+/// under 4e-7 relative, that is absolute after the log; `|lp| <= 64 + ln n < 87`, so the IR's
+/// log and its rounding add at most 1.5 ulp of 87, 1.2e-5. So `|lp - (z - C)| < 1.4e-5`. The
+/// noise: `|g32 - g64| <= 3.2e-6`, or 2^-15 for a hash of 0 ([`SCREEN_ABS`]'s analysis). The
+/// sum `z + g32` rounds by half an ulp of `|z| + |g32|`, which `SCREEN_REL` (2^-21) covers eight
+/// times over, with the roundings of `b -/+ err` themselves; float64's sum `lp + g64` is exact
+/// to 1e-13. In all, under 4.8e-5 absolute: 2^-12 leaves a factor of five.
+const LOGITS_SCREEN_ABS: f32 = 1.0 / 4096.0; // 2^-12
+/// A column more than this below the row's maximum is *far*: its score is at most
+/// `-64 + 22.19` (its probability is at most `e^-64`, as `inv <= 1`, and the noise at most
+/// 22.18), so it loses to any near column scoring above -41.8 (see [`seeded_logits_row`]).
+const FAR: f32 = 64.0;
+/// The screen's float32 values stay exact enough (ulp at most 1/8) while `|M|` is below this.
+const SCREEN_MAX_ABS: f32 = 1_048_576.0; // 2^20
+
+/// The screen value of a column with scaled value `z` and its bounds on `S + C` (see
+/// [`LOGITS_SCREEN_ABS`]): `(lower, upper)`, both -inf where `z` is not finite (-inf never
+/// wins; +inf makes the row's maximum +inf, which takes the exact rescan).
+fn logits_screen(b: &mut Block, col: Expr, z: Expr) -> (Expr, Expr) {
+    // Computed on every row and then selected, not under a branch on `noisy`: the cost model
+    // counts a loop's cheapest path, which a branch (or a select the compiler turns into one)
+    // would make a greedy row's.
+    let noise = b.let_("g32_any", Ty::F32, call(murmur::SEEDED_GUMBEL32, vec![hash(col)]));
+    let g32 = b.let_("g32", Ty::F32, select(var("noisy"), noise, f(0.0)));
+    let finite = b.let_("finite", Ty::Bool, z.clone().abs().lt(f(f32::INFINITY)));
+    let zf = select(finite.clone(), z, f(0.0));
+    let v = b.let_("sv32", Ty::F32, zf.clone() + g32.clone());
+    let err = b.let_("serr", Ty::F32, f(LOGITS_SCREEN_ABS) + (zf.abs() + g32.abs()) * f(SCREEN_REL));
+    let none = f(f32::NEG_INFINITY);
+    (select(finite.clone(), v.clone() - err.clone(), none.clone()), select(finite, v + err, none))
+}
+
+/// From logits, one read: SGLang's float32 log-softmax and the float64 race, with float64 only
+/// for the columns that can still win. One row, inside the row loop.
+///
+/// The read takes the row's softmax pair `(M, sum)` online ([`softmax_pass`], as the softmax
+/// kernel does) and screens each column in float32 ([`logits_screen`]), keeping per invocation
+/// the largest lower bound and the two largest upper bounds ([`bound`], the race's). Then, with
+/// `M` and `inv = 1 / sum` final, the floor `F` (the block's largest lower bound) and each
+/// invocation's candidate are known:
+/// - The floor is a near column's lower bound when `F - M >= ln(sum) - 41` (checked): a far
+///   column's screen value is below `M - 64 + 22.19 = M - 41.8`, and its lower bound too. Then
+///   `F - C >= -41 - ln(sum) + ln(sum)` up to 1e-6 (`-ln(inv)` against the computed `ln(sum)`),
+///   and some near column scores at least `F - C > -41.8`: no far column wins or ties (their
+///   scores are at most -41.8), and every near column that does has its upper bound at or
+///   above `F`.
+/// - So an invocation whose second upper bound is below `F` holds at most one possible winner,
+///   its first, which it scores exactly as the three-read kernel did (float32 softmax value,
+///   its float32 log, float64 noise). The block's float64 argmax, ties to the lower column, is
+///   the full race's token.
+/// - An invocation with two possible winners rescans its own columns, scoring exactly those
+///   whose upper bound reaches `F`; when the check fails (a row whose maximum is infinite, all
+///   -inf, `|M|` at or above 2^20, or whose near columns all hash to 0) every invocation
+///   rescans and scores all its columns. That rescan is the row's second read (the `passes`
+///   count says 2); the common path reads the row once.
 pub(super) fn seeded_logits_row(b: &mut Block) {
     row_temperature(b);
-    let (mx, inv) = softmax_stats(b);
-    b.let_("best", Ty::F64, f64_(f64::NEG_INFINITY));
-    b.let_("best_i", Ty::U32, u(NONE));
+    b.let_("lo_best", Ty::F32, f(f32::NEG_INFINITY));
+    b.let_("up1", Ty::F32, f(f32::NEG_INFINITY));
+    b.let_("up1_i", Ty::U32, u(NONE));
+    b.let_("up2", Ty::F32, f(f32::NEG_INFINITY));
+    b.let_("row_m", Ty::F32, f(f32::NEG_INFINITY));
+    b.let_("row_s", Ty::F32, f(0.0));
+    let combining = b.let_("combining", Ty::Bool, var("parts").gt(u(1)).and(var("stage").gt(u(0))));
+    b.if_else(
+        combining.clone(),
+        |b| {
+            combine_parts(b);
+            // The rare rescan takes the whole row: this workgroup is the row's only one now.
+            b.set("col_lo", u(0));
+            b.set("col_hi", param("vocab"));
+        },
+        |b| {
+            softmax_pass(b, |b, col, z| {
+                let (lo, up) = logits_screen(b, col.clone(), z);
+                bound(b, lo, up, col);
+            });
+            let (mx, total) = softmax_block_pair(b);
+            b.set("row_m", mx);
+            b.set("row_s", total);
+        },
+    );
+    b.if_else(var("parts").gt(u(1)).and(combining.clone().not()), write_seeded_part, |b| {
+        seeded_logits_finish(b, combining.clone())
+    });
+}
+
+/// Words of a part's record in `partials` (stage 0 of a split row, [`PART_WORDS`] each): its
+/// softmax pair (f32 bits), its largest lower bound, its largest upper bound and that column,
+/// and its second upper bound.
+mod record {
+    pub const M: u32 = 0;
+    pub const S: u32 = 1;
+    pub const FLOOR: u32 = 2;
+    pub const UP1: u32 = 3;
+    pub const UP1_I: u32 = 4;
+    pub const UP2: u32 = 5;
+}
+
+/// Word `k` of part `p`'s record of the current row.
+fn record_word(p: Expr, k: u32) -> Expr {
+    (var("row_slot") * var("parts") + p) * u(PART_WORDS) + u(k)
+}
+
+/// Stage 0 of a split row: this part's record, the block's screen state as one invocation's.
+fn write_seeded_part(b: &mut Block) {
+    let floor = b.reduce(ReduceOp::Max, Ty::F32, var("lo_best"), "part_floor");
+    let (up1, up1_i) = b.argmax(var("up1"), var("up1_i"), "part_up1", "part_up1_i");
+    // The second: every invocation's second, and the first of those that do not hold the part's.
+    let other = select(var("up1_i").eq_(up1_i.clone()), var("up2"), var("up1"));
+    let up2 = b.reduce(ReduceOp::Max, Ty::F32, other, "part_up2");
+    let bits = |e: Expr| e.bitcast(Ty::U32);
+    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+        let at = |k| record_word(var("part"), k);
+        b.store("partials", at(record::M), bits(var("row_m")));
+        b.store("partials", at(record::S), bits(var("row_s")));
+        b.store("partials", at(record::FLOOR), bits(floor));
+        b.store("partials", at(record::UP1), bits(up1));
+        b.store("partials", at(record::UP1_I), up1_i);
+        b.store("partials", at(record::UP2), bits(up2));
+    });
+}
+
+/// Stage 1 of a split row, in its part 0: the parts' records merged as the invocations' own
+/// state is in one workgroup (each invocation takes parts in increasing order, so a part's
+/// first upper bound enters [`bound`] as a column would): the softmax pairs as the softmax
+/// kernel merges its parts', the floors by their maximum, and a part's second upper bound
+/// as the invocation's second.
+fn combine_parts(b: &mut Block) {
+    b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
+    b.let_("s", Ty::F32, f(0.0));
+    b.for_("p", builtin(Builtin::LocalId), var("parts"), builtin(Builtin::BlockSize), |b, p| {
+        let word = |k| load("partials", record_word(p.clone(), k));
+        let float = |k| word(k).bitcast(Ty::F32);
+        let pm = b.let_("pm", Ty::F32, float(record::M));
+        let ps = b.let_("ps", Ty::F32, float(record::S));
+        let e = softmax_merge(b, pm, ps, &["s"]);
+        b.set("s", var("s") + e);
+        bound(b, float(record::FLOOR), float(record::UP1), word(record::UP1_I));
+        b.set("up2", var("up2").max(float(record::UP2)));
+    });
+    let (mx, total) = softmax_block_pair(b);
+    b.set("row_m", mx);
+    b.set("row_s", total);
+}
+
+/// The row's token from its softmax pair and screen state (`row_m`, `row_s`, and each
+/// invocation's bounds; see [`seeded_logits_row`]). `combining`: the state is the parts'
+/// records, so a rescan is the whole workgroup's over the whole row.
+fn seeded_logits_finish(b: &mut Block, combining: Expr) {
+    let (mx, total) = (var("row_m"), var("row_s"));
+    // As the softmax kernel writes it: a row with no valid value has probabilities 0.
+    let inv = b.let_("inv", Ty::F32, select(total.clone().gt(f(0.0)), f(1.0) / total.clone(), f(0.0)));
+    let floor = b.reduce(ReduceOp::Max, Ty::F32, var("lo_best"), "screen_floor");
+    let tame = mx.clone().abs().lt(f(SCREEN_MAX_ABS)).and(total.clone().gt(f(0.0)));
+    let ln_total = call(math::LOG, vec![select(tame.clone(), total, f(1.0))]);
+    let near = (floor.clone() - mx.clone()).ge(ln_total - f(FAR - 23.0));
+    let screened = b.let_("screened", Ty::Bool, tame.and(near));
     // log(softmax) in float32, as `torch.log(torch.softmax(logits / T))`: 0 gives -inf.
     let lp_at = |b: &mut Block, col: Expr| -> Expr {
         let p = b.let_("p", Ty::F32, softmax_weight(scaled(col), mx.clone()) * inv.clone());
         b.let_("lp", Ty::F64, log32(p).cast(Ty::F64))
     };
-    for_each_column(
-        b,
-        |_, _| {},
-        |b, col, _| {
-            let lp = lp_at(b, col.clone());
-            let s = score64(b, lp, col.clone());
-            keep_best(b, "best", "best_i", s, col);
+    b.let_("best", Ty::F64, f64_(f64::NEG_INFINITY));
+    b.let_("best_i", Ty::U32, u(NONE));
+    let mine = b.let_("mine", Ty::Bool, screened.clone().not().or(var("up2").ge(floor.clone())));
+    let any = b.reduce(ReduceOp::Max, Ty::U32, select(mine.clone(), u(1), u(0)), "any_rescan");
+    let rescan = b.let_("rescan", Ty::Bool, select(combining, any.gt(u(0)), mine));
+    b.if_else(
+        rescan.clone(),
+        |b| {
+            for_each_column(
+                b,
+                |_, _| {},
+                |b, col, _| {
+                    let (_, up) = logits_screen(b, col.clone(), scaled(col.clone()));
+                    b.if_(screened.clone().not().or(up.ge(floor.clone())), |b| {
+                        let lp = lp_at(b, col.clone());
+                        let s = score64(b, lp, col.clone());
+                        keep_best(b, "best", "best_i", s, col);
+                    });
+                },
+            );
+        },
+        |b| {
+            b.if_(var("up1_i").ne_(u(NONE)).and(var("up1").ge(floor.clone())), |b| {
+                let lp = lp_at(b, var("up1_i"));
+                let s = score64(b, lp, var("up1_i"));
+                b.set("best", s);
+                b.set("best_i", var("up1_i"));
+            });
         },
     );
+    let reads = b.reduce(ReduceOp::Max, Ty::U32, select(rescan, u(2), u(1)), "reads");
     let (win, tok) = b.argmax_of(Ty::F64, var("best"), var("best_i"), "win", "tok");
+    b.if_((param("flags") & u(FLAG_PASSES)).ne_(u(0)).and(builtin(Builtin::LocalId).eq_(u(0))), |b| {
+        b.store("passes", var("row"), reads)
+    });
     finish(b, win, tok.clone(), |b| lp_at(b, tok));
 }
 
@@ -227,14 +417,22 @@ pub(super) fn logits_buffers(dtype: Dtype) -> Vec<BufferDecl> {
 /// SGLang's seeded race from logits; with [`FLAG_SEEDED_ONLY`], the per-row sampler's launch for
 /// its seeded rows without a filter (the rows of its list, with
 /// [`FLAG_ROW_LIST`](super::sampling::FLAG_ROW_LIST)).
+///
+/// A row split in `parts` (the flags, as the softmax kernel's) takes two launches: each part
+/// reads its columns once and writes its record (stage 0), then part 0 of each row merges the
+/// records and scores the possible winners (stage 1). The host sets the parts from the row's
+/// length and the workgroup size alone, never from the batch, so a request's token is the same
+/// in every batch (the float32 sum's rounding follows the split).
 fn seeded_logits(dtype: Dtype) -> Kernel {
     let mut b = Block::new();
-    for_each_row_at(&mut b, listed_row, |b| {
-        b.let_("takes", Ty::Bool, boolean(true));
-        b.if_((param("flags") & u(FLAG_SEEDED_ONLY)).ne_(u(0)), |b| {
+    b.let_("stage", Ty::U32, (param("flags") >> u(STAGE_SHIFT)) & u(0xff));
+    for_each_row_part_at(&mut b, listed_row, |b| {
+        // The merge (stage 1) is part 0's; the other parts' slots are passed over unread.
+        b.let_("takes", Ty::Bool, var("stage").eq_(u(0)).or(var("part").eq_(u(0))));
+        b.if_(var("takes").and((param("flags") & u(FLAG_SEEDED_ONLY)).ne_(u(0))), |b| {
             row_temperature(b);
             let filtered = row_is_filtered(b);
-            b.set("takes", row_is_seeded().and(filtered.not()));
+            b.set("takes", var("takes").and(row_is_seeded()).and(filtered.not()));
         });
         b.if_(var("takes"), seeded_logits_row);
     });
@@ -243,7 +441,11 @@ fn seeded_logits(dtype: Dtype) -> Kernel {
     let doc = "the seeded float64 race from logits, log-probabilities computed as SGLang does";
     let mut buffers = logits_buffers(dtype);
     buffers.push(buffer("listed", Storage::U32, false));
-    kernel(format!("seeded_logits_{}", dtype.suffix()), doc, 3, buffers, functions, b)
+    buffers.push(buffer("passes", Storage::U32, true));
+    buffers.push(partials_buffer());
+    let mut k = kernel(format!("seeded_logits_{}", dtype.suffix()), doc, 1, buffers, functions, b);
+    k.stages = 2;
+    k
 }
 
 /// Diagnostic: Murmur3 of `batch` items of four words.
