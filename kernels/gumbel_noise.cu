@@ -187,7 +187,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) gumbel_noise(
         unsigned int col_hi = vocab;
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-            // built by kernels::sampling::for_each_column
+            // built by kernels::sampling::for_each_column_then
             const unsigned int sk_e0 = (row * 12u);
             w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e0 + 10u)], rows[(sk_e0 + 11u)]), rows[(sk_e0 + 8u)], rows[(sk_e0 + 9u)]);
             {

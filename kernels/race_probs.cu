@@ -224,7 +224,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
         float s = (0.0f);
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-            // built by kernels::sampling::for_each_column
+            // built by kernels::sampling::for_each_column_then
             if (noisy) {
                 // built by kernels::sampling::probs_pass
                 const unsigned int sk_e0 = (row * 12u);

@@ -29,7 +29,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) read_rows_f32(
         unsigned int col_hi = vocab;
         float s = (0.0f);
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-            // built by kernels::sampling::for_each_column
+            // built by kernels::sampling::for_each_column_then
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {

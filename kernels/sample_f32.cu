@@ -363,7 +363,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         {
                             float za = (x0 * rcp_t);
                             unsigned int wj = (w).x;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((88.034195f) - (((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
                                 float un = sk_uniform(wj);
                                 float tn = ((1.0f) - un);
                                 float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
@@ -391,7 +391,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         {
                             float za = (x1 * rcp_t);
                             unsigned int wj = (w).y;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((88.034195f) - (((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
                                 float un = sk_uniform(wj);
                                 float tn = ((1.0f) - un);
                                 float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
@@ -419,7 +419,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         {
                             float za = (x2 * rcp_t);
                             unsigned int wj = (w).z;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((88.034195f) - (((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
                                 float un = sk_uniform(wj);
                                 float tn = ((1.0f) - un);
                                 float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
@@ -447,7 +447,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         {
                             float za = (x3 * rcp_t);
                             unsigned int wj = (w).w;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((88.034195f) - (((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
                                 float un = sk_uniform(wj);
                                 float tn = ((1.0f) - un);
                                 float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
@@ -593,7 +593,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         {
                             float za = (x0 * rcp_t);
                             unsigned int wj = (w).x;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((88.034195f) - (((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
                                 float un = sk_uniform(wj);
                                 float tn = ((1.0f) - un);
                                 float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
@@ -621,7 +621,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         {
                             float za = (x1 * rcp_t);
                             unsigned int wj = (w).y;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((88.034195f) - (((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
                                 float un = sk_uniform(wj);
                                 float tn = ((1.0f) - un);
                                 float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
@@ -649,7 +649,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         {
                             float za = (x2 * rcp_t);
                             unsigned int wj = (w).z;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((88.034195f) - (((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
                                 float un = sk_uniform(wj);
                                 float tn = ((1.0f) - un);
                                 float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
@@ -677,7 +677,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         {
                             float za = (x3 * rcp_t);
                             unsigned int wj = (w).w;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((88.034195f) - (((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
                                 float un = sk_uniform(wj);
                                 float tn = ((1.0f) - un);
                                 float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
@@ -746,7 +746,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     top_i = 4294967295u;
                     top_n = 0u;
                     for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                        // built by kernels::sampling::for_each_column
+                        // built by kernels::sampling::for_each_column_then
                         {
                             unsigned int col = (c0 + 0u);
                             if ((col < col_hi)) {
@@ -876,7 +876,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
             } else {
                 // built by kernels::sampling::race_row
                 for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::sampling::for_each_column
+                    // built by kernels::sampling::for_each_column_then
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {

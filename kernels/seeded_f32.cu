@@ -97,7 +97,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f32(
         double best = sk_bitcast<double>(18442240474082181120ull);
         unsigned int best_i = 4294967295u;
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-            // built by kernels::sampling::for_each_column
+            // built by kernels::sampling::for_each_column_then
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {

@@ -270,28 +270,217 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                 float m = sk_bitcast<float>(4286578688u);
                 float s = (0.0f);
                 float comp = (0.0f);
-                for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::sampling::for_each_column
+                if (((col_lo + (threadIdx.x * 4u)) < col_hi)) {
+                    // built by kernels::sampling::for_each_column_then
                     {
-                        unsigned int col = (c0 + 0u);
+                        unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 0u);
                         if ((col < col_hi)) {
                             const float sk_e0 = sk_bf16(x[(base + col)]);
                             float z = ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp);
                             const unsigned int sk_e1 = (row * 12u);
-                            float g32_any = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col));
-                            float g32 = (noisy ? g32_any : (0.0f));
-                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                            float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::sampling::bound
-                                up2 = up1;
-                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                up1_i = col;
-                            } else {
-                                // built by kernels::sampling::bound
-                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                            unsigned int sh = sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col);
+                            if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                                // built by kernels::seeded::seeded_logits_row
+                                float g32_any = sk_seeded_gumbel32(sh);
+                                float g32 = (noisy ? g32_any : (0.0f));
+                                bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                                float sv32 = ((finite ? z : (0.0f)) + g32);
+                                float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                                if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                    up1_i = col;
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                                }
+                            }
+                            if ((z > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                float r = sk_exp((m - z));
+                                s = (s * r);
+                                comp = (comp * r);
+                                m = z;
+                            }
+                            float ex = sk_exp((z - m));
+                            float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
+                            float t = (s + y);
+                            comp = ((t - s) - y);
+                            s = t;
+                        }
+                    }
+                    {
+                        unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 1u);
+                        if ((col < col_hi)) {
+                            const float sk_e2 = sk_bf16(x[(base + col)]);
+                            float z = ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp);
+                            const unsigned int sk_e3 = (row * 12u);
+                            unsigned int sh = sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col);
+                            if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                                // built by kernels::seeded::seeded_logits_row
+                                float g32_any = sk_seeded_gumbel32(sh);
+                                float g32 = (noisy ? g32_any : (0.0f));
+                                bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                                float sv32 = ((finite ? z : (0.0f)) + g32);
+                                float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                                if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                    up1_i = col;
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                                }
+                            }
+                            if ((z > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                float r = sk_exp((m - z));
+                                s = (s * r);
+                                comp = (comp * r);
+                                m = z;
+                            }
+                            float ex = sk_exp((z - m));
+                            float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
+                            float t = (s + y);
+                            comp = ((t - s) - y);
+                            s = t;
+                        }
+                    }
+                    {
+                        unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 2u);
+                        if ((col < col_hi)) {
+                            const float sk_e4 = sk_bf16(x[(base + col)]);
+                            float z = ((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) / temp);
+                            const unsigned int sk_e5 = (row * 12u);
+                            unsigned int sh = sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col);
+                            if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                                // built by kernels::seeded::seeded_logits_row
+                                float g32_any = sk_seeded_gumbel32(sh);
+                                float g32 = (noisy ? g32_any : (0.0f));
+                                bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                                float sv32 = ((finite ? z : (0.0f)) + g32);
+                                float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                                if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                    up1_i = col;
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                                }
+                            }
+                            if ((z > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                float r = sk_exp((m - z));
+                                s = (s * r);
+                                comp = (comp * r);
+                                m = z;
+                            }
+                            float ex = sk_exp((z - m));
+                            float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
+                            float t = (s + y);
+                            comp = ((t - s) - y);
+                            s = t;
+                        }
+                    }
+                    {
+                        unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 3u);
+                        if ((col < col_hi)) {
+                            const float sk_e6 = sk_bf16(x[(base + col)]);
+                            float z = ((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) / temp);
+                            const unsigned int sk_e7 = (row * 12u);
+                            unsigned int sh = sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col);
+                            if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                                // built by kernels::seeded::seeded_logits_row
+                                float g32_any = sk_seeded_gumbel32(sh);
+                                float g32 = (noisy ? g32_any : (0.0f));
+                                bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                                float sv32 = ((finite ? z : (0.0f)) + g32);
+                                float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                                if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                    up1_i = col;
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                                }
+                            }
+                            if ((z > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                float r = sk_exp((m - z));
+                                s = (s * r);
+                                comp = (comp * r);
+                                m = z;
+                            }
+                            float ex = sk_exp((z - m));
+                            float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
+                            float t = (s + y);
+                            comp = ((t - s) - y);
+                            s = t;
+                        }
+                    }
+                }
+                float floor_first = (0.0f);
+                {
+                    float sk_v = lo_best;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = fmaxf(sk_v, ov);
+                    }
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = fmaxf(sk_v, ov);
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    floor_first = sk_red_f32[32];
+                    __syncthreads();
+                }
+                lo_best = floor_first;
+                for (unsigned int c0 = ((col_lo + (threadIdx.x * 4u)) + (((unsigned int)SK_BLOCK) * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                    // built by kernels::sampling::for_each_column_then
+                    {
+                        unsigned int col = (c0 + 0u);
+                        if ((col < col_hi)) {
+                            const float sk_e8 = sk_bf16(x[(base + col)]);
+                            float z = ((((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) / temp);
+                            const unsigned int sk_e9 = (row * 12u);
+                            unsigned int sh = sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col);
+                            if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                                // built by kernels::seeded::seeded_logits_row
+                                float g32_any = sk_seeded_gumbel32(sh);
+                                float g32 = (noisy ? g32_any : (0.0f));
+                                bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                                float sv32 = ((finite ? z : (0.0f)) + g32);
+                                float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                                if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                    up1_i = col;
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                                }
                             }
                             if ((z > m)) {
                                 // built by kernels::sampling::softmax_merge
@@ -310,23 +499,27 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                     {
                         unsigned int col = (c0 + 1u);
                         if ((col < col_hi)) {
-                            const float sk_e2 = sk_bf16(x[(base + col)]);
-                            float z = ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp);
-                            const unsigned int sk_e3 = (row * 12u);
-                            float g32_any = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col));
-                            float g32 = (noisy ? g32_any : (0.0f));
-                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                            float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::sampling::bound
-                                up2 = up1;
-                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                up1_i = col;
-                            } else {
-                                // built by kernels::sampling::bound
-                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                            const float sk_e10 = sk_bf16(x[(base + col)]);
+                            float z = ((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp);
+                            const unsigned int sk_e11 = (row * 12u);
+                            unsigned int sh = sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col);
+                            if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                                // built by kernels::seeded::seeded_logits_row
+                                float g32_any = sk_seeded_gumbel32(sh);
+                                float g32 = (noisy ? g32_any : (0.0f));
+                                bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                                float sv32 = ((finite ? z : (0.0f)) + g32);
+                                float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                                if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                    up1_i = col;
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                                }
                             }
                             if ((z > m)) {
                                 // built by kernels::sampling::softmax_merge
@@ -345,23 +538,27 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                     {
                         unsigned int col = (c0 + 2u);
                         if ((col < col_hi)) {
-                            const float sk_e4 = sk_bf16(x[(base + col)]);
-                            float z = ((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) / temp);
-                            const unsigned int sk_e5 = (row * 12u);
-                            float g32_any = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col));
-                            float g32 = (noisy ? g32_any : (0.0f));
-                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                            float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::sampling::bound
-                                up2 = up1;
-                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                up1_i = col;
-                            } else {
-                                // built by kernels::sampling::bound
-                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                            const float sk_e12 = sk_bf16(x[(base + col)]);
+                            float z = ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp);
+                            const unsigned int sk_e13 = (row * 12u);
+                            unsigned int sh = sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col);
+                            if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                                // built by kernels::seeded::seeded_logits_row
+                                float g32_any = sk_seeded_gumbel32(sh);
+                                float g32 = (noisy ? g32_any : (0.0f));
+                                bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                                float sv32 = ((finite ? z : (0.0f)) + g32);
+                                float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                                if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                    up1_i = col;
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                                }
                             }
                             if ((z > m)) {
                                 // built by kernels::sampling::softmax_merge
@@ -380,23 +577,27 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                     {
                         unsigned int col = (c0 + 3u);
                         if ((col < col_hi)) {
-                            const float sk_e6 = sk_bf16(x[(base + col)]);
-                            float z = ((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) / temp);
-                            const unsigned int sk_e7 = (row * 12u);
-                            float g32_any = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col));
-                            float g32 = (noisy ? g32_any : (0.0f));
-                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                            float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::sampling::bound
-                                up2 = up1;
-                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                up1_i = col;
-                            } else {
-                                // built by kernels::sampling::bound
-                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                            const float sk_e14 = sk_bf16(x[(base + col)]);
+                            float z = ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp);
+                            const unsigned int sk_e15 = (row * 12u);
+                            unsigned int sh = sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col);
+                            if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                                // built by kernels::seeded::seeded_logits_row
+                                float g32_any = sk_seeded_gumbel32(sh);
+                                float g32 = (noisy ? g32_any : (0.0f));
+                                bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                                float sv32 = ((finite ? z : (0.0f)) + g32);
+                                float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                                if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                    up1_i = col;
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                                }
                             }
                             if ((z > m)) {
                                 // built by kernels::sampling::softmax_merge
@@ -587,8 +788,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                     screen_floor = sk_red_f32[32];
                     __syncthreads();
                 }
-                const bool sk_e8 = ((fabsf(row_m) < (1048576.0f)) && (row_s > (0.0f)));
-                bool screened = (sk_e8 && ((screen_floor - row_m) >= (sk_log((sk_e8 ? row_s : (1.0f))) - (41.0f))));
+                const bool sk_e16 = ((fabsf(row_m) < (1048576.0f)) && (row_s > (0.0f)));
+                bool screened = (sk_e16 && ((screen_floor - row_m) >= (sk_log((sk_e16 ? row_s : (1.0f))) - (41.0f))));
                 double best = sk_bitcast<double>(18442240474082181120ull);
                 unsigned int best_i = 4294967295u;
                 bool mine = ((!screened) || (up2 >= screen_floor));
@@ -621,35 +822,37 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                 if (rescan) {
                     // built by kernels::seeded::seeded_logits_finish
                     for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                        // built by kernels::sampling::for_each_column
+                        // built by kernels::sampling::for_each_column_then
                         {
                             unsigned int col = (c0 + 0u);
                             if ((col < col_hi)) {
-                                const unsigned int sk_e9 = (row * 12u);
-                                float g32_any = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col));
-                                float g32 = (noisy ? g32_any : (0.0f));
-                                const float sk_e10 = sk_bf16(x[(base + col)]);
-                                bool finite = (fabsf(((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp)) < sk_bitcast<float>(2139095040u));
-                                const float sk_e11 = sk_bf16(x[(base + col)]);
-                                float sv32 = ((finite ? ((((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) / temp) : (0.0f)) + g32);
-                                const float sk_e12 = sk_bf16(x[(base + col)]);
-                                float serr = ((0.00024414063f) + ((fabsf((finite ? ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp) : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                                if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
+                                const float sk_e17 = sk_bf16(x[(base + col)]);
+                                float rz = ((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) / temp);
+                                const unsigned int sk_e18 = (row * 12u);
+                                unsigned int rh = sk_murmur3(rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)], rows[(sk_e18 + 10u)], col);
+                                if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
-                                    const float sk_e14 = sk_bf16(x[(base + col)]);
-                                    const float sk_e13 = ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp);
-                                    float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e13 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e13 - row_m)))) * inv);
-                                    double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
-                                    double s64 = lp;
-                                    if (noisy) {
-                                        // built by kernels::seeded::score64
-                                        const unsigned int sk_e15 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
-                                    }
-                                    if (((s64 > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::seeded::keep_best
-                                        best = s64;
-                                        best_i = col;
+                                    float g32_any = sk_seeded_gumbel32(rh);
+                                    float g32 = (noisy ? g32_any : (0.0f));
+                                    bool finite = (fabsf(rz) < sk_bitcast<float>(2139095040u));
+                                    float sv32 = ((finite ? rz : (0.0f)) + g32);
+                                    float serr = ((0.00024414063f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                    if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
+                                        const float sk_e20 = sk_bf16(x[(base + col)]);
+                                        const float sk_e19 = ((((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20) / temp);
+                                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e19 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e19 - row_m)))) * inv);
+                                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                                        double s64 = lp;
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            const unsigned int sk_e21 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)], rows[(sk_e21 + 10u)], col)));
+                                        }
+                                        if (((s64 > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::seeded::keep_best
+                                            best = s64;
+                                            best_i = col;
+                                        }
                                     }
                                 }
                             }
@@ -657,31 +860,33 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                         {
                             unsigned int col = (c0 + 1u);
                             if ((col < col_hi)) {
-                                const unsigned int sk_e16 = (row * 12u);
-                                float g32_any = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e16 + 8u)], rows[(sk_e16 + 9u)], rows[(sk_e16 + 10u)], col));
-                                float g32 = (noisy ? g32_any : (0.0f));
-                                const float sk_e17 = sk_bf16(x[(base + col)]);
-                                bool finite = (fabsf(((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) / temp)) < sk_bitcast<float>(2139095040u));
-                                const float sk_e18 = sk_bf16(x[(base + col)]);
-                                float sv32 = ((finite ? ((((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18) / temp) : (0.0f)) + g32);
-                                const float sk_e19 = sk_bf16(x[(base + col)]);
-                                float serr = ((0.00024414063f) + ((fabsf((finite ? ((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19) / temp) : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                                if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
+                                const float sk_e22 = sk_bf16(x[(base + col)]);
+                                float rz = ((((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22) / temp);
+                                const unsigned int sk_e23 = (row * 12u);
+                                unsigned int rh = sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col);
+                                if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
-                                    const float sk_e21 = sk_bf16(x[(base + col)]);
-                                    const float sk_e20 = ((((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21) / temp);
-                                    float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e20 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e20 - row_m)))) * inv);
-                                    double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
-                                    double s64 = lp;
-                                    if (noisy) {
-                                        // built by kernels::seeded::score64
-                                        const unsigned int sk_e22 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], col)));
-                                    }
-                                    if (((s64 > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::seeded::keep_best
-                                        best = s64;
-                                        best_i = col;
+                                    float g32_any = sk_seeded_gumbel32(rh);
+                                    float g32 = (noisy ? g32_any : (0.0f));
+                                    bool finite = (fabsf(rz) < sk_bitcast<float>(2139095040u));
+                                    float sv32 = ((finite ? rz : (0.0f)) + g32);
+                                    float serr = ((0.00024414063f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                    if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
+                                        const float sk_e25 = sk_bf16(x[(base + col)]);
+                                        const float sk_e24 = ((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) / temp);
+                                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e24 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e24 - row_m)))) * inv);
+                                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                                        double s64 = lp;
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            const unsigned int sk_e26 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col)));
+                                        }
+                                        if (((s64 > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::seeded::keep_best
+                                            best = s64;
+                                            best_i = col;
+                                        }
                                     }
                                 }
                             }
@@ -689,31 +894,33 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                         {
                             unsigned int col = (c0 + 2u);
                             if ((col < col_hi)) {
-                                const unsigned int sk_e23 = (row * 12u);
-                                float g32_any = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col));
-                                float g32 = (noisy ? g32_any : (0.0f));
-                                const float sk_e24 = sk_bf16(x[(base + col)]);
-                                bool finite = (fabsf(((((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) / temp)) < sk_bitcast<float>(2139095040u));
-                                const float sk_e25 = sk_bf16(x[(base + col)]);
-                                float sv32 = ((finite ? ((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) / temp) : (0.0f)) + g32);
-                                const float sk_e26 = sk_bf16(x[(base + col)]);
-                                float serr = ((0.00024414063f) + ((fabsf((finite ? ((((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) / temp) : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                                if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
+                                const float sk_e27 = sk_bf16(x[(base + col)]);
+                                float rz = ((((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27) / temp);
+                                const unsigned int sk_e28 = (row * 12u);
+                                unsigned int rh = sk_murmur3(rows[(sk_e28 + 8u)], rows[(sk_e28 + 9u)], rows[(sk_e28 + 10u)], col);
+                                if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
-                                    const float sk_e28 = sk_bf16(x[(base + col)]);
-                                    const float sk_e27 = ((((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28) / temp);
-                                    float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e27 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e27 - row_m)))) * inv);
-                                    double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
-                                    double s64 = lp;
-                                    if (noisy) {
-                                        // built by kernels::seeded::score64
-                                        const unsigned int sk_e29 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e29 + 8u)], rows[(sk_e29 + 9u)], rows[(sk_e29 + 10u)], col)));
-                                    }
-                                    if (((s64 > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::seeded::keep_best
-                                        best = s64;
-                                        best_i = col;
+                                    float g32_any = sk_seeded_gumbel32(rh);
+                                    float g32 = (noisy ? g32_any : (0.0f));
+                                    bool finite = (fabsf(rz) < sk_bitcast<float>(2139095040u));
+                                    float sv32 = ((finite ? rz : (0.0f)) + g32);
+                                    float serr = ((0.00024414063f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                    if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
+                                        const float sk_e30 = sk_bf16(x[(base + col)]);
+                                        const float sk_e29 = ((((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) / temp);
+                                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e29 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e29 - row_m)))) * inv);
+                                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                                        double s64 = lp;
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            const unsigned int sk_e31 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e31 + 8u)], rows[(sk_e31 + 9u)], rows[(sk_e31 + 10u)], col)));
+                                        }
+                                        if (((s64 > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::seeded::keep_best
+                                            best = s64;
+                                            best_i = col;
+                                        }
                                     }
                                 }
                             }
@@ -721,31 +928,33 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                         {
                             unsigned int col = (c0 + 3u);
                             if ((col < col_hi)) {
-                                const unsigned int sk_e30 = (row * 12u);
-                                float g32_any = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)], rows[(sk_e30 + 10u)], col));
-                                float g32 = (noisy ? g32_any : (0.0f));
-                                const float sk_e31 = sk_bf16(x[(base + col)]);
-                                bool finite = (fabsf(((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) / temp)) < sk_bitcast<float>(2139095040u));
                                 const float sk_e32 = sk_bf16(x[(base + col)]);
-                                float sv32 = ((finite ? ((((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) / temp) : (0.0f)) + g32);
-                                const float sk_e33 = sk_bf16(x[(base + col)]);
-                                float serr = ((0.00024414063f) + ((fabsf((finite ? ((((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) / temp) : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                                if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
+                                float rz = ((((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) / temp);
+                                const unsigned int sk_e33 = (row * 12u);
+                                unsigned int rh = sk_murmur3(rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)], rows[(sk_e33 + 10u)], col);
+                                if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
-                                    const float sk_e35 = sk_bf16(x[(base + col)]);
-                                    const float sk_e34 = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
-                                    float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e34 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e34 - row_m)))) * inv);
-                                    double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
-                                    double s64 = lp;
-                                    if (noisy) {
-                                        // built by kernels::seeded::score64
-                                        const unsigned int sk_e36 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e36 + 8u)], rows[(sk_e36 + 9u)], rows[(sk_e36 + 10u)], col)));
-                                    }
-                                    if (((s64 > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::seeded::keep_best
-                                        best = s64;
-                                        best_i = col;
+                                    float g32_any = sk_seeded_gumbel32(rh);
+                                    float g32 = (noisy ? g32_any : (0.0f));
+                                    bool finite = (fabsf(rz) < sk_bitcast<float>(2139095040u));
+                                    float sv32 = ((finite ? rz : (0.0f)) + g32);
+                                    float serr = ((0.00024414063f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                    if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
+                                        const float sk_e35 = sk_bf16(x[(base + col)]);
+                                        const float sk_e34 = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
+                                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e34 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e34 - row_m)))) * inv);
+                                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
+                                        double s64 = lp;
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            const unsigned int sk_e36 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e36 + 8u)], rows[(sk_e36 + 9u)], rows[(sk_e36 + 10u)], col)));
+                                        }
+                                        if (((s64 > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::seeded::keep_best
+                                            best = s64;
+                                            best_i = col;
+                                        }
                                     }
                                 }
                             }

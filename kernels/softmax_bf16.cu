@@ -130,7 +130,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
             }
             float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                // built by kernels::sampling::for_each_column
+                // built by kernels::sampling::for_each_column_then
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
@@ -174,7 +174,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
             float s = (0.0f);
             float comp = (0.0f);
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                // built by kernels::sampling::for_each_column
+                // built by kernels::sampling::for_each_column_then
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
@@ -306,7 +306,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
             if ((parts <= 1u)) {
                 float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
                 for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::sampling::for_each_column
+                    // built by kernels::sampling::for_each_column_then
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {

@@ -126,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
             }
             float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                // built by kernels::sampling::for_each_column
+                // built by kernels::sampling::for_each_column_then
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
@@ -170,7 +170,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
             float s = (0.0f);
             float comp = (0.0f);
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                // built by kernels::sampling::for_each_column
+                // built by kernels::sampling::for_each_column_then
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
@@ -302,7 +302,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
             if ((parts <= 1u)) {
                 float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
                 for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::sampling::for_each_column
+                    // built by kernels::sampling::for_each_column_then
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {

@@ -100,7 +100,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var s: f32 = (0.0f);
         var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-            // built by kernels::sampling::for_each_column
+            // built by kernels::sampling::for_each_column_then
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {

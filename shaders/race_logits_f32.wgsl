@@ -365,7 +365,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var za: f32 = (x0 * rcp_t);
                         var wj: u32 = w[0];
-                        if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((88.034195f) - (f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                        if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
                             var un: f32 = sk_uniform(wj);
                             var tn: f32 = ((1.0f) - un);
                             var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
@@ -393,7 +393,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var za: f32 = (x1 * rcp_t);
                         var wj: u32 = w[1];
-                        if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((88.034195f) - (f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                        if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
                             var un: f32 = sk_uniform(wj);
                             var tn: f32 = ((1.0f) - un);
                             var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
@@ -421,7 +421,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var za: f32 = (x2 * rcp_t);
                         var wj: u32 = w[2];
-                        if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((88.034195f) - (f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                        if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
                             var un: f32 = sk_uniform(wj);
                             var tn: f32 = ((1.0f) - un);
                             var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
@@ -449,7 +449,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var za: f32 = (x3 * rcp_t);
                         var wj: u32 = w[3];
-                        if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((88.034195f) - (f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                        if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
                             var un: f32 = sk_uniform(wj);
                             var tn: f32 = ((1.0f) - un);
                             var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
@@ -583,7 +583,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var za: f32 = (x0 * rcp_t);
                         var wj: u32 = w[0];
-                        if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((88.034195f) - (f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                        if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
                             var un: f32 = sk_uniform(wj);
                             var tn: f32 = ((1.0f) - un);
                             var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
@@ -611,7 +611,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var za: f32 = (x1 * rcp_t);
                         var wj: u32 = w[1];
-                        if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((88.034195f) - (f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                        if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
                             var un: f32 = sk_uniform(wj);
                             var tn: f32 = ((1.0f) - un);
                             var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
@@ -639,7 +639,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var za: f32 = (x2 * rcp_t);
                         var wj: u32 = w[2];
-                        if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((88.034195f) - (f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                        if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
                             var un: f32 = sk_uniform(wj);
                             var tn: f32 = ((1.0f) - un);
                             var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
@@ -667,7 +667,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var za: f32 = (x3 * rcp_t);
                         var wj: u32 = w[3];
-                        if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((88.034195f) - (f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (8.262958e-8f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                        if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
                             var un: f32 = sk_uniform(wj);
                             var tn: f32 = ((1.0f) - un);
                             var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
@@ -724,7 +724,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 top_i = 4294967295u;
                 top_n = 0u;
                 for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    // built by kernels::sampling::for_each_column
+                    // built by kernels::sampling::for_each_column_then
                     {
                         var col: u32 = (c0 + 0u);
                         if ((col < col_hi)) {
@@ -854,7 +854,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         } else {
             // built by kernels::sampling::race_row
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                // built by kernels::sampling::for_each_column
+                // built by kernels::sampling::for_each_column_then
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {

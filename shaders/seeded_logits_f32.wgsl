@@ -257,28 +257,205 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var m: f32 = bitcast<f32>(4286578688u);
                 var s: f32 = (0.0f);
                 var comp: f32 = (0.0f);
-                for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    // built by kernels::sampling::for_each_column
+                if (((col_lo + (sk_lid * 4u)) < col_hi)) {
+                    // built by kernels::sampling::for_each_column_then
                     {
-                        var col: u32 = (c0 + 0u);
+                        var col: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
                         if ((col < col_hi)) {
                             let sk_e0: f32 = x[(base + col)];
                             var z: f32 = (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp);
                             let sk_e1: u32 = (row * 12u);
-                            var g32_any: f32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col));
-                            var g32: f32 = select((0.0f), g32_any, noisy);
-                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                            var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::sampling::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                up1_i = col;
-                            } else {
-                                // built by kernels::sampling::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                            var sh: u32 = sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col);
+                            if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                                // built by kernels::seeded::seeded_logits_row
+                                var g32_any: f32 = sk_seeded_gumbel32(sh);
+                                var g32: f32 = select((0.0f), g32_any, noisy);
+                                var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                                var sv32: f32 = (select((0.0f), z, finite) + g32);
+                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                                if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                    up1_i = col;
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                                }
+                            }
+                            if ((z > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                var r: f32 = sk_exp((m - z));
+                                s = (s * r);
+                                comp = (comp * r);
+                                m = z;
+                            }
+                            var ex: f32 = sk_exp((z - m));
+                            var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                            var t: f32 = (s + y);
+                            comp = ((t - s) - y);
+                            s = t;
+                        }
+                    }
+                    {
+                        var col: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
+                        if ((col < col_hi)) {
+                            let sk_e2: f32 = x[(base + col)];
+                            var z: f32 = (select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e3: u32 = (row * 12u);
+                            var sh: u32 = sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col);
+                            if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                                // built by kernels::seeded::seeded_logits_row
+                                var g32_any: f32 = sk_seeded_gumbel32(sh);
+                                var g32: f32 = select((0.0f), g32_any, noisy);
+                                var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                                var sv32: f32 = (select((0.0f), z, finite) + g32);
+                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                                if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                    up1_i = col;
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                                }
+                            }
+                            if ((z > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                var r: f32 = sk_exp((m - z));
+                                s = (s * r);
+                                comp = (comp * r);
+                                m = z;
+                            }
+                            var ex: f32 = sk_exp((z - m));
+                            var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                            var t: f32 = (s + y);
+                            comp = ((t - s) - y);
+                            s = t;
+                        }
+                    }
+                    {
+                        var col: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
+                        if ((col < col_hi)) {
+                            let sk_e4: f32 = x[(base + col)];
+                            var z: f32 = (select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e5: u32 = (row * 12u);
+                            var sh: u32 = sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col);
+                            if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                                // built by kernels::seeded::seeded_logits_row
+                                var g32_any: f32 = sk_seeded_gumbel32(sh);
+                                var g32: f32 = select((0.0f), g32_any, noisy);
+                                var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                                var sv32: f32 = (select((0.0f), z, finite) + g32);
+                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                                if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                    up1_i = col;
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                                }
+                            }
+                            if ((z > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                var r: f32 = sk_exp((m - z));
+                                s = (s * r);
+                                comp = (comp * r);
+                                m = z;
+                            }
+                            var ex: f32 = sk_exp((z - m));
+                            var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                            var t: f32 = (s + y);
+                            comp = ((t - s) - y);
+                            s = t;
+                        }
+                    }
+                    {
+                        var col: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
+                        if ((col < col_hi)) {
+                            let sk_e6: f32 = x[(base + col)];
+                            var z: f32 = (select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e7: u32 = (row * 12u);
+                            var sh: u32 = sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col);
+                            if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                                // built by kernels::seeded::seeded_logits_row
+                                var g32_any: f32 = sk_seeded_gumbel32(sh);
+                                var g32: f32 = select((0.0f), g32_any, noisy);
+                                var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                                var sv32: f32 = (select((0.0f), z, finite) + g32);
+                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                                if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                    up1_i = col;
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                                }
+                            }
+                            if ((z > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                var r: f32 = sk_exp((m - z));
+                                s = (s * r);
+                                comp = (comp * r);
+                                m = z;
+                            }
+                            var ex: f32 = sk_exp((z - m));
+                            var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                            var t: f32 = (s + y);
+                            comp = ((t - s) - y);
+                            s = t;
+                        }
+                    }
+                }
+                var floor_first: f32 = (0.0f);
+                {
+                    sk_red_f32[sk_lid] = lo_best;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                        }
+                        workgroupBarrier();
+                    }
+                    floor_first = sk_red_f32[0];
+                    workgroupBarrier();
+                }
+                lo_best = floor_first;
+                for (var c0: u32 = ((col_lo + (sk_lid * 4u)) + (BLOCK * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                    // built by kernels::sampling::for_each_column_then
+                    {
+                        var col: u32 = (c0 + 0u);
+                        if ((col < col_hi)) {
+                            let sk_e8: f32 = x[(base + col)];
+                            var z: f32 = (select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e9: u32 = (row * 12u);
+                            var sh: u32 = sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col);
+                            if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                                // built by kernels::seeded::seeded_logits_row
+                                var g32_any: f32 = sk_seeded_gumbel32(sh);
+                                var g32: f32 = select((0.0f), g32_any, noisy);
+                                var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                                var sv32: f32 = (select((0.0f), z, finite) + g32);
+                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                                if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                    up1_i = col;
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                                }
                             }
                             if ((z > m)) {
                                 // built by kernels::sampling::softmax_merge
@@ -297,23 +474,27 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 1u);
                         if ((col < col_hi)) {
-                            let sk_e2: f32 = x[(base + col)];
-                            var z: f32 = (select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)) / temp);
-                            let sk_e3: u32 = (row * 12u);
-                            var g32_any: f32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col));
-                            var g32: f32 = select((0.0f), g32_any, noisy);
-                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                            var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::sampling::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                up1_i = col;
-                            } else {
-                                // built by kernels::sampling::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                            let sk_e10: f32 = x[(base + col)];
+                            var z: f32 = (select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e11: u32 = (row * 12u);
+                            var sh: u32 = sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col);
+                            if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                                // built by kernels::seeded::seeded_logits_row
+                                var g32_any: f32 = sk_seeded_gumbel32(sh);
+                                var g32: f32 = select((0.0f), g32_any, noisy);
+                                var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                                var sv32: f32 = (select((0.0f), z, finite) + g32);
+                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                                if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                    up1_i = col;
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                                }
                             }
                             if ((z > m)) {
                                 // built by kernels::sampling::softmax_merge
@@ -332,23 +513,27 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 2u);
                         if ((col < col_hi)) {
-                            let sk_e4: f32 = x[(base + col)];
-                            var z: f32 = (select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)) / temp);
-                            let sk_e5: u32 = (row * 12u);
-                            var g32_any: f32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col));
-                            var g32: f32 = select((0.0f), g32_any, noisy);
-                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                            var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::sampling::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                up1_i = col;
-                            } else {
-                                // built by kernels::sampling::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                            let sk_e12: f32 = x[(base + col)];
+                            var z: f32 = (select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e13: u32 = (row * 12u);
+                            var sh: u32 = sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col);
+                            if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                                // built by kernels::seeded::seeded_logits_row
+                                var g32_any: f32 = sk_seeded_gumbel32(sh);
+                                var g32: f32 = select((0.0f), g32_any, noisy);
+                                var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                                var sv32: f32 = (select((0.0f), z, finite) + g32);
+                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                                if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                    up1_i = col;
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                                }
                             }
                             if ((z > m)) {
                                 // built by kernels::sampling::softmax_merge
@@ -367,23 +552,27 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 3u);
                         if ((col < col_hi)) {
-                            let sk_e6: f32 = x[(base + col)];
-                            var z: f32 = (select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u)) / temp);
-                            let sk_e7: u32 = (row * 12u);
-                            var g32_any: f32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col));
-                            var g32: f32 = select((0.0f), g32_any, noisy);
-                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                            var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::sampling::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                up1_i = col;
-                            } else {
-                                // built by kernels::sampling::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                            let sk_e14: f32 = x[(base + col)];
+                            var z: f32 = (select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e15: u32 = (row * 12u);
+                            var sh: u32 = sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col);
+                            if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                                // built by kernels::seeded::seeded_logits_row
+                                var g32_any: f32 = sk_seeded_gumbel32(sh);
+                                var g32: f32 = select((0.0f), g32_any, noisy);
+                                var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                                var sv32: f32 = (select((0.0f), z, finite) + g32);
+                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                                if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                    // built by kernels::sampling::bound
+                                    up2 = up1;
+                                    up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                    up1_i = col;
+                                } else {
+                                    // built by kernels::sampling::bound
+                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                                }
                             }
                             if ((z > m)) {
                                 // built by kernels::sampling::softmax_merge
@@ -502,8 +691,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     screen_floor = sk_red_f32[0];
                     workgroupBarrier();
                 }
-                let sk_e8: bool = ((abs(row_m) < (1048576.0f)) && (row_s > (0.0f)));
-                var screened: bool = (sk_e8 && ((screen_floor - row_m) >= (sk_log(select((1.0f), row_s, sk_e8)) - (41.0f))));
+                let sk_e16: bool = ((abs(row_m) < (1048576.0f)) && (row_s > (0.0f)));
+                var screened: bool = (sk_e16 && ((screen_floor - row_m) >= (sk_log(select((1.0f), row_s, sk_e16)) - (41.0f))));
                 var best: f64 = bitcast<f64>(18442240474082181120lu);
                 var best_i: u32 = 4294967295u;
                 var mine: bool = ((!screened) || (up2 >= screen_floor));
@@ -524,35 +713,37 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if (rescan) {
                     // built by kernels::seeded::seeded_logits_finish
                     for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                        // built by kernels::sampling::for_each_column
+                        // built by kernels::sampling::for_each_column_then
                         {
                             var col: u32 = (c0 + 0u);
                             if ((col < col_hi)) {
-                                let sk_e9: u32 = (row * 12u);
-                                var g32_any: f32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col));
-                                var g32: f32 = select((0.0f), g32_any, noisy);
-                                let sk_e10: f32 = x[(base + col)];
-                                var finite: bool = (abs((select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp)) < bitcast<f32>(2139095040u));
-                                let sk_e11: f32 = x[(base + col)];
-                                var sv32: f32 = (select((0.0f), (select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)) / temp), finite) + g32);
-                                let sk_e12: f32 = x[(base + col)];
-                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), (select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)) / temp), finite)) + abs(g32)) * (4.7683716e-7f)));
-                                if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
+                                let sk_e17: f32 = x[(base + col)];
+                                var rz: f32 = (select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e18: u32 = (row * 12u);
+                                var rh: u32 = sk_murmur3(rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)], rows[(sk_e18 + 10u)], col);
+                                if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
-                                    let sk_e14: f32 = x[(base + col)];
-                                    let sk_e13: f32 = (select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)) / temp);
-                                    var p: f32 = (select(select(sk_exp((sk_e13 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e13 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
-                                    var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
-                                    var s64: f64 = lp;
-                                    if (noisy) {
-                                        // built by kernels::seeded::score64
-                                        let sk_e15: u32 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
-                                    }
-                                    if (((s64 > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::seeded::keep_best
-                                        best = s64;
-                                        best_i = col;
+                                    var g32_any: f32 = sk_seeded_gumbel32(rh);
+                                    var g32: f32 = select((0.0f), g32_any, noisy);
+                                    var finite: bool = (abs(rz) < bitcast<f32>(2139095040u));
+                                    var sv32: f32 = (select((0.0f), rz, finite) + g32);
+                                    var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
+                                    if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
+                                        let sk_e20: f32 = x[(base + col)];
+                                        let sk_e19: f32 = (select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u)) / temp);
+                                        var p: f32 = (select(select(sk_exp((sk_e19 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e19 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
+                                        var s64: f64 = lp;
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            let sk_e21: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)], rows[(sk_e21 + 10u)], col)));
+                                        }
+                                        if (((s64 > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::seeded::keep_best
+                                            best = s64;
+                                            best_i = col;
+                                        }
                                     }
                                 }
                             }
@@ -560,31 +751,33 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 1u);
                             if ((col < col_hi)) {
-                                let sk_e16: u32 = (row * 12u);
-                                var g32_any: f32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e16 + 8u)], rows[(sk_e16 + 9u)], rows[(sk_e16 + 10u)], col));
-                                var g32: f32 = select((0.0f), g32_any, noisy);
-                                let sk_e17: f32 = x[(base + col)];
-                                var finite: bool = (abs((select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)) / temp)) < bitcast<f32>(2139095040u));
-                                let sk_e18: f32 = x[(base + col)];
-                                var sv32: f32 = (select((0.0f), (select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u)) / temp), finite) + g32);
-                                let sk_e19: f32 = x[(base + col)];
-                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), (select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u)) / temp), finite)) + abs(g32)) * (4.7683716e-7f)));
-                                if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
+                                let sk_e22: f32 = x[(base + col)];
+                                var rz: f32 = (select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e23: u32 = (row * 12u);
+                                var rh: u32 = sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col);
+                                if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
-                                    let sk_e21: f32 = x[(base + col)];
-                                    let sk_e20: f32 = (select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u)) / temp);
-                                    var p: f32 = (select(select(sk_exp((sk_e20 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e20 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
-                                    var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
-                                    var s64: f64 = lp;
-                                    if (noisy) {
-                                        // built by kernels::seeded::score64
-                                        let sk_e22: u32 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], col)));
-                                    }
-                                    if (((s64 > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::seeded::keep_best
-                                        best = s64;
-                                        best_i = col;
+                                    var g32_any: f32 = sk_seeded_gumbel32(rh);
+                                    var g32: f32 = select((0.0f), g32_any, noisy);
+                                    var finite: bool = (abs(rz) < bitcast<f32>(2139095040u));
+                                    var sv32: f32 = (select((0.0f), rz, finite) + g32);
+                                    var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
+                                    if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
+                                        let sk_e25: f32 = x[(base + col)];
+                                        let sk_e24: f32 = (select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)) / temp);
+                                        var p: f32 = (select(select(sk_exp((sk_e24 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e24 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
+                                        var s64: f64 = lp;
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            let sk_e26: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col)));
+                                        }
+                                        if (((s64 > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::seeded::keep_best
+                                            best = s64;
+                                            best_i = col;
+                                        }
                                     }
                                 }
                             }
@@ -592,31 +785,33 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 2u);
                             if ((col < col_hi)) {
-                                let sk_e23: u32 = (row * 12u);
-                                var g32_any: f32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col));
-                                var g32: f32 = select((0.0f), g32_any, noisy);
-                                let sk_e24: f32 = x[(base + col)];
-                                var finite: bool = (abs((select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u)) / temp)) < bitcast<f32>(2139095040u));
-                                let sk_e25: f32 = x[(base + col)];
-                                var sv32: f32 = (select((0.0f), (select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)) / temp), finite) + g32);
-                                let sk_e26: f32 = x[(base + col)];
-                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), (select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u)) / temp), finite)) + abs(g32)) * (4.7683716e-7f)));
-                                if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
+                                let sk_e27: f32 = x[(base + col)];
+                                var rz: f32 = (select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e28: u32 = (row * 12u);
+                                var rh: u32 = sk_murmur3(rows[(sk_e28 + 8u)], rows[(sk_e28 + 9u)], rows[(sk_e28 + 10u)], col);
+                                if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
-                                    let sk_e28: f32 = x[(base + col)];
-                                    let sk_e27: f32 = (select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u)) / temp);
-                                    var p: f32 = (select(select(sk_exp((sk_e27 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e27 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
-                                    var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
-                                    var s64: f64 = lp;
-                                    if (noisy) {
-                                        // built by kernels::seeded::score64
-                                        let sk_e29: u32 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e29 + 8u)], rows[(sk_e29 + 9u)], rows[(sk_e29 + 10u)], col)));
-                                    }
-                                    if (((s64 > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::seeded::keep_best
-                                        best = s64;
-                                        best_i = col;
+                                    var g32_any: f32 = sk_seeded_gumbel32(rh);
+                                    var g32: f32 = select((0.0f), g32_any, noisy);
+                                    var finite: bool = (abs(rz) < bitcast<f32>(2139095040u));
+                                    var sv32: f32 = (select((0.0f), rz, finite) + g32);
+                                    var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
+                                    if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
+                                        let sk_e30: f32 = x[(base + col)];
+                                        let sk_e29: f32 = (select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u)) / temp);
+                                        var p: f32 = (select(select(sk_exp((sk_e29 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e29 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
+                                        var s64: f64 = lp;
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            let sk_e31: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e31 + 8u)], rows[(sk_e31 + 9u)], rows[(sk_e31 + 10u)], col)));
+                                        }
+                                        if (((s64 > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::seeded::keep_best
+                                            best = s64;
+                                            best_i = col;
+                                        }
                                     }
                                 }
                             }
@@ -624,31 +819,33 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 3u);
                             if ((col < col_hi)) {
-                                let sk_e30: u32 = (row * 12u);
-                                var g32_any: f32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)], rows[(sk_e30 + 10u)], col));
-                                var g32: f32 = select((0.0f), g32_any, noisy);
-                                let sk_e31: f32 = x[(base + col)];
-                                var finite: bool = (abs((select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u)) / temp)) < bitcast<f32>(2139095040u));
                                 let sk_e32: f32 = x[(base + col)];
-                                var sv32: f32 = (select((0.0f), (select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u)) / temp), finite) + g32);
-                                let sk_e33: f32 = x[(base + col)];
-                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), (select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)) / temp), finite)) + abs(g32)) * (4.7683716e-7f)));
-                                if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
+                                var rz: f32 = (select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e33: u32 = (row * 12u);
+                                var rh: u32 = sk_murmur3(rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)], rows[(sk_e33 + 10u)], col);
+                                if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
-                                    let sk_e35: f32 = x[(base + col)];
-                                    let sk_e34: f32 = (select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp);
-                                    var p: f32 = (select(select(sk_exp((sk_e34 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e34 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
-                                    var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
-                                    var s64: f64 = lp;
-                                    if (noisy) {
-                                        // built by kernels::seeded::score64
-                                        let sk_e36: u32 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e36 + 8u)], rows[(sk_e36 + 9u)], rows[(sk_e36 + 10u)], col)));
-                                    }
-                                    if (((s64 > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::seeded::keep_best
-                                        best = s64;
-                                        best_i = col;
+                                    var g32_any: f32 = sk_seeded_gumbel32(rh);
+                                    var g32: f32 = select((0.0f), g32_any, noisy);
+                                    var finite: bool = (abs(rz) < bitcast<f32>(2139095040u));
+                                    var sv32: f32 = (select((0.0f), rz, finite) + g32);
+                                    var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
+                                    if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
+                                        let sk_e35: f32 = x[(base + col)];
+                                        let sk_e34: f32 = (select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp);
+                                        var p: f32 = (select(select(sk_exp((sk_e34 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e34 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
+                                        var s64: f64 = lp;
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            let sk_e36: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e36 + 8u)], rows[(sk_e36 + 9u)], rows[(sk_e36 + 10u)], col)));
+                                        }
+                                        if (((s64 > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::seeded::keep_best
+                                            best = s64;
+                                            best_i = col;
+                                        }
                                     }
                                 }
                             }

@@ -109,7 +109,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                // built by kernels::sampling::for_each_column
+                // built by kernels::sampling::for_each_column_then
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
@@ -153,7 +153,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var s: f32 = (0.0f);
             var comp: f32 = (0.0f);
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                // built by kernels::sampling::for_each_column
+                // built by kernels::sampling::for_each_column_then
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
@@ -261,7 +261,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if ((parts <= 1u)) {
                 var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
                 for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    // built by kernels::sampling::for_each_column
+                    // built by kernels::sampling::for_each_column_then
                     {
                         var col: u32 = (c0 + 0u);
                         if ((col < col_hi)) {

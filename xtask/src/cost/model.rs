@@ -36,6 +36,13 @@ fn races_logits(kernel: &str) -> bool {
 pub fn rare_rate(kernel: &str) -> (f64, &'static str) {
     if races_logits(kernel) {
         (0.01, "assumed: the fast-log screen sends about 1 column in 100 to the exact rescoring")
+    } else if kernel.starts_with("seeded_logits") {
+        (
+            0.035,
+            "the screen off the common path (two logs and a division) for the columns whose noise bound, from \
+             the hash's bits, reaches the floor: a warp screens about 3.5% of them (the race's simulation, the \
+             same rule a column)",
+        )
     } else if kernel.starts_with("filter_") {
         (
             0.133,

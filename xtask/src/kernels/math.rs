@@ -72,6 +72,16 @@ pub fn exp() -> Function {
     })
 }
 
+/// A lower bound on `log2 x` for a positive normal f32 `x` (0 gives -127), from its bits with no
+/// log: `x = 2^e (1 + m)` with `m` in [0, 1), and `log2(1 + m) >= m`, so `log2 x >= e + m`,
+/// which is `b 2^-23 - 127` for the bits `b` read as an integer. The conversion of `b` to f32
+/// rounds by at most 32 units (4e-6 after the scaling); the scaling is exact and the
+/// subtraction is exact where the result is below 1 in size, else within half an ulp. What the
+/// noise bounds of the races need (see `sampling.rs`, `seeded.rs`).
+pub fn log2_lower(x: Expr) -> Expr {
+    x.bitcast(Ty::U32).cast(Ty::F32) * f(1.0 / 8_388_608.0) - f(127.0)
+}
+
 /// `x` is NaN, by its bits (WGSL has no `isnan`, and `x != x` may be folded by a driver).
 pub fn is_nan(x: Expr) -> Expr {
     (x.bitcast(Ty::U32) & u(0x7fff_ffff)).gt(u(0x7f80_0000))

@@ -182,9 +182,21 @@ pub(super) fn for_each_column(
     per_quad: impl Fn(&mut Block, Expr),
     per_col: impl Fn(&mut Block, Expr, u8),
 ) {
+    for_each_column_then(b, per_quad, per_col, None)
+}
+
+/// [`for_each_column`], with `between` (if any) run by every invocation after the workgroup's
+/// first step of columns and outside any branch, so that it may hold a barrier: a floor shared
+/// there serves every invocation's later columns.
+pub(super) fn for_each_column_then(
+    b: &mut Block,
+    per_quad: impl Fn(&mut Block, Expr),
+    per_col: impl Fn(&mut Block, Expr, u8),
+    between: Option<&dyn Fn(&mut Block)>,
+) {
     let first = var("col_lo") + builtin(Builtin::LocalId) * u(4);
     let step = builtin(Builtin::BlockSize) * u(4);
-    b.for_("c0", first, var("col_hi"), step, |b, c0| {
+    let quad = |b: &mut Block, c0: Expr| {
         per_quad(b, c0.clone());
         for j in 0..4u8 {
             b.scope(|b| {
@@ -192,7 +204,15 @@ pub(super) fn for_each_column(
                 b.if_(col.clone().lt(var("col_hi")), |b| per_col(b, col, j));
             });
         }
-    });
+    };
+    match between {
+        None => b.for_("c0", first, var("col_hi"), step, quad),
+        Some(between) => {
+            b.if_(first.clone().lt(var("col_hi")), |b| quad(b, first.clone()));
+            between(b);
+            b.for_("c0", first + step.clone(), var("col_hi"), step, quad);
+        }
+    }
 }
 
 /// The Philox block of the four columns from `c0`, keyed by the row's seed and offset.
@@ -393,7 +413,7 @@ fn prune_test(qmax: Expr, floor: Expr) -> Expr {
 ///   score strictly less than a column already seen, so none is the argmax or ties with it.
 ///
 /// Columns read as -inf (NaN, -inf, past the row) give `qmax = -inf` and never win.
-fn can_win(qmax: Expr, noise: Expr, floor: Expr) -> Expr {
+pub(super) fn can_win(qmax: Expr, noise: Expr, floor: Expr) -> Expr {
     let bound = qmax.clone() + qmax.clone().abs() * f(SCREEN_ZREL) + noise;
     let finite = qmax.clone().gt(f(f32::NEG_INFINITY));
     finite.and(bound.ge(floor).or(qmax.ge(f(SCREEN_HUGE))))
@@ -409,18 +429,16 @@ const NOISE_SLACK: f32 = 0.0045;
 /// `t = 1 - u` is exact: `uniform(!w) = (2 (2^23 - 1 - (w >> 9)) + 1) 2^-24`. Then
 /// `-ln u >= t`, so `g = -ln(-ln u) <= -ln t`; and with `t = 2^e (1 + m)` (`t` is normal, at
 /// least 2^-24) and `b` its bits read as an integer, `log2 t >= e + m = b 2^-23 - 127`, so
-/// `g <= (127 - b 2^-23) ln 2`. Computed in f32: `b` rounds by at most 32 (2.7e-6 after the
-/// product), the constant and the fused product by 1e-6 each, and the IR's logs put the
-/// computed `g` within 1e-5 of the real one; 4e-4 of the 0.0045 added covers them, the rest is
-/// the test's slack. A word of `n` leading ones has `t >= 2^-(n+1)`, so the bound is at most
+/// `g <= (127 - b 2^-23) ln 2` ([`math::log2_lower`]). Computed in f32: `b` rounds by at most
+/// 32 (2.7e-6 after the product), the product with `ln 2` and the sum by 1e-6 each, and the
+/// IR's logs put the computed `g` within 1e-5 of the real one; 4e-4 of the 0.0045 added covers
+/// them, the rest is the test's slack. A word of `n` leading ones has `t >= 2^-(n+1)`, so the bound is at most
 /// `(n + 1) ln 2 + 0.0045`: half the words bound their noise by 0.70, one in 1024 by 7.6 (the
 /// best of 2048 columns' noise), so on a row whose floor is a few units above most columns'
 /// `za`, nearly every column of a kept quad is skipped (`docs/race-design.md`).
 fn noise_bound(w: Expr) -> Expr {
     let t = call(philox::UNIFORM, vec![w ^ u(u32::MAX)]);
-    let ln2 = std::f64::consts::LN_2;
-    let b = t.bitcast(Ty::U32).cast(Ty::F32);
-    f((127.0 * ln2) as f32 + NOISE_SLACK) - b * f((ln2 / 8_388_608.0) as f32)
+    f(NOISE_SLACK) - math::log2_lower(t) * f(std::f32::consts::LN_2)
 }
 
 /// The screened score of column `col` (its value scaled, `za`, and its Philox word `wj`):
@@ -807,12 +825,12 @@ pub(super) fn softmax_merge(b: &mut Block, v: Expr, weight: Expr, rescaled: &[&s
 /// `s - comp` of `exp(z - m)`, rescaled when the maximum grows (about `ln n` times over `n`
 /// columns, each a rounding the compensation does not see). `also` runs for every column with
 /// its scaled value `z`, so a kernel that needs more of the row than its softmax pair (the
-/// seeded race's screen) still reads it once.
-pub(super) fn softmax_pass(b: &mut Block, also: impl Fn(&mut Block, Expr, Expr)) {
+/// seeded race's screen) still reads it once; `between` as in [`for_each_column_then`].
+pub(super) fn softmax_pass(b: &mut Block, also: impl Fn(&mut Block, Expr, Expr), between: Option<&dyn Fn(&mut Block)>) {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
     b.let_("s", Ty::F32, f(0.0));
     b.let_("comp", Ty::F32, f(0.0));
-    for_each_column(
+    for_each_column_then(
         b,
         |_, _| {},
         |b, col, _| {
@@ -824,6 +842,7 @@ pub(super) fn softmax_pass(b: &mut Block, also: impl Fn(&mut Block, Expr, Expr))
             b.set("comp", (t.clone() - var("s")) - y);
             b.set("s", t);
         },
+        between,
     );
     b.set("s", var("s") - var("comp"));
 }
@@ -882,7 +901,7 @@ fn softmax_kernel(dtype: Dtype) -> Kernel {
                 softmax_write(b, mx, total);
             },
             |b| {
-                softmax_pass(b, |_, _, _| {});
+                softmax_pass(b, |_, _, _| {}, None);
                 let (mx, total) = softmax_block_pair(b);
                 b.if_else(
                     var("parts").le(u(1)),

@@ -24,7 +24,7 @@ use super::filters::{listed_row, row_is_filtered};
 use super::math;
 use super::murmur::{self, SCREEN_ABS, SCREEN_REL};
 use super::sampling::{
-    bound, buffer, for_each_column, for_each_item, for_each_row, for_each_row_part_at, kernel, output_buffers,
+    bound, buffer, can_win, for_each_column, for_each_item, for_each_row, for_each_row_part_at, kernel, output_buffers,
     partials_buffer, row_is_seeded, row_temperature, row_word, scaled, softmax_block_pair, softmax_merge, softmax_pass,
     softmax_weight, word, write_results, Dtype, FLAG_PASSES, FLAG_SEEDED_ONLY, PART_WORDS,
 };
@@ -222,14 +222,33 @@ const FAR: f32 = 64.0;
 /// The screen's float32 values stay exact enough (ulp at most 1/8) while `|M|` is below this.
 const SCREEN_MAX_ABS: f32 = 1_048_576.0; // 2^20
 
-/// The screen value of a column with scaled value `z` and its bounds on `S + C` (see
-/// [`LOGITS_SCREEN_ABS`]): `(lower, upper)`, both -inf where `z` is not finite (-inf never
+/// An upper bound, with no log, on the float32 noise of a column whose hash is `h`, plus 0.01:
+/// what lets the read skip the screen (two logs and a division) of a column that cannot win.
+///
+/// With `x = h / (2^32 - 1)` and `c = !h = (2^32 - 1) x'` the complement, `-ln x >= 1 - x =
+/// c / (2^32 - 1)`, so for `c >= 1` the noise `-ln(max(-ln x, 2^-32))` is at most
+/// `ln(2^32 - 1) - ln c < (32 - log2 c) ln 2`, and `log2 c >= log2_lower(c)` ([`math::log2_lower`];
+/// `c` rounds to f32 by 2^-24 relative, 1e-7 in the log). `h = 2^32 - 1` (`c = 0`) is the
+/// clamp's 22.18, and `log2_lower(0) = -127` bounds it with room; a hash of 0 gives -709.78.
+/// The float32 noise is within 3.2e-6 of float64's, and the f32 roundings of this bound are
+/// below 1e-5; numpy over 2 x 10^7 hashes and the edges finds the bound at least 0.0100003
+/// above the float64 noise. The 0.01 then covers the screen's error term beside `|z|` (2^-12
+/// plus 22.2 2^-21, 2.6e-4) and the test's own slack ([`can_win`]'s 0.0044), so a column it
+/// rejects has its screen's upper bound below the floor.
+fn noise_bound(h: Expr) -> Expr {
+    let c = (h ^ u(u32::MAX)).cast(Ty::F32);
+    let ln2 = std::f32::consts::LN_2;
+    f(32.0 * ln2 + 0.01) - math::log2_lower(c) * f(ln2)
+}
+
+/// The screen value of a column with scaled value `z` and hash `h` and its bounds on `S + C`
+/// (see [`LOGITS_SCREEN_ABS`]): `(lower, upper)`, both -inf where `z` is not finite (-inf never
 /// wins; +inf makes the row's maximum +inf, which takes the exact rescan).
-fn logits_screen(b: &mut Block, col: Expr, z: Expr) -> (Expr, Expr) {
+fn logits_screen(b: &mut Block, h: Expr, z: Expr) -> (Expr, Expr) {
     // Computed on every row and then selected, not under a branch on `noisy`: the cost model
     // counts a loop's cheapest path, which a branch (or a select the compiler turns into one)
     // would make a greedy row's.
-    let noise = b.let_("g32_any", Ty::F32, call(murmur::SEEDED_GUMBEL32, vec![hash(col)]));
+    let noise = b.let_("g32_any", Ty::F32, call(murmur::SEEDED_GUMBEL32, vec![h]));
     let g32 = b.let_("g32", Ty::F32, select(var("noisy"), noise, f(0.0)));
     let finite = b.let_("finite", Ty::Bool, z.clone().abs().lt(f(f32::INFINITY)));
     let zf = select(finite.clone(), z, f(0.0));
@@ -280,10 +299,20 @@ pub(super) fn seeded_logits_row(b: &mut Block) {
             b.set("col_hi", param("vocab"));
         },
         |b| {
-            softmax_pass(b, |b, col, z| {
-                let (lo, up) = logits_screen(b, col.clone(), z);
-                bound(b, lo, up, col);
-            });
+            // A column whose noise bound cannot reach the floor skips its screen; after the
+            // workgroup's first step of columns the floor is the workgroup's, as in the race.
+            let share_floor = |b: &mut Block| {
+                let floor = b.reduce(ReduceOp::Max, Ty::F32, var("lo_best"), "floor_first");
+                b.set("lo_best", floor);
+            };
+            let screen = |b: &mut Block, col: Expr, z: Expr| {
+                let h = b.let_("sh", Ty::U32, hash(col.clone()));
+                b.if_(can_win(z.clone(), noise_bound(h.clone()), var("lo_best")), |b| {
+                    let (lo, up) = logits_screen(b, h, z);
+                    bound(b, lo, up, col);
+                });
+            };
+            softmax_pass(b, screen, Some(&share_floor));
             let (mx, total) = softmax_block_pair(b);
             b.set("row_m", mx);
             b.set("row_s", total);
@@ -382,11 +411,17 @@ fn seeded_logits_finish(b: &mut Block, combining: Expr) {
                 b,
                 |_, _| {},
                 |b, col, _| {
-                    let (_, up) = logits_screen(b, col.clone(), scaled(col.clone()));
-                    b.if_(screened.clone().not().or(up.ge(floor.clone())), |b| {
-                        let lp = lp_at(b, col.clone());
-                        let s = score64(b, lp, col.clone());
-                        keep_best(b, "best", "best_i", s, col);
+                    // The read's test first: a column that skipped its screen there skips it here.
+                    let z = b.let_("rz", Ty::F32, scaled(col.clone()));
+                    let h = b.let_("rh", Ty::U32, hash(col.clone()));
+                    let may = screened.clone().not().or(can_win(z.clone(), noise_bound(h.clone()), floor.clone()));
+                    b.if_(may, |b| {
+                        let (_, up) = logits_screen(b, h, z);
+                        b.if_(screened.clone().not().or(up.ge(floor.clone())), |b| {
+                            let lp = lp_at(b, col.clone());
+                            let s = score64(b, lp, col.clone());
+                            keep_best(b, "best", "best_i", s, col);
+                        });
                     });
                 },
             );
