@@ -859,70 +859,75 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                         }
                         float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                         bool all_in = ((n_sel < want) || (((row_m == sk_bitcast<float>(2139095040u)) ? ((zt == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zt - row_m)))) <= (0.0f)));
-                        float ov_t = (sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u))) - row_m);
-                        unsigned int tie_bad = 0u;
-                        for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
+                        const unsigned int sk_e4 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                        bool cut_above = ((sk_bitcast<float>((((sk_e4 & 2147483648u) != 0u) ? (sk_e4 ^ 2147483648u) : (sk_e4 ^ 4294967295u))) - row_m) > (zt - row_m));
+                        const unsigned int sk_e5 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                        bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e5] & 2147483648u) != 0u) ? (listed_cols[sk_e5] ^ 2147483648u) : (listed_cols[sk_e5] ^ 4294967295u))) - row_m) > (zt - row_m)));
+                        bool prefix_exact = all_in;
+                        if (((!all_in) && (!(cut_above && k_above)))) {
                             // built by kernels::filter_top_k::prefix_is_exact
-                            unsigned int ek = listed_cols[(0u + i)];
-                            if (((ek > t_key) && ((sk_bitcast<float>((((ek & 2147483648u) != 0u) ? (ek ^ 2147483648u) : (ek ^ 4294967295u))) - row_m) == ov_t))) {
-                                tie_bad = (tie_bad + 1u);
+                            float ov_t = (sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u))) - row_m);
+                            unsigned int tie_bad = 0u;
+                            for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
+                                // built by kernels::filter_top_k::count_shared_boundary
+                                unsigned int ek = listed_cols[(0u + i)];
+                                if (((ek > t_key) && ((sk_bitcast<float>((((ek & 2147483648u) != 0u) ? (ek ^ 2147483648u) : (ek ^ 4294967295u))) - row_m) == ov_t))) {
+                                    tie_bad = (tie_bad + 1u);
+                                }
                             }
-                        }
-                        for (unsigned int pos = threadIdx.x; pos < n_items; pos += ((unsigned int)SK_BLOCK)) {
-                            // built by kernels::filter_top_k::prefix_is_exact
-                            unsigned int ip = (pos / want);
-                            unsigned int is = (pos - (ip * want));
-                            unsigned int ik = 0u;
-                            if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
-                                // built by kernels::filter_top_k::merge_row
-                                ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
+                            for (unsigned int pos = threadIdx.x; pos < n_items; pos += ((unsigned int)SK_BLOCK)) {
+                                // built by kernels::filter_top_k::count_shared_boundary
+                                unsigned int ip = (pos / want);
+                                unsigned int is = (pos - (ip * want));
+                                unsigned int ik = 0u;
+                                if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
+                                    // built by kernels::filter_top_k::merge_row
+                                    ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
+                                }
+                                unsigned int lk = ik;
+                                if ((((lk != 0u) && (lk < t_key)) && ((sk_bitcast<float>((((lk & 2147483648u) != 0u) ? (lk ^ 2147483648u) : (lk ^ 4294967295u))) - row_m) == ov_t))) {
+                                    tie_bad = (tie_bad + 1u);
+                                }
                             }
-                            unsigned int lk = ik;
-                            if ((((lk != 0u) && (lk < t_key)) && ((sk_bitcast<float>((((lk & 2147483648u) != 0u) ? (lk ^ 2147483648u) : (lk ^ 4294967295u))) - row_m) == ov_t))) {
-                                tie_bad = (tie_bad + 1u);
+                            for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                                // built by kernels::filter_top_k::count_shared_boundary
+                                unsigned int rk3 = partials[((((slot * parts) + p) * 519u) + 3u)];
+                                if ((((rk3 != 0u) && (rk3 < t_key)) && ((sk_bitcast<float>((((rk3 & 2147483648u) != 0u) ? (rk3 ^ 2147483648u) : (rk3 ^ 4294967295u))) - row_m) == ov_t))) {
+                                    tie_bad = (tie_bad + 1u);
+                                }
+                                unsigned int rk4 = partials[((((slot * parts) + p) * 519u) + 4u)];
+                                if ((((rk4 != 0u) && (rk4 < t_key)) && ((sk_bitcast<float>((((rk4 & 2147483648u) != 0u) ? (rk4 ^ 2147483648u) : (rk4 ^ 4294967295u))) - row_m) == ov_t))) {
+                                    tie_bad = (tie_bad + 1u);
+                                }
                             }
-                        }
-                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
-                            // built by kernels::filter_top_k::prefix_is_exact
-                            unsigned int rk3 = partials[((((slot * parts) + p) * 519u) + 3u)];
-                            if ((((rk3 != 0u) && (rk3 < t_key)) && ((sk_bitcast<float>((((rk3 & 2147483648u) != 0u) ? (rk3 ^ 2147483648u) : (rk3 ^ 4294967295u))) - row_m) == ov_t))) {
-                                tie_bad = (tie_bad + 1u);
-                            }
-                            unsigned int rk4 = partials[((((slot * parts) + p) * 519u) + 4u)];
-                            if ((((rk4 != 0u) && (rk4 < t_key)) && ((sk_bitcast<float>((((rk4 & 2147483648u) != 0u) ? (rk4 ^ 2147483648u) : (rk4 ^ 4294967295u))) - row_m) == ov_t))) {
-                                tie_bad = (tie_bad + 1u);
-                            }
-                        }
-                        unsigned int tie_bad_n = 0u;
-                        {
-                            unsigned int sk_v = tie_bad;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = sk_v + ov;
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_red_u32[threadIdx.x >> 5] = sk_v;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                            unsigned int tie_bad_n = 0u;
+                            {
+                                unsigned int sk_v = tie_bad;
                                 for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                                     unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                                     sk_v = sk_v + ov;
                                 }
-                                if (threadIdx.x == 0u) {
-                                    sk_red_u32[32] = sk_v;
+                                if ((threadIdx.x & 31u) == 0u) {
+                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
                                 }
+                                __syncthreads();
+                                if (threadIdx.x < 32u) {
+                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = sk_v + ov;
+                                    }
+                                    if (threadIdx.x == 0u) {
+                                        sk_red_u32[32] = sk_v;
+                                    }
+                                }
+                                __syncthreads();
+                                tie_bad_n = sk_red_u32[32];
+                                __syncthreads();
                             }
-                            __syncthreads();
-                            tie_bad_n = sk_red_u32[32];
-                            __syncthreads();
+                            prefix_exact = (tie_bad_n == 0u);
                         }
-                        bool prefix_exact = (all_in || (tie_bad_n == 0u));
-                        const unsigned int sk_e4 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                        const unsigned int sk_e5 = (1285u + (max(kept_n, 1u) - 1u));
-                        const float sk_e6 = (zt - row_m);
-                        bool decided = (((((kept_n > 0u) && (prefix_exact || ((sk_bitcast<float>((((listed_cols[sk_e5] & 2147483648u) != 0u) ? (listed_cols[sk_e5] ^ 2147483648u) : (listed_cols[sk_e5] ^ 4294967295u))) - row_m) > sk_e6))) && (((!k_first) || prefix_exact) || ((sk_bitcast<float>((((listed_cols[sk_e4] & 2147483648u) != 0u) ? (listed_cols[sk_e4] ^ 2147483648u) : (listed_cols[sk_e4] ^ 4294967295u))) - row_m) > sk_e6))) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
+                        bool decided = (((((kept_n > 0u) && (prefix_exact || cut_above)) && (prefix_exact || k_above)) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
                         if (decided) {
                             float best = sk_bitcast<float>(4286578688u);
                             unsigned int best_i = 4294967295u;
@@ -931,24 +936,24 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
                             for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                 unsigned int rc = listed_cols[(1542u + r)];
-                                const unsigned int sk_e7 = listed_cols[(1285u + r)];
-                                float rz = sk_bitcast<float>((((sk_e7 & 2147483648u) != 0u) ? (sk_e7 ^ 2147483648u) : (sk_e7 ^ 4294967295u)));
+                                const unsigned int sk_e6 = listed_cols[(1285u + r)];
+                                float rz = sk_bitcast<float>((((sk_e6 & 2147483648u) != 0u) ? (sk_e6 ^ 2147483648u) : (sk_e6 ^ 4294967295u)));
                                 if (ow_seeded) {
                                     double s64 = ((double)(rz - row_m));
                                     if (noisy) {
                                         // built by kernels::seeded::score64
-                                        const unsigned int sk_e8 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], rc)));
+                                        const unsigned int sk_e7 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], rc)));
                                     }
                                     if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                         best64 = s64;
                                         best64_i = rc;
                                     }
                                 } else {
-                                    const unsigned int sk_e9 = (row * 12u);
-                                    uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e9 + 10u)], rows[(sk_e9 + 11u)]), rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)]);
-                                    const unsigned int sk_e10 = (rc & 3u);
-                                    float score = (rz + sk_gumbel(((sk_e10 == 3u) ? ((w4).w) : ((sk_e10 == 2u) ? ((w4).z) : ((sk_e10 == 1u) ? ((w4).y) : ((w4).x))))));
+                                    const unsigned int sk_e8 = (row * 12u);
+                                    uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e8 + 10u)], rows[(sk_e8 + 11u)]), rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)]);
+                                    const unsigned int sk_e9 = (rc & 3u);
+                                    float score = (rz + sk_gumbel(((sk_e9 == 3u) ? ((w4).w) : ((sk_e9 == 2u) ? ((w4).z) : ((sk_e9 == 1u) ? ((w4).y) : ((w4).x))))));
                                     if (((score > best) || ((score == best) && (rc < best_i)))) {
                                         best = score;
                                         best_i = rc;
@@ -1034,8 +1039,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             if (((flags & 1u) != 0u)) {
                                 // built by kernels::sampling::write_results
                                 if ((threadIdx.x == 0u)) {
-                                    const float sk_e11 = x[(base + ow_at)];
-                                    logprobs[row] = (ow_valid ? ((((((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) / temp) - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
+                                    const float sk_e10 = x[(base + ow_at)];
+                                    logprobs[row] = (ow_valid ? ((((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp) - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
                                 }
                             }
                             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {
@@ -1057,29 +1062,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                     {
                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                         if ((col < col_hi)) {
+                            const float sk_e11 = x[(base + col)];
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) / temp));
+                        }
+                    }
+                    {
+                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                        if ((col < col_hi)) {
                             const float sk_e12 = x[(base + col)];
                             m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp));
                         }
                     }
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                         if ((col < col_hi)) {
                             const float sk_e13 = x[(base + col)];
                             m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) / temp));
                         }
                     }
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                         if ((col < col_hi)) {
                             const float sk_e14 = x[(base + col)];
                             m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp));
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                        if ((col < col_hi)) {
-                            const float sk_e15 = x[(base + col)];
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15) / temp));
                         }
                     }
                 }
@@ -1127,8 +1132,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                 for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                     // built by kernels::filters::find_set
                     bool in_a = (stage <= sel_a);
-                    const unsigned int sk_e16 = (stage - 1u);
-                    unsigned int digit_pass = (in_a ? sk_e16 : (sk_e16 - sel_a));
+                    const unsigned int sk_e15 = (stage - 1u);
+                    unsigned int digit_pass = (in_a ? sk_e15 : (sk_e15 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -1166,6 +1171,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             {
                                 unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                                 if ((col < col_hi)) {
+                                    const float sk_e16 = x[(base + col)];
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp);
+                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        // built by kernels::filters::candidate
+                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if ((ok && (list_at < 4096u))) {
+                                        // built by kernels::filters::list_bucket
+                                        listed_cols[list_at] = col;
+                                        list_at = (list_at + 1u);
+                                    }
+                                }
+                            }
+                            {
+                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                if ((col < col_hi)) {
                                     const float sk_e17 = x[(base + col)];
                                     float zv = ((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
@@ -1187,7 +1215,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                                 if ((col < col_hi)) {
                                     const float sk_e18 = x[(base + col)];
                                     float zv = ((((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18) / temp);
@@ -1210,33 +1238,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                                 if ((col < col_hi)) {
                                     const float sk_e19 = x[(base + col)];
                                     float zv = ((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19) / temp);
-                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        // built by kernels::filters::candidate
-                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        // built by kernels::filters::list_bucket
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                                if ((col < col_hi)) {
-                                    const float sk_e20 = x[(base + col)];
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -1265,8 +1270,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            const float sk_e21 = x[(base + col)];
-                            float zv = ((((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21) / temp);
+                            const float sk_e20 = x[(base + col)];
+                            float zv = ((((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20) / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -1311,8 +1316,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            const float sk_e22 = x[(base + col)];
-                            float zv = ((((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22) / temp);
+                            const float sk_e21 = x[(base + col)];
+                            float zv = ((((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21) / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -1351,8 +1356,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            const unsigned int sk_e23 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e23 == (sel_n + min(sel_tn, 64u))) || (!((sk_e23 < kk) && ((mass_before + mt) <= lim)))))) {
+                            const unsigned int sk_e22 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e22 == (sel_n + min(sel_tn, 64u))) || (!((sk_e22 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -1423,8 +1428,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
-                                const float sk_e24 = x[(base + col)];
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) / temp);
+                                const float sk_e23 = x[(base + col)];
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23) / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1493,6 +1498,68 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     {
                                         unsigned int col = (c0 + 0u);
                                         if ((col < col_hi)) {
+                                            const float sk_e24 = x[(base + col)];
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                unsigned int digit = ((key >> shift) & 15u);
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned int sk_add = 1u;
+                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
+                                                }
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned long long sk_add = mv;
+                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = (c0 + 1u);
+                                        if ((col < col_hi)) {
                                             const float sk_e25 = x[(base + col)];
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
@@ -1553,7 +1620,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 1u);
+                                        unsigned int col = (c0 + 2u);
                                         if ((col < col_hi)) {
                                             const float sk_e26 = x[(base + col)];
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) / temp);
@@ -1615,72 +1682,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 2u);
+                                        unsigned int col = (c0 + 3u);
                                         if ((col < col_hi)) {
                                             const float sk_e27 = x[(base + col)];
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27) / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                unsigned int digit = ((key >> shift) & 15u);
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned int sk_add = 1u;
-                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                }
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned long long sk_add = mv;
-                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + 3u);
-                                        if ((col < col_hi)) {
-                                            const float sk_e28 = x[(base + col)];
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1745,6 +1750,68 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     {
                                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                                         if ((col < col_hi)) {
+                                            const float sk_e28 = x[(base + col)];
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                unsigned int digit = ((key >> shift) & 15u);
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned int sk_add = 1u;
+                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
+                                                }
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned long long sk_add = mv;
+                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                        if ((col < col_hi)) {
                                             const float sk_e29 = x[(base + col)];
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
@@ -1805,7 +1872,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                                         if ((col < col_hi)) {
                                             const float sk_e30 = x[(base + col)];
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) / temp);
@@ -1867,72 +1934,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                                         if ((col < col_hi)) {
                                             const float sk_e31 = x[(base + col)];
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                unsigned int digit = ((key >> shift) & 15u);
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned int sk_add = 1u;
-                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                }
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned long long sk_add = mv;
-                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                                        if ((col < col_hi)) {
-                                            const float sk_e32 = x[(base + col)];
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -2367,8 +2372,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             // built by kernels::filters::decide
                             unsigned long long tn64 = ((unsigned long long)sel_tn);
                             unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                            const bool sk_e33 = (tie_v == 0ull);
-                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e33 ? tn64 : (((lim - sel_m) / (sk_e33 ? 1ull : tie_v)) + 1ull))));
+                            const bool sk_e32 = (tie_v == 0ull);
+                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e32 ? tn64 : (((lim - sel_m) / (sk_e32 ? 1ull : tie_v)) + 1ull))));
                             lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -2386,8 +2391,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                     // built by kernels::filters::set_bounds
                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                    const bool sk_e34 = (tie_v == 0ull);
-                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e34 ? tn64 : (((lim - sel_m) / (sk_e34 ? 1ull : tie_v)) + 1ull))));
+                    const bool sk_e33 = (tie_v == 0ull);
+                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e33 ? tn64 : (((lim - sel_m) / (sk_e33 ? 1ull : tie_v)) + 1ull))));
                     s_ties = ties;
                 }
                 unsigned int tie_rank = 0u;
@@ -2411,6 +2416,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     {
                                         unsigned int col = (c0 + 0u);
                                         if ((col < col_hi)) {
+                                            const float sk_e34 = x[(base + col)];
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34) / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            if ((key == s_key)) {
+                                                // built by kernels::filters::count_ties
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::count_ties
+                                                mine = (mine + 1u);
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = (c0 + 1u);
+                                        if ((col < col_hi)) {
                                             const float sk_e35 = x[(base + col)];
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
@@ -2431,7 +2458,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 1u);
+                                        unsigned int col = (c0 + 2u);
                                         if ((col < col_hi)) {
                                             const float sk_e36 = x[(base + col)];
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36) / temp);
@@ -2453,32 +2480,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 2u);
+                                        unsigned int col = (c0 + 3u);
                                         if ((col < col_hi)) {
                                             const float sk_e37 = x[(base + col)];
                                             float zv = ((((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37) / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if ((key == s_key)) {
-                                                // built by kernels::filters::count_ties
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::count_ties
-                                                mine = (mine + 1u);
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + 3u);
-                                        if ((col < col_hi)) {
-                                            const float sk_e38 = x[(base + col)];
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -2544,8 +2549,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             {
                                 unsigned int col = (c0 + 0u);
                                 if ((col < col_hi)) {
-                                    const float sk_e39 = x[(base + col)];
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39) / temp);
+                                    const float sk_e38 = x[(base + col)];
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2573,8 +2578,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e40 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], col)));
+                                            const unsigned int sk_e39 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -2587,8 +2592,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             {
                                 unsigned int col = (c0 + 1u);
                                 if ((col < col_hi)) {
-                                    const float sk_e41 = x[(base + col)];
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41) / temp);
+                                    const float sk_e40 = x[(base + col)];
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2616,8 +2621,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e42 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e42 + 8u)], rows[(sk_e42 + 9u)], rows[(sk_e42 + 10u)], col)));
+                                            const unsigned int sk_e41 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e41 + 8u)], rows[(sk_e41 + 9u)], rows[(sk_e41 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -2630,8 +2635,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             {
                                 unsigned int col = (c0 + 2u);
                                 if ((col < col_hi)) {
-                                    const float sk_e43 = x[(base + col)];
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43) / temp);
+                                    const float sk_e42 = x[(base + col)];
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2659,8 +2664,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e44 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e44 + 8u)], rows[(sk_e44 + 9u)], rows[(sk_e44 + 10u)], col)));
+                                            const unsigned int sk_e43 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -2673,8 +2678,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             {
                                 unsigned int col = (c0 + 3u);
                                 if ((col < col_hi)) {
-                                    const float sk_e45 = x[(base + col)];
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45) / temp);
+                                    const float sk_e44 = x[(base + col)];
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2702,8 +2707,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e46 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col)));
+                                            const unsigned int sk_e45 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e45 + 8u)], rows[(sk_e45 + 9u)], rows[(sk_e45 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -2727,14 +2732,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                         for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
-                                const unsigned int sk_e47 = (row * 12u);
-                                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e47 + 10u)], rows[(sk_e47 + 11u)]), rows[(sk_e47 + 8u)], rows[(sk_e47 + 9u)]);
+                                const unsigned int sk_e46 = (row * 12u);
+                                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e46 + 10u)], rows[(sk_e46 + 11u)]), rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)]);
                             }
                             {
                                 unsigned int col = (c0 + 0u);
                                 if ((col < col_hi)) {
-                                    const float sk_e48 = x[(base + col)];
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48) / temp);
+                                    const float sk_e47 = x[(base + col)];
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e47) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e47) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2759,8 +2764,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e49 = sk_gumbel((w).x);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e49 : (zv + sk_e49)) : zv);
+                                        const float sk_e48 = sk_gumbel((w).x);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e48 : (zv + sk_e48)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -2772,8 +2777,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             {
                                 unsigned int col = (c0 + 1u);
                                 if ((col < col_hi)) {
-                                    const float sk_e50 = x[(base + col)];
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50) / temp);
+                                    const float sk_e49 = x[(base + col)];
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e49) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e49) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2798,8 +2803,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e51 = sk_gumbel((w).y);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e51 : (zv + sk_e51)) : zv);
+                                        const float sk_e50 = sk_gumbel((w).y);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e50 : (zv + sk_e50)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -2811,8 +2816,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             {
                                 unsigned int col = (c0 + 2u);
                                 if ((col < col_hi)) {
-                                    const float sk_e52 = x[(base + col)];
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52) / temp);
+                                    const float sk_e51 = x[(base + col)];
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e51) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e51) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2837,8 +2842,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e53 = sk_gumbel((w).z);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e53 : (zv + sk_e53)) : zv);
+                                        const float sk_e52 = sk_gumbel((w).z);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e52 : (zv + sk_e52)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -2850,8 +2855,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             {
                                 unsigned int col = (c0 + 3u);
                                 if ((col < col_hi)) {
-                                    const float sk_e54 = x[(base + col)];
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e54) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e54) / temp);
+                                    const float sk_e53 = x[(base + col)];
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e53) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e53) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2876,8 +2881,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e55 = sk_gumbel((w).w);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e55 : (zv + sk_e55)) : zv);
+                                        const float sk_e54 = sk_gumbel((w).w);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e54 : (zv + sk_e54)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -2994,8 +2999,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                     // built by kernels::sampling::write_results
                     float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                     if ((threadIdx.x == 0u)) {
-                        const float sk_e56 = x[(base + tok_at)];
-                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                        const float sk_e55 = x[(base + tok_at)];
+                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e55) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e55) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                     }
                 }
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

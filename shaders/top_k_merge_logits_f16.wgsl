@@ -811,58 +811,63 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                         var all_in: bool = ((n_sel < want) || (select(select(sk_exp((zt - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zt == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) <= (0.0f)));
-                        var ov_t: f32 = (bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u))) - row_m);
-                        var tie_bad: u32 = 0u;
-                        for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
+                        let sk_e4: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                        var cut_above: bool = ((bitcast<f32>(select((sk_e4 ^ 4294967295u), (sk_e4 ^ 2147483648u), ((sk_e4 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
+                        let sk_e5: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                        var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e5] ^ 4294967295u), (listed_cols[sk_e5] ^ 2147483648u), ((listed_cols[sk_e5] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
+                        var prefix_exact: bool = all_in;
+                        if (((!all_in) && (!(cut_above && k_above)))) {
                             // built by kernels::filter_top_k::prefix_is_exact
-                            var ek: u32 = listed_cols[(0u + i)];
-                            if (((ek > t_key) && ((bitcast<f32>(select((ek ^ 4294967295u), (ek ^ 2147483648u), ((ek & 2147483648u) != 0u))) - row_m) == ov_t))) {
-                                tie_bad = (tie_bad + 1u);
-                            }
-                        }
-                        for (var pos: u32 = sk_lid; pos < n_items; pos = pos + BLOCK) {
-                            // built by kernels::filter_top_k::prefix_is_exact
-                            var ip: u32 = (pos / want);
-                            var is: u32 = (pos - (ip * want));
-                            var ik: u32 = 0u;
-                            if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
-                                // built by kernels::filter_top_k::merge_row
-                                ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
-                            }
-                            var lk: u32 = ik;
-                            if ((((lk != 0u) && (lk < t_key)) && ((bitcast<f32>(select((lk ^ 4294967295u), (lk ^ 2147483648u), ((lk & 2147483648u) != 0u))) - row_m) == ov_t))) {
-                                tie_bad = (tie_bad + 1u);
-                            }
-                        }
-                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                            // built by kernels::filter_top_k::prefix_is_exact
-                            var rk3: u32 = partials[((((slot * parts) + p) * 519u) + 3u)];
-                            if ((((rk3 != 0u) && (rk3 < t_key)) && ((bitcast<f32>(select((rk3 ^ 4294967295u), (rk3 ^ 2147483648u), ((rk3 & 2147483648u) != 0u))) - row_m) == ov_t))) {
-                                tie_bad = (tie_bad + 1u);
-                            }
-                            var rk4: u32 = partials[((((slot * parts) + p) * 519u) + 4u)];
-                            if ((((rk4 != 0u) && (rk4 < t_key)) && ((bitcast<f32>(select((rk4 ^ 4294967295u), (rk4 ^ 2147483648u), ((rk4 & 2147483648u) != 0u))) - row_m) == ov_t))) {
-                                tie_bad = (tie_bad + 1u);
-                            }
-                        }
-                        var tie_bad_n: u32 = 0u;
-                        {
-                            sk_red_u32[sk_lid] = tie_bad;
-                            workgroupBarrier();
-                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                if (sk_lid < sk_s) {
-                                    sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
+                            var ov_t: f32 = (bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u))) - row_m);
+                            var tie_bad: u32 = 0u;
+                            for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
+                                // built by kernels::filter_top_k::count_shared_boundary
+                                var ek: u32 = listed_cols[(0u + i)];
+                                if (((ek > t_key) && ((bitcast<f32>(select((ek ^ 4294967295u), (ek ^ 2147483648u), ((ek & 2147483648u) != 0u))) - row_m) == ov_t))) {
+                                    tie_bad = (tie_bad + 1u);
                                 }
+                            }
+                            for (var pos: u32 = sk_lid; pos < n_items; pos = pos + BLOCK) {
+                                // built by kernels::filter_top_k::count_shared_boundary
+                                var ip: u32 = (pos / want);
+                                var is: u32 = (pos - (ip * want));
+                                var ik: u32 = 0u;
+                                if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
+                                    // built by kernels::filter_top_k::merge_row
+                                    ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
+                                }
+                                var lk: u32 = ik;
+                                if ((((lk != 0u) && (lk < t_key)) && ((bitcast<f32>(select((lk ^ 4294967295u), (lk ^ 2147483648u), ((lk & 2147483648u) != 0u))) - row_m) == ov_t))) {
+                                    tie_bad = (tie_bad + 1u);
+                                }
+                            }
+                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                                // built by kernels::filter_top_k::count_shared_boundary
+                                var rk3: u32 = partials[((((slot * parts) + p) * 519u) + 3u)];
+                                if ((((rk3 != 0u) && (rk3 < t_key)) && ((bitcast<f32>(select((rk3 ^ 4294967295u), (rk3 ^ 2147483648u), ((rk3 & 2147483648u) != 0u))) - row_m) == ov_t))) {
+                                    tie_bad = (tie_bad + 1u);
+                                }
+                                var rk4: u32 = partials[((((slot * parts) + p) * 519u) + 4u)];
+                                if ((((rk4 != 0u) && (rk4 < t_key)) && ((bitcast<f32>(select((rk4 ^ 4294967295u), (rk4 ^ 2147483648u), ((rk4 & 2147483648u) != 0u))) - row_m) == ov_t))) {
+                                    tie_bad = (tie_bad + 1u);
+                                }
+                            }
+                            var tie_bad_n: u32 = 0u;
+                            {
+                                sk_red_u32[sk_lid] = tie_bad;
+                                workgroupBarrier();
+                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                    if (sk_lid < sk_s) {
+                                        sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
+                                    }
+                                    workgroupBarrier();
+                                }
+                                tie_bad_n = sk_red_u32[0];
                                 workgroupBarrier();
                             }
-                            tie_bad_n = sk_red_u32[0];
-                            workgroupBarrier();
+                            prefix_exact = (tie_bad_n == 0u);
                         }
-                        var prefix_exact: bool = (all_in || (tie_bad_n == 0u));
-                        let sk_e4: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                        let sk_e5: u32 = (1285u + (max(kept_n, 1u) - 1u));
-                        let sk_e6: f32 = (zt - row_m);
-                        var decided: bool = (((((kept_n > 0u) && (prefix_exact || ((bitcast<f32>(select((listed_cols[sk_e5] ^ 4294967295u), (listed_cols[sk_e5] ^ 2147483648u), ((listed_cols[sk_e5] & 2147483648u) != 0u))) - row_m) > sk_e6))) && (((!k_first) || prefix_exact) || ((bitcast<f32>(select((listed_cols[sk_e4] ^ 4294967295u), (listed_cols[sk_e4] ^ 2147483648u), ((listed_cols[sk_e4] & 2147483648u) != 0u))) - row_m) > sk_e6))) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
+                        var decided: bool = (((((kept_n > 0u) && (prefix_exact || cut_above)) && (prefix_exact || k_above)) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
                         if (decided) {
                             var best: f32 = bitcast<f32>(4286578688u);
                             var best_i: u32 = 4294967295u;
@@ -871,24 +876,24 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
                             for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                 var rc: u32 = listed_cols[(1542u + r)];
-                                let sk_e7: u32 = listed_cols[(1285u + r)];
-                                var rz: f32 = bitcast<f32>(select((sk_e7 ^ 4294967295u), (sk_e7 ^ 2147483648u), ((sk_e7 & 2147483648u) != 0u)));
+                                let sk_e6: u32 = listed_cols[(1285u + r)];
+                                var rz: f32 = bitcast<f32>(select((sk_e6 ^ 4294967295u), (sk_e6 ^ 2147483648u), ((sk_e6 & 2147483648u) != 0u)));
                                 if (ow_seeded) {
                                     var s64: f64 = f64((rz - row_m));
                                     if (noisy) {
                                         // built by kernels::seeded::score64
-                                        let sk_e8: u32 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], rc)));
+                                        let sk_e7: u32 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], rc)));
                                     }
                                     if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                         best64 = s64;
                                         best64_i = rc;
                                     }
                                 } else {
-                                    let sk_e9: u32 = (row * 12u);
-                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e9 + 10u)], rows[(sk_e9 + 11u)]), rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)]);
-                                    let sk_e10: u32 = (rc & 3u);
-                                    var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e10 == 1u)), w4[2], (sk_e10 == 2u)), w4[3], (sk_e10 == 3u))));
+                                    let sk_e8: u32 = (row * 12u);
+                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e8 + 10u)], rows[(sk_e8 + 11u)]), rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)]);
+                                    let sk_e9: u32 = (rc & 3u);
+                                    var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e9 == 1u)), w4[2], (sk_e9 == 2u)), w4[3], (sk_e9 == 3u))));
                                     if (((score > best) || ((score == best) && (rc < best_i)))) {
                                         best = score;
                                         best_i = rc;
@@ -950,8 +955,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (((params.flags & 1u) != 0u)) {
                                 // built by kernels::sampling::write_results
                                 if ((sk_lid == 0u)) {
-                                    let sk_e11: f32 = sk_load_x((base + ow_at));
-                                    logprobs[row] = select(bitcast<f32>(4286578688u), (((select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)) / temp) - row_m) - sk_log(row_s)), ow_valid);
+                                    let sk_e10: f32 = sk_load_x((base + ow_at));
+                                    logprobs[row] = select(bitcast<f32>(4286578688u), (((select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp) - row_m) - sk_log(row_s)), ow_valid);
                                 }
                             }
                             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
@@ -973,29 +978,29 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + (BLOCK * 0u));
                         if ((col < col_hi)) {
+                            let sk_e11: f32 = sk_load_x((base + col));
+                            m = max(m, (select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)) / temp));
+                        }
+                    }
+                    {
+                        var col: u32 = (c0 + (BLOCK * 1u));
+                        if ((col < col_hi)) {
                             let sk_e12: f32 = sk_load_x((base + col));
                             m = max(m, (select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)) / temp));
                         }
                     }
                     {
-                        var col: u32 = (c0 + (BLOCK * 1u));
+                        var col: u32 = (c0 + (BLOCK * 2u));
                         if ((col < col_hi)) {
                             let sk_e13: f32 = sk_load_x((base + col));
                             m = max(m, (select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)) / temp));
                         }
                     }
                     {
-                        var col: u32 = (c0 + (BLOCK * 2u));
+                        var col: u32 = (c0 + (BLOCK * 3u));
                         if ((col < col_hi)) {
                             let sk_e14: f32 = sk_load_x((base + col));
                             m = max(m, (select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)) / temp));
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + (BLOCK * 3u));
-                        if ((col < col_hi)) {
-                            let sk_e15: f32 = sk_load_x((base + col));
-                            m = max(m, (select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u)) / temp));
                         }
                     }
                 }
@@ -1031,8 +1036,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                     // built by kernels::filters::find_set
                     var in_a: bool = (stage <= sel_a);
-                    let sk_e16: u32 = (stage - 1u);
-                    var digit_pass: u32 = select((sk_e16 - sel_a), sk_e16, in_a);
+                    let sk_e15: u32 = (stage - 1u);
+                    var digit_pass: u32 = select((sk_e15 - sel_a), sk_e15, in_a);
                     var shift: u32 = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -1060,6 +1065,29 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + (BLOCK * 0u));
                                 if ((col < col_hi)) {
+                                    let sk_e16: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u)) / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    if (((key & sel_mask) == sel_key)) {
+                                        // built by kernels::filters::candidate
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                    }
+                                    if ((ok && (list_at < 4096u))) {
+                                        // built by kernels::filters::list_bucket
+                                        listed_cols[list_at] = col;
+                                        list_at = (list_at + 1u);
+                                    }
+                                }
+                            }
+                            {
+                                var col: u32 = (c0 + (BLOCK * 1u));
+                                if ((col < col_hi)) {
                                     let sk_e17: f32 = sk_load_x((base + col));
                                     var zv: f32 = (select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
@@ -1081,7 +1109,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                             {
-                                var col: u32 = (c0 + (BLOCK * 1u));
+                                var col: u32 = (c0 + (BLOCK * 2u));
                                 if ((col < col_hi)) {
                                     let sk_e18: f32 = sk_load_x((base + col));
                                     var zv: f32 = (select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u)) / temp);
@@ -1104,33 +1132,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                             {
-                                var col: u32 = (c0 + (BLOCK * 2u));
+                                var col: u32 = (c0 + (BLOCK * 3u));
                                 if ((col < col_hi)) {
                                     let sk_e19: f32 = sk_load_x((base + col));
                                     var zv: f32 = (select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if (((key & sel_mask) == sel_key)) {
-                                        // built by kernels::filters::candidate
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                    }
-                                    if ((ok && (list_at < 4096u))) {
-                                        // built by kernels::filters::list_bucket
-                                        listed_cols[list_at] = col;
-                                        list_at = (list_at + 1u);
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + (BLOCK * 3u));
-                                if ((col < col_hi)) {
-                                    let sk_e20: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -1159,8 +1164,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
-                            let sk_e21: f32 = sk_load_x((base + col));
-                            var zv: f32 = (select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e20: f32 = sk_load_x((base + col));
+                            var zv: f32 = (select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u)) / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -1195,8 +1200,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
-                            let sk_e22: f32 = sk_load_x((base + col));
-                            var zv: f32 = (select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e21: f32 = sk_load_x((base + col));
+                            var zv: f32 = (select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u)) / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -1235,8 +1240,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            let sk_e23: u32 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e23 == (sel_n + min(sel_tn, 64u))) || (!((sk_e23 < kk) && ((mass_before + mt) <= lim)))))) {
+                            let sk_e22: u32 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e22 == (sel_n + min(sel_tn, 64u))) || (!((sk_e22 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -1273,8 +1278,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                                 // built by kernels::filters::sweep_list
                                 var col: u32 = listed_cols[at];
-                                let sk_e24: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e23: f32 = sk_load_x((base + col));
+                                var zv: f32 = (select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u)) / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1305,6 +1310,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 0u);
                                         if ((col < col_hi)) {
+                                            let sk_e24: f32 = sk_load_x((base + col));
+                                            var zv: f32 = (select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u)) / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                var digit: u32 = ((key >> shift) & 15u);
+                                                cnt[digit] += 1u;
+                                                mas[digit] += mv;
+                                            }
+                                        }
+                                    }
+                                    {
+                                        var col: u32 = (c0 + 1u);
+                                        if ((col < col_hi)) {
                                             let sk_e25: f32 = sk_load_x((base + col));
                                             var zv: f32 = (select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
@@ -1327,7 +1356,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 1u);
+                                        var col: u32 = (c0 + 2u);
                                         if ((col < col_hi)) {
                                             let sk_e26: f32 = sk_load_x((base + col));
                                             var zv: f32 = (select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u)) / temp);
@@ -1351,34 +1380,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 2u);
+                                        var col: u32 = (c0 + 3u);
                                         if ((col < col_hi)) {
                                             let sk_e27: f32 = sk_load_x((base + col));
                                             var zv: f32 = (select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                var digit: u32 = ((key >> shift) & 15u);
-                                                cnt[digit] += 1u;
-                                                mas[digit] += mv;
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + 3u);
-                                        if ((col < col_hi)) {
-                                            let sk_e28: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1405,6 +1410,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + (BLOCK * 0u));
                                         if ((col < col_hi)) {
+                                            let sk_e28: f32 = sk_load_x((base + col));
+                                            var zv: f32 = (select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u)) / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                var digit: u32 = ((key >> shift) & 15u);
+                                                cnt[digit] += 1u;
+                                                mas[digit] += mv;
+                                            }
+                                        }
+                                    }
+                                    {
+                                        var col: u32 = (c0 + (BLOCK * 1u));
+                                        if ((col < col_hi)) {
                                             let sk_e29: f32 = sk_load_x((base + col));
                                             var zv: f32 = (select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
@@ -1427,7 +1456,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + (BLOCK * 1u));
+                                        var col: u32 = (c0 + (BLOCK * 2u));
                                         if ((col < col_hi)) {
                                             let sk_e30: f32 = sk_load_x((base + col));
                                             var zv: f32 = (select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u)) / temp);
@@ -1451,34 +1480,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + (BLOCK * 2u));
+                                        var col: u32 = (c0 + (BLOCK * 3u));
                                         if ((col < col_hi)) {
                                             let sk_e31: f32 = sk_load_x((base + col));
                                             var zv: f32 = (select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                var digit: u32 = ((key >> shift) & 15u);
-                                                cnt[digit] += 1u;
-                                                mas[digit] += mv;
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + (BLOCK * 3u));
-                                        if ((col < col_hi)) {
-                                            let sk_e32: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1992,8 +1997,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::decide
                             var tn64: u64 = u64(sel_tn);
                             var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                            let sk_e33: bool = (tie_v == 0lu);
-                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e33)) + 1lu), tn64, sk_e33)));
+                            let sk_e32: bool = (tie_v == 0lu);
+                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e32)) + 1lu), tn64, sk_e32)));
                             lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -2011,8 +2016,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::set_bounds
                     var tn64: u64 = u64(sel_tn);
                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                    let sk_e34: bool = (tie_v == 0lu);
-                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e34)) + 1lu), tn64, sk_e34)));
+                    let sk_e33: bool = (tie_v == 0lu);
+                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e33)) + 1lu), tn64, sk_e33)));
                     s_ties = ties;
                 }
                 var tie_rank: u32 = 0u;
@@ -2036,6 +2041,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 0u);
                                         if ((col < col_hi)) {
+                                            let sk_e34: f32 = sk_load_x((base + col));
+                                            var zv: f32 = (select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u)) / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            if ((key == s_key)) {
+                                                // built by kernels::filters::count_ties
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::count_ties
+                                                mine = (mine + 1u);
+                                            }
+                                        }
+                                    }
+                                    {
+                                        var col: u32 = (c0 + 1u);
+                                        if ((col < col_hi)) {
                                             let sk_e35: f32 = sk_load_x((base + col));
                                             var zv: f32 = (select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
@@ -2056,7 +2083,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 1u);
+                                        var col: u32 = (c0 + 2u);
                                         if ((col < col_hi)) {
                                             let sk_e36: f32 = sk_load_x((base + col));
                                             var zv: f32 = (select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u)) / temp);
@@ -2078,32 +2105,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 2u);
+                                        var col: u32 = (c0 + 3u);
                                         if ((col < col_hi)) {
                                             let sk_e37: f32 = sk_load_x((base + col));
                                             var zv: f32 = (select(sk_e37, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if ((key == s_key)) {
-                                                // built by kernels::filters::count_ties
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::count_ties
-                                                mine = (mine + 1u);
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + 3u);
-                                        if ((col < col_hi)) {
-                                            let sk_e38: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -2159,8 +2164,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + 0u);
                                 if ((col < col_hi)) {
-                                    let sk_e39: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e39, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e39) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e38: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -2188,8 +2193,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e40: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], col)));
+                                            let sk_e39: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -2202,8 +2207,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + 1u);
                                 if ((col < col_hi)) {
-                                    let sk_e41: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e40: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -2231,8 +2236,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e42: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e42 + 8u)], rows[(sk_e42 + 9u)], rows[(sk_e42 + 10u)], col)));
+                                            let sk_e41: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e41 + 8u)], rows[(sk_e41 + 9u)], rows[(sk_e41 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -2245,8 +2250,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + 2u);
                                 if ((col < col_hi)) {
-                                    let sk_e43: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e42: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -2274,8 +2279,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e44: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e44 + 8u)], rows[(sk_e44 + 9u)], rows[(sk_e44 + 10u)], col)));
+                                            let sk_e43: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -2288,8 +2293,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + 3u);
                                 if ((col < col_hi)) {
-                                    let sk_e45: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e44: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -2317,8 +2322,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e46: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col)));
+                                            let sk_e45: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e45 + 8u)], rows[(sk_e45 + 9u)], rows[(sk_e45 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -2342,14 +2347,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
-                                let sk_e47: u32 = (row * 12u);
-                                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e47 + 10u)], rows[(sk_e47 + 11u)]), rows[(sk_e47 + 8u)], rows[(sk_e47 + 9u)]);
+                                let sk_e46: u32 = (row * 12u);
+                                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e46 + 10u)], rows[(sk_e46 + 11u)]), rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)]);
                             }
                             {
                                 var col: u32 = (c0 + 0u);
                                 if ((col < col_hi)) {
-                                    let sk_e48: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e47: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e47, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e47) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -2374,8 +2379,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e49: f32 = sk_gumbel(w[0]);
-                                        var score: f32 = select(zv, select((zv + sk_e49), sk_e49, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e48: f32 = sk_gumbel(w[0]);
+                                        var score: f32 = select(zv, select((zv + sk_e48), sk_e48, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -2387,8 +2392,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + 1u);
                                 if ((col < col_hi)) {
-                                    let sk_e50: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e50, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e50) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e49: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e49, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e49) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -2413,8 +2418,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e51: f32 = sk_gumbel(w[1]);
-                                        var score: f32 = select(zv, select((zv + sk_e51), sk_e51, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e50: f32 = sk_gumbel(w[1]);
+                                        var score: f32 = select(zv, select((zv + sk_e50), sk_e50, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -2426,8 +2431,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + 2u);
                                 if ((col < col_hi)) {
-                                    let sk_e52: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e52, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e52) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e51: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e51, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e51) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -2452,8 +2457,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e53: f32 = sk_gumbel(w[2]);
-                                        var score: f32 = select(zv, select((zv + sk_e53), sk_e53, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e52: f32 = sk_gumbel(w[2]);
+                                        var score: f32 = select(zv, select((zv + sk_e52), sk_e52, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -2465,8 +2470,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + 3u);
                                 if ((col < col_hi)) {
-                                    let sk_e54: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e54, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e54) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e53: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e53, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e53) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -2491,8 +2496,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e55: f32 = sk_gumbel(w[3]);
-                                        var score: f32 = select(zv, select((zv + sk_e55), sk_e55, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e54: f32 = sk_gumbel(w[3]);
+                                        var score: f32 = select(zv, select((zv + sk_e54), sk_e54, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -2573,8 +2578,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::sampling::write_results
                     var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                     if ((sk_lid == 0u)) {
-                        let sk_e56: f32 = sk_load_x((base + tok_at));
-                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e56, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                        let sk_e55: f32 = sk_load_x((base + tok_at));
+                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e55, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e55) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                     }
                 }
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

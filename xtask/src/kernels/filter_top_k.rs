@@ -273,13 +273,27 @@ fn read_part(b: &mut Block) {
 /// a part leaves out below its boundary, and that boundary where it leaves some of it out); the
 /// tokens left out at the boundary value itself rank after the candidates there, by index, as
 /// the selects take the lowest indices. `complete` (every token with probability is a
-/// candidate) is exact as it is.
+/// candidate) is exact as it is. The lists are searched only where `needed` (the same on every
+/// invocation: the merge's plain test, which needs no search, failed); elsewhere the result is
+/// `complete`.
 fn prefix_is_exact(
     b: &mut Block,
     complete: Expr,
+    needed: Expr,
     ov: &dyn Fn(Expr) -> Expr,
     key_at: &dyn Fn(&mut Block, Expr) -> Expr,
 ) -> Expr {
+    b.let_("prefix_exact", Ty::Bool, complete.clone());
+    b.if_(complete.not().and(needed), |b| {
+        let n = count_shared_boundary(b, ov, key_at);
+        b.set("prefix_exact", n.eq_(u(0)));
+    });
+    var("prefix_exact")
+}
+
+/// The tokens that break [`prefix_is_exact`]: left out with the boundary's `z - max` and a
+/// smaller `z`, or candidates above the boundary value with its `z - max`.
+fn count_shared_boundary(b: &mut Block, ov: &dyn Fn(Expr) -> Expr, key_at: &dyn Fn(&mut Block, Expr) -> Expr) -> Expr {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let ot = b.let_("ov_t", Ty::F32, ov(key_value(var("t_key"))));
     b.let_("tie_bad", Ty::U32, u(0));
@@ -301,8 +315,7 @@ fn prefix_is_exact(
             b.if_(left_out(k), bad);
         }
     });
-    let n = b.reduce(ReduceOp::Sum, Ty::U32, var("tie_bad"), "tie_bad_n");
-    b.let_("prefix_exact", Ty::Bool, complete.or(n.eq_(u(0))))
+    b.reduce(ReduceOp::Sum, Ty::U32, var("tie_bad"), "tie_bad_n")
 }
 
 /// The merge of one row (after [`one_read_row`]): sets `one_read_done` where the candidates
@@ -411,11 +424,14 @@ fn merge_row(b: &mut Block) {
         let all_in = n_sel.clone().lt(want).or(softmax_weight(zt.clone(), mx.clone()).le(f(0.0)));
         let complete = b.let_("all_in", Ty::Bool, all_in);
         let above = |r: Expr| ov(key_value(get(S_KEY, r))).gt(ov(zt.clone()));
-        let exact = prefix_is_exact(b, complete.clone(), &ov, &key_at);
         let kept_n = var("kept_n");
-        let cut_ok = kept_n.clone().gt(u(0)).and(exact.clone().or(above(kept_n.clone().max(u(1)) - u(1))));
         let last_k = var("kk").min(n_sel.clone()).max(u(1)) - u(1);
-        let k_ok = var("k_first").not().or(exact).or(above(last_k));
+        let cut_above = b.let_("cut_above", Ty::Bool, above(kept_n.clone().max(u(1)) - u(1)));
+        let k_above = b.let_("k_above", Ty::Bool, var("k_first").not().or(above(last_k)));
+        let plain = cut_above.clone().and(k_above.clone());
+        let exact = prefix_is_exact(b, complete.clone(), plain.not(), &ov, &key_at);
+        let cut_ok = kept_n.clone().gt(u(0)).and(exact.clone().or(cut_above));
+        let k_ok = exact.or(k_above);
         // A capped row's set is known only where it ends before the candidates do.
         let short = kept_n.clone().lt(n_sel.clone()).or(complete.clone());
         let cap_ok = var("capped").not().or(short);
