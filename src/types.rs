@@ -200,8 +200,11 @@ impl RowParams {
         let k = f.top_k.filter(|&k| k < vocab);
         let k_first = f.order == Order::TopKFirst && k.is_some() && f.top_p < 1.0;
         let capped = k.unwrap_or(vocab) > ONE_READ_TOP_K && !k_first && (f.top_p < 1.0 || f.min_p > 0.0);
-        let by_k = k.is_some_and(|k| k <= ONE_READ_TOP_K);
-        self.is_sampled() && (by_k || capped)
+        self.is_sampled() && (self.one_read_top_k(vocab) || capped)
+    }
+    /// The row's top-k is below the vocabulary and at most [`ONE_READ_TOP_K`].
+    fn one_read_top_k(&self, vocab: usize) -> bool {
+        self.filters().top_k.is_some_and(|k| k < vocab && k <= ONE_READ_TOP_K)
     }
     /// Whether the one-read path suits this row in a batch (`Sampler::step` routes a batch's
     /// filtered rows there only when all of them are): it [takes the path](Self::takes_one_read)
@@ -210,9 +213,7 @@ impl RowParams {
     /// to one workgroup for the row in the merge, slower than the split filter kernels, and the
     /// launch waits for its slowest row.
     pub fn suits_one_read(&self, vocab: usize) -> bool {
-        let f = self.filters();
-        let by_k = f.top_k.is_some_and(|k| k < vocab && k <= ONE_READ_TOP_K);
-        self.takes_one_read(vocab) && (by_k || f.top_p >= 1.0)
+        self.takes_one_read(vocab) && (self.one_read_top_k(vocab) || self.filters().top_p >= 1.0)
     }
 }
 

@@ -27,6 +27,11 @@ pub struct Kernel {
     pub occupancy: f64,
 }
 
+/// The share of columns a warp still scores where a noise bound from the column's random bits
+/// skips the rest: a numpy simulation of the race's rule (`docs/race-design.md`, stage E), which
+/// the seeded sampler's bound follows column for column.
+const SCORED: f64 = 0.035;
+
 /// The kernels that run the race from logits (the fast-log screen and the pruning).
 fn races_logits(kernel: &str) -> bool {
     kernel.starts_with("race_logits") || kernel.starts_with("sample_")
@@ -38,7 +43,7 @@ pub fn rare_rate(kernel: &str) -> (f64, &'static str) {
         (0.01, "assumed: the fast-log screen sends about 1 column in 100 to the exact rescoring")
     } else if kernel.starts_with("seeded_logits") {
         (
-            0.035,
+            SCORED,
             "the screen off the common path (two logs and a division) for the columns whose noise bound, from \
              the hash's bits, reaches the floor: a warp screens about 3.5% of them (the race's simulation, the \
              same rule a column)",
@@ -73,7 +78,7 @@ pub fn kept_share(kernel: &str) -> (f64, &'static str) {
 pub fn scored_share(kernel: &str) -> (f64, &'static str) {
     if races_logits(kernel) {
         (
-            0.035,
+            SCORED,
             "a numpy simulation of the kernel's rule (docs/race-design.md): model-like and flat rows at T 0.6 to 1.0, \
              2 to 37 parts a row, warps of 32 score 0.9% to 3.3% of the columns",
         )

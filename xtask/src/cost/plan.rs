@@ -160,19 +160,20 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         read: passes as f64 * row * batch as f64,
         written,
     };
+    // `p` workgroups a row, each reading its columns once (`reads`) or leaving at once.
+    let parted = |kernel: String, p: u32, row_bytes: f64, reads: bool| Launch {
+        kernel,
+        groups: batch * p,
+        columns: if reads { vocab.div_ceil(p) } else { 0 },
+        passes: u32::from(reads),
+        read: if reads { row_bytes * batch as f64 } else { 0.0 },
+        written: 0.0,
+    };
     // A split row: today one launch (its last part combines the parts' records); at f09f138 a
     // second launch, `combine`, did.
     let split = |kernel: String, combine: &str, row_bytes: f64| {
         let p = parts(batch, vocab, target_groups, block);
-        let first = Launch {
-            kernel,
-            groups: batch * p,
-            columns: vocab.div_ceil(p),
-            passes: 1,
-            read: row_bytes * batch as f64,
-            written: 0.0,
-        };
-        let mut v = vec![first];
+        let mut v = vec![parted(kernel, p, row_bytes, true)];
         if p > 1 && era == Era::F09f138 {
             v.push(Launch {
                 kernel: combine.to_string(),
@@ -200,16 +201,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         }
         // One launch per stage: the passes over the row first, then the stages with no column
         // work (the combine, and the digit passes a setting does not need).
-        (0..stages)
-            .map(|s| Launch {
-                kernel: format!("filter_split_{input}"),
-                groups: batch * p,
-                columns: if s < passes { vocab.div_ceil(p) } else { 0 },
-                passes: u32::from(s < passes),
-                read: if s < passes { row * batch as f64 } else { 0.0 },
-                written: 0.0,
-            })
-            .collect()
+        (0..stages).map(|s| parted(format!("filter_split_{input}"), p, row, s < passes)).collect()
     };
     // The one-read path (`launch.rs`, `Launch::one_read`): the parts, then the merge, which
     // runs the filter kernel's body (`passes` over the row) on the rows the parts do not take.
@@ -217,14 +209,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         let p = vocab.div_ceil(TOP_K_PART_COLS);
         let decided = !idle_rows && ONE_READ.contains(&name);
         let read = decided || READ_THEN_FILTER.contains(&name);
-        let parts = Launch {
-            kernel: format!("top_k_parts_logits_{dtype}"),
-            groups: batch * p,
-            columns: if read { vocab.div_ceil(p) } else { 0 },
-            passes: u32::from(read),
-            read: if read { row * batch as f64 } else { 0.0 },
-            written: 0.0,
-        };
+        let parts = parted(format!("top_k_parts_logits_{dtype}"), p, row, read);
         let merge = format!("top_k_merge_logits_{dtype}");
         let merge = if decided || idle_rows { idle(merge, batch) } else { whole(merge, passes, 0.0) };
         vec![parts, merge]
@@ -243,15 +228,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         if p <= 1 {
             return vec![whole(kernel, 1, 0.0)];
         }
-        let parts = Launch {
-            kernel: kernel.clone(),
-            groups: batch * p,
-            columns: vocab.div_ceil(p),
-            passes: 1,
-            read: row * batch as f64,
-            written: 0.0,
-        };
-        vec![parts, idle(kernel, batch)]
+        vec![parted(kernel.clone(), p, row, true), idle(kernel, batch)]
     };
     match call {
         Call::ReadRows => vec![whole(format!("read_rows_{dtype}"), 1, 0.0)],
