@@ -1425,7 +1425,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                     unsigned int cn = sel_n;
                     unsigned long long cm = sel_m;
                     if ((cnt_s15 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 15u;
                             cn = nb;
@@ -1435,7 +1435,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mb = (mb + mas_s15);
                     }
                     if ((cnt_s14 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 14u;
                             cn = nb;
@@ -1445,7 +1445,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mb = (mb + mas_s14);
                     }
                     if ((cnt_s13 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 13u;
                             cn = nb;
@@ -1455,7 +1455,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mb = (mb + mas_s13);
                     }
                     if ((cnt_s12 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 12u;
                             cn = nb;
@@ -1465,7 +1465,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mb = (mb + mas_s12);
                     }
                     if ((cnt_s11 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 11u;
                             cn = nb;
@@ -1475,7 +1475,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mb = (mb + mas_s11);
                     }
                     if ((cnt_s10 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 10u;
                             cn = nb;
@@ -1485,7 +1485,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mb = (mb + mas_s10);
                     }
                     if ((cnt_s9 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 9u;
                             cn = nb;
@@ -1495,7 +1495,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mb = (mb + mas_s9);
                     }
                     if ((cnt_s8 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 8u;
                             cn = nb;
@@ -1505,7 +1505,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mb = (mb + mas_s8);
                     }
                     if ((cnt_s7 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 7u;
                             cn = nb;
@@ -1515,7 +1515,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mb = (mb + mas_s7);
                     }
                     if ((cnt_s6 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 6u;
                             cn = nb;
@@ -1525,7 +1525,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mb = (mb + mas_s6);
                     }
                     if ((cnt_s5 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 5u;
                             cn = nb;
@@ -1535,7 +1535,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mb = (mb + mas_s5);
                     }
                     if ((cnt_s4 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 4u;
                             cn = nb;
@@ -1545,7 +1545,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mb = (mb + mas_s4);
                     }
                     if ((cnt_s3 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 3u;
                             cn = nb;
@@ -1555,7 +1555,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mb = (mb + mas_s3);
                     }
                     if ((cnt_s2 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 2u;
                             cn = nb;
@@ -1565,7 +1565,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mb = (mb + mas_s2);
                     }
                     if ((cnt_s1 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 1u;
                             cn = nb;
@@ -1575,7 +1575,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mb = (mb + mas_s1);
                     }
                     if ((cnt_s0 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 0u;
                             cn = nb;
@@ -1585,7 +1585,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         mb = (mb + mas_s0);
                     }
                     if ((chosen != 4294967295u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
@@ -1595,7 +1595,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         unsigned long long tn64 = ((unsigned long long)sel_tn);
                         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                         const bool sk_e2 = (tie_v == 0ull);

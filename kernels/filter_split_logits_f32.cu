@@ -734,7 +734,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                     unsigned int cn = sel_n;
                     unsigned long long cm = sel_m;
                     if ((cnt_s15 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 15u;
                             cn = nb;
@@ -744,7 +744,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         mb = (mb + mas_s15);
                     }
                     if ((cnt_s14 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 14u;
                             cn = nb;
@@ -754,7 +754,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         mb = (mb + mas_s14);
                     }
                     if ((cnt_s13 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 13u;
                             cn = nb;
@@ -764,7 +764,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         mb = (mb + mas_s13);
                     }
                     if ((cnt_s12 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 12u;
                             cn = nb;
@@ -774,7 +774,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         mb = (mb + mas_s12);
                     }
                     if ((cnt_s11 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 11u;
                             cn = nb;
@@ -784,7 +784,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         mb = (mb + mas_s11);
                     }
                     if ((cnt_s10 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 10u;
                             cn = nb;
@@ -794,7 +794,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         mb = (mb + mas_s10);
                     }
                     if ((cnt_s9 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 9u;
                             cn = nb;
@@ -804,7 +804,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         mb = (mb + mas_s9);
                     }
                     if ((cnt_s8 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 8u;
                             cn = nb;
@@ -814,7 +814,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         mb = (mb + mas_s8);
                     }
                     if ((cnt_s7 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 7u;
                             cn = nb;
@@ -824,7 +824,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         mb = (mb + mas_s7);
                     }
                     if ((cnt_s6 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 6u;
                             cn = nb;
@@ -834,7 +834,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         mb = (mb + mas_s6);
                     }
                     if ((cnt_s5 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 5u;
                             cn = nb;
@@ -844,7 +844,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         mb = (mb + mas_s5);
                     }
                     if ((cnt_s4 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 4u;
                             cn = nb;
@@ -854,7 +854,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         mb = (mb + mas_s4);
                     }
                     if ((cnt_s3 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 3u;
                             cn = nb;
@@ -864,7 +864,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         mb = (mb + mas_s3);
                     }
                     if ((cnt_s2 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 2u;
                             cn = nb;
@@ -874,7 +874,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         mb = (mb + mas_s2);
                     }
                     if ((cnt_s1 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 1u;
                             cn = nb;
@@ -884,7 +884,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         mb = (mb + mas_s1);
                     }
                     if ((cnt_s0 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 0u;
                             cn = nb;
@@ -894,7 +894,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         mb = (mb + mas_s0);
                     }
                     if ((chosen != 4294967295u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
@@ -903,7 +903,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         unsigned long long tn64 = ((unsigned long long)sel_tn);
                         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                         const bool sk_e26 = (tie_v == 0ull);

@@ -1229,7 +1229,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                     unsigned int cn = sel_n;
                     unsigned long long cm = sel_m;
                     if ((cnt_s15 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 15u;
                             cn = nb;
@@ -1239,7 +1239,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         mb = (mb + mas_s15);
                     }
                     if ((cnt_s14 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 14u;
                             cn = nb;
@@ -1249,7 +1249,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         mb = (mb + mas_s14);
                     }
                     if ((cnt_s13 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 13u;
                             cn = nb;
@@ -1259,7 +1259,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         mb = (mb + mas_s13);
                     }
                     if ((cnt_s12 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 12u;
                             cn = nb;
@@ -1269,7 +1269,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         mb = (mb + mas_s12);
                     }
                     if ((cnt_s11 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 11u;
                             cn = nb;
@@ -1279,7 +1279,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         mb = (mb + mas_s11);
                     }
                     if ((cnt_s10 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 10u;
                             cn = nb;
@@ -1289,7 +1289,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         mb = (mb + mas_s10);
                     }
                     if ((cnt_s9 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 9u;
                             cn = nb;
@@ -1299,7 +1299,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         mb = (mb + mas_s9);
                     }
                     if ((cnt_s8 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 8u;
                             cn = nb;
@@ -1309,7 +1309,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         mb = (mb + mas_s8);
                     }
                     if ((cnt_s7 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 7u;
                             cn = nb;
@@ -1319,7 +1319,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         mb = (mb + mas_s7);
                     }
                     if ((cnt_s6 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 6u;
                             cn = nb;
@@ -1329,7 +1329,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         mb = (mb + mas_s6);
                     }
                     if ((cnt_s5 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 5u;
                             cn = nb;
@@ -1339,7 +1339,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         mb = (mb + mas_s5);
                     }
                     if ((cnt_s4 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 4u;
                             cn = nb;
@@ -1349,7 +1349,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         mb = (mb + mas_s4);
                     }
                     if ((cnt_s3 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 3u;
                             cn = nb;
@@ -1359,7 +1359,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         mb = (mb + mas_s3);
                     }
                     if ((cnt_s2 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 2u;
                             cn = nb;
@@ -1369,7 +1369,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         mb = (mb + mas_s2);
                     }
                     if ((cnt_s1 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 1u;
                             cn = nb;
@@ -1379,7 +1379,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         mb = (mb + mas_s1);
                     }
                     if ((cnt_s0 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 0u;
                             cn = nb;
@@ -1389,7 +1389,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         mb = (mb + mas_s0);
                     }
                     if ((chosen != 4294967295u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
@@ -1399,7 +1399,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         unsigned long long tn64 = ((unsigned long long)sel_tn);
                         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                         const bool sk_e21 = (tie_v == 0ull);

@@ -1208,7 +1208,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     unsigned int cn = sel_n;
                     unsigned long long cm = sel_m;
                     if ((cnt_s15 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 15u;
                             cn = nb;
@@ -1218,7 +1218,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s15);
                     }
                     if ((cnt_s14 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 14u;
                             cn = nb;
@@ -1228,7 +1228,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s14);
                     }
                     if ((cnt_s13 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 13u;
                             cn = nb;
@@ -1238,7 +1238,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s13);
                     }
                     if ((cnt_s12 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 12u;
                             cn = nb;
@@ -1248,7 +1248,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s12);
                     }
                     if ((cnt_s11 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 11u;
                             cn = nb;
@@ -1258,7 +1258,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s11);
                     }
                     if ((cnt_s10 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 10u;
                             cn = nb;
@@ -1268,7 +1268,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s10);
                     }
                     if ((cnt_s9 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 9u;
                             cn = nb;
@@ -1278,7 +1278,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s9);
                     }
                     if ((cnt_s8 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 8u;
                             cn = nb;
@@ -1288,7 +1288,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s8);
                     }
                     if ((cnt_s7 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 7u;
                             cn = nb;
@@ -1298,7 +1298,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s7);
                     }
                     if ((cnt_s6 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 6u;
                             cn = nb;
@@ -1308,7 +1308,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s6);
                     }
                     if ((cnt_s5 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 5u;
                             cn = nb;
@@ -1318,7 +1318,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s5);
                     }
                     if ((cnt_s4 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 4u;
                             cn = nb;
@@ -1328,7 +1328,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s4);
                     }
                     if ((cnt_s3 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 3u;
                             cn = nb;
@@ -1338,7 +1338,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s3);
                     }
                     if ((cnt_s2 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 2u;
                             cn = nb;
@@ -1348,7 +1348,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s2);
                     }
                     if ((cnt_s1 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 1u;
                             cn = nb;
@@ -1358,7 +1358,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s1);
                     }
                     if ((cnt_s0 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 0u;
                             cn = nb;
@@ -1368,7 +1368,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         mb = (mb + mas_s0);
                     }
                     if ((chosen != 4294967295u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
@@ -1378,7 +1378,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         unsigned long long tn64 = ((unsigned long long)sel_tn);
                         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                         const bool sk_e2 = (tie_v == 0ull);

@@ -282,8 +282,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_red_f32[33];
-    __shared__ unsigned long long sk_red_u64[33];
     __shared__ unsigned int sk_red_u32[33];
+    __shared__ unsigned long long sk_red_u64[33];
     __shared__ float sk_am_f32[33];
     __shared__ double sk_am_f64[33];
     __shared__ unsigned int sk_am_i[33];
@@ -319,590 +319,96 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
             bool capped = (((kk > 256u) && (!k_first)) && ((pp < (1.0f)) || (mp > (0.0f))));
             unsigned int kc = (capped ? 256u : kk);
             bool one_read = ((filtered && (((kk < vocab) && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
+            bool top_p_cut = ((one_read && capped) && (pp < (1.0f)));
             if (one_read) {
-                {
-                    // built by kernels::filter_top_k::merge_row
-                    float m = sk_bitcast<float>(4286578688u);
-                    for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
-                        m = fmaxf(m, sk_bitcast<float>(partials[((((slot * parts) + p) * 519u) + 0u)]));
-                    }
-                    float row_m = (0.0f);
+                if (top_p_cut) {
                     {
-                        float sk_v = m;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_red_f32[threadIdx.x >> 5] = sk_v;
-                        }
+                        // built by kernels::filter_top_p::estimate_cut
                         __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                        float m = sk_bitcast<float>(4286578688u);
+                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::filter_top_k::row_max
+                            m = fmaxf(m, sk_bitcast<float>(partials[((((slot * parts) + p) * 551u) + 0u)]));
+                        }
+                        float row_m = (0.0f);
+                        {
+                            float sk_v = m;
                             for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                                 float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                                 sk_v = fmaxf(sk_v, ov);
                             }
-                            if (threadIdx.x == 0u) {
-                                sk_red_f32[32] = sk_v;
+                            if ((threadIdx.x & 31u) == 0u) {
+                                sk_red_f32[threadIdx.x >> 5] = sk_v;
                             }
-                        }
-                        __syncthreads();
-                        row_m = sk_red_f32[32];
-                        __syncthreads();
-                    }
-                    float s = (0.0f);
-                    for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
-                        float mp_p = sk_bitcast<float>(partials[((((slot * parts) + p) * 519u) + 0u)]);
-                        if ((mp_p > sk_bitcast<float>(4286578688u))) {
-                            s = (s + (sk_bitcast<float>(partials[((((slot * parts) + p) * 519u) + 1u)]) * sk_exp((mp_p - row_m))));
-                        }
-                    }
-                    float row_s = (0.0f);
-                    {
-                        float sk_v = s;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = sk_v + ov;
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_red_f32[threadIdx.x >> 5] = sk_v;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = sk_v + ov;
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_red_f32[32] = sk_v;
-                            }
-                        }
-                        __syncthreads();
-                        row_s = sk_red_f32[32];
-                        __syncthreads();
-                    }
-                    if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
-                        unsigned int want = (kc + 1u);
-                        unsigned int n_items = (parts * want);
-                        unsigned int t_key = 0u;
-                        unsigned int t_mask = 0u;
-                        unsigned int t_above = 0u;
-                        unsigned int t_at = 0u;
-                        for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
-                            // built by kernels::filter_top_k::select_top
-                            unsigned int t_shift = (28u - (t_pass * 4u));
-                            unsigned int t_cnt_0 = 0;
-                            unsigned int t_cnt_1 = 0;
-                            unsigned int t_cnt_2 = 0;
-                            unsigned int t_cnt_3 = 0;
-                            unsigned int t_cnt_4 = 0;
-                            unsigned int t_cnt_5 = 0;
-                            unsigned int t_cnt_6 = 0;
-                            unsigned int t_cnt_7 = 0;
-                            unsigned int t_cnt_8 = 0;
-                            unsigned int t_cnt_9 = 0;
-                            unsigned int t_cnt_10 = 0;
-                            unsigned int t_cnt_11 = 0;
-                            unsigned int t_cnt_12 = 0;
-                            unsigned int t_cnt_13 = 0;
-                            unsigned int t_cnt_14 = 0;
-                            unsigned int t_cnt_15 = 0;
-                            for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
-                                unsigned int ip = (ti / want);
-                                unsigned int is = (ti - (ip * want));
-                                unsigned int ik = 0u;
-                                if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
-                                    // built by kernels::filter_top_k::merge_row
-                                    ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
+                            __syncthreads();
+                            if (threadIdx.x < 32u) {
+                                sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = fmaxf(sk_v, ov);
                                 }
-                                unsigned int tk = ik;
-                                if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                    {
-                                        const unsigned int sk_bin = ((tk >> t_shift) & 15u);
-                                        const unsigned int sk_add = 1u;
-                                        if (sk_bin == 0u) { t_cnt_0 += sk_add; }
-                                        if (sk_bin == 1u) { t_cnt_1 += sk_add; }
-                                        if (sk_bin == 2u) { t_cnt_2 += sk_add; }
-                                        if (sk_bin == 3u) { t_cnt_3 += sk_add; }
-                                        if (sk_bin == 4u) { t_cnt_4 += sk_add; }
-                                        if (sk_bin == 5u) { t_cnt_5 += sk_add; }
-                                        if (sk_bin == 6u) { t_cnt_6 += sk_add; }
-                                        if (sk_bin == 7u) { t_cnt_7 += sk_add; }
-                                        if (sk_bin == 8u) { t_cnt_8 += sk_add; }
-                                        if (sk_bin == 9u) { t_cnt_9 += sk_add; }
-                                        if (sk_bin == 10u) { t_cnt_10 += sk_add; }
-                                        if (sk_bin == 11u) { t_cnt_11 += sk_add; }
-                                        if (sk_bin == 12u) { t_cnt_12 += sk_add; }
-                                        if (sk_bin == 13u) { t_cnt_13 += sk_add; }
-                                        if (sk_bin == 14u) { t_cnt_14 += sk_add; }
-                                        if (sk_bin == 15u) { t_cnt_15 += sk_add; }
+                                if (threadIdx.x == 0u) {
+                                    sk_red_f32[32] = sk_v;
+                                }
+                            }
+                            __syncthreads();
+                            row_m = sk_red_f32[32];
+                            __syncthreads();
+                        }
+                        if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
+                            float grid_r = (-floorf((-(row_m * (16.0f)))));
+                            unsigned int e_per = (((512u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                            unsigned int e_lo = min((threadIdx.x * e_per), 512u);
+                            unsigned int e_hi = min((e_lo + e_per), 512u);
+                            for (unsigned int g = e_lo; g < e_hi; g += 1u) {
+                                listed_cols[g] = sk_bitcast<unsigned int>((0.0f));
+                            }
+                            for (unsigned int p = 0u; p < parts; p += 1u) {
+                                float e_mp = sk_bitcast<float>(partials[((((slot * parts) + p) * 551u) + 0u)]);
+                                if ((e_mp > sk_bitcast<float>(4286578688u))) {
+                                    float e_shift = (grid_r - (-floorf((-(e_mp * (16.0f))))));
+                                    float e_w = (sk_exp((e_mp - row_m)) * ((7629.3945f) / ((float)vocab)));
+                                    for (unsigned int g = e_lo; g < e_hi; g += 1u) {
+                                        float e_at = (((float)g) - e_shift);
+                                        if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
+                                            listed_cols[g] = sk_bitcast<unsigned int>((sk_bitcast<float>(listed_cols[g]) + (((float)(partials[((((slot * parts) + p) * 551u) + (5u + ((unsigned int)e_at)))])) * e_w)));
+                                        }
                                     }
                                 }
                             }
-                            unsigned int t_cs0 = 0u;
-                            unsigned int t_cs1 = 0u;
-                            unsigned int t_cs2 = 0u;
-                            unsigned int t_cs3 = 0u;
-                            unsigned int t_cs4 = 0u;
-                            unsigned int t_cs5 = 0u;
-                            unsigned int t_cs6 = 0u;
-                            unsigned int t_cs7 = 0u;
-                            unsigned int t_cs8 = 0u;
-                            unsigned int t_cs9 = 0u;
-                            unsigned int t_cs10 = 0u;
-                            unsigned int t_cs11 = 0u;
-                            unsigned int t_cs12 = 0u;
-                            unsigned int t_cs13 = 0u;
-                            unsigned int t_cs14 = 0u;
-                            unsigned int t_cs15 = 0u;
+                            unsigned int e_own = 0u;
+                            for (unsigned int g = e_lo; g < e_hi; g += 1u) {
+                                unsigned int e_fixed = ((unsigned int)sk_bitcast<float>(listed_cols[g]));
+                                listed_cols[g] = e_fixed;
+                                e_own = (e_own + e_fixed);
+                            }
+                            unsigned int e_before = 0u;
                             {
-                                unsigned int sk_m0 = t_cnt_0;
-                                unsigned int sk_m1 = t_cnt_1;
-                                unsigned int sk_m2 = t_cnt_2;
-                                unsigned int sk_m3 = t_cnt_3;
-                                unsigned int sk_m4 = t_cnt_4;
-                                unsigned int sk_m5 = t_cnt_5;
-                                unsigned int sk_m6 = t_cnt_6;
-                                unsigned int sk_m7 = t_cnt_7;
-                                unsigned int sk_m8 = t_cnt_8;
-                                unsigned int sk_m9 = t_cnt_9;
-                                unsigned int sk_m10 = t_cnt_10;
-                                unsigned int sk_m11 = t_cnt_11;
-                                unsigned int sk_m12 = t_cnt_12;
-                                unsigned int sk_m13 = t_cnt_13;
-                                unsigned int sk_m14 = t_cnt_14;
-                                unsigned int sk_m15 = t_cnt_15;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                    sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                    sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                                    sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                                    sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                                    sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                                    sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                                    sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                                    sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                                    sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                                    sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                                    sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                                    sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                                    sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                                    sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                                    sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                    sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                    sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                                    sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                                    sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                                    sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                                    sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                                    sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                                    sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                                    sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                                    sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                                    sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                                    sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                                    sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                                    sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                                    sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 16u) {
-                                    unsigned int sk_s = 0;
-                                    for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                                    sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
-                                }
-                                __syncthreads();
-                                t_cs0 = sk_many_u32[16 * 32 + 0];
-                                t_cs1 = sk_many_u32[16 * 32 + 1];
-                                t_cs2 = sk_many_u32[16 * 32 + 2];
-                                t_cs3 = sk_many_u32[16 * 32 + 3];
-                                t_cs4 = sk_many_u32[16 * 32 + 4];
-                                t_cs5 = sk_many_u32[16 * 32 + 5];
-                                t_cs6 = sk_many_u32[16 * 32 + 6];
-                                t_cs7 = sk_many_u32[16 * 32 + 7];
-                                t_cs8 = sk_many_u32[16 * 32 + 8];
-                                t_cs9 = sk_many_u32[16 * 32 + 9];
-                                t_cs10 = sk_many_u32[16 * 32 + 10];
-                                t_cs11 = sk_many_u32[16 * 32 + 11];
-                                t_cs12 = sk_many_u32[16 * 32 + 12];
-                                t_cs13 = sk_many_u32[16 * 32 + 13];
-                                t_cs14 = sk_many_u32[16 * 32 + 14];
-                                t_cs15 = sk_many_u32[16 * 32 + 15];
-                                __syncthreads();
-                            }
-                            unsigned int t_nb = t_above;
-                            unsigned int t_chosen = 4294967295u;
-                            unsigned int t_cn = t_above;
-                            if ((t_cs15 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 15u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs15);
-                            }
-                            if ((t_cs14 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 14u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs14);
-                            }
-                            if ((t_cs13 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 13u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs13);
-                            }
-                            if ((t_cs12 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 12u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs12);
-                            }
-                            if ((t_cs11 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 11u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs11);
-                            }
-                            if ((t_cs10 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 10u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs10);
-                            }
-                            if ((t_cs9 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 9u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs9);
-                            }
-                            if ((t_cs8 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 8u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs8);
-                            }
-                            if ((t_cs7 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 7u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs7);
-                            }
-                            if ((t_cs6 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 6u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs6);
-                            }
-                            if ((t_cs5 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 5u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs5);
-                            }
-                            if ((t_cs4 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 4u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs4);
-                            }
-                            if ((t_cs3 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 3u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs3);
-                            }
-                            if ((t_cs2 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 2u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs2);
-                            }
-                            if ((t_cs1 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 1u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs1);
-                            }
-                            if ((t_cs0 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 0u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs0);
-                            }
-                            if ((t_chosen != 4294967295u)) {
-                                t_key = (t_key | (t_chosen << t_shift));
-                                t_above = t_cn;
-                                t_at = ((t_chosen == 15u) ? t_cs15 : ((t_chosen == 14u) ? t_cs14 : ((t_chosen == 13u) ? t_cs13 : ((t_chosen == 12u) ? t_cs12 : ((t_chosen == 11u) ? t_cs11 : ((t_chosen == 10u) ? t_cs10 : ((t_chosen == 9u) ? t_cs9 : ((t_chosen == 8u) ? t_cs8 : ((t_chosen == 7u) ? t_cs7 : ((t_chosen == 6u) ? t_cs6 : ((t_chosen == 5u) ? t_cs5 : ((t_chosen == 4u) ? t_cs4 : ((t_chosen == 3u) ? t_cs3 : ((t_chosen == 2u) ? t_cs2 : ((t_chosen == 1u) ? t_cs1 : ((t_chosen == 0u) ? t_cs0 : 0u))))))))))))))));
-                            }
-                            t_mask = (t_mask | (15u << t_shift));
-                        }
-                        unsigned int t_take = min(t_at, (want - t_above));
-                        unsigned int g_per = (((n_items + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                        unsigned int g_lo = min((threadIdx.x * g_per), n_items);
-                        unsigned int g_hi = min((g_lo + g_per), n_items);
-                        unsigned int g_ties = 0u;
-                        unsigned int g_above = 0u;
-                        for (unsigned int gi = g_lo; gi < g_hi; gi += 1u) {
-                            // built by kernels::filter_top_k::gather
-                            unsigned int ip = (gi / want);
-                            unsigned int is = (gi - (ip * want));
-                            unsigned int ik = 0u;
-                            if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
-                                // built by kernels::filter_top_k::merge_row
-                                ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
-                            }
-                            unsigned int gk = ik;
-                            if ((gk != 0u)) {
-                                if ((gk == t_key)) {
-                                    g_ties = (g_ties + 1u);
-                                }
-                                if ((gk > t_key)) {
-                                    g_above = (g_above + 1u);
-                                }
-                            }
-                        }
-                        unsigned int g_tie_start = 0u;
-                        {
-                            unsigned int sk_x = g_ties;
-                            unsigned int sk_v = sk_x;
-                            for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                            }
-                            if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                unsigned int sk_own = sk_v;
-                                sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
+                                unsigned int sk_x = e_own;
+                                unsigned int sk_v = sk_x;
                                 for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
                                     unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                    if (threadIdx.x >= sk_o) sk_v += on;
+                                    if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
                                 }
-                                if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                                sk_v = sk_own;
-                            }
-                            __syncthreads();
-                            g_tie_start = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                            __syncthreads();
-                        }
-                        unsigned int g_out_start = 0u;
-                        {
-                            unsigned int sk_x = (g_above + min(((t_take > g_tie_start) ? (t_take - g_tie_start) : 0u), g_ties));
-                            unsigned int sk_v = sk_x;
-                            for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                            }
-                            if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                unsigned int sk_own = sk_v;
-                                sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                                for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                    unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                    if (threadIdx.x >= sk_o) sk_v += on;
+                                if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
+                                __syncthreads();
+                                if (threadIdx.x < 32u) {
+                                    unsigned int sk_own = sk_v;
+                                    sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
+                                    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+                                        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+                                        if (threadIdx.x >= sk_o) sk_v += on;
+                                    }
+                                    if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
+                                    sk_v = sk_own;
                                 }
-                                if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                                sk_v = sk_own;
+                                __syncthreads();
+                                e_before = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
+                                __syncthreads();
                             }
-                            __syncthreads();
-                            g_out_start = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                            __syncthreads();
-                        }
-                        unsigned int g_rank = g_tie_start;
-                        unsigned int g_out = g_out_start;
-                        for (unsigned int gj = g_lo; gj < g_hi; gj += 1u) {
-                            // built by kernels::filter_top_k::gather
-                            unsigned int ip = (gj / want);
-                            unsigned int is = (gj - (ip * want));
-                            unsigned int ik = 0u;
-                            if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
-                                // built by kernels::filter_top_k::merge_row
-                                ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
-                            }
-                            unsigned int gk = ik;
-                            if ((gk != 0u)) {
-                                bool g_take = ((gk > t_key) || ((gk == t_key) && (g_rank < t_take)));
-                                if ((gk == t_key)) {
-                                    g_rank = (g_rank + 1u);
-                                }
-                                if (g_take) {
-                                    listed_cols[(0u + g_out)] = gk;
-                                    const unsigned int sk_e0 = (gj / want);
-                                    listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e0) * 519u) + (6u + ((gj - (sk_e0 * want)) * 2u)))];
-                                    g_out = (g_out + 1u);
-                                }
-                            }
-                        }
-                        unsigned int n_sel = (t_above + t_take);
-                        __syncthreads();
-                        for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                            const unsigned int sk_e1 = listed_cols[(0u + i)];
-                            float zi = sk_bitcast<float>((((sk_e1 & 2147483648u) != 0u) ? (sk_e1 ^ 2147483648u) : (sk_e1 ^ 4294967295u)));
-                            listed_cols[(514u + i)] = sk_bitcast<unsigned int>((zi - row_m));
-                            listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) & 4294967295ull));
-                            listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) >> 32u));
-                        }
-                        __syncthreads();
-                        unsigned long long tk_mass = 0ull;
-                        for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                            float oi = sk_bitcast<float>(listed_cols[(514u + i)]);
-                            unsigned int ci = listed_cols[(257u + i)];
-                            unsigned int rank = 0u;
-                            unsigned long long before = 0ull;
-                            for (unsigned int j = 0u; j < n_sel; j += 1u) {
-                                float oj = sk_bitcast<float>(listed_cols[(514u + j)]);
-                                if (((oj > oi) || ((oj == oi) && (listed_cols[(257u + j)] < ci)))) {
-                                    rank = (rank + 1u);
-                                    before = (before + ((((unsigned long long)(listed_cols[(1028u + j)])) << 32u) | ((unsigned long long)(listed_cols[(771u + j)]))));
-                                }
-                            }
-                            listed_cols[(1285u + rank)] = listed_cols[(0u + i)];
-                            listed_cols[(1542u + rank)] = ci;
-                            listed_cols[(1799u + rank)] = ((unsigned int)(before & 4294967295ull));
-                            listed_cols[(2056u + rank)] = ((unsigned int)(before >> 32u));
-                            if ((rank < kk)) {
-                                tk_mass = (tk_mass + ((((unsigned long long)(listed_cols[(1028u + i)])) << 32u) | ((unsigned long long)(listed_cols[(771u + i)]))));
-                            }
-                        }
-                        unsigned long long top_k_mass = 0ull;
-                        {
-                            unsigned long long sk_v = tk_mass;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = sk_v + ov;
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_red_u64[threadIdx.x >> 5] = sk_v;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                sk_v = threadIdx.x < SK_WARPS ? sk_red_u64[threadIdx.x] : 0u;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = sk_v + ov;
-                                }
-                                if (threadIdx.x == 0u) {
-                                    sk_red_u64[32] = sk_v;
-                                }
-                            }
-                            __syncthreads();
-                            top_k_mass = sk_red_u64[32];
-                            __syncthreads();
-                        }
-                        __syncthreads();
-                        bool joint_p = ((pp < (1.0f)) && (!k_first));
-                        unsigned long long lim_k = ((pp < (1.0f)) ? sk_fraction(pp, top_k_mass) : 18446744073709551615ull);
-                        float lim_lo = ((pp * row_s) * (0.99902344f));
-                        float lim_hi = ((pp * row_s) * (1.0009766f));
-                        unsigned int n_lo = 0u;
-                        unsigned int n_unsure = 0u;
-                        for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                            const unsigned int sk_e3 = listed_cols[(1285u + r)];
-                            const float sk_e2 = sk_bitcast<float>((((sk_e3 & 2147483648u) != 0u) ? (sk_e3 ^ 2147483648u) : (sk_e3 ^ 4294967295u)));
-                            float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e2 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e2 - row_m))));
-                            unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
-                            bool base_r = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
-                            float bf = sk_fixed_f32(br);
-                            bool keep_lo = (base_r && (joint_p ? (bf <= lim_lo) : (br <= lim_k)));
-                            if (keep_lo) {
-                                n_lo = (n_lo + 1u);
-                            }
-                            if ((keep_lo != (base_r && (joint_p ? (bf <= lim_hi) : (br <= lim_k))))) {
-                                n_unsure = (n_unsure + 1u);
-                            }
-                        }
-                        unsigned int kept_n = 0u;
-                        unsigned int unsure_n = 0u;
-                        {
-                            unsigned int sk_m0 = n_lo;
-                            unsigned int sk_m1 = n_unsure;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 2u) {
-                                unsigned int sk_s = 0;
-                                for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                                sk_many_u32[2 * 32 + threadIdx.x] = sk_s;
-                            }
-                            __syncthreads();
-                            kept_n = sk_many_u32[2 * 32 + 0];
-                            unsure_n = sk_many_u32[2 * 32 + 1];
-                            __syncthreads();
-                        }
-                        float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
-                        bool all_in = ((n_sel < want) || (((row_m == sk_bitcast<float>(2139095040u)) ? ((zt == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zt - row_m)))) <= (0.0f)));
-                        const unsigned int sk_e4 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                        bool cut_above = ((sk_bitcast<float>((((sk_e4 & 2147483648u) != 0u) ? (sk_e4 ^ 2147483648u) : (sk_e4 ^ 4294967295u))) - row_m) > (zt - row_m));
-                        const unsigned int sk_e5 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                        bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e5] & 2147483648u) != 0u) ? (listed_cols[sk_e5] ^ 2147483648u) : (listed_cols[sk_e5] ^ 4294967295u))) - row_m) > (zt - row_m)));
-                        bool prefix_exact = all_in;
-                        if (((!all_in) && (!(cut_above && k_above)))) {
-                            // built by kernels::filter_top_k::prefix_is_exact
-                            float ov_t = (sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u))) - row_m);
-                            unsigned int tie_bad = 0u;
-                            for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                                // built by kernels::filter_top_k::count_shared_boundary
-                                unsigned int ek = listed_cols[(0u + i)];
-                                if (((ek > t_key) && ((sk_bitcast<float>((((ek & 2147483648u) != 0u) ? (ek ^ 2147483648u) : (ek ^ 4294967295u))) - row_m) == ov_t))) {
-                                    tie_bad = (tie_bad + 1u);
-                                }
-                            }
-                            for (unsigned int pos = threadIdx.x; pos < n_items; pos += ((unsigned int)SK_BLOCK)) {
-                                // built by kernels::filter_top_k::count_shared_boundary
-                                unsigned int ip = (pos / want);
-                                unsigned int is = (pos - (ip * want));
-                                unsigned int ik = 0u;
-                                if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
-                                    // built by kernels::filter_top_k::merge_row
-                                    ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
-                                }
-                                unsigned int lk = ik;
-                                if ((((lk != 0u) && (lk < t_key)) && ((sk_bitcast<float>((((lk & 2147483648u) != 0u) ? (lk ^ 2147483648u) : (lk ^ 4294967295u))) - row_m) == ov_t))) {
-                                    tie_bad = (tie_bad + 1u);
-                                }
-                            }
-                            for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
-                                // built by kernels::filter_top_k::count_shared_boundary
-                                unsigned int rk3 = partials[((((slot * parts) + p) * 519u) + 3u)];
-                                if ((((rk3 != 0u) && (rk3 < t_key)) && ((sk_bitcast<float>((((rk3 & 2147483648u) != 0u) ? (rk3 ^ 2147483648u) : (rk3 ^ 4294967295u))) - row_m) == ov_t))) {
-                                    tie_bad = (tie_bad + 1u);
-                                }
-                                unsigned int rk4 = partials[((((slot * parts) + p) * 519u) + 4u)];
-                                if ((((rk4 != 0u) && (rk4 < t_key)) && ((sk_bitcast<float>((((rk4 & 2147483648u) != 0u) ? (rk4 ^ 2147483648u) : (rk4 ^ 4294967295u))) - row_m) == ov_t))) {
-                                    tie_bad = (tie_bad + 1u);
-                                }
-                            }
-                            unsigned int tie_bad_n = 0u;
+                            unsigned int e_total = 0u;
                             {
-                                unsigned int sk_v = tie_bad;
+                                unsigned int sk_v = e_own;
                                 for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                                     unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                                     sk_v = sk_v + ov;
@@ -922,131 +428,794 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     }
                                 }
                                 __syncthreads();
-                                tie_bad_n = sk_red_u32[32];
+                                e_total = sk_red_u32[32];
                                 __syncthreads();
                             }
-                            prefix_exact = (tie_bad_n == 0u);
-                        }
-                        bool decided = (((((kept_n > 0u) && (prefix_exact || cut_above)) && (prefix_exact || k_above)) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
-                        if (decided) {
-                            float best = sk_bitcast<float>(4286578688u);
-                            unsigned int best_i = 4294967295u;
-                            double best64 = sk_bitcast<double>(18442240474082181120ull);
-                            unsigned int best64_i = 4294967295u;
-                            bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
-                            for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
-                                unsigned int rc = listed_cols[(1542u + r)];
-                                const unsigned int sk_e6 = listed_cols[(1285u + r)];
-                                float rz = sk_bitcast<float>((((sk_e6 & 2147483648u) != 0u) ? (sk_e6 ^ 2147483648u) : (sk_e6 ^ 4294967295u)));
-                                if (ow_seeded) {
-                                    double s64 = ((double)(rz - row_m));
-                                    if (noisy) {
-                                        // built by kernels::seeded::score64
-                                        const unsigned int sk_e7 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], rc)));
-                                    }
-                                    if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
-                                        best64 = s64;
-                                        best64_i = rc;
-                                    }
-                                } else {
-                                    const unsigned int sk_e8 = (row * 12u);
-                                    uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e8 + 10u)], rows[(sk_e8 + 11u)]), rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)]);
-                                    const unsigned int sk_e9 = (rc & 3u);
-                                    float score = (rz + sk_gumbel(((sk_e9 == 3u) ? ((w4).w) : ((sk_e9 == 2u) ? ((w4).z) : ((sk_e9 == 1u) ? ((w4).y) : ((w4).x))))));
-                                    if (((score > best) || ((score == best) && (rc < best_i)))) {
-                                        best = score;
-                                        best_i = rc;
-                                    }
+                            unsigned int e_lim = ((unsigned int)(pp * ((float)e_total)));
+                            unsigned int e_cum = e_before;
+                            unsigned int e_found = 0u;
+                            for (unsigned int g = e_lo; g < e_hi; g += 1u) {
+                                unsigned int e_v = listed_cols[g];
+                                if (((e_cum <= e_lim) && ((e_cum + e_v) > e_lim))) {
+                                    e_found = (g + 1u);
                                 }
+                                e_cum = (e_cum + e_v);
                             }
-                            float ow_win = (0.0f);
-                            unsigned int ow_tok32 = 0u;
+                            unsigned int e_bin = 0u;
                             {
-                                float sk_v = best;
-                                unsigned int sk_i = best_i;
+                                unsigned int sk_v = e_found;
                                 for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = ov > sk_v ? ov : sk_v;
                                 }
                                 if ((threadIdx.x & 31u) == 0u) {
-                                    sk_am_f32[threadIdx.x >> 5] = sk_v;
-                                    sk_am_i[threadIdx.x >> 5] = sk_i;
+                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
                                 }
                                 __syncthreads();
                                 if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = ov > sk_v ? ov : sk_v;
+                                    }
+                                    if (threadIdx.x == 0u) {
+                                        sk_red_u32[32] = sk_v;
+                                    }
+                                }
+                                __syncthreads();
+                                e_bin = sk_red_u32[32];
+                                __syncthreads();
+                            }
+                            unsigned int e_cut = ((e_bin > 0u) ? (e_bin - 1u) : 511u);
+                            if ((threadIdx.x == 0u)) {
+                                partials[((((slot * parts) + 0u) * 551u) + 519u)] = 1u;
+                                partials[((((slot * parts) + 0u) * 551u) + 520u)] = (e_cut - min(e_cut, 1u));
+                                partials[((((slot * parts) + 0u) * 551u) + 521u)] = (e_cut + 1u);
+                                partials[((((slot * parts) + 0u) * 551u) + 522u)] = sk_bitcast<unsigned int>(grid_r);
+                                partials[((((slot * parts) + 0u) * 551u) + 523u)] = sk_bitcast<unsigned int>(row_m);
+                                partials[((((slot * parts) + 0u) * 551u) + 524u)] = 0u;
+                            }
+                            one_read_done = true;
+                        } else {
+                            if ((threadIdx.x == 0u)) {
+                                partials[((((slot * parts) + 0u) * 551u) + 519u)] = 0u;
+                            }
+                        }
+                    }
+                } else {
+                    {
+                        // built by kernels::filter_top_k::merge_row
+                        float m = sk_bitcast<float>(4286578688u);
+                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::filter_top_k::row_max
+                            m = fmaxf(m, sk_bitcast<float>(partials[((((slot * parts) + p) * 551u) + 0u)]));
+                        }
+                        float row_m = (0.0f);
+                        {
+                            float sk_v = m;
+                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                sk_v = fmaxf(sk_v, ov);
+                            }
+                            if ((threadIdx.x & 31u) == 0u) {
+                                sk_red_f32[threadIdx.x >> 5] = sk_v;
+                            }
+                            __syncthreads();
+                            if (threadIdx.x < 32u) {
+                                sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = fmaxf(sk_v, ov);
+                                }
+                                if (threadIdx.x == 0u) {
+                                    sk_red_f32[32] = sk_v;
+                                }
+                            }
+                            __syncthreads();
+                            row_m = sk_red_f32[32];
+                            __syncthreads();
+                        }
+                        float s = (0.0f);
+                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                            float mp_p = sk_bitcast<float>(partials[((((slot * parts) + p) * 551u) + 0u)]);
+                            if ((mp_p > sk_bitcast<float>(4286578688u))) {
+                                s = (s + (sk_bitcast<float>(partials[((((slot * parts) + p) * 551u) + 1u)]) * sk_exp((mp_p - row_m))));
+                            }
+                        }
+                        float row_s = (0.0f);
+                        {
+                            float sk_v = s;
+                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                sk_v = sk_v + ov;
+                            }
+                            if ((threadIdx.x & 31u) == 0u) {
+                                sk_red_f32[threadIdx.x >> 5] = sk_v;
+                            }
+                            __syncthreads();
+                            if (threadIdx.x < 32u) {
+                                sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = sk_v + ov;
+                                }
+                                if (threadIdx.x == 0u) {
+                                    sk_red_f32[32] = sk_v;
+                                }
+                            }
+                            __syncthreads();
+                            row_s = sk_red_f32[32];
+                            __syncthreads();
+                        }
+                        if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
+                            unsigned int want = (kc + 1u);
+                            unsigned int n_items = (parts * want);
+                            unsigned int t_key = 0u;
+                            unsigned int t_mask = 0u;
+                            unsigned int t_above = 0u;
+                            unsigned int t_at = 0u;
+                            for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
+                                // built by kernels::filter_top_k::select_top
+                                unsigned int t_shift = (28u - (t_pass * 4u));
+                                unsigned int t_cnt_0 = 0;
+                                unsigned int t_cnt_1 = 0;
+                                unsigned int t_cnt_2 = 0;
+                                unsigned int t_cnt_3 = 0;
+                                unsigned int t_cnt_4 = 0;
+                                unsigned int t_cnt_5 = 0;
+                                unsigned int t_cnt_6 = 0;
+                                unsigned int t_cnt_7 = 0;
+                                unsigned int t_cnt_8 = 0;
+                                unsigned int t_cnt_9 = 0;
+                                unsigned int t_cnt_10 = 0;
+                                unsigned int t_cnt_11 = 0;
+                                unsigned int t_cnt_12 = 0;
+                                unsigned int t_cnt_13 = 0;
+                                unsigned int t_cnt_14 = 0;
+                                unsigned int t_cnt_15 = 0;
+                                for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
+                                    unsigned int ip = (ti / want);
+                                    unsigned int is = (ti - (ip * want));
+                                    unsigned int ik = 0u;
+                                    if ((is < partials[((((slot * parts) + ip) * 551u) + 2u)])) {
+                                        // built by kernels::filter_top_k::merge_row
+                                        ik = partials[((((slot * parts) + ip) * 551u) + (5u + (is * 2u)))];
+                                    }
+                                    unsigned int tk = ik;
+                                    if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                        {
+                                            const unsigned int sk_bin = ((tk >> t_shift) & 15u);
+                                            const unsigned int sk_add = 1u;
+                                            if (sk_bin == 0u) { t_cnt_0 += sk_add; }
+                                            if (sk_bin == 1u) { t_cnt_1 += sk_add; }
+                                            if (sk_bin == 2u) { t_cnt_2 += sk_add; }
+                                            if (sk_bin == 3u) { t_cnt_3 += sk_add; }
+                                            if (sk_bin == 4u) { t_cnt_4 += sk_add; }
+                                            if (sk_bin == 5u) { t_cnt_5 += sk_add; }
+                                            if (sk_bin == 6u) { t_cnt_6 += sk_add; }
+                                            if (sk_bin == 7u) { t_cnt_7 += sk_add; }
+                                            if (sk_bin == 8u) { t_cnt_8 += sk_add; }
+                                            if (sk_bin == 9u) { t_cnt_9 += sk_add; }
+                                            if (sk_bin == 10u) { t_cnt_10 += sk_add; }
+                                            if (sk_bin == 11u) { t_cnt_11 += sk_add; }
+                                            if (sk_bin == 12u) { t_cnt_12 += sk_add; }
+                                            if (sk_bin == 13u) { t_cnt_13 += sk_add; }
+                                            if (sk_bin == 14u) { t_cnt_14 += sk_add; }
+                                            if (sk_bin == 15u) { t_cnt_15 += sk_add; }
+                                        }
+                                    }
+                                }
+                                unsigned int t_cs0 = 0u;
+                                unsigned int t_cs1 = 0u;
+                                unsigned int t_cs2 = 0u;
+                                unsigned int t_cs3 = 0u;
+                                unsigned int t_cs4 = 0u;
+                                unsigned int t_cs5 = 0u;
+                                unsigned int t_cs6 = 0u;
+                                unsigned int t_cs7 = 0u;
+                                unsigned int t_cs8 = 0u;
+                                unsigned int t_cs9 = 0u;
+                                unsigned int t_cs10 = 0u;
+                                unsigned int t_cs11 = 0u;
+                                unsigned int t_cs12 = 0u;
+                                unsigned int t_cs13 = 0u;
+                                unsigned int t_cs14 = 0u;
+                                unsigned int t_cs15 = 0u;
+                                {
+                                    unsigned int sk_m0 = t_cnt_0;
+                                    unsigned int sk_m1 = t_cnt_1;
+                                    unsigned int sk_m2 = t_cnt_2;
+                                    unsigned int sk_m3 = t_cnt_3;
+                                    unsigned int sk_m4 = t_cnt_4;
+                                    unsigned int sk_m5 = t_cnt_5;
+                                    unsigned int sk_m6 = t_cnt_6;
+                                    unsigned int sk_m7 = t_cnt_7;
+                                    unsigned int sk_m8 = t_cnt_8;
+                                    unsigned int sk_m9 = t_cnt_9;
+                                    unsigned int sk_m10 = t_cnt_10;
+                                    unsigned int sk_m11 = t_cnt_11;
+                                    unsigned int sk_m12 = t_cnt_12;
+                                    unsigned int sk_m13 = t_cnt_13;
+                                    unsigned int sk_m14 = t_cnt_14;
+                                    unsigned int sk_m15 = t_cnt_15;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+                                        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+                                        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+                                        sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+                                        sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+                                        sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+                                        sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+                                        sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+                                        sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+                                        sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+                                        sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+                                        sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+                                        sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+                                        sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+                                        sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+                                        sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+                                    }
+                                    if ((threadIdx.x & 31u) == 0u) {
+                                        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+                                        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+                                        sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+                                        sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+                                        sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+                                        sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+                                        sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+                                        sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+                                        sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+                                        sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+                                        sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+                                        sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+                                        sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+                                        sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+                                        sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+                                        sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+                                    }
+                                    __syncthreads();
+                                    if (threadIdx.x < 16u) {
+                                        unsigned int sk_s = 0;
+                                        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+                                        sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
+                                    }
+                                    __syncthreads();
+                                    t_cs0 = sk_many_u32[16 * 32 + 0];
+                                    t_cs1 = sk_many_u32[16 * 32 + 1];
+                                    t_cs2 = sk_many_u32[16 * 32 + 2];
+                                    t_cs3 = sk_many_u32[16 * 32 + 3];
+                                    t_cs4 = sk_many_u32[16 * 32 + 4];
+                                    t_cs5 = sk_many_u32[16 * 32 + 5];
+                                    t_cs6 = sk_many_u32[16 * 32 + 6];
+                                    t_cs7 = sk_many_u32[16 * 32 + 7];
+                                    t_cs8 = sk_many_u32[16 * 32 + 8];
+                                    t_cs9 = sk_many_u32[16 * 32 + 9];
+                                    t_cs10 = sk_many_u32[16 * 32 + 10];
+                                    t_cs11 = sk_many_u32[16 * 32 + 11];
+                                    t_cs12 = sk_many_u32[16 * 32 + 12];
+                                    t_cs13 = sk_many_u32[16 * 32 + 13];
+                                    t_cs14 = sk_many_u32[16 * 32 + 14];
+                                    t_cs15 = sk_many_u32[16 * 32 + 15];
+                                    __syncthreads();
+                                }
+                                unsigned int t_nb = t_above;
+                                unsigned int t_chosen = 4294967295u;
+                                unsigned int t_cn = t_above;
+                                if ((t_cs15 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 15u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs15);
+                                }
+                                if ((t_cs14 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 14u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs14);
+                                }
+                                if ((t_cs13 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 13u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs13);
+                                }
+                                if ((t_cs12 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 12u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs12);
+                                }
+                                if ((t_cs11 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 11u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs11);
+                                }
+                                if ((t_cs10 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 10u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs10);
+                                }
+                                if ((t_cs9 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 9u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs9);
+                                }
+                                if ((t_cs8 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 8u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs8);
+                                }
+                                if ((t_cs7 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 7u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs7);
+                                }
+                                if ((t_cs6 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 6u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs6);
+                                }
+                                if ((t_cs5 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 5u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs5);
+                                }
+                                if ((t_cs4 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 4u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs4);
+                                }
+                                if ((t_cs3 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 3u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs3);
+                                }
+                                if ((t_cs2 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 2u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs2);
+                                }
+                                if ((t_cs1 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 1u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs1);
+                                }
+                                if ((t_cs0 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 0u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs0);
+                                }
+                                if ((t_chosen != 4294967295u)) {
+                                    t_key = (t_key | (t_chosen << t_shift));
+                                    t_above = t_cn;
+                                    t_at = ((t_chosen == 15u) ? t_cs15 : ((t_chosen == 14u) ? t_cs14 : ((t_chosen == 13u) ? t_cs13 : ((t_chosen == 12u) ? t_cs12 : ((t_chosen == 11u) ? t_cs11 : ((t_chosen == 10u) ? t_cs10 : ((t_chosen == 9u) ? t_cs9 : ((t_chosen == 8u) ? t_cs8 : ((t_chosen == 7u) ? t_cs7 : ((t_chosen == 6u) ? t_cs6 : ((t_chosen == 5u) ? t_cs5 : ((t_chosen == 4u) ? t_cs4 : ((t_chosen == 3u) ? t_cs3 : ((t_chosen == 2u) ? t_cs2 : ((t_chosen == 1u) ? t_cs1 : ((t_chosen == 0u) ? t_cs0 : 0u))))))))))))))));
+                                }
+                                t_mask = (t_mask | (15u << t_shift));
+                            }
+                            unsigned int t_take = min(t_at, (want - t_above));
+                            unsigned int g_per = (((n_items + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                            unsigned int g_lo = min((threadIdx.x * g_per), n_items);
+                            unsigned int g_hi = min((g_lo + g_per), n_items);
+                            unsigned int g_ties = 0u;
+                            unsigned int g_above = 0u;
+                            for (unsigned int gi = g_lo; gi < g_hi; gi += 1u) {
+                                // built by kernels::filter_top_k::gather
+                                unsigned int ip = (gi / want);
+                                unsigned int is = (gi - (ip * want));
+                                unsigned int ik = 0u;
+                                if ((is < partials[((((slot * parts) + ip) * 551u) + 2u)])) {
+                                    // built by kernels::filter_top_k::merge_row
+                                    ik = partials[((((slot * parts) + ip) * 551u) + (5u + (is * 2u)))];
+                                }
+                                unsigned int gk = ik;
+                                if ((gk != 0u)) {
+                                    if ((gk == t_key)) {
+                                        g_ties = (g_ties + 1u);
+                                    }
+                                    if ((gk > t_key)) {
+                                        g_above = (g_above + 1u);
+                                    }
+                                }
+                            }
+                            unsigned int g_tie_start = 0u;
+                            {
+                                unsigned int sk_x = g_ties;
+                                unsigned int sk_v = sk_x;
+                                for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+                                    unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+                                    if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
+                                }
+                                if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
+                                __syncthreads();
+                                if (threadIdx.x < 32u) {
+                                    unsigned int sk_own = sk_v;
+                                    sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
+                                    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+                                        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+                                        if (threadIdx.x >= sk_o) sk_v += on;
+                                    }
+                                    if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
+                                    sk_v = sk_own;
+                                }
+                                __syncthreads();
+                                g_tie_start = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
+                                __syncthreads();
+                            }
+                            unsigned int g_out_start = 0u;
+                            {
+                                unsigned int sk_x = (g_above + min(((t_take > g_tie_start) ? (t_take - g_tie_start) : 0u), g_ties));
+                                unsigned int sk_v = sk_x;
+                                for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+                                    unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+                                    if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
+                                }
+                                if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
+                                __syncthreads();
+                                if (threadIdx.x < 32u) {
+                                    unsigned int sk_own = sk_v;
+                                    sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
+                                    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+                                        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+                                        if (threadIdx.x >= sk_o) sk_v += on;
+                                    }
+                                    if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
+                                    sk_v = sk_own;
+                                }
+                                __syncthreads();
+                                g_out_start = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
+                                __syncthreads();
+                            }
+                            unsigned int g_rank = g_tie_start;
+                            unsigned int g_out = g_out_start;
+                            for (unsigned int gj = g_lo; gj < g_hi; gj += 1u) {
+                                // built by kernels::filter_top_k::gather
+                                unsigned int ip = (gj / want);
+                                unsigned int is = (gj - (ip * want));
+                                unsigned int ik = 0u;
+                                if ((is < partials[((((slot * parts) + ip) * 551u) + 2u)])) {
+                                    // built by kernels::filter_top_k::merge_row
+                                    ik = partials[((((slot * parts) + ip) * 551u) + (5u + (is * 2u)))];
+                                }
+                                unsigned int gk = ik;
+                                if ((gk != 0u)) {
+                                    bool g_take = ((gk > t_key) || ((gk == t_key) && (g_rank < t_take)));
+                                    if ((gk == t_key)) {
+                                        g_rank = (g_rank + 1u);
+                                    }
+                                    if (g_take) {
+                                        listed_cols[(0u + g_out)] = gk;
+                                        const unsigned int sk_e0 = (gj / want);
+                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e0) * 551u) + (6u + ((gj - (sk_e0 * want)) * 2u)))];
+                                        g_out = (g_out + 1u);
+                                    }
+                                }
+                            }
+                            unsigned int n_sel = (t_above + t_take);
+                            __syncthreads();
+                            for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
+                                const unsigned int sk_e1 = listed_cols[(0u + i)];
+                                float zi = sk_bitcast<float>((((sk_e1 & 2147483648u) != 0u) ? (sk_e1 ^ 2147483648u) : (sk_e1 ^ 4294967295u)));
+                                listed_cols[(514u + i)] = sk_bitcast<unsigned int>((zi - row_m));
+                                listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) & 4294967295ull));
+                                listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) >> 32u));
+                            }
+                            __syncthreads();
+                            unsigned long long tk_mass = 0ull;
+                            for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
+                                float oi = sk_bitcast<float>(listed_cols[(514u + i)]);
+                                unsigned int ci = listed_cols[(257u + i)];
+                                unsigned int rank = 0u;
+                                unsigned long long before = 0ull;
+                                for (unsigned int j = 0u; j < n_sel; j += 1u) {
+                                    float oj = sk_bitcast<float>(listed_cols[(514u + j)]);
+                                    if (((oj > oi) || ((oj == oi) && (listed_cols[(257u + j)] < ci)))) {
+                                        rank = (rank + 1u);
+                                        before = (before + ((((unsigned long long)(listed_cols[(1028u + j)])) << 32u) | ((unsigned long long)(listed_cols[(771u + j)]))));
+                                    }
+                                }
+                                listed_cols[(1285u + rank)] = listed_cols[(0u + i)];
+                                listed_cols[(1542u + rank)] = ci;
+                                listed_cols[(1799u + rank)] = ((unsigned int)(before & 4294967295ull));
+                                listed_cols[(2056u + rank)] = ((unsigned int)(before >> 32u));
+                                if ((rank < kk)) {
+                                    tk_mass = (tk_mass + ((((unsigned long long)(listed_cols[(1028u + i)])) << 32u) | ((unsigned long long)(listed_cols[(771u + i)]))));
+                                }
+                            }
+                            unsigned long long top_k_mass = 0ull;
+                            {
+                                unsigned long long sk_v = tk_mass;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = sk_v + ov;
+                                }
+                                if ((threadIdx.x & 31u) == 0u) {
+                                    sk_red_u64[threadIdx.x >> 5] = sk_v;
+                                }
+                                __syncthreads();
+                                if (threadIdx.x < 32u) {
+                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u64[threadIdx.x] : 0u;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = sk_v + ov;
+                                    }
+                                    if (threadIdx.x == 0u) {
+                                        sk_red_u64[32] = sk_v;
+                                    }
+                                }
+                                __syncthreads();
+                                top_k_mass = sk_red_u64[32];
+                                __syncthreads();
+                            }
+                            __syncthreads();
+                            bool joint_p = ((pp < (1.0f)) && (!k_first));
+                            unsigned long long lim_k = ((pp < (1.0f)) ? sk_fraction(pp, top_k_mass) : 18446744073709551615ull);
+                            float lim_lo = ((pp * row_s) * (0.99902344f));
+                            float lim_hi = ((pp * row_s) * (1.0009766f));
+                            unsigned int n_lo = 0u;
+                            unsigned int n_unsure = 0u;
+                            for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
+                                const unsigned int sk_e3 = listed_cols[(1285u + r)];
+                                const float sk_e2 = sk_bitcast<float>((((sk_e3 & 2147483648u) != 0u) ? (sk_e3 ^ 2147483648u) : (sk_e3 ^ 4294967295u)));
+                                float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e2 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e2 - row_m))));
+                                unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
+                                bool base_r = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
+                                float bf = sk_fixed_f32(br);
+                                bool keep_lo = (base_r && (joint_p ? (bf <= lim_lo) : (br <= lim_k)));
+                                if (keep_lo) {
+                                    n_lo = (n_lo + 1u);
+                                }
+                                if ((keep_lo != (base_r && (joint_p ? (bf <= lim_hi) : (br <= lim_k))))) {
+                                    n_unsure = (n_unsure + 1u);
+                                }
+                            }
+                            unsigned int kept_n = 0u;
+                            unsigned int unsure_n = 0u;
+                            {
+                                unsigned int sk_m0 = n_lo;
+                                unsigned int sk_m1 = n_unsure;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+                                    sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+                                }
+                                if ((threadIdx.x & 31u) == 0u) {
+                                    sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+                                    sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+                                }
+                                __syncthreads();
+                                if (threadIdx.x < 2u) {
+                                    unsigned int sk_s = 0;
+                                    for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+                                    sk_many_u32[2 * 32 + threadIdx.x] = sk_s;
+                                }
+                                __syncthreads();
+                                kept_n = sk_many_u32[2 * 32 + 0];
+                                unsure_n = sk_many_u32[2 * 32 + 1];
+                                __syncthreads();
+                            }
+                            float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
+                            bool all_in = ((n_sel < want) || (((row_m == sk_bitcast<float>(2139095040u)) ? ((zt == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zt - row_m)))) <= (0.0f)));
+                            const unsigned int sk_e4 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            bool cut_above = ((sk_bitcast<float>((((sk_e4 & 2147483648u) != 0u) ? (sk_e4 ^ 2147483648u) : (sk_e4 ^ 4294967295u))) - row_m) > (zt - row_m));
+                            const unsigned int sk_e5 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e5] & 2147483648u) != 0u) ? (listed_cols[sk_e5] ^ 2147483648u) : (listed_cols[sk_e5] ^ 4294967295u))) - row_m) > (zt - row_m)));
+                            bool prefix_exact = all_in;
+                            if (((!all_in) && (!(cut_above && k_above)))) {
+                                // built by kernels::filter_top_k::prefix_is_exact
+                                float ov_t = (sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u))) - row_m);
+                                unsigned int tie_bad = 0u;
+                                for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_k::count_shared_boundary
+                                    unsigned int ek = listed_cols[(0u + i)];
+                                    if (((ek > t_key) && ((sk_bitcast<float>((((ek & 2147483648u) != 0u) ? (ek ^ 2147483648u) : (ek ^ 4294967295u))) - row_m) == ov_t))) {
+                                        tie_bad = (tie_bad + 1u);
+                                    }
+                                }
+                                for (unsigned int pos = threadIdx.x; pos < n_items; pos += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_k::count_shared_boundary
+                                    unsigned int ip = (pos / want);
+                                    unsigned int is = (pos - (ip * want));
+                                    unsigned int ik = 0u;
+                                    if ((is < partials[((((slot * parts) + ip) * 551u) + 2u)])) {
+                                        // built by kernels::filter_top_k::merge_row
+                                        ik = partials[((((slot * parts) + ip) * 551u) + (5u + (is * 2u)))];
+                                    }
+                                    unsigned int lk = ik;
+                                    if ((((lk != 0u) && (lk < t_key)) && ((sk_bitcast<float>((((lk & 2147483648u) != 0u) ? (lk ^ 2147483648u) : (lk ^ 4294967295u))) - row_m) == ov_t))) {
+                                        tie_bad = (tie_bad + 1u);
+                                    }
+                                }
+                                for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_k::count_shared_boundary
+                                    unsigned int rk3 = partials[((((slot * parts) + p) * 551u) + 3u)];
+                                    if ((((rk3 != 0u) && (rk3 < t_key)) && ((sk_bitcast<float>((((rk3 & 2147483648u) != 0u) ? (rk3 ^ 2147483648u) : (rk3 ^ 4294967295u))) - row_m) == ov_t))) {
+                                        tie_bad = (tie_bad + 1u);
+                                    }
+                                    unsigned int rk4 = partials[((((slot * parts) + p) * 551u) + 4u)];
+                                    if ((((rk4 != 0u) && (rk4 < t_key)) && ((sk_bitcast<float>((((rk4 & 2147483648u) != 0u) ? (rk4 ^ 2147483648u) : (rk4 ^ 4294967295u))) - row_m) == ov_t))) {
+                                        tie_bad = (tie_bad + 1u);
+                                    }
+                                }
+                                unsigned int tie_bad_n = 0u;
+                                {
+                                    unsigned int sk_v = tie_bad;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = sk_v + ov;
+                                    }
+                                    if ((threadIdx.x & 31u) == 0u) {
+                                        sk_red_u32[threadIdx.x >> 5] = sk_v;
+                                    }
+                                    __syncthreads();
+                                    if (threadIdx.x < 32u) {
+                                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                            sk_v = sk_v + ov;
+                                        }
+                                        if (threadIdx.x == 0u) {
+                                            sk_red_u32[32] = sk_v;
+                                        }
+                                    }
+                                    __syncthreads();
+                                    tie_bad_n = sk_red_u32[32];
+                                    __syncthreads();
+                                }
+                                prefix_exact = (tie_bad_n == 0u);
+                            }
+                            bool decided = (((((kept_n > 0u) && (prefix_exact || cut_above)) && (prefix_exact || k_above)) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
+                            if (decided) {
+                                float best = sk_bitcast<float>(4286578688u);
+                                unsigned int best_i = 4294967295u;
+                                double best64 = sk_bitcast<double>(18442240474082181120ull);
+                                unsigned int best64_i = 4294967295u;
+                                bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
+                                for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
+                                    unsigned int rc = listed_cols[(1542u + r)];
+                                    const unsigned int sk_e6 = listed_cols[(1285u + r)];
+                                    float rz = sk_bitcast<float>((((sk_e6 & 2147483648u) != 0u) ? (sk_e6 ^ 2147483648u) : (sk_e6 ^ 4294967295u)));
+                                    if (ow_seeded) {
+                                        // built by kernels::filter_top_k::race_one
+                                        double s64 = ((double)(rz - row_m));
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            const unsigned int sk_e7 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], rc)));
+                                        }
+                                        if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
+                                            // built by kernels::filter_top_k::keep_lower
+                                            best64 = s64;
+                                            best64_i = rc;
+                                        }
+                                    } else {
+                                        // built by kernels::filter_top_k::race_one
+                                        const unsigned int sk_e8 = (row * 12u);
+                                        uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e8 + 10u)], rows[(sk_e8 + 11u)]), rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)]);
+                                        const unsigned int sk_e9 = (rc & 3u);
+                                        float score = (rz + sk_gumbel(((sk_e9 == 3u) ? ((w4).w) : ((sk_e9 == 2u) ? ((w4).z) : ((sk_e9 == 1u) ? ((w4).y) : ((w4).x))))));
+                                        if (((score > best) || ((score == best) && (rc < best_i)))) {
+                                            // built by kernels::filter_top_k::keep_lower
+                                            best = score;
+                                            best_i = rc;
+                                        }
+                                    }
+                                }
+                                float ow_win = (0.0f);
+                                unsigned int ow_tok32 = 0u;
+                                {
+                                    float sk_v = best;
+                                    unsigned int sk_i = best_i;
                                     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                                         float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                                         unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
                                         if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
                                     }
-                                    if (threadIdx.x == 0u) {
-                                        sk_am_f32[32] = sk_v;
-                                        sk_am_i[32] = sk_i;
+                                    if ((threadIdx.x & 31u) == 0u) {
+                                        sk_am_f32[threadIdx.x >> 5] = sk_v;
+                                        sk_am_i[threadIdx.x >> 5] = sk_i;
                                     }
+                                    __syncthreads();
+                                    if (threadIdx.x < 32u) {
+                                        sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                                        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                        }
+                                        if (threadIdx.x == 0u) {
+                                            sk_am_f32[32] = sk_v;
+                                            sk_am_i[32] = sk_i;
+                                        }
+                                    }
+                                    __syncthreads();
+                                    ow_win = sk_am_f32[32];
+                                    ow_tok32 = sk_am_i[32];
+                                    __syncthreads();
                                 }
-                                __syncthreads();
-                                ow_win = sk_am_f32[32];
-                                ow_tok32 = sk_am_i[32];
-                                __syncthreads();
-                            }
-                            double ow_win64 = (0.0);
-                            unsigned int ow_tok64 = 0u;
-                            {
-                                double sk_v = best64;
-                                unsigned int sk_i = best64_i;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_am_f64[threadIdx.x >> 5] = sk_v;
-                                    sk_am_i[threadIdx.x >> 5] = sk_i;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                                double ow_win64 = (0.0);
+                                unsigned int ow_tok64 = 0u;
+                                {
+                                    double sk_v = best64;
+                                    unsigned int sk_i = best64_i;
                                     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                                         double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                                         unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
                                         if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
                                     }
-                                    if (threadIdx.x == 0u) {
-                                        sk_am_f64[32] = sk_v;
-                                        sk_am_i[32] = sk_i;
+                                    if ((threadIdx.x & 31u) == 0u) {
+                                        sk_am_f64[threadIdx.x >> 5] = sk_v;
+                                        sk_am_i[threadIdx.x >> 5] = sk_i;
+                                    }
+                                    __syncthreads();
+                                    if (threadIdx.x < 32u) {
+                                        sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
+                                        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                        }
+                                        if (threadIdx.x == 0u) {
+                                            sk_am_f64[32] = sk_v;
+                                            sk_am_i[32] = sk_i;
+                                        }
+                                    }
+                                    __syncthreads();
+                                    ow_win64 = sk_am_f64[32];
+                                    ow_tok64 = sk_am_i[32];
+                                    __syncthreads();
+                                }
+                                unsigned int ow_tok = (ow_seeded ? ow_tok64 : ow_tok32);
+                                bool ow_valid = (ow_tok < vocab);
+                                unsigned int ow_at = (ow_valid ? ow_tok : 0u);
+                                if ((threadIdx.x == 0u)) {
+                                    // built by kernels::sampling::write_results
+                                    tokens[row] = (ow_valid ? ow_tok : 0u);
+                                    if (((flags & 2u) != 0u)) {
+                                        status[row] = (ow_valid ? 1u : 0u);
                                     }
                                 }
-                                __syncthreads();
-                                ow_win64 = sk_am_f64[32];
-                                ow_tok64 = sk_am_i[32];
-                                __syncthreads();
-                            }
-                            unsigned int ow_tok = (ow_seeded ? ow_tok64 : ow_tok32);
-                            bool ow_valid = (ow_tok < vocab);
-                            unsigned int ow_at = (ow_valid ? ow_tok : 0u);
-                            if ((threadIdx.x == 0u)) {
-                                // built by kernels::sampling::write_results
-                                tokens[row] = (ow_valid ? ow_tok : 0u);
-                                if (((flags & 2u) != 0u)) {
-                                    status[row] = (ow_valid ? 1u : 0u);
+                                if (((flags & 1u) != 0u)) {
+                                    // built by kernels::sampling::write_results
+                                    if ((threadIdx.x == 0u)) {
+                                        const float sk_e10 = x[(base + ow_at)];
+                                        logprobs[row] = (ow_valid ? ((((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp) - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
+                                    }
                                 }
-                            }
-                            if (((flags & 1u) != 0u)) {
-                                // built by kernels::sampling::write_results
-                                if ((threadIdx.x == 0u)) {
-                                    const float sk_e10 = x[(base + ow_at)];
-                                    logprobs[row] = (ow_valid ? ((((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp) - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
+                                if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {
+                                    passes[row] = 1u;
                                 }
+                                one_read_done = true;
                             }
-                            if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {
-                                passes[row] = 1u;
-                            }
-                            one_read_done = true;
                         }
                     }
                 }
@@ -2199,7 +2368,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                         unsigned int cn = sel_n;
                         unsigned long long cm = sel_m;
                         if ((cnt_s15 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 15u;
                                 cn = nb;
@@ -2209,7 +2378,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             mb = (mb + mas_s15);
                         }
                         if ((cnt_s14 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 14u;
                                 cn = nb;
@@ -2219,7 +2388,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             mb = (mb + mas_s14);
                         }
                         if ((cnt_s13 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 13u;
                                 cn = nb;
@@ -2229,7 +2398,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             mb = (mb + mas_s13);
                         }
                         if ((cnt_s12 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 12u;
                                 cn = nb;
@@ -2239,7 +2408,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             mb = (mb + mas_s12);
                         }
                         if ((cnt_s11 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 11u;
                                 cn = nb;
@@ -2249,7 +2418,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             mb = (mb + mas_s11);
                         }
                         if ((cnt_s10 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 10u;
                                 cn = nb;
@@ -2259,7 +2428,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             mb = (mb + mas_s10);
                         }
                         if ((cnt_s9 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 9u;
                                 cn = nb;
@@ -2269,7 +2438,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             mb = (mb + mas_s9);
                         }
                         if ((cnt_s8 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 8u;
                                 cn = nb;
@@ -2279,7 +2448,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             mb = (mb + mas_s8);
                         }
                         if ((cnt_s7 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 7u;
                                 cn = nb;
@@ -2289,7 +2458,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             mb = (mb + mas_s7);
                         }
                         if ((cnt_s6 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 6u;
                                 cn = nb;
@@ -2299,7 +2468,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             mb = (mb + mas_s6);
                         }
                         if ((cnt_s5 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 5u;
                                 cn = nb;
@@ -2309,7 +2478,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             mb = (mb + mas_s5);
                         }
                         if ((cnt_s4 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 4u;
                                 cn = nb;
@@ -2319,7 +2488,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             mb = (mb + mas_s4);
                         }
                         if ((cnt_s3 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 3u;
                                 cn = nb;
@@ -2329,7 +2498,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             mb = (mb + mas_s3);
                         }
                         if ((cnt_s2 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 2u;
                                 cn = nb;
@@ -2339,7 +2508,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             mb = (mb + mas_s2);
                         }
                         if ((cnt_s1 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 1u;
                                 cn = nb;
@@ -2349,7 +2518,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             mb = (mb + mas_s1);
                         }
                         if ((cnt_s0 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 0u;
                                 cn = nb;
@@ -2359,7 +2528,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             mb = (mb + mas_s0);
                         }
                         if ((chosen != 4294967295u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             sel_key = (sel_key | (chosen << shift));
                             sel_n = cn;
                             sel_m = cm;
@@ -2369,7 +2538,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                         }
                         sel_mask = (sel_mask | (15u << shift));
                         if ((in_a && (digit_pass == 7u))) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             unsigned long long tn64 = ((unsigned long long)sel_tn);
                             unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                             const bool sk_e32 = (tie_v == 0ull);

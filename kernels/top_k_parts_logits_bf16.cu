@@ -52,6 +52,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
     __shared__ unsigned int sk_scan[32];
     __shared__ unsigned int sk_many_u32[544];
     __shared__ unsigned int part_keys[4096];
+    __shared__ unsigned int part_hist[512];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::sampling::for_each_row_part_at
@@ -77,460 +78,561 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
         bool capped = (((kk > 256u) && (!k_first)) && ((pp < (1.0f)) || (mp > (0.0f))));
         unsigned int kc = (capped ? 256u : kk);
         bool one_read = ((filtered && (((kk < vocab) && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
+        bool top_p_cut = ((one_read && capped) && (pp < (1.0f)));
         if ((((!((flags & 8u) != 0u)) || filtered) && one_read)) {
-            // built by kernels::filter_top_k::read_part
-            unsigned int n_cols = (col_hi - col_lo);
-            float m = sk_bitcast<float>(4286578688u);
-            for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
-                const float sk_e0 = sk_bf16(x[(base + (col_lo + i))]);
-                float z = ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp);
-                part_keys[i] = ((z > sk_bitcast<float>(4286578688u)) ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
-                m = fmaxf(m, z);
-            }
-            float part_m = (0.0f);
-            {
-                float sk_v = m;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = fmaxf(sk_v, ov);
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
+            // built by kernels::filter_top_k::parts_kernel
+            if (top_p_cut) {
+                // built by kernels::filter_top_p::histogram_part
                 __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                    part_hist[i] = 0u;
+                }
+                unsigned int n_cols = (col_hi - col_lo);
+                float m = sk_bitcast<float>(4286578688u);
+                for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
+                    // built by kernels::filter_top_k::load_part
+                    const float sk_e0 = sk_bf16(x[(base + (col_lo + i))]);
+                    float z = ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp);
+                    part_keys[i] = ((z > sk_bitcast<float>(4286578688u)) ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                    m = fmaxf(m, z);
+                }
+                float part_m = (0.0f);
+                {
+                    float sk_v = m;
                     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                         float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                         sk_v = fmaxf(sk_v, ov);
                     }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = fmaxf(sk_v, ov);
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    part_m = sk_red_f32[32];
+                    __syncthreads();
+                }
+                __syncthreads();
+                float grid_r = (-floorf((-(part_m * (16.0f)))));
+                float s = (0.0f);
+                for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
+                    // built by kernels::filter_top_k::sum_part
+                    unsigned int k = part_keys[i];
+                    if ((k != 0u)) {
+                        float kz = sk_bitcast<float>((((k & 2147483648u) != 0u) ? (k ^ 2147483648u) : (k ^ 4294967295u)));
+                        float kw = ((part_m == sk_bitcast<float>(2139095040u)) ? ((kz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((part_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((kz - part_m))));
+                        s = (s + kw);
+                        float hg = (grid_r - floorf((kz * (16.0f))));
+                        if (((kw > (0.0f)) && (hg < (512.0f)))) {
+                            // built by kernels::filter_top_p::histogram_part
+                            unsigned int hist_old = 0u;
+                            hist_old = atomicAdd(&part_hist[((unsigned int)hg)], ((unsigned int)(kw * (524288.0f))));
+                        }
                     }
                 }
-                __syncthreads();
-                part_m = sk_red_f32[32];
-                __syncthreads();
-            }
-            __syncthreads();
-            float s = (0.0f);
-            for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
-                unsigned int k = part_keys[i];
-                if ((k != 0u)) {
-                    const float sk_e1 = sk_bitcast<float>((((k & 2147483648u) != 0u) ? (k ^ 2147483648u) : (k ^ 4294967295u)));
-                    s = (s + ((part_m == sk_bitcast<float>(2139095040u)) ? ((sk_e1 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((part_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e1 - part_m)))));
-                }
-            }
-            float part_s = (0.0f);
-            {
-                float sk_v = s;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = sk_v + ov;
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+                float part_s = (0.0f);
+                {
+                    float sk_v = s;
                     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                         float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                         sk_v = sk_v + ov;
                     }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
                     }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = sk_v + ov;
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    part_s = sk_red_f32[32];
+                    __syncthreads();
                 }
                 __syncthreads();
-                part_s = sk_red_f32[32];
+                if ((threadIdx.x == 0u)) {
+                    partials[((slot * 551u) + 0u)] = sk_bitcast<unsigned int>(part_m);
+                    partials[((slot * 551u) + 1u)] = sk_bitcast<unsigned int>(part_s);
+                    partials[((slot * 551u) + 2u)] = 0u;
+                    partials[((slot * 551u) + 3u)] = 0u;
+                    partials[((slot * 551u) + 4u)] = 0u;
+                }
+                for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                    partials[((slot * 551u) + (5u + i))] = part_hist[i];
+                }
+            } else {
+                // built by kernels::filter_top_k::read_part
+                unsigned int n_cols = (col_hi - col_lo);
+                float m = sk_bitcast<float>(4286578688u);
+                for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
+                    // built by kernels::filter_top_k::load_part
+                    const float sk_e1 = sk_bf16(x[(base + (col_lo + i))]);
+                    float z = ((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1) / temp);
+                    part_keys[i] = ((z > sk_bitcast<float>(4286578688u)) ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                    m = fmaxf(m, z);
+                }
+                float part_m = (0.0f);
+                {
+                    float sk_v = m;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = fmaxf(sk_v, ov);
+                    }
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = fmaxf(sk_v, ov);
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    part_m = sk_red_f32[32];
+                    __syncthreads();
+                }
                 __syncthreads();
-            }
-            unsigned int t_key = 0u;
-            unsigned int t_mask = 0u;
-            unsigned int t_above = 0u;
-            unsigned int t_at = 0u;
-            for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
-                // built by kernels::filter_top_k::select_top
-                unsigned int t_shift = (28u - (t_pass * 4u));
-                unsigned int t_cnt_0 = 0;
-                unsigned int t_cnt_1 = 0;
-                unsigned int t_cnt_2 = 0;
-                unsigned int t_cnt_3 = 0;
-                unsigned int t_cnt_4 = 0;
-                unsigned int t_cnt_5 = 0;
-                unsigned int t_cnt_6 = 0;
-                unsigned int t_cnt_7 = 0;
-                unsigned int t_cnt_8 = 0;
-                unsigned int t_cnt_9 = 0;
-                unsigned int t_cnt_10 = 0;
-                unsigned int t_cnt_11 = 0;
-                unsigned int t_cnt_12 = 0;
-                unsigned int t_cnt_13 = 0;
-                unsigned int t_cnt_14 = 0;
-                unsigned int t_cnt_15 = 0;
-                for (unsigned int ti = threadIdx.x; ti < n_cols; ti += ((unsigned int)SK_BLOCK)) {
-                    unsigned int tk = part_keys[ti];
-                    if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                        {
-                            const unsigned int sk_bin = ((tk >> t_shift) & 15u);
-                            const unsigned int sk_add = 1u;
-                            if (sk_bin == 0u) { t_cnt_0 += sk_add; }
-                            if (sk_bin == 1u) { t_cnt_1 += sk_add; }
-                            if (sk_bin == 2u) { t_cnt_2 += sk_add; }
-                            if (sk_bin == 3u) { t_cnt_3 += sk_add; }
-                            if (sk_bin == 4u) { t_cnt_4 += sk_add; }
-                            if (sk_bin == 5u) { t_cnt_5 += sk_add; }
-                            if (sk_bin == 6u) { t_cnt_6 += sk_add; }
-                            if (sk_bin == 7u) { t_cnt_7 += sk_add; }
-                            if (sk_bin == 8u) { t_cnt_8 += sk_add; }
-                            if (sk_bin == 9u) { t_cnt_9 += sk_add; }
-                            if (sk_bin == 10u) { t_cnt_10 += sk_add; }
-                            if (sk_bin == 11u) { t_cnt_11 += sk_add; }
-                            if (sk_bin == 12u) { t_cnt_12 += sk_add; }
-                            if (sk_bin == 13u) { t_cnt_13 += sk_add; }
-                            if (sk_bin == 14u) { t_cnt_14 += sk_add; }
-                            if (sk_bin == 15u) { t_cnt_15 += sk_add; }
+                float s = (0.0f);
+                for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
+                    // built by kernels::filter_top_k::sum_part
+                    unsigned int k = part_keys[i];
+                    if ((k != 0u)) {
+                        float kz = sk_bitcast<float>((((k & 2147483648u) != 0u) ? (k ^ 2147483648u) : (k ^ 4294967295u)));
+                        float kw = ((part_m == sk_bitcast<float>(2139095040u)) ? ((kz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((part_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((kz - part_m))));
+                        s = (s + kw);
+                    }
+                }
+                float part_s = (0.0f);
+                {
+                    float sk_v = s;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = sk_v + ov;
+                    }
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_f32[threadIdx.x >> 5] = sk_v;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = sk_v + ov;
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_f32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    part_s = sk_red_f32[32];
+                    __syncthreads();
+                }
+                unsigned int t_key = 0u;
+                unsigned int t_mask = 0u;
+                unsigned int t_above = 0u;
+                unsigned int t_at = 0u;
+                for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
+                    // built by kernels::filter_top_k::select_top
+                    unsigned int t_shift = (28u - (t_pass * 4u));
+                    unsigned int t_cnt_0 = 0;
+                    unsigned int t_cnt_1 = 0;
+                    unsigned int t_cnt_2 = 0;
+                    unsigned int t_cnt_3 = 0;
+                    unsigned int t_cnt_4 = 0;
+                    unsigned int t_cnt_5 = 0;
+                    unsigned int t_cnt_6 = 0;
+                    unsigned int t_cnt_7 = 0;
+                    unsigned int t_cnt_8 = 0;
+                    unsigned int t_cnt_9 = 0;
+                    unsigned int t_cnt_10 = 0;
+                    unsigned int t_cnt_11 = 0;
+                    unsigned int t_cnt_12 = 0;
+                    unsigned int t_cnt_13 = 0;
+                    unsigned int t_cnt_14 = 0;
+                    unsigned int t_cnt_15 = 0;
+                    for (unsigned int ti = threadIdx.x; ti < n_cols; ti += ((unsigned int)SK_BLOCK)) {
+                        unsigned int tk = part_keys[ti];
+                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                            {
+                                const unsigned int sk_bin = ((tk >> t_shift) & 15u);
+                                const unsigned int sk_add = 1u;
+                                if (sk_bin == 0u) { t_cnt_0 += sk_add; }
+                                if (sk_bin == 1u) { t_cnt_1 += sk_add; }
+                                if (sk_bin == 2u) { t_cnt_2 += sk_add; }
+                                if (sk_bin == 3u) { t_cnt_3 += sk_add; }
+                                if (sk_bin == 4u) { t_cnt_4 += sk_add; }
+                                if (sk_bin == 5u) { t_cnt_5 += sk_add; }
+                                if (sk_bin == 6u) { t_cnt_6 += sk_add; }
+                                if (sk_bin == 7u) { t_cnt_7 += sk_add; }
+                                if (sk_bin == 8u) { t_cnt_8 += sk_add; }
+                                if (sk_bin == 9u) { t_cnt_9 += sk_add; }
+                                if (sk_bin == 10u) { t_cnt_10 += sk_add; }
+                                if (sk_bin == 11u) { t_cnt_11 += sk_add; }
+                                if (sk_bin == 12u) { t_cnt_12 += sk_add; }
+                                if (sk_bin == 13u) { t_cnt_13 += sk_add; }
+                                if (sk_bin == 14u) { t_cnt_14 += sk_add; }
+                                if (sk_bin == 15u) { t_cnt_15 += sk_add; }
+                            }
+                        }
+                    }
+                    unsigned int t_cs0 = 0u;
+                    unsigned int t_cs1 = 0u;
+                    unsigned int t_cs2 = 0u;
+                    unsigned int t_cs3 = 0u;
+                    unsigned int t_cs4 = 0u;
+                    unsigned int t_cs5 = 0u;
+                    unsigned int t_cs6 = 0u;
+                    unsigned int t_cs7 = 0u;
+                    unsigned int t_cs8 = 0u;
+                    unsigned int t_cs9 = 0u;
+                    unsigned int t_cs10 = 0u;
+                    unsigned int t_cs11 = 0u;
+                    unsigned int t_cs12 = 0u;
+                    unsigned int t_cs13 = 0u;
+                    unsigned int t_cs14 = 0u;
+                    unsigned int t_cs15 = 0u;
+                    {
+                        unsigned int sk_m0 = t_cnt_0;
+                        unsigned int sk_m1 = t_cnt_1;
+                        unsigned int sk_m2 = t_cnt_2;
+                        unsigned int sk_m3 = t_cnt_3;
+                        unsigned int sk_m4 = t_cnt_4;
+                        unsigned int sk_m5 = t_cnt_5;
+                        unsigned int sk_m6 = t_cnt_6;
+                        unsigned int sk_m7 = t_cnt_7;
+                        unsigned int sk_m8 = t_cnt_8;
+                        unsigned int sk_m9 = t_cnt_9;
+                        unsigned int sk_m10 = t_cnt_10;
+                        unsigned int sk_m11 = t_cnt_11;
+                        unsigned int sk_m12 = t_cnt_12;
+                        unsigned int sk_m13 = t_cnt_13;
+                        unsigned int sk_m14 = t_cnt_14;
+                        unsigned int sk_m15 = t_cnt_15;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+                        }
+                        if ((threadIdx.x & 31u) == 0u) {
+                            sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+                            sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+                            sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+                            sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+                            sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+                            sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+                            sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+                            sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+                            sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+                            sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+                            sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+                            sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+                            sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+                            sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+                            sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+                            sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+                        }
+                        __syncthreads();
+                        if (threadIdx.x < 16u) {
+                            unsigned int sk_s = 0;
+                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+                            sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
+                        }
+                        __syncthreads();
+                        t_cs0 = sk_many_u32[16 * 32 + 0];
+                        t_cs1 = sk_many_u32[16 * 32 + 1];
+                        t_cs2 = sk_many_u32[16 * 32 + 2];
+                        t_cs3 = sk_many_u32[16 * 32 + 3];
+                        t_cs4 = sk_many_u32[16 * 32 + 4];
+                        t_cs5 = sk_many_u32[16 * 32 + 5];
+                        t_cs6 = sk_many_u32[16 * 32 + 6];
+                        t_cs7 = sk_many_u32[16 * 32 + 7];
+                        t_cs8 = sk_many_u32[16 * 32 + 8];
+                        t_cs9 = sk_many_u32[16 * 32 + 9];
+                        t_cs10 = sk_many_u32[16 * 32 + 10];
+                        t_cs11 = sk_many_u32[16 * 32 + 11];
+                        t_cs12 = sk_many_u32[16 * 32 + 12];
+                        t_cs13 = sk_many_u32[16 * 32 + 13];
+                        t_cs14 = sk_many_u32[16 * 32 + 14];
+                        t_cs15 = sk_many_u32[16 * 32 + 15];
+                        __syncthreads();
+                    }
+                    unsigned int t_nb = t_above;
+                    unsigned int t_chosen = 4294967295u;
+                    unsigned int t_cn = t_above;
+                    if ((t_cs15 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 15u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs15);
+                    }
+                    if ((t_cs14 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 14u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs14);
+                    }
+                    if ((t_cs13 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 13u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs13);
+                    }
+                    if ((t_cs12 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 12u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs12);
+                    }
+                    if ((t_cs11 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 11u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs11);
+                    }
+                    if ((t_cs10 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 10u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs10);
+                    }
+                    if ((t_cs9 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 9u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs9);
+                    }
+                    if ((t_cs8 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 8u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs8);
+                    }
+                    if ((t_cs7 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 7u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs7);
+                    }
+                    if ((t_cs6 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 6u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs6);
+                    }
+                    if ((t_cs5 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 5u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs5);
+                    }
+                    if ((t_cs4 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 4u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs4);
+                    }
+                    if ((t_cs3 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 3u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs3);
+                    }
+                    if ((t_cs2 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 2u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs2);
+                    }
+                    if ((t_cs1 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 1u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs1);
+                    }
+                    if ((t_cs0 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 0u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs0);
+                    }
+                    if ((t_chosen != 4294967295u)) {
+                        t_key = (t_key | (t_chosen << t_shift));
+                        t_above = t_cn;
+                        t_at = ((t_chosen == 15u) ? t_cs15 : ((t_chosen == 14u) ? t_cs14 : ((t_chosen == 13u) ? t_cs13 : ((t_chosen == 12u) ? t_cs12 : ((t_chosen == 11u) ? t_cs11 : ((t_chosen == 10u) ? t_cs10 : ((t_chosen == 9u) ? t_cs9 : ((t_chosen == 8u) ? t_cs8 : ((t_chosen == 7u) ? t_cs7 : ((t_chosen == 6u) ? t_cs6 : ((t_chosen == 5u) ? t_cs5 : ((t_chosen == 4u) ? t_cs4 : ((t_chosen == 3u) ? t_cs3 : ((t_chosen == 2u) ? t_cs2 : ((t_chosen == 1u) ? t_cs1 : ((t_chosen == 0u) ? t_cs0 : 0u))))))))))))))));
+                    }
+                    t_mask = (t_mask | (15u << t_shift));
+                }
+                unsigned int t_take = min(t_at, ((kc + 1u) - t_above));
+                unsigned int g_per = (((n_cols + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                unsigned int g_lo = min((threadIdx.x * g_per), n_cols);
+                unsigned int g_hi = min((g_lo + g_per), n_cols);
+                unsigned int g_ties = 0u;
+                unsigned int g_above = 0u;
+                for (unsigned int gi = g_lo; gi < g_hi; gi += 1u) {
+                    // built by kernels::filter_top_k::gather
+                    unsigned int gk = part_keys[gi];
+                    if ((gk != 0u)) {
+                        if ((gk == t_key)) {
+                            g_ties = (g_ties + 1u);
+                        }
+                        if ((gk > t_key)) {
+                            g_above = (g_above + 1u);
                         }
                     }
                 }
-                unsigned int t_cs0 = 0u;
-                unsigned int t_cs1 = 0u;
-                unsigned int t_cs2 = 0u;
-                unsigned int t_cs3 = 0u;
-                unsigned int t_cs4 = 0u;
-                unsigned int t_cs5 = 0u;
-                unsigned int t_cs6 = 0u;
-                unsigned int t_cs7 = 0u;
-                unsigned int t_cs8 = 0u;
-                unsigned int t_cs9 = 0u;
-                unsigned int t_cs10 = 0u;
-                unsigned int t_cs11 = 0u;
-                unsigned int t_cs12 = 0u;
-                unsigned int t_cs13 = 0u;
-                unsigned int t_cs14 = 0u;
-                unsigned int t_cs15 = 0u;
+                unsigned int g_tie_start = 0u;
                 {
-                    unsigned int sk_m0 = t_cnt_0;
-                    unsigned int sk_m1 = t_cnt_1;
-                    unsigned int sk_m2 = t_cnt_2;
-                    unsigned int sk_m3 = t_cnt_3;
-                    unsigned int sk_m4 = t_cnt_4;
-                    unsigned int sk_m5 = t_cnt_5;
-                    unsigned int sk_m6 = t_cnt_6;
-                    unsigned int sk_m7 = t_cnt_7;
-                    unsigned int sk_m8 = t_cnt_8;
-                    unsigned int sk_m9 = t_cnt_9;
-                    unsigned int sk_m10 = t_cnt_10;
-                    unsigned int sk_m11 = t_cnt_11;
-                    unsigned int sk_m12 = t_cnt_12;
-                    unsigned int sk_m13 = t_cnt_13;
-                    unsigned int sk_m14 = t_cnt_14;
-                    unsigned int sk_m15 = t_cnt_15;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                        sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                        sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                        sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                        sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                        sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                        sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                        sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                        sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                        sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                        sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                        sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                        sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                        sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                        sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                        sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                        sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                        sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                        sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                        sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                        sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                        sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                        sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                        sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                        sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                        sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                        sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                        sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 16u) {
-                        unsigned int sk_s = 0;
-                        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                        sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
-                    }
-                    __syncthreads();
-                    t_cs0 = sk_many_u32[16 * 32 + 0];
-                    t_cs1 = sk_many_u32[16 * 32 + 1];
-                    t_cs2 = sk_many_u32[16 * 32 + 2];
-                    t_cs3 = sk_many_u32[16 * 32 + 3];
-                    t_cs4 = sk_many_u32[16 * 32 + 4];
-                    t_cs5 = sk_many_u32[16 * 32 + 5];
-                    t_cs6 = sk_many_u32[16 * 32 + 6];
-                    t_cs7 = sk_many_u32[16 * 32 + 7];
-                    t_cs8 = sk_many_u32[16 * 32 + 8];
-                    t_cs9 = sk_many_u32[16 * 32 + 9];
-                    t_cs10 = sk_many_u32[16 * 32 + 10];
-                    t_cs11 = sk_many_u32[16 * 32 + 11];
-                    t_cs12 = sk_many_u32[16 * 32 + 12];
-                    t_cs13 = sk_many_u32[16 * 32 + 13];
-                    t_cs14 = sk_many_u32[16 * 32 + 14];
-                    t_cs15 = sk_many_u32[16 * 32 + 15];
-                    __syncthreads();
-                }
-                unsigned int t_nb = t_above;
-                unsigned int t_chosen = 4294967295u;
-                unsigned int t_cn = t_above;
-                if ((t_cs15 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 15u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs15);
-                }
-                if ((t_cs14 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 14u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs14);
-                }
-                if ((t_cs13 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 13u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs13);
-                }
-                if ((t_cs12 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 12u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs12);
-                }
-                if ((t_cs11 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 11u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs11);
-                }
-                if ((t_cs10 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 10u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs10);
-                }
-                if ((t_cs9 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 9u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs9);
-                }
-                if ((t_cs8 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 8u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs8);
-                }
-                if ((t_cs7 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 7u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs7);
-                }
-                if ((t_cs6 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 6u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs6);
-                }
-                if ((t_cs5 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 5u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs5);
-                }
-                if ((t_cs4 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 4u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs4);
-                }
-                if ((t_cs3 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 3u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs3);
-                }
-                if ((t_cs2 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 2u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs2);
-                }
-                if ((t_cs1 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 1u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs1);
-                }
-                if ((t_cs0 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 0u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs0);
-                }
-                if ((t_chosen != 4294967295u)) {
-                    t_key = (t_key | (t_chosen << t_shift));
-                    t_above = t_cn;
-                    t_at = ((t_chosen == 15u) ? t_cs15 : ((t_chosen == 14u) ? t_cs14 : ((t_chosen == 13u) ? t_cs13 : ((t_chosen == 12u) ? t_cs12 : ((t_chosen == 11u) ? t_cs11 : ((t_chosen == 10u) ? t_cs10 : ((t_chosen == 9u) ? t_cs9 : ((t_chosen == 8u) ? t_cs8 : ((t_chosen == 7u) ? t_cs7 : ((t_chosen == 6u) ? t_cs6 : ((t_chosen == 5u) ? t_cs5 : ((t_chosen == 4u) ? t_cs4 : ((t_chosen == 3u) ? t_cs3 : ((t_chosen == 2u) ? t_cs2 : ((t_chosen == 1u) ? t_cs1 : ((t_chosen == 0u) ? t_cs0 : 0u))))))))))))))));
-                }
-                t_mask = (t_mask | (15u << t_shift));
-            }
-            unsigned int t_take = min(t_at, ((kc + 1u) - t_above));
-            unsigned int g_per = (((n_cols + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-            unsigned int g_lo = min((threadIdx.x * g_per), n_cols);
-            unsigned int g_hi = min((g_lo + g_per), n_cols);
-            unsigned int g_ties = 0u;
-            unsigned int g_above = 0u;
-            for (unsigned int gi = g_lo; gi < g_hi; gi += 1u) {
-                // built by kernels::filter_top_k::gather
-                unsigned int gk = part_keys[gi];
-                if ((gk != 0u)) {
-                    if ((gk == t_key)) {
-                        g_ties = (g_ties + 1u);
-                    }
-                    if ((gk > t_key)) {
-                        g_above = (g_above + 1u);
-                    }
-                }
-            }
-            unsigned int g_tie_start = 0u;
-            {
-                unsigned int sk_x = g_ties;
-                unsigned int sk_v = sk_x;
-                for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                    unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                    if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                }
-                if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    unsigned int sk_own = sk_v;
-                    sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
+                    unsigned int sk_x = g_ties;
+                    unsigned int sk_v = sk_x;
                     for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
                         unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                        if (threadIdx.x >= sk_o) sk_v += on;
+                        if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
                     }
-                    if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                    sk_v = sk_own;
+                    if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        unsigned int sk_own = sk_v;
+                        sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
+                        for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+                            unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+                            if (threadIdx.x >= sk_o) sk_v += on;
+                        }
+                        if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
+                        sk_v = sk_own;
+                    }
+                    __syncthreads();
+                    g_tie_start = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
+                    __syncthreads();
                 }
-                __syncthreads();
-                g_tie_start = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                __syncthreads();
-            }
-            unsigned int g_out_start = 0u;
-            {
-                unsigned int sk_x = (g_above + min(((t_take > g_tie_start) ? (t_take - g_tie_start) : 0u), g_ties));
-                unsigned int sk_v = sk_x;
-                for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                    unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                    if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                }
-                if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    unsigned int sk_own = sk_v;
-                    sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
+                unsigned int g_out_start = 0u;
+                {
+                    unsigned int sk_x = (g_above + min(((t_take > g_tie_start) ? (t_take - g_tie_start) : 0u), g_ties));
+                    unsigned int sk_v = sk_x;
                     for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
                         unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                        if (threadIdx.x >= sk_o) sk_v += on;
+                        if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
                     }
-                    if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                    sk_v = sk_own;
-                }
-                __syncthreads();
-                g_out_start = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                __syncthreads();
-            }
-            unsigned int g_rank = g_tie_start;
-            unsigned int g_out = g_out_start;
-            for (unsigned int gj = g_lo; gj < g_hi; gj += 1u) {
-                // built by kernels::filter_top_k::gather
-                unsigned int gk = part_keys[gj];
-                if ((gk != 0u)) {
-                    bool g_take = ((gk > t_key) || ((gk == t_key) && (g_rank < t_take)));
-                    if ((gk == t_key)) {
-                        g_rank = (g_rank + 1u);
+                    if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        unsigned int sk_own = sk_v;
+                        sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
+                        for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+                            unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+                            if (threadIdx.x >= sk_o) sk_v += on;
+                        }
+                        if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
+                        sk_v = sk_own;
                     }
-                    if (g_take) {
-                        partials[((slot * 519u) + (5u + (g_out * 2u)))] = gk;
-                        partials[(((slot * 519u) + (5u + (g_out * 2u))) + 1u)] = (col_lo + gj);
-                        g_out = (g_out + 1u);
+                    __syncthreads();
+                    g_out_start = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
+                    __syncthreads();
+                }
+                unsigned int g_rank = g_tie_start;
+                unsigned int g_out = g_out_start;
+                for (unsigned int gj = g_lo; gj < g_hi; gj += 1u) {
+                    // built by kernels::filter_top_k::gather
+                    unsigned int gk = part_keys[gj];
+                    if ((gk != 0u)) {
+                        bool g_take = ((gk > t_key) || ((gk == t_key) && (g_rank < t_take)));
+                        if ((gk == t_key)) {
+                            g_rank = (g_rank + 1u);
+                        }
+                        if (g_take) {
+                            partials[((slot * 551u) + (5u + (g_out * 2u)))] = gk;
+                            partials[(((slot * 551u) + (5u + (g_out * 2u))) + 1u)] = (col_lo + gj);
+                            g_out = (g_out + 1u);
+                        }
                     }
                 }
-            }
-            unsigned int below = 0u;
-            for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
-                unsigned int k = part_keys[i];
-                if ((k < t_key)) {
-                    below = max(below, k);
+                unsigned int below = 0u;
+                for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
+                    unsigned int k = part_keys[i];
+                    if ((k < t_key)) {
+                        below = max(below, k);
+                    }
                 }
-            }
-            unsigned int part_below = 0u;
-            {
-                unsigned int sk_v = below;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = ov > sk_v ? ov : sk_v;
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                unsigned int part_below = 0u;
+                {
+                    unsigned int sk_v = below;
                     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
                         unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
                         sk_v = ov > sk_v ? ov : sk_v;
                     }
-                    if (threadIdx.x == 0u) {
-                        sk_red_u32[32] = sk_v;
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_u32[threadIdx.x >> 5] = sk_v;
                     }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = ov > sk_v ? ov : sk_v;
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_u32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    part_below = sk_red_u32[32];
+                    __syncthreads();
                 }
-                __syncthreads();
-                part_below = sk_red_u32[32];
-                __syncthreads();
-            }
-            if ((threadIdx.x == 0u)) {
-                partials[((slot * 519u) + 0u)] = sk_bitcast<unsigned int>(part_m);
-                partials[((slot * 519u) + 1u)] = sk_bitcast<unsigned int>(part_s);
-                partials[((slot * 519u) + 2u)] = (t_above + t_take);
-                partials[((slot * 519u) + 3u)] = part_below;
-                partials[((slot * 519u) + 4u)] = ((t_at > t_take) ? t_key : 0u);
+                if ((threadIdx.x == 0u)) {
+                    partials[((slot * 551u) + 0u)] = sk_bitcast<unsigned int>(part_m);
+                    partials[((slot * 551u) + 1u)] = sk_bitcast<unsigned int>(part_s);
+                    partials[((slot * 551u) + 2u)] = (t_above + t_take);
+                    partials[((slot * 551u) + 3u)] = part_below;
+                    partials[((slot * 551u) + 4u)] = ((t_at > t_take) ? t_key : 0u);
+                }
             }
         }
     }

@@ -943,7 +943,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var cn: u32 = sel_n;
                     var cm: u64 = sel_m;
                     if ((cnt_s15 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 15u;
                             cn = nb;
@@ -953,7 +953,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s15);
                     }
                     if ((cnt_s14 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 14u;
                             cn = nb;
@@ -963,7 +963,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s14);
                     }
                     if ((cnt_s13 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 13u;
                             cn = nb;
@@ -973,7 +973,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s13);
                     }
                     if ((cnt_s12 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 12u;
                             cn = nb;
@@ -983,7 +983,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s12);
                     }
                     if ((cnt_s11 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 11u;
                             cn = nb;
@@ -993,7 +993,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s11);
                     }
                     if ((cnt_s10 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 10u;
                             cn = nb;
@@ -1003,7 +1003,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s10);
                     }
                     if ((cnt_s9 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 9u;
                             cn = nb;
@@ -1013,7 +1013,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s9);
                     }
                     if ((cnt_s8 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 8u;
                             cn = nb;
@@ -1023,7 +1023,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s8);
                     }
                     if ((cnt_s7 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 7u;
                             cn = nb;
@@ -1033,7 +1033,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s7);
                     }
                     if ((cnt_s6 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 6u;
                             cn = nb;
@@ -1043,7 +1043,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s6);
                     }
                     if ((cnt_s5 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 5u;
                             cn = nb;
@@ -1053,7 +1053,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s5);
                     }
                     if ((cnt_s4 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 4u;
                             cn = nb;
@@ -1063,7 +1063,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s4);
                     }
                     if ((cnt_s3 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 3u;
                             cn = nb;
@@ -1073,7 +1073,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s3);
                     }
                     if ((cnt_s2 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 2u;
                             cn = nb;
@@ -1083,7 +1083,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s2);
                     }
                     if ((cnt_s1 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 1u;
                             cn = nb;
@@ -1093,7 +1093,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s1);
                     }
                     if ((cnt_s0 > 0u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         if (((nb < kk) && (mb <= lim))) {
                             chosen = 0u;
                             cn = nb;
@@ -1103,7 +1103,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         mb = (mb + mas_s0);
                     }
                     if ((chosen != 4294967295u)) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         sel_key = (sel_key | (chosen << shift));
                         sel_n = cn;
                         sel_m = cm;
@@ -1113,7 +1113,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     sel_mask = (sel_mask | (15u << shift));
                     if ((in_a && (digit_pass == 7u))) {
-                        // built by kernels::filters::decide
+                        // built by kernels::filters::select_step
                         var tn64: u64 = u64(sel_tn);
                         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
                         let sk_e21: bool = (tie_v == 0lu);

@@ -23,8 +23,8 @@ struct Params {
 @group(0) @binding(8) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
-var<workgroup> sk_red_u64: array<u64, BLOCK>;
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
+var<workgroup> sk_red_u64: array<u64, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
@@ -355,506 +355,74 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var capped: bool = (((kk > 256u) && (!k_first)) && ((pp < (1.0f)) || (mp > (0.0f))));
             var kc: u32 = select(kk, 256u, capped);
             var one_read: bool = ((filtered && (((kk < params.vocab) && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
+            var top_p_cut: bool = ((one_read && capped) && (pp < (1.0f)));
             if (one_read) {
-                {
-                    // built by kernels::filter_top_k::merge_row
-                    var m: f32 = bitcast<f32>(4286578688u);
-                    for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                        m = max(m, bitcast<f32>(partials[((((slot * parts) + p) * 519u) + 0u)]));
-                    }
-                    var row_m: f32 = (0.0f);
+                if (top_p_cut) {
                     {
-                        sk_red_f32[sk_lid] = m;
+                        // built by kernels::filter_top_p::estimate_cut
                         workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                            }
-                            workgroupBarrier();
+                        var m: f32 = bitcast<f32>(4286578688u);
+                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                            // built by kernels::filter_top_k::row_max
+                            m = max(m, bitcast<f32>(partials[((((slot * parts) + p) * 551u) + 0u)]));
                         }
-                        row_m = sk_red_f32[0];
-                        workgroupBarrier();
-                    }
-                    var s: f32 = (0.0f);
-                    for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                        var mp_p: f32 = bitcast<f32>(partials[((((slot * parts) + p) * 519u) + 0u)]);
-                        if ((mp_p > bitcast<f32>(4286578688u))) {
-                            s = (s + (bitcast<f32>(partials[((((slot * parts) + p) * 519u) + 1u)]) * sk_exp((mp_p - row_m))));
-                        }
-                    }
-                    var row_s: f32 = (0.0f);
-                    {
-                        sk_red_f32[sk_lid] = s;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-                            }
-                            workgroupBarrier();
-                        }
-                        row_s = sk_red_f32[0];
-                        workgroupBarrier();
-                    }
-                    if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
-                        var want: u32 = (kc + 1u);
-                        var n_items: u32 = (parts * want);
-                        var t_key: u32 = 0u;
-                        var t_mask: u32 = 0u;
-                        var t_above: u32 = 0u;
-                        var t_at: u32 = 0u;
-                        for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
-                            // built by kernels::filter_top_k::select_top
-                            var t_shift: u32 = (28u - (t_pass * 4u));
-                            var t_cnt: array<u32, 16>;
-                            for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
-                                var ip: u32 = (ti / want);
-                                var is: u32 = (ti - (ip * want));
-                                var ik: u32 = 0u;
-                                if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
-                                    // built by kernels::filter_top_k::merge_row
-                                    ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
-                                }
-                                var tk: u32 = ik;
-                                if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                    t_cnt[((tk >> t_shift) & 15u)] += 1u;
-                                }
-                            }
-                            var t_cs0: u32 = 0u;
-                            var t_cs1: u32 = 0u;
-                            var t_cs2: u32 = 0u;
-                            var t_cs3: u32 = 0u;
-                            var t_cs4: u32 = 0u;
-                            var t_cs5: u32 = 0u;
-                            var t_cs6: u32 = 0u;
-                            var t_cs7: u32 = 0u;
-                            var t_cs8: u32 = 0u;
-                            var t_cs9: u32 = 0u;
-                            var t_cs10: u32 = 0u;
-                            var t_cs11: u32 = 0u;
-                            var t_cs12: u32 = 0u;
-                            var t_cs13: u32 = 0u;
-                            var t_cs14: u32 = 0u;
-                            var t_cs15: u32 = 0u;
-                            {
-                                if (sk_lid < 16u) {
-                                    atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                }
-                                workgroupBarrier();
-                                {
-                                    let sk_v = t_cnt[0];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                                }
-                                {
-                                    let sk_v = t_cnt[1];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                                }
-                                {
-                                    let sk_v = t_cnt[2];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
-                                }
-                                {
-                                    let sk_v = t_cnt[3];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
-                                }
-                                {
-                                    let sk_v = t_cnt[4];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
-                                }
-                                {
-                                    let sk_v = t_cnt[5];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
-                                }
-                                {
-                                    let sk_v = t_cnt[6];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
-                                }
-                                {
-                                    let sk_v = t_cnt[7];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
-                                }
-                                {
-                                    let sk_v = t_cnt[8];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
-                                }
-                                {
-                                    let sk_v = t_cnt[9];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
-                                }
-                                {
-                                    let sk_v = t_cnt[10];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
-                                }
-                                {
-                                    let sk_v = t_cnt[11];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
-                                }
-                                {
-                                    let sk_v = t_cnt[12];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
-                                }
-                                {
-                                    let sk_v = t_cnt[13];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
-                                }
-                                {
-                                    let sk_v = t_cnt[14];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
-                                }
-                                {
-                                    let sk_v = t_cnt[15];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
-                                }
-                                workgroupBarrier();
-                                t_cs0 = atomicLoad(&sk_sum_lo[0]);
-                                t_cs1 = atomicLoad(&sk_sum_lo[1]);
-                                t_cs2 = atomicLoad(&sk_sum_lo[2]);
-                                t_cs3 = atomicLoad(&sk_sum_lo[3]);
-                                t_cs4 = atomicLoad(&sk_sum_lo[4]);
-                                t_cs5 = atomicLoad(&sk_sum_lo[5]);
-                                t_cs6 = atomicLoad(&sk_sum_lo[6]);
-                                t_cs7 = atomicLoad(&sk_sum_lo[7]);
-                                t_cs8 = atomicLoad(&sk_sum_lo[8]);
-                                t_cs9 = atomicLoad(&sk_sum_lo[9]);
-                                t_cs10 = atomicLoad(&sk_sum_lo[10]);
-                                t_cs11 = atomicLoad(&sk_sum_lo[11]);
-                                t_cs12 = atomicLoad(&sk_sum_lo[12]);
-                                t_cs13 = atomicLoad(&sk_sum_lo[13]);
-                                t_cs14 = atomicLoad(&sk_sum_lo[14]);
-                                t_cs15 = atomicLoad(&sk_sum_lo[15]);
-                                workgroupBarrier();
-                            }
-                            var t_nb: u32 = t_above;
-                            var t_chosen: u32 = 4294967295u;
-                            var t_cn: u32 = t_above;
-                            if ((t_cs15 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 15u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs15);
-                            }
-                            if ((t_cs14 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 14u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs14);
-                            }
-                            if ((t_cs13 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 13u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs13);
-                            }
-                            if ((t_cs12 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 12u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs12);
-                            }
-                            if ((t_cs11 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 11u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs11);
-                            }
-                            if ((t_cs10 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 10u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs10);
-                            }
-                            if ((t_cs9 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 9u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs9);
-                            }
-                            if ((t_cs8 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 8u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs8);
-                            }
-                            if ((t_cs7 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 7u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs7);
-                            }
-                            if ((t_cs6 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 6u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs6);
-                            }
-                            if ((t_cs5 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 5u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs5);
-                            }
-                            if ((t_cs4 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 4u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs4);
-                            }
-                            if ((t_cs3 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 3u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs3);
-                            }
-                            if ((t_cs2 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 2u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs2);
-                            }
-                            if ((t_cs1 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 1u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs1);
-                            }
-                            if ((t_cs0 > 0u)) {
-                                if ((t_nb < want)) {
-                                    t_chosen = 0u;
-                                    t_cn = t_nb;
-                                }
-                                t_nb = (t_nb + t_cs0);
-                            }
-                            if ((t_chosen != 4294967295u)) {
-                                t_key = (t_key | (t_chosen << t_shift));
-                                t_above = t_cn;
-                                t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_chosen == 0u)), t_cs1, (t_chosen == 1u)), t_cs2, (t_chosen == 2u)), t_cs3, (t_chosen == 3u)), t_cs4, (t_chosen == 4u)), t_cs5, (t_chosen == 5u)), t_cs6, (t_chosen == 6u)), t_cs7, (t_chosen == 7u)), t_cs8, (t_chosen == 8u)), t_cs9, (t_chosen == 9u)), t_cs10, (t_chosen == 10u)), t_cs11, (t_chosen == 11u)), t_cs12, (t_chosen == 12u)), t_cs13, (t_chosen == 13u)), t_cs14, (t_chosen == 14u)), t_cs15, (t_chosen == 15u));
-                            }
-                            t_mask = (t_mask | (15u << t_shift));
-                        }
-                        var t_take: u32 = min(t_at, (want - t_above));
-                        var g_per: u32 = (((n_items + BLOCK) - 1u) / BLOCK);
-                        var g_lo: u32 = min((sk_lid * g_per), n_items);
-                        var g_hi: u32 = min((g_lo + g_per), n_items);
-                        var g_ties: u32 = 0u;
-                        var g_above: u32 = 0u;
-                        for (var gi: u32 = g_lo; gi < g_hi; gi = gi + 1u) {
-                            // built by kernels::filter_top_k::gather
-                            var ip: u32 = (gi / want);
-                            var is: u32 = (gi - (ip * want));
-                            var ik: u32 = 0u;
-                            if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
-                                // built by kernels::filter_top_k::merge_row
-                                ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
-                            }
-                            var gk: u32 = ik;
-                            if ((gk != 0u)) {
-                                if ((gk == t_key)) {
-                                    g_ties = (g_ties + 1u);
-                                }
-                                if ((gk > t_key)) {
-                                    g_above = (g_above + 1u);
-                                }
-                            }
-                        }
-                        var g_tie_start: u32 = 0u;
+                        var row_m: f32 = (0.0f);
                         {
-                            let sk_x = g_ties;
-                            sk_scan[sk_lid] = sk_x;
-                            workgroupBarrier();
-                            for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                                let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                                workgroupBarrier();
-                                sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                                workgroupBarrier();
-                            }
-                            g_tie_start = sk_scan[sk_lid] - sk_x;
-                            workgroupBarrier();
-                        }
-                        var g_out_start: u32 = 0u;
-                        {
-                            let sk_x = (g_above + min(select(0u, (t_take - g_tie_start), (t_take > g_tie_start)), g_ties));
-                            sk_scan[sk_lid] = sk_x;
-                            workgroupBarrier();
-                            for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                                let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                                workgroupBarrier();
-                                sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                                workgroupBarrier();
-                            }
-                            g_out_start = sk_scan[sk_lid] - sk_x;
-                            workgroupBarrier();
-                        }
-                        var g_rank: u32 = g_tie_start;
-                        var g_out: u32 = g_out_start;
-                        for (var gj: u32 = g_lo; gj < g_hi; gj = gj + 1u) {
-                            // built by kernels::filter_top_k::gather
-                            var ip: u32 = (gj / want);
-                            var is: u32 = (gj - (ip * want));
-                            var ik: u32 = 0u;
-                            if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
-                                // built by kernels::filter_top_k::merge_row
-                                ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
-                            }
-                            var gk: u32 = ik;
-                            if ((gk != 0u)) {
-                                var g_take: bool = ((gk > t_key) || ((gk == t_key) && (g_rank < t_take)));
-                                if ((gk == t_key)) {
-                                    g_rank = (g_rank + 1u);
-                                }
-                                if (g_take) {
-                                    listed_cols[(0u + g_out)] = gk;
-                                    let sk_e0: u32 = (gj / want);
-                                    listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e0) * 519u) + (6u + ((gj - (sk_e0 * want)) * 2u)))];
-                                    g_out = (g_out + 1u);
-                                }
-                            }
-                        }
-                        var n_sel: u32 = (t_above + t_take);
-                        workgroupBarrier();
-                        for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                            let sk_e1: u32 = listed_cols[(0u + i)];
-                            var zi: f32 = bitcast<f32>(select((sk_e1 ^ 4294967295u), (sk_e1 ^ 2147483648u), ((sk_e1 & 2147483648u) != 0u)));
-                            listed_cols[(514u + i)] = bitcast<u32>((zi - row_m));
-                            listed_cols[(771u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) & 4294967295lu));
-                            listed_cols[(1028u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) >> 32u));
-                        }
-                        workgroupBarrier();
-                        var tk_mass: u64 = 0lu;
-                        for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                            var oi: f32 = bitcast<f32>(listed_cols[(514u + i)]);
-                            var ci: u32 = listed_cols[(257u + i)];
-                            var rank: u32 = 0u;
-                            var before: u64 = 0lu;
-                            for (var j: u32 = 0u; j < n_sel; j = j + 1u) {
-                                var oj: f32 = bitcast<f32>(listed_cols[(514u + j)]);
-                                if (((oj > oi) || ((oj == oi) && (listed_cols[(257u + j)] < ci)))) {
-                                    rank = (rank + 1u);
-                                    before = (before + ((u64(listed_cols[(1028u + j)]) << 32u) | u64(listed_cols[(771u + j)])));
-                                }
-                            }
-                            listed_cols[(1285u + rank)] = listed_cols[(0u + i)];
-                            listed_cols[(1542u + rank)] = ci;
-                            listed_cols[(1799u + rank)] = u32((before & 4294967295lu));
-                            listed_cols[(2056u + rank)] = u32((before >> 32u));
-                            if ((rank < kk)) {
-                                tk_mass = (tk_mass + ((u64(listed_cols[(1028u + i)]) << 32u) | u64(listed_cols[(771u + i)])));
-                            }
-                        }
-                        var top_k_mass: u64 = 0lu;
-                        {
-                            sk_red_u64[sk_lid] = tk_mass;
+                            sk_red_f32[sk_lid] = m;
                             workgroupBarrier();
                             for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
                                 if (sk_lid < sk_s) {
-                                    sk_red_u64[sk_lid] = sk_red_u64[sk_lid] + sk_red_u64[sk_lid + sk_s];
+                                    sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
                                 }
                                 workgroupBarrier();
                             }
-                            top_k_mass = sk_red_u64[0];
+                            row_m = sk_red_f32[0];
                             workgroupBarrier();
                         }
-                        workgroupBarrier();
-                        var joint_p: bool = ((pp < (1.0f)) && (!k_first));
-                        var lim_k: u64 = select(18446744073709551615lu, sk_fraction(pp, top_k_mass), (pp < (1.0f)));
-                        var lim_lo: f32 = ((pp * row_s) * (0.99902344f));
-                        var lim_hi: f32 = ((pp * row_s) * (1.0009766f));
-                        var n_lo: u32 = 0u;
-                        var n_unsure: u32 = 0u;
-                        for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                            let sk_e3: u32 = listed_cols[(1285u + r)];
-                            let sk_e2: f32 = bitcast<f32>(select((sk_e3 ^ 4294967295u), (sk_e3 ^ 2147483648u), ((sk_e3 & 2147483648u) != 0u)));
-                            var wr: f32 = select(select(sk_exp((sk_e2 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e2 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
-                            var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
-                            var base_r: bool = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
-                            var bf: f32 = sk_fixed_f32(br);
-                            var keep_lo: bool = (base_r && select((br <= lim_k), (bf <= lim_lo), joint_p));
-                            if (keep_lo) {
-                                n_lo = (n_lo + 1u);
+                        if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
+                            var grid_r: f32 = (-floor((-(row_m * (16.0f)))));
+                            var e_per: u32 = (((512u + BLOCK) - 1u) / BLOCK);
+                            var e_lo: u32 = min((sk_lid * e_per), 512u);
+                            var e_hi: u32 = min((e_lo + e_per), 512u);
+                            for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
+                                listed_cols[g] = bitcast<u32>((0.0f));
                             }
-                            if ((keep_lo != (base_r && select((br <= lim_k), (bf <= lim_hi), joint_p)))) {
-                                n_unsure = (n_unsure + 1u);
+                            for (var p: u32 = 0u; p < parts; p = p + 1u) {
+                                var e_mp: f32 = bitcast<f32>(partials[((((slot * parts) + p) * 551u) + 0u)]);
+                                if ((e_mp > bitcast<f32>(4286578688u))) {
+                                    var e_shift: f32 = (grid_r - (-floor((-(e_mp * (16.0f))))));
+                                    var e_w: f32 = (sk_exp((e_mp - row_m)) * ((7629.3945f) / f32(params.vocab)));
+                                    for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
+                                        var e_at: f32 = (f32(g) - e_shift);
+                                        if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
+                                            listed_cols[g] = bitcast<u32>((bitcast<f32>(listed_cols[g]) + (f32(partials[((((slot * parts) + p) * 551u) + (5u + u32(e_at)))]) * e_w)));
+                                        }
+                                    }
+                                }
                             }
-                        }
-                        var kept_n: u32 = 0u;
-                        var unsure_n: u32 = 0u;
-                        {
-                            if (sk_lid < 2u) {
-                                atomicStore(&sk_sum_lo[sk_lid], 0u);
+                            var e_own: u32 = 0u;
+                            for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
+                                var e_fixed: u32 = u32(bitcast<f32>(listed_cols[g]));
+                                listed_cols[g] = e_fixed;
+                                e_own = (e_own + e_fixed);
                             }
-                            workgroupBarrier();
+                            var e_before: u32 = 0u;
                             {
-                                let sk_v = n_lo;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+                                let sk_x = e_own;
+                                sk_scan[sk_lid] = sk_x;
+                                workgroupBarrier();
+                                for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
+                                    let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
+                                    workgroupBarrier();
+                                    sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
+                                    workgroupBarrier();
+                                }
+                                e_before = sk_scan[sk_lid] - sk_x;
+                                workgroupBarrier();
                             }
+                            var e_total: u32 = 0u;
                             {
-                                let sk_v = n_unsure;
-                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                            }
-                            workgroupBarrier();
-                            kept_n = atomicLoad(&sk_sum_lo[0]);
-                            unsure_n = atomicLoad(&sk_sum_lo[1]);
-                            workgroupBarrier();
-                        }
-                        var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
-                        var all_in: bool = ((n_sel < want) || (select(select(sk_exp((zt - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zt == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) <= (0.0f)));
-                        let sk_e4: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                        var cut_above: bool = ((bitcast<f32>(select((sk_e4 ^ 4294967295u), (sk_e4 ^ 2147483648u), ((sk_e4 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
-                        let sk_e5: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                        var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e5] ^ 4294967295u), (listed_cols[sk_e5] ^ 2147483648u), ((listed_cols[sk_e5] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
-                        var prefix_exact: bool = all_in;
-                        if (((!all_in) && (!(cut_above && k_above)))) {
-                            // built by kernels::filter_top_k::prefix_is_exact
-                            var ov_t: f32 = (bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u))) - row_m);
-                            var tie_bad: u32 = 0u;
-                            for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                                // built by kernels::filter_top_k::count_shared_boundary
-                                var ek: u32 = listed_cols[(0u + i)];
-                                if (((ek > t_key) && ((bitcast<f32>(select((ek ^ 4294967295u), (ek ^ 2147483648u), ((ek & 2147483648u) != 0u))) - row_m) == ov_t))) {
-                                    tie_bad = (tie_bad + 1u);
-                                }
-                            }
-                            for (var pos: u32 = sk_lid; pos < n_items; pos = pos + BLOCK) {
-                                // built by kernels::filter_top_k::count_shared_boundary
-                                var ip: u32 = (pos / want);
-                                var is: u32 = (pos - (ip * want));
-                                var ik: u32 = 0u;
-                                if ((is < partials[((((slot * parts) + ip) * 519u) + 2u)])) {
-                                    // built by kernels::filter_top_k::merge_row
-                                    ik = partials[((((slot * parts) + ip) * 519u) + (5u + (is * 2u)))];
-                                }
-                                var lk: u32 = ik;
-                                if ((((lk != 0u) && (lk < t_key)) && ((bitcast<f32>(select((lk ^ 4294967295u), (lk ^ 2147483648u), ((lk & 2147483648u) != 0u))) - row_m) == ov_t))) {
-                                    tie_bad = (tie_bad + 1u);
-                                }
-                            }
-                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                                // built by kernels::filter_top_k::count_shared_boundary
-                                var rk3: u32 = partials[((((slot * parts) + p) * 519u) + 3u)];
-                                if ((((rk3 != 0u) && (rk3 < t_key)) && ((bitcast<f32>(select((rk3 ^ 4294967295u), (rk3 ^ 2147483648u), ((rk3 & 2147483648u) != 0u))) - row_m) == ov_t))) {
-                                    tie_bad = (tie_bad + 1u);
-                                }
-                                var rk4: u32 = partials[((((slot * parts) + p) * 519u) + 4u)];
-                                if ((((rk4 != 0u) && (rk4 < t_key)) && ((bitcast<f32>(select((rk4 ^ 4294967295u), (rk4 ^ 2147483648u), ((rk4 & 2147483648u) != 0u))) - row_m) == ov_t))) {
-                                    tie_bad = (tie_bad + 1u);
-                                }
-                            }
-                            var tie_bad_n: u32 = 0u;
-                            {
-                                sk_red_u32[sk_lid] = tie_bad;
+                                sk_red_u32[sk_lid] = e_own;
                                 workgroupBarrier();
                                 for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
                                     if (sk_lid < sk_s) {
@@ -862,107 +430,662 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     workgroupBarrier();
                                 }
-                                tie_bad_n = sk_red_u32[0];
+                                e_total = sk_red_u32[0];
                                 workgroupBarrier();
                             }
-                            prefix_exact = (tie_bad_n == 0u);
-                        }
-                        var decided: bool = (((((kept_n > 0u) && (prefix_exact || cut_above)) && (prefix_exact || k_above)) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
-                        if (decided) {
-                            var best: f32 = bitcast<f32>(4286578688u);
-                            var best_i: u32 = 4294967295u;
-                            var best64: f64 = bitcast<f64>(18442240474082181120lu);
-                            var best64_i: u32 = 4294967295u;
-                            var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-                            for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
-                                var rc: u32 = listed_cols[(1542u + r)];
-                                let sk_e6: u32 = listed_cols[(1285u + r)];
-                                var rz: f32 = bitcast<f32>(select((sk_e6 ^ 4294967295u), (sk_e6 ^ 2147483648u), ((sk_e6 & 2147483648u) != 0u)));
-                                if (ow_seeded) {
-                                    var s64: f64 = f64((rz - row_m));
-                                    if (noisy) {
-                                        // built by kernels::seeded::score64
-                                        let sk_e7: u32 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], rc)));
-                                    }
-                                    if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
-                                        best64 = s64;
-                                        best64_i = rc;
-                                    }
-                                } else {
-                                    let sk_e8: u32 = (row * 12u);
-                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e8 + 10u)], rows[(sk_e8 + 11u)]), rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)]);
-                                    let sk_e9: u32 = (rc & 3u);
-                                    var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e9 == 1u)), w4[2], (sk_e9 == 2u)), w4[3], (sk_e9 == 3u))));
-                                    if (((score > best) || ((score == best) && (rc < best_i)))) {
-                                        best = score;
-                                        best_i = rc;
-                                    }
+                            var e_lim: u32 = u32((pp * f32(e_total)));
+                            var e_cum: u32 = e_before;
+                            var e_found: u32 = 0u;
+                            for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
+                                var e_v: u32 = listed_cols[g];
+                                if (((e_cum <= e_lim) && ((e_cum + e_v) > e_lim))) {
+                                    e_found = (g + 1u);
                                 }
+                                e_cum = (e_cum + e_v);
                             }
-                            var ow_win: f32 = (0.0f);
-                            var ow_tok32: u32 = 0u;
+                            var e_bin: u32 = 0u;
                             {
-                                sk_am_f32[sk_lid] = best;
-                                sk_am_i[sk_lid] = best_i;
+                                sk_red_u32[sk_lid] = e_found;
                                 workgroupBarrier();
                                 for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
                                     if (sk_lid < sk_s) {
-                                        let ov = sk_am_f32[sk_lid + sk_s];
-                                        let oi = sk_am_i[sk_lid + sk_s];
-                                        if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                            sk_am_f32[sk_lid] = ov;
-                                            sk_am_i[sk_lid] = oi;
-                                        }
+                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
                                     }
                                     workgroupBarrier();
                                 }
-                                ow_win = sk_am_f32[0];
-                                ow_tok32 = sk_am_i[0];
+                                e_bin = sk_red_u32[0];
                                 workgroupBarrier();
                             }
-                            var ow_win64: f64 = (0.0lf);
-                            var ow_tok64: u32 = 0u;
-                            {
-                                sk_am_f64[sk_lid] = best64;
-                                sk_am_i[sk_lid] = best64_i;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        let ov = sk_am_f64[sk_lid + sk_s];
-                                        let oi = sk_am_i[sk_lid + sk_s];
-                                        if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                            sk_am_f64[sk_lid] = ov;
-                                            sk_am_i[sk_lid] = oi;
-                                        }
-                                    }
-                                    workgroupBarrier();
-                                }
-                                ow_win64 = sk_am_f64[0];
-                                ow_tok64 = sk_am_i[0];
-                                workgroupBarrier();
-                            }
-                            var ow_tok: u32 = select(ow_tok32, ow_tok64, ow_seeded);
-                            var ow_valid: bool = (ow_tok < params.vocab);
-                            var ow_at: u32 = select(0u, ow_tok, ow_valid);
+                            var e_cut: u32 = select(511u, (e_bin - 1u), (e_bin > 0u));
                             if ((sk_lid == 0u)) {
-                                // built by kernels::sampling::write_results
-                                tokens[row] = select(0u, ow_tok, ow_valid);
-                                if (((params.flags & 2u) != 0u)) {
-                                    status[row] = select(0u, 1u, ow_valid);
-                                }
-                            }
-                            if (((params.flags & 1u) != 0u)) {
-                                // built by kernels::sampling::write_results
-                                if ((sk_lid == 0u)) {
-                                    let sk_e10: f32 = sk_load_x((base + ow_at));
-                                    logprobs[row] = select(bitcast<f32>(4286578688u), (((select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp) - row_m) - sk_log(row_s)), ow_valid);
-                                }
-                            }
-                            if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
-                                passes[row] = 1u;
+                                partials[((((slot * parts) + 0u) * 551u) + 519u)] = 1u;
+                                partials[((((slot * parts) + 0u) * 551u) + 520u)] = (e_cut - min(e_cut, 1u));
+                                partials[((((slot * parts) + 0u) * 551u) + 521u)] = (e_cut + 1u);
+                                partials[((((slot * parts) + 0u) * 551u) + 522u)] = bitcast<u32>(grid_r);
+                                partials[((((slot * parts) + 0u) * 551u) + 523u)] = bitcast<u32>(row_m);
+                                partials[((((slot * parts) + 0u) * 551u) + 524u)] = 0u;
                             }
                             one_read_done = true;
+                        } else {
+                            if ((sk_lid == 0u)) {
+                                partials[((((slot * parts) + 0u) * 551u) + 519u)] = 0u;
+                            }
+                        }
+                    }
+                } else {
+                    {
+                        // built by kernels::filter_top_k::merge_row
+                        var m: f32 = bitcast<f32>(4286578688u);
+                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                            // built by kernels::filter_top_k::row_max
+                            m = max(m, bitcast<f32>(partials[((((slot * parts) + p) * 551u) + 0u)]));
+                        }
+                        var row_m: f32 = (0.0f);
+                        {
+                            sk_red_f32[sk_lid] = m;
+                            workgroupBarrier();
+                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                if (sk_lid < sk_s) {
+                                    sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                                }
+                                workgroupBarrier();
+                            }
+                            row_m = sk_red_f32[0];
+                            workgroupBarrier();
+                        }
+                        var s: f32 = (0.0f);
+                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                            var mp_p: f32 = bitcast<f32>(partials[((((slot * parts) + p) * 551u) + 0u)]);
+                            if ((mp_p > bitcast<f32>(4286578688u))) {
+                                s = (s + (bitcast<f32>(partials[((((slot * parts) + p) * 551u) + 1u)]) * sk_exp((mp_p - row_m))));
+                            }
+                        }
+                        var row_s: f32 = (0.0f);
+                        {
+                            sk_red_f32[sk_lid] = s;
+                            workgroupBarrier();
+                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                if (sk_lid < sk_s) {
+                                    sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+                                }
+                                workgroupBarrier();
+                            }
+                            row_s = sk_red_f32[0];
+                            workgroupBarrier();
+                        }
+                        if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
+                            var want: u32 = (kc + 1u);
+                            var n_items: u32 = (parts * want);
+                            var t_key: u32 = 0u;
+                            var t_mask: u32 = 0u;
+                            var t_above: u32 = 0u;
+                            var t_at: u32 = 0u;
+                            for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
+                                // built by kernels::filter_top_k::select_top
+                                var t_shift: u32 = (28u - (t_pass * 4u));
+                                var t_cnt: array<u32, 16>;
+                                for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
+                                    var ip: u32 = (ti / want);
+                                    var is: u32 = (ti - (ip * want));
+                                    var ik: u32 = 0u;
+                                    if ((is < partials[((((slot * parts) + ip) * 551u) + 2u)])) {
+                                        // built by kernels::filter_top_k::merge_row
+                                        ik = partials[((((slot * parts) + ip) * 551u) + (5u + (is * 2u)))];
+                                    }
+                                    var tk: u32 = ik;
+                                    if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                        t_cnt[((tk >> t_shift) & 15u)] += 1u;
+                                    }
+                                }
+                                var t_cs0: u32 = 0u;
+                                var t_cs1: u32 = 0u;
+                                var t_cs2: u32 = 0u;
+                                var t_cs3: u32 = 0u;
+                                var t_cs4: u32 = 0u;
+                                var t_cs5: u32 = 0u;
+                                var t_cs6: u32 = 0u;
+                                var t_cs7: u32 = 0u;
+                                var t_cs8: u32 = 0u;
+                                var t_cs9: u32 = 0u;
+                                var t_cs10: u32 = 0u;
+                                var t_cs11: u32 = 0u;
+                                var t_cs12: u32 = 0u;
+                                var t_cs13: u32 = 0u;
+                                var t_cs14: u32 = 0u;
+                                var t_cs15: u32 = 0u;
+                                {
+                                    if (sk_lid < 16u) {
+                                        atomicStore(&sk_sum_lo[sk_lid], 0u);
+                                    }
+                                    workgroupBarrier();
+                                    {
+                                        let sk_v = t_cnt[0];
+                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+                                    }
+                                    {
+                                        let sk_v = t_cnt[1];
+                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+                                    }
+                                    {
+                                        let sk_v = t_cnt[2];
+                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
+                                    }
+                                    {
+                                        let sk_v = t_cnt[3];
+                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
+                                    }
+                                    {
+                                        let sk_v = t_cnt[4];
+                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
+                                    }
+                                    {
+                                        let sk_v = t_cnt[5];
+                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
+                                    }
+                                    {
+                                        let sk_v = t_cnt[6];
+                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
+                                    }
+                                    {
+                                        let sk_v = t_cnt[7];
+                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
+                                    }
+                                    {
+                                        let sk_v = t_cnt[8];
+                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
+                                    }
+                                    {
+                                        let sk_v = t_cnt[9];
+                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
+                                    }
+                                    {
+                                        let sk_v = t_cnt[10];
+                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
+                                    }
+                                    {
+                                        let sk_v = t_cnt[11];
+                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
+                                    }
+                                    {
+                                        let sk_v = t_cnt[12];
+                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
+                                    }
+                                    {
+                                        let sk_v = t_cnt[13];
+                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
+                                    }
+                                    {
+                                        let sk_v = t_cnt[14];
+                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
+                                    }
+                                    {
+                                        let sk_v = t_cnt[15];
+                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
+                                    }
+                                    workgroupBarrier();
+                                    t_cs0 = atomicLoad(&sk_sum_lo[0]);
+                                    t_cs1 = atomicLoad(&sk_sum_lo[1]);
+                                    t_cs2 = atomicLoad(&sk_sum_lo[2]);
+                                    t_cs3 = atomicLoad(&sk_sum_lo[3]);
+                                    t_cs4 = atomicLoad(&sk_sum_lo[4]);
+                                    t_cs5 = atomicLoad(&sk_sum_lo[5]);
+                                    t_cs6 = atomicLoad(&sk_sum_lo[6]);
+                                    t_cs7 = atomicLoad(&sk_sum_lo[7]);
+                                    t_cs8 = atomicLoad(&sk_sum_lo[8]);
+                                    t_cs9 = atomicLoad(&sk_sum_lo[9]);
+                                    t_cs10 = atomicLoad(&sk_sum_lo[10]);
+                                    t_cs11 = atomicLoad(&sk_sum_lo[11]);
+                                    t_cs12 = atomicLoad(&sk_sum_lo[12]);
+                                    t_cs13 = atomicLoad(&sk_sum_lo[13]);
+                                    t_cs14 = atomicLoad(&sk_sum_lo[14]);
+                                    t_cs15 = atomicLoad(&sk_sum_lo[15]);
+                                    workgroupBarrier();
+                                }
+                                var t_nb: u32 = t_above;
+                                var t_chosen: u32 = 4294967295u;
+                                var t_cn: u32 = t_above;
+                                if ((t_cs15 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 15u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs15);
+                                }
+                                if ((t_cs14 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 14u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs14);
+                                }
+                                if ((t_cs13 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 13u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs13);
+                                }
+                                if ((t_cs12 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 12u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs12);
+                                }
+                                if ((t_cs11 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 11u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs11);
+                                }
+                                if ((t_cs10 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 10u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs10);
+                                }
+                                if ((t_cs9 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 9u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs9);
+                                }
+                                if ((t_cs8 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 8u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs8);
+                                }
+                                if ((t_cs7 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 7u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs7);
+                                }
+                                if ((t_cs6 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 6u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs6);
+                                }
+                                if ((t_cs5 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 5u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs5);
+                                }
+                                if ((t_cs4 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 4u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs4);
+                                }
+                                if ((t_cs3 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 3u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs3);
+                                }
+                                if ((t_cs2 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 2u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs2);
+                                }
+                                if ((t_cs1 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 1u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs1);
+                                }
+                                if ((t_cs0 > 0u)) {
+                                    if ((t_nb < want)) {
+                                        t_chosen = 0u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs0);
+                                }
+                                if ((t_chosen != 4294967295u)) {
+                                    t_key = (t_key | (t_chosen << t_shift));
+                                    t_above = t_cn;
+                                    t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_chosen == 0u)), t_cs1, (t_chosen == 1u)), t_cs2, (t_chosen == 2u)), t_cs3, (t_chosen == 3u)), t_cs4, (t_chosen == 4u)), t_cs5, (t_chosen == 5u)), t_cs6, (t_chosen == 6u)), t_cs7, (t_chosen == 7u)), t_cs8, (t_chosen == 8u)), t_cs9, (t_chosen == 9u)), t_cs10, (t_chosen == 10u)), t_cs11, (t_chosen == 11u)), t_cs12, (t_chosen == 12u)), t_cs13, (t_chosen == 13u)), t_cs14, (t_chosen == 14u)), t_cs15, (t_chosen == 15u));
+                                }
+                                t_mask = (t_mask | (15u << t_shift));
+                            }
+                            var t_take: u32 = min(t_at, (want - t_above));
+                            var g_per: u32 = (((n_items + BLOCK) - 1u) / BLOCK);
+                            var g_lo: u32 = min((sk_lid * g_per), n_items);
+                            var g_hi: u32 = min((g_lo + g_per), n_items);
+                            var g_ties: u32 = 0u;
+                            var g_above: u32 = 0u;
+                            for (var gi: u32 = g_lo; gi < g_hi; gi = gi + 1u) {
+                                // built by kernels::filter_top_k::gather
+                                var ip: u32 = (gi / want);
+                                var is: u32 = (gi - (ip * want));
+                                var ik: u32 = 0u;
+                                if ((is < partials[((((slot * parts) + ip) * 551u) + 2u)])) {
+                                    // built by kernels::filter_top_k::merge_row
+                                    ik = partials[((((slot * parts) + ip) * 551u) + (5u + (is * 2u)))];
+                                }
+                                var gk: u32 = ik;
+                                if ((gk != 0u)) {
+                                    if ((gk == t_key)) {
+                                        g_ties = (g_ties + 1u);
+                                    }
+                                    if ((gk > t_key)) {
+                                        g_above = (g_above + 1u);
+                                    }
+                                }
+                            }
+                            var g_tie_start: u32 = 0u;
+                            {
+                                let sk_x = g_ties;
+                                sk_scan[sk_lid] = sk_x;
+                                workgroupBarrier();
+                                for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
+                                    let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
+                                    workgroupBarrier();
+                                    sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
+                                    workgroupBarrier();
+                                }
+                                g_tie_start = sk_scan[sk_lid] - sk_x;
+                                workgroupBarrier();
+                            }
+                            var g_out_start: u32 = 0u;
+                            {
+                                let sk_x = (g_above + min(select(0u, (t_take - g_tie_start), (t_take > g_tie_start)), g_ties));
+                                sk_scan[sk_lid] = sk_x;
+                                workgroupBarrier();
+                                for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
+                                    let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
+                                    workgroupBarrier();
+                                    sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
+                                    workgroupBarrier();
+                                }
+                                g_out_start = sk_scan[sk_lid] - sk_x;
+                                workgroupBarrier();
+                            }
+                            var g_rank: u32 = g_tie_start;
+                            var g_out: u32 = g_out_start;
+                            for (var gj: u32 = g_lo; gj < g_hi; gj = gj + 1u) {
+                                // built by kernels::filter_top_k::gather
+                                var ip: u32 = (gj / want);
+                                var is: u32 = (gj - (ip * want));
+                                var ik: u32 = 0u;
+                                if ((is < partials[((((slot * parts) + ip) * 551u) + 2u)])) {
+                                    // built by kernels::filter_top_k::merge_row
+                                    ik = partials[((((slot * parts) + ip) * 551u) + (5u + (is * 2u)))];
+                                }
+                                var gk: u32 = ik;
+                                if ((gk != 0u)) {
+                                    var g_take: bool = ((gk > t_key) || ((gk == t_key) && (g_rank < t_take)));
+                                    if ((gk == t_key)) {
+                                        g_rank = (g_rank + 1u);
+                                    }
+                                    if (g_take) {
+                                        listed_cols[(0u + g_out)] = gk;
+                                        let sk_e0: u32 = (gj / want);
+                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e0) * 551u) + (6u + ((gj - (sk_e0 * want)) * 2u)))];
+                                        g_out = (g_out + 1u);
+                                    }
+                                }
+                            }
+                            var n_sel: u32 = (t_above + t_take);
+                            workgroupBarrier();
+                            for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
+                                let sk_e1: u32 = listed_cols[(0u + i)];
+                                var zi: f32 = bitcast<f32>(select((sk_e1 ^ 4294967295u), (sk_e1 ^ 2147483648u), ((sk_e1 & 2147483648u) != 0u)));
+                                listed_cols[(514u + i)] = bitcast<u32>((zi - row_m));
+                                listed_cols[(771u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) & 4294967295lu));
+                                listed_cols[(1028u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) >> 32u));
+                            }
+                            workgroupBarrier();
+                            var tk_mass: u64 = 0lu;
+                            for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
+                                var oi: f32 = bitcast<f32>(listed_cols[(514u + i)]);
+                                var ci: u32 = listed_cols[(257u + i)];
+                                var rank: u32 = 0u;
+                                var before: u64 = 0lu;
+                                for (var j: u32 = 0u; j < n_sel; j = j + 1u) {
+                                    var oj: f32 = bitcast<f32>(listed_cols[(514u + j)]);
+                                    if (((oj > oi) || ((oj == oi) && (listed_cols[(257u + j)] < ci)))) {
+                                        rank = (rank + 1u);
+                                        before = (before + ((u64(listed_cols[(1028u + j)]) << 32u) | u64(listed_cols[(771u + j)])));
+                                    }
+                                }
+                                listed_cols[(1285u + rank)] = listed_cols[(0u + i)];
+                                listed_cols[(1542u + rank)] = ci;
+                                listed_cols[(1799u + rank)] = u32((before & 4294967295lu));
+                                listed_cols[(2056u + rank)] = u32((before >> 32u));
+                                if ((rank < kk)) {
+                                    tk_mass = (tk_mass + ((u64(listed_cols[(1028u + i)]) << 32u) | u64(listed_cols[(771u + i)])));
+                                }
+                            }
+                            var top_k_mass: u64 = 0lu;
+                            {
+                                sk_red_u64[sk_lid] = tk_mass;
+                                workgroupBarrier();
+                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                    if (sk_lid < sk_s) {
+                                        sk_red_u64[sk_lid] = sk_red_u64[sk_lid] + sk_red_u64[sk_lid + sk_s];
+                                    }
+                                    workgroupBarrier();
+                                }
+                                top_k_mass = sk_red_u64[0];
+                                workgroupBarrier();
+                            }
+                            workgroupBarrier();
+                            var joint_p: bool = ((pp < (1.0f)) && (!k_first));
+                            var lim_k: u64 = select(18446744073709551615lu, sk_fraction(pp, top_k_mass), (pp < (1.0f)));
+                            var lim_lo: f32 = ((pp * row_s) * (0.99902344f));
+                            var lim_hi: f32 = ((pp * row_s) * (1.0009766f));
+                            var n_lo: u32 = 0u;
+                            var n_unsure: u32 = 0u;
+                            for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
+                                let sk_e3: u32 = listed_cols[(1285u + r)];
+                                let sk_e2: f32 = bitcast<f32>(select((sk_e3 ^ 4294967295u), (sk_e3 ^ 2147483648u), ((sk_e3 & 2147483648u) != 0u)));
+                                var wr: f32 = select(select(sk_exp((sk_e2 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e2 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                                var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
+                                var base_r: bool = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
+                                var bf: f32 = sk_fixed_f32(br);
+                                var keep_lo: bool = (base_r && select((br <= lim_k), (bf <= lim_lo), joint_p));
+                                if (keep_lo) {
+                                    n_lo = (n_lo + 1u);
+                                }
+                                if ((keep_lo != (base_r && select((br <= lim_k), (bf <= lim_hi), joint_p)))) {
+                                    n_unsure = (n_unsure + 1u);
+                                }
+                            }
+                            var kept_n: u32 = 0u;
+                            var unsure_n: u32 = 0u;
+                            {
+                                if (sk_lid < 2u) {
+                                    atomicStore(&sk_sum_lo[sk_lid], 0u);
+                                }
+                                workgroupBarrier();
+                                {
+                                    let sk_v = n_lo;
+                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+                                }
+                                {
+                                    let sk_v = n_unsure;
+                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+                                }
+                                workgroupBarrier();
+                                kept_n = atomicLoad(&sk_sum_lo[0]);
+                                unsure_n = atomicLoad(&sk_sum_lo[1]);
+                                workgroupBarrier();
+                            }
+                            var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
+                            var all_in: bool = ((n_sel < want) || (select(select(sk_exp((zt - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zt == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) <= (0.0f)));
+                            let sk_e4: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            var cut_above: bool = ((bitcast<f32>(select((sk_e4 ^ 4294967295u), (sk_e4 ^ 2147483648u), ((sk_e4 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
+                            let sk_e5: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e5] ^ 4294967295u), (listed_cols[sk_e5] ^ 2147483648u), ((listed_cols[sk_e5] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
+                            var prefix_exact: bool = all_in;
+                            if (((!all_in) && (!(cut_above && k_above)))) {
+                                // built by kernels::filter_top_k::prefix_is_exact
+                                var ov_t: f32 = (bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u))) - row_m);
+                                var tie_bad: u32 = 0u;
+                                for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
+                                    // built by kernels::filter_top_k::count_shared_boundary
+                                    var ek: u32 = listed_cols[(0u + i)];
+                                    if (((ek > t_key) && ((bitcast<f32>(select((ek ^ 4294967295u), (ek ^ 2147483648u), ((ek & 2147483648u) != 0u))) - row_m) == ov_t))) {
+                                        tie_bad = (tie_bad + 1u);
+                                    }
+                                }
+                                for (var pos: u32 = sk_lid; pos < n_items; pos = pos + BLOCK) {
+                                    // built by kernels::filter_top_k::count_shared_boundary
+                                    var ip: u32 = (pos / want);
+                                    var is: u32 = (pos - (ip * want));
+                                    var ik: u32 = 0u;
+                                    if ((is < partials[((((slot * parts) + ip) * 551u) + 2u)])) {
+                                        // built by kernels::filter_top_k::merge_row
+                                        ik = partials[((((slot * parts) + ip) * 551u) + (5u + (is * 2u)))];
+                                    }
+                                    var lk: u32 = ik;
+                                    if ((((lk != 0u) && (lk < t_key)) && ((bitcast<f32>(select((lk ^ 4294967295u), (lk ^ 2147483648u), ((lk & 2147483648u) != 0u))) - row_m) == ov_t))) {
+                                        tie_bad = (tie_bad + 1u);
+                                    }
+                                }
+                                for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                                    // built by kernels::filter_top_k::count_shared_boundary
+                                    var rk3: u32 = partials[((((slot * parts) + p) * 551u) + 3u)];
+                                    if ((((rk3 != 0u) && (rk3 < t_key)) && ((bitcast<f32>(select((rk3 ^ 4294967295u), (rk3 ^ 2147483648u), ((rk3 & 2147483648u) != 0u))) - row_m) == ov_t))) {
+                                        tie_bad = (tie_bad + 1u);
+                                    }
+                                    var rk4: u32 = partials[((((slot * parts) + p) * 551u) + 4u)];
+                                    if ((((rk4 != 0u) && (rk4 < t_key)) && ((bitcast<f32>(select((rk4 ^ 4294967295u), (rk4 ^ 2147483648u), ((rk4 & 2147483648u) != 0u))) - row_m) == ov_t))) {
+                                        tie_bad = (tie_bad + 1u);
+                                    }
+                                }
+                                var tie_bad_n: u32 = 0u;
+                                {
+                                    sk_red_u32[sk_lid] = tie_bad;
+                                    workgroupBarrier();
+                                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                        if (sk_lid < sk_s) {
+                                            sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
+                                        }
+                                        workgroupBarrier();
+                                    }
+                                    tie_bad_n = sk_red_u32[0];
+                                    workgroupBarrier();
+                                }
+                                prefix_exact = (tie_bad_n == 0u);
+                            }
+                            var decided: bool = (((((kept_n > 0u) && (prefix_exact || cut_above)) && (prefix_exact || k_above)) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
+                            if (decided) {
+                                var best: f32 = bitcast<f32>(4286578688u);
+                                var best_i: u32 = 4294967295u;
+                                var best64: f64 = bitcast<f64>(18442240474082181120lu);
+                                var best64_i: u32 = 4294967295u;
+                                var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
+                                for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
+                                    var rc: u32 = listed_cols[(1542u + r)];
+                                    let sk_e6: u32 = listed_cols[(1285u + r)];
+                                    var rz: f32 = bitcast<f32>(select((sk_e6 ^ 4294967295u), (sk_e6 ^ 2147483648u), ((sk_e6 & 2147483648u) != 0u)));
+                                    if (ow_seeded) {
+                                        // built by kernels::filter_top_k::race_one
+                                        var s64: f64 = f64((rz - row_m));
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            let sk_e7: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], rc)));
+                                        }
+                                        if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
+                                            // built by kernels::filter_top_k::keep_lower
+                                            best64 = s64;
+                                            best64_i = rc;
+                                        }
+                                    } else {
+                                        // built by kernels::filter_top_k::race_one
+                                        let sk_e8: u32 = (row * 12u);
+                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e8 + 10u)], rows[(sk_e8 + 11u)]), rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)]);
+                                        let sk_e9: u32 = (rc & 3u);
+                                        var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e9 == 1u)), w4[2], (sk_e9 == 2u)), w4[3], (sk_e9 == 3u))));
+                                        if (((score > best) || ((score == best) && (rc < best_i)))) {
+                                            // built by kernels::filter_top_k::keep_lower
+                                            best = score;
+                                            best_i = rc;
+                                        }
+                                    }
+                                }
+                                var ow_win: f32 = (0.0f);
+                                var ow_tok32: u32 = 0u;
+                                {
+                                    sk_am_f32[sk_lid] = best;
+                                    sk_am_i[sk_lid] = best_i;
+                                    workgroupBarrier();
+                                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                        if (sk_lid < sk_s) {
+                                            let ov = sk_am_f32[sk_lid + sk_s];
+                                            let oi = sk_am_i[sk_lid + sk_s];
+                                            if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                                                sk_am_f32[sk_lid] = ov;
+                                                sk_am_i[sk_lid] = oi;
+                                            }
+                                        }
+                                        workgroupBarrier();
+                                    }
+                                    ow_win = sk_am_f32[0];
+                                    ow_tok32 = sk_am_i[0];
+                                    workgroupBarrier();
+                                }
+                                var ow_win64: f64 = (0.0lf);
+                                var ow_tok64: u32 = 0u;
+                                {
+                                    sk_am_f64[sk_lid] = best64;
+                                    sk_am_i[sk_lid] = best64_i;
+                                    workgroupBarrier();
+                                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                        if (sk_lid < sk_s) {
+                                            let ov = sk_am_f64[sk_lid + sk_s];
+                                            let oi = sk_am_i[sk_lid + sk_s];
+                                            if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
+                                                sk_am_f64[sk_lid] = ov;
+                                                sk_am_i[sk_lid] = oi;
+                                            }
+                                        }
+                                        workgroupBarrier();
+                                    }
+                                    ow_win64 = sk_am_f64[0];
+                                    ow_tok64 = sk_am_i[0];
+                                    workgroupBarrier();
+                                }
+                                var ow_tok: u32 = select(ow_tok32, ow_tok64, ow_seeded);
+                                var ow_valid: bool = (ow_tok < params.vocab);
+                                var ow_at: u32 = select(0u, ow_tok, ow_valid);
+                                if ((sk_lid == 0u)) {
+                                    // built by kernels::sampling::write_results
+                                    tokens[row] = select(0u, ow_tok, ow_valid);
+                                    if (((params.flags & 2u) != 0u)) {
+                                        status[row] = select(0u, 1u, ow_valid);
+                                    }
+                                }
+                                if (((params.flags & 1u) != 0u)) {
+                                    // built by kernels::sampling::write_results
+                                    if ((sk_lid == 0u)) {
+                                        let sk_e10: f32 = sk_load_x((base + ow_at));
+                                        logprobs[row] = select(bitcast<f32>(4286578688u), (((select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp) - row_m) - sk_log(row_s)), ow_valid);
+                                    }
+                                }
+                                if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
+                                    passes[row] = 1u;
+                                }
+                                one_read_done = true;
+                            }
                         }
                     }
                 }
@@ -1824,7 +1947,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var cn: u32 = sel_n;
                         var cm: u64 = sel_m;
                         if ((cnt_s15 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 15u;
                                 cn = nb;
@@ -1834,7 +1957,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mb = (mb + mas_s15);
                         }
                         if ((cnt_s14 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 14u;
                                 cn = nb;
@@ -1844,7 +1967,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mb = (mb + mas_s14);
                         }
                         if ((cnt_s13 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 13u;
                                 cn = nb;
@@ -1854,7 +1977,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mb = (mb + mas_s13);
                         }
                         if ((cnt_s12 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 12u;
                                 cn = nb;
@@ -1864,7 +1987,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mb = (mb + mas_s12);
                         }
                         if ((cnt_s11 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 11u;
                                 cn = nb;
@@ -1874,7 +1997,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mb = (mb + mas_s11);
                         }
                         if ((cnt_s10 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 10u;
                                 cn = nb;
@@ -1884,7 +2007,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mb = (mb + mas_s10);
                         }
                         if ((cnt_s9 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 9u;
                                 cn = nb;
@@ -1894,7 +2017,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mb = (mb + mas_s9);
                         }
                         if ((cnt_s8 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 8u;
                                 cn = nb;
@@ -1904,7 +2027,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mb = (mb + mas_s8);
                         }
                         if ((cnt_s7 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 7u;
                                 cn = nb;
@@ -1914,7 +2037,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mb = (mb + mas_s7);
                         }
                         if ((cnt_s6 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 6u;
                                 cn = nb;
@@ -1924,7 +2047,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mb = (mb + mas_s6);
                         }
                         if ((cnt_s5 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 5u;
                                 cn = nb;
@@ -1934,7 +2057,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mb = (mb + mas_s5);
                         }
                         if ((cnt_s4 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 4u;
                                 cn = nb;
@@ -1944,7 +2067,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mb = (mb + mas_s4);
                         }
                         if ((cnt_s3 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 3u;
                                 cn = nb;
@@ -1954,7 +2077,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mb = (mb + mas_s3);
                         }
                         if ((cnt_s2 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 2u;
                                 cn = nb;
@@ -1964,7 +2087,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mb = (mb + mas_s2);
                         }
                         if ((cnt_s1 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 1u;
                                 cn = nb;
@@ -1974,7 +2097,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mb = (mb + mas_s1);
                         }
                         if ((cnt_s0 > 0u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             if (((nb < kk) && (mb <= lim))) {
                                 chosen = 0u;
                                 cn = nb;
@@ -1984,7 +2107,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             mb = (mb + mas_s0);
                         }
                         if ((chosen != 4294967295u)) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             sel_key = (sel_key | (chosen << shift));
                             sel_n = cn;
                             sel_m = cm;
@@ -1994,7 +2117,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         sel_mask = (sel_mask | (15u << shift));
                         if ((in_a && (digit_pass == 7u))) {
-                            // built by kernels::filters::decide
+                            // built by kernels::filters::select_step
                             var tn64: u64 = u64(sel_tn);
                             var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
                             let sk_e32: bool = (tie_v == 0lu);

@@ -24,6 +24,7 @@ var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> sk_sum_lo: array<atomic<u32>, 16>;
 var<workgroup> sk_sum_hi: array<atomic<u32>, 16>;
 var<workgroup> part_keys: array<u32, 4096>;
+var<workgroup> part_hist: array<atomic<u32>, 512>;
 
 fn sk_load_x(i: u32) -> f32 {
     let w = x[i >> 1u];
@@ -81,380 +82,457 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var capped: bool = (((kk > 256u) && (!k_first)) && ((pp < (1.0f)) || (mp > (0.0f))));
         var kc: u32 = select(kk, 256u, capped);
         var one_read: bool = ((filtered && (((kk < params.vocab) && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
+        var top_p_cut: bool = ((one_read && capped) && (pp < (1.0f)));
         if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
-            // built by kernels::filter_top_k::read_part
-            var n_cols: u32 = (col_hi - col_lo);
-            var m: f32 = bitcast<f32>(4286578688u);
-            for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
-                let sk_e0: f32 = sk_load_x((base + (col_lo + i)));
-                var z: f32 = (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp);
-                part_keys[i] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), (z > bitcast<f32>(4286578688u)));
-                m = max(m, z);
-            }
-            var part_m: f32 = (0.0f);
-            {
-                sk_red_f32[sk_lid] = m;
+            // built by kernels::filter_top_k::parts_kernel
+            if (top_p_cut) {
+                // built by kernels::filter_top_p::histogram_part
                 workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                    }
-                    workgroupBarrier();
+                for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
+                    atomicStore(&part_hist[i], 0u);
                 }
-                part_m = sk_red_f32[0];
-                workgroupBarrier();
-            }
-            workgroupBarrier();
-            var s: f32 = (0.0f);
-            for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
-                var k: u32 = part_keys[i];
-                if ((k != 0u)) {
-                    let sk_e1: f32 = bitcast<f32>(select((k ^ 4294967295u), (k ^ 2147483648u), ((k & 2147483648u) != 0u)));
-                    s = (s + select(select(sk_exp((sk_e1 - part_m)), (0.0f), (part_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e1 == bitcast<f32>(2139095040u))), (part_m == bitcast<f32>(2139095040u))));
+                var n_cols: u32 = (col_hi - col_lo);
+                var m: f32 = bitcast<f32>(4286578688u);
+                for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
+                    // built by kernels::filter_top_k::load_part
+                    let sk_e0: f32 = sk_load_x((base + (col_lo + i)));
+                    var z: f32 = (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp);
+                    part_keys[i] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), (z > bitcast<f32>(4286578688u)));
+                    m = max(m, z);
                 }
-            }
-            var part_s: f32 = (0.0f);
-            {
-                sk_red_f32[sk_lid] = s;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-                    }
-                    workgroupBarrier();
-                }
-                part_s = sk_red_f32[0];
-                workgroupBarrier();
-            }
-            var t_key: u32 = 0u;
-            var t_mask: u32 = 0u;
-            var t_above: u32 = 0u;
-            var t_at: u32 = 0u;
-            for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
-                // built by kernels::filter_top_k::select_top
-                var t_shift: u32 = (28u - (t_pass * 4u));
-                var t_cnt: array<u32, 16>;
-                for (var ti: u32 = sk_lid; ti < n_cols; ti = ti + BLOCK) {
-                    var tk: u32 = part_keys[ti];
-                    if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                        t_cnt[((tk >> t_shift) & 15u)] += 1u;
-                    }
-                }
-                var t_cs0: u32 = 0u;
-                var t_cs1: u32 = 0u;
-                var t_cs2: u32 = 0u;
-                var t_cs3: u32 = 0u;
-                var t_cs4: u32 = 0u;
-                var t_cs5: u32 = 0u;
-                var t_cs6: u32 = 0u;
-                var t_cs7: u32 = 0u;
-                var t_cs8: u32 = 0u;
-                var t_cs9: u32 = 0u;
-                var t_cs10: u32 = 0u;
-                var t_cs11: u32 = 0u;
-                var t_cs12: u32 = 0u;
-                var t_cs13: u32 = 0u;
-                var t_cs14: u32 = 0u;
-                var t_cs15: u32 = 0u;
+                var part_m: f32 = (0.0f);
                 {
-                    if (sk_lid < 16u) {
-                        atomicStore(&sk_sum_lo[sk_lid], 0u);
-                    }
+                    sk_red_f32[sk_lid] = m;
                     workgroupBarrier();
-                    {
-                        let sk_v = t_cnt[0];
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                        }
+                        workgroupBarrier();
                     }
-                    {
-                        let sk_v = t_cnt[1];
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                    }
-                    {
-                        let sk_v = t_cnt[2];
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
-                    }
-                    {
-                        let sk_v = t_cnt[3];
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
-                    }
-                    {
-                        let sk_v = t_cnt[4];
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
-                    }
-                    {
-                        let sk_v = t_cnt[5];
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
-                    }
-                    {
-                        let sk_v = t_cnt[6];
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
-                    }
-                    {
-                        let sk_v = t_cnt[7];
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
-                    }
-                    {
-                        let sk_v = t_cnt[8];
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
-                    }
-                    {
-                        let sk_v = t_cnt[9];
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
-                    }
-                    {
-                        let sk_v = t_cnt[10];
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
-                    }
-                    {
-                        let sk_v = t_cnt[11];
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
-                    }
-                    {
-                        let sk_v = t_cnt[12];
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
-                    }
-                    {
-                        let sk_v = t_cnt[13];
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
-                    }
-                    {
-                        let sk_v = t_cnt[14];
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
-                    }
-                    {
-                        let sk_v = t_cnt[15];
-                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
-                    }
-                    workgroupBarrier();
-                    t_cs0 = atomicLoad(&sk_sum_lo[0]);
-                    t_cs1 = atomicLoad(&sk_sum_lo[1]);
-                    t_cs2 = atomicLoad(&sk_sum_lo[2]);
-                    t_cs3 = atomicLoad(&sk_sum_lo[3]);
-                    t_cs4 = atomicLoad(&sk_sum_lo[4]);
-                    t_cs5 = atomicLoad(&sk_sum_lo[5]);
-                    t_cs6 = atomicLoad(&sk_sum_lo[6]);
-                    t_cs7 = atomicLoad(&sk_sum_lo[7]);
-                    t_cs8 = atomicLoad(&sk_sum_lo[8]);
-                    t_cs9 = atomicLoad(&sk_sum_lo[9]);
-                    t_cs10 = atomicLoad(&sk_sum_lo[10]);
-                    t_cs11 = atomicLoad(&sk_sum_lo[11]);
-                    t_cs12 = atomicLoad(&sk_sum_lo[12]);
-                    t_cs13 = atomicLoad(&sk_sum_lo[13]);
-                    t_cs14 = atomicLoad(&sk_sum_lo[14]);
-                    t_cs15 = atomicLoad(&sk_sum_lo[15]);
+                    part_m = sk_red_f32[0];
                     workgroupBarrier();
                 }
-                var t_nb: u32 = t_above;
-                var t_chosen: u32 = 4294967295u;
-                var t_cn: u32 = t_above;
-                if ((t_cs15 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 15u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs15);
-                }
-                if ((t_cs14 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 14u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs14);
-                }
-                if ((t_cs13 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 13u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs13);
-                }
-                if ((t_cs12 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 12u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs12);
-                }
-                if ((t_cs11 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 11u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs11);
-                }
-                if ((t_cs10 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 10u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs10);
-                }
-                if ((t_cs9 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 9u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs9);
-                }
-                if ((t_cs8 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 8u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs8);
-                }
-                if ((t_cs7 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 7u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs7);
-                }
-                if ((t_cs6 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 6u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs6);
-                }
-                if ((t_cs5 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 5u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs5);
-                }
-                if ((t_cs4 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 4u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs4);
-                }
-                if ((t_cs3 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 3u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs3);
-                }
-                if ((t_cs2 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 2u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs2);
-                }
-                if ((t_cs1 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 1u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs1);
-                }
-                if ((t_cs0 > 0u)) {
-                    if ((t_nb < (kc + 1u))) {
-                        t_chosen = 0u;
-                        t_cn = t_nb;
-                    }
-                    t_nb = (t_nb + t_cs0);
-                }
-                if ((t_chosen != 4294967295u)) {
-                    t_key = (t_key | (t_chosen << t_shift));
-                    t_above = t_cn;
-                    t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_chosen == 0u)), t_cs1, (t_chosen == 1u)), t_cs2, (t_chosen == 2u)), t_cs3, (t_chosen == 3u)), t_cs4, (t_chosen == 4u)), t_cs5, (t_chosen == 5u)), t_cs6, (t_chosen == 6u)), t_cs7, (t_chosen == 7u)), t_cs8, (t_chosen == 8u)), t_cs9, (t_chosen == 9u)), t_cs10, (t_chosen == 10u)), t_cs11, (t_chosen == 11u)), t_cs12, (t_chosen == 12u)), t_cs13, (t_chosen == 13u)), t_cs14, (t_chosen == 14u)), t_cs15, (t_chosen == 15u));
-                }
-                t_mask = (t_mask | (15u << t_shift));
-            }
-            var t_take: u32 = min(t_at, ((kc + 1u) - t_above));
-            var g_per: u32 = (((n_cols + BLOCK) - 1u) / BLOCK);
-            var g_lo: u32 = min((sk_lid * g_per), n_cols);
-            var g_hi: u32 = min((g_lo + g_per), n_cols);
-            var g_ties: u32 = 0u;
-            var g_above: u32 = 0u;
-            for (var gi: u32 = g_lo; gi < g_hi; gi = gi + 1u) {
-                // built by kernels::filter_top_k::gather
-                var gk: u32 = part_keys[gi];
-                if ((gk != 0u)) {
-                    if ((gk == t_key)) {
-                        g_ties = (g_ties + 1u);
-                    }
-                    if ((gk > t_key)) {
-                        g_above = (g_above + 1u);
-                    }
-                }
-            }
-            var g_tie_start: u32 = 0u;
-            {
-                let sk_x = g_ties;
-                sk_scan[sk_lid] = sk_x;
                 workgroupBarrier();
-                for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                    let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                    workgroupBarrier();
-                    sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                    workgroupBarrier();
-                }
-                g_tie_start = sk_scan[sk_lid] - sk_x;
-                workgroupBarrier();
-            }
-            var g_out_start: u32 = 0u;
-            {
-                let sk_x = (g_above + min(select(0u, (t_take - g_tie_start), (t_take > g_tie_start)), g_ties));
-                sk_scan[sk_lid] = sk_x;
-                workgroupBarrier();
-                for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                    let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                    workgroupBarrier();
-                    sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                    workgroupBarrier();
-                }
-                g_out_start = sk_scan[sk_lid] - sk_x;
-                workgroupBarrier();
-            }
-            var g_rank: u32 = g_tie_start;
-            var g_out: u32 = g_out_start;
-            for (var gj: u32 = g_lo; gj < g_hi; gj = gj + 1u) {
-                // built by kernels::filter_top_k::gather
-                var gk: u32 = part_keys[gj];
-                if ((gk != 0u)) {
-                    var g_take: bool = ((gk > t_key) || ((gk == t_key) && (g_rank < t_take)));
-                    if ((gk == t_key)) {
-                        g_rank = (g_rank + 1u);
-                    }
-                    if (g_take) {
-                        partials[((slot * 519u) + (5u + (g_out * 2u)))] = gk;
-                        partials[(((slot * 519u) + (5u + (g_out * 2u))) + 1u)] = (col_lo + gj);
-                        g_out = (g_out + 1u);
+                var grid_r: f32 = (-floor((-(part_m * (16.0f)))));
+                var s: f32 = (0.0f);
+                for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
+                    // built by kernels::filter_top_k::sum_part
+                    var k: u32 = part_keys[i];
+                    if ((k != 0u)) {
+                        var kz: f32 = bitcast<f32>(select((k ^ 4294967295u), (k ^ 2147483648u), ((k & 2147483648u) != 0u)));
+                        var kw: f32 = select(select(sk_exp((kz - part_m)), (0.0f), (part_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (kz == bitcast<f32>(2139095040u))), (part_m == bitcast<f32>(2139095040u)));
+                        s = (s + kw);
+                        var hg: f32 = (grid_r - floor((kz * (16.0f))));
+                        if (((kw > (0.0f)) && (hg < (512.0f)))) {
+                            // built by kernels::filter_top_p::histogram_part
+                            var hist_old: u32 = 0u;
+                            hist_old = atomicAdd(&part_hist[u32(hg)], u32((kw * (524288.0f))));
+                        }
                     }
                 }
-            }
-            var below: u32 = 0u;
-            for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
-                var k: u32 = part_keys[i];
-                if ((k < t_key)) {
-                    below = max(below, k);
-                }
-            }
-            var part_below: u32 = 0u;
-            {
-                sk_red_u32[sk_lid] = below;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+                var part_s: f32 = (0.0f);
+                {
+                    sk_red_f32[sk_lid] = s;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+                        }
+                        workgroupBarrier();
                     }
+                    part_s = sk_red_f32[0];
                     workgroupBarrier();
                 }
-                part_below = sk_red_u32[0];
                 workgroupBarrier();
-            }
-            if ((sk_lid == 0u)) {
-                partials[((slot * 519u) + 0u)] = bitcast<u32>(part_m);
-                partials[((slot * 519u) + 1u)] = bitcast<u32>(part_s);
-                partials[((slot * 519u) + 2u)] = (t_above + t_take);
-                partials[((slot * 519u) + 3u)] = part_below;
-                partials[((slot * 519u) + 4u)] = select(0u, t_key, (t_at > t_take));
+                if ((sk_lid == 0u)) {
+                    partials[((slot * 551u) + 0u)] = bitcast<u32>(part_m);
+                    partials[((slot * 551u) + 1u)] = bitcast<u32>(part_s);
+                    partials[((slot * 551u) + 2u)] = 0u;
+                    partials[((slot * 551u) + 3u)] = 0u;
+                    partials[((slot * 551u) + 4u)] = 0u;
+                }
+                for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
+                    partials[((slot * 551u) + (5u + i))] = atomicLoad(&part_hist[i]);
+                }
+            } else {
+                // built by kernels::filter_top_k::read_part
+                var n_cols: u32 = (col_hi - col_lo);
+                var m: f32 = bitcast<f32>(4286578688u);
+                for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
+                    // built by kernels::filter_top_k::load_part
+                    let sk_e1: f32 = sk_load_x((base + (col_lo + i)));
+                    var z: f32 = (select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u)) / temp);
+                    part_keys[i] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), (z > bitcast<f32>(4286578688u)));
+                    m = max(m, z);
+                }
+                var part_m: f32 = (0.0f);
+                {
+                    sk_red_f32[sk_lid] = m;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                        }
+                        workgroupBarrier();
+                    }
+                    part_m = sk_red_f32[0];
+                    workgroupBarrier();
+                }
+                workgroupBarrier();
+                var s: f32 = (0.0f);
+                for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
+                    // built by kernels::filter_top_k::sum_part
+                    var k: u32 = part_keys[i];
+                    if ((k != 0u)) {
+                        var kz: f32 = bitcast<f32>(select((k ^ 4294967295u), (k ^ 2147483648u), ((k & 2147483648u) != 0u)));
+                        var kw: f32 = select(select(sk_exp((kz - part_m)), (0.0f), (part_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (kz == bitcast<f32>(2139095040u))), (part_m == bitcast<f32>(2139095040u)));
+                        s = (s + kw);
+                    }
+                }
+                var part_s: f32 = (0.0f);
+                {
+                    sk_red_f32[sk_lid] = s;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+                        }
+                        workgroupBarrier();
+                    }
+                    part_s = sk_red_f32[0];
+                    workgroupBarrier();
+                }
+                var t_key: u32 = 0u;
+                var t_mask: u32 = 0u;
+                var t_above: u32 = 0u;
+                var t_at: u32 = 0u;
+                for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
+                    // built by kernels::filter_top_k::select_top
+                    var t_shift: u32 = (28u - (t_pass * 4u));
+                    var t_cnt: array<u32, 16>;
+                    for (var ti: u32 = sk_lid; ti < n_cols; ti = ti + BLOCK) {
+                        var tk: u32 = part_keys[ti];
+                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                            t_cnt[((tk >> t_shift) & 15u)] += 1u;
+                        }
+                    }
+                    var t_cs0: u32 = 0u;
+                    var t_cs1: u32 = 0u;
+                    var t_cs2: u32 = 0u;
+                    var t_cs3: u32 = 0u;
+                    var t_cs4: u32 = 0u;
+                    var t_cs5: u32 = 0u;
+                    var t_cs6: u32 = 0u;
+                    var t_cs7: u32 = 0u;
+                    var t_cs8: u32 = 0u;
+                    var t_cs9: u32 = 0u;
+                    var t_cs10: u32 = 0u;
+                    var t_cs11: u32 = 0u;
+                    var t_cs12: u32 = 0u;
+                    var t_cs13: u32 = 0u;
+                    var t_cs14: u32 = 0u;
+                    var t_cs15: u32 = 0u;
+                    {
+                        if (sk_lid < 16u) {
+                            atomicStore(&sk_sum_lo[sk_lid], 0u);
+                        }
+                        workgroupBarrier();
+                        {
+                            let sk_v = t_cnt[0];
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+                        }
+                        {
+                            let sk_v = t_cnt[1];
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+                        }
+                        {
+                            let sk_v = t_cnt[2];
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
+                        }
+                        {
+                            let sk_v = t_cnt[3];
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
+                        }
+                        {
+                            let sk_v = t_cnt[4];
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
+                        }
+                        {
+                            let sk_v = t_cnt[5];
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
+                        }
+                        {
+                            let sk_v = t_cnt[6];
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
+                        }
+                        {
+                            let sk_v = t_cnt[7];
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
+                        }
+                        {
+                            let sk_v = t_cnt[8];
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
+                        }
+                        {
+                            let sk_v = t_cnt[9];
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
+                        }
+                        {
+                            let sk_v = t_cnt[10];
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
+                        }
+                        {
+                            let sk_v = t_cnt[11];
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
+                        }
+                        {
+                            let sk_v = t_cnt[12];
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
+                        }
+                        {
+                            let sk_v = t_cnt[13];
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
+                        }
+                        {
+                            let sk_v = t_cnt[14];
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
+                        }
+                        {
+                            let sk_v = t_cnt[15];
+                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
+                        }
+                        workgroupBarrier();
+                        t_cs0 = atomicLoad(&sk_sum_lo[0]);
+                        t_cs1 = atomicLoad(&sk_sum_lo[1]);
+                        t_cs2 = atomicLoad(&sk_sum_lo[2]);
+                        t_cs3 = atomicLoad(&sk_sum_lo[3]);
+                        t_cs4 = atomicLoad(&sk_sum_lo[4]);
+                        t_cs5 = atomicLoad(&sk_sum_lo[5]);
+                        t_cs6 = atomicLoad(&sk_sum_lo[6]);
+                        t_cs7 = atomicLoad(&sk_sum_lo[7]);
+                        t_cs8 = atomicLoad(&sk_sum_lo[8]);
+                        t_cs9 = atomicLoad(&sk_sum_lo[9]);
+                        t_cs10 = atomicLoad(&sk_sum_lo[10]);
+                        t_cs11 = atomicLoad(&sk_sum_lo[11]);
+                        t_cs12 = atomicLoad(&sk_sum_lo[12]);
+                        t_cs13 = atomicLoad(&sk_sum_lo[13]);
+                        t_cs14 = atomicLoad(&sk_sum_lo[14]);
+                        t_cs15 = atomicLoad(&sk_sum_lo[15]);
+                        workgroupBarrier();
+                    }
+                    var t_nb: u32 = t_above;
+                    var t_chosen: u32 = 4294967295u;
+                    var t_cn: u32 = t_above;
+                    if ((t_cs15 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 15u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs15);
+                    }
+                    if ((t_cs14 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 14u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs14);
+                    }
+                    if ((t_cs13 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 13u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs13);
+                    }
+                    if ((t_cs12 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 12u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs12);
+                    }
+                    if ((t_cs11 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 11u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs11);
+                    }
+                    if ((t_cs10 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 10u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs10);
+                    }
+                    if ((t_cs9 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 9u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs9);
+                    }
+                    if ((t_cs8 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 8u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs8);
+                    }
+                    if ((t_cs7 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 7u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs7);
+                    }
+                    if ((t_cs6 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 6u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs6);
+                    }
+                    if ((t_cs5 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 5u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs5);
+                    }
+                    if ((t_cs4 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 4u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs4);
+                    }
+                    if ((t_cs3 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 3u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs3);
+                    }
+                    if ((t_cs2 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 2u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs2);
+                    }
+                    if ((t_cs1 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 1u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs1);
+                    }
+                    if ((t_cs0 > 0u)) {
+                        if ((t_nb < (kc + 1u))) {
+                            t_chosen = 0u;
+                            t_cn = t_nb;
+                        }
+                        t_nb = (t_nb + t_cs0);
+                    }
+                    if ((t_chosen != 4294967295u)) {
+                        t_key = (t_key | (t_chosen << t_shift));
+                        t_above = t_cn;
+                        t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_chosen == 0u)), t_cs1, (t_chosen == 1u)), t_cs2, (t_chosen == 2u)), t_cs3, (t_chosen == 3u)), t_cs4, (t_chosen == 4u)), t_cs5, (t_chosen == 5u)), t_cs6, (t_chosen == 6u)), t_cs7, (t_chosen == 7u)), t_cs8, (t_chosen == 8u)), t_cs9, (t_chosen == 9u)), t_cs10, (t_chosen == 10u)), t_cs11, (t_chosen == 11u)), t_cs12, (t_chosen == 12u)), t_cs13, (t_chosen == 13u)), t_cs14, (t_chosen == 14u)), t_cs15, (t_chosen == 15u));
+                    }
+                    t_mask = (t_mask | (15u << t_shift));
+                }
+                var t_take: u32 = min(t_at, ((kc + 1u) - t_above));
+                var g_per: u32 = (((n_cols + BLOCK) - 1u) / BLOCK);
+                var g_lo: u32 = min((sk_lid * g_per), n_cols);
+                var g_hi: u32 = min((g_lo + g_per), n_cols);
+                var g_ties: u32 = 0u;
+                var g_above: u32 = 0u;
+                for (var gi: u32 = g_lo; gi < g_hi; gi = gi + 1u) {
+                    // built by kernels::filter_top_k::gather
+                    var gk: u32 = part_keys[gi];
+                    if ((gk != 0u)) {
+                        if ((gk == t_key)) {
+                            g_ties = (g_ties + 1u);
+                        }
+                        if ((gk > t_key)) {
+                            g_above = (g_above + 1u);
+                        }
+                    }
+                }
+                var g_tie_start: u32 = 0u;
+                {
+                    let sk_x = g_ties;
+                    sk_scan[sk_lid] = sk_x;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
+                        let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
+                        workgroupBarrier();
+                        sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
+                        workgroupBarrier();
+                    }
+                    g_tie_start = sk_scan[sk_lid] - sk_x;
+                    workgroupBarrier();
+                }
+                var g_out_start: u32 = 0u;
+                {
+                    let sk_x = (g_above + min(select(0u, (t_take - g_tie_start), (t_take > g_tie_start)), g_ties));
+                    sk_scan[sk_lid] = sk_x;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
+                        let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
+                        workgroupBarrier();
+                        sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
+                        workgroupBarrier();
+                    }
+                    g_out_start = sk_scan[sk_lid] - sk_x;
+                    workgroupBarrier();
+                }
+                var g_rank: u32 = g_tie_start;
+                var g_out: u32 = g_out_start;
+                for (var gj: u32 = g_lo; gj < g_hi; gj = gj + 1u) {
+                    // built by kernels::filter_top_k::gather
+                    var gk: u32 = part_keys[gj];
+                    if ((gk != 0u)) {
+                        var g_take: bool = ((gk > t_key) || ((gk == t_key) && (g_rank < t_take)));
+                        if ((gk == t_key)) {
+                            g_rank = (g_rank + 1u);
+                        }
+                        if (g_take) {
+                            partials[((slot * 551u) + (5u + (g_out * 2u)))] = gk;
+                            partials[(((slot * 551u) + (5u + (g_out * 2u))) + 1u)] = (col_lo + gj);
+                            g_out = (g_out + 1u);
+                        }
+                    }
+                }
+                var below: u32 = 0u;
+                for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
+                    var k: u32 = part_keys[i];
+                    if ((k < t_key)) {
+                        below = max(below, k);
+                    }
+                }
+                var part_below: u32 = 0u;
+                {
+                    sk_red_u32[sk_lid] = below;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+                        }
+                        workgroupBarrier();
+                    }
+                    part_below = sk_red_u32[0];
+                    workgroupBarrier();
+                }
+                if ((sk_lid == 0u)) {
+                    partials[((slot * 551u) + 0u)] = bitcast<u32>(part_m);
+                    partials[((slot * 551u) + 1u)] = bitcast<u32>(part_s);
+                    partials[((slot * 551u) + 2u)] = (t_above + t_take);
+                    partials[((slot * 551u) + 3u)] = part_below;
+                    partials[((slot * 551u) + 4u)] = select(0u, t_key, (t_at > t_take));
+                }
             }
         }
     }

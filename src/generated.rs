@@ -58,7 +58,7 @@ pub const SLOT_WORDS: usize = 110;
 /// `TOP_K_PART_COLS` columns, each writing `TOP_K_SLOT_WORDS` u32 of `partials`.
 pub const TOP_K_CAP: u32 = 256;
 pub const TOP_K_PART_COLS: usize = 4096;
-pub const TOP_K_SLOT_WORDS: usize = 519;
+pub const TOP_K_SLOT_WORDS: usize = 551;
 
 /// The most buffers any kernel binds: launches list their bindings in arrays this long.
 pub const MAX_BUFFERS: usize = 8;
@@ -156,6 +156,12 @@ pub enum KernelId {
     TopKMergeLogitsF16,
     /// `top_k_merge_logits_bf16`: top-k from logits after top_k_parts: the set and the race from the parts' candidates, else the filter kernel's
     TopKMergeLogitsBf16,
+    /// `top_p_cut_logits_f32`: top-p rows without a small top-k, after top_k_merge: the second read, the cut and the race
+    TopPCutLogitsF32,
+    /// `top_p_cut_logits_f16`: top-p rows without a small top-k, after top_k_merge: the second read, the cut and the race
+    TopPCutLogitsF16,
+    /// `top_p_cut_logits_bf16`: top-p rows without a small top-k, after top_k_merge: the second read, the cut and the race
+    TopPCutLogitsBf16,
     /// `read_rows_f32`: each row's sum, reading every element once: the read bandwidth the benchmarks compare with
     ReadRowsF32,
     /// `read_rows_f16`: each row's sum, reading every element once: the read bandwidth the benchmarks compare with
@@ -174,7 +180,7 @@ pub enum Binding {
     Rows,
     /// `probs`
     Probs,
-    /// `partials` (atomic u32 in greedy_f32, greedy_f16, greedy_bf16, race_logits_f32, race_logits_f16, race_logits_bf16, race_probs, sample_f32, sample_f16, sample_bf16)
+    /// `partials` (atomic u32 in greedy_f32, greedy_f16, greedy_bf16, race_logits_f32, race_logits_f16, race_logits_bf16, race_probs, sample_f32, sample_f16, sample_bf16, top_p_cut_logits_f32, top_p_cut_logits_f16, top_p_cut_logits_bf16)
     Partials,
     /// `tokens`
     Tokens,
@@ -707,6 +713,39 @@ pub const KERNELS: &[KernelSource] = &[
         cuda: include_str!("../kernels/top_k_merge_logits_bf16.cu"),
         bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed, Binding::Partials],
         passes: 19,
+        stages: 1,
+        needs_f64: true,
+        needs_int64: true,
+    },
+    KernelSource {
+        id: KernelId::TopPCutLogitsF32,
+        name: "top_p_cut_logits_f32",
+        wgsl: include_str!("../shaders/top_p_cut_logits_f32.wgsl"),
+        cuda: include_str!("../kernels/top_p_cut_logits_f32.cu"),
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed, Binding::Partials],
+        passes: 20,
+        stages: 1,
+        needs_f64: true,
+        needs_int64: true,
+    },
+    KernelSource {
+        id: KernelId::TopPCutLogitsF16,
+        name: "top_p_cut_logits_f16",
+        wgsl: include_str!("../shaders/top_p_cut_logits_f16.wgsl"),
+        cuda: include_str!("../kernels/top_p_cut_logits_f16.cu"),
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed, Binding::Partials],
+        passes: 20,
+        stages: 1,
+        needs_f64: true,
+        needs_int64: true,
+    },
+    KernelSource {
+        id: KernelId::TopPCutLogitsBf16,
+        name: "top_p_cut_logits_bf16",
+        wgsl: include_str!("../shaders/top_p_cut_logits_bf16.wgsl"),
+        cuda: include_str!("../kernels/top_p_cut_logits_bf16.cu"),
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed, Binding::Partials],
+        passes: 20,
         stages: 1,
         needs_f64: true,
         needs_int64: true,

@@ -68,12 +68,13 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
         pick(&mut self.filtered, &mut self.filtered_rows, RowParams::has_filters)?;
         pick(&mut self.seeded, &mut self.seeded_rows, |r| r.mode() == RowMode::Seeded)?;
         // Greedy rows in the list are the plain kernel's; the filter kernels skip them.
-        let one_read =
-            self.filtered.iter().map(|&r| rows[r as usize]).all(|r| !r.is_sampled() || r.suits_one_read(shape.vocab));
+        let filtered = || self.filtered.iter().map(|&r| rows[r as usize]);
+        let one_read = filtered().all(|r| !r.is_sampled() || r.takes_one_read(shape.vocab));
         let listed = RowLists {
             seeded: (&self.seeded_rows, self.seeded.len()),
             filtered: (&self.filtered_rows, self.filtered.len()),
             one_read,
+            top_p_cut: filtered().any(|r| r.takes_top_p_cut(shape.vocab)),
         };
         sample_rows(&*self.backend, shape, logits, &self.rows, out, Some(listed))
     }

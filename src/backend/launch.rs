@@ -338,12 +338,15 @@ impl<'a, H: Copy> Launch<H> {
                 let seeded_rows = listed.map_or(shape.batch, |l| l.seeded.1);
                 let seeded = seeded.with_list(listed.map(|l| handle(l.seeded)));
                 plan.extend(seeded.seeded_split(seeded_rows, shape.vocab, split));
-                let one_read = listed.is_none_or(|l| l.one_read);
+                let path = match listed {
+                    None => Some(true),
+                    Some(l) => l.one_read.then_some(l.top_p_cut),
+                };
                 plan.extend(filter.with_list(listed.map(|l| handle(l.filtered))).staged(
                     filtered,
                     parts,
                     shape.vocab,
-                    one_read,
+                    path,
                     split.partials,
                 ));
                 plan
@@ -360,7 +363,7 @@ impl<'a, H: Copy> Launch<H> {
                 first.split_stages(shape.batch, parts)
             }
             _ => match filters {
-                Some((rows, parts)) => first.staged(rows, parts, job_vocab(job), true, split.partials),
+                Some((rows, parts)) => first.staged(rows, parts, job_vocab(job), Some(true), split.partials),
                 None => std::iter::once(first).collect(),
             },
         };
@@ -381,12 +384,12 @@ impl<'a, H: Copy> Launch<H> {
         self
     }
 
-    /// A filter sampling launch over `rows` rows: with `one_read`, the one-read top-k path where
-    /// it takes the kernel; else as it is with one part each, else split in `parts` (the staged
-    /// kernel's launches, one per stage with the stage in its flags, over `rows x parts`
-    /// workgroups, the scratch bound last).
-    fn staged(self, rows: usize, parts: u32, vocab: usize, one_read: bool, partials: H) -> Plan<H> {
-        if let Some(plan) = one_read.then(|| self.clone().one_read(rows, vocab, partials)).flatten() {
+    /// A filter sampling launch over `rows` rows: with `one_read` (whether the top-p cut is
+    /// needed), the one-read top-k path where it takes the kernel; else as it is with one part
+    /// each, else split in `parts` (the staged kernel's launches, one per stage with the stage in
+    /// its flags, over `rows x parts` workgroups, the scratch bound last).
+    fn staged(self, rows: usize, parts: u32, vocab: usize, one_read: Option<bool>, partials: H) -> Plan<H> {
+        if let Some(plan) = one_read.and_then(|cut| self.clone().one_read(rows, vocab, cut, partials)) {
             return plan;
         }
         if parts <= 1 {
@@ -413,12 +416,15 @@ impl<'a, H: Copy> Launch<H> {
     /// A filter sampling launch from logits as the one-read top-k path (`filter_top_k.rs`): the
     /// parts launch over `rows x parts` workgroups, then the merge, one workgroup per row, which
     /// takes the filter kernel's place (it binds what that kernel does, then the scratch, and
-    /// runs its body on the rows the candidates do not decide). `None` for any other launch.
-    fn one_read(self, rows: usize, vocab: usize, partials: H) -> Option<Plan<H>> {
-        let (parts_id, merge_id) = match self.kernel.id {
-            KernelId::FilterLogitsF32 => (KernelId::TopKPartsLogitsF32, KernelId::TopKMergeLogitsF32),
-            KernelId::FilterLogitsF16 => (KernelId::TopKPartsLogitsF16, KernelId::TopKMergeLogitsF16),
-            KernelId::FilterLogitsBf16 => (KernelId::TopKPartsLogitsBf16, KernelId::TopKMergeLogitsBf16),
+    /// runs its body on the rows the candidates do not decide); with `cut`, then the top-p cut
+    /// (`filter_top_p.rs`) over `rows x parts`, which binds what the merge does. `None` for any
+    /// other launch.
+    fn one_read(self, rows: usize, vocab: usize, cut: bool, partials: H) -> Option<Plan<H>> {
+        use KernelId::*;
+        let (parts_id, merge_id, cut_id) = match self.kernel.id {
+            FilterLogitsF32 => (TopKPartsLogitsF32, TopKMergeLogitsF32, TopPCutLogitsF32),
+            FilterLogitsF16 => (TopKPartsLogitsF16, TopKMergeLogitsF16, TopPCutLogitsF16),
+            FilterLogitsBf16 => (TopKPartsLogitsBf16, TopKMergeLogitsBf16, TopPCutLogitsBf16),
             _ => return None,
         };
         one_read_words(rows, vocab)?;
@@ -436,7 +442,14 @@ impl<'a, H: Copy> Launch<H> {
             first.bind(name, merge.bound(name));
         }
         first.bind(Binding::Partials, Some(partials));
-        Some([first, merge].into_iter().collect())
+        let mut last = cut.then(|| Launch::new(cut_id, params, Work::Rows(rows as u32 * parts)));
+        if let Some(last) = &mut last {
+            for (name, buffer) in merge.kernel.bindings.iter().zip(&merge.buffers) {
+                last.bind(*name, *buffer);
+            }
+            last.stray = merge.stray;
+        }
+        Some([first, merge].into_iter().chain(last).collect())
     }
 
     /// The seeded kernel from logits over `rows` rows: the scratch bound, and its two stages
@@ -648,7 +661,7 @@ mod tests {
             };
         }
         for logits in [Logits::F32(&x32), Logits::F16(&x16), Logits::Bf16(&xb)] {
-            let listed = RowLists { seeded: (&list, 1), filtered: (&list, 1), one_read: true };
+            let listed = RowLists { seeded: (&list, 1), filtered: (&list, 1), one_read: true, top_p_cut: true };
             b.softmax(shape, logits, &rows, &mut dense).unwrap();
             b.greedy(shape, logits, out!()).unwrap();
             b.race_from_logits(shape, logits, &rows, out!()).unwrap();
@@ -704,23 +717,27 @@ mod tests {
     }
 
     /// `Sampler::step` with one filtered row at batch 4 x 151936: a top-k row takes the one-read
-    /// path's parts and merge, and so does a min-p row alone; a top-k row above the cap, or a
-    /// top-p row alone, the split filter kernel's stages, as `RowLists::one_read` says.
+    /// path's parts and merge, and so does a min-p row alone; a top-p row alone those and the
+    /// top-p cut; a top-k row above the cap the split filter kernel's stages, as `RowLists` says.
     #[test]
     fn listed_rows_choose_the_filter_plan() {
         let shape = Shape::dense(4, 151_936);
         let x = vec![0.0f32; shape.elements()];
         let (mut t, list) = (vec![0u32; 4], vec![0u32; 4]);
         let split = Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true };
-        for (row, one_read, filter) in [
-            (RowParams::new(0.8, 1, 0).with_top_k(20).with_top_p(0.95), true, KernelId::TopKMergeLogitsF32),
-            (RowParams::new(0.8, 1, 0).with_min_p(0.05), true, KernelId::TopKMergeLogitsF32),
-            (RowParams::new(0.8, 1, 0).with_top_k(1000), false, KernelId::FilterSplitLogitsF32),
-            (RowParams::new(0.8, 1, 0).with_top_p(0.9), false, KernelId::FilterSplitLogitsF32),
+        for (row, launches, filter) in [
+            (RowParams::new(0.8, 1, 0).with_top_k(20).with_top_p(0.95), 2, KernelId::TopKMergeLogitsF32),
+            (RowParams::new(0.8, 1, 0).with_min_p(0.05), 2, KernelId::TopKMergeLogitsF32),
+            (RowParams::new(0.8, 1, 0).with_top_p(0.9), 3, KernelId::TopPCutLogitsF32),
+            (RowParams::new(0.8, 1, 0).with_top_p(0.9).with_top_k(1000), 3, KernelId::TopPCutLogitsF32),
+            (RowParams::new(0.8, 1, 0).with_top_k(1000), 19, KernelId::FilterSplitLogitsF32),
         ] {
-            assert_eq!(row.suits_one_read(shape.vocab), one_read);
+            let one_read = row.takes_one_read(shape.vocab);
+            let top_p_cut = row.takes_top_p_cut(shape.vocab);
+            assert_eq!(one_read, launches <= 3);
+            assert_eq!(top_p_cut, launches == 3);
             let rows = vec![RowParams::new(0.8, 1, 0), row, RowParams::greedy(), RowParams::new(1.0, 2, 0)];
-            let listed = RowLists { seeded: (&list, 0), filtered: (&list, 1), one_read };
+            let listed = RowLists { seeded: (&list, 0), filtered: (&list, 1), one_read, top_p_cut };
             let job: Job<'_, Planner> = Job::Sample {
                 shape,
                 logits: Logits::F32(&x),
@@ -735,8 +752,7 @@ mod tests {
             // their length), then the filter's.
             let seeded = plan.iter().filter(|l| l.kernel.id == KernelId::SeededLogitsF32).count();
             assert_eq!(seeded, 2, "the seeded kernel's stages");
-            let filter_launches = plan.len() - 1 - seeded;
-            assert_eq!(filter_launches > 2, !one_read, "{filter_launches} filter launches");
+            assert_eq!(plan.len() - 1 - seeded, launches, "filter launches");
         }
     }
 }

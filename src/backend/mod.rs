@@ -160,12 +160,16 @@ pub struct RowLists<'a, B: Backend + ?Sized> {
     pub seeded: (&'a B::Buffer<u32>, usize),
     /// The rows with a filter (the filter kernel takes those with a temperature too).
     pub filtered: (&'a B::Buffer<u32>, usize),
-    /// Whether the one-read path suits every listed filtered row
-    /// ([`RowParams::suits_one_read`](crate::RowParams::suits_one_read)): then its two launches;
-    /// else the filter kernels' own plan (split over workgroups where the batch is small), which
-    /// a row of top-p alone that keeps thousands takes faster than the merge's one workgroup a
-    /// row. Either gives the same tokens.
+    /// Whether every listed filtered row takes the one-read path
+    /// ([`RowParams::takes_one_read`](crate::RowParams::takes_one_read)): then its launches; else
+    /// the filter kernels' own plan (split over workgroups where the batch is small), which a
+    /// row with a top-k above the path's takes faster than the merge's one workgroup a row.
+    /// Either gives the same tokens.
     pub one_read: bool,
+    /// Whether a listed row takes the one-read path's third launch, the top-p cut
+    /// ([`RowParams::takes_top_p_cut`](crate::RowParams::takes_top_p_cut)); without one, the path
+    /// is its first two launches.
+    pub top_p_cut: bool,
 }
 
 impl<B: Backend + ?Sized> Clone for RowLists<'_, B> {

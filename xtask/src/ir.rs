@@ -312,7 +312,8 @@ pub enum Stmt {
     /// Workgroup barrier for workgroup memory.
     Barrier,
     /// `old` (a u32 declared beforehand) = element `index` of the [`Storage::AtomicU32`] buffer
-    /// `buf`, which gains `value` (u32) in one indivisible step: of several workgroups adding at
+    /// `buf` (or the atomic workgroup array `buf`, see [`SharedDecl::atomic`]), which gains
+    /// `value` (u32) in one indivisible step: of several workgroups (invocations) adding at
     /// once, each sees a distinct `old`. Relaxed: it orders no other access (see [`Stmt::Fence`]).
     AtomicAdd {
         buf: String,
@@ -381,6 +382,20 @@ pub struct SharedDecl {
     pub name: String,
     pub ty: Ty,
     pub len: u32,
+    /// u32 elements that invocations add to at once ([`Stmt::AtomicAdd`] names the array): a
+    /// histogram of many bins, which per-invocation bins cannot hold. WGSL declares them
+    /// `atomic<u32>`, so every load and store of them goes through `atomicLoad`/`atomicStore`.
+    pub atomic: bool,
+}
+
+impl SharedDecl {
+    pub fn new(name: &str, ty: Ty, len: u32) -> Self {
+        SharedDecl { name: name.into(), ty, len, atomic: false }
+    }
+    /// An array of `len` u32 for [`Stmt::AtomicAdd`].
+    pub fn atomic(name: &str, len: u32) -> Self {
+        SharedDecl { name: name.into(), ty: Ty::U32, len, atomic: true }
+    }
 }
 
 /// One entry point: what it binds, in binding order, and what it does.
@@ -602,7 +617,7 @@ impl Block {
     pub fn fence(&mut self) {
         self.stmts.push(Stmt::Fence);
     }
-    /// Atomically adds `value` to element `index` of the atomic buffer `buf`; the element's
+    /// Atomically adds `value` to element `index` of the atomic buffer (or workgroup array) `buf`; the element's
     /// previous value goes into a new u32 variable `old`, returned as an expression.
     pub fn atomic_add(&mut self, buf: &str, index: Expr, value: Expr, old: &str) -> Expr {
         self.let_(old, Ty::U32, u(0));
@@ -962,8 +977,9 @@ impl<'k> Scope<'k> {
             Stmt::Scope(body) => self.check_block(body)?,
             Stmt::Break | Stmt::Barrier | Stmt::Fence => {}
             Stmt::AtomicAdd { buf, index, value, old } => {
-                if self.buffer(buf)?.storage != Storage::AtomicU32 {
-                    return Err(format!("atomic add to `{buf}`, which is not an atomic buffer"));
+                let shared = self.shared(buf).is_ok_and(|a| a.atomic);
+                if !shared && self.buffer(buf)?.storage != Storage::AtomicU32 {
+                    return Err(format!("atomic add to `{buf}`, which is not an atomic buffer or workgroup array"));
                 }
                 self.same(Ty::U32, index)?;
                 self.same(Ty::U32, value)?;

@@ -42,6 +42,13 @@ struct Emitter<'k> {
     block: u32,
 }
 
+impl Emitter<'_> {
+    /// Whether `arr` is an atomic workgroup array, whose loads and stores WGSL makes atomic.
+    fn atomic_shared(&self, arr: &str) -> bool {
+        self.kernel.shared.iter().any(|s| s.name == arr && s.atomic)
+    }
+}
+
 impl CLike for Emitter<'_> {
     fn kernel(&self) -> &Kernel {
         self.kernel
@@ -66,6 +73,7 @@ impl CLike for Emitter<'_> {
                     Storage::F32 | Storage::U32 | Storage::F64 => format!("{buf}[{}]", x(idx)?),
                 }
             }
+            Expr::LoadShared(arr, idx) if self.atomic_shared(arr) => format!("atomicLoad(&{arr}[{}])", x(idx)?),
             Expr::LoadShared(arr, idx) => format!("{arr}[{}]", x(idx)?),
             Expr::Bin(op, a, b) => format!("({} {} {})", x(a)?, op.symbol(), x(b)?),
             Expr::Un(op, a) => {
@@ -124,6 +132,9 @@ impl CLike for Emitter<'_> {
             }
             Stmt::Store { buf, index, value } if buffer(self.kernel, buf)?.storage == Storage::AtomicU32 => {
                 out.line(format!("atomicStore(&{buf}[{}], {});", self.expr(index, scope)?, self.expr(value, scope)?));
+            }
+            Stmt::StoreShared { arr, index, value } if self.atomic_shared(arr) => {
+                out.line(format!("atomicStore(&{arr}[{}], {});", self.expr(index, scope)?, self.expr(value, scope)?));
             }
             Stmt::AtomicAdd { buf, index, value, old } => {
                 let (index, value) = (self.expr(index, scope)?, self.expr(value, scope)?);
@@ -321,7 +332,8 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> Result<String, IrError
         out.line(format!("var<workgroup> sk_sum_hi: array<atomic<u32>, {n}>;"));
     }
     for s in &kernel.shared {
-        out.line(format!("var<workgroup> {}: array<{}, {}>;", s.name, ty(s.ty), s.len));
+        let elem = if s.atomic { "atomic<u32>" } else { ty(s.ty) };
+        out.line(format!("var<workgroup> {}: array<{}, {}>;", s.name, elem, s.len));
     }
     out.blank();
 

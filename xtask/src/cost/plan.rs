@@ -48,12 +48,14 @@ pub const FILTERS: [(&str, u32); 5] = [
 /// The settings whose benchmark rows (Zipf at temperature 0.8) the one-read path decides: a
 /// launch that reads each part once and a merge over the candidates. Top-k at most
 /// `filter_top_k::CAP`, with or without top-p and min-p, always; min-p alone where its set is
-/// shorter than the candidates (10 to 30 tokens at 0.05). Top-p 0.9 alone keeps 300 to 700
-/// tokens there, more than the candidates: its parts read the row, and the merge launch then
-/// takes the filter kernel's passes, one workgroup per row.
+/// shorter than the candidates (10 to 30 tokens at 0.05).
 pub const ONE_READ: [&str; 4] = ["filter_top_k_50", "filter_min_p_0.05", "filter_qwen3_joint", "filter_qwen3_k_first"];
-/// The settings the one-read path takes but does not decide on those rows (see [`ONE_READ`]).
-const READ_THEN_FILTER: [&str; 1] = ["filter_top_p_0.9"];
+/// The settings of the top-p cut (`filter_top_p.rs`): the parts read the row and bin it, the
+/// merge estimates the cut from the bins (no column work), and the cut launch reads each part
+/// again. Top-p 0.9 alone keeps 300 to 700 tokens on those rows; a range of three bins around
+/// the cut holds about 70 of them, which the last part ranks (not modelled, as the parts'
+/// select is not).
+const TOP_P_CUT: [&str; 1] = ["filter_top_p_0.9"];
 
 /// Columns of a part of the one-read path (`filter_top_k::PART_COLS`).
 const TOP_K_PART_COLS: u32 = crate::kernels::filter_top_k::PART_COLS;
@@ -204,15 +206,17 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         (0..stages).map(|s| parted(format!("filter_split_{input}"), p, row, s < passes)).collect()
     };
     // The one-read path (`launch.rs`, `Launch::one_read`): the parts, then the merge, which
-    // runs the filter kernel's body (`passes` over the row) on the rows the parts do not take.
+    // runs the filter kernel's body (`passes` over the row) on the rows the parts do not take,
+    // then the top-p cut, which reads each part again for the rows of [`TOP_P_CUT`].
     let one_read = |name: &str, passes: u32, idle_rows: bool| -> Vec<Launch> {
         let p = vocab.div_ceil(TOP_K_PART_COLS);
         let decided = !idle_rows && ONE_READ.contains(&name);
-        let read = decided || READ_THEN_FILTER.contains(&name);
-        let parts = parted(format!("top_k_parts_logits_{dtype}"), p, row, read);
+        let cut = !idle_rows && TOP_P_CUT.contains(&name);
+        let parts = parted(format!("top_k_parts_logits_{dtype}"), p, row, decided || cut);
         let merge = format!("top_k_merge_logits_{dtype}");
-        let merge = if decided || idle_rows { idle(merge, batch) } else { whole(merge, passes, 0.0) };
-        vec![parts, merge]
+        let merge = if decided || cut || idle_rows { idle(merge, batch) } else { whole(merge, passes, 0.0) };
+        let last = parted(format!("top_p_cut_logits_{dtype}"), p, row, cut);
+        vec![parts, merge, last]
     };
     // The seeded kernel from logits (`Call::SeededLogits`); with `idle_rows`, the launches of
     // `sample`, which its plain rows leave at once.

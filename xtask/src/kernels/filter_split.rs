@@ -74,12 +74,12 @@ fn published(p: Expr, st: Expr, k: Expr) -> Expr {
     (var("slot0") + p) * u(SLOT_WORDS) + u(AREA) + (st & u(1)) * u(AREA_WORDS) + k
 }
 
-fn load64(index: Expr) -> Expr {
+pub(super) fn load64(index: Expr) -> Expr {
     let word = |k: u32| load(SCRATCH, index.clone() + u(k)).cast(Ty::U64);
     (word(1) << u(32)) | word(0)
 }
 
-fn store64(b: &mut Block, index: Expr, v: Expr) {
+pub(super) fn store64(b: &mut Block, index: Expr, v: Expr) {
     b.store(SCRATCH, index.clone(), (v.clone() & Expr::Lit(Lit::U64(0xffff_ffff))).cast(Ty::U32));
     b.store(SCRATCH, index + u(1), (v >> u(32)).cast(Ty::U32));
 }

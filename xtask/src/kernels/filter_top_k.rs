@@ -36,6 +36,7 @@
 //! Reads of the row: 1 on this path (the pass count says so); a row that falls back reads once
 //! more than the filter kernel's count.
 
+use super::filter_top_p;
 use super::filters::{
     declare_best, filter_body, filter_buffers, filter_shared, functions, key_value, listed_row, max_passes, order_key,
     takes_row, Input, Output, FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP, NONE,
@@ -58,11 +59,13 @@ pub const PART_COLS: u32 = 4096;
 /// and its boundary key where it leaves some of it out (0: none); then `(key, column)` per
 /// candidate.
 pub const HEAD_WORDS: u32 = 5;
-pub const SLOT_WORDS: u32 = HEAD_WORDS + 2 * (CAP + 1);
+/// A slot: the head, the candidates (or a top-p row's histogram, then its listed tokens), then
+/// the words of the top-p cut launch (`filter_top_p.rs`).
+pub const SLOT_WORDS: u32 = HEAD_WORDS + 2 * (CAP + 1) + super::filter_top_p::TAIL_WORDS;
 /// Relative margin on the estimated row mass within which joint top-p must give one set.
 const MASS_MARGIN: f32 = 1.0 / 1024.0;
-const SCRATCH: &str = "partials";
-const KEYS: &str = "part_keys";
+pub(super) const SCRATCH: &str = "partials";
+pub(super) const KEYS: &str = "part_keys";
 /// The merge's arrays of `CAP + 1` words each, in the filter kernel's list (`filters::LIST`),
 /// which the fallback overwrites only after the merge is done with them: the candidates' keys,
 /// columns, `z - max` (f32 bits) and masses (u64 in two words), then by rank the keys, columns
@@ -102,26 +105,30 @@ fn put64(b: &mut Block, a: u32, i: Expr, v: Expr) {
 
 /// Declares `one_read`: whether this path takes the row (after `takes_row`, with `parts`
 /// declared), `capped` (it takes the row for its top-p or min-p, not for a top-k of at most
-/// [`CAP`]) and `kc` (the row's candidates less one: its top-k, or [`CAP`] where capped). Both
-/// kernels compute them alike, so they agree on every row.
+/// [`CAP`]), `kc` (the row's candidates less one: its top-k, or [`CAP`] where capped) and
+/// `top_p_cut` (a capped row with top-p, which takes the histogram and the cut launch of
+/// `filter_top_p.rs` instead of candidates). Every kernel of the path computes them alike, so
+/// they agree on every row.
 ///
 /// A capped row (top-p or min-p, joint with any top-k above [`CAP`] or with none) keeps a
 /// prefix of the order that the `CAP + 1` largest decide whenever it is shorter than them:
 /// min-p's set is short wherever the row has a clear maximum (Zipf rows at 0.8 keep 10 to 30
 /// tokens at 0.05), top-p's at low temperatures. Top-k first with a top-k above [`CAP`] needs
 /// the top-k mass, which the candidates do not give, and is not capped.
-fn one_read_row(b: &mut Block) -> Expr {
+pub(super) fn one_read_row(b: &mut Block) -> Expr {
     let fits = (quads_per_part(var("parts")) * u(4)).le(u(PART_COLS));
     let by_k = var("kk").lt(param("vocab")).and(var("kk").le(u(CAP)));
     let cuts = var("pp").lt(f(1.0)).or(var("mp").gt(f(0.0)));
     let capped = b.let_("capped", Ty::Bool, var("kk").gt(u(CAP)).and(var("k_first").not()).and(cuts));
     b.let_("kc", Ty::U32, select(capped.clone(), u(CAP), var("kk")));
-    let taken = var("filtered").and(by_k.or(capped)).and(fits);
-    b.let_("one_read", Ty::Bool, taken)
+    let taken = var("filtered").and(by_k.or(capped.clone())).and(fits);
+    let one = b.let_("one_read", Ty::Bool, taken);
+    b.let_("top_p_cut", Ty::Bool, one.clone().and(capped).and(var("pp").lt(f(1.0))));
+    one
 }
 
 /// Word `k` of part `p`'s record of this row (slot `slot` of the row loop).
-fn record(p: Expr, k: Expr) -> Expr {
+pub(super) fn record(p: Expr, k: Expr) -> Expr {
     (var("slot") * var("parts") + p) * u(SLOT_WORDS) + k
 }
 
@@ -130,7 +137,7 @@ fn record(p: Expr, k: Expr) -> Expr {
 /// the items matching the prefix so far. Declares `t_key` (the boundary key: the smallest
 /// taken), `t_above` (items above it) and `t_take` (how many of those at it are taken, the
 /// lowest positions). With fewer than `want` items, all are taken.
-fn select_top(b: &mut Block, n: Expr, want: Expr, key_at: &dyn Fn(&mut Block, Expr) -> Expr) {
+pub(super) fn select_top(b: &mut Block, n: Expr, want: Expr, key_at: &dyn Fn(&mut Block, Expr) -> Expr) {
     for name in ["t_key", "t_mask", "t_above", "t_at"] {
         b.let_(name, Ty::U32, u(0));
     }
@@ -217,26 +224,42 @@ fn gather(
     });
 }
 
-/// One part (after [`one_read_row`]): one read of its columns into workgroup memory, its
-/// maximum and sum, its `k + 1` candidates, and its record.
-fn read_part(b: &mut Block) {
-    let n = b.let_("n_cols", Ty::U32, var("col_hi") - var("col_lo"));
-    let lid = builtin(Builtin::LocalId);
-    let bs = builtin(Builtin::BlockSize);
+/// The part's one read of its `n` columns, into workgroup memory as order keys of `z` (0 for
+/// -inf), and its maximum `z`, returned.
+pub(super) fn load_part(b: &mut Block, n: Expr) -> Expr {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
-    b.for_("i", lid.clone(), n.clone(), bs.clone(), |b, i| {
+    b.for_("i", builtin(Builtin::LocalId), n, builtin(Builtin::BlockSize), |b, i| {
         let z = b.let_("z", Ty::F32, scaled(var("col_lo") + i.clone()));
         b.store_shared(KEYS, i, select(z.clone().gt(f(f32::NEG_INFINITY)), order_key(z.clone()), u(0)));
         b.set("m", var("m").max(z));
     });
     let m = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "part_m");
     b.barrier();
+    m
+}
+
+/// After [`load_part`]: the part's `sum exp(z - m)`, returned; `each(z, w)` also sees every
+/// column's `z` and weight `w`.
+pub(super) fn sum_part(b: &mut Block, n: Expr, m: Expr, each: &dyn Fn(&mut Block, Expr, Expr)) -> Expr {
     b.let_("s", Ty::F32, f(0.0));
-    b.for_("i", lid, n.clone(), bs, |b, i| {
+    b.for_("i", builtin(Builtin::LocalId), n, builtin(Builtin::BlockSize), |b, i| {
         let k = b.let_("k", Ty::U32, load_shared(KEYS, i));
-        b.if_(k.clone().ne_(u(0)), |b| b.set("s", var("s") + softmax_weight(key_value(k), m.clone())));
+        b.if_(k.clone().ne_(u(0)), |b| {
+            let z = b.let_("kz", Ty::F32, key_value(k));
+            let w = b.let_("kw", Ty::F32, softmax_weight(z.clone(), m.clone()));
+            b.set("s", var("s") + w.clone());
+            each(b, z, w);
+        });
     });
-    let s = b.reduce(ReduceOp::Sum, Ty::F32, var("s"), "part_s");
+    b.reduce(ReduceOp::Sum, Ty::F32, var("s"), "part_s")
+}
+
+/// One part (after [`one_read_row`]): one read of its columns into workgroup memory, its
+/// maximum and sum, its `k + 1` candidates, and its record.
+fn read_part(b: &mut Block) {
+    let n = b.let_("n_cols", Ty::U32, var("col_hi") - var("col_lo"));
+    let m = load_part(b, n.clone());
+    let s = sum_part(b, n.clone(), m.clone(), &|_, _, _| {});
     let key_at = |_: &mut Block, i: Expr| load_shared(KEYS, i);
     select_top(b, n.clone(), var("kc") + u(1), &key_at);
     let own = |k: Expr| var("slot") * u(SLOT_WORDS) + k;
@@ -318,15 +341,63 @@ fn count_shared_boundary(b: &mut Block, ov: &dyn Fn(Expr) -> Expr, key_at: &dyn 
     b.reduce(ReduceOp::Sum, Ty::U32, var("tie_bad"), "tie_bad_n")
 }
 
+/// Races the kept token `col`, of scaled value `z` and order value `ov` (`z - max`), into
+/// [`declare_best`]'s variables (`best{suffix}`, `best{suffix}64` and their columns) with the
+/// filter kernels' noise: for a seeded row the float64 score of `ov` plus the column's hashed
+/// noise, else `z` plus the column's Philox noise. Ties go to the lower column, so any order of
+/// visits gives the same winner.
+pub(super) fn race_one(b: &mut Block, suffix: &str, seeded: Expr, col: Expr, z: Expr, ov: Expr) {
+    b.if_else(
+        seeded,
+        |b| {
+            let s = score64(b, ov.cast(Ty::F64), col.clone());
+            keep_lower(b, &format!("{suffix}64"), s, col.clone());
+        },
+        |b| {
+            let w4 = b.let_("w4", Ty::U32x4, philox_block(col.clone() & u(!3)));
+            let lane = col.clone() & u(3);
+            let bits =
+                (1..4u8).fold(w4.clone().comp(0), |e, j| select(lane.clone().eq_(u(j as u32)), w4.clone().comp(j), e));
+            let score = b.let_("score", Ty::F32, z + call(philox::GUMBEL, vec![bits]));
+            keep_lower(b, suffix, score, col.clone());
+        },
+    );
+}
+
+/// `best{suffix}`, `best{suffix}_i` take `(score, col)` where it scores higher, or the same with a
+/// lower column.
+pub(super) fn keep_lower(b: &mut Block, suffix: &str, score: Expr, col: Expr) {
+    let (best, best_i) = (format!("best{suffix}"), format!("best{suffix}_i"));
+    let better = score.clone().gt(var(&best)).or(score.clone().eq_(var(&best)).and(col.clone().lt(var(&best_i))));
+    b.if_(better, |b| {
+        b.set(&best, score);
+        b.set(&best_i, col);
+    });
+}
+
 /// The merge of one row (after [`one_read_row`]): sets `one_read_done` where the candidates
 /// decide it, and then writes its results.
+/// The part `p`'s maximum, from its record.
+pub(super) fn part_m(p: Expr) -> Expr {
+    load(SCRATCH, record(p, u(0))).bitcast(Ty::F32)
+}
+
+/// The row's maximum `z` from its parts' records, into `row_m`, returned with whether it is
+/// finite (the merge's candidates and the top-p histograms need a finite one).
+pub(super) fn row_max(b: &mut Block) -> (Expr, Expr) {
+    b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
+    b.for_("p", builtin(Builtin::LocalId), var("parts"), builtin(Builtin::BlockSize), |b, p| {
+        b.set("m", var("m").max(part_m(p)))
+    });
+    let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_m");
+    let finite = mx.clone().gt(f(f32::NEG_INFINITY)).and(mx.clone().lt(f(f32::INFINITY)));
+    (mx, finite)
+}
+
 fn merge_row(b: &mut Block) {
     let lid = builtin(Builtin::LocalId);
     let bs = builtin(Builtin::BlockSize);
-    let part_m = |p: Expr| load(SCRATCH, record(p, u(0))).bitcast(Ty::F32);
-    b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
-    b.for_("p", lid.clone(), var("parts"), bs.clone(), |b, p| b.set("m", var("m").max(part_m(p))));
-    let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_m");
+    let (mx, finite) = row_max(b);
     b.let_("s", Ty::F32, f(0.0));
     b.for_("p", lid.clone(), var("parts"), bs.clone(), |b, p| {
         let mp = b.let_("mp_p", Ty::F32, part_m(p.clone()));
@@ -336,7 +407,6 @@ fn merge_row(b: &mut Block) {
         });
     });
     let mass = b.reduce(ReduceOp::Sum, Ty::F32, var("s"), "row_s");
-    let finite = mx.clone().gt(f(f32::NEG_INFINITY)).and(mx.clone().lt(f(f32::INFINITY)));
     b.if_(finite, |b| {
         let want = b.let_("want", Ty::U32, var("kc") + u(1));
         let n = b.let_("n_items", Ty::U32, var("parts") * want.clone());
@@ -443,30 +513,7 @@ fn merge_row(b: &mut Block) {
             b.for_("r", lid.clone(), kept_n.clone(), bs.clone(), |b, r| {
                 let col = b.let_("rc", Ty::U32, get(S_COL, r.clone()));
                 let z = b.let_("rz", Ty::F32, key_value(get(S_KEY, r)));
-                let keep = |b: &mut Block, suffix: &str, score: Expr| {
-                    let (best, best_i) = (var(&format!("best{suffix}")), var(&format!("best{suffix}_i")));
-                    let better = score.clone().gt(best.clone()).or(score.clone().eq_(best).and(col.clone().lt(best_i)));
-                    b.if_(better, |b| {
-                        b.set(&format!("best{suffix}"), score);
-                        b.set(&format!("best{suffix}_i"), col.clone());
-                    });
-                };
-                b.if_else(
-                    seeded.clone(),
-                    |b| {
-                        let s = score64(b, ov(z.clone()).cast(Ty::F64), col.clone());
-                        keep(b, "64", s);
-                    },
-                    |b| {
-                        let w4 = b.let_("w4", Ty::U32x4, philox_block(col.clone() & u(!3)));
-                        let lane = col.clone() & u(3);
-                        let bits = (1..4u8).fold(w4.clone().comp(0), |e, j| {
-                            select(lane.clone().eq_(u(j as u32)), w4.clone().comp(j), e)
-                        });
-                        let score = b.let_("score", Ty::F32, z.clone() + call(philox::GUMBEL, vec![bits]));
-                        keep(b, "", score);
-                    },
-                );
+                race_one(b, "", seeded.clone(), col, z.clone(), ov(z));
             });
             let (_, tok32) = b.argmax(var("best"), var("best_i"), "ow_win", "ow_tok32");
             let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "ow_win64", "ow_tok64");
@@ -486,7 +533,9 @@ fn parts_kernel(d: Dtype) -> Kernel {
     for_each_row_part_at(&mut b, listed_row, |b| {
         let takes = takes_row(b);
         let one = one_read_row(b);
-        b.if_(takes.and(one), read_part);
+        b.if_(takes.and(one), |b| {
+            b.if_else(var("top_p_cut"), filter_top_p::histogram_part, read_part);
+        });
     });
     let buffers = vec![
         buffer("x", d.storage(), false),
@@ -496,7 +545,8 @@ fn parts_kernel(d: Dtype) -> Kernel {
     ];
     let doc = "top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum";
     let mut k = kernel(format!("top_k_parts_logits_{}", d.suffix()), doc, 1, buffers, functions(false), b);
-    k.shared.push(SharedDecl { name: KEYS.into(), ty: Ty::U32, len: PART_COLS });
+    k.shared.push(SharedDecl::new(KEYS, Ty::U32, PART_COLS));
+    k.shared.push(filter_top_p::histogram_shared());
     k
 }
 
@@ -509,7 +559,9 @@ fn merge_kernel(d: Dtype) -> Kernel {
         b.if_(takes, |b| {
             b.let_("one_read_done", Ty::Bool, boolean(false));
             let one = one_read_row(b);
-            b.if_(one.clone(), |b| b.scope(merge_row));
+            b.if_(one.clone(), |b| {
+                b.if_else(var("top_p_cut"), |b| b.scope(filter_top_p::estimate_cut), |b| b.scope(merge_row))
+            });
             b.if_(var("one_read_done").not(), |b| {
                 // The merge's arrays are the body's list: every read of them is done.
                 b.barrier();

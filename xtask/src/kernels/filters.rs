@@ -304,24 +304,36 @@ pub(super) fn digit_pass(b: &mut Block, st: Expr) {
 /// `mas`, and the workgroup's, in `cnt_s*` and `mas_s*`. With `listing` (the one-workgroup
 /// kernels), the pass reads the list instead of the row where `listed` holds.
 pub(super) fn digit_counts(b: &mut Block, input: Input, chunked: Expr, listing: bool) {
+    count_digits(b, |b| {
+        let count = |b: &mut Block, col: Expr| {
+            candidate(b, input, col);
+            b.if_(var("ok"), |b| add_digit(b, var("key"), var("mv")));
+        };
+        if listing {
+            b.if_(var("listed"), |b| sweep_list(b, &count));
+            b.if_(var("listed").not(), |b| sweep(b, chunked, |_, _| {}, |b, col, _| count(b, col)));
+        } else {
+            sweep(b, chunked, |_, _| {}, |b, col, _| count(b, col));
+        }
+    });
+}
+
+/// A digit pass's histograms around `visit`, which calls [`add_digit`] for each candidate: the
+/// invocation's count and mass per digit in `cnt` and `mas`, then the workgroup's in `cnt_s*`
+/// and `mas_s*`.
+pub(super) fn count_digits(b: &mut Block, visit: impl FnOnce(&mut Block)) {
     b.let_bins("cnt", Ty::U32, DIGITS);
     b.let_bins("mas", Ty::U64, DIGITS);
-    let count = |b: &mut Block, col: Expr| {
-        candidate(b, input, col);
-        b.if_(var("ok"), |b| {
-            let digit = b.let_("digit", Ty::U32, (var("key") >> var("shift")) & u(DIGITS - 1));
-            b.add_to_bin("cnt", digit.clone(), u(1));
-            b.add_to_bin("mas", digit, var("mv"));
-        });
-    };
-    if listing {
-        b.if_(var("listed"), |b| sweep_list(b, &count));
-        b.if_(var("listed").not(), |b| sweep(b, chunked, |_, _| {}, |b, col, _| count(b, col)));
-    } else {
-        sweep(b, chunked, |_, _| {}, |b, col, _| count(b, col));
-    }
+    visit(b);
     b.sum_many(Ty::U32, (0..DIGITS).map(|d| bin_value("cnt", d)).collect(), &digit_names("cnt_s"));
     b.sum_many(Ty::U64, (0..DIGITS).map(|d| bin_value("mas", d)).collect(), &digit_names("mas_s"));
+}
+
+/// Counts a candidate of order key `key` and fixed-point mass `mass` under its digit at `shift`.
+pub(super) fn add_digit(b: &mut Block, key: Expr, mass: Expr) {
+    let digit = b.let_("digit", Ty::U32, (key >> var("shift")) & u(DIGITS - 1));
+    b.add_to_bin("cnt", digit.clone(), u(1));
+    b.add_to_bin("mas", digit, mass);
 }
 
 pub(super) fn digit_names(prefix: &str) -> Vec<String> {
@@ -343,6 +355,12 @@ pub(super) fn decide(b: &mut Block, mine: bool) {
             b.set("lim", call(FRACTION, vec![var("pp"), var("row_mass")]))
         });
     });
+    select_step(b, mine);
+}
+
+/// [`decide`]'s step, with `lim` already set: for a select over some of the row's tokens (the
+/// rest counted in `sel_n` and `sel_m` beforehand), whose first pass does not see the row's mass.
+pub(super) fn select_step(b: &mut Block, mine: bool) {
     // From the highest digit down: the lowest non-empty digit whose first token is kept.
     let nb = b.let_("nb", Ty::U32, var("sel_n"));
     let mb = b.let_("mb", Ty::U64, var("sel_m"));
@@ -692,10 +710,15 @@ fn sample_in_set(b: &mut Block, input: Input) {
 
 /// `best`, `best_i` (the f32 race) and `best64`, `best64_i` (the float64 one), nothing kept yet.
 pub(super) fn declare_best(b: &mut Block) {
-    b.let_("best", Ty::F32, f(f32::NEG_INFINITY));
-    b.let_("best_i", Ty::U32, u(NONE));
-    b.let_("best64", Ty::F64, f64_(f64::NEG_INFINITY));
-    b.let_("best64_i", Ty::U32, u(NONE));
+    declare_best_as(b, "");
+}
+
+/// [`declare_best`]'s variables with `suffix` after `best` (`best{suffix}`, `best{suffix}64`).
+pub(super) fn declare_best_as(b: &mut Block, suffix: &str) {
+    b.let_(&format!("best{suffix}"), Ty::F32, f(f32::NEG_INFINITY));
+    b.let_(&format!("best{suffix}_i"), Ty::U32, u(NONE));
+    b.let_(&format!("best{suffix}64"), Ty::F64, f64_(f64::NEG_INFINITY));
+    b.let_(&format!("best{suffix}64_i"), Ty::U32, u(NONE));
 }
 
 /// `if v > best (or nothing yet): best, best_i = v, i` for the f32 race (`suffix` "") or the
@@ -862,10 +885,10 @@ fn filter_kernel(input: Input, output: Output) -> Kernel {
 /// The workgroup arrays [`filter_body`] uses: the select's list and its last bucket.
 pub(super) fn filter_shared() -> Vec<SharedDecl> {
     vec![
-        SharedDecl { name: LIST.into(), ty: Ty::U32, len: LIST_CAP },
-        SharedDecl { name: BUCKET_COLS.into(), ty: Ty::U32, len: BUCKET_CAP },
-        SharedDecl { name: BUCKET_KEYS.into(), ty: Ty::U32, len: BUCKET_CAP },
-        SharedDecl { name: BUCKET_MASSES.into(), ty: Ty::U64, len: BUCKET_CAP },
+        SharedDecl::new(LIST, Ty::U32, LIST_CAP),
+        SharedDecl::new(BUCKET_COLS, Ty::U32, BUCKET_CAP),
+        SharedDecl::new(BUCKET_KEYS, Ty::U32, BUCKET_CAP),
+        SharedDecl::new(BUCKET_MASSES, Ty::U64, BUCKET_CAP),
     ]
 }
 

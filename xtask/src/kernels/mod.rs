@@ -3,6 +3,7 @@
 pub mod combine;
 pub mod filter_split;
 pub mod filter_top_k;
+pub mod filter_top_p;
 pub mod filters;
 pub mod math;
 pub mod murmur;
@@ -22,6 +23,7 @@ pub fn all() -> Vec<Kernel> {
     all.extend(filters::all());
     all.extend(filter_split::all());
     all.extend(filter_top_k::all());
+    all.extend(filter_top_p::all());
     all.extend(read::all());
     all
 }

@@ -482,7 +482,7 @@ fn keyed_block(c0: Expr) -> Expr {
 
 /// The workgroup memory of [`screened_pass`], for the kernels that race from logits.
 pub(super) fn race_shared() -> SharedDecl {
-    SharedDecl { name: RACE_KEY.into(), ty: Ty::U32, len: KEY_WORDS.len() as u32 }
+    SharedDecl::new(RACE_KEY, Ty::U32, KEY_WORDS.len() as u32)
 }
 
 /// One step of [`screened_pass`] for the invocation's quad at `cb + 4 x local id`: its four

@@ -1,0 +1,625 @@
+//! Top-p rows without a small top-k (top-p alone, or joint with a top-k above `CAP`, with or
+//! without min-p), on the one-read path's two launches and one more: two reads of the row,
+//! every part of it a workgroup of its own.
+//!
+//! Such a row keeps from a few tokens to tens of thousands (Zipf rows at T 0.8 keep 300 to 700
+//! at 0.9), more than the candidates hold. Its set is a prefix of the filters' order, ending
+//! where the mass before a token passes `top_p` of the row's, so it is found from where the
+//! row's mass, summed from the top, crosses that:
+//! 1. `top_k_parts_*` (the first read, [`histogram_part`]): besides its maximum `m_p` and sum,
+//!    each part weighs its columns (already in workgroup memory) into [`BINS`] bins of
+//!    `1 / BIN_SCALE` in `z`, on a grid that is the same for every part (bin
+//!    `ceil(m_p S) - floor(z S)`), with fixed-point masses `exp(z - m_p) 2^HIST_BITS` (u32
+//!    workgroup atomics), and writes them into its slot.
+//! 2. `top_k_merge_*` ([`estimate_cut`]): the row's histogram is the parts' shifted by whole
+//!    bins and weighed by `exp(m_p - max)`; the bin where its mass from the top crosses `top_p`
+//!    of its total is where the cut should lie. The row's state gets that bin and its
+//!    neighbours ([`RANGE`]): an estimate, float weights, which the next launch checks.
+//! 3. `top_p_cut_*` (the second read, [`cut_part`]): each token of a part is above the range, in
+//!    it (listed in the part's slot) or below; the part sums the filter kernels' exact
+//!    fixed-point masses (`w 2^40`) of each class, races its tokens above the range (kept, if the
+//!    checks below hold) and writes its record. The part that arrives last ([`cut_row`]) takes
+//!    the range's tokens into workgroup memory, runs the filter kernels' select on them from the
+//!    count and mass above, races the kept ones and combines the parts' winners.
+//!
+//! Exact: the masses are integers, and the last part checks that the set starts before the
+//! range's end and ends inside it (the first range token is kept, no token below is), that no
+//! token outside the range has the order value of one inside or of the other side's (the classes
+//! follow `z`, the order `z - max` rounded), and that the range fits in [`CUT_CAP`]. Where one
+//! fails it runs the one-workgroup filter kernel's body on the row, in the same launch: flat
+//! rows (every token in one bin) and rows whose cut lies in a bin of thousands of tokens.
+
+use super::filter_split::{load64, store64};
+use super::filter_top_k::{
+    keep_lower, load_part, one_read_row, part_m, race_one, record, row_max, select_top, sum_part, CAP, HEAD_WORDS,
+    SCRATCH, SLOT_WORDS,
+};
+use super::filters::{
+    add_digit, count_digits, declare_best, declare_best_as, declare_select, filter_body, filter_buffers, filter_shared,
+    functions, key_value, listed_row, max_passes, order_key, select_step, takes_row, ties, Input, Output, DIGIT_PASSES,
+    FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP, NONE,
+};
+use super::math;
+use super::sampling::{
+    for_each_row_part_at, kernel, quads_per_part, row_is_seeded, scaled, softmax_weight, write_results, Dtype,
+    FLAG_PASSES,
+};
+use crate::ir::*;
+
+/// Bins of a part's histogram, each `1 / BIN_SCALE` of `z` wide: 32 units below the part's
+/// maximum, past which a row's tokens weigh under `e^-32` each (so at `top_p < 1 - 2^-24` the
+/// cut never lies there in a row of fewer than 2^24 tokens).
+pub const BINS: u32 = 512;
+const BIN_SCALE: f32 = 16.0;
+/// Fixed-point bits of the histograms' masses: a part of 4096 columns sums below 2^31 in a bin.
+const HIST_BITS: u32 = 19;
+/// Bins listed either side of the estimated cut's.
+const RANGE: u32 = 1;
+/// The most range tokens a part lists: `(key, column)` pairs in its slot's candidates area.
+const PART_LIST: u32 = CAP + 1;
+/// The most range tokens the last part takes: keys, then columns, in the filter kernels' list.
+const CUT_CAP: u32 = LIST_CAP / 2;
+const HIST: &str = "part_hist";
+const LISTING: &str = "cut_listing";
+const _: () = assert!(BINS <= 2 * (CAP + 1));
+
+/// Words after a slot's candidates area: the row's state (in its part 0's slot), then the
+/// part's record of the cut launch.
+pub const TAIL_WORDS: u32 = 32;
+mod tail {
+    /// 1 where the cut launch takes the row (the merge found its maximum finite).
+    pub const GO: u32 = 0;
+    /// The listed bins, first and last (u32), the grid's origin `ceil(max S)` and the maximum
+    /// (f32 bits).
+    pub const LO: u32 = 1;
+    pub const HI: u32 = 2;
+    pub const R: u32 = 3;
+    pub const MX: u32 = 4;
+    /// The cut launch's parts that have written their records (the merge zeroes it).
+    pub const ARRIVED: u32 = 5;
+    /// A part's counts and fixed-point masses (u64 in two words) above and in the range, and
+    /// its mass below it.
+    pub const N_ABOVE: u32 = 6;
+    pub const N_RANGE: u32 = 7;
+    pub const M_ABOVE: u32 = 8;
+    pub const M_RANGE: u32 = 10;
+    pub const M_BELOW: u32 = 12;
+    /// How many range tokens it listed; the smallest key above and in the range (complemented:
+    /// 0 for none), the largest in the range and below (0: none); the largest weight below (f32
+    /// bits).
+    pub const LISTED: u32 = 14;
+    pub const MIN_ABOVE_NOT: u32 = 15;
+    pub const MIN_RANGE_NOT: u32 = 16;
+    pub const MAX_RANGE: u32 = 17;
+    pub const MAX_BELOW: u32 = 18;
+    pub const W_BELOW: u32 = 19;
+    /// Its winners above the range, then in it: the Philox race's score (f32 bits) and column,
+    /// the seeded race's score (f64 bits, two words) and column.
+    pub const BEST: u32 = 20;
+    pub const RBEST: u32 = 25;
+}
+/// Words of a winners' record (see `tail::BEST`).
+const WIN_WORDS: u32 = 5;
+const _: () = assert!(tail::RBEST + WIN_WORDS <= TAIL_WORDS && tail::BEST + WIN_WORDS <= tail::RBEST);
+
+/// The first word of a slot's tail.
+const TAIL: u32 = SLOT_WORDS - TAIL_WORDS;
+
+/// Word `k` of the tail of part `p` of the row in slot `row_slot` of the launch.
+fn tail_word(row_slot: Expr, p: Expr, k: u32) -> Expr {
+    (row_slot * var("parts") + p) * u(SLOT_WORDS) + u(TAIL + k)
+}
+
+/// The workgroup array of [`histogram_part`].
+pub(super) fn histogram_shared() -> SharedDecl {
+    SharedDecl::atomic(HIST, BINS)
+}
+
+fn ceil(x: Expr) -> Expr {
+    -floor(-x)
+}
+
+/// The bin of `z` on the grid of origin `r` (`ceil(m S)` for the largest `z` it bins, `m`), as
+/// an f32 integer: monotone in `z`, and the same for every part up to a whole shift of the
+/// origin.
+fn grid_bin(r: Expr, z: Expr) -> Expr {
+    r - floor(z * f(BIN_SCALE))
+}
+
+/// The first read of a part of a top-p row (`top_p_cut`): its columns into workgroup memory,
+/// its maximum and sum, and its histogram (see the module's step 1), into its slot.
+pub(super) fn histogram_part(b: &mut Block) {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    // The workgroup's previous part may still be copying its histogram out.
+    b.barrier();
+    b.for_("i", lid.clone(), u(BINS), bs.clone(), |b, i| b.store_shared(HIST, i, u(0)));
+    let n = b.let_("n_cols", Ty::U32, var("col_hi") - var("col_lo"));
+    let m = load_part(b, n.clone());
+    let r = b.let_("grid_r", Ty::F32, ceil(m.clone() * f(BIN_SCALE)));
+    let s = sum_part(b, n, m.clone(), &|b, z, w| {
+        let g = b.let_("hg", Ty::F32, grid_bin(r.clone(), z));
+        b.if_(w.clone().gt(f(0.0)).and(g.clone().lt(f(BINS as f32))), |b| {
+            let mass = (w * f((1u32 << HIST_BITS) as f32)).cast(Ty::U32);
+            b.atomic_add(HIST, g.cast(Ty::U32), mass, "hist_old");
+        });
+    });
+    b.barrier();
+    let own = |k: Expr| var("slot") * u(SLOT_WORDS) + k;
+    b.if_(lid.clone().eq_(u(0)), |b| {
+        b.store(SCRATCH, own(u(0)), m.bitcast(Ty::U32));
+        b.store(SCRATCH, own(u(1)), s.bitcast(Ty::U32));
+        for k in 2..HEAD_WORDS {
+            b.store(SCRATCH, own(u(k)), u(0));
+        }
+    });
+    b.for_("i", lid, u(BINS), bs, |b, i| b.store(SCRATCH, own(u(HEAD_WORDS) + i.clone()), load_shared(HIST, i)));
+}
+
+/// The merge's step for a top-p row (see the module's step 2): the row's state for the cut
+/// launch, which then writes its results (`one_read_done`); where the maximum is not finite, none
+/// (the merge runs the filter kernel's body on the row).
+pub(super) fn estimate_cut(b: &mut Block) {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    let state = |k: u32| tail_word(var("slot"), u(0), k);
+    // The list may still be read by the workgroup's previous row.
+    b.barrier();
+    let (mx, finite) = row_max(b);
+    b.if_else(
+        finite,
+        |b| {
+            let r = b.let_("grid_r", Ty::F32, ceil(mx.clone() * f(BIN_SCALE)));
+            // The estimate in u32, its total within 2^32 (the row's mass is at most its length).
+            let unit = f(4.0e9 / (1u64 << HIST_BITS) as f32) / param("vocab").cast(Ty::F32);
+            let per = b.let_("e_per", Ty::U32, (u(BINS) + bs.clone() - u(1)) / bs.clone());
+            let g0 = b.let_("e_lo", Ty::U32, (lid.clone() * per.clone()).min(u(BINS)));
+            let g1 = b.let_("e_hi", Ty::U32, (g0.clone() + per).min(u(BINS)));
+            b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| b.store_shared(LIST, g, f(0.0).bitcast(Ty::U32)));
+            b.for_("p", u(0), var("parts"), u(1), |b, p| {
+                let mp = b.let_("e_mp", Ty::F32, part_m(p.clone()));
+                b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
+                    let shift = b.let_("e_shift", Ty::F32, r.clone() - ceil(mp.clone() * f(BIN_SCALE)));
+                    let weight = b.let_("e_w", Ty::F32, call(math::EXP, vec![mp - mx.clone()]) * unit.clone());
+                    b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
+                        let at = b.let_("e_at", Ty::F32, g.clone().cast(Ty::F32) - shift.clone());
+                        b.if_(at.clone().ge(f(0.0)).and(at.clone().lt(f(BINS as f32))), |b| {
+                            let h = load(SCRATCH, record(p.clone(), u(HEAD_WORDS) + at.cast(Ty::U32)));
+                            let e = load_shared(LIST, g.clone()).bitcast(Ty::F32) + h.cast(Ty::F32) * weight.clone();
+                            b.store_shared(LIST, g, e.bitcast(Ty::U32));
+                        });
+                    });
+                });
+            });
+            b.let_("e_own", Ty::U32, u(0));
+            b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
+                let v = b.let_("e_fixed", Ty::U32, load_shared(LIST, g.clone()).bitcast(Ty::F32).cast(Ty::U32));
+                b.store_shared(LIST, g, v.clone());
+                b.set("e_own", var("e_own") + v);
+            });
+            let before = b.scan(var("e_own"), "e_before");
+            let total = b.reduce(ReduceOp::Sum, Ty::U32, var("e_own"), "e_total");
+            let lim = b.let_("e_lim", Ty::U32, (var("pp") * total.cast(Ty::F32)).cast(Ty::U32));
+            b.let_("e_cum", Ty::U32, before);
+            b.let_("e_found", Ty::U32, u(0));
+            b.for_("g", g0, g1, u(1), |b, g| {
+                let v = b.let_("e_v", Ty::U32, load_shared(LIST, g.clone()));
+                b.if_(var("e_cum").le(lim.clone()).and((var("e_cum") + v.clone()).gt(lim.clone())), |b| {
+                    b.set("e_found", g + u(1))
+                });
+                b.set("e_cum", var("e_cum") + v);
+            });
+            let found = b.reduce(ReduceOp::Max, Ty::U32, var("e_found"), "e_bin");
+            let bin = b.let_("e_cut", Ty::U32, select(found.clone().gt(u(0)), found - u(1), u(BINS - 1)));
+            b.if_(lid.clone().eq_(u(0)), |b| {
+                b.store(SCRATCH, state(tail::GO), u(1));
+                b.store(SCRATCH, state(tail::LO), bin.clone() - bin.clone().min(u(RANGE)));
+                b.store(SCRATCH, state(tail::HI), bin + u(RANGE));
+                b.store(SCRATCH, state(tail::R), r.bitcast(Ty::U32));
+                b.store(SCRATCH, state(tail::MX), mx.bitcast(Ty::U32));
+                b.store(SCRATCH, state(tail::ARRIVED), u(0));
+            });
+            b.set("one_read_done", boolean(true));
+        },
+        |b| b.if_(lid.clone().eq_(u(0)), |b| b.store(SCRATCH, state(tail::GO), u(0))),
+    );
+}
+
+/// Writes this workgroup's winners (`best{suffix}`, `best{suffix}64`, after their block
+/// argmaxes) at `at(0..WIN_WORDS)`, by its first invocation.
+fn store_winners(b: &mut Block, suffix: &str, at: &dyn Fn(u32) -> Expr) {
+    let name = |n: &str| format!("part_best{suffix}{n}");
+    let (v, i) = b.argmax(var(&format!("best{suffix}")), var(&format!("best{suffix}_i")), &name(""), &name("_i"));
+    let (v64, i64) = b.argmax_of(
+        Ty::F64,
+        var(&format!("best{suffix}64")),
+        var(&format!("best{suffix}64_i")),
+        &name("64"),
+        &name("64_i"),
+    );
+    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+        b.store(SCRATCH, at(0), v.bitcast(Ty::U32));
+        b.store(SCRATCH, at(1), i);
+        store64(b, at(2), v64.bitcast(Ty::U64));
+        b.store(SCRATCH, at(4), i64);
+    });
+}
+
+/// Races the winners a part wrote at `at(0..WIN_WORDS)` into [`declare_best`]'s variables.
+fn take_winners(b: &mut Block, at: &dyn Fn(u32) -> Expr) {
+    let i = b.let_("w_i", Ty::U32, load(SCRATCH, at(1)));
+    b.if_(i.clone().ne_(u(NONE)), |b| keep_lower(b, "", load(SCRATCH, at(0)).bitcast(Ty::F32), i));
+    let i64 = b.let_("w_i64", Ty::U32, load(SCRATCH, at(4)));
+    b.if_(i64.clone().ne_(u(NONE)), |b| keep_lower(b, "64", load64(at(2)).bitcast(Ty::F64), i64));
+}
+
+/// A part of a top-p row in the cut launch (see the module's step 3), then, in the part that
+/// arrives last, the row.
+fn cut_part(b: &mut Block, input: Input) {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    let state = |k: u32| load(SCRATCH, tail_word(var("row_slot"), u(0), k));
+    let lo = b.let_("cut_lo", Ty::F32, state(tail::LO).cast(Ty::F32));
+    let hi = b.let_("cut_hi", Ty::F32, state(tail::HI).cast(Ty::F32));
+    let r = b.let_("grid_r", Ty::F32, state(tail::R).bitcast(Ty::F32));
+    let mx = b.let_("cut_mx", Ty::F32, state(tail::MX).bitcast(Ty::F32));
+    let seeded = b.let_("cut_seeded", Ty::Bool, row_is_seeded());
+    b.if_(lid.clone().eq_(u(0)), |b| b.store_shared(LISTING, u(0), u(0)));
+    b.barrier();
+    for name in ["n_above", "n_range", "min_above_not", "min_range_not", "max_range", "max_below"] {
+        b.let_(name, Ty::U32, u(0));
+    }
+    for name in ["m_above", "m_range", "m_below"] {
+        b.let_(name, Ty::U64, Expr::Lit(Lit::U64(0)));
+    }
+    b.let_("w_below", Ty::F32, f(0.0));
+    declare_best(b);
+    declare_best_as(b, "r");
+    let own = |k: Expr| var("slot") * u(SLOT_WORDS) + k;
+    b.for_("col", var("col_lo") + lid.clone(), var("col_hi"), bs, |b, col| {
+        let z = b.let_("cz", Ty::F32, scaled(col.clone()));
+        let ov = b.let_("cov", Ty::F32, z.clone() - mx.clone());
+        let w = b.let_("cw", Ty::F32, softmax_weight(z.clone(), mx.clone()));
+        b.if_(w.clone().gt(f(0.0)), |b| {
+            let key = b.let_("ck", Ty::U32, order_key(ov.clone()));
+            let mv = b.let_("cmv", Ty::U64, call(FIXED, vec![w.clone()]));
+            let g = b.let_("cg", Ty::F32, grid_bin(r.clone(), z.clone()));
+            let smallest = |b: &mut Block, name: &str| b.set(name, var(name).max(key.clone() ^ u(NONE)));
+            let race = |b: &mut Block, suffix: &str| {
+                b.if_(w.clone().ge(var("mp")), |b| {
+                    race_one(b, suffix, seeded.clone(), col.clone(), z.clone(), ov.clone())
+                })
+            };
+            b.if_else(
+                g.clone().lt(lo.clone()),
+                |b| {
+                    b.set("n_above", var("n_above") + u(1));
+                    b.set("m_above", var("m_above") + mv.clone());
+                    smallest(b, "min_above_not");
+                    race(b, "");
+                },
+                |b| {
+                    b.if_else(
+                        g.le(hi.clone()),
+                        |b| {
+                            b.set("n_range", var("n_range") + u(1));
+                            b.set("m_range", var("m_range") + mv.clone());
+                            smallest(b, "min_range_not");
+                            b.set("max_range", var("max_range").max(key.clone()));
+                            race(b, "r");
+                            let at = b.atomic_add(LISTING, u(0), u(1), "cut_at");
+                            b.if_(at.clone().lt(u(PART_LIST)), |b| {
+                                b.store(SCRATCH, own(u(HEAD_WORDS) + at.clone() * u(2)), key.clone());
+                                b.store(SCRATCH, own(u(HEAD_WORDS + 1) + at * u(2)), col.clone());
+                            });
+                        },
+                        |b| {
+                            b.set("m_below", var("m_below") + mv.clone());
+                            b.set("max_below", var("max_below").max(key.clone()));
+                            b.set("w_below", var("w_below").max(w.clone()));
+                        },
+                    );
+                },
+            );
+        });
+    });
+    let names = |v: &[&str]| v.iter().map(|n| format!("part_{n}")).collect::<Vec<_>>();
+    b.sum_many(Ty::U32, vec![var("n_above"), var("n_range")], &names(&["n_above", "n_range"]));
+    b.sum_many(
+        Ty::U64,
+        vec![var("m_above"), var("m_range"), var("m_below")],
+        &names(&["m_above", "m_range", "m_below"]),
+    );
+    let maxima = ["min_above_not", "min_range_not", "max_range", "max_below"];
+    for name in maxima {
+        b.reduce(ReduceOp::Max, Ty::U32, var(name), &format!("part_{name}"));
+    }
+    let w_below = b.reduce(ReduceOp::Max, Ty::F32, var("w_below"), "part_w_below");
+    let at = |k: u32| tail_word(var("row_slot"), var("part"), k);
+    store_winners(b, "", &|k| at(tail::BEST + k));
+    store_winners(b, "r", &|k| at(tail::RBEST + k));
+    b.barrier();
+    b.if_(lid.clone().eq_(u(0)), |b| {
+        b.store(SCRATCH, at(tail::N_ABOVE), var("part_n_above"));
+        b.store(SCRATCH, at(tail::N_RANGE), var("part_n_range"));
+        store64(b, at(tail::M_ABOVE), var("part_m_above"));
+        store64(b, at(tail::M_RANGE), var("part_m_range"));
+        store64(b, at(tail::M_BELOW), var("part_m_below"));
+        b.store(SCRATCH, at(tail::LISTED), load_shared(LISTING, u(0)).min(u(PART_LIST)));
+        for (name, k) in maxima.iter().zip([tail::MIN_ABOVE_NOT, tail::MIN_RANGE_NOT, tail::MAX_RANGE, tail::MAX_BELOW])
+        {
+            b.store(SCRATCH, at(k), var(&format!("part_{name}")));
+        }
+        b.store(SCRATCH, at(tail::W_BELOW), w_below.bitcast(Ty::U32));
+    });
+    // Published as the split race publishes its records (`combine.rs`).
+    b.fence();
+    b.barrier();
+    b.let_("arrived", Ty::U32, u(0));
+    b.if_(lid.eq_(u(0)), |b| {
+        let old = b.atomic_add(SCRATCH, tail_word(var("row_slot"), u(0), tail::ARRIVED), u(1), "cut_before");
+        b.set("arrived", old + u(1));
+    });
+    let arrived = b.reduce(ReduceOp::Max, Ty::U32, var("arrived"), "cut_arrivals");
+    b.if_(arrived.eq_(var("parts")), |b| {
+        b.fence();
+        b.scope(|b| cut_row(b, input, mx, seeded));
+    });
+}
+
+/// The row, in its last part to arrive: the parts' records summed and the checks; then the
+/// select over the range's tokens in workgroup memory where they fit, or, where they all share
+/// one order value, the lowest columns of them that top-p and top-k keep; the race and the
+/// results. Where a check fails, the filter kernel's body.
+fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    let word = |p: Expr, k: u32| tail_word(var("row_slot"), p, k);
+    let counts = ["n_above", "n_range", "short"];
+    let masses = ["m_above", "m_range", "m_below"];
+    let maxima = [
+        ("min_above_not", tail::MIN_ABOVE_NOT),
+        ("min_range_not", tail::MIN_RANGE_NOT),
+        ("max_range", tail::MAX_RANGE),
+        ("max_below", tail::MAX_BELOW),
+    ];
+    let mine = |n: &str| format!("r_{n}");
+    for name in counts.iter().chain(maxima.iter().map(|(n, _)| n)) {
+        b.let_(&mine(name), Ty::U32, u(0));
+    }
+    for name in masses {
+        b.let_(&mine(name), Ty::U64, Expr::Lit(Lit::U64(0)));
+    }
+    b.let_("r_w_below", Ty::F32, f(0.0));
+    declare_best(b);
+    b.for_("p", lid.clone(), var("parts"), bs.clone(), |b, p| {
+        let get = |k: u32| load(SCRATCH, word(p.clone(), k));
+        let n_range = b.let_("q_n_range", Ty::U32, get(tail::N_RANGE));
+        b.set("r_n_above", var("r_n_above") + get(tail::N_ABOVE));
+        b.set("r_n_range", var("r_n_range") + n_range.clone());
+        b.if_(get(tail::LISTED).lt(n_range), |b| b.set("r_short", u(1)));
+        for (name, k) in masses.iter().zip([tail::M_ABOVE, tail::M_RANGE, tail::M_BELOW]) {
+            b.set(&mine(name), var(&mine(name)) + load64(word(p.clone(), k)));
+        }
+        for (name, k) in maxima {
+            b.set(&mine(name), var(&mine(name)).max(get(k)));
+        }
+        b.set("r_w_below", var("r_w_below").max(get(tail::W_BELOW).bitcast(Ty::F32)));
+        take_winners(b, &|k| word(p.clone(), tail::BEST + k));
+    });
+    let all = |n: &str| format!("{n}_all");
+    let sum = |b: &mut Block, ty: Ty, list: &[&str]| {
+        let outs: Vec<String> = list.iter().map(|n| all(n)).collect();
+        b.sum_many(ty, list.iter().map(|n| var(&mine(n))).collect(), &outs);
+    };
+    sum(b, Ty::U32, &counts);
+    sum(b, Ty::U64, &masses);
+    for (name, _) in maxima {
+        b.reduce(ReduceOp::Max, Ty::U32, var(&mine(name)), &all(name));
+    }
+    let w_below = b.reduce(ReduceOp::Max, Ty::F32, var("r_w_below"), "w_below_all");
+    let (n_above, n_range) = (var("n_above_all"), var("n_range_all"));
+    let (m_above, m_range) = (var("m_above_all"), var("m_range_all"));
+    let min_above = var("min_above_not_all") ^ u(NONE);
+    let (range_min, range_max) = (var("min_range_not_all") ^ u(NONE), var("max_range_all"));
+    let max_below = var("max_below_all");
+    let row_mass = b.let_("cut_row_mass", Ty::U64, m_above.clone() + m_range.clone() + var("m_below_all"));
+    let lim = b.let_("cut_lim", Ty::U64, call(FRACTION, vec![var("pp"), row_mass.clone()]));
+    let fits = b.let_("cut_fits", Ty::Bool, var("short_all").eq_(u(0)).and(n_range.clone().le(u(CUT_CAP))));
+    let apart = min_above.clone().gt(range_max.clone()).and(range_min.clone().gt(max_below.clone()));
+    let apart = apart.and(min_above.gt(max_below.clone()));
+    let starts = n_above.clone().lt(var("kk")).and(m_above.clone().le(lim.clone()));
+    let through =
+        (m_above.clone() + m_range.clone()).gt(lim.clone()).or((n_above.clone() + n_range.clone()).ge(var("kk")));
+    let ends = through.or(max_below.eq_(u(0))).or(w_below.lt(var("mp")));
+    let sound = b.let_("cut_sound", Ty::Bool, apart.and(starts).and(ends));
+    let sorted = b.let_("cut_sorted", Ty::Bool, sound.clone().and(fits.clone()));
+    let tied = range_min.eq_(range_max.clone()).and(n_range.clone().gt(u(0)));
+    let flat = b.let_("cut_tied", Ty::Bool, sound.and(fits.not()).and(tied));
+    // The select's state: what lies above the range, and the limit.
+    declare_select(b);
+    b.set("sel_n", n_above);
+    b.set("sel_m", m_above);
+    b.set("lim", lim);
+    b.if_(sorted.clone(), |b| select_in_range(b, n_range.clone(), seeded.clone()));
+    b.if_(flat.clone(), |b| {
+        b.set("sel_tn", n_range.clone());
+        b.set("sel_tm", m_range.clone());
+        tied_range(b, range_max, seeded.clone(), mx.clone());
+    });
+    b.if_else(
+        sorted.or(flat),
+        |b| {
+            let (_, tok32) = b.argmax(var("best"), var("best_i"), "cut_win", "cut_tok32");
+            let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "cut_win64", "cut_tok64");
+            let tok = b.let_("cut_tok", Ty::U32, select(seeded, tok64, tok32));
+            let valid = b.let_("cut_valid", Ty::Bool, tok.clone().lt(param("vocab")));
+            let safe = b.let_("cut_at", Ty::U32, select(valid.clone(), tok.clone(), u(0)));
+            write_results(b, tok, valid, |b| {
+                let w = b.let_("cut_w", Ty::F32, call(FIXED_F32, vec![row_mass]));
+                (scaled(safe) - mx) - call(math::LOG, vec![w])
+            });
+            let want_passes = (param("flags") & u(FLAG_PASSES)).ne_(u(0));
+            b.if_(want_passes.and(lid.clone().eq_(u(0))), |b| b.store("passes", var("row"), u(2)));
+        },
+        |b| {
+            // The whole row, by the one workgroup that arrived last.
+            b.set("col_lo", u(0));
+            b.set("col_hi", param("vocab"));
+            filter_body(b, input, Output::Sample, u(2));
+        },
+    );
+}
+
+/// The range's `n` tokens (each part's listed after the earlier parts') into the filter
+/// kernels' list, keys then columns; the filter kernels' digit select over them from the
+/// select's state above the range; the race of the kept ones into [`declare_best`]'s variables.
+fn select_in_range(b: &mut Block, n: Expr, seeded: Expr) {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    b.barrier();
+    parts_in_order(b, "l", tail::LISTED, &|b, p, n, start| {
+        b.for_("li", u(0), n, u(1), |b, i| {
+            let at = b.let_("l_at", Ty::U32, start.clone() + i.clone());
+            let slot = (var("row_slot") * var("parts") + p.clone()) * u(SLOT_WORDS) + u(HEAD_WORDS) + i * u(2);
+            b.store_shared(LIST, at.clone(), load(SCRATCH, slot.clone()));
+            b.store_shared(LIST, at + u(CUT_CAP), load(SCRATCH, slot + u(1)));
+        });
+    });
+    b.barrier();
+    let key_of = |i: Expr| load_shared(LIST, i);
+    let col_of = |i: Expr| load_shared(LIST, i + u(CUT_CAP));
+    b.let_("in_a", Ty::Bool, boolean(false));
+    b.for_("digit_pass", u(0), u(DIGIT_PASSES), u(1), |b, pass| {
+        b.let_("shift", Ty::U32, u(32 - 4) - pass * u(4));
+        count_digits(b, |b| {
+            b.for_("i", lid.clone(), n.clone(), bs.clone(), |b, i| {
+                let k = b.let_("dk", Ty::U32, key_of(i));
+                b.if_((k.clone() & var("sel_mask")).eq_(var("sel_key")), |b| {
+                    let mv = call(FIXED, vec![call(math::EXP, vec![key_value(k.clone())])]);
+                    add_digit(b, k, mv);
+                });
+            });
+        });
+        select_step(b, false);
+    });
+    ties(b);
+    // The tokens of the boundary key kept are the `ties` lowest columns.
+    let tied = |b: &mut Block, i: Expr| {
+        let k = b.let_("tk_key", Ty::U32, key_of(i.clone()));
+        select(k.eq_(var("sel_key")), col_of(i) ^ u(NONE), u(0))
+    };
+    select_top(b, n.clone(), var("ties"), &tied);
+    let tie_col = b.let_("tie_col_max", Ty::U32, var("t_key") ^ u(NONE));
+    b.for_("i", lid, n, bs, |b, i| {
+        let k = b.let_("rk", Ty::U32, key_of(i.clone()));
+        let col = b.let_("rcol", Ty::U32, col_of(i));
+        let ov = b.let_("rov", Ty::F32, key_value(k.clone()));
+        let tie = k.clone().eq_(var("sel_key")).and(var("ties").gt(u(0))).and(col.clone().le(tie_col.clone()));
+        let kept = k.gt(var("sel_key")).or(tie).and(call(math::EXP, vec![ov.clone()]).ge(var("mp")));
+        b.if_(kept, |b| {
+            let z = b.let_("rz", Ty::F32, scaled(col.clone()));
+            race_one(b, "", seeded.clone(), col, z, ov);
+        });
+    });
+}
+
+/// Visits the row's parts in order, a block of them at once: `body(p, n, start)` with part `p`'s
+/// record word `k` (`n`) and the sum of that word over the parts before it (`start`); `n` is 0
+/// past the last part. `name` prefixes the variables it declares.
+fn parts_in_order(b: &mut Block, name: &str, k: u32, body: &dyn Fn(&mut Block, Expr, Expr, Expr)) {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    let v = |s: &str| format!("{name}_{s}");
+    b.let_(&v("base"), Ty::U32, u(0));
+    b.for_(&v("c0"), u(0), var("parts"), bs, |b, c0| {
+        let p = b.let_(&v("p"), Ty::U32, c0 + lid);
+        b.let_(&v("n"), Ty::U32, u(0));
+        b.if_(p.clone().lt(var("parts")), |b| b.set(&v("n"), load(SCRATCH, tail_word(var("row_slot"), p.clone(), k))));
+        let from = b.scan(var(&v("n")), &v("from"));
+        let chunk = b.reduce(ReduceOp::Sum, Ty::U32, var(&v("n")), &v("chunk"));
+        let start = b.let_(&v("start"), Ty::U32, var(&v("base")) + from);
+        body(b, p, var(&v("n")), start);
+        b.set(&v("base"), var(&v("base")) + chunk);
+    });
+}
+
+/// A range whose tokens all have the order value of `key` (a flat row, say), too many to list:
+/// they are ranked by column, and weigh the same, so top-p and top-k keep the lowest `ties` of
+/// them (arithmetic; min-p keeps all or none). Those of the parts before the part where that
+/// count ends are raced from the parts' winners in the range; that part's kept ones by one more
+/// read of its columns (a part, not the row), in order.
+fn tied_range(b: &mut Block, key: Expr, seeded: Expr, mx: Expr) {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    ties(b);
+    let kept = select(call(math::EXP, vec![key_value(key.clone())]).ge(var("mp")), var("ties"), u(0));
+    let t = b.let_("t_kept", Ty::U32, kept);
+    b.let_("t_part", Ty::U32, u(0));
+    b.let_("t_left", Ty::U32, u(0));
+    parts_in_order(b, "t", tail::N_RANGE, &|b, p, n, start| {
+        b.if_(n.clone().gt(u(0)), |b| {
+            b.if_else(
+                (start.clone() + n).le(t.clone()),
+                |b| take_winners(b, &|k| tail_word(var("row_slot"), p.clone(), tail::RBEST + k)),
+                |b| {
+                    b.if_(start.clone().lt(t.clone()), |b| {
+                        b.set("t_part", p.clone() + u(1));
+                        b.set("t_left", t.clone() - start.clone());
+                    })
+                },
+            );
+        });
+    });
+    let part = b.reduce(ReduceOp::Max, Ty::U32, var("t_part"), "t_cut_part");
+    let left = b.reduce(ReduceOp::Max, Ty::U32, var("t_left"), "t_cut_left");
+    b.if_(part.clone().gt(u(0)), |b| {
+        // That part's columns in chunks, in order: each invocation's tied tokens, then their ranks.
+        let per = quads_per_part(var("parts")) * u(4);
+        let lo = b.let_("t_lo", Ty::U32, ((part - u(1)) * per.clone()).min(param("vocab")));
+        let n = b.let_("t_cols", Ty::U32, (lo.clone() + per).min(param("vocab")) - lo.clone());
+        let each = b.let_("t_each", Ty::U32, (n.clone() + bs.clone() - u(1)) / bs);
+        let first = b.let_("t_first", Ty::U32, lo.clone() + (lid.clone() * each.clone()).min(n.clone()));
+        let last = b.let_("t_last", Ty::U32, lo + (lid * each.clone() + each).min(n));
+        let ov = |col: Expr| scaled(col) - mx.clone();
+        let is_tied = |col: Expr| order_key(ov(col)).eq_(key.clone());
+        b.let_("t_mine", Ty::U32, u(0));
+        b.for_("col", first.clone(), last.clone(), u(1), |b, col| {
+            b.if_(is_tied(col), |b| b.set("t_mine", var("t_mine") + u(1)));
+        });
+        let rank = b.scan(var("t_mine"), "t_rank0");
+        b.let_("t_rank", Ty::U32, rank);
+        b.for_("col", first, last, u(1), |b, col| {
+            let z = b.let_("tz", Ty::F32, scaled(col.clone()));
+            let o = b.let_("tov", Ty::F32, z.clone() - mx.clone());
+            b.if_(order_key(o.clone()).eq_(key.clone()), |b| {
+                b.if_(var("t_rank").lt(left.clone()), |b| race_one(b, "", seeded.clone(), col, z, o));
+                b.set("t_rank", var("t_rank") + u(1));
+            });
+        });
+    });
+}
+
+fn cut_kernel(d: Dtype) -> Kernel {
+    let input = Input::Logits(d);
+    let mut b = Block::new();
+    for_each_row_part_at(&mut b, listed_row, |b| {
+        let takes = takes_row(b);
+        b.if_(takes, |b| {
+            let one = one_read_row(b);
+            let go = load(SCRATCH, tail_word(var("row_slot"), u(0), tail::GO)).eq_(u(1));
+            b.if_(one.and(var("top_p_cut")).and(go), |b| b.scope(|b| cut_part(b, input)));
+        });
+    });
+    let mut buffers = filter_buffers(input, Output::Sample);
+    buffers.push(buffer_atomic());
+    let doc = "top-p rows without a small top-k, after top_k_merge: the second read, the cut and the race";
+    let passes = 2 + max_passes(Output::Sample);
+    let mut k = kernel(format!("top_p_cut_logits_{}", d.suffix()), doc, passes, buffers, functions(true), b);
+    k.shared.extend(filter_shared());
+    k.shared.push(SharedDecl::atomic(LISTING, 1));
+    k
+}
+
+/// The scratch, atomic here: the parts count themselves in on their row's state.
+fn buffer_atomic() -> BufferDecl {
+    super::sampling::part_buffers()[0].clone()
+}
+
+/// The cut kernels, per dtype of the logits.
+pub fn all() -> Vec<Kernel> {
+    Dtype::ALL.iter().map(|&d| cut_kernel(d)).collect()
+}
