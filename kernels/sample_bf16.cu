@@ -1303,7 +1303,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                 __syncthreads();
                 unsigned int arrived = 0u;
                 if ((threadIdx.x == 0u)) {
-                    // built by kernels::combine::last_part_combines
+                    // built by kernels::combine::last_part_on
                     unsigned int before = 0u;
                     before = atomicAdd(&counters[row_slot], 1u);
                     arrived = (before + 1u);
@@ -1334,9 +1334,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
                     __syncthreads();
                 }
                 if ((arrivals == parts)) {
-                    // built by kernels::combine::last_part_combines
+                    // built by kernels::combine::last_part_on
                     __threadfence();
                     {
+                        // built by kernels::combine::last_part_combines
                         float best = sk_bitcast<float>(4286578688u);
                         float top = sk_bitcast<float>(4286578688u);
                         float m = sk_bitcast<float>(4286578688u);

@@ -135,13 +135,12 @@ __device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
-    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, const unsigned int* __restrict__ listed, unsigned int* __restrict__ passes, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
+    const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, const unsigned int* __restrict__ listed, unsigned int* __restrict__ passes, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_red_f32[33];
     __shared__ unsigned int sk_red_u32[33];
     __shared__ float sk_am_f32[33];
     __shared__ double sk_am_f64[33];
     __shared__ unsigned int sk_am_i[33];
-    unsigned int stage = ((flags >> 8u) & 255u);
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::sampling::for_each_row_part_at
@@ -152,8 +151,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
         unsigned int quads_per_part = (((((vocab + 3u) >> 2u) + parts) - 1u) / parts);
         unsigned int col_lo = min(((part * quads_per_part) * 4u), vocab);
         unsigned int col_hi = min((col_lo + (quads_per_part * 4u)), vocab);
-        bool takes = ((stage == 0u) || (part == 0u));
-        if ((takes && ((flags & 16u) != 0u))) {
+        bool takes = true;
+        if (((flags & 16u) != 0u)) {
             // built by kernels::seeded::seeded_logits
             float t_raw = sk_bitcast<float>(rows[((row * 12u) + 0u)]);
             bool noisy = (t_raw >= (1e-6f));
@@ -167,7 +166,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
             bool searched = ((kk < vocab) || (pp < (1.0f)));
             bool k_first = (((rows[((row * 12u) + 5u)] == 1u) && (kk < vocab)) && (pp < (1.0f)));
             bool filtered = (noisy && (searched || (mp > (0.0f))));
-            takes = ((takes && (rows[((row * 12u) + 1u)] == 1u)) && (!filtered));
+            takes = ((rows[((row * 12u) + 1u)] == 1u) && (!filtered));
         }
         if (takes) {
             // built by kernels::seeded::seeded_logits_row
@@ -178,494 +177,408 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
             float up1 = sk_bitcast<float>(4286578688u);
             unsigned int up1_i = 4294967295u;
             float up2 = sk_bitcast<float>(4286578688u);
-            float row_m = sk_bitcast<float>(4286578688u);
-            float row_s = (0.0f);
-            bool combining = ((parts > 1u) && (stage > 0u));
-            if (combining) {
-                float m = sk_bitcast<float>(4286578688u);
-                float s = (0.0f);
-                for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
-                    // built by kernels::seeded::combine_parts
-                    float pm = sk_bitcast<float>(partials[((((row_slot * parts) + p) * 8u) + 0u)]);
-                    float ps = sk_bitcast<float>(partials[((((row_slot * parts) + p) * 8u) + 1u)]);
-                    if ((pm > m)) {
-                        // built by kernels::sampling::softmax_merge
-                        float r = sk_exp((m - pm));
-                        s = (s * r);
-                        m = pm;
-                    }
-                    float ex = sk_exp((pm - m));
-                    s = (s + ((pm == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((pm == m) ? ps : (ps * ex))));
-                    lo_best = fmaxf(lo_best, sk_bitcast<float>(partials[((((row_slot * parts) + p) * 8u) + 2u)]));
-                    if ((sk_bitcast<float>(partials[((((row_slot * parts) + p) * 8u) + 3u)]) > up1)) {
-                        // built by kernels::sampling::bound
-                        up2 = up1;
-                        up1 = sk_bitcast<float>(partials[((((row_slot * parts) + p) * 8u) + 3u)]);
-                        up1_i = partials[((((row_slot * parts) + p) * 8u) + 4u)];
-                    } else {
-                        // built by kernels::sampling::bound
-                        up2 = fmaxf(up2, sk_bitcast<float>(partials[((((row_slot * parts) + p) * 8u) + 3u)]));
-                    }
-                    up2 = fmaxf(up2, sk_bitcast<float>(partials[((((row_slot * parts) + p) * 8u) + 5u)]));
-                }
-                float row_max = (0.0f);
+            float m = sk_bitcast<float>(4286578688u);
+            float s = (0.0f);
+            float comp = (0.0f);
+            if (((col_lo + (threadIdx.x * 4u)) < col_hi)) {
+                // built by kernels::sampling::for_each_column_then
                 {
-                    float sk_v = m;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
+                    unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 0u);
+                    if ((col < col_hi)) {
+                        const float sk_e0 = x[(base + col)];
+                        float z = ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp);
+                        const unsigned int sk_e1 = (row * 12u);
+                        unsigned int sh = sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col);
+                        if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                            // built by kernels::seeded::seeded_logits_row
+                            float g32_any = sk_seeded_gumbel32(sh);
+                            float g32 = (noisy ? g32_any : (0.0f));
+                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                            float sv32 = ((finite ? z : (0.0f)) + g32);
+                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                            }
                         }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
+                        if ((z > m)) {
+                            // built by kernels::sampling::softmax_merge
+                            float r = sk_exp((m - z));
+                            s = (s * r);
+                            comp = (comp * r);
+                            m = z;
                         }
+                        float ex = sk_exp((z - m));
+                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
+                        float t = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
                     }
-                    __syncthreads();
-                    row_max = sk_red_f32[32];
-                    __syncthreads();
                 }
-                float row_sum = (0.0f);
                 {
-                    float sk_v = ((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = sk_v + ov;
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = sk_v + ov;
+                    unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 1u);
+                    if ((col < col_hi)) {
+                        const float sk_e2 = x[(base + col)];
+                        float z = ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp);
+                        const unsigned int sk_e3 = (row * 12u);
+                        unsigned int sh = sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col);
+                        if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                            // built by kernels::seeded::seeded_logits_row
+                            float g32_any = sk_seeded_gumbel32(sh);
+                            float g32 = (noisy ? g32_any : (0.0f));
+                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                            float sv32 = ((finite ? z : (0.0f)) + g32);
+                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                            }
                         }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
+                        if ((z > m)) {
+                            // built by kernels::sampling::softmax_merge
+                            float r = sk_exp((m - z));
+                            s = (s * r);
+                            comp = (comp * r);
+                            m = z;
                         }
-                    }
-                    __syncthreads();
-                    row_sum = sk_red_f32[32];
-                    __syncthreads();
-                }
-                row_m = row_max;
-                row_s = row_sum;
-                col_lo = 0u;
-                col_hi = vocab;
-            } else {
-                float m = sk_bitcast<float>(4286578688u);
-                float s = (0.0f);
-                float comp = (0.0f);
-                if (((col_lo + (threadIdx.x * 4u)) < col_hi)) {
-                    // built by kernels::sampling::for_each_column_then
-                    {
-                        unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 0u);
-                        if ((col < col_hi)) {
-                            const float sk_e0 = x[(base + col)];
-                            float z = ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp);
-                            const unsigned int sk_e1 = (row * 12u);
-                            unsigned int sh = sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col);
-                            if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                float g32_any = sk_seeded_gumbel32(sh);
-                                float g32 = (noisy ? g32_any : (0.0f));
-                                bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                                float sv32 = ((finite ? z : (0.0f)) + g32);
-                                float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                                lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                                if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                                }
-                            }
-                            if ((z > m)) {
-                                // built by kernels::sampling::softmax_merge
-                                float r = sk_exp((m - z));
-                                s = (s * r);
-                                comp = (comp * r);
-                                m = z;
-                            }
-                            float ex = sk_exp((z - m));
-                            float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                            float t = (s + y);
-                            comp = ((t - s) - y);
-                            s = t;
-                        }
-                    }
-                    {
-                        unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 1u);
-                        if ((col < col_hi)) {
-                            const float sk_e2 = x[(base + col)];
-                            float z = ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp);
-                            const unsigned int sk_e3 = (row * 12u);
-                            unsigned int sh = sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col);
-                            if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                float g32_any = sk_seeded_gumbel32(sh);
-                                float g32 = (noisy ? g32_any : (0.0f));
-                                bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                                float sv32 = ((finite ? z : (0.0f)) + g32);
-                                float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                                lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                                if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                                }
-                            }
-                            if ((z > m)) {
-                                // built by kernels::sampling::softmax_merge
-                                float r = sk_exp((m - z));
-                                s = (s * r);
-                                comp = (comp * r);
-                                m = z;
-                            }
-                            float ex = sk_exp((z - m));
-                            float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                            float t = (s + y);
-                            comp = ((t - s) - y);
-                            s = t;
-                        }
-                    }
-                    {
-                        unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 2u);
-                        if ((col < col_hi)) {
-                            const float sk_e4 = x[(base + col)];
-                            float z = ((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) / temp);
-                            const unsigned int sk_e5 = (row * 12u);
-                            unsigned int sh = sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col);
-                            if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                float g32_any = sk_seeded_gumbel32(sh);
-                                float g32 = (noisy ? g32_any : (0.0f));
-                                bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                                float sv32 = ((finite ? z : (0.0f)) + g32);
-                                float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                                lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                                if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                                }
-                            }
-                            if ((z > m)) {
-                                // built by kernels::sampling::softmax_merge
-                                float r = sk_exp((m - z));
-                                s = (s * r);
-                                comp = (comp * r);
-                                m = z;
-                            }
-                            float ex = sk_exp((z - m));
-                            float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                            float t = (s + y);
-                            comp = ((t - s) - y);
-                            s = t;
-                        }
-                    }
-                    {
-                        unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 3u);
-                        if ((col < col_hi)) {
-                            const float sk_e6 = x[(base + col)];
-                            float z = ((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) / temp);
-                            const unsigned int sk_e7 = (row * 12u);
-                            unsigned int sh = sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col);
-                            if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                float g32_any = sk_seeded_gumbel32(sh);
-                                float g32 = (noisy ? g32_any : (0.0f));
-                                bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                                float sv32 = ((finite ? z : (0.0f)) + g32);
-                                float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                                lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                                if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                                }
-                            }
-                            if ((z > m)) {
-                                // built by kernels::sampling::softmax_merge
-                                float r = sk_exp((m - z));
-                                s = (s * r);
-                                comp = (comp * r);
-                                m = z;
-                            }
-                            float ex = sk_exp((z - m));
-                            float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                            float t = (s + y);
-                            comp = ((t - s) - y);
-                            s = t;
-                        }
+                        float ex = sk_exp((z - m));
+                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
+                        float t = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
                     }
                 }
-                float floor_first = (0.0f);
                 {
-                    float sk_v = lo_best;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
+                    unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 2u);
+                    if ((col < col_hi)) {
+                        const float sk_e4 = x[(base + col)];
+                        float z = ((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) / temp);
+                        const unsigned int sk_e5 = (row * 12u);
+                        unsigned int sh = sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col);
+                        if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                            // built by kernels::seeded::seeded_logits_row
+                            float g32_any = sk_seeded_gumbel32(sh);
+                            float g32 = (noisy ? g32_any : (0.0f));
+                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                            float sv32 = ((finite ? z : (0.0f)) + g32);
+                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                            }
                         }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
+                        if ((z > m)) {
+                            // built by kernels::sampling::softmax_merge
+                            float r = sk_exp((m - z));
+                            s = (s * r);
+                            comp = (comp * r);
+                            m = z;
                         }
-                    }
-                    __syncthreads();
-                    floor_first = sk_red_f32[32];
-                    __syncthreads();
-                }
-                lo_best = floor_first;
-                for (unsigned int c0 = ((col_lo + (threadIdx.x * 4u)) + (((unsigned int)SK_BLOCK) * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::sampling::for_each_column_then
-                    {
-                        unsigned int col = (c0 + 0u);
-                        if ((col < col_hi)) {
-                            const float sk_e8 = x[(base + col)];
-                            float z = ((((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) / temp);
-                            const unsigned int sk_e9 = (row * 12u);
-                            unsigned int sh = sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col);
-                            if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                float g32_any = sk_seeded_gumbel32(sh);
-                                float g32 = (noisy ? g32_any : (0.0f));
-                                bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                                float sv32 = ((finite ? z : (0.0f)) + g32);
-                                float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                                lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                                if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                                }
-                            }
-                            if ((z > m)) {
-                                // built by kernels::sampling::softmax_merge
-                                float r = sk_exp((m - z));
-                                s = (s * r);
-                                comp = (comp * r);
-                                m = z;
-                            }
-                            float ex = sk_exp((z - m));
-                            float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                            float t = (s + y);
-                            comp = ((t - s) - y);
-                            s = t;
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + 1u);
-                        if ((col < col_hi)) {
-                            const float sk_e10 = x[(base + col)];
-                            float z = ((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp);
-                            const unsigned int sk_e11 = (row * 12u);
-                            unsigned int sh = sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col);
-                            if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                float g32_any = sk_seeded_gumbel32(sh);
-                                float g32 = (noisy ? g32_any : (0.0f));
-                                bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                                float sv32 = ((finite ? z : (0.0f)) + g32);
-                                float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                                lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                                if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                                }
-                            }
-                            if ((z > m)) {
-                                // built by kernels::sampling::softmax_merge
-                                float r = sk_exp((m - z));
-                                s = (s * r);
-                                comp = (comp * r);
-                                m = z;
-                            }
-                            float ex = sk_exp((z - m));
-                            float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                            float t = (s + y);
-                            comp = ((t - s) - y);
-                            s = t;
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + 2u);
-                        if ((col < col_hi)) {
-                            const float sk_e12 = x[(base + col)];
-                            float z = ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp);
-                            const unsigned int sk_e13 = (row * 12u);
-                            unsigned int sh = sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col);
-                            if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                float g32_any = sk_seeded_gumbel32(sh);
-                                float g32 = (noisy ? g32_any : (0.0f));
-                                bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                                float sv32 = ((finite ? z : (0.0f)) + g32);
-                                float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                                lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                                if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                                }
-                            }
-                            if ((z > m)) {
-                                // built by kernels::sampling::softmax_merge
-                                float r = sk_exp((m - z));
-                                s = (s * r);
-                                comp = (comp * r);
-                                m = z;
-                            }
-                            float ex = sk_exp((z - m));
-                            float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                            float t = (s + y);
-                            comp = ((t - s) - y);
-                            s = t;
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + 3u);
-                        if ((col < col_hi)) {
-                            const float sk_e14 = x[(base + col)];
-                            float z = ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp);
-                            const unsigned int sk_e15 = (row * 12u);
-                            unsigned int sh = sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col);
-                            if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                float g32_any = sk_seeded_gumbel32(sh);
-                                float g32 = (noisy ? g32_any : (0.0f));
-                                bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                                float sv32 = ((finite ? z : (0.0f)) + g32);
-                                float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                                lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                                if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                                }
-                            }
-                            if ((z > m)) {
-                                // built by kernels::sampling::softmax_merge
-                                float r = sk_exp((m - z));
-                                s = (s * r);
-                                comp = (comp * r);
-                                m = z;
-                            }
-                            float ex = sk_exp((z - m));
-                            float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                            float t = (s + y);
-                            comp = ((t - s) - y);
-                            s = t;
-                        }
+                        float ex = sk_exp((z - m));
+                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
+                        float t = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
                     }
                 }
-                s = (s - comp);
-                float row_max = (0.0f);
                 {
-                    float sk_v = m;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
+                    unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 3u);
+                    if ((col < col_hi)) {
+                        const float sk_e6 = x[(base + col)];
+                        float z = ((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) / temp);
+                        const unsigned int sk_e7 = (row * 12u);
+                        unsigned int sh = sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col);
+                        if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                            // built by kernels::seeded::seeded_logits_row
+                            float g32_any = sk_seeded_gumbel32(sh);
+                            float g32 = (noisy ? g32_any : (0.0f));
+                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                            float sv32 = ((finite ? z : (0.0f)) + g32);
+                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                            }
                         }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
+                        if ((z > m)) {
+                            // built by kernels::sampling::softmax_merge
+                            float r = sk_exp((m - z));
+                            s = (s * r);
+                            comp = (comp * r);
+                            m = z;
                         }
+                        float ex = sk_exp((z - m));
+                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
+                        float t = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
                     }
-                    __syncthreads();
-                    row_max = sk_red_f32[32];
-                    __syncthreads();
                 }
-                float row_sum = (0.0f);
-                {
-                    float sk_v = ((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = sk_v + ov;
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = sk_v + ov;
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    row_sum = sk_red_f32[32];
-                    __syncthreads();
-                }
-                row_m = row_max;
-                row_s = row_sum;
             }
-            if (((parts > 1u) && (!combining))) {
-                // built by kernels::seeded::write_seeded_part
+            float floor_first = (0.0f);
+            {
+                float sk_v = lo_best;
+                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                    sk_v = fmaxf(sk_v, ov);
+                }
+                if ((threadIdx.x & 31u) == 0u) {
+                    sk_red_f32[threadIdx.x >> 5] = sk_v;
+                }
+                __syncthreads();
+                if (threadIdx.x < 32u) {
+                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = fmaxf(sk_v, ov);
+                    }
+                    if (threadIdx.x == 0u) {
+                        sk_red_f32[32] = sk_v;
+                    }
+                }
+                __syncthreads();
+                floor_first = sk_red_f32[32];
+                __syncthreads();
+            }
+            lo_best = floor_first;
+            for (unsigned int c0 = ((col_lo + (threadIdx.x * 4u)) + (((unsigned int)SK_BLOCK) * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                // built by kernels::sampling::for_each_column_then
+                {
+                    unsigned int col = (c0 + 0u);
+                    if ((col < col_hi)) {
+                        const float sk_e8 = x[(base + col)];
+                        float z = ((((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) / temp);
+                        const unsigned int sk_e9 = (row * 12u);
+                        unsigned int sh = sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col);
+                        if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                            // built by kernels::seeded::seeded_logits_row
+                            float g32_any = sk_seeded_gumbel32(sh);
+                            float g32 = (noisy ? g32_any : (0.0f));
+                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                            float sv32 = ((finite ? z : (0.0f)) + g32);
+                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                            }
+                        }
+                        if ((z > m)) {
+                            // built by kernels::sampling::softmax_merge
+                            float r = sk_exp((m - z));
+                            s = (s * r);
+                            comp = (comp * r);
+                            m = z;
+                        }
+                        float ex = sk_exp((z - m));
+                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
+                        float t = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 1u);
+                    if ((col < col_hi)) {
+                        const float sk_e10 = x[(base + col)];
+                        float z = ((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp);
+                        const unsigned int sk_e11 = (row * 12u);
+                        unsigned int sh = sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col);
+                        if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                            // built by kernels::seeded::seeded_logits_row
+                            float g32_any = sk_seeded_gumbel32(sh);
+                            float g32 = (noisy ? g32_any : (0.0f));
+                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                            float sv32 = ((finite ? z : (0.0f)) + g32);
+                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                            }
+                        }
+                        if ((z > m)) {
+                            // built by kernels::sampling::softmax_merge
+                            float r = sk_exp((m - z));
+                            s = (s * r);
+                            comp = (comp * r);
+                            m = z;
+                        }
+                        float ex = sk_exp((z - m));
+                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
+                        float t = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 2u);
+                    if ((col < col_hi)) {
+                        const float sk_e12 = x[(base + col)];
+                        float z = ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp);
+                        const unsigned int sk_e13 = (row * 12u);
+                        unsigned int sh = sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col);
+                        if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                            // built by kernels::seeded::seeded_logits_row
+                            float g32_any = sk_seeded_gumbel32(sh);
+                            float g32 = (noisy ? g32_any : (0.0f));
+                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                            float sv32 = ((finite ? z : (0.0f)) + g32);
+                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                            }
+                        }
+                        if ((z > m)) {
+                            // built by kernels::sampling::softmax_merge
+                            float r = sk_exp((m - z));
+                            s = (s * r);
+                            comp = (comp * r);
+                            m = z;
+                        }
+                        float ex = sk_exp((z - m));
+                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
+                        float t = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
+                    }
+                }
+                {
+                    unsigned int col = (c0 + 3u);
+                    if ((col < col_hi)) {
+                        const float sk_e14 = x[(base + col)];
+                        float z = ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp);
+                        const unsigned int sk_e15 = (row * 12u);
+                        unsigned int sh = sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col);
+                        if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                            // built by kernels::seeded::seeded_logits_row
+                            float g32_any = sk_seeded_gumbel32(sh);
+                            float g32 = (noisy ? g32_any : (0.0f));
+                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
+                            float sv32 = ((finite ? z : (0.0f)) + g32);
+                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
+                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
+                            }
+                        }
+                        if ((z > m)) {
+                            // built by kernels::sampling::softmax_merge
+                            float r = sk_exp((m - z));
+                            s = (s * r);
+                            comp = (comp * r);
+                            m = z;
+                        }
+                        float ex = sk_exp((z - m));
+                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
+                        float t = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
+                    }
+                }
+            }
+            s = (s - comp);
+            float row_max = (0.0f);
+            {
+                float sk_v = m;
+                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                    sk_v = fmaxf(sk_v, ov);
+                }
+                if ((threadIdx.x & 31u) == 0u) {
+                    sk_red_f32[threadIdx.x >> 5] = sk_v;
+                }
+                __syncthreads();
+                if (threadIdx.x < 32u) {
+                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = fmaxf(sk_v, ov);
+                    }
+                    if (threadIdx.x == 0u) {
+                        sk_red_f32[32] = sk_v;
+                    }
+                }
+                __syncthreads();
+                row_max = sk_red_f32[32];
+                __syncthreads();
+            }
+            float row_sum = (0.0f);
+            {
+                float sk_v = ((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
+                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                    sk_v = sk_v + ov;
+                }
+                if ((threadIdx.x & 31u) == 0u) {
+                    sk_red_f32[threadIdx.x >> 5] = sk_v;
+                }
+                __syncthreads();
+                if (threadIdx.x < 32u) {
+                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = sk_v + ov;
+                    }
+                    if (threadIdx.x == 0u) {
+                        sk_red_f32[32] = sk_v;
+                    }
+                }
+                __syncthreads();
+                row_sum = sk_red_f32[32];
+                __syncthreads();
+            }
+            float row_m = row_max;
+            float row_s = row_sum;
+            bool combining = false;
+            if ((parts > 1u)) {
                 float part_floor = (0.0f);
                 {
                     float sk_v = lo_best;
@@ -750,14 +663,151 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                     __syncthreads();
                 }
                 if ((threadIdx.x == 0u)) {
-                    partials[((((row_slot * parts) + part) * 8u) + 0u)] = sk_bitcast<unsigned int>(row_m);
-                    partials[((((row_slot * parts) + part) * 8u) + 1u)] = sk_bitcast<unsigned int>(row_s);
-                    partials[((((row_slot * parts) + part) * 8u) + 2u)] = sk_bitcast<unsigned int>(part_floor);
-                    partials[((((row_slot * parts) + part) * 8u) + 3u)] = sk_bitcast<unsigned int>(part_up1);
-                    partials[((((row_slot * parts) + part) * 8u) + 4u)] = part_up1_i;
-                    partials[((((row_slot * parts) + part) * 8u) + 5u)] = sk_bitcast<unsigned int>(part_up2);
+                    // built by kernels::seeded::write_seeded_part
+                    counters[((batch + (((row_slot * parts) + part) * 8u)) + 0u)] = sk_bitcast<unsigned int>(row_m);
+                    counters[((batch + (((row_slot * parts) + part) * 8u)) + 1u)] = sk_bitcast<unsigned int>(row_s);
+                    counters[((batch + (((row_slot * parts) + part) * 8u)) + 2u)] = sk_bitcast<unsigned int>(part_floor);
+                    counters[((batch + (((row_slot * parts) + part) * 8u)) + 3u)] = sk_bitcast<unsigned int>(part_up1);
+                    counters[((batch + (((row_slot * parts) + part) * 8u)) + 4u)] = part_up1_i;
+                    counters[((batch + (((row_slot * parts) + part) * 8u)) + 5u)] = sk_bitcast<unsigned int>(part_up2);
                 }
-            } else {
+                __threadfence();
+                __syncthreads();
+                unsigned int arrived = 0u;
+                if ((threadIdx.x == 0u)) {
+                    // built by kernels::combine::last_part_on
+                    unsigned int before = 0u;
+                    before = atomicAdd(&counters[row_slot], 1u);
+                    arrived = (before + 1u);
+                }
+                unsigned int arrivals = 0u;
+                {
+                    unsigned int sk_v = arrived;
+                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                        sk_v = ov > sk_v ? ov : sk_v;
+                    }
+                    if ((threadIdx.x & 31u) == 0u) {
+                        sk_red_u32[threadIdx.x >> 5] = sk_v;
+                    }
+                    __syncthreads();
+                    if (threadIdx.x < 32u) {
+                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                            sk_v = ov > sk_v ? ov : sk_v;
+                        }
+                        if (threadIdx.x == 0u) {
+                            sk_red_u32[32] = sk_v;
+                        }
+                    }
+                    __syncthreads();
+                    arrivals = sk_red_u32[32];
+                    __syncthreads();
+                }
+                if ((arrivals == parts)) {
+                    // built by kernels::combine::last_part_on
+                    __threadfence();
+                    {
+                        // built by kernels::seeded::seeded_logits_row
+                        lo_best = sk_bitcast<float>(4286578688u);
+                        up1 = sk_bitcast<float>(4286578688u);
+                        up1_i = 4294967295u;
+                        up2 = sk_bitcast<float>(4286578688u);
+                        float m = sk_bitcast<float>(4286578688u);
+                        float s = (0.0f);
+                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::seeded::combine_parts
+                            float pm = sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 0u)]));
+                            float ps = sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 1u)]));
+                            if ((pm > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                float r = sk_exp((m - pm));
+                                s = (s * r);
+                                m = pm;
+                            }
+                            float ex = sk_exp((pm - m));
+                            s = (s + ((pm == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((pm == m) ? ps : (ps * ex))));
+                            lo_best = fmaxf(lo_best, sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 2u)])));
+                            if ((sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 3u)])) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 3u)]));
+                                up1_i = (*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 4u)]);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = fmaxf(up2, sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 3u)])));
+                            }
+                            up2 = fmaxf(up2, sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 5u)])));
+                            counters[((batch + (((row_slot * parts) + p) * 8u)) + 0u)] = 0u;
+                            counters[((batch + (((row_slot * parts) + p) * 8u)) + 1u)] = 0u;
+                            counters[((batch + (((row_slot * parts) + p) * 8u)) + 2u)] = 0u;
+                            counters[((batch + (((row_slot * parts) + p) * 8u)) + 3u)] = 0u;
+                            counters[((batch + (((row_slot * parts) + p) * 8u)) + 4u)] = 0u;
+                            counters[((batch + (((row_slot * parts) + p) * 8u)) + 5u)] = 0u;
+                        }
+                        float row_max = (0.0f);
+                        {
+                            float sk_v = m;
+                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                sk_v = fmaxf(sk_v, ov);
+                            }
+                            if ((threadIdx.x & 31u) == 0u) {
+                                sk_red_f32[threadIdx.x >> 5] = sk_v;
+                            }
+                            __syncthreads();
+                            if (threadIdx.x < 32u) {
+                                sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = fmaxf(sk_v, ov);
+                                }
+                                if (threadIdx.x == 0u) {
+                                    sk_red_f32[32] = sk_v;
+                                }
+                            }
+                            __syncthreads();
+                            row_max = sk_red_f32[32];
+                            __syncthreads();
+                        }
+                        float row_sum = (0.0f);
+                        {
+                            float sk_v = ((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
+                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                sk_v = sk_v + ov;
+                            }
+                            if ((threadIdx.x & 31u) == 0u) {
+                                sk_red_f32[threadIdx.x >> 5] = sk_v;
+                            }
+                            __syncthreads();
+                            if (threadIdx.x < 32u) {
+                                sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = sk_v + ov;
+                                }
+                                if (threadIdx.x == 0u) {
+                                    sk_red_f32[32] = sk_v;
+                                }
+                            }
+                            __syncthreads();
+                            row_sum = sk_red_f32[32];
+                            __syncthreads();
+                        }
+                        row_m = row_max;
+                        row_s = row_sum;
+                    }
+                    col_lo = 0u;
+                    col_hi = vocab;
+                    combining = true;
+                    if ((threadIdx.x == 0u)) {
+                        counters[row_slot] = 0u;
+                    }
+                }
+            }
+            if (((parts <= 1u) || combining)) {
                 float inv = ((row_s > (0.0f)) ? ((1.0f) / row_s) : (0.0f));
                 float screen_floor = (0.0f);
                 {

@@ -793,12 +793,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_bf16(
                     __syncthreads();
                     unsigned int arrived = 0u;
                     if ((threadIdx.x == 0u)) {
-                        // built by kernels::filter_top_p::cut_part
-                        unsigned int cut_before = 0u;
-                        cut_before = atomicAdd(&partials[((((row_slot * parts) + 0u) * 551u) + 524u)], 1u);
-                        arrived = (cut_before + 1u);
+                        // built by kernels::combine::last_part_on
+                        unsigned int before = 0u;
+                        before = atomicAdd(&partials[((((row_slot * parts) + 0u) * 551u) + 524u)], 1u);
+                        arrived = (before + 1u);
                     }
-                    unsigned int cut_arrivals = 0u;
+                    unsigned int arrivals = 0u;
                     {
                         unsigned int sk_v = arrived;
                         for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
@@ -820,13 +820,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_bf16(
                             }
                         }
                         __syncthreads();
-                        cut_arrivals = sk_red_u32[32];
+                        arrivals = sk_red_u32[32];
                         __syncthreads();
                     }
-                    if ((cut_arrivals == parts)) {
-                        // built by kernels::filter_top_p::cut_part
+                    if ((arrivals == parts)) {
+                        // built by kernels::combine::last_part_on
                         __threadfence();
                         {
+                            // built by kernels::filter_top_p::cut_part
                             unsigned int r_n_above = 0u;
                             unsigned int r_n_range = 0u;
                             unsigned int r_short = 0u;
@@ -4200,6 +4201,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_bf16(
                                     passes[row] = sweeps;
                                 }
                             }
+                        }
+                        if ((threadIdx.x == 0u)) {
+                            partials[((((row_slot * parts) + 0u) * 551u) + 524u)] = 0u;
                         }
                     }
                 }

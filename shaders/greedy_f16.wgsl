@@ -426,7 +426,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             workgroupBarrier();
             var arrived: u32 = 0u;
             if ((sk_lid == 0u)) {
-                // built by kernels::combine::last_part_combines
+                // built by kernels::combine::last_part_on
                 var before: u32 = 0u;
                 before = atomicAdd(&counters[row_slot], 1u);
                 arrived = (before + 1u);
@@ -445,9 +445,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 workgroupBarrier();
             }
             if ((arrivals == parts)) {
-                // built by kernels::combine::last_part_combines
+                // built by kernels::combine::last_part_on
                 storageBarrier();
                 {
+                    // built by kernels::combine::last_part_combines
                     var best: f32 = bitcast<f32>(4286578688u);
                     var top: f32 = bitcast<f32>(4286578688u);
                     var m: f32 = bitcast<f32>(4286578688u);

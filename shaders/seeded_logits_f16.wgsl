@@ -19,7 +19,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> status: array<u32>;
 @group(0) @binding(5) var<storage, read> listed: array<u32>;
 @group(0) @binding(6) var<storage, read_write> passes: array<u32>;
-@group(0) @binding(7) var<storage, read_write> partials: array<u32>;
+@group(0) @binding(7) var<storage, read_write> counters: array<atomic<u32>>;
 @group(0) @binding(8) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
@@ -160,7 +160,6 @@ fn sk_seeded_gumbel32(h_in: u32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
-    var stage: u32 = ((params.flags >> 8u) & 255u);
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
         // built by kernels::sampling::for_each_row_part_at
@@ -171,8 +170,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var quads_per_part: u32 = (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts);
         var col_lo: u32 = min(((part * quads_per_part) * 4u), params.vocab);
         var col_hi: u32 = min((col_lo + (quads_per_part * 4u)), params.vocab);
-        var takes: bool = ((stage == 0u) || (part == 0u));
-        if ((takes && ((params.flags & 16u) != 0u))) {
+        var takes: bool = true;
+        if (((params.flags & 16u) != 0u)) {
             // built by kernels::seeded::seeded_logits
             var t_raw: f32 = bitcast<f32>(rows[((row * 12u) + 0u)]);
             var noisy: bool = (t_raw >= (1e-6f));
@@ -186,7 +185,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var searched: bool = ((kk < params.vocab) || (pp < (1.0f)));
             var k_first: bool = (((rows[((row * 12u) + 5u)] == 1u) && (kk < params.vocab)) && (pp < (1.0f)));
             var filtered: bool = (noisy && (searched || (mp > (0.0f))));
-            takes = ((takes && (rows[((row * 12u) + 1u)] == 1u)) && (!filtered));
+            takes = ((rows[((row * 12u) + 1u)] == 1u) && (!filtered));
         }
         if (takes) {
             // built by kernels::seeded::seeded_logits_row
@@ -197,434 +196,372 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var up1: f32 = bitcast<f32>(4286578688u);
             var up1_i: u32 = 4294967295u;
             var up2: f32 = bitcast<f32>(4286578688u);
-            var row_m: f32 = bitcast<f32>(4286578688u);
-            var row_s: f32 = (0.0f);
-            var combining: bool = ((parts > 1u) && (stage > 0u));
-            if (combining) {
-                var m: f32 = bitcast<f32>(4286578688u);
-                var s: f32 = (0.0f);
-                for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                    // built by kernels::seeded::combine_parts
-                    var pm: f32 = bitcast<f32>(partials[((((row_slot * parts) + p) * 8u) + 0u)]);
-                    var ps: f32 = bitcast<f32>(partials[((((row_slot * parts) + p) * 8u) + 1u)]);
-                    if ((pm > m)) {
-                        // built by kernels::sampling::softmax_merge
-                        var r: f32 = sk_exp((m - pm));
-                        s = (s * r);
-                        m = pm;
-                    }
-                    var ex: f32 = sk_exp((pm - m));
-                    s = (s + select(select((ps * ex), ps, (pm == m)), (0.0f), (pm == bitcast<f32>(4286578688u))));
-                    lo_best = max(lo_best, bitcast<f32>(partials[((((row_slot * parts) + p) * 8u) + 2u)]));
-                    if ((bitcast<f32>(partials[((((row_slot * parts) + p) * 8u) + 3u)]) > up1)) {
-                        // built by kernels::sampling::bound
-                        up2 = up1;
-                        up1 = bitcast<f32>(partials[((((row_slot * parts) + p) * 8u) + 3u)]);
-                        up1_i = partials[((((row_slot * parts) + p) * 8u) + 4u)];
-                    } else {
-                        // built by kernels::sampling::bound
-                        up2 = max(up2, bitcast<f32>(partials[((((row_slot * parts) + p) * 8u) + 3u)]));
-                    }
-                    up2 = max(up2, bitcast<f32>(partials[((((row_slot * parts) + p) * 8u) + 5u)]));
-                }
-                var row_max: f32 = (0.0f);
+            var m: f32 = bitcast<f32>(4286578688u);
+            var s: f32 = (0.0f);
+            var comp: f32 = (0.0f);
+            if (((col_lo + (sk_lid * 4u)) < col_hi)) {
+                // built by kernels::sampling::for_each_column_then
                 {
-                    sk_red_f32[sk_lid] = m;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                    var col: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
+                    if ((col < col_hi)) {
+                        let sk_e0: f32 = sk_load_x((base + col));
+                        var z: f32 = (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e1: u32 = (row * 12u);
+                        var sh: u32 = sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col);
+                        if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                            // built by kernels::seeded::seeded_logits_row
+                            var g32_any: f32 = sk_seeded_gumbel32(sh);
+                            var g32: f32 = select((0.0f), g32_any, noisy);
+                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                            var sv32: f32 = (select((0.0f), z, finite) + g32);
+                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                            }
                         }
-                        workgroupBarrier();
+                        if ((z > m)) {
+                            // built by kernels::sampling::softmax_merge
+                            var r: f32 = sk_exp((m - z));
+                            s = (s * r);
+                            comp = (comp * r);
+                            m = z;
+                        }
+                        var ex: f32 = sk_exp((z - m));
+                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                        var t: f32 = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
                     }
-                    row_max = sk_red_f32[0];
-                    workgroupBarrier();
                 }
-                var row_sum: f32 = (0.0f);
                 {
-                    sk_red_f32[sk_lid] = select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max));
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+                    var col: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
+                    if ((col < col_hi)) {
+                        let sk_e2: f32 = sk_load_x((base + col));
+                        var z: f32 = (select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e3: u32 = (row * 12u);
+                        var sh: u32 = sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col);
+                        if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                            // built by kernels::seeded::seeded_logits_row
+                            var g32_any: f32 = sk_seeded_gumbel32(sh);
+                            var g32: f32 = select((0.0f), g32_any, noisy);
+                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                            var sv32: f32 = (select((0.0f), z, finite) + g32);
+                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                            }
                         }
-                        workgroupBarrier();
-                    }
-                    row_sum = sk_red_f32[0];
-                    workgroupBarrier();
-                }
-                row_m = row_max;
-                row_s = row_sum;
-                col_lo = 0u;
-                col_hi = params.vocab;
-            } else {
-                var m: f32 = bitcast<f32>(4286578688u);
-                var s: f32 = (0.0f);
-                var comp: f32 = (0.0f);
-                if (((col_lo + (sk_lid * 4u)) < col_hi)) {
-                    // built by kernels::sampling::for_each_column_then
-                    {
-                        var col: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
-                        if ((col < col_hi)) {
-                            let sk_e0: f32 = sk_load_x((base + col));
-                            var z: f32 = (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp);
-                            let sk_e1: u32 = (row * 12u);
-                            var sh: u32 = sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col);
-                            if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                var g32_any: f32 = sk_seeded_gumbel32(sh);
-                                var g32: f32 = select((0.0f), g32_any, noisy);
-                                var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                                var sv32: f32 = (select((0.0f), z, finite) + g32);
-                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                                if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                                }
-                            }
-                            if ((z > m)) {
-                                // built by kernels::sampling::softmax_merge
-                                var r: f32 = sk_exp((m - z));
-                                s = (s * r);
-                                comp = (comp * r);
-                                m = z;
-                            }
-                            var ex: f32 = sk_exp((z - m));
-                            var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                            var t: f32 = (s + y);
-                            comp = ((t - s) - y);
-                            s = t;
+                        if ((z > m)) {
+                            // built by kernels::sampling::softmax_merge
+                            var r: f32 = sk_exp((m - z));
+                            s = (s * r);
+                            comp = (comp * r);
+                            m = z;
                         }
-                    }
-                    {
-                        var col: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
-                        if ((col < col_hi)) {
-                            let sk_e2: f32 = sk_load_x((base + col));
-                            var z: f32 = (select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)) / temp);
-                            let sk_e3: u32 = (row * 12u);
-                            var sh: u32 = sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col);
-                            if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                var g32_any: f32 = sk_seeded_gumbel32(sh);
-                                var g32: f32 = select((0.0f), g32_any, noisy);
-                                var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                                var sv32: f32 = (select((0.0f), z, finite) + g32);
-                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                                if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                                }
-                            }
-                            if ((z > m)) {
-                                // built by kernels::sampling::softmax_merge
-                                var r: f32 = sk_exp((m - z));
-                                s = (s * r);
-                                comp = (comp * r);
-                                m = z;
-                            }
-                            var ex: f32 = sk_exp((z - m));
-                            var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                            var t: f32 = (s + y);
-                            comp = ((t - s) - y);
-                            s = t;
-                        }
-                    }
-                    {
-                        var col: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
-                        if ((col < col_hi)) {
-                            let sk_e4: f32 = sk_load_x((base + col));
-                            var z: f32 = (select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)) / temp);
-                            let sk_e5: u32 = (row * 12u);
-                            var sh: u32 = sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col);
-                            if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                var g32_any: f32 = sk_seeded_gumbel32(sh);
-                                var g32: f32 = select((0.0f), g32_any, noisy);
-                                var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                                var sv32: f32 = (select((0.0f), z, finite) + g32);
-                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                                if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                                }
-                            }
-                            if ((z > m)) {
-                                // built by kernels::sampling::softmax_merge
-                                var r: f32 = sk_exp((m - z));
-                                s = (s * r);
-                                comp = (comp * r);
-                                m = z;
-                            }
-                            var ex: f32 = sk_exp((z - m));
-                            var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                            var t: f32 = (s + y);
-                            comp = ((t - s) - y);
-                            s = t;
-                        }
-                    }
-                    {
-                        var col: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
-                        if ((col < col_hi)) {
-                            let sk_e6: f32 = sk_load_x((base + col));
-                            var z: f32 = (select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u)) / temp);
-                            let sk_e7: u32 = (row * 12u);
-                            var sh: u32 = sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col);
-                            if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                var g32_any: f32 = sk_seeded_gumbel32(sh);
-                                var g32: f32 = select((0.0f), g32_any, noisy);
-                                var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                                var sv32: f32 = (select((0.0f), z, finite) + g32);
-                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                                if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                                }
-                            }
-                            if ((z > m)) {
-                                // built by kernels::sampling::softmax_merge
-                                var r: f32 = sk_exp((m - z));
-                                s = (s * r);
-                                comp = (comp * r);
-                                m = z;
-                            }
-                            var ex: f32 = sk_exp((z - m));
-                            var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                            var t: f32 = (s + y);
-                            comp = ((t - s) - y);
-                            s = t;
-                        }
+                        var ex: f32 = sk_exp((z - m));
+                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                        var t: f32 = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
                     }
                 }
-                var floor_first: f32 = (0.0f);
                 {
-                    sk_red_f32[sk_lid] = lo_best;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                    var col: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
+                    if ((col < col_hi)) {
+                        let sk_e4: f32 = sk_load_x((base + col));
+                        var z: f32 = (select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e5: u32 = (row * 12u);
+                        var sh: u32 = sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col);
+                        if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                            // built by kernels::seeded::seeded_logits_row
+                            var g32_any: f32 = sk_seeded_gumbel32(sh);
+                            var g32: f32 = select((0.0f), g32_any, noisy);
+                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                            var sv32: f32 = (select((0.0f), z, finite) + g32);
+                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                            }
                         }
-                        workgroupBarrier();
-                    }
-                    floor_first = sk_red_f32[0];
-                    workgroupBarrier();
-                }
-                lo_best = floor_first;
-                for (var c0: u32 = ((col_lo + (sk_lid * 4u)) + (BLOCK * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    // built by kernels::sampling::for_each_column_then
-                    {
-                        var col: u32 = (c0 + 0u);
-                        if ((col < col_hi)) {
-                            let sk_e8: f32 = sk_load_x((base + col));
-                            var z: f32 = (select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)) / temp);
-                            let sk_e9: u32 = (row * 12u);
-                            var sh: u32 = sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col);
-                            if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                var g32_any: f32 = sk_seeded_gumbel32(sh);
-                                var g32: f32 = select((0.0f), g32_any, noisy);
-                                var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                                var sv32: f32 = (select((0.0f), z, finite) + g32);
-                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                                if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                                }
-                            }
-                            if ((z > m)) {
-                                // built by kernels::sampling::softmax_merge
-                                var r: f32 = sk_exp((m - z));
-                                s = (s * r);
-                                comp = (comp * r);
-                                m = z;
-                            }
-                            var ex: f32 = sk_exp((z - m));
-                            var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                            var t: f32 = (s + y);
-                            comp = ((t - s) - y);
-                            s = t;
+                        if ((z > m)) {
+                            // built by kernels::sampling::softmax_merge
+                            var r: f32 = sk_exp((m - z));
+                            s = (s * r);
+                            comp = (comp * r);
+                            m = z;
                         }
-                    }
-                    {
-                        var col: u32 = (c0 + 1u);
-                        if ((col < col_hi)) {
-                            let sk_e10: f32 = sk_load_x((base + col));
-                            var z: f32 = (select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp);
-                            let sk_e11: u32 = (row * 12u);
-                            var sh: u32 = sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col);
-                            if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                var g32_any: f32 = sk_seeded_gumbel32(sh);
-                                var g32: f32 = select((0.0f), g32_any, noisy);
-                                var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                                var sv32: f32 = (select((0.0f), z, finite) + g32);
-                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                                if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                                }
-                            }
-                            if ((z > m)) {
-                                // built by kernels::sampling::softmax_merge
-                                var r: f32 = sk_exp((m - z));
-                                s = (s * r);
-                                comp = (comp * r);
-                                m = z;
-                            }
-                            var ex: f32 = sk_exp((z - m));
-                            var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                            var t: f32 = (s + y);
-                            comp = ((t - s) - y);
-                            s = t;
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + 2u);
-                        if ((col < col_hi)) {
-                            let sk_e12: f32 = sk_load_x((base + col));
-                            var z: f32 = (select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)) / temp);
-                            let sk_e13: u32 = (row * 12u);
-                            var sh: u32 = sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col);
-                            if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                var g32_any: f32 = sk_seeded_gumbel32(sh);
-                                var g32: f32 = select((0.0f), g32_any, noisy);
-                                var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                                var sv32: f32 = (select((0.0f), z, finite) + g32);
-                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                                if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                                }
-                            }
-                            if ((z > m)) {
-                                // built by kernels::sampling::softmax_merge
-                                var r: f32 = sk_exp((m - z));
-                                s = (s * r);
-                                comp = (comp * r);
-                                m = z;
-                            }
-                            var ex: f32 = sk_exp((z - m));
-                            var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                            var t: f32 = (s + y);
-                            comp = ((t - s) - y);
-                            s = t;
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + 3u);
-                        if ((col < col_hi)) {
-                            let sk_e14: f32 = sk_load_x((base + col));
-                            var z: f32 = (select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)) / temp);
-                            let sk_e15: u32 = (row * 12u);
-                            var sh: u32 = sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col);
-                            if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                                // built by kernels::seeded::seeded_logits_row
-                                var g32_any: f32 = sk_seeded_gumbel32(sh);
-                                var g32: f32 = select((0.0f), g32_any, noisy);
-                                var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                                var sv32: f32 = (select((0.0f), z, finite) + g32);
-                                var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                                if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                    // built by kernels::sampling::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                    up1_i = col;
-                                } else {
-                                    // built by kernels::sampling::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                                }
-                            }
-                            if ((z > m)) {
-                                // built by kernels::sampling::softmax_merge
-                                var r: f32 = sk_exp((m - z));
-                                s = (s * r);
-                                comp = (comp * r);
-                                m = z;
-                            }
-                            var ex: f32 = sk_exp((z - m));
-                            var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                            var t: f32 = (s + y);
-                            comp = ((t - s) - y);
-                            s = t;
-                        }
+                        var ex: f32 = sk_exp((z - m));
+                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                        var t: f32 = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
                     }
                 }
-                s = (s - comp);
-                var row_max: f32 = (0.0f);
                 {
-                    sk_red_f32[sk_lid] = m;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                    var col: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
+                    if ((col < col_hi)) {
+                        let sk_e6: f32 = sk_load_x((base + col));
+                        var z: f32 = (select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e7: u32 = (row * 12u);
+                        var sh: u32 = sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col);
+                        if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                            // built by kernels::seeded::seeded_logits_row
+                            var g32_any: f32 = sk_seeded_gumbel32(sh);
+                            var g32: f32 = select((0.0f), g32_any, noisy);
+                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                            var sv32: f32 = (select((0.0f), z, finite) + g32);
+                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                            }
                         }
-                        workgroupBarrier();
-                    }
-                    row_max = sk_red_f32[0];
-                    workgroupBarrier();
-                }
-                var row_sum: f32 = (0.0f);
-                {
-                    sk_red_f32[sk_lid] = select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max));
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+                        if ((z > m)) {
+                            // built by kernels::sampling::softmax_merge
+                            var r: f32 = sk_exp((m - z));
+                            s = (s * r);
+                            comp = (comp * r);
+                            m = z;
                         }
-                        workgroupBarrier();
+                        var ex: f32 = sk_exp((z - m));
+                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                        var t: f32 = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
                     }
-                    row_sum = sk_red_f32[0];
-                    workgroupBarrier();
                 }
-                row_m = row_max;
-                row_s = row_sum;
             }
-            if (((parts > 1u) && (!combining))) {
-                // built by kernels::seeded::write_seeded_part
+            var floor_first: f32 = (0.0f);
+            {
+                sk_red_f32[sk_lid] = lo_best;
+                workgroupBarrier();
+                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                    if (sk_lid < sk_s) {
+                        sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                    }
+                    workgroupBarrier();
+                }
+                floor_first = sk_red_f32[0];
+                workgroupBarrier();
+            }
+            lo_best = floor_first;
+            for (var c0: u32 = ((col_lo + (sk_lid * 4u)) + (BLOCK * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                // built by kernels::sampling::for_each_column_then
+                {
+                    var col: u32 = (c0 + 0u);
+                    if ((col < col_hi)) {
+                        let sk_e8: f32 = sk_load_x((base + col));
+                        var z: f32 = (select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e9: u32 = (row * 12u);
+                        var sh: u32 = sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col);
+                        if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                            // built by kernels::seeded::seeded_logits_row
+                            var g32_any: f32 = sk_seeded_gumbel32(sh);
+                            var g32: f32 = select((0.0f), g32_any, noisy);
+                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                            var sv32: f32 = (select((0.0f), z, finite) + g32);
+                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                            }
+                        }
+                        if ((z > m)) {
+                            // built by kernels::sampling::softmax_merge
+                            var r: f32 = sk_exp((m - z));
+                            s = (s * r);
+                            comp = (comp * r);
+                            m = z;
+                        }
+                        var ex: f32 = sk_exp((z - m));
+                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                        var t: f32 = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 1u);
+                    if ((col < col_hi)) {
+                        let sk_e10: f32 = sk_load_x((base + col));
+                        var z: f32 = (select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e11: u32 = (row * 12u);
+                        var sh: u32 = sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col);
+                        if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                            // built by kernels::seeded::seeded_logits_row
+                            var g32_any: f32 = sk_seeded_gumbel32(sh);
+                            var g32: f32 = select((0.0f), g32_any, noisy);
+                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                            var sv32: f32 = (select((0.0f), z, finite) + g32);
+                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                            }
+                        }
+                        if ((z > m)) {
+                            // built by kernels::sampling::softmax_merge
+                            var r: f32 = sk_exp((m - z));
+                            s = (s * r);
+                            comp = (comp * r);
+                            m = z;
+                        }
+                        var ex: f32 = sk_exp((z - m));
+                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                        var t: f32 = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 2u);
+                    if ((col < col_hi)) {
+                        let sk_e12: f32 = sk_load_x((base + col));
+                        var z: f32 = (select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e13: u32 = (row * 12u);
+                        var sh: u32 = sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col);
+                        if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                            // built by kernels::seeded::seeded_logits_row
+                            var g32_any: f32 = sk_seeded_gumbel32(sh);
+                            var g32: f32 = select((0.0f), g32_any, noisy);
+                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                            var sv32: f32 = (select((0.0f), z, finite) + g32);
+                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                            }
+                        }
+                        if ((z > m)) {
+                            // built by kernels::sampling::softmax_merge
+                            var r: f32 = sk_exp((m - z));
+                            s = (s * r);
+                            comp = (comp * r);
+                            m = z;
+                        }
+                        var ex: f32 = sk_exp((z - m));
+                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                        var t: f32 = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
+                    }
+                }
+                {
+                    var col: u32 = (c0 + 3u);
+                    if ((col < col_hi)) {
+                        let sk_e14: f32 = sk_load_x((base + col));
+                        var z: f32 = (select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e15: u32 = (row * 12u);
+                        var sh: u32 = sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col);
+                        if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+                            // built by kernels::seeded::seeded_logits_row
+                            var g32_any: f32 = sk_seeded_gumbel32(sh);
+                            var g32: f32 = select((0.0f), g32_any, noisy);
+                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+                            var sv32: f32 = (select((0.0f), z, finite) + g32);
+                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+                                up1_i = col;
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+                            }
+                        }
+                        if ((z > m)) {
+                            // built by kernels::sampling::softmax_merge
+                            var r: f32 = sk_exp((m - z));
+                            s = (s * r);
+                            comp = (comp * r);
+                            m = z;
+                        }
+                        var ex: f32 = sk_exp((z - m));
+                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+                        var t: f32 = (s + y);
+                        comp = ((t - s) - y);
+                        s = t;
+                    }
+                }
+            }
+            s = (s - comp);
+            var row_max: f32 = (0.0f);
+            {
+                sk_red_f32[sk_lid] = m;
+                workgroupBarrier();
+                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                    if (sk_lid < sk_s) {
+                        sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                    }
+                    workgroupBarrier();
+                }
+                row_max = sk_red_f32[0];
+                workgroupBarrier();
+            }
+            var row_sum: f32 = (0.0f);
+            {
+                sk_red_f32[sk_lid] = select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max));
+                workgroupBarrier();
+                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                    if (sk_lid < sk_s) {
+                        sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+                    }
+                    workgroupBarrier();
+                }
+                row_sum = sk_red_f32[0];
+                workgroupBarrier();
+            }
+            var row_m: f32 = row_max;
+            var row_s: f32 = row_sum;
+            var combining: bool = false;
+            if ((parts > 1u)) {
                 var part_floor: f32 = (0.0f);
                 {
                     sk_red_f32[sk_lid] = lo_best;
@@ -673,14 +610,115 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     workgroupBarrier();
                 }
                 if ((sk_lid == 0u)) {
-                    partials[((((row_slot * parts) + part) * 8u) + 0u)] = bitcast<u32>(row_m);
-                    partials[((((row_slot * parts) + part) * 8u) + 1u)] = bitcast<u32>(row_s);
-                    partials[((((row_slot * parts) + part) * 8u) + 2u)] = bitcast<u32>(part_floor);
-                    partials[((((row_slot * parts) + part) * 8u) + 3u)] = bitcast<u32>(part_up1);
-                    partials[((((row_slot * parts) + part) * 8u) + 4u)] = part_up1_i;
-                    partials[((((row_slot * parts) + part) * 8u) + 5u)] = bitcast<u32>(part_up2);
+                    // built by kernels::seeded::write_seeded_part
+                    atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 0u)], bitcast<u32>(row_m));
+                    atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 1u)], bitcast<u32>(row_s));
+                    atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 2u)], bitcast<u32>(part_floor));
+                    atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 3u)], bitcast<u32>(part_up1));
+                    atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 4u)], part_up1_i);
+                    atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 5u)], bitcast<u32>(part_up2));
                 }
-            } else {
+                storageBarrier();
+                workgroupBarrier();
+                var arrived: u32 = 0u;
+                if ((sk_lid == 0u)) {
+                    // built by kernels::combine::last_part_on
+                    var before: u32 = 0u;
+                    before = atomicAdd(&counters[row_slot], 1u);
+                    arrived = (before + 1u);
+                }
+                var arrivals: u32 = 0u;
+                {
+                    sk_red_u32[sk_lid] = arrived;
+                    workgroupBarrier();
+                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                        if (sk_lid < sk_s) {
+                            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+                        }
+                        workgroupBarrier();
+                    }
+                    arrivals = sk_red_u32[0];
+                    workgroupBarrier();
+                }
+                if ((arrivals == parts)) {
+                    // built by kernels::combine::last_part_on
+                    storageBarrier();
+                    {
+                        // built by kernels::seeded::seeded_logits_row
+                        lo_best = bitcast<f32>(4286578688u);
+                        up1 = bitcast<f32>(4286578688u);
+                        up1_i = 4294967295u;
+                        up2 = bitcast<f32>(4286578688u);
+                        var m: f32 = bitcast<f32>(4286578688u);
+                        var s: f32 = (0.0f);
+                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                            // built by kernels::seeded::combine_parts
+                            var pm: f32 = bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 0u)]));
+                            var ps: f32 = bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 1u)]));
+                            if ((pm > m)) {
+                                // built by kernels::sampling::softmax_merge
+                                var r: f32 = sk_exp((m - pm));
+                                s = (s * r);
+                                m = pm;
+                            }
+                            var ex: f32 = sk_exp((pm - m));
+                            s = (s + select(select((ps * ex), ps, (pm == m)), (0.0f), (pm == bitcast<f32>(4286578688u))));
+                            lo_best = max(lo_best, bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 2u)])));
+                            if ((bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)])) > up1)) {
+                                // built by kernels::sampling::bound
+                                up2 = up1;
+                                up1 = bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)]));
+                                up1_i = atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 4u)]);
+                            } else {
+                                // built by kernels::sampling::bound
+                                up2 = max(up2, bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)])));
+                            }
+                            up2 = max(up2, bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 5u)])));
+                            atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 0u)], 0u);
+                            atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 1u)], 0u);
+                            atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 2u)], 0u);
+                            atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)], 0u);
+                            atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 4u)], 0u);
+                            atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 5u)], 0u);
+                        }
+                        var row_max: f32 = (0.0f);
+                        {
+                            sk_red_f32[sk_lid] = m;
+                            workgroupBarrier();
+                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                if (sk_lid < sk_s) {
+                                    sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+                                }
+                                workgroupBarrier();
+                            }
+                            row_max = sk_red_f32[0];
+                            workgroupBarrier();
+                        }
+                        var row_sum: f32 = (0.0f);
+                        {
+                            sk_red_f32[sk_lid] = select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max));
+                            workgroupBarrier();
+                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                if (sk_lid < sk_s) {
+                                    sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+                                }
+                                workgroupBarrier();
+                            }
+                            row_sum = sk_red_f32[0];
+                            workgroupBarrier();
+                        }
+                        row_m = row_max;
+                        row_s = row_sum;
+                    }
+                    col_lo = 0u;
+                    col_hi = params.vocab;
+                    combining = true;
+                    if ((sk_lid == 0u)) {
+                        atomicStore(&counters[row_slot], 0u);
+                    }
+                }
+            }
+            if (((parts <= 1u) || combining)) {
                 var inv: f32 = select((0.0f), ((1.0f) / row_s), (row_s > (0.0f)));
                 var screen_floor: f32 = (0.0f);
                 {

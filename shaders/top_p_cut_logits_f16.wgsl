@@ -729,12 +729,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     workgroupBarrier();
                     var arrived: u32 = 0u;
                     if ((sk_lid == 0u)) {
-                        // built by kernels::filter_top_p::cut_part
-                        var cut_before: u32 = 0u;
-                        cut_before = atomicAdd(&partials[((((row_slot * parts) + 0u) * 551u) + 524u)], 1u);
-                        arrived = (cut_before + 1u);
+                        // built by kernels::combine::last_part_on
+                        var before: u32 = 0u;
+                        before = atomicAdd(&partials[((((row_slot * parts) + 0u) * 551u) + 524u)], 1u);
+                        arrived = (before + 1u);
                     }
-                    var cut_arrivals: u32 = 0u;
+                    var arrivals: u32 = 0u;
                     {
                         sk_red_u32[sk_lid] = arrived;
                         workgroupBarrier();
@@ -744,13 +744,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             workgroupBarrier();
                         }
-                        cut_arrivals = sk_red_u32[0];
+                        arrivals = sk_red_u32[0];
                         workgroupBarrier();
                     }
-                    if ((cut_arrivals == parts)) {
-                        // built by kernels::filter_top_p::cut_part
+                    if ((arrivals == parts)) {
+                        // built by kernels::combine::last_part_on
                         storageBarrier();
                         {
+                            // built by kernels::filter_top_p::cut_part
                             var r_n_above: u32 = 0u;
                             var r_n_range: u32 = 0u;
                             var r_short: u32 = 0u;
@@ -3663,6 +3664,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     passes[row] = sweeps;
                                 }
                             }
+                        }
+                        if ((sk_lid == 0u)) {
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 551u) + 524u)], 0u);
                         }
                     }
                 }

@@ -44,9 +44,9 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 /// Launches a step of [`steps_allocate_nothing_of_their_own`] makes on every backend: the plain
-/// kernel, then the seeded and filter kernels over their one row each (none is split at this
-/// size).
-const LAUNCHES: usize = 3;
+/// kernel, the seeded kernel over its one row (not split at this size), then the filter path's
+/// three over the top-p row (the parts, the merge and the top-p cut).
+const LAUNCHES: usize = 5;
 
 /// What a backend's own API allocates for one step, which the step may allocate too.
 pub trait Floor: Backend {

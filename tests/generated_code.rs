@@ -23,6 +23,17 @@ fn every_wgsl_file_validates_with_naga() {
     common::report("naga", "ran", "every_wgsl_file_validates_with_naga", "naga 30");
 }
 
+/// Every kernel binds at most WebGPU's default number of storage buffers per stage, so a
+/// device that an engine made with default limits builds every pipeline.
+#[cfg(feature = "wgpu")]
+#[test]
+fn every_kernel_fits_the_default_storage_buffer_limit() {
+    let most = sampling_kernels::wgpu::Limits::default().max_storage_buffers_per_shader_stage as usize;
+    for k in kernels() {
+        assert!(k.bindings.len() <= most, "{}: {} storage buffers, over {most}", k.name, k.bindings.len());
+    }
+}
+
 #[cfg(feature = "cuda")]
 #[test]
 fn every_cuda_file_compiles_with_nvrtc_for_sm75_and_sm90() {

@@ -11,7 +11,7 @@
 //! `libnvrtc.so.13` and then `libnvrtc.so.12`, and [`CudaBackend::from_stream`] checks the pair
 //! ([`Error::CudaVersions`] names both).
 
-use super::launch::{counter_words, scratch_words, Device, Launch, Split};
+use super::launch::{Device, Launch, Scratch, Split};
 use super::timing::{Clock, LaunchTime};
 use crate::backend::job::Visit;
 use crate::backend::{Backend, Job};
@@ -97,13 +97,10 @@ pub struct CudaBackend {
     block: u32,
     /// Workgroups a launch aims at: the blocks the device holds resident at once.
     target_groups: u32,
-    /// The scratch of split and staged launches (see `launch::scratch_words`), grown to the
-    /// largest job run so far, behind the lock that keeps one call's launches adjacent on the
-    /// stream, so no other call's launches land between two stages.
-    scratch: Mutex<CudaSlice<u32>>,
-    /// The split rows' arrival counters (see `launch::counter_words`): zeroed at allocation and
-    /// left zeroed by every call, so never cleared or grown.
-    counters: CudaSlice<u32>,
+    /// The scratch of split and staged launches and the split rows' arrival counters (see
+    /// [`Scratch`]), behind the lock that keeps one call's launches adjacent on the stream, so
+    /// no other call's launches land between two stages.
+    scratch: Mutex<Scratch<CudaSlice<u32>>>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
     /// Page-locked host memory the per-step writes go through (see [`Staging`]).
     staging: Mutex<Staging>,
@@ -214,11 +211,13 @@ impl CudaBackend {
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)
             .map_err(cuda_error)?;
         let target_groups = (sms.max(1) as u32) * (per_sm.max(block as i32) as u32 / block);
-        let scratch = Mutex::new(stream.alloc_zeros(1).map_err(cuda_error)?);
-        let counters = stream.alloc_zeros(counter_words(target_groups)).map_err(cuda_error)?;
+        let scratch = Mutex::new(Scratch {
+            partials: stream.alloc_zeros(1).map_err(cuda_error)?,
+            counters: stream.alloc_zeros(1).map_err(cuda_error)?,
+        });
         let functions = Mutex::default();
         let staging = Mutex::default();
-        Ok(CudaBackend { stream, name, arch, block, target_groups, scratch, counters, functions, staging, driver })
+        Ok(CudaBackend { stream, name, arch, block, target_groups, scratch, functions, staging, driver })
     }
 
     /// `view` (for example `slice.slice(offset..offset + len)`) as a buffer the sampling calls
@@ -398,12 +397,10 @@ impl CudaBackend {
     /// The job's launches, in order on the stream, with the scratch they share.
     fn launch_job(&self, job: &Job<'_, Self>) -> Result<()> {
         let mut scratch = self.scratch.lock().map_err(|_| cuda_error("scratch lock poisoned"))?;
-        let need = scratch_words(job, self.target_groups, self.block, true);
-        if scratch.len() < need {
-            *scratch = self.stream.alloc_zeros(need).map_err(cuda_error)?;
-        }
-        let partials = <Self as Device>::handle(&*scratch);
-        let counters = <Self as Device>::handle(&self.counters);
+        let zeros = |_: &str, words| self.stream.alloc_zeros(words).map_err(cuda_error);
+        scratch.fit(job, self.target_groups, self.block, true, CudaSlice::len, zeros)?;
+        let partials = <Self as Device>::handle(&scratch.partials);
+        let counters = <Self as Device>::handle(&scratch.counters);
         let split =
             Split { target_groups: self.target_groups, block: self.block, partials, counters, split_filters: true };
         for launch in Launch::plan(job, &split)? {

@@ -124,8 +124,9 @@ pub(crate) struct Split<H> {
     pub block: u32,
     /// The scratch of split and staged launches: [`scratch_words`] u32 for the job.
     pub partials: H,
-    /// The split rows' arrival counters: [`counter_words`]`(target_groups)` u32, zeroed once
-    /// when allocated; each call's last part of a row sets the row's back to 0.
+    /// The split rows' arrival counters, and the seeded kernel's records after them:
+    /// [`counter_words`] u32 for the job, zeroed when allocated; each call's last part of a
+    /// row sets the row's counter back to 0 and clears the records it merged.
     pub counters: H,
     /// Whether filtered rows are split too: a launch per stage then (19), which pays where
     /// launches are cheap beside a row's passes (GPUs), not on a CPU adapter.
@@ -148,19 +149,21 @@ pub(crate) fn parts(rows: usize, vocab: usize, target_groups: u32, block: u32) -
 /// Workgroups per row of the seeded kernel from logits: as many as the row's length allows
 /// ([`MIN_QUADS_PER_INVOCATION`] quads per invocation), whatever the batch, since the row's
 /// float32 sum (and so, at a near-tie, its token) rounds as its split does: a request gets the
-/// same token in every batch. Its rows take two launches when split (the parts' records, then
-/// their merge).
+/// same token in every batch. A split row is still one launch: its last part to finish merges
+/// the parts' records, as the argmax family's does.
 pub(crate) fn seeded_parts(vocab: usize, block: u32) -> u32 {
     (vocab as u32 / (block * 4 * MIN_QUADS_PER_INVOCATION)).max(1)
 }
 
-/// The scratch words of the seeded kernel from logits over `rows` rows of `vocab` columns: a
-/// record per part when its rows are split.
-fn seeded_words(rows: usize, vocab: usize, block: u32) -> usize {
-    match seeded_parts(vocab, block) {
-        1 => 0,
-        p => rows * p as usize * PART_WORDS,
-    }
+/// The rows of a job's seeded launch from logits that are split over workgroups, and the parts
+/// each gets; `None` where it has no such launch or its rows are whole.
+fn seeded_split_rows<B: Backend + ?Sized>(job: &Job<'_, B>, block: u32) -> Option<(usize, u32)> {
+    let (rows, vocab) = match job {
+        Job::SeededLogits { shape, .. } => (shape.batch, shape.vocab),
+        Job::Sample { shape, listed, .. } => (listed.map_or(shape.batch, |l| l.seeded.1), shape.vocab),
+        _ => return None,
+    };
+    Some((rows, seeded_parts(vocab, block))).filter(|&(_, parts)| parts > 1)
 }
 
 /// The rows a job's filter launches go over, and the parts each gets (1: the one-workgroup
@@ -182,12 +185,7 @@ fn filter_parts<B: Backend + ?Sized>(
 /// The u32 of scratch a job needs: a record per part of a split launch (never more parts in
 /// all than `target_groups`), or a slot per (row, part) of a staged one. The backends keep one
 /// buffer and grow it to the largest job they have run.
-pub(crate) fn scratch_words<B: Backend + ?Sized>(
-    job: &Job<'_, B>,
-    target_groups: u32,
-    block: u32,
-    split_filters: bool,
-) -> usize {
+fn scratch_words<B: Backend + ?Sized>(job: &Job<'_, B>, target_groups: u32, block: u32, split_filters: bool) -> usize {
     let records = target_groups.max(1) as usize * PART_WORDS;
     let slots = match filter_parts(job, target_groups, block, split_filters) {
         Some((rows, parts)) if parts > 1 => rows * parts as usize,
@@ -199,14 +197,7 @@ pub(crate) fn scratch_words<B: Backend + ?Sized>(
         }
         _ => 0,
     };
-    let seeded = match job {
-        Job::SeededLogits { shape, .. } => seeded_words(shape.batch, shape.vocab, block),
-        Job::Sample { shape, listed, .. } => {
-            seeded_words(listed.map_or(shape.batch, |l| l.seeded.1), shape.vocab, block)
-        }
-        _ => 0,
-    };
-    records.max(slots * SLOT_WORDS).max(one_read).max(seeded)
+    records.max(slots * SLOT_WORDS).max(one_read)
 }
 
 /// Parts per row of the one-read top-k path: every part at most `TOP_K_PART_COLS` columns, so
@@ -225,34 +216,65 @@ fn one_read_words(rows: usize, vocab: usize) -> Option<usize> {
     Some(rows * top_k_parts(vocab) as usize * TOP_K_SLOT_WORDS).filter(|&w| w <= ONE_READ_MAX_WORDS)
 }
 
-/// The u32 of the split rows' arrival counters (one per row of a split launch, indexed by the
-/// row's place in the batch): rows are split only when each gets at least two parts, so a split
-/// launch has at most `target_groups / 2` rows, whatever the job. A fixed size, so the backends
-/// allocate and zero them once.
-pub(crate) fn counter_words(target_groups: u32) -> usize {
-    (target_groups as usize / 2).max(1)
+/// The u32 of the split rows' arrival counters a job needs (one per row of a split launch,
+/// indexed by the row's place in the batch or in its row list). The argmax family splits rows
+/// only when each gets at least two parts, so at most `target_groups / 2` of them; the seeded
+/// kernel from logits splits every row by its length ([`seeded_parts`]), so as many as it has,
+/// and keeps its parts' records after them (it binds no `partials`, to stay within eight
+/// storage buffers).
+fn counter_words<B: Backend + ?Sized>(job: &Job<'_, B>, target_groups: u32, block: u32) -> usize {
+    let seeded = seeded_split_rows(job, block).map_or(0, |(rows, parts)| rows + rows * parts as usize * PART_WORDS);
+    (target_groups as usize / 2).max(seeded).max(1)
 }
 
-/// The most launches one job takes: the plain sampler, the seeded kernel's two stages, then a
-/// staged kernel's stages.
-pub(crate) const MAX_LAUNCHES: usize = MAX_STAGES + 3;
+/// A backend's scratch of split and staged launches, kept from call to call and grown to the
+/// largest job run so far.
+pub(crate) struct Scratch<T> {
+    /// The part records and slots ([`scratch_words`]).
+    pub partials: T,
+    /// The split rows' arrival counters and the seeded kernel's records ([`counter_words`]):
+    /// zeroed when allocated and left zeroed by every call (each row's last part sets its
+    /// counter back to 0 and clears the records it merged), so never cleared.
+    pub counters: T,
+}
+
+impl<T> Scratch<T> {
+    /// Replaces either buffer that holds fewer u32 (`len`) than `job` needs with a new one
+    /// from `zeros(name, words)`, which must be zeroed (the counters' one clearing).
+    pub fn fit<B: Backend + ?Sized>(
+        &mut self,
+        job: &Job<'_, B>,
+        target_groups: u32,
+        block: u32,
+        split_filters: bool,
+        len: impl Fn(&T) -> usize,
+        mut zeros: impl FnMut(&str, usize) -> Result<T>,
+    ) -> Result<()> {
+        let need = scratch_words(job, target_groups, block, split_filters);
+        if len(&self.partials) < need {
+            self.partials = zeros("scratch", need)?;
+        }
+        let need = counter_words(job, target_groups, block);
+        if len(&self.counters) < need {
+            self.counters = zeros("counters", need)?;
+        }
+        Ok(())
+    }
+}
+
+/// The most launches one job takes: the plain sampler, the seeded kernel, then a staged
+/// kernel's stages.
+pub(crate) const MAX_LAUNCHES: usize = MAX_STAGES + 2;
 
 /// The launches of one job, in the order they must run: one; a staged kernel's stages; or the
 /// plain sampler's launch then the seeded kernel's and the filter kernel's.
 pub(crate) type Plan<H> = ArrayVec<Launch<H>, MAX_LAUNCHES>;
 
-/// Binds the part records and the row counters to a split kernel's launch and, when its rows
-/// get more than one part, widens its grid to `batch x parts`: each row's last part to finish
-/// combines the parts' records and writes the row's results in the same launch.
+/// The argmax family's launch (or the plain sampler's), the part records bound and its rows
+/// split as [`parts`] says.
 fn split_rows<H: Copy>(mut first: Launch<H>, shape: Shape, split: &Split<H>) -> Plan<H> {
     first.bind(Binding::Partials, Some(split.partials));
-    first.bind(Binding::Counters, Some(split.counters));
-    let parts = parts(shape.batch, shape.vocab, split.target_groups, split.block);
-    if parts > 1 {
-        first.params[3] |= parts << PARTS_SHIFT;
-        first.work = Work::Rows(shape.batch as u32 * parts);
-    }
-    std::iter::once(first).collect()
+    first.spread(shape.batch, parts(shape.batch, shape.vocab, split.target_groups, split.block), split.counters)
 }
 
 /// The row length of a filter job (0 for any other).
@@ -452,17 +474,22 @@ impl<'a, H: Copy> Launch<H> {
         Some([first, merge].into_iter().chain(last).collect())
     }
 
-    /// The seeded kernel from logits over `rows` rows: the scratch bound, and its two stages
-    /// where its rows are split ([`seeded_parts`]).
-    fn seeded_split(mut self, rows: usize, vocab: usize, split: &Split<H>) -> Plan<H> {
-        self.bind(Binding::Partials, Some(split.partials));
-        let mut plan = self.split_stages(rows, seeded_parts(vocab, split.block));
-        // The merge is part 0's alone: a workgroup per row, whose grid-stride loop passes over
-        // the other parts' slots without a load.
-        if let Some(merge) = plan.get_mut(1) {
-            merge.work = Work::Rows(rows as u32);
+    /// The seeded kernel from logits over `rows` rows, split as [`seeded_parts`] says (its
+    /// records beside the counters).
+    fn seeded_split(self, rows: usize, vocab: usize, split: &Split<H>) -> Plan<H> {
+        self.spread(rows, seeded_parts(vocab, split.block), split.counters)
+    }
+
+    /// Binds the row counters to a split kernel's launch over `rows` rows and, when they get
+    /// more than one part, widens its grid to `rows x parts`: each row's last part to finish
+    /// combines the parts' records and writes the row's results in the same launch.
+    fn spread(mut self, rows: usize, parts: u32, counters: H) -> Plan<H> {
+        self.bind(Binding::Counters, Some(counters));
+        if parts > 1 {
+            self.params[3] |= parts << PARTS_SHIFT;
+            self.work = Work::Rows(rows as u32 * parts);
         }
-        plan
+        std::iter::once(self).collect()
     }
 
     /// A staged kernel's launches over `rows` rows in `parts` each (one launch when `parts` is
@@ -713,7 +740,47 @@ mod tests {
         }
         // Every row that splits has a counter.
         let most_rows = (1..=396).filter(|&rows| parts(rows, shape.vocab, 396, 512) > 1).max().unwrap();
-        assert!(most_rows <= counter_words(396), "{most_rows} split rows, {} counters", counter_words(396));
+        let job: Job<'_, Planner> = Job::Greedy { shape, logits: Logits::F32(&x), out: Output::new(&mut t) };
+        let counters = counter_words(&job, 396, 512);
+        assert!(most_rows <= counters, "{most_rows} split rows, {counters} counters");
+    }
+
+    /// The seeded kernel from logits splits every row of 151936 columns, whatever the batch
+    /// (here more rows than the argmax family ever splits), and still takes one launch, alone
+    /// and within `sample`: each row's last part combines it, on a counter of its own.
+    #[test]
+    fn a_split_seeded_row_is_one_launch() {
+        let shape = Shape::dense(300, 151_936);
+        let x = vec![0.0f32; shape.elements()];
+        let rows = vec![RowParams::seeded(0.8, 1, 0); shape.batch];
+        let (mut t, list) = (vec![0u32; shape.batch], vec![0u32; shape.batch]);
+        let split = Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true };
+        let want = seeded_parts(shape.vocab, 512);
+        assert!(want > 1, "the rows must be split for this test to mean anything");
+        for listed in [false, true] {
+            let job: Job<'_, Planner> = if listed {
+                let listed = RowLists { seeded: (&list, shape.batch), filtered: (&list, 0), one_read: true, top_p_cut: false };
+                Job::Sample {
+                    shape,
+                    logits: Logits::F32(&x),
+                    rows: &rows,
+                    out: Output::new(&mut t),
+                    listed: Some(listed),
+                }
+            } else {
+                Job::SeededLogits { shape, logits: Logits::F32(&x), rows: &rows, out: Output::new(&mut t) }
+            };
+            let plan = Launch::plan(&job, &split).unwrap();
+            let seeded: Vec<_> = plan.iter().filter(|l| l.kernel.id == KernelId::SeededLogitsF32).collect();
+            assert_eq!(seeded.len(), 1, "listed {listed}: {} seeded launches", seeded.len());
+            let launch = seeded[0];
+            assert_eq!(launch.params[3] >> PARTS_SHIFT, want);
+            assert!(matches!(launch.work, Work::Rows(n) if n == 300 * want), "{:?}", launch.work);
+            assert_eq!(launch.bound(Binding::Partials), None, "the records lie beside the counters");
+            assert_eq!(launch.bound(Binding::Counters), Some(2));
+            let (counters, records) = (counter_words(&job, 396, 512), 300 * want as usize * PART_WORDS);
+            assert!(counters >= 300 + records, "300 split rows and {records} record words, {counters} u32");
+        }
     }
 
     /// `Sampler::step` with one filtered row at batch 4 x 151936: a top-k row takes the one-read
@@ -748,10 +815,10 @@ mod tests {
             let plan = Launch::plan(&job, &split).unwrap();
             let last = plan.last().unwrap().kernel.id;
             assert_eq!(last, filter, "{:?}", plan.iter().map(|l| l.kernel.name).collect::<Vec<_>>());
-            // The plain sampler's launch, then the seeded kernel's two stages (its rows split by
-            // their length), then the filter's.
+            // The plain sampler's launch, then the seeded kernel's one (its rows split by their
+            // length, combined by their last parts), then the filter's.
             let seeded = plan.iter().filter(|l| l.kernel.id == KernelId::SeededLogitsF32).count();
-            assert_eq!(seeded, 2, "the seeded kernel's stages");
+            assert_eq!(seeded, 1, "the seeded kernel's launch");
             assert_eq!(plan.len() - 1 - seeded, launches, "filter launches");
         }
     }

@@ -1,7 +1,7 @@
 //! The wgpu backend: the generated WGSL on any adapter wgpu finds (Vulkan, Metal, DX12, and
 //! Mesa's lavapipe on a CPU).
 
-use super::launch::{counter_words, scratch_words, Device, Launch, Plan, Split, MAX_LAUNCHES};
+use super::launch::{Device, Launch, Plan, Scratch, Split, MAX_LAUNCHES};
 use super::timing::{Clock, LaunchTime};
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
@@ -109,13 +109,10 @@ pub struct WgpuBackend {
     /// Workgroups a launch aims at (see `launch::parts`): about what a discrete GPU holds
     /// resident; on a CPU adapter (lavapipe) few, as each workgroup there has a fixed cost.
     target_groups: u32,
-    /// The scratch of split and staged launches (see `launch::scratch_words`), grown to the
-    /// largest job run so far, behind the lock that keeps one call's launches adjacent on the
-    /// queue, so no other call's launches land between two stages.
-    scratch: Mutex<wgpu::Buffer>,
-    /// The split rows' arrival counters (see `launch::counter_words`): zeroed at creation and
-    /// left zeroed by every call, so never cleared or grown.
-    counters: wgpu::Buffer,
+    /// The scratch of split and staged launches and the split rows' arrival counters (see
+    /// [`Scratch`]), behind the lock that keeps one call's launches adjacent on the queue, so no
+    /// other call's launches land between two stages.
+    scratch: Mutex<Scratch<wgpu::Buffer>>,
     /// Whether filtered rows are split over workgroups (a launch per stage): on GPUs; not on a
     /// CPU adapter, where a launch costs about half a millisecond (lavapipe).
     split_filters: bool,
@@ -171,10 +168,11 @@ fn device_error(message: impl std::fmt::Display) -> Error {
     Error::Device { backend: "wgpu", message: message.to_string() }
 }
 
-/// The scratch of split and staged launches, `words` u32 (only the kernels use it).
-fn scratch_buffer(device: &wgpu::Device, label: &str, words: usize) -> wgpu::Buffer {
+/// A buffer of the scratch of split and staged launches (`name`: `scratch` or `counters`),
+/// `words` u32 that only the kernels use; wgpu zeroes a new buffer, which the counters need.
+fn scratch_buffer(device: &wgpu::Device, name: &str, words: usize) -> wgpu::Buffer {
     device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some(label),
+        label: Some(&format!("sampling-kernels {name}")),
         size: (words.max(1) * 4) as u64,
         usage: wgpu::BufferUsages::STORAGE,
         mapped_at_creation: false,
@@ -189,6 +187,13 @@ pub(crate) struct Bound<'a> {
     buffer: &'a wgpu::Buffer,
     offset: u64,
     size: u64,
+}
+
+impl<'a> Bound<'a> {
+    /// All of `buffer`.
+    fn whole(buffer: &'a wgpu::Buffer) -> Self {
+        Bound { buffer, offset: 0, size: buffer.size() }
+    }
 }
 
 /// A pipeline cache from `data` (or empty), where the device has PIPELINE_CACHE.
@@ -271,9 +276,10 @@ impl WgpuBackend {
             device.features().contains(wgpu::Features::TIMESTAMP_QUERY).then(|| Timestamps::new(&device, &queue));
         let target_groups =
             if info.device_type == wgpu::DeviceType::Cpu { CPU_TARGET_GROUPS } else { GPU_TARGET_GROUPS };
-        let scratch = Mutex::new(scratch_buffer(&device, "sampling-kernels scratch", 1));
-        // wgpu zeroes a new buffer: the counters' one clearing.
-        let counters = scratch_buffer(&device, "sampling-kernels counters", counter_words(target_groups));
+        let scratch = Mutex::new(Scratch {
+            partials: scratch_buffer(&device, "scratch", 1),
+            counters: scratch_buffer(&device, "counters", 1),
+        });
         let split_filters = info.device_type != wgpu::DeviceType::Cpu;
         // SAFETY: a cache made without data vouches for nothing.
         let pipeline_cache = unsafe { pipeline_cache(&device, None) };
@@ -291,7 +297,6 @@ impl WgpuBackend {
             timing: Mutex::default(),
             target_groups,
             scratch,
-            counters,
             split_filters,
         }
     }
@@ -614,12 +619,12 @@ impl Backend for WgpuBackend {
         let (target_groups, block, split_filters) =
             (self.target_groups, crate::generated::WGPU_BLOCK, self.split_filters);
         let mut scratch = self.scratch.lock().map_err(|_| device_error("scratch lock poisoned"))?;
-        let need = scratch_words(&job, target_groups, block, split_filters);
-        if (scratch.size() as usize) < need * 4 {
-            *scratch = scratch_buffer(&self.device, "sampling-kernels scratch", need);
-        }
-        let partials = Bound { buffer: &scratch, offset: 0, size: scratch.size() };
-        let counters = Bound { buffer: &self.counters, offset: 0, size: self.counters.size() };
+        let (len, zeros) = (
+            |b: &wgpu::Buffer| b.size() as usize / 4,
+            |name: &str, words| Ok(scratch_buffer(&self.device, name, words)),
+        );
+        scratch.fit(&job, target_groups, block, split_filters, len, zeros)?;
+        let (partials, counters) = (Bound::whole(&scratch.partials), Bound::whole(&scratch.counters));
         let split = Split { target_groups, block, partials, counters, split_filters };
         let plan = Launch::plan(&job, &split)?;
         self.dispatch(plan)

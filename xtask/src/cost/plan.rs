@@ -218,21 +218,19 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         let last = parted(format!("top_p_cut_logits_{dtype}"), p, row, cut);
         vec![parts, merge, last]
     };
-    // The seeded kernel from logits (`Call::SeededLogits`); with `idle_rows`, the launches of
-    // `sample`, which its plain rows leave at once.
-    let seeded = |idle_rows: bool| -> Vec<Launch> {
+    // The seeded kernel from logits (`Call::SeededLogits`): one launch, a split row's last part
+    // merging the parts' records; with `idle_rows`, the launch of `sample`, which its plain rows
+    // leave at once.
+    let seeded = |idle_rows: bool| -> Launch {
         let kernel = format!("seeded_logits_{dtype}");
         let p = seeded_parts(vocab, block);
-        // The merge is a workgroup per row (part 0's).
         if idle_rows {
-            let mut v = vec![idle(kernel.clone(), batch * p)];
-            v.extend((p > 1).then(|| idle(kernel, batch)));
-            return v;
+            idle(kernel, batch * p)
+        } else if p <= 1 {
+            whole(kernel, 1, 0.0)
+        } else {
+            parted(kernel, p, row, true)
         }
-        if p <= 1 {
-            return vec![whole(kernel, 1, 0.0)];
-        }
-        vec![parted(kernel.clone(), p, row, true), idle(kernel, batch)]
     };
     match call {
         Call::ReadRows => vec![whole(format!("read_rows_{dtype}"), 1, 0.0)],
@@ -262,16 +260,16 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         }
         // f09f138: three reads of a row by one workgroup (the maximum, the sum, the float64
         // race). Now one, screened in float32 (the rescan of a row or of an invocation with two
-        // possible winners is a rare path), rows split by their length: the parts' launch, then
-        // the merge's, which scores a few columns.
+        // possible winners is a rare path), rows split by their length, in one launch whose
+        // last part of a row merges the records and scores a few columns.
         Call::SeededLogits if era == Era::F09f138 => vec![whole(format!("seeded_logits_{dtype}"), 3, 0.0)],
-        Call::SeededLogits => seeded(false),
+        Call::SeededLogits => vec![seeded(false)],
         Call::Sample => {
             let mut v = split(format!("sample_{dtype}"), "combine_logits", row);
             if era == Era::Current {
                 // `Backend::sample` without row lists: the seeded and filter launches span the
                 // batch and each plain row leaves them at once.
-                v.extend(seeded(true));
+                v.push(seeded(true));
                 v.extend(one_read("", 0, true));
             }
             v

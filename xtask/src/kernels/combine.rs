@@ -11,7 +11,10 @@
 //! so the log-probability agrees with it to a few ulp.
 //!
 //! The counters (`counters`, one u32 per row slot of the batch) are zeroed once when the host
-//! allocates them, and the last part sets its row's back to 0, so no call clears them.
+//! allocates them, and the last part sets its row's back to 0, so no call clears them. The
+//! seeded sampler from logits counts its parts in the same way ([`last_part`]), with a record
+//! and a merge of its own (`seeded.rs`); it keeps its records in `counters` after the row
+//! counters, and its last part clears them, so that buffer stays all zeros between launches.
 
 use super::math;
 use super::sampling::{logsumexp_pair, online_logsumexp, part, quads_per_part, write_results, PART_WORDS};
@@ -28,25 +31,40 @@ fn float(p: Expr, k: u32) -> Expr {
     word(p, k).bitcast(Ty::F32)
 }
 
-/// After this part wrote its record: publishes it, counts the part in, and in the part that
-/// arrives last combines the row (the race from logits, greedy and `sample`, or with `probs`
-/// the race from probabilities) and resets the row's counter. Uniform control flow.
+/// [`last_part`] for the argmax family: the last part combines the row (the race from logits,
+/// greedy and `sample`, or with `probs` the race from probabilities).
 pub(super) fn last_part_combines(b: &mut Block, probs: bool) {
-    // Every invocation's record stores (invocation 0's words, the winner's scaled value from
-    // the invocation holding it) reach the device before invocation 0 counts the part in.
+    last_part(b, |b| b.scope(|b| combine_row(b, probs)));
+}
+
+/// After this part wrote its record: publishes it and counts the part in on the row's counter;
+/// the part that arrives last runs `combine` (which reads every part's record) and resets the
+/// counter. The one arrival protocol of the kernels that split a row and combine it in the same
+/// launch (the argmax family, `sample`, the seeded sampler from logits). Uniform control flow:
+/// `combine` may hold barriers.
+pub(super) fn last_part(b: &mut Block, combine: impl FnOnce(&mut Block)) {
+    last_part_on(b, "counters", var("row_slot"), combine)
+}
+
+/// [`last_part`] with the row's counter at `at` of the atomic buffer `buf` (the top-p cut keeps
+/// it in its scratch, which binds no `counters`).
+pub(super) fn last_part_on(b: &mut Block, buf: &str, at: Expr, combine: impl FnOnce(&mut Block)) {
+    // Every invocation's record stores (invocation 0's words, and the race's winner's scaled
+    // value from the invocation holding it) reach the device before invocation 0 counts the
+    // part in.
     b.fence();
     b.barrier();
     b.let_("arrived", Ty::U32, u(0));
     b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
-        let old = b.atomic_add("counters", var("row_slot"), u(1), "before");
+        let old = b.atomic_add(buf, at.clone(), u(1), "before");
         b.set("arrived", old + u(1));
     });
     let arrived = b.reduce(ReduceOp::Max, Ty::U32, var("arrived"), "arrivals");
     b.if_(arrived.eq_(var("parts")), |b| {
         // Every other part's record was published before its add, which came before ours.
         b.fence();
-        b.scope(|b| combine_row(b, probs));
-        b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| b.store("counters", var("row_slot"), u(0)));
+        combine(b);
+        b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| b.store(buf, at, u(0)));
     });
 }
 

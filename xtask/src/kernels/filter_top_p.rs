@@ -349,19 +349,8 @@ fn cut_part(b: &mut Block, input: Input) {
         }
         b.store(SCRATCH, at(tail::W_BELOW), w_below.bitcast(Ty::U32));
     });
-    // Published as the split race publishes its records (`combine.rs`).
-    b.fence();
-    b.barrier();
-    b.let_("arrived", Ty::U32, u(0));
-    b.if_(lid.eq_(u(0)), |b| {
-        let old = b.atomic_add(SCRATCH, tail_word(var("row_slot"), u(0), tail::ARRIVED), u(1), "cut_before");
-        b.set("arrived", old + u(1));
-    });
-    let arrived = b.reduce(ReduceOp::Max, Ty::U32, var("arrived"), "cut_arrivals");
-    b.if_(arrived.eq_(var("parts")), |b| {
-        b.fence();
-        b.scope(|b| cut_row(b, input, mx, seeded));
-    });
+    let counter = tail_word(var("row_slot"), u(0), tail::ARRIVED);
+    super::combine::last_part_on(b, SCRATCH, counter, |b| b.scope(|b| cut_row(b, input, mx, seeded)));
 }
 
 /// The row, in its last part to arrive: the parts' records summed and the checks; then the

@@ -748,7 +748,13 @@ pub(super) fn partials_buffer() -> BufferDecl {
 /// after the outputs: atomic, since the row's last part reads them in the same launch
 /// (`combine.rs`).
 pub(super) fn part_buffers() -> [BufferDecl; 2] {
-    [buffer("partials", Storage::AtomicU32, true), buffer("counters", Storage::AtomicU32, true)]
+    [buffer("partials", Storage::AtomicU32, true), counters_buffer()]
+}
+
+/// The split rows' arrival counters (and, after them, the seeded sampler's part records):
+/// zeros between launches.
+pub(super) fn counters_buffer() -> BufferDecl {
+    buffer("counters", Storage::AtomicU32, true)
 }
 
 /// The argmax family: greedy, the race from logits and the race from probabilities. One read of

@@ -19,14 +19,14 @@
 //! first, as SGLang's unfiltered path from probabilities (`sampling_from_probs_torch`) hands
 //! `torch.log(probs)` to `multinomial_with_seed`.
 
-use super::filter_split::STAGE_SHIFT;
+use super::combine;
 use super::filters::{listed_row, row_is_filtered};
 use super::math;
 use super::murmur::{self, SCREEN_ABS, SCREEN_REL};
 use super::sampling::{
-    bound, buffer, can_win, for_each_column, for_each_item, for_each_row, for_each_row_part_at, kernel, output_buffers,
-    partials_buffer, row_is_seeded, row_temperature, row_word, scaled, softmax_block_pair, softmax_merge, softmax_pass,
-    softmax_weight, word, write_results, Dtype, FLAG_PASSES, FLAG_SEEDED_ONLY, PART_WORDS,
+    bound, buffer, can_win, counters_buffer, for_each_column, for_each_item, for_each_row, for_each_row_part_at,
+    kernel, output_buffers, row_is_seeded, row_temperature, row_word, scaled, softmax_block_pair, softmax_merge,
+    softmax_pass, softmax_weight, word, write_results, Dtype, FLAG_PASSES, FLAG_SEEDED_ONLY, PART_WORDS,
 };
 use crate::ir::*;
 
@@ -283,49 +283,61 @@ fn logits_screen(b: &mut Block, h: Expr, z: Expr) -> (Expr, Expr) {
 ///   count says 2); the common path reads the row once.
 pub(super) fn seeded_logits_row(b: &mut Block) {
     row_temperature(b);
-    b.let_("lo_best", Ty::F32, f(f32::NEG_INFINITY));
-    b.let_("up1", Ty::F32, f(f32::NEG_INFINITY));
-    b.let_("up1_i", Ty::U32, u(NONE));
-    b.let_("up2", Ty::F32, f(f32::NEG_INFINITY));
-    b.let_("row_m", Ty::F32, f(f32::NEG_INFINITY));
-    b.let_("row_s", Ty::F32, f(0.0));
-    let combining = b.let_("combining", Ty::Bool, var("parts").gt(u(1)).and(var("stage").gt(u(0))));
-    b.if_else(
-        combining.clone(),
-        |b| {
-            combine_parts(b);
+    for (name, ty, init) in screen_state() {
+        b.let_(name, ty, init);
+    }
+    // A column whose noise bound cannot reach the floor skips its screen; after the workgroup's
+    // first step of columns the floor is the workgroup's, as in the race.
+    let share_floor = |b: &mut Block| {
+        let floor = b.reduce(ReduceOp::Max, Ty::F32, var("lo_best"), "floor_first");
+        b.set("lo_best", floor);
+    };
+    let screen = |b: &mut Block, col: Expr, z: Expr| {
+        let h = b.let_("sh", Ty::U32, hash(col.clone()));
+        b.if_(can_win(z.clone(), noise_bound(h.clone()), var("lo_best")), |b| {
+            let (lo, up) = logits_screen(b, h, z);
+            bound(b, lo, up, col);
+        });
+    };
+    softmax_pass(b, screen, Some(&share_floor));
+    let (mx, total) = softmax_block_pair(b);
+    b.let_("row_m", Ty::F32, mx);
+    b.let_("row_s", Ty::F32, total);
+    // A split row: each part writes its record, and the last to arrive takes the parts'
+    // state in place of its own and finishes the row, in this launch.
+    let combining = b.let_("combining", Ty::Bool, boolean(false));
+    b.if_(var("parts").gt(u(1)), |b| {
+        write_seeded_part(b);
+        combine::last_part(b, |b| {
+            b.scope(|b| {
+                for (name, _, init) in screen_state() {
+                    b.set(name, init);
+                }
+                combine_parts(b);
+            });
             // The rare rescan takes the whole row: this workgroup is the row's only one now.
             b.set("col_lo", u(0));
             b.set("col_hi", param("vocab"));
-        },
-        |b| {
-            // A column whose noise bound cannot reach the floor skips its screen; after the
-            // workgroup's first step of columns the floor is the workgroup's, as in the race.
-            let share_floor = |b: &mut Block| {
-                let floor = b.reduce(ReduceOp::Max, Ty::F32, var("lo_best"), "floor_first");
-                b.set("lo_best", floor);
-            };
-            let screen = |b: &mut Block, col: Expr, z: Expr| {
-                let h = b.let_("sh", Ty::U32, hash(col.clone()));
-                b.if_(can_win(z.clone(), noise_bound(h.clone()), var("lo_best")), |b| {
-                    let (lo, up) = logits_screen(b, h, z);
-                    bound(b, lo, up, col);
-                });
-            };
-            softmax_pass(b, screen, Some(&share_floor));
-            let (mx, total) = softmax_block_pair(b);
-            b.set("row_m", mx);
-            b.set("row_s", total);
-        },
-    );
-    b.if_else(var("parts").gt(u(1)).and(combining.clone().not()), write_seeded_part, |b| {
-        seeded_logits_finish(b, combining.clone())
+            b.set("combining", boolean(true));
+        });
     });
+    b.if_(var("parts").le(u(1)).or(combining.clone()), |b| seeded_logits_finish(b, combining));
 }
 
-/// Words of a part's record in `partials` (stage 0 of a split row, [`PART_WORDS`] each): its
-/// softmax pair (f32 bits), its largest lower bound, its largest upper bound and that column,
-/// and its second upper bound.
+/// Each invocation's screen state, as the read starts it: its largest lower bound, its two
+/// largest upper bounds and the first's column ([`bound`]).
+fn screen_state() -> [(&'static str, Ty, Expr); 4] {
+    [
+        ("lo_best", Ty::F32, f(f32::NEG_INFINITY)),
+        ("up1", Ty::F32, f(f32::NEG_INFINITY)),
+        ("up1_i", Ty::U32, u(NONE)),
+        ("up2", Ty::F32, f(f32::NEG_INFINITY)),
+    ]
+}
+
+/// Words of a part's record (a split row's, [`PART_WORDS`] each, the first [`USED`](record::USED)
+/// written): its softmax pair (f32 bits), its largest lower bound, its largest upper bound and
+/// that column, and its second upper bound.
 mod record {
     pub const M: u32 = 0;
     pub const S: u32 = 1;
@@ -333,14 +345,19 @@ mod record {
     pub const UP1: u32 = 3;
     pub const UP1_I: u32 = 4;
     pub const UP2: u32 = 5;
+    pub const USED: u32 = 6;
 }
 
-/// Word `k` of part `p`'s record of the current row.
+/// Word `k` of part `p`'s record of the current row, in `counters` after the launch's `batch`
+/// row counters. The records live beside the counters, not in `partials`, so that the kernel
+/// binds eight storage buffers, WebGPU's default limit per stage; the row's last part clears
+/// what it merged ([`combine_parts`]), so the buffer is all zeros between launches, as the
+/// counters need.
 fn record_word(p: Expr, k: u32) -> Expr {
-    (var("row_slot") * var("parts") + p) * u(PART_WORDS) + u(k)
+    param("batch") + (var("row_slot") * var("parts") + p) * u(PART_WORDS) + u(k)
 }
 
-/// Stage 0 of a split row: this part's record, the block's screen state as one invocation's.
+/// A part of a split row: its record, the block's screen state as one invocation's.
 fn write_seeded_part(b: &mut Block) {
     let floor = b.reduce(ReduceOp::Max, Ty::F32, var("lo_best"), "part_floor");
     let (up1, up1_i) = b.argmax(var("up1"), var("up1_i"), "part_up1", "part_up1_i");
@@ -350,25 +367,25 @@ fn write_seeded_part(b: &mut Block) {
     let bits = |e: Expr| e.bitcast(Ty::U32);
     b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
         let at = |k| record_word(var("part"), k);
-        b.store("partials", at(record::M), bits(var("row_m")));
-        b.store("partials", at(record::S), bits(var("row_s")));
-        b.store("partials", at(record::FLOOR), bits(floor));
-        b.store("partials", at(record::UP1), bits(up1));
-        b.store("partials", at(record::UP1_I), up1_i);
-        b.store("partials", at(record::UP2), bits(up2));
+        b.store("counters", at(record::M), bits(var("row_m")));
+        b.store("counters", at(record::S), bits(var("row_s")));
+        b.store("counters", at(record::FLOOR), bits(floor));
+        b.store("counters", at(record::UP1), bits(up1));
+        b.store("counters", at(record::UP1_I), up1_i);
+        b.store("counters", at(record::UP2), bits(up2));
     });
 }
 
-/// Stage 1 of a split row, in its part 0: the parts' records merged as the invocations' own
-/// state is in one workgroup (each invocation takes parts in increasing order, so a part's
-/// first upper bound enters [`bound`] as a column would): the softmax pairs as the softmax
-/// kernel merges its parts', the floors by their maximum, and a part's second upper bound
-/// as the invocation's second.
+/// A split row, in its last part to arrive: the parts' records merged (and cleared) as the
+/// invocations' own state is in one workgroup (each invocation takes parts in increasing order,
+/// so a part's first upper bound enters [`bound`] as a column would): the softmax pairs as the
+/// softmax kernel merges its parts', the floors by their maximum, and a part's second upper
+/// bound as the invocation's second.
 fn combine_parts(b: &mut Block) {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
     b.let_("s", Ty::F32, f(0.0));
     b.for_("p", builtin(Builtin::LocalId), var("parts"), builtin(Builtin::BlockSize), |b, p| {
-        let word = |k| load("partials", record_word(p.clone(), k));
+        let word = |k| load("counters", record_word(p.clone(), k));
         let float = |k| word(k).bitcast(Ty::F32);
         let pm = b.let_("pm", Ty::F32, float(record::M));
         let ps = b.let_("ps", Ty::F32, float(record::S));
@@ -376,6 +393,10 @@ fn combine_parts(b: &mut Block) {
         b.set("s", var("s") + e);
         bound(b, float(record::FLOOR), float(record::UP1), word(record::UP1_I));
         b.set("up2", var("up2").max(float(record::UP2)));
+        // Read: this invocation alone reads part `p`'s record, so it clears it at once.
+        for k in 0..record::USED {
+            b.store("counters", record_word(p.clone(), k), u(0));
+        }
     });
     let (mx, total) = softmax_block_pair(b);
     b.set("row_m", mx);
@@ -453,21 +474,21 @@ pub(super) fn logits_buffers(dtype: Dtype) -> Vec<BufferDecl> {
 /// its seeded rows without a filter (the rows of its list, with
 /// [`FLAG_ROW_LIST`](super::sampling::FLAG_ROW_LIST)).
 ///
-/// A row split in `parts` (the flags, as the softmax kernel's) takes two launches: each part
-/// reads its columns once and writes its record (stage 0), then part 0 of each row merges the
-/// records and scores the possible winners (stage 1). The host sets the parts from the row's
-/// length and the workgroup size alone, never from the batch, so a request's token is the same
-/// in every batch (the float32 sum's rounding follows the split).
+/// A row split in `parts` (the flags, as the softmax kernel's) takes one launch: each part
+/// reads its columns once and writes its record, and the part that arrives last
+/// ([`combine::last_part`], the race's protocol) merges the records and scores the possible
+/// winners. The host sets the parts from the row's length and the workgroup size alone, never
+/// from the batch, so a request's token is the same in every batch (the float32 sum's rounding
+/// follows the split).
 fn seeded_logits(dtype: Dtype) -> Kernel {
     let mut b = Block::new();
-    b.let_("stage", Ty::U32, (param("flags") >> u(STAGE_SHIFT)) & u(0xff));
     for_each_row_part_at(&mut b, listed_row, |b| {
-        // The merge (stage 1) is part 0's; the other parts' slots are passed over unread.
-        b.let_("takes", Ty::Bool, var("stage").eq_(u(0)).or(var("part").eq_(u(0))));
-        b.if_(var("takes").and((param("flags") & u(FLAG_SEEDED_ONLY)).ne_(u(0))), |b| {
+        // Every part of a row decides alike, so all of them or none count in on its counter.
+        b.let_("takes", Ty::Bool, boolean(true));
+        b.if_((param("flags") & u(FLAG_SEEDED_ONLY)).ne_(u(0)), |b| {
             row_temperature(b);
             let filtered = row_is_filtered(b);
-            b.set("takes", var("takes").and(row_is_seeded()).and(filtered.not()));
+            b.set("takes", row_is_seeded().and(filtered.not()));
         });
         b.if_(var("takes"), seeded_logits_row);
     });
@@ -477,10 +498,8 @@ fn seeded_logits(dtype: Dtype) -> Kernel {
     let mut buffers = logits_buffers(dtype);
     buffers.push(buffer("listed", Storage::U32, false));
     buffers.push(buffer("passes", Storage::U32, true));
-    buffers.push(partials_buffer());
-    let mut k = kernel(format!("seeded_logits_{}", dtype.suffix()), doc, 1, buffers, functions, b);
-    k.stages = 2;
-    k
+    buffers.push(counters_buffer());
+    kernel(format!("seeded_logits_{}", dtype.suffix()), doc, 1, buffers, functions, b)
 }
 
 /// Diagnostic: Murmur3 of `batch` items of four words.
