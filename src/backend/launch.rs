@@ -759,7 +759,8 @@ mod tests {
         assert!(want > 1, "the rows must be split for this test to mean anything");
         for listed in [false, true] {
             let job: Job<'_, Planner> = if listed {
-                let listed = RowLists { seeded: (&list, shape.batch), filtered: (&list, 0), one_read: true, top_p_cut: false };
+                let listed =
+                    RowLists { seeded: (&list, shape.batch), filtered: (&list, 0), one_read: true, top_p_cut: false };
                 Job::Sample {
                     shape,
                     logits: Logits::F32(&x),

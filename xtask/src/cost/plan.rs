@@ -33,6 +33,9 @@ pub enum Call {
     /// `seeded` from log-probabilities (f64 or f32): float64 in one read, or screened in two.
     Seeded,
     SeededScreened,
+    /// `Sampler::step` over plain rows, with `n` of them top-p 0.9 rows instead (0 or 1): the
+    /// issue's mixed batch, whose one top-p row must cost little beside the plain ones.
+    Step(u32),
 }
 
 /// The benchmark's filter settings and their pass counts (README: the most passes each takes;
@@ -73,6 +76,7 @@ impl Call {
         ];
         v.extend(FILTERS.iter().map(|&(n, p)| Call::Filter(n, p)));
         v.extend([Call::FilterProbs, Call::MaskLogits, Call::RenormProbs, Call::Seeded, Call::SeededScreened]);
+        v.extend([Call::Step(0), Call::Step(1)]);
         v
     }
 
@@ -101,6 +105,8 @@ impl Call {
             Call::RenormProbs => "renorm_probs_top_p_0.9",
             Call::Seeded => "seeded",
             Call::SeededScreened => "seeded_screened",
+            Call::Step(0) => "step_plain",
+            Call::Step(_) => "step_plain_and_one_top_p",
         }
     }
 
@@ -282,6 +288,32 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
             vec![whole(format!("mask_logits_{dtype}"), TOP_P_PASSES + 1, vocab as f64 * 4.0 * batch as f64)]
         }
         Call::RenormProbs => vec![whole("renorm_probs".into(), TOP_P_PASSES + 1, vocab as f64 * 4.0 * batch as f64)],
+        // The plain kernel over the batch (the listed rows leave it at once), the seeded kernel
+        // over its list (empty: one workgroup), then the one-read path over the filtered rows'
+        // list: with no top-p row, its parts and merge over none; with one, the parts and the
+        // cut over that row's parts, the merge over it, each part read once in each.
+        Call::Step(top_p) => {
+            let mut v = split(format!("sample_{dtype}"), "combine_logits", row);
+            v.push(idle(format!("seeded_logits_{dtype}"), 1));
+            let p = vocab.div_ceil(TOP_K_PART_COLS);
+            let one_row = |kernel: String| Launch {
+                kernel,
+                groups: p,
+                columns: vocab.div_ceil(p),
+                passes: 1,
+                read: row,
+                written: 0.0,
+            };
+            if top_p == 0 {
+                v.push(idle(format!("top_k_parts_logits_{dtype}"), 1));
+                v.push(idle(format!("top_k_merge_logits_{dtype}"), 1));
+            } else {
+                v.push(one_row(format!("top_k_parts_logits_{dtype}")));
+                v.push(idle(format!("top_k_merge_logits_{dtype}"), 1));
+                v.push(one_row(format!("top_p_cut_logits_{dtype}")));
+            }
+            v
+        }
         Call::Seeded => vec![whole(format!("seeded_{dtype}"), 1, 0.0)],
         Call::SeededScreened => vec![whole(format!("seeded_screened_{dtype}"), 2, 0.0)],
     }
