@@ -468,4 +468,37 @@ mod tests {
         let read_only = BufferDecl { writable: false, ..counters };
         assert!(matches!(crate::wgsl::emit(&with(read_only, "c"), 64, "test"), Err(IrError::Type { .. })));
     }
+
+    /// An atomic workgroup array (a histogram's bins) is declared `atomic<u32>` in WGSL, where
+    /// its stores, adds and loads go through the atomic built-ins, and plainly in CUDA; an add
+    /// into a plain workgroup array is an error.
+    #[test]
+    fn atomic_workgroup_arrays_lower_on_both_targets() {
+        let with = |shared: SharedDecl| {
+            let mut b = Block::new();
+            b.store_shared("h", u(0), u(0));
+            b.barrier();
+            b.atomic_add("h", u(1), u(2), "old");
+            b.barrier();
+            b.store("y", u(0), load_shared("h", u(3)).cast(Ty::F32));
+            let mut k = kernel(b.stmts);
+            k.shared.push(shared);
+            k
+        };
+        let k = with(SharedDecl::atomic("h", 16));
+        let wgsl = crate::wgsl::emit(&k, 64, "test").unwrap();
+        for want in [
+            "var<workgroup> h: array<atomic<u32>, 16>;",
+            "atomicStore(&h[0u], 0u);",
+            "old = atomicAdd(&h[1u], 2u);",
+            "f32(atomicLoad(&h[3u]))",
+        ] {
+            assert!(wgsl.contains(want), "WGSL lacks `{want}`:\n{wgsl}");
+        }
+        let cuda = crate::cuda::emit(&k, 64, "test").unwrap();
+        for want in ["__shared__ unsigned int h[16];", "h[0u] = 0u;", "old = atomicAdd(&h[1u], 2u);"] {
+            assert!(cuda.contains(want), "CUDA lacks `{want}`:\n{cuda}");
+        }
+        assert!(matches!(prepare(&with(SharedDecl::new("h", Ty::U32, 16))), Err(IrError::Type { .. })));
+    }
 }
