@@ -133,17 +133,20 @@ pub(crate) struct Split<H> {
     pub split_filters: bool,
 }
 
-/// Each invocation of a part reads at least this many quads of four columns, so a part's
-/// fixed costs (its reductions and its record) stay small beside its reads.
+/// Each invocation of a part of the seeded kernel from logits reads at least this many quads
+/// of four columns, so a part's fixed costs (its reductions and its record) stay small beside
+/// its reads.
 const MIN_QUADS_PER_INVOCATION: u32 = 2;
 
-/// Workgroups per row for the kernels that split rows (the argmax family, `sample`, and the
-/// filters' sampling path) when `rows` rows of `vocab` columns are launched: enough for them to
-/// fill `target_groups`, but no part shorter than [`MIN_QUADS_PER_INVOCATION`] quads per
+/// Workgroups per row for the kernels that split rows by the batch (the argmax family, `sample`,
+/// softmax and the filters' split sampling path) when `rows` rows of `vocab` columns are
+/// launched: enough for them to fill `target_groups`, but no part shorter than one quad per
 /// invocation. One when the rows alone fill the device; then no stage launch follows (the
-/// argmax family's row is combined by its last part, in the same launch).
+/// argmax family's row is combined by its last part, in the same launch). One quad, not the
+/// seeded kernel's two: a row of 151936 gets 74 parts at batch 1, not 37, so half the H200's
+/// SMs read it (the race there: 5.8 -> 5.0 µs modelled, the launch's floor).
 pub(crate) fn parts(rows: usize, vocab: usize, target_groups: u32, block: u32) -> u32 {
-    (target_groups / (rows as u32).max(1)).min(seeded_parts(vocab, block)).max(1)
+    (target_groups / (rows as u32).max(1)).min((vocab as u32 / (block * 4)).max(1)).max(1)
 }
 
 /// Workgroups per row of the seeded kernel from logits: as many as the row's length allows

@@ -130,10 +130,10 @@ pub struct Launch {
     pub written: f64,
 }
 
-/// Workgroups per row (`launch::parts`): enough to fill the device, no part shorter than two
-/// quads of four columns per invocation.
+/// Workgroups per row (`launch::parts`): enough to fill the device, no part shorter than one
+/// quad of four columns per invocation.
 fn parts(rows: u32, vocab: u32, target_groups: u32, block: u32) -> u32 {
-    (target_groups / rows.max(1)).min(seeded_parts(vocab, block)).max(1)
+    (target_groups / rows.max(1)).min((vocab / (block * 4)).max(1)).max(1)
 }
 
 /// Workgroups per row of the seeded kernel from logits (`launch::seeded_parts`): by the row's
