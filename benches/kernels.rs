@@ -33,7 +33,6 @@ use sampling_kernels::{
     reference::philox, Backend, Clock, CpuBackend, Diagnostics, Error, FilterOrder, Input as Kept, Logits, Output,
     RowParams, Shape,
 };
-use std::fmt::Write as _;
 use std::path::Path;
 
 /// Which cells run.
@@ -457,9 +456,51 @@ fn race_median(records: &[Record], r: &Record) -> Option<f64> {
         .map(|o| o.us.median)
 }
 
-/// The CSV columns, shared with `benches/torch_baselines.py`.
-const CSV_HEADER: &str = "backend,device,clock,kernel,dtype,rows,batch,vocab,reps,median_us,q1_us,q3_us,\
-                          bytes_read,bytes_written,gbps,read_peak_gbps,frac_read_peak,ratio_to_race,cache";
+/// One line of `bench-results/<backend>.csv`: the fields are the columns, in order, the same as
+/// `benches/torch_baselines.py` writes (the bundle's `model_vs_measured.py` and `cargo xtask
+/// cost --calibrate` read them by name). Figures keep the decimals the files have always had.
+#[derive(serde::Serialize)]
+struct CsvRow<'a> {
+    backend: &'a str,
+    device: &'a str,
+    clock: &'static str,
+    kernel: &'static str,
+    dtype: &'static str,
+    rows: &'static str,
+    batch: usize,
+    vocab: usize,
+    reps: usize,
+    #[serde(serialize_with = "fixed::<3, _>")]
+    median_us: f64,
+    #[serde(serialize_with = "fixed::<3, _>")]
+    q1_us: f64,
+    #[serde(serialize_with = "fixed::<3, _>")]
+    q3_us: f64,
+    bytes_read: u64,
+    bytes_written: u64,
+    #[serde(serialize_with = "fixed::<3, _>")]
+    gbps: f64,
+    #[serde(serialize_with = "fixed::<3, _>")]
+    read_peak_gbps: f64,
+    #[serde(serialize_with = "fixed::<4, _>")]
+    frac_read_peak: f64,
+    /// Empty where the cell has no race to compare with.
+    #[serde(serialize_with = "fixed_or_empty::<4, _>")]
+    ratio_to_race: Option<f64>,
+    cache: &'static str,
+}
+
+/// `x` with `N` decimals.
+fn fixed<const N: usize, S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&format_args!("{:.*}", N, x))
+}
+
+fn fixed_or_empty<const N: usize, S: serde::Serializer>(x: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match x {
+        Some(x) => fixed::<N, S>(x, s),
+        None => s.serialize_str(""),
+    }
+}
 
 fn clock_name(c: Clock) -> &'static str {
     match c {
@@ -487,7 +528,8 @@ fn report(
         "| kernel | dtype | rows | cache | batch | vocab | median us [IQR] | MB moved | GB/s | x read peak | x race |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    let mut csv = format!("{CSV_HEADER}\n");
+    std::fs::create_dir_all(out)?;
+    let mut csv = csv::Writer::from_path(out.join(format!("{label}.csv")))?;
     for r in records {
         let ratio = race_median(records, r).map(|m| r.us.median / m);
         let ratio_text = ratio.map_or("-".to_string(), |x| format!("{x:.2}"));
@@ -507,28 +549,29 @@ fn report(
             r.gbps() / peak,
             ratio_text
         );
-        let _ = writeln!(
-            csv,
-            "{label},\"{device}\",{},{},{},{},{},{},{reps},{:.3},{:.3},{:.3},{},{},{:.3},{peak:.3},{:.4},{},{}",
-            clock_name(r.clock),
-            r.kernel,
-            r.dtype.name(),
-            r.rows,
-            r.batch,
-            r.vocab,
-            r.us.median,
-            r.us.q1,
-            r.us.q3,
-            r.bytes_read,
-            r.bytes_written,
-            r.gbps(),
-            r.gbps() / peak,
-            ratio.map_or(String::new(), |x| format!("{x:.4}")),
-            r.cache.name()
-        );
+        csv.serialize(CsvRow {
+            backend: label,
+            device,
+            clock: clock_name(r.clock),
+            kernel: r.kernel,
+            dtype: r.dtype.name(),
+            rows: r.rows,
+            batch: r.batch,
+            vocab: r.vocab,
+            reps,
+            median_us: r.us.median,
+            q1_us: r.us.q1,
+            q3_us: r.us.q3,
+            bytes_read: r.bytes_read,
+            bytes_written: r.bytes_written,
+            gbps: r.gbps(),
+            read_peak_gbps: peak,
+            frac_read_peak: r.gbps() / peak,
+            ratio_to_race: ratio,
+            cache: r.cache.name(),
+        })?;
     }
-    std::fs::create_dir_all(out)?;
-    std::fs::write(out.join(format!("{label}.csv")), csv)?;
+    csv.flush()?;
     plot(&out.join(format!("{label}.svg")), label, device, records, peak)?;
     println!("wrote {0}/{label}.csv and {0}/{label}.svg", out.display());
     Ok(())

@@ -5,6 +5,15 @@ use std::time::Instant;
 
 /// Median and quartiles of repeated timings, by rank on the sorted samples: the samples at
 /// n/2, n/4 and 3n/4, so `q1..q3` is the interquartile range and no value is interpolated.
+///
+/// Not criterion: its `iter_custom` takes a device clock, but it sums `iters` calls into each
+/// sample (1, 2, ... n times a base count, at least 10 samples), and at its default 3 s of
+/// warm-up and 5 s of samples a cell the quick subset (about 400 cells, a minute and a half on
+/// lavapipe now) takes an hour, and the full grid (over a thousand) far more than the 150 s the
+/// bundle gives it on an H200; its estimates are a mean, a median and a slope with bootstrap
+/// intervals, not the quartiles of single calls the CSVs carry (its statistics module is private
+/// in 0.7); it writes `target/criterion/`, not `bench-results/<backend>.csv`; and its command
+/// line rejects the benches' `--full`.
 #[derive(Clone, Copy, Debug)]
 pub struct Stats {
     pub median: f64,

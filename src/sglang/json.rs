@@ -3,6 +3,13 @@
 //! Request bodies, `generation_config.json` and trace lines are written by people; serde's derived
 //! errors say "expected f64" without saying where. Every reader in this module goes through these
 //! helpers instead, so a bad value is reported as `body.sampling_params.top_k: ...`.
+//!
+//! Not `serde_path_to_error`, which tracks the same path through a derived `Deserialize`: where a
+//! request's sampling fields sit depends on a sibling field (the body's top level for the OpenAI
+//! endpoints, its `sampling_params` for `/generate`, which each ignore the other's), so a derive
+//! would need `flatten` (through which that crate loses the path, dtolnay/path-to-error#9) or a
+//! second pass over a `Value` that joins the paths by hand again; and it would be a new
+//! dependency of the library for every user, where these helpers need only `serde_json`.
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};

@@ -1,5 +1,5 @@
-//! What every test binary shares: the backends (each made once, reported as not run where
-//! absent), a seeded generator, and the report `cargo xtask test` prints its table from.
+//! What every test binary shares: the backends (each made once a process, reported as not run
+//! where absent), a seeded generator, and the report `cargo xtask test` prints its table from.
 
 #![allow(dead_code)]
 

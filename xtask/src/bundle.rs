@@ -10,7 +10,7 @@
 //! binaries are packed because they are 12 MiB each unpacked (wgpu and naga in every one), more
 //! than the device tool carries; gzip brings them to about a quarter.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const SCRIPT: &str = r#"#!/usr/bin/env bash
@@ -91,6 +91,34 @@ const BENCHES: [&str; 2] = ["kernels", "mixed"];
 const ON_DEVICE: [&str; 8] =
     ["backends", "seeded", "policy", "properties", "sampler", "filters", "allocations", "generated_code"];
 
+/// One line of cargo's `--message-format=json`: only built artifacts matter here.
+#[derive(serde::Deserialize)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
+enum Message {
+    CompilerArtifact(Artifact),
+    #[serde(other)]
+    Other,
+}
+
+/// What cargo built: the executable of a test or bench target, if it has one.
+#[derive(serde::Deserialize)]
+struct Artifact {
+    executable: Option<PathBuf>,
+    profile: Profile,
+    target: Target,
+}
+
+#[derive(serde::Deserialize)]
+struct Profile {
+    /// Built as a test harness (`cargo test`).
+    test: bool,
+}
+
+#[derive(serde::Deserialize)]
+struct Target {
+    kind: Vec<String>,
+}
+
 pub fn run(root: &Path) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let staging = root.join("target/device-bundle");
@@ -99,11 +127,11 @@ pub fn run(root: &Path) -> Result<(), String> {
     let mut total = 0u64;
     // `cargo test --release` and `cargo bench` build with the same (release) settings; each
     // artifact is kept by what it is: a test harness, or a bench target.
-    let builds = [
-        (["test", "--release"], "\"test\":true", "tests"),
-        (["bench", "--bench=*"], "\"kind\":[\"bench\"]", "benches"),
+    let builds: [([&str; 2], fn(&Artifact) -> bool, &str); 2] = [
+        (["test", "--release"], |a| a.profile.test, "tests"),
+        (["bench", "--bench=*"], |a| a.target.kind == ["bench"], "benches"),
     ];
-    for (args, marker, folder) in builds {
+    for (args, kept, folder) in builds {
         let out = Command::new(&cargo)
             .args(args)
             .args(["--workspace", "--features", "sampling-kernels/cli", "--no-run", "--message-format=json"])
@@ -115,20 +143,18 @@ pub fn run(root: &Path) -> Result<(), String> {
         }
         std::fs::create_dir_all(dir.join(folder)).map_err(|e| e.to_string())?;
         for line in String::from_utf8_lossy(&out.stdout).lines() {
-            // One JSON object per line; a test or bench artifact names its "executable".
-            let Some(at) = line.find("\"executable\":\"") else { continue };
-            let rest = &line[at + 14..];
-            let exe = &rest[..rest.find('"').unwrap_or(0)];
-            let src = Path::new(exe);
+            let message = serde_json::from_str(line).map_err(|e| format!("cargo's message {line}: {e}"))?;
+            let Message::CompilerArtifact(artifact) = message else { continue };
+            let Some(src) = artifact.executable.as_deref().filter(|_| kept(&artifact)) else { continue };
             let name = src.file_name().ok_or("executable without a name")?;
             let stem = name.to_string_lossy();
             let stem = stem.rsplit_once('-').map_or(&*stem, |(s, _)| s);
             let wanted = if folder == "tests" { &ON_DEVICE[..] } else { &BENCHES[..] };
-            if !line.contains(marker) || !wanted.contains(&stem) {
+            if !wanted.contains(&stem) {
                 continue;
             }
             let dst = dir.join(folder).join(name);
-            std::fs::copy(src, &dst).map_err(|e| format!("{exe}: {e}"))?;
+            std::fs::copy(src, &dst).map_err(|e| format!("{}: {e}", src.display()))?;
             let _ = Command::new("strip").arg(&dst).status();
             total += std::fs::metadata(&dst).map_err(|e| e.to_string())?.len();
         }
@@ -171,4 +197,39 @@ pub fn run(root: &Path) -> Result<(), String> {
         return Err("the bundle exceeds 60 MiB packed".into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Artifact, Message};
+
+    fn artifact(line: &str) -> Option<Artifact> {
+        match serde_json::from_str(line).expect("one of cargo's messages") {
+            Message::CompilerArtifact(artifact) => Some(artifact),
+            Message::Other => None,
+        }
+    }
+
+    /// Lines as cargo 1.9x writes them with `--message-format=json` (the artifact shortened).
+    #[test]
+    fn cargo_messages_name_test_and_bench_executables() {
+        let test = artifact(
+            r#"{"reason":"compiler-artifact","target":{"kind":["test"],"name":"sglang","test":true},
+            "profile":{"opt_level":"2","test":true},"executable":"/t/debug/deps/sglang-bc48af67","fresh":true}"#,
+        )
+        .expect("an artifact");
+        assert!(test.profile.test);
+        assert_eq!(test.executable.as_deref(), Some(std::path::Path::new("/t/debug/deps/sglang-bc48af67")));
+        let bench = artifact(
+            r#"{"reason":"compiler-artifact","target":{"kind":["bench"]},"profile":{"test":false},
+            "executable":"/t/release/deps/kernels-1"}"#,
+        )
+        .expect("an artifact");
+        assert_eq!((bench.profile.test, bench.target.kind.as_slice()), (false, &["bench".to_string()][..]));
+        let library = artifact(
+            r#"{"reason":"compiler-artifact","target":{"kind":["lib"]},"profile":{"test":false},"executable":null}"#,
+        );
+        assert!(library.expect("an artifact").executable.is_none());
+        assert!(artifact(r#"{"reason":"build-finished","success":true}"#).is_none());
+    }
 }

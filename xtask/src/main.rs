@@ -1,7 +1,7 @@
 //! The project's tasks: `cargo xtask <command>`.
 //!
 //! - `gen [--check]`: write (or verify) `shaders/`, `kernels/` and `src/generated.rs` from the IR.
-//! - `test [cargo test args]`: every test, then a table of backends, devices and checks run.
+//! - `test [cargo nextest run args]`: every test, then a table of backends, devices and checks run.
 //! - `bundle-device`: release test binaries and a script for the GPU machine, in `dist/device/`.
 //! - `ptx-report`: registers, shared memory, spills and occupancy of every kernel (NVRTC + ptxas).
 //! - `cost [--check] [--calibrate] [--kernels DIR]`: the modelled time of every kernel on a T4 and
@@ -44,7 +44,7 @@ fn main() -> ExitCode {
         Some("cost") => cost::run(&root(), &args[1..]),
         Some("bundle-device") => bundle::run(&root()),
         Some("test") => test_runner::run(&root(), &args[1..]),
-        _ => Err("usage: cargo xtask gen [--check] | test [args] | ptx-report | cost [--check] [--calibrate] [--kernels DIR] | bundle-device".to_string()),
+        _ => Err("usage: cargo xtask gen [--check] | test [nextest args] | ptx-report | cost [--check] [--calibrate] [--kernels DIR] | bundle-device".to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -199,41 +199,32 @@ pub fn calls(counted: &[Counted], csv: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// A line of the benchmark's CSV, split at commas outside quotes.
-fn fields(line: &str) -> Vec<String> {
-    let mut out = vec![String::new()];
-    let mut quoted = false;
-    for ch in line.chars() {
-        match ch {
-            '"' => quoted = !quoted,
-            ',' if !quoted => out.push(String::new()),
-            _ => out.last_mut().expect("one field at least").push(ch),
-        }
-    }
-    out
+/// The columns of a measured cell the calibration reads from the benchmark's CSV (by name: the
+/// others are left out).
+#[derive(serde::Deserialize)]
+struct Measured {
+    kernel: String,
+    dtype: String,
+    rows: String,
+    batch: u32,
+    vocab: u32,
+    median_us: f64,
 }
 
 /// Modelled beside measured for every cell of the H200 run, with the launch plan of f09f138.
 pub fn calibration(hw: &Hardware, kernels: &[Kernel], measured: &Path, csv: &Path) -> Result<(), String> {
-    let text = std::fs::read_to_string(measured).map_err(|e| format!("{}: {e}", measured.display()))?;
-    let mut lines = text.lines();
-    let header = fields(lines.next().ok_or("empty CSV")?);
-    let col = |name: &str| header.iter().position(|h| h == name).ok_or(format!("no column {name}"));
-    let (ck, cd, cr, cb, cv, cm) =
-        (col("kernel")?, col("dtype")?, col("rows")?, col("batch")?, col("vocab")?, col("median_us")?);
+    let mut reader = csv::Reader::from_path(measured).map_err(|e| format!("{}: {e}", measured.display()))?;
     let mut out = String::from("call,dtype,rows,batch,vocab,measured_us,modelled_us,error,bound\n");
     let mut errors = Vec::new();
     let mut by_call: Vec<(String, Vec<f64>)> = Vec::new();
-    for line in lines {
-        let f = fields(line);
-        let Some(call) = Call::from_name(&f[ck]) else { continue };
-        let elem = if f[cd] == "bf16" { 2 } else { 4 };
+    for cell in reader.deserialize() {
+        let Measured { kernel, dtype: measured_dtype, rows, batch, vocab, median_us } =
+            cell.map_err(|e| format!("{}: {e}", measured.display()))?;
+        let Some(call) = Call::from_name(&kernel) else { continue };
+        let elem = if measured_dtype == "bf16" { 2 } else { 4 };
         let dtype = if elem == 2 { "bf16" } else { "f32" };
-        let batch: u32 = f[cb].parse().map_err(|_| format!("batch {}", f[cb]))?;
-        let vocab: u32 = f[cv].parse().map_err(|_| format!("vocab {}", f[cv]))?;
-        let measured: f64 = f[cm].parse().map_err(|_| format!("median {}", f[cm]))?;
         let r = modelled(hw, kernels, call, Shape { batch, vocab, elem, dtype }, Era::F09f138)?;
-        let error = r.us / measured - 1.0;
+        let error = r.us / median_us - 1.0;
         errors.push(error.abs());
         match by_call.iter_mut().find(|(n, _)| n == call.name()) {
             Some((_, v)) => v.push(error),
@@ -241,10 +232,10 @@ pub fn calibration(hw: &Hardware, kernels: &[Kernel], measured: &Path, csv: &Pat
         }
         writeln!(
             out,
-            "{},{},{},{batch},{vocab},{measured:.3},{:.3},{error:.4},{}",
+            "{},{},{},{batch},{vocab},{median_us:.3},{:.3},{error:.4},{}",
             call.name(),
-            f[cd],
-            f[cr],
+            measured_dtype,
+            rows,
             r.us,
             r.bound.name()
         )
