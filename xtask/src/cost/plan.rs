@@ -197,7 +197,8 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
     let idle = |kernel: String, groups: u32| Launch { kernel, groups, columns: 0, passes: 0, read: 0.0, written: 0.0 };
     let filter = |passes: u32, idle_rows: bool, input: &str| -> Vec<Launch> {
         let p = match era {
-            Era::Current => parts(batch, vocab, target_groups, block),
+            // At most the seeded kernel's parts (`launch::filter_parts`).
+            Era::Current => parts(batch, vocab, target_groups, block).min(seeded_parts(vocab, block)),
             Era::F09f138 => 1,
         };
         if idle_rows {
