@@ -1218,6 +1218,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                 }
                                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {
+                                    // built by kernels::filter_top_k::finish_race
                                     passes[row] = 1u;
                                 }
                                 one_read_done = true;

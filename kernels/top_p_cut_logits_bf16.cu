@@ -1151,8 +1151,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_bf16(
                                     for (unsigned int li = 0u; li < l_n; li += 1u) {
                                         // built by kernels::filter_top_p::select_in_range
                                         unsigned int l_at = (l_start + li);
-                                        listed_cols[l_at] = (*(volatile unsigned int*)&partials[(((((row_slot * parts) + l_p) * 551u) + 5u) + (li * 2u))]);
-                                        listed_cols[(l_at + 2048u)] = (*(volatile unsigned int*)&partials[((((((row_slot * parts) + l_p) * 551u) + 5u) + (li * 2u)) + 1u)]);
+                                        listed_cols[l_at] = (*(volatile unsigned int*)&partials[((((row_slot * parts) + l_p) * 551u) + (5u + (li * 2u)))]);
+                                        listed_cols[(l_at + 2048u)] = (*(volatile unsigned int*)&partials[(((((row_slot * parts) + l_p) * 551u) + (5u + (li * 2u))) + 1u)]);
                                     }
                                     l_base = (l_base + l_chunk);
                                 }
@@ -2155,8 +2155,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_bf16(
                             }
                             if ((cut_sorted || cut_tied)) {
                                 // built by kernels::filter_top_p::cut_row
-                                float cut_win = (0.0f);
-                                unsigned int cut_tok32 = 0u;
+                                float ow_win = (0.0f);
+                                unsigned int ow_tok32 = 0u;
                                 {
                                     float sk_v = best;
                                     unsigned int sk_i = best_i;
@@ -2184,12 +2184,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_bf16(
                                         }
                                     }
                                     __syncthreads();
-                                    cut_win = sk_am_f32[32];
-                                    cut_tok32 = sk_am_i[32];
+                                    ow_win = sk_am_f32[32];
+                                    ow_tok32 = sk_am_i[32];
                                     __syncthreads();
                                 }
-                                double cut_win64 = (0.0);
-                                unsigned int cut_tok64 = 0u;
+                                double ow_win64 = (0.0);
+                                unsigned int ow_tok64 = 0u;
                                 {
                                     double sk_v = best64;
                                     unsigned int sk_i = best64_i;
@@ -2217,29 +2217,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_bf16(
                                         }
                                     }
                                     __syncthreads();
-                                    cut_win64 = sk_am_f64[32];
-                                    cut_tok64 = sk_am_i[32];
+                                    ow_win64 = sk_am_f64[32];
+                                    ow_tok64 = sk_am_i[32];
                                     __syncthreads();
                                 }
-                                unsigned int cut_tok = (cut_seeded ? cut_tok64 : cut_tok32);
-                                bool cut_valid = (cut_tok < vocab);
-                                unsigned int cut_at = (cut_valid ? cut_tok : 0u);
+                                unsigned int ow_tok = (cut_seeded ? ow_tok64 : ow_tok32);
+                                bool ow_valid = (ow_tok < vocab);
+                                unsigned int ow_at = (ow_valid ? ow_tok : 0u);
                                 if ((threadIdx.x == 0u)) {
                                     // built by kernels::sampling::write_results
-                                    tokens[row] = (cut_valid ? cut_tok : 0u);
+                                    tokens[row] = (ow_valid ? ow_tok : 0u);
                                     if (((flags & 2u) != 0u)) {
-                                        status[row] = (cut_valid ? 1u : 0u);
+                                        status[row] = (ow_valid ? 1u : 0u);
                                     }
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     // built by kernels::sampling::write_results
-                                    float cut_w = sk_fixed_f32(cut_row_mass);
                                     if ((threadIdx.x == 0u)) {
-                                        const float sk_e32 = sk_bf16(x[(base + cut_at)]);
-                                        logprobs[row] = (cut_valid ? ((((((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) / temp) - cut_mx) - sk_log(cut_w)) : sk_bitcast<float>(4286578688u));
+                                        const float sk_e32 = sk_bf16(x[(base + ow_at)]);
+                                        logprobs[row] = (ow_valid ? ((((((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) / temp) - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))) : sk_bitcast<float>(4286578688u));
                                     }
                                 }
                                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {
+                                    // built by kernels::filter_top_k::finish_race
                                     passes[row] = 2u;
                                 }
                             } else {

@@ -1078,6 +1078,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
+                                    // built by kernels::filter_top_k::finish_race
                                     passes[row] = 1u;
                                 }
                                 one_read_done = true;

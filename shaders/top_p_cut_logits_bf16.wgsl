@@ -1006,8 +1006,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     for (var li: u32 = 0u; li < l_n; li = li + 1u) {
                                         // built by kernels::filter_top_p::select_in_range
                                         var l_at: u32 = (l_start + li);
-                                        listed_cols[l_at] = atomicLoad(&partials[(((((row_slot * parts) + l_p) * 551u) + 5u) + (li * 2u))]);
-                                        listed_cols[(l_at + 2048u)] = atomicLoad(&partials[((((((row_slot * parts) + l_p) * 551u) + 5u) + (li * 2u)) + 1u)]);
+                                        listed_cols[l_at] = atomicLoad(&partials[((((row_slot * parts) + l_p) * 551u) + (5u + (li * 2u)))]);
+                                        listed_cols[(l_at + 2048u)] = atomicLoad(&partials[(((((row_slot * parts) + l_p) * 551u) + (5u + (li * 2u))) + 1u)]);
                                     }
                                     l_base = (l_base + l_chunk);
                                 }
@@ -1979,8 +1979,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             if ((cut_sorted || cut_tied)) {
                                 // built by kernels::filter_top_p::cut_row
-                                var cut_win: f32 = (0.0f);
-                                var cut_tok32: u32 = 0u;
+                                var ow_win: f32 = (0.0f);
+                                var ow_tok32: u32 = 0u;
                                 {
                                     sk_am_f32[sk_lid] = best;
                                     sk_am_i[sk_lid] = best_i;
@@ -1996,12 +1996,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         workgroupBarrier();
                                     }
-                                    cut_win = sk_am_f32[0];
-                                    cut_tok32 = sk_am_i[0];
+                                    ow_win = sk_am_f32[0];
+                                    ow_tok32 = sk_am_i[0];
                                     workgroupBarrier();
                                 }
-                                var cut_win64: f64 = (0.0lf);
-                                var cut_tok64: u32 = 0u;
+                                var ow_win64: f64 = (0.0lf);
+                                var ow_tok64: u32 = 0u;
                                 {
                                     sk_am_f64[sk_lid] = best64;
                                     sk_am_i[sk_lid] = best64_i;
@@ -2017,29 +2017,29 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         workgroupBarrier();
                                     }
-                                    cut_win64 = sk_am_f64[0];
-                                    cut_tok64 = sk_am_i[0];
+                                    ow_win64 = sk_am_f64[0];
+                                    ow_tok64 = sk_am_i[0];
                                     workgroupBarrier();
                                 }
-                                var cut_tok: u32 = select(cut_tok32, cut_tok64, cut_seeded);
-                                var cut_valid: bool = (cut_tok < params.vocab);
-                                var cut_at: u32 = select(0u, cut_tok, cut_valid);
+                                var ow_tok: u32 = select(ow_tok32, ow_tok64, cut_seeded);
+                                var ow_valid: bool = (ow_tok < params.vocab);
+                                var ow_at: u32 = select(0u, ow_tok, ow_valid);
                                 if ((sk_lid == 0u)) {
                                     // built by kernels::sampling::write_results
-                                    tokens[row] = select(0u, cut_tok, cut_valid);
+                                    tokens[row] = select(0u, ow_tok, ow_valid);
                                     if (((params.flags & 2u) != 0u)) {
-                                        status[row] = select(0u, 1u, cut_valid);
+                                        status[row] = select(0u, 1u, ow_valid);
                                     }
                                 }
                                 if (((params.flags & 1u) != 0u)) {
                                     // built by kernels::sampling::write_results
-                                    var cut_w: f32 = sk_fixed_f32(cut_row_mass);
                                     if ((sk_lid == 0u)) {
-                                        let sk_e32: f32 = sk_load_x((base + cut_at));
-                                        logprobs[row] = select(bitcast<f32>(4286578688u), (((select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u)) / temp) - cut_mx) - sk_log(cut_w)), cut_valid);
+                                        let sk_e32: f32 = sk_load_x((base + ow_at));
+                                        logprobs[row] = select(bitcast<f32>(4286578688u), (((select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u)) / temp) - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))), ow_valid);
                                     }
                                 }
                                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
+                                    // built by kernels::filter_top_k::finish_race
                                     passes[row] = 2u;
                                 }
                             } else {

@@ -127,9 +127,20 @@ pub(super) fn one_read_row(b: &mut Block) -> Expr {
     one
 }
 
+/// Word `k` of part `p`'s slot of the row in slot `row_slot` of its launch's row loop.
+pub(super) fn slot_word(row_slot: Expr, p: Expr, k: Expr) -> Expr {
+    (row_slot * var("parts") + p) * u(SLOT_WORDS) + k
+}
+
 /// Word `k` of part `p`'s record of this row (slot `slot` of the row loop).
 pub(super) fn record(p: Expr, k: Expr) -> Expr {
-    (var("slot") * var("parts") + p) * u(SLOT_WORDS) + k
+    slot_word(var("slot"), p, k)
+}
+
+/// Word `k` of this part's own slot (slot `slot` of the part loop: a row's slot times its
+/// parts, plus the part).
+pub(super) fn own_word(k: Expr) -> Expr {
+    var("slot") * u(SLOT_WORDS) + k
 }
 
 /// The `want` largest of `n` items by (key descending, position ascending), `key_at(i)` giving
@@ -262,9 +273,8 @@ fn read_part(b: &mut Block) {
     let s = sum_part(b, n.clone(), m.clone(), &|_, _, _| {});
     let key_at = |_: &mut Block, i: Expr| load_shared(KEYS, i);
     select_top(b, n.clone(), var("kc") + u(1), &key_at);
-    let own = |k: Expr| var("slot") * u(SLOT_WORDS) + k;
     gather(b, n, &key_at, &|b, o, i, k| {
-        let at = own(u(HEAD_WORDS) + o * u(2));
+        let at = own_word(u(HEAD_WORDS) + o * u(2));
         b.store(SCRATCH, at.clone(), k);
         b.store(SCRATCH, at + u(1), var("col_lo") + i);
     });
@@ -276,11 +286,11 @@ fn read_part(b: &mut Block) {
     });
     let below = b.reduce(ReduceOp::Max, Ty::U32, var("below"), "part_below");
     b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
-        b.store(SCRATCH, own(u(0)), m.bitcast(Ty::U32));
-        b.store(SCRATCH, own(u(1)), s.bitcast(Ty::U32));
-        b.store(SCRATCH, own(u(2)), var("t_above") + var("t_take"));
-        b.store(SCRATCH, own(u(3)), below);
-        b.store(SCRATCH, own(u(4)), select(var("t_at").gt(var("t_take")), var("t_key"), u(0)));
+        b.store(SCRATCH, own_word(u(0)), m.bitcast(Ty::U32));
+        b.store(SCRATCH, own_word(u(1)), s.bitcast(Ty::U32));
+        b.store(SCRATCH, own_word(u(2)), var("t_above") + var("t_take"));
+        b.store(SCRATCH, own_word(u(3)), below);
+        b.store(SCRATCH, own_word(u(4)), select(var("t_at").gt(var("t_take")), var("t_key"), u(0)));
     });
 }
 
@@ -375,8 +385,20 @@ pub(super) fn keep_lower(b: &mut Block, suffix: &str, score: Expr, col: Expr) {
     });
 }
 
-/// The merge of one row (after [`one_read_row`]): sets `one_read_done` where the candidates
-/// decide it, and then writes its results.
+/// After a race into [`declare_best`]'s variables: the row's token (the seeded race's winner
+/// where `seeded`), its log-probability `z - mx - ln(mass)` (`mass`, f32, the row's softmax sum
+/// at `mx`), status, and `passes` as its pass count.
+pub(super) fn finish_race(b: &mut Block, seeded: Expr, mx: Expr, mass: Expr, passes: u32) {
+    let (_, tok32) = b.argmax(var("best"), var("best_i"), "ow_win", "ow_tok32");
+    let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "ow_win64", "ow_tok64");
+    let tok = b.let_("ow_tok", Ty::U32, select(seeded, tok64, tok32));
+    let valid = b.let_("ow_valid", Ty::Bool, tok.clone().lt(param("vocab")));
+    let safe = b.let_("ow_at", Ty::U32, select(valid.clone(), tok.clone(), u(0)));
+    write_results(b, tok, valid, |_| (scaled(safe) - mx) - call(math::LOG, vec![mass]));
+    let want_passes = (param("flags") & u(FLAG_PASSES)).ne_(u(0));
+    b.if_(want_passes.and(builtin(Builtin::LocalId).eq_(u(0))), |b| b.store("passes", var("row"), u(passes)));
+}
+
 /// The part `p`'s maximum, from its record.
 pub(super) fn part_m(p: Expr) -> Expr {
     load(SCRATCH, record(p, u(0))).bitcast(Ty::F32)
@@ -394,6 +416,8 @@ pub(super) fn row_max(b: &mut Block) -> (Expr, Expr) {
     (mx, finite)
 }
 
+/// The merge of one row (after [`one_read_row`]): sets `one_read_done` where the candidates
+/// decide it, and then writes its results.
 fn merge_row(b: &mut Block) {
     let lid = builtin(Builtin::LocalId);
     let bs = builtin(Builtin::BlockSize);
@@ -515,14 +539,7 @@ fn merge_row(b: &mut Block) {
                 let z = b.let_("rz", Ty::F32, key_value(get(S_KEY, r)));
                 race_one(b, "", seeded.clone(), col, z.clone(), ov(z));
             });
-            let (_, tok32) = b.argmax(var("best"), var("best_i"), "ow_win", "ow_tok32");
-            let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "ow_win64", "ow_tok64");
-            let tok = b.let_("ow_tok", Ty::U32, select(seeded, tok64, tok32));
-            let valid = b.let_("ow_valid", Ty::Bool, tok.clone().lt(param("vocab")));
-            let safe = b.let_("ow_at", Ty::U32, select(valid.clone(), tok.clone(), u(0)));
-            write_results(b, tok, valid, |_| (scaled(safe) - mx.clone()) - call(math::LOG, vec![mass.clone()]));
-            let want_passes = (param("flags") & u(FLAG_PASSES)).ne_(u(0));
-            b.if_(want_passes.and(builtin(Builtin::LocalId).eq_(u(0))), |b| b.store("passes", var("row"), u(1)));
+            finish_race(b, seeded, mx.clone(), mass.clone(), 1);
             b.set("one_read_done", boolean(true));
         });
     });

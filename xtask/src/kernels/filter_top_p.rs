@@ -31,8 +31,8 @@
 
 use super::filter_split::{load64, store64};
 use super::filter_top_k::{
-    keep_lower, load_part, one_read_row, part_m, race_one, record, row_max, select_top, sum_part, CAP, HEAD_WORDS,
-    SCRATCH, SLOT_WORDS,
+    finish_race, keep_lower, load_part, one_read_row, own_word, part_m, race_one, record, row_max, select_top,
+    slot_word, sum_part, CAP, HEAD_WORDS, SCRATCH, SLOT_WORDS,
 };
 use super::filters::{
     add_digit, count_digits, declare_best, declare_best_as, declare_select, filter_body, filter_buffers, filter_shared,
@@ -40,10 +40,7 @@ use super::filters::{
     FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP, NONE,
 };
 use super::math;
-use super::sampling::{
-    for_each_row_part_at, kernel, quads_per_part, row_is_seeded, scaled, softmax_weight, write_results, Dtype,
-    FLAG_PASSES,
-};
+use super::sampling::{for_each_row_part_at, kernel, quads_per_part, row_is_seeded, scaled, softmax_weight, Dtype};
 use crate::ir::*;
 
 /// Bins of a part's histogram, each `1 / BIN_SCALE` of `z` wide: 32 units below the part's
@@ -107,7 +104,7 @@ const TAIL: u32 = SLOT_WORDS - TAIL_WORDS;
 
 /// Word `k` of the tail of part `p` of the row in slot `row_slot` of the launch.
 fn tail_word(row_slot: Expr, p: Expr, k: u32) -> Expr {
-    (row_slot * var("parts") + p) * u(SLOT_WORDS) + u(TAIL + k)
+    slot_word(row_slot, p, u(TAIL + k))
 }
 
 /// The workgroup array of [`histogram_part`].
@@ -144,15 +141,14 @@ pub(super) fn histogram_part(b: &mut Block) {
         });
     });
     b.barrier();
-    let own = |k: Expr| var("slot") * u(SLOT_WORDS) + k;
     b.if_(lid.clone().eq_(u(0)), |b| {
-        b.store(SCRATCH, own(u(0)), m.bitcast(Ty::U32));
-        b.store(SCRATCH, own(u(1)), s.bitcast(Ty::U32));
+        b.store(SCRATCH, own_word(u(0)), m.bitcast(Ty::U32));
+        b.store(SCRATCH, own_word(u(1)), s.bitcast(Ty::U32));
         for k in 2..HEAD_WORDS {
-            b.store(SCRATCH, own(u(k)), u(0));
+            b.store(SCRATCH, own_word(u(k)), u(0));
         }
     });
-    b.for_("i", lid, u(BINS), bs, |b, i| b.store(SCRATCH, own(u(HEAD_WORDS) + i.clone()), load_shared(HIST, i)));
+    b.for_("i", lid, u(BINS), bs, |b, i| b.store(SCRATCH, own_word(u(HEAD_WORDS) + i.clone()), load_shared(HIST, i)));
 }
 
 /// The merge's step for a top-p row (see the module's step 2): the row's state for the cut
@@ -272,7 +268,6 @@ fn cut_part(b: &mut Block, input: Input) {
     b.let_("w_below", Ty::F32, f(0.0));
     declare_best(b);
     declare_best_as(b, "r");
-    let own = |k: Expr| var("slot") * u(SLOT_WORDS) + k;
     b.for_("col", var("col_lo") + lid.clone(), var("col_hi"), bs, |b, col| {
         let z = b.let_("cz", Ty::F32, scaled(col.clone()));
         let ov = b.let_("cov", Ty::F32, z.clone() - mx.clone());
@@ -306,8 +301,8 @@ fn cut_part(b: &mut Block, input: Input) {
                             race(b, "r");
                             let at = b.atomic_add(LISTING, u(0), u(1), "cut_at");
                             b.if_(at.clone().lt(u(PART_LIST)), |b| {
-                                b.store(SCRATCH, own(u(HEAD_WORDS) + at.clone() * u(2)), key.clone());
-                                b.store(SCRATCH, own(u(HEAD_WORDS + 1) + at * u(2)), col.clone());
+                                b.store(SCRATCH, own_word(u(HEAD_WORDS) + at.clone() * u(2)), key.clone());
+                                b.store(SCRATCH, own_word(u(HEAD_WORDS + 1) + at * u(2)), col.clone());
                             });
                         },
                         |b| {
@@ -435,17 +430,7 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
     b.if_else(
         sorted.or(flat),
         |b| {
-            let (_, tok32) = b.argmax(var("best"), var("best_i"), "cut_win", "cut_tok32");
-            let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "cut_win64", "cut_tok64");
-            let tok = b.let_("cut_tok", Ty::U32, select(seeded, tok64, tok32));
-            let valid = b.let_("cut_valid", Ty::Bool, tok.clone().lt(param("vocab")));
-            let safe = b.let_("cut_at", Ty::U32, select(valid.clone(), tok.clone(), u(0)));
-            write_results(b, tok, valid, |b| {
-                let w = b.let_("cut_w", Ty::F32, call(FIXED_F32, vec![row_mass]));
-                (scaled(safe) - mx) - call(math::LOG, vec![w])
-            });
-            let want_passes = (param("flags") & u(FLAG_PASSES)).ne_(u(0));
-            b.if_(want_passes.and(lid.clone().eq_(u(0))), |b| b.store("passes", var("row"), u(2)));
+            finish_race(b, seeded, mx, call(FIXED_F32, vec![row_mass]), 2);
         },
         |b| {
             // The whole row, by the one workgroup that arrived last.
@@ -465,7 +450,7 @@ fn select_in_range(b: &mut Block, n: Expr, seeded: Expr) {
     parts_in_order(b, "l", tail::LISTED, &|b, p, n, start| {
         b.for_("li", u(0), n, u(1), |b, i| {
             let at = b.let_("l_at", Ty::U32, start.clone() + i.clone());
-            let slot = (var("row_slot") * var("parts") + p.clone()) * u(SLOT_WORDS) + u(HEAD_WORDS) + i * u(2);
+            let slot = slot_word(var("row_slot"), p.clone(), u(HEAD_WORDS) + i * u(2));
             b.store_shared(LIST, at.clone(), load(SCRATCH, slot.clone()));
             b.store_shared(LIST, at + u(CUT_CAP), load(SCRATCH, slot + u(1)));
         });
