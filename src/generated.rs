@@ -58,7 +58,7 @@ pub const SLOT_WORDS: usize = 110;
 /// `TOP_K_PART_COLS` columns, each writing `TOP_K_SLOT_WORDS` u32 of `partials`.
 pub const TOP_K_CAP: u32 = 256;
 pub const TOP_K_PART_COLS: usize = 4096;
-pub const TOP_K_SLOT_WORDS: usize = 551;
+pub const TOP_K_SLOT_WORDS: usize = 805;
 
 /// The most buffers any kernel binds: launches list their bindings in arrays this long.
 pub const MAX_BUFFERS: usize = 8;
@@ -144,23 +144,23 @@ pub enum KernelId {
     FilterSplitLogitsBf16,
     /// `filter_split_probs`: top-k, top-p and min-p sampling with each row split over workgroups: one launch per stage
     FilterSplitProbs,
-    /// `top_k_parts_logits_f32`: top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum
+    /// `top_k_parts_logits_f32`: top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum (a top-p row's histogram, and its last part the cut's estimate)
     TopKPartsLogitsF32,
-    /// `top_k_parts_logits_f16`: top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum
+    /// `top_k_parts_logits_f16`: top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum (a top-p row's histogram, and its last part the cut's estimate)
     TopKPartsLogitsF16,
-    /// `top_k_parts_logits_bf16`: top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum
+    /// `top_k_parts_logits_bf16`: top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum (a top-p row's histogram, and its last part the cut's estimate)
     TopKPartsLogitsBf16,
-    /// `top_k_merge_logits_f32`: top-k from logits after top_k_parts: the set and the race from the parts' candidates, else the filter kernel's
+    /// `top_k_merge_logits_f32`: top-k from logits after top_k_parts (and top-p rows after top_p_cut): the set and the race from the parts' candidates or listed range, else the filter kernel's
     TopKMergeLogitsF32,
-    /// `top_k_merge_logits_f16`: top-k from logits after top_k_parts: the set and the race from the parts' candidates, else the filter kernel's
+    /// `top_k_merge_logits_f16`: top-k from logits after top_k_parts (and top-p rows after top_p_cut): the set and the race from the parts' candidates or listed range, else the filter kernel's
     TopKMergeLogitsF16,
-    /// `top_k_merge_logits_bf16`: top-k from logits after top_k_parts: the set and the race from the parts' candidates, else the filter kernel's
+    /// `top_k_merge_logits_bf16`: top-k from logits after top_k_parts (and top-p rows after top_p_cut): the set and the race from the parts' candidates or listed range, else the filter kernel's
     TopKMergeLogitsBf16,
-    /// `top_p_cut_logits_f32`: top-p rows without a small top-k, after top_k_merge: the second read, the cut and the race
+    /// `top_p_cut_logits_f32`: top-p rows without a small top-k, after top_k_parts: each part's second read, its classes and winners
     TopPCutLogitsF32,
-    /// `top_p_cut_logits_f16`: top-p rows without a small top-k, after top_k_merge: the second read, the cut and the race
+    /// `top_p_cut_logits_f16`: top-p rows without a small top-k, after top_k_parts: each part's second read, its classes and winners
     TopPCutLogitsF16,
-    /// `top_p_cut_logits_bf16`: top-p rows without a small top-k, after top_k_merge: the second read, the cut and the race
+    /// `top_p_cut_logits_bf16`: top-p rows without a small top-k, after top_k_parts: each part's second read, its classes and winners
     TopPCutLogitsBf16,
     /// `read_rows_f32`: each row's sum, reading every element once: the read bandwidth the benchmarks compare with
     ReadRowsF32,
@@ -180,7 +180,7 @@ pub enum Binding {
     Rows,
     /// `probs`
     Probs,
-    /// `partials` (atomic u32 in greedy_f32, greedy_f16, greedy_bf16, race_logits_f32, race_logits_f16, race_logits_bf16, race_probs, sample_f32, sample_f16, sample_bf16, top_p_cut_logits_f32, top_p_cut_logits_f16, top_p_cut_logits_bf16)
+    /// `partials` (atomic u32 in greedy_f32, greedy_f16, greedy_bf16, race_logits_f32, race_logits_f16, race_logits_bf16, race_probs, sample_f32, sample_f16, sample_bf16, top_k_parts_logits_f32, top_k_parts_logits_f16, top_k_parts_logits_bf16)
     Partials,
     /// `tokens`
     Tokens,
@@ -188,7 +188,7 @@ pub enum Binding {
     Logprobs,
     /// `status`
     Status,
-    /// `counters` (atomic u32 in greedy_f32, greedy_f16, greedy_bf16, race_logits_f32, race_logits_f16, race_logits_bf16, race_probs, seeded_logits_f32, seeded_logits_f16, seeded_logits_bf16, sample_f32, sample_f16, sample_bf16)
+    /// `counters` (atomic u32 in greedy_f32, greedy_f16, greedy_bf16, race_logits_f32, race_logits_f16, race_logits_bf16, race_probs, seeded_logits_f32, seeded_logits_f16, seeded_logits_bf16, sample_f32, sample_f16, sample_bf16, top_k_parts_logits_f32, top_k_parts_logits_f16, top_k_parts_logits_bf16)
     Counters,
     /// `input`
     Input,
@@ -656,7 +656,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "top_k_parts_logits_f32",
         wgsl: include_str!("../shaders/top_k_parts_logits_f32.wgsl"),
         cuda: include_str!("../kernels/top_k_parts_logits_f32.cu"),
-        bindings: &[Binding::X, Binding::Rows, Binding::Listed, Binding::Partials],
+        bindings: &[Binding::X, Binding::Rows, Binding::Listed, Binding::Partials, Binding::Counters],
         passes: 1,
         stages: 1,
         needs_f64: false,
@@ -667,7 +667,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "top_k_parts_logits_f16",
         wgsl: include_str!("../shaders/top_k_parts_logits_f16.wgsl"),
         cuda: include_str!("../kernels/top_k_parts_logits_f16.cu"),
-        bindings: &[Binding::X, Binding::Rows, Binding::Listed, Binding::Partials],
+        bindings: &[Binding::X, Binding::Rows, Binding::Listed, Binding::Partials, Binding::Counters],
         passes: 1,
         stages: 1,
         needs_f64: false,
@@ -678,7 +678,7 @@ pub const KERNELS: &[KernelSource] = &[
         name: "top_k_parts_logits_bf16",
         wgsl: include_str!("../shaders/top_k_parts_logits_bf16.wgsl"),
         cuda: include_str!("../kernels/top_k_parts_logits_bf16.cu"),
-        bindings: &[Binding::X, Binding::Rows, Binding::Listed, Binding::Partials],
+        bindings: &[Binding::X, Binding::Rows, Binding::Listed, Binding::Partials, Binding::Counters],
         passes: 1,
         stages: 1,
         needs_f64: false,
@@ -722,8 +722,8 @@ pub const KERNELS: &[KernelSource] = &[
         name: "top_p_cut_logits_f32",
         wgsl: include_str!("../shaders/top_p_cut_logits_f32.wgsl"),
         cuda: include_str!("../kernels/top_p_cut_logits_f32.cu"),
-        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed, Binding::Partials],
-        passes: 20,
+        bindings: &[Binding::X, Binding::Rows, Binding::Listed, Binding::Partials],
+        passes: 1,
         stages: 1,
         needs_f64: true,
         needs_int64: true,
@@ -733,8 +733,8 @@ pub const KERNELS: &[KernelSource] = &[
         name: "top_p_cut_logits_f16",
         wgsl: include_str!("../shaders/top_p_cut_logits_f16.wgsl"),
         cuda: include_str!("../kernels/top_p_cut_logits_f16.cu"),
-        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed, Binding::Partials],
-        passes: 20,
+        bindings: &[Binding::X, Binding::Rows, Binding::Listed, Binding::Partials],
+        passes: 1,
         stages: 1,
         needs_f64: true,
         needs_int64: true,
@@ -744,8 +744,8 @@ pub const KERNELS: &[KernelSource] = &[
         name: "top_p_cut_logits_bf16",
         wgsl: include_str!("../shaders/top_p_cut_logits_bf16.wgsl"),
         cuda: include_str!("../kernels/top_p_cut_logits_bf16.cu"),
-        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed, Binding::Partials],
-        passes: 20,
+        bindings: &[Binding::X, Binding::Rows, Binding::Listed, Binding::Partials],
+        passes: 1,
         stages: 1,
         needs_f64: true,
         needs_int64: true,

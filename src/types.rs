@@ -190,32 +190,34 @@ impl RowParams {
     }
     /// Whether the device backends sample this row of `vocab` logits on the one-read path, by
     /// its parameters, as its kernels decide: a sampled (not greedy) row, of the Philox race or
-    /// seeded, whose top-k is below the vocabulary and at most [`ONE_READ_TOP_K`], or one of top-p or
-    /// min-p without such a top-k (joint with a larger top-k, or with none). The first reads
-    /// once where its `k + 1` largest tokens decide it; a min-p row without top-p reads once where
-    /// its `ONE_READ_TOP_K + 1` largest do (its set is shorter), and a top-p row twice
-    /// ([`takes_top_p_cut`](Self::takes_top_p_cut)). Otherwise the row reads once or twice more
-    /// than the filter kernel's passes (the path's reads, then the filter kernel's body).
+    /// seeded, whose top-k is below the vocabulary and at most [`ONE_READ_TOP_K`], or one of
+    /// top-p, min-p or a larger top-k without such a top-k (top-p joint with a larger top-k, or
+    /// with none). The first reads once where its `k + 1` largest tokens decide it; a min-p row
+    /// alone reads once where its `ONE_READ_TOP_K + 1` largest do (its set is shorter), and a
+    /// row of top-p or of the larger top-k twice ([`takes_top_p_cut`](Self::takes_top_p_cut)).
+    /// Otherwise the row reads once or twice more than the filter kernel's passes (the path's
+    /// reads, then the filter kernel's body).
     pub fn takes_one_read(&self, vocab: usize) -> bool {
         self.is_sampled() && (self.one_read_top_k(vocab) || self.capped(vocab))
     }
-    /// Whether the row [takes the one-read path](Self::takes_one_read) for its top-p: with no
-    /// top-k of at most [`ONE_READ_TOP_K`], it is found from a histogram of the first read and a
-    /// second read split over workgroups (a third launch).
+    /// Whether the row [takes the one-read path](Self::takes_one_read) for its top-p or its
+    /// top-k above [`ONE_READ_TOP_K`]: where the set ends is found from a histogram of the first
+    /// read and a second read split over workgroups (a launch between the parts and the merge).
     pub fn takes_top_p_cut(&self, vocab: usize) -> bool {
-        self.is_sampled() && self.capped(vocab) && self.filters().top_p < 1.0
+        let f = self.filters();
+        self.is_sampled() && self.capped(vocab) && (f.top_p < 1.0 || f.top_k.is_some_and(|k| k < vocab))
     }
     /// The row's top-k is below the vocabulary and at most [`ONE_READ_TOP_K`].
     fn one_read_top_k(&self, vocab: usize) -> bool {
         self.filters().top_k.is_some_and(|k| k < vocab && k <= ONE_READ_TOP_K)
     }
-    /// Top-p or min-p without a top-k of at most [`ONE_READ_TOP_K`], and not top-k first with a
-    /// larger one (which needs the top-k mass).
+    /// Top-p, min-p or a top-k, without a top-k of at most [`ONE_READ_TOP_K`], and not top-k
+    /// first with a larger one and top-p (which needs the top-k mass).
     fn capped(&self, vocab: usize) -> bool {
         let f = self.filters();
         let k = f.top_k.filter(|&k| k < vocab);
         let k_first = f.order == Order::TopKFirst && k.is_some() && f.top_p < 1.0;
-        k.unwrap_or(vocab) > ONE_READ_TOP_K && !k_first && (f.top_p < 1.0 || f.min_p > 0.0)
+        k.unwrap_or(vocab) > ONE_READ_TOP_K && !k_first && (f.top_p < 1.0 || f.min_p > 0.0 || k.is_some())
     }
 }
 

@@ -525,7 +525,8 @@ pub fn one_read_rows_read_once<B: Backend>(b: &B) {
                     7 => RowParams::seeded(0.8, rng.next_u64(), 3),
                     _ => RowParams::new([0.6, 1.0, 1.3][r % 3], rng.next_u64(), 3),
                 };
-                // No top-k, and 1000 (joint: capped; top-k first: the filter kernel's).
+                // No top-k, and 1000 (joint, or alone: the cut; top-k first with top-p: the filter
+                // kernel's).
                 let k = [1, 5, 20, 50, ONE_READ_TOP_K as u32, u32::MAX, 1000][r % 7];
                 let row = base.with_top_k(k).with_order([Order::Joint, Order::TopKFirst][(r / 7) % 2]);
                 let row = if r % 4 != 3 { row.with_top_p([0.95, 0.5, 0.8][r % 3]) } else { row };
@@ -580,9 +581,9 @@ pub fn one_read_rows_read_once<B: Backend>(b: &B) {
                 let p = softmax(&values, &rows[r]);
                 if rows[r].takes_top_p_cut(vocab) {
                     // Distinct values put a few hundred tokens at most in the cut's range, which
-                    // lies where top-p cuts (a top-k of 1000 here may cut first).
-                    if case == 0 && f.top_k.is_none() {
-                        assert_eq!(ps[r], 2, "a top-p row of distinct values fell back, {what}");
+                    // lies where top-p or the top-k of 1000 cuts, whichever comes first.
+                    if case == 0 {
+                        assert_eq!(ps[r], 2, "a row of the cut, of distinct values, fell back, {what}");
                     }
                 } else if short && decided_within(&p, &f, 2e-3) {
                     assert_eq!(ps[r], 1, "a row the candidates decide read more than once, {what}");

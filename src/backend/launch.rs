@@ -177,16 +177,21 @@ fn filter_parts<B: Backend + ?Sized>(
     block: u32,
     split: bool,
 ) -> Option<(usize, u32)> {
-    let (shape, rows) = match job {
-        Job::Filter { shape, .. } => (shape, shape.batch),
-        Job::Sample { shape, listed, .. } => (shape, listed.map_or(shape.batch, |l| l.filtered.1)),
-        _ => return None,
-    };
+    let (shape, rows) = filter_rows(job)?;
     // At most the seeded kernel's parts: each stage of the split filters sums every part's
     // counts per digit, so parts of one quad an invocation cost them more than they read
     // faster (a T4 at batch 1 from probabilities: 63.3 -> 79.8 µs, modelled).
     let parts = parts(rows, shape.vocab, target_groups, block).min(seeded_parts(shape.vocab, block));
     Some((rows, if split { parts } else { 1 }))
+}
+
+/// The shape of a filter job (or `sample`'s) and how many rows its filter launch visits.
+fn filter_rows<'j, B: Backend + ?Sized>(job: &'j Job<'_, B>) -> Option<(&'j Shape, usize)> {
+    match job {
+        Job::Filter { shape, .. } => Some((shape, shape.batch)),
+        Job::Sample { shape, listed, .. } => Some((shape, listed.map_or(shape.batch, |l| l.filtered.1))),
+        _ => None,
+    }
 }
 
 /// The u32 of scratch a job needs: a record per part of a split launch (never more parts in
@@ -228,10 +233,11 @@ fn one_read_words(rows: usize, vocab: usize) -> Option<usize> {
 /// only when each gets at least two parts, so at most `target_groups / 2` of them; the seeded
 /// kernel from logits splits every row by its length ([`seeded_parts`]), so as many as it has,
 /// and keeps its parts' records after them (it binds no `partials`, to stay within eight
-/// storage buffers).
+/// storage buffers); the one-read path's parts count themselves in on one per filtered row.
 fn counter_words<B: Backend + ?Sized>(job: &Job<'_, B>, target_groups: u32, block: u32) -> usize {
     let seeded = seeded_split_rows(job, block).map_or(0, |(rows, parts)| rows + rows * parts as usize * PART_WORDS);
-    (target_groups as usize / 2).max(seeded).max(1)
+    let filtered = filter_rows(job).map_or(0, |(_, rows)| rows);
+    (target_groups as usize / 2).max(seeded).max(filtered).max(1)
 }
 
 /// A backend's scratch of split and staged launches, kept from call to call and grown to the
@@ -376,7 +382,7 @@ impl<'a, H: Copy> Launch<H> {
                     parts,
                     shape.vocab,
                     path,
-                    split.partials,
+                    split,
                 ));
                 plan
             }
@@ -392,7 +398,7 @@ impl<'a, H: Copy> Launch<H> {
                 first.split_stages(shape.batch, parts)
             }
             _ => match filters {
-                Some((rows, parts)) => first.staged(rows, parts, job_vocab(job), Some(true), split.partials),
+                Some((rows, parts)) => first.staged(rows, parts, job_vocab(job), Some(true), split),
                 None => std::iter::once(first).collect(),
             },
         };
@@ -417,14 +423,14 @@ impl<'a, H: Copy> Launch<H> {
     /// needed), the one-read top-k path where it takes the kernel; else as it is with one part
     /// each, else split in `parts` (the staged kernel's launches, one per stage with the stage in
     /// its flags, over `rows x parts` workgroups, the scratch bound last).
-    fn staged(self, rows: usize, parts: u32, vocab: usize, one_read: Option<bool>, partials: H) -> Plan<H> {
-        if let Some(plan) = one_read.and_then(|cut| self.clone().one_read(rows, vocab, cut, partials)) {
+    fn staged(self, rows: usize, parts: u32, vocab: usize, one_read: Option<bool>, split: &Split<H>) -> Plan<H> {
+        if let Some(plan) = one_read.and_then(|cut| self.clone().one_read(rows, vocab, cut, split)) {
             return plan;
         }
         if parts <= 1 {
             return std::iter::once(self).collect();
         }
-        let split = match self.kernel.id {
+        let staged_id = match self.kernel.id {
             KernelId::FilterLogitsF32 => KernelId::FilterSplitLogitsF32,
             KernelId::FilterLogitsF16 => KernelId::FilterSplitLogitsF16,
             KernelId::FilterLogitsBf16 => KernelId::FilterSplitLogitsBf16,
@@ -433,22 +439,22 @@ impl<'a, H: Copy> Launch<H> {
             _ => return std::iter::once(self).collect(),
         };
         // The staged kernel binds what the one-workgroup kernel does, then the scratch.
-        let mut staged = Launch::new(split, self.params, Work::Rows(rows as u32 * parts));
+        let mut staged = Launch::new(staged_id, self.params, Work::Rows(rows as u32 * parts));
         for (name, buffer) in self.kernel.bindings.iter().zip(&self.buffers) {
             staged.bind(*name, *buffer);
         }
         staged.stray = self.stray.or(staged.stray);
-        staged.bind(Binding::Partials, Some(partials));
+        staged.bind(Binding::Partials, Some(split.partials));
         staged.split_stages(rows, parts)
     }
 
     /// A filter sampling launch from logits as the one-read top-k path (`filter_top_k.rs`): the
-    /// parts launch over `rows x parts` workgroups, then the merge, one workgroup per row, which
-    /// takes the filter kernel's place (it binds what that kernel does, then the scratch, and
-    /// runs its body on the rows the candidates do not decide); with `cut`, then the top-p cut
-    /// (`filter_top_p.rs`) over `rows x parts`, which binds what the merge does. `None` for any
-    /// other launch.
-    fn one_read(self, rows: usize, vocab: usize, cut: bool, partials: H) -> Option<Plan<H>> {
+    /// parts launch over `rows x parts` workgroups (a top-p row's last part counts itself in on
+    /// the row's counter); with `cut`, the top-p cut (`filter_top_p.rs`) over `rows x parts`,
+    /// each part's second read; then the merge, one workgroup per row, which takes the filter
+    /// kernel's place (it binds what that kernel does, then the scratch, and runs its body on the
+    /// rows the candidates or the cut do not decide). `None` for any other launch.
+    fn one_read(self, rows: usize, vocab: usize, cut: bool, split: &Split<H>) -> Option<Plan<H>> {
         use KernelId::*;
         let (parts_id, merge_id, cut_id) = match self.kernel.id {
             FilterLogitsF32 => (TopKPartsLogitsF32, TopKMergeLogitsF32, TopPCutLogitsF32),
@@ -465,20 +471,18 @@ impl<'a, H: Copy> Launch<H> {
             merge.bind(*name, *buffer);
         }
         merge.stray = self.stray.or(merge.stray);
-        merge.bind(Binding::Partials, Some(partials));
-        let mut first = Launch::new(parts_id, params, Work::Rows(rows as u32 * parts));
-        for name in [Binding::X, Binding::Rows, Binding::Listed] {
-            first.bind(name, merge.bound(name));
-        }
-        first.bind(Binding::Partials, Some(partials));
-        let mut last = cut.then(|| Launch::new(cut_id, params, Work::Rows(rows as u32 * parts)));
-        if let Some(last) = &mut last {
-            for (name, buffer) in merge.kernel.bindings.iter().zip(&merge.buffers) {
-                last.bind(*name, *buffer);
+        merge.bind(Binding::Partials, Some(split.partials));
+        let over_parts = |id: KernelId| {
+            let mut l = Launch::new(id, params, Work::Rows(rows as u32 * parts));
+            for name in [Binding::X, Binding::Rows, Binding::Listed, Binding::Partials] {
+                l.bind(name, merge.bound(name));
             }
-            last.stray = merge.stray;
-        }
-        Some([first, merge].into_iter().chain(last).collect())
+            l
+        };
+        let mut first = over_parts(parts_id);
+        first.bind(Binding::Counters, Some(split.counters));
+        let cut = cut.then(|| over_parts(cut_id));
+        Some(std::iter::once(first).chain(cut).chain([merge]).collect())
     }
 
     /// The seeded kernel from logits over `rows` rows, split as [`seeded_parts`] says (its
@@ -628,7 +632,7 @@ mod tests {
 
     use super::*;
     use crate::backend::{Diagnostics, Output, RowLists};
-    use crate::types::RowParams;
+    use crate::types::{Order, RowParams};
     use crate::CpuBackend;
     use half::{bf16, f16};
 
@@ -792,8 +796,9 @@ mod tests {
     }
 
     /// `Sampler::step` with one filtered row at batch 4 x 151936: a top-k row takes the one-read
-    /// path's parts and merge, and so does a min-p row alone; a top-p row alone those and the
-    /// top-p cut; a top-k row above the cap the split filter kernel's stages, as `RowLists` says.
+    /// path's parts and merge, and so does a min-p row alone; a top-p row alone, or a top-k row
+    /// above the cap, those with the top-p cut between them; a top-k row above the cap applied
+    /// before top-p the split filter kernel's stages, as `RowLists` says.
     #[test]
     fn listed_rows_choose_the_filter_plan() {
         let shape = Shape::dense(4, 151_936);
@@ -803,9 +808,14 @@ mod tests {
         for (row, launches, filter) in [
             (RowParams::new(0.8, 1, 0).with_top_k(20).with_top_p(0.95), 2, KernelId::TopKMergeLogitsF32),
             (RowParams::new(0.8, 1, 0).with_min_p(0.05), 2, KernelId::TopKMergeLogitsF32),
-            (RowParams::new(0.8, 1, 0).with_top_p(0.9), 3, KernelId::TopPCutLogitsF32),
-            (RowParams::new(0.8, 1, 0).with_top_p(0.9).with_top_k(1000), 3, KernelId::TopPCutLogitsF32),
-            (RowParams::new(0.8, 1, 0).with_top_k(1000), 19, KernelId::FilterSplitLogitsF32),
+            (RowParams::new(0.8, 1, 0).with_top_p(0.9), 3, KernelId::TopKMergeLogitsF32),
+            (RowParams::new(0.8, 1, 0).with_top_p(0.9).with_top_k(1000), 3, KernelId::TopKMergeLogitsF32),
+            (RowParams::new(0.8, 1, 0).with_top_k(1000), 3, KernelId::TopKMergeLogitsF32),
+            (
+                RowParams::new(0.8, 1, 0).with_top_k(1000).with_top_p(0.9).with_order(Order::TopKFirst),
+                19,
+                KernelId::FilterSplitLogitsF32,
+            ),
         ] {
             let one_read = row.takes_one_read(shape.vocab);
             let top_p_cut = row.takes_top_p_cut(shape.vocab);
@@ -828,6 +838,14 @@ mod tests {
             let seeded = plan.iter().filter(|l| l.kernel.id == KernelId::SeededLogitsF32).count();
             assert_eq!(seeded, 1, "the seeded kernel's launch");
             assert_eq!(plan.len() - 1 - seeded, launches, "filter launches");
+            // The cut reads between the parts (which count themselves in on the row's counter,
+            // the last one estimating the cut) and the merge.
+            let cut = plan.iter().position(|l| l.kernel.id == KernelId::TopPCutLogitsF32);
+            assert_eq!(cut.is_some(), top_p_cut);
+            if let Some(at) = cut {
+                assert_eq!(plan[at - 1].kernel.id, KernelId::TopKPartsLogitsF32);
+                assert_eq!(plan[at - 1].bound(Binding::Counters), Some(2));
+            }
         }
     }
 }

@@ -166,9 +166,9 @@ pub struct RowLists<'a, B: Backend + ?Sized> {
     /// row with a top-k above the path's takes faster than the merge's one workgroup a row.
     /// Either gives the same tokens.
     pub one_read: bool,
-    /// Whether a listed row takes the one-read path's third launch, the top-p cut
+    /// Whether a listed row takes the one-read path's launch between its two, the top-p cut
     /// ([`RowParams::takes_top_p_cut`](crate::RowParams::takes_top_p_cut)); without one, the path
-    /// is its first two launches.
+    /// is the parts and the merge.
     pub top_p_cut: bool,
 }
 

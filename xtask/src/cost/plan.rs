@@ -53,11 +53,11 @@ pub const FILTERS: [(&str, u32); 5] = [
 /// `filter_top_k::CAP`, with or without top-p and min-p, always; min-p alone where its set is
 /// shorter than the candidates (10 to 30 tokens at 0.05).
 pub const ONE_READ: [&str; 4] = ["filter_top_k_50", "filter_min_p_0.05", "filter_qwen3_joint", "filter_qwen3_k_first"];
-/// The settings of the top-p cut (`filter_top_p.rs`): the parts read the row and bin it, the
-/// merge estimates the cut from the bins (no column work), and the cut launch reads each part
-/// again. Top-p 0.9 alone keeps 300 to 700 tokens on those rows; a range of three bins around
-/// the cut holds about 70 of them, which the last part ranks (not modelled, as the parts'
-/// select is not).
+/// The settings of the top-p cut (`filter_top_p.rs`): the parts read the row and bin it (a
+/// row's last part estimates the cut from the bins, no column work), the cut launch reads each
+/// part again, and the merge ranks the range's tokens. Top-p 0.9 alone keeps 300 to 700 tokens
+/// on those rows; a range of three bins around the cut holds about 70 of them, which the merge
+/// ranks (not modelled, as the parts' select is not).
 const TOP_P_CUT: [&str; 1] = ["filter_top_p_0.9"];
 
 /// Columns of a part of the one-read path (`filter_top_k::PART_COLS`).
@@ -212,9 +212,9 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         // work (the combine, and the digit passes a setting does not need).
         (0..stages).map(|s| parted(format!("filter_split_{input}"), p, row, s < passes)).collect()
     };
-    // The one-read path (`launch.rs`, `Launch::one_read`): the parts, then the merge, which
-    // runs the filter kernel's body (`passes` over the row) on the rows the parts do not take,
-    // then the top-p cut, which reads each part again for the rows of [`TOP_P_CUT`].
+    // The one-read path (`launch.rs`, `Launch::one_read`): the parts, then the top-p cut, which
+    // reads each part again for the rows of [`TOP_P_CUT`], then the merge, which runs the
+    // filter kernel's body (`passes` over the row) on the rows the parts do not take.
     let one_read = |name: &str, passes: u32, idle_rows: bool| -> Vec<Launch> {
         let p = vocab.div_ceil(TOP_K_PART_COLS);
         let decided = !idle_rows && ONE_READ.contains(&name);
@@ -222,8 +222,8 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         let parts = parted(format!("top_k_parts_logits_{dtype}"), p, row, decided || cut);
         let merge = format!("top_k_merge_logits_{dtype}");
         let merge = if decided || cut || idle_rows { idle(merge, batch) } else { whole(merge, passes, 0.0) };
-        let last = parted(format!("top_p_cut_logits_{dtype}"), p, row, cut);
-        vec![parts, merge, last]
+        let cut = parted(format!("top_p_cut_logits_{dtype}"), p, row, cut);
+        vec![parts, cut, merge]
     };
     // The seeded kernel from logits (`Call::SeededLogits`): one launch, a split row's last part
     // merging the parts' records; with `idle_rows`, the launch of `sample`, which its plain rows
@@ -292,7 +292,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         // The plain kernel over the batch (the listed rows leave it at once), the seeded kernel
         // over its list (empty: one workgroup), then the one-read path over the filtered rows'
         // list: with no top-p row, its parts and merge over none; with one, the parts and the
-        // cut over that row's parts, the merge over it, each part read once in each.
+        // cut over that row's parts, each part read once in each, then the merge over it.
         Call::Step(top_p) => {
             let mut v = split(format!("sample_{dtype}"), "combine_logits", row);
             v.push(idle(format!("seeded_logits_{dtype}"), 1));
@@ -310,8 +310,8 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
                 v.push(idle(format!("top_k_merge_logits_{dtype}"), 1));
             } else {
                 v.push(one_row(format!("top_k_parts_logits_{dtype}")));
-                v.push(idle(format!("top_k_merge_logits_{dtype}"), 1));
                 v.push(one_row(format!("top_p_cut_logits_{dtype}")));
+                v.push(idle(format!("top_k_merge_logits_{dtype}"), 1));
             }
             v
         }

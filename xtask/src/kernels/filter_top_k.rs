@@ -1,7 +1,8 @@
 //! The filtered path with one read of the row, for rows with top-k of at most [`CAP`] (alone or
 //! with top-p and min-p, either order): Qwen3's top-k 20 + top-p 0.95, the common case. Rows of
-//! top-p or min-p with no such top-k take it too, with `CAP + 1` candidates ("capped", see
-//! [`one_read_row`]): their candidates decide them where the set is shorter.
+//! top-p, min-p or a larger top-k with no such top-k take it too ("capped", see
+//! [`one_read_row`]): min-p alone with `CAP + 1` candidates, which decide it where the set is
+//! shorter; the others through the top-p cut (`filter_top_p.rs`), a launch between these two.
 //!
 //! Two launches. `top_k_parts_*` splits each row into parts of at most [`PART_COLS`] columns,
 //! one workgroup each; a part reads its columns once into workgroup memory as order keys of
@@ -44,7 +45,7 @@ use super::filters::{
 use super::math;
 use super::philox;
 use super::sampling::{
-    buffer, for_each_row_at, for_each_row_part_at, kernel, partials_buffer, philox_block, quads_per_part,
+    buffer, for_each_row_at, for_each_row_part_at, kernel, part_buffers, partials_buffer, philox_block, quads_per_part,
     row_is_seeded, scaled, softmax_weight, write_results, Dtype, FLAG_PASSES, PARTS_SHIFT,
 };
 use super::seeded::score64;
@@ -61,7 +62,16 @@ pub const PART_COLS: u32 = 4096;
 pub const HEAD_WORDS: u32 = 5;
 /// A slot: the head, the candidates (or a top-p row's histogram, then its listed tokens), then
 /// the words of the top-p cut launch (`filter_top_p.rs`).
-pub const SLOT_WORDS: u32 = HEAD_WORDS + 2 * (CAP + 1) + super::filter_top_p::TAIL_WORDS;
+pub const SLOT_WORDS: u32 = HEAD_WORDS + AREA_WORDS + super::filter_top_p::TAIL_WORDS;
+/// A slot's area after its head: the candidates' `(key, column)` pairs, or a histogram.
+const AREA_WORDS: u32 = {
+    let (candidates, histogram) = (2 * (CAP + 1), super::filter_top_p::HIST_WORDS);
+    if candidates > histogram {
+        candidates
+    } else {
+        histogram
+    }
+};
 /// Relative margin on the estimated row mass within which joint top-p must give one set.
 const MASS_MARGIN: f32 = 1.0 / 1024.0;
 pub(super) const SCRATCH: &str = "partials";
@@ -104,26 +114,28 @@ fn put64(b: &mut Block, a: u32, i: Expr, v: Expr) {
 }
 
 /// Declares `one_read`: whether this path takes the row (after `takes_row`, with `parts`
-/// declared), `capped` (it takes the row for its top-p or min-p, not for a top-k of at most
-/// [`CAP`]), `kc` (the row's candidates less one: its top-k, or [`CAP`] where capped) and
-/// `top_p_cut` (a capped row with top-p, which takes the histogram and the cut launch of
-/// `filter_top_p.rs` instead of candidates). Every kernel of the path computes them alike, so
-/// they agree on every row.
+/// declared), `capped` (it takes the row for its top-p, min-p or a top-k above [`CAP`], not for
+/// a top-k of at most [`CAP`]), `kc` (the row's candidates less one: its top-k, or [`CAP`]
+/// where capped) and `top_p_cut` (a capped row with top-p or a top-k, which takes the histogram
+/// and the cut launch of `filter_top_p.rs` instead of candidates). Every kernel of the path
+/// computes them alike, so they agree on every row.
 ///
-/// A capped row (top-p or min-p, joint with any top-k above [`CAP`] or with none) keeps a
-/// prefix of the order that the `CAP + 1` largest decide whenever it is shorter than them:
-/// min-p's set is short wherever the row has a clear maximum (Zipf rows at 0.8 keep 10 to 30
-/// tokens at 0.05), top-p's at low temperatures. Top-k first with a top-k above [`CAP`] needs
-/// the top-k mass, which the candidates do not give, and is not capped.
+/// A capped row (top-p, min-p or both, joint with any top-k above [`CAP`] or with none; or a
+/// top-k above [`CAP`] alone) keeps a prefix of the order. Min-p alone takes the `CAP + 1`
+/// largest, which decide it whenever its set is shorter than them: wherever the row has a clear
+/// maximum (Zipf rows at 0.8 keep 10 to 30 tokens at 0.05). The others take the cut, which
+/// finds where top-p or top-k ends from the histogram. Top-k first with a top-k above [`CAP`]
+/// and top-p needs the top-k mass before the cut, which neither gives, and is not capped.
 pub(super) fn one_read_row(b: &mut Block) -> Expr {
     let fits = (quads_per_part(var("parts")) * u(4)).le(u(PART_COLS));
-    let by_k = var("kk").lt(param("vocab")).and(var("kk").le(u(CAP)));
-    let cuts = var("pp").lt(f(1.0)).or(var("mp").gt(f(0.0)));
+    let has_k = b.let_("has_k", Ty::Bool, var("kk").lt(param("vocab")));
+    let by_k = has_k.clone().and(var("kk").le(u(CAP)));
+    let cuts = var("pp").lt(f(1.0)).or(var("mp").gt(f(0.0))).or(has_k.clone());
     let capped = b.let_("capped", Ty::Bool, var("kk").gt(u(CAP)).and(var("k_first").not()).and(cuts));
     b.let_("kc", Ty::U32, select(capped.clone(), u(CAP), var("kk")));
     let taken = var("filtered").and(by_k.or(capped.clone())).and(fits);
     let one = b.let_("one_read", Ty::Bool, taken);
-    b.let_("top_p_cut", Ty::Bool, one.clone().and(capped).and(var("pp").lt(f(1.0))));
+    b.let_("top_p_cut", Ty::Bool, one.clone().and(capped).and(var("pp").lt(f(1.0)).or(has_k)));
     one
 }
 
@@ -399,17 +411,18 @@ pub(super) fn finish_race(b: &mut Block, seeded: Expr, mx: Expr, mass: Expr, pas
     b.if_(want_passes.and(builtin(Builtin::LocalId).eq_(u(0))), |b| b.store("passes", var("row"), u(passes)));
 }
 
-/// The part `p`'s maximum, from its record.
-pub(super) fn part_m(p: Expr) -> Expr {
-    load(SCRATCH, record(p, u(0))).bitcast(Ty::F32)
+/// The maximum of part `p` of the row in slot `row_slot`, from its record.
+pub(super) fn part_m(row_slot: Expr, p: Expr) -> Expr {
+    load(SCRATCH, slot_word(row_slot, p, u(0))).bitcast(Ty::F32)
 }
 
-/// The row's maximum `z` from its parts' records, into `row_m`, returned with whether it is
-/// finite (the merge's candidates and the top-p histograms need a finite one).
-pub(super) fn row_max(b: &mut Block) -> (Expr, Expr) {
+/// The maximum `z` of the row in slot `row_slot` from its parts' records, into `row_m`,
+/// returned with whether it is finite (the merge's candidates and the top-p histograms need a
+/// finite one).
+pub(super) fn row_max(b: &mut Block, row_slot: Expr) -> (Expr, Expr) {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
     b.for_("p", builtin(Builtin::LocalId), var("parts"), builtin(Builtin::BlockSize), |b, p| {
-        b.set("m", var("m").max(part_m(p)))
+        b.set("m", var("m").max(part_m(row_slot.clone(), p)))
     });
     let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_m");
     let finite = mx.clone().gt(f(f32::NEG_INFINITY)).and(mx.clone().lt(f(f32::INFINITY)));
@@ -421,10 +434,10 @@ pub(super) fn row_max(b: &mut Block) -> (Expr, Expr) {
 fn merge_row(b: &mut Block) {
     let lid = builtin(Builtin::LocalId);
     let bs = builtin(Builtin::BlockSize);
-    let (mx, finite) = row_max(b);
+    let (mx, finite) = row_max(b, var("slot"));
     b.let_("s", Ty::F32, f(0.0));
     b.for_("p", lid.clone(), var("parts"), bs.clone(), |b, p| {
-        let mp = b.let_("mp_p", Ty::F32, part_m(p.clone()));
+        let mp = b.let_("mp_p", Ty::F32, part_m(var("slot"), p.clone()));
         let sp = load(SCRATCH, record(p, u(1))).bitcast(Ty::F32);
         b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
             b.set("s", var("s") + sp * call(math::EXP, vec![mp - mx.clone()]))
@@ -554,13 +567,15 @@ fn parts_kernel(d: Dtype) -> Kernel {
             b.if_else(var("top_p_cut"), filter_top_p::histogram_part, read_part);
         });
     });
-    let buffers = vec![
+    let mut buffers = vec![
         buffer("x", d.storage(), false),
         buffer("rows", Storage::U32, false),
         buffer("listed", Storage::U32, false),
-        partials_buffer(),
     ];
-    let doc = "top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum";
+    // Atomic: a top-p row's last part reads the other parts' histograms in the same launch.
+    buffers.extend(part_buffers());
+    let doc = "top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum \
+               (a top-p row's histogram, and its last part the cut's estimate)";
     let mut k = kernel(format!("top_k_parts_logits_{}", d.suffix()), doc, 1, buffers, functions(false), b);
     k.shared.push(SharedDecl::new(KEYS, Ty::U32, PART_COLS));
     k.shared.push(filter_top_p::histogram_shared());
@@ -576,19 +591,20 @@ fn merge_kernel(d: Dtype) -> Kernel {
         b.if_(takes, |b| {
             b.let_("one_read_done", Ty::Bool, boolean(false));
             let one = one_read_row(b);
-            b.if_(one.clone(), |b| {
-                b.if_else(var("top_p_cut"), |b| b.scope(filter_top_p::estimate_cut), |b| b.scope(merge_row))
-            });
+            // The reads of the row before this launch: the parts' and, for a top-p row, the cut's.
+            b.let_("reads_before", Ty::U32, select(one.clone(), u(1), u(0)));
+            b.if_(one, |b| b.if_else(var("top_p_cut"), |b| b.scope(filter_top_p::merge_cut), |b| b.scope(merge_row)));
             b.if_(var("one_read_done").not(), |b| {
                 // The merge's arrays are the body's list: every read of them is done.
                 b.barrier();
-                filter_body(b, input, Output::Sample, select(one, u(1), u(0)))
+                filter_body(b, input, Output::Sample, var("reads_before"))
             });
         });
     });
     let mut buffers = filter_buffers(input, Output::Sample);
     buffers.push(partials_buffer());
-    let doc = "top-k from logits after top_k_parts: the set and the race from the parts' candidates, else the filter kernel's";
+    let doc = "top-k from logits after top_k_parts (and top-p rows after top_p_cut): the set and the race from the \
+               parts' candidates or listed range, else the filter kernel's";
     let passes = 1 + max_passes(Output::Sample);
     let mut k = kernel(format!("top_k_merge_logits_{}", d.suffix()), doc, passes, buffers, functions(true), b);
     k.shared.extend(filter_shared());

@@ -1,46 +1,50 @@
 //! Top-p rows without a small top-k (top-p alone, or joint with a top-k above `CAP`, with or
-//! without min-p), on the one-read path's two launches and one more: two reads of the row,
-//! every part of it a workgroup of its own.
+//! without min-p), and rows of a top-k above `CAP` alone, on the one-read path's two launches
+//! and one between them: two reads of the row, every part of it a workgroup of its own.
 //!
 //! Such a row keeps from a few tokens to tens of thousands (Zipf rows at T 0.8 keep 300 to 700
 //! at 0.9), more than the candidates hold. Its set is a prefix of the filters' order, ending
 //! where the mass before a token passes `top_p` of the row's, so it is found from where the
-//! row's mass, summed from the top, crosses that:
+//! row's mass, summed from the top, crosses that (or where a top-k ends, if it ends first):
 //! 1. `top_k_parts_*` (the first read, [`histogram_part`]): besides its maximum `m_p` and sum,
 //!    each part weighs its columns (already in workgroup memory) into [`BINS`] bins of
 //!    `1 / BIN_SCALE` in `z`, on a grid that is the same for every part (bin
-//!    `ceil(m_p S) - floor(z S)`), with fixed-point masses `exp(z - m_p) 2^HIST_BITS` (u32
-//!    workgroup atomics), and writes them into its slot.
-//! 2. `top_k_merge_*` ([`estimate_cut`]): the row's histogram is the parts' shifted by whole
-//!    bins and weighed by `exp(m_p - max)`; the bin where its mass from the top crosses `top_p`
-//!    of its total is where the cut should lie. The row's state gets that bin and its
-//!    neighbours ([`RANGE`]): an estimate, float weights, which the next launch checks.
-//! 3. `top_p_cut_*` (the second read, [`cut_part`]): each token of a part is above the range, in
+//!    `ceil(m_p S) - floor(z S)`), with fixed-point masses `exp(z - m_p) 2^HIST_BITS` and
+//!    counts (u32 workgroup atomics), and writes them into its slot. The row's part that arrives last
+//!    ([`estimate_cut`]) shifts the parts' histograms by whole bins and weighs them by
+//!    `exp(m_p - max)` into the row's; the bin where its mass from the top crosses `top_p` of
+//!    its total is where the cut should lie. The row's state gets that bin and its neighbours
+//!    ([`RANGE`]): an estimate, float weights, which the rest checks.
+//! 2. `top_p_cut_*` (the second read, [`cut_part`]): each token of a part is above the range, in
 //!    it (listed in the part's slot) or below; the part sums the filter kernels' exact
 //!    fixed-point masses (`w 2^40`) of each class, races its tokens above the range (kept, if the
-//!    checks below hold) and writes its record. The part that arrives last ([`cut_row`]) takes
-//!    the range's tokens into workgroup memory, runs the filter kernels' select on them from the
-//!    count and mass above, races the kept ones and combines the parts' winners.
+//!    checks below hold) and writes its record. It carries nothing else, so it holds few
+//!    registers and many workgroups per multiprocessor: its read is the row's second.
+//! 3. `top_k_merge_*` ([`merge_cut`], one workgroup a row) takes the range's tokens into
+//!    workgroup memory, runs the filter kernels' select on them from the count and mass above,
+//!    races the kept ones and combines the parts' winners.
 //!
 //! Exact: the masses are integers, and the last part checks that the set starts before the
 //! range's end and ends inside it (the first range token is kept, no token below is), that no
 //! token outside the range has the order value of one inside or of the other side's (the classes
 //! follow `z`, the order `z - max` rounded), and that the range fits in [`CUT_CAP`]. Where one
-//! fails it runs the one-workgroup filter kernel's body on the row, in the same launch: flat
-//! rows (every token in one bin) and rows whose cut lies in a bin of thousands of tokens.
+//! fails the merge runs the one-workgroup filter kernel's body on the row, as it does for rows
+//! the candidates do not decide: rows whose cut lies in a bin of thousands of tokens of several
+//! values (a bin of one tied value, a flat row, is ranked by column).
 
 use super::filter_split::{load64, store64};
 use super::filter_top_k::{
-    finish_race, keep_lower, load_part, one_read_row, own_word, part_m, race_one, record, row_max, select_top,
-    slot_word, sum_part, CAP, HEAD_WORDS, SCRATCH, SLOT_WORDS,
+    finish_race, keep_lower, load_part, one_read_row, own_word, part_m, race_one, row_max, select_top, slot_word,
+    sum_part, CAP, HEAD_WORDS, KEYS, SCRATCH, SLOT_WORDS,
 };
 use super::filters::{
-    add_digit, count_digits, declare_best, declare_best_as, declare_select, filter_body, filter_buffers, filter_shared,
-    functions, key_value, listed_row, max_passes, order_key, select_step, takes_row, ties, Input, Output, DIGIT_PASSES,
-    FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP, NONE,
+    add_digit, count_digits, declare_best, declare_best_as, declare_select, functions, key_value, listed_row,
+    order_key, select_step, takes_row, ties, DIGIT_PASSES, FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP, NONE,
 };
 use super::math;
-use super::sampling::{for_each_row_part_at, kernel, quads_per_part, row_is_seeded, scaled, softmax_weight, Dtype};
+use super::sampling::{
+    buffer, for_each_row_part_at, kernel, partials_buffer, quads_per_part, row_is_seeded, scaled, softmax_weight, Dtype,
+};
 use crate::ir::*;
 
 /// Bins of a part's histogram, each `1 / BIN_SCALE` of `z` wide: 32 units below the part's
@@ -50,6 +54,10 @@ pub const BINS: u32 = 512;
 const BIN_SCALE: f32 = 16.0;
 /// Fixed-point bits of the histograms' masses: a part of 4096 columns sums below 2^31 in a bin.
 const HIST_BITS: u32 = 19;
+/// Words of a part's histogram: the bins' masses, then their counts, two u16 a word (a part's
+/// bin holds at most `PART_COLS` = 4096 tokens).
+pub const HIST_WORDS: u32 = BINS + BINS / 2;
+const _: () = assert!(super::filter_top_k::PART_COLS < 1 << 16);
 /// Bins listed either side of the estimated cut's.
 const RANGE: u32 = 1;
 /// The most range tokens a part lists: `(key, column)` pairs in its slot's candidates area.
@@ -58,13 +66,12 @@ const PART_LIST: u32 = CAP + 1;
 const CUT_CAP: u32 = LIST_CAP / 2;
 const HIST: &str = "part_hist";
 const LISTING: &str = "cut_listing";
-const _: () = assert!(BINS <= 2 * (CAP + 1));
 
 /// Words after a slot's candidates area: the row's state (in its part 0's slot), then the
 /// part's record of the cut launch.
 pub const TAIL_WORDS: u32 = 32;
 mod tail {
-    /// 1 where the cut launch takes the row (the merge found its maximum finite).
+    /// 1 where the cut launch takes the row (the estimate found its maximum finite).
     pub const GO: u32 = 0;
     /// The listed bins, first and last (u32), the grid's origin `ceil(max S)` and the maximum
     /// (f32 bits).
@@ -72,28 +79,26 @@ mod tail {
     pub const HI: u32 = 2;
     pub const R: u32 = 3;
     pub const MX: u32 = 4;
-    /// The cut launch's parts that have written their records (the merge zeroes it).
-    pub const ARRIVED: u32 = 5;
     /// A part's counts and fixed-point masses (u64 in two words) above and in the range, and
     /// its mass below it.
-    pub const N_ABOVE: u32 = 6;
-    pub const N_RANGE: u32 = 7;
-    pub const M_ABOVE: u32 = 8;
-    pub const M_RANGE: u32 = 10;
-    pub const M_BELOW: u32 = 12;
+    pub const N_ABOVE: u32 = 5;
+    pub const N_RANGE: u32 = 6;
+    pub const M_ABOVE: u32 = 7;
+    pub const M_RANGE: u32 = 9;
+    pub const M_BELOW: u32 = 11;
     /// How many range tokens it listed; the smallest key above and in the range (complemented:
     /// 0 for none), the largest in the range and below (0: none); the largest weight below (f32
     /// bits).
-    pub const LISTED: u32 = 14;
-    pub const MIN_ABOVE_NOT: u32 = 15;
-    pub const MIN_RANGE_NOT: u32 = 16;
-    pub const MAX_RANGE: u32 = 17;
-    pub const MAX_BELOW: u32 = 18;
-    pub const W_BELOW: u32 = 19;
+    pub const LISTED: u32 = 13;
+    pub const MIN_ABOVE_NOT: u32 = 14;
+    pub const MIN_RANGE_NOT: u32 = 15;
+    pub const MAX_RANGE: u32 = 16;
+    pub const MAX_BELOW: u32 = 17;
+    pub const W_BELOW: u32 = 18;
     /// Its winners above the range, then in it: the Philox race's score (f32 bits) and column,
     /// the seeded race's score (f64 bits, two words) and column.
-    pub const BEST: u32 = 20;
-    pub const RBEST: u32 = 25;
+    pub const BEST: u32 = 19;
+    pub const RBEST: u32 = 24;
 }
 /// Words of a winners' record (see `tail::BEST`).
 const WIN_WORDS: u32 = 5;
@@ -124,7 +129,8 @@ fn grid_bin(r: Expr, z: Expr) -> Expr {
 }
 
 /// The first read of a part of a top-p row (`top_p_cut`): its columns into workgroup memory,
-/// its maximum and sum, and its histogram (see the module's step 1), into its slot.
+/// its maximum and sum, and its histogram (see the module's step 1), into its slot; the row's
+/// last part to arrive estimates the cut.
 pub(super) fn histogram_part(b: &mut Block) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     // The workgroup's previous part may still be copying its histogram out.
@@ -133,7 +139,7 @@ pub(super) fn histogram_part(b: &mut Block) {
     let n = b.let_("n_cols", Ty::U32, var("col_hi") - var("col_lo"));
     let m = load_part(b, n.clone());
     let r = b.let_("grid_r", Ty::F32, ceil(m.clone() * f(BIN_SCALE)));
-    let s = sum_part(b, n, m.clone(), &|b, z, w| {
+    let s = sum_part(b, n.clone(), m.clone(), &|b, z, w| {
         let g = b.let_("hg", Ty::F32, grid_bin(r.clone(), z));
         b.if_(w.clone().gt(f(0.0)).and(g.clone().lt(f(BINS as f32))), |b| {
             let mass = (w * f((1u32 << HIST_BITS) as f32)).cast(Ty::U32);
@@ -148,18 +154,41 @@ pub(super) fn histogram_part(b: &mut Block) {
             b.store(SCRATCH, own_word(u(k)), u(0));
         }
     });
-    b.for_("i", lid, u(BINS), bs, |b, i| b.store(SCRATCH, own_word(u(HEAD_WORDS) + i.clone()), load_shared(HIST, i)));
+    let copy_out = |b: &mut Block, words: u32, at: u32| {
+        b.for_("i", lid.clone(), u(words), bs.clone(), |b, i| {
+            b.store(SCRATCH, own_word(u(HEAD_WORDS + at) + i.clone()), load_shared(HIST, i))
+        });
+    };
+    copy_out(b, BINS, 0);
+    // The counts, in the same array after the masses are out (a second pass over the keys on
+    // chip, so the workgroup memory stays what three blocks of a T4 SM hold). A column of a
+    // bin weighs at least `e^-32` at the part's maximum, so the bins count what they weigh.
+    b.barrier();
+    b.for_("i", lid.clone(), u(BINS / 2), bs.clone(), |b, i| b.store_shared(HIST, i, u(0)));
+    b.barrier();
+    b.for_("i", lid.clone(), n, bs.clone(), |b, i| {
+        let k = b.let_("hk", Ty::U32, load_shared(KEYS, i));
+        let g = b.let_("hg", Ty::F32, grid_bin(r.clone(), key_value(k.clone())));
+        b.if_(k.ne_(u(0)).and(g.clone().lt(f(BINS as f32))), |b| {
+            let g = b.let_("hgu", Ty::U32, g.cast(Ty::U32));
+            b.atomic_add(HIST, g.clone() >> u(1), u(1) << ((g & u(1)) * u(16)), "hist_n_old");
+        });
+    });
+    b.barrier();
+    copy_out(b, BINS / 2, BINS);
+    super::combine::last_part(b, |b| b.scope(estimate_cut));
 }
 
-/// The merge's step for a top-p row (see the module's step 2): the row's state for the cut
-/// launch, which then writes its results (`one_read_done`); where the maximum is not finite, none
-/// (the merge runs the filter kernel's body on the row).
-pub(super) fn estimate_cut(b: &mut Block) {
+/// The estimate of a top-p row's cut, by its last part in the parts launch (see the module's
+/// step 1), from every part's histogram, summed in the part's workgroup array of keys: the
+/// bin where the mass from the top crosses `top_p` of the row's, or where the count reaches
+/// the top-k (exact integers; a top-k above `CAP` takes this path too), whichever comes first.
+/// The row's state for the cut launch; where the maximum is not finite, `GO` 0 (the cut launch
+/// leaves the row, and the merge runs the filter kernel's body on it).
+fn estimate_cut(b: &mut Block) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
-    let state = |k: u32| tail_word(var("slot"), u(0), k);
-    // The list may still be read by the workgroup's previous row.
-    b.barrier();
-    let (mx, finite) = row_max(b);
+    let state = |k: u32| tail_word(var("row_slot"), u(0), k);
+    let (mx, finite) = row_max(b, var("row_slot"));
     b.if_else(
         finite,
         |b| {
@@ -169,54 +198,84 @@ pub(super) fn estimate_cut(b: &mut Block) {
             let per = b.let_("e_per", Ty::U32, (u(BINS) + bs.clone() - u(1)) / bs.clone());
             let g0 = b.let_("e_lo", Ty::U32, (lid.clone() * per.clone()).min(u(BINS)));
             let g1 = b.let_("e_hi", Ty::U32, (g0.clone() + per).min(u(BINS)));
-            b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| b.store_shared(LIST, g, f(0.0).bitcast(Ty::U32)));
+            // Masses (f32) at `g`, counts at `BINS + g`.
+            b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
+                b.store_shared(KEYS, g.clone(), f(0.0).bitcast(Ty::U32));
+                b.store_shared(KEYS, u(BINS) + g, u(0));
+            });
             b.for_("p", u(0), var("parts"), u(1), |b, p| {
-                let mp = b.let_("e_mp", Ty::F32, part_m(p.clone()));
+                let mp = b.let_("e_mp", Ty::F32, part_m(var("row_slot"), p.clone()));
                 b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
                     let shift = b.let_("e_shift", Ty::F32, r.clone() - ceil(mp.clone() * f(BIN_SCALE)));
                     let weight = b.let_("e_w", Ty::F32, call(math::EXP, vec![mp - mx.clone()]) * unit.clone());
                     b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
                         let at = b.let_("e_at", Ty::F32, g.clone().cast(Ty::F32) - shift.clone());
                         b.if_(at.clone().ge(f(0.0)).and(at.clone().lt(f(BINS as f32))), |b| {
-                            let h = load(SCRATCH, record(p.clone(), u(HEAD_WORDS) + at.cast(Ty::U32)));
-                            let e = load_shared(LIST, g.clone()).bitcast(Ty::F32) + h.cast(Ty::F32) * weight.clone();
-                            b.store_shared(LIST, g, e.bitcast(Ty::U32));
+                            let at = b.let_("e_atu", Ty::U32, at.cast(Ty::U32));
+                            let hist =
+                                |k: Expr| load(SCRATCH, slot_word(var("row_slot"), p.clone(), u(HEAD_WORDS) + k));
+                            let e = load_shared(KEYS, g.clone()).bitcast(Ty::F32)
+                                + hist(at.clone()).cast(Ty::F32) * weight.clone();
+                            b.store_shared(KEYS, g.clone(), e.bitcast(Ty::U32));
+                            let n = (hist(u(BINS) + (at.clone() >> u(1))) >> ((at & u(1)) * u(16))) & u(0xffff);
+                            b.store_shared(KEYS, u(BINS) + g.clone(), load_shared(KEYS, u(BINS) + g) + n);
                         });
                     });
                 });
             });
-            b.let_("e_own", Ty::U32, u(0));
             b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
-                let v = b.let_("e_fixed", Ty::U32, load_shared(LIST, g.clone()).bitcast(Ty::F32).cast(Ty::U32));
-                b.store_shared(LIST, g, v.clone());
-                b.set("e_own", var("e_own") + v);
+                let v = load_shared(KEYS, g.clone()).bitcast(Ty::F32).cast(Ty::U32);
+                b.store_shared(KEYS, g, v);
             });
-            let before = b.scan(var("e_own"), "e_before");
-            let total = b.reduce(ReduceOp::Sum, Ty::U32, var("e_own"), "e_total");
-            let lim = b.let_("e_lim", Ty::U32, (var("pp") * total.cast(Ty::F32)).cast(Ty::U32));
-            b.let_("e_cum", Ty::U32, before);
-            b.let_("e_found", Ty::U32, u(0));
-            b.for_("g", g0, g1, u(1), |b, g| {
-                let v = b.let_("e_v", Ty::U32, load_shared(LIST, g.clone()));
-                b.if_(var("e_cum").le(lim.clone()).and((var("e_cum") + v.clone()).gt(lim.clone())), |b| {
-                    b.set("e_found", g + u(1))
-                });
-                b.set("e_cum", var("e_cum") + v);
+            let range = (g0, g1);
+            let by_mass = crossing(b, "e_m", 0, range.clone(), var("pp").lt(f(1.0)), &|b, total| {
+                b.let_("e_lim", Ty::U32, (var("pp") * total.cast(Ty::F32)).cast(Ty::U32))
             });
-            let found = b.reduce(ReduceOp::Max, Ty::U32, var("e_found"), "e_bin");
-            let bin = b.let_("e_cut", Ty::U32, select(found.clone().gt(u(0)), found - u(1), u(BINS - 1)));
+            // The bin of the top-k's last token: the count before it at most `kk - 1`.
+            let by_count = crossing(b, "e_n", BINS, range, var("kk").lt(param("vocab")), &|_, _| var("kk") - u(1));
+            let first = by_mass.max(by_count);
+            let bin = b.let_("e_cut", Ty::U32, u(BINS) - select(first.clone().gt(u(0)), first, u(1)));
             b.if_(lid.clone().eq_(u(0)), |b| {
                 b.store(SCRATCH, state(tail::GO), u(1));
                 b.store(SCRATCH, state(tail::LO), bin.clone() - bin.clone().min(u(RANGE)));
                 b.store(SCRATCH, state(tail::HI), bin + u(RANGE));
                 b.store(SCRATCH, state(tail::R), r.bitcast(Ty::U32));
                 b.store(SCRATCH, state(tail::MX), mx.bitcast(Ty::U32));
-                b.store(SCRATCH, state(tail::ARRIVED), u(0));
             });
-            b.set("one_read_done", boolean(true));
         },
         |b| b.if_(lid.clone().eq_(u(0)), |b| b.store(SCRATCH, state(tail::GO), u(0))),
     );
+}
+
+/// After [`estimate_cut`] summed the row's histogram into the part's workgroup array of keys,
+/// its bins' values (u32) at `at + g`, each invocation the bins `range.0..range.1`: where
+/// `gate` holds, the first bin whose values summed from the top pass `limit(total)`, as
+/// `BINS - bin` (0 for none; the largest over the workgroup is the first bin), returned.
+fn crossing(
+    b: &mut Block,
+    name: &str,
+    at: u32,
+    range: (Expr, Expr),
+    gate: Expr,
+    limit: &dyn Fn(&mut Block, Expr) -> Expr,
+) -> Expr {
+    let v = |s: &str| format!("{name}_{s}");
+    let bin = |g: Expr| load_shared(KEYS, u(at) + g);
+    b.let_(&v("own"), Ty::U32, u(0));
+    b.for_("g", range.0.clone(), range.1.clone(), u(1), |b, g| b.set(&v("own"), var(&v("own")) + bin(g)));
+    let before = b.scan(var(&v("own")), &v("before"));
+    let total = b.reduce(ReduceOp::Sum, Ty::U32, var(&v("own")), &v("total"));
+    let lim = limit(b, total);
+    b.let_(&v("cum"), Ty::U32, before);
+    b.let_(&v("first"), Ty::U32, u(0));
+    b.for_("g", range.0, range.1, u(1), |b, g| {
+        let x = b.let_(&v("x"), Ty::U32, bin(g.clone()));
+        let cum = var(&v("cum"));
+        let passes = gate.clone().and(cum.clone().le(lim.clone())).and((cum.clone() + x.clone()).gt(lim.clone()));
+        b.if_(passes, |b| b.set(&v("first"), var(&v("first")).max(u(BINS) - g)));
+        b.set(&v("cum"), cum + x);
+    });
+    b.reduce(ReduceOp::Max, Ty::U32, var(&v("first")), &v("bin"))
 }
 
 /// Writes this workgroup's winners (`best{suffix}`, `best{suffix}64`, after their block
@@ -247,9 +306,9 @@ fn take_winners(b: &mut Block, at: &dyn Fn(u32) -> Expr) {
     b.if_(i64.clone().ne_(u(NONE)), |b| keep_lower(b, "64", load64(at(2)).bitcast(Ty::F64), i64));
 }
 
-/// A part of a top-p row in the cut launch (see the module's step 3), then, in the part that
-/// arrives last, the row.
-fn cut_part(b: &mut Block, input: Input) {
+/// A part of a top-p row in the cut launch (see the module's step 2): its classes' counts and
+/// masses, its listed range tokens and its winners, into its record.
+fn cut_part(b: &mut Block) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let state = |k: u32| load(SCRATCH, tail_word(var("row_slot"), u(0), k));
     let lo = b.let_("cut_lo", Ty::F32, state(tail::LO).cast(Ty::F32));
@@ -344,15 +403,27 @@ fn cut_part(b: &mut Block, input: Input) {
         }
         b.store(SCRATCH, at(tail::W_BELOW), w_below.bitcast(Ty::U32));
     });
-    let counter = tail_word(var("row_slot"), u(0), tail::ARRIVED);
-    super::combine::last_part_on(b, SCRATCH, counter, |b| b.scope(|b| cut_row(b, input, mx, seeded)));
 }
 
-/// The row, in its last part to arrive: the parts' records summed and the checks; then the
+/// A top-p row in the merge (see the module's step 3), where the estimate found its maximum
+/// finite (else the cut launch left it): the parts' records summed and the checks; then the
 /// select over the range's tokens in workgroup memory where they fit, or, where they all share
 /// one order value, the lowest columns of them that top-p and top-k keep; the race and the
-/// results. Where a check fails, the filter kernel's body.
-fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
+/// results (`one_read_done`). Where a check fails, nothing: the merge runs the filter kernel's
+/// body, after the two reads (`reads_before`).
+pub(super) fn merge_cut(b: &mut Block) {
+    let row_slot = b.let_("row_slot", Ty::U32, var("slot"));
+    let state = |k: u32| load(SCRATCH, tail_word(row_slot.clone(), u(0), k));
+    b.if_(state(tail::GO).eq_(u(1)), |b| {
+        b.set("reads_before", u(2));
+        let mx = b.let_("cut_mx", Ty::F32, state(tail::MX).bitcast(Ty::F32));
+        let seeded = b.let_("cut_seeded", Ty::Bool, row_is_seeded());
+        cut_row(b, mx, seeded);
+    });
+}
+
+/// [`merge_cut`]'s row, its maximum `mx` known.
+fn cut_row(b: &mut Block, mx: Expr, seeded: Expr) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let word = |p: Expr, k: u32| tail_word(var("row_slot"), p, k);
     let counts = ["n_above", "n_range", "short"];
@@ -427,18 +498,10 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
         b.set("sel_tm", m_range.clone());
         tied_range(b, range_max, seeded.clone(), mx.clone());
     });
-    b.if_else(
-        sorted.or(flat),
-        |b| {
-            finish_race(b, seeded, mx, call(FIXED_F32, vec![row_mass]), 2);
-        },
-        |b| {
-            // The whole row, by the one workgroup that arrived last.
-            b.set("col_lo", u(0));
-            b.set("col_hi", param("vocab"));
-            filter_body(b, input, Output::Sample, u(2));
-        },
-    );
+    b.if_(sorted.or(flat), |b| {
+        finish_race(b, seeded, mx, call(FIXED_F32, vec![row_mass]), 2);
+        b.set("one_read_done", boolean(true));
+    });
 }
 
 /// The range's `n` tokens (each part's listed after the earlier parts') into the filter
@@ -568,29 +631,25 @@ fn tied_range(b: &mut Block, key: Expr, seeded: Expr, mx: Expr) {
 }
 
 fn cut_kernel(d: Dtype) -> Kernel {
-    let input = Input::Logits(d);
     let mut b = Block::new();
     for_each_row_part_at(&mut b, listed_row, |b| {
         let takes = takes_row(b);
         b.if_(takes, |b| {
             let one = one_read_row(b);
             let go = load(SCRATCH, tail_word(var("row_slot"), u(0), tail::GO)).eq_(u(1));
-            b.if_(one.and(var("top_p_cut")).and(go), |b| b.scope(|b| cut_part(b, input)));
+            b.if_(one.and(var("top_p_cut")).and(go), |b| b.scope(cut_part));
         });
     });
-    let mut buffers = filter_buffers(input, Output::Sample);
-    buffers.push(buffer_atomic());
-    let doc = "top-p rows without a small top-k, after top_k_merge: the second read, the cut and the race";
-    let passes = 2 + max_passes(Output::Sample);
-    let mut k = kernel(format!("top_p_cut_logits_{}", d.suffix()), doc, passes, buffers, functions(true), b);
-    k.shared.extend(filter_shared());
+    let buffers = vec![
+        buffer("x", d.storage(), false),
+        buffer("rows", Storage::U32, false),
+        buffer("listed", Storage::U32, false),
+        partials_buffer(),
+    ];
+    let doc = "top-p rows without a small top-k, after top_k_parts: each part's second read, its classes and winners";
+    let mut k = kernel(format!("top_p_cut_logits_{}", d.suffix()), doc, 1, buffers, functions(true), b);
     k.shared.push(SharedDecl::atomic(LISTING, 1));
     k
-}
-
-/// The scratch, atomic here: the parts count themselves in on their row's state.
-fn buffer_atomic() -> BufferDecl {
-    super::sampling::part_buffers()[0].clone()
 }
 
 /// The cut kernels, per dtype of the logits.
