@@ -311,13 +311,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f32(
             bool top_p_cut = ((one_read && capped) && ((pp < (1.0f)) || has_k));
             if (((one_read && top_p_cut) && (partials[((((row_slot * parts) + 0u) * 805u) + 773u)] == 1u))) {
                 {
-                    // built by kernels::filter_top_p::cut_part
                     float cut_lo = ((float)(partials[((((row_slot * parts) + 0u) * 805u) + 774u)]));
                     float cut_hi = ((float)(partials[((((row_slot * parts) + 0u) * 805u) + 775u)]));
                     float grid_r = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 776u)]);
                     float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 777u)]);
                     bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u);
                     if ((threadIdx.x == 0u)) {
+                        // built by kernels::filter_top_p::cut_part
                         cut_listing[0u] = 0u;
                     }
                     __syncthreads();
@@ -340,6 +340,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f32(
                     double bestr64 = sk_bitcast<double>(18442240474082181120ull);
                     unsigned int bestr64_i = 4294967295u;
                     for (unsigned int col = (col_lo + threadIdx.x); col < col_hi; col += ((unsigned int)SK_BLOCK)) {
+                        // built by kernels::filter_top_p::cut_part
                         const float sk_e0 = x[(base + col)];
                         float cz = ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp);
                         float cov = (cz - cut_mx);
@@ -754,6 +755,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f32(
                     }
                     __syncthreads();
                     if ((threadIdx.x == 0u)) {
+                        // built by kernels::filter_top_p::cut_part
                         partials[((((row_slot * parts) + part) * 805u) + 778u)] = part_n_above;
                         partials[((((row_slot * parts) + part) * 805u) + 779u)] = part_n_range;
                         partials[((((row_slot * parts) + part) * 805u) + 780u)] = ((unsigned int)(part_m_above & 4294967295ull));

@@ -336,13 +336,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var top_p_cut: bool = ((one_read && capped) && ((pp < (1.0f)) || has_k));
             if (((one_read && top_p_cut) && (partials[((((row_slot * parts) + 0u) * 805u) + 773u)] == 1u))) {
                 {
-                    // built by kernels::filter_top_p::cut_part
                     var cut_lo: f32 = f32(partials[((((row_slot * parts) + 0u) * 805u) + 774u)]);
                     var cut_hi: f32 = f32(partials[((((row_slot * parts) + 0u) * 805u) + 775u)]);
                     var grid_r: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 805u) + 776u)]);
                     var cut_mx: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 805u) + 777u)]);
                     var cut_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
                     if ((sk_lid == 0u)) {
+                        // built by kernels::filter_top_p::cut_part
                         atomicStore(&cut_listing[0u], 0u);
                     }
                     workgroupBarrier();
@@ -365,6 +365,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var bestr64: f64 = bitcast<f64>(18442240474082181120lu);
                     var bestr64_i: u32 = 4294967295u;
                     for (var col: u32 = (col_lo + sk_lid); col < col_hi; col = col + BLOCK) {
+                        // built by kernels::filter_top_p::cut_part
                         let sk_e0: f32 = x[(base + col)];
                         var cz: f32 = (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp);
                         var cov: f32 = (cz - cut_mx);
@@ -683,6 +684,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     workgroupBarrier();
                     if ((sk_lid == 0u)) {
+                        // built by kernels::filter_top_p::cut_part
                         partials[((((row_slot * parts) + part) * 805u) + 778u)] = part_n_above;
                         partials[((((row_slot * parts) + part) * 805u) + 779u)] = part_n_range;
                         partials[((((row_slot * parts) + part) * 805u) + 780u)] = u32((part_m_above & 4294967295lu));

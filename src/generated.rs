@@ -144,24 +144,30 @@ pub enum KernelId {
     FilterSplitLogitsBf16,
     /// `filter_split_probs`: top-k, top-p and min-p sampling with each row split over workgroups: one launch per stage
     FilterSplitProbs,
-    /// `top_k_parts_logits_f32`: top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum (a top-p row's histogram, and its last part the cut's estimate)
+    /// `top_k_parts_logits_f32`: top-k (at most CAP), one read of the row: each part's k + 1 candidates, maximum and sum (a top-p row's histogram, and its last part the cut's estimate)
     TopKPartsLogitsF32,
-    /// `top_k_parts_logits_f16`: top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum (a top-p row's histogram, and its last part the cut's estimate)
+    /// `top_k_parts_logits_f16`: top-k (at most CAP), one read of the row: each part's k + 1 candidates, maximum and sum (a top-p row's histogram, and its last part the cut's estimate)
     TopKPartsLogitsF16,
-    /// `top_k_parts_logits_bf16`: top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum (a top-p row's histogram, and its last part the cut's estimate)
+    /// `top_k_parts_logits_bf16`: top-k (at most CAP), one read of the row: each part's k + 1 candidates, maximum and sum (a top-p row's histogram, and its last part the cut's estimate)
     TopKPartsLogitsBf16,
-    /// `top_k_merge_logits_f32`: top-k from logits after top_k_parts (and top-p rows after top_p_cut): the set and the race from the parts' candidates or listed range, else the filter kernel's
+    /// `top_k_parts_probs`: top-k (at most CAP), one read of the row: each part's k + 1 candidates, maximum and sum (a top-p row's histogram, and its last part the cut's estimate)
+    TopKPartsProbs,
+    /// `top_k_merge_logits_f32`: top-k after top_k_parts (and top-p rows after top_p_cut): the set and the race from the parts' candidates or listed range, else the filter kernel's
     TopKMergeLogitsF32,
-    /// `top_k_merge_logits_f16`: top-k from logits after top_k_parts (and top-p rows after top_p_cut): the set and the race from the parts' candidates or listed range, else the filter kernel's
+    /// `top_k_merge_logits_f16`: top-k after top_k_parts (and top-p rows after top_p_cut): the set and the race from the parts' candidates or listed range, else the filter kernel's
     TopKMergeLogitsF16,
-    /// `top_k_merge_logits_bf16`: top-k from logits after top_k_parts (and top-p rows after top_p_cut): the set and the race from the parts' candidates or listed range, else the filter kernel's
+    /// `top_k_merge_logits_bf16`: top-k after top_k_parts (and top-p rows after top_p_cut): the set and the race from the parts' candidates or listed range, else the filter kernel's
     TopKMergeLogitsBf16,
+    /// `top_k_merge_probs`: top-k after top_k_parts (and top-p rows after top_p_cut): the set and the race from the parts' candidates or listed range, else the filter kernel's
+    TopKMergeProbs,
     /// `top_p_cut_logits_f32`: top-p rows without a small top-k, after top_k_parts: each part's second read, its classes and winners
     TopPCutLogitsF32,
     /// `top_p_cut_logits_f16`: top-p rows without a small top-k, after top_k_parts: each part's second read, its classes and winners
     TopPCutLogitsF16,
     /// `top_p_cut_logits_bf16`: top-p rows without a small top-k, after top_k_parts: each part's second read, its classes and winners
     TopPCutLogitsBf16,
+    /// `top_p_cut_probs`: top-p rows without a small top-k, after top_k_parts: each part's second read, its classes and winners
+    TopPCutProbs,
     /// `read_rows_f32`: each row's sum, reading every element once: the read bandwidth the benchmarks compare with
     ReadRowsF32,
     /// `read_rows_f16`: each row's sum, reading every element once: the read bandwidth the benchmarks compare with
@@ -180,7 +186,7 @@ pub enum Binding {
     Rows,
     /// `probs`
     Probs,
-    /// `partials` (atomic u32 in greedy_f32, greedy_f16, greedy_bf16, race_logits_f32, race_logits_f16, race_logits_bf16, race_probs, sample_f32, sample_f16, sample_bf16, top_k_parts_logits_f32, top_k_parts_logits_f16, top_k_parts_logits_bf16)
+    /// `partials` (atomic u32 in greedy_f32, greedy_f16, greedy_bf16, race_logits_f32, race_logits_f16, race_logits_bf16, race_probs, sample_f32, sample_f16, sample_bf16, top_k_parts_logits_f32, top_k_parts_logits_f16, top_k_parts_logits_bf16, top_k_parts_probs)
     Partials,
     /// `tokens`
     Tokens,
@@ -188,7 +194,7 @@ pub enum Binding {
     Logprobs,
     /// `status`
     Status,
-    /// `counters` (atomic u32 in greedy_f32, greedy_f16, greedy_bf16, race_logits_f32, race_logits_f16, race_logits_bf16, race_probs, seeded_logits_f32, seeded_logits_f16, seeded_logits_bf16, sample_f32, sample_f16, sample_bf16, top_k_parts_logits_f32, top_k_parts_logits_f16, top_k_parts_logits_bf16)
+    /// `counters` (atomic u32 in greedy_f32, greedy_f16, greedy_bf16, race_logits_f32, race_logits_f16, race_logits_bf16, race_probs, seeded_logits_f32, seeded_logits_f16, seeded_logits_bf16, sample_f32, sample_f16, sample_bf16, top_k_parts_logits_f32, top_k_parts_logits_f16, top_k_parts_logits_bf16, top_k_parts_probs)
     Counters,
     /// `input`
     Input,
@@ -685,6 +691,17 @@ pub const KERNELS: &[KernelSource] = &[
         needs_int64: true,
     },
     KernelSource {
+        id: KernelId::TopKPartsProbs,
+        name: "top_k_parts_probs",
+        wgsl: include_str!("../shaders/top_k_parts_probs.wgsl"),
+        cuda: include_str!("../kernels/top_k_parts_probs.cu"),
+        bindings: &[Binding::X, Binding::Rows, Binding::Listed, Binding::Partials, Binding::Counters],
+        passes: 1,
+        stages: 1,
+        needs_f64: false,
+        needs_int64: true,
+    },
+    KernelSource {
         id: KernelId::TopKMergeLogitsF32,
         name: "top_k_merge_logits_f32",
         wgsl: include_str!("../shaders/top_k_merge_logits_f32.wgsl"),
@@ -718,6 +735,17 @@ pub const KERNELS: &[KernelSource] = &[
         needs_int64: true,
     },
     KernelSource {
+        id: KernelId::TopKMergeProbs,
+        name: "top_k_merge_probs",
+        wgsl: include_str!("../shaders/top_k_merge_probs.wgsl"),
+        cuda: include_str!("../kernels/top_k_merge_probs.cu"),
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed, Binding::Partials],
+        passes: 19,
+        stages: 1,
+        needs_f64: true,
+        needs_int64: true,
+    },
+    KernelSource {
         id: KernelId::TopPCutLogitsF32,
         name: "top_p_cut_logits_f32",
         wgsl: include_str!("../shaders/top_p_cut_logits_f32.wgsl"),
@@ -744,6 +772,17 @@ pub const KERNELS: &[KernelSource] = &[
         name: "top_p_cut_logits_bf16",
         wgsl: include_str!("../shaders/top_p_cut_logits_bf16.wgsl"),
         cuda: include_str!("../kernels/top_p_cut_logits_bf16.cu"),
+        bindings: &[Binding::X, Binding::Rows, Binding::Listed, Binding::Partials],
+        passes: 1,
+        stages: 1,
+        needs_f64: true,
+        needs_int64: true,
+    },
+    KernelSource {
+        id: KernelId::TopPCutProbs,
+        name: "top_p_cut_probs",
+        wgsl: include_str!("../shaders/top_p_cut_probs.wgsl"),
+        cuda: include_str!("../kernels/top_p_cut_probs.cu"),
         bindings: &[Binding::X, Binding::Rows, Binding::Listed, Binding::Partials],
         passes: 1,
         stages: 1,

@@ -511,12 +511,15 @@ fn path_reads(row: &RowParams, vocab: usize) -> u32 {
 /// wherever its set holds at most [`ONE_READ_TOP_K`] tokens and no top-p or min-p boundary lies
 /// within 2e-3 of a token's mass (the path's margin on the row mass is 2^-10); the others fall
 /// back to the filter kernel after the path's reads (1 or 2, then its passes). Three parts of
-/// 4096 columns and a ragged tail, from f32, f16 and bf16 logits.
+/// 4096 columns and a ragged tail, from f32, f16 and bf16 logits, and from the rows'
+/// probabilities (the CPU oracle's tokens from the same probabilities; a row of the cut read
+/// twice).
 pub fn one_read_rows_read_once<B: Backend>(b: &B) {
     let mut rng = Rng::new(1919);
     let vocab = 3 * 4096 + 123;
     let shape = Shape { batch: 48, vocab, stride: vocab + 5 };
     let (mut once, mut fell_back, mut same, mut draws, mut capped_once) = (0, 0, 0, 0, 0);
+    let (mut probs_once, mut probs_draws, mut probs_same) = (0, 0, 0);
     for case in 0..2 {
         let mut x = vec![0.0f32; shape.elements()];
         let rows: Vec<RowParams> = (0..shape.batch)
@@ -590,7 +593,47 @@ pub fn one_read_rows_read_once<B: Backend>(b: &B) {
                 }
             }
         }
+        // The same rows as probabilities (the reference's softmax at each row's temperature,
+        // in f32), which the path reads the same way: the CPU oracle's tokens from them.
+        let mut probs = vec![0.0f32; shape.elements()];
+        for r in 0..shape.batch {
+            let values: Vec<f64> = x[r * shape.stride..][..vocab].iter().map(|&v| v as f64).collect();
+            for (j, p) in softmax(&values, &rows[r]).into_iter().enumerate() {
+                probs[r * shape.stride + j] = p as f32;
+            }
+        }
+        let mut want = vec![0u32; shape.batch];
+        cpu.sample_filtered(shape, Input::Probs(&probs), &rows, Output::new(&mut want)).unwrap();
+        let pb = b.upload(&probs).unwrap();
+        let mut t = b.zeros::<u32>(shape.batch).unwrap();
+        let mut ps = b.zeros::<u32>(shape.batch).unwrap();
+        b.sample_filtered(shape, Input::Probs(&pb), &rb, Output::new(&mut t).with_passes(&mut ps)).unwrap();
+        let (t, ps) = (b.download(&t).unwrap(), b.download(&ps).unwrap());
+        for r in 0..shape.batch {
+            let what = format!("probabilities row {r} case {case}, {:?}", rows[r]);
+            let whole = passes(&rows[r].filters(), vocab);
+            if !rows[r].takes_one_read(vocab) {
+                assert!(ps[r] <= whole, "{} passes, {what}", ps[r]);
+                continue;
+            }
+            let least = path_reads(&rows[r], vocab);
+            assert!((least..=least + whole).contains(&ps[r]), "{} passes, {what}", ps[r]);
+            // Bins of probabilities follow the order's values exactly, so distinct values
+            // never leave the cut's range undecided.
+            if case == 0 && rows[r].takes_top_p_cut(vocab) {
+                assert_eq!(ps[r], 2, "a row of the cut, of distinct values, fell back, {what}");
+            }
+            probs_once += usize::from(ps[r] == least);
+            probs_draws += 1;
+            probs_same += usize::from(t[r] == want[r]);
+        }
     }
+    eprintln!(
+        "{}: from probabilities: {probs_once} of {probs_draws} one-read rows read as few times as the path \
+         does, {probs_same} tokens equal the CPU's",
+        b.describe()
+    );
+    assert!(probs_same * 100 >= probs_draws * 99, "only {probs_same} of {probs_draws} tokens equal the CPU's");
     eprintln!(
         "{}: one-read rows: {once} read once ({capped_once} without a top-k of at most {ONE_READ_TOP_K}), \
          {fell_back} fell back; {same} of {draws} tokens equal the CPU's",

@@ -204,7 +204,7 @@ fn scratch_words<B: Backend + ?Sized>(job: &Job<'_, B>, target_groups: u32, bloc
         _ => 0,
     };
     let one_read = match (job, filter_parts(job, target_groups, block, split_filters)) {
-        (Job::Filter { input: Input::Logits(_), shape, .. } | Job::Sample { shape, .. }, Some((rows, _))) => {
+        (Job::Filter { shape, .. } | Job::Sample { shape, .. }, Some((rows, _))) => {
             one_read_words(rows, shape.vocab).unwrap_or(0)
         }
         _ => 0,
@@ -448,7 +448,7 @@ impl<'a, H: Copy> Launch<H> {
         staged.split_stages(rows, parts)
     }
 
-    /// A filter sampling launch from logits as the one-read top-k path (`filter_top_k.rs`): the
+    /// A filter sampling launch as the one-read top-k path (`filter_top_k.rs`): the
     /// parts launch over `rows x parts` workgroups (a top-p row's last part counts itself in on
     /// the row's counter); with `cut`, the top-p cut (`filter_top_p.rs`) over `rows x parts`,
     /// each part's second read; then the merge, one workgroup per row, which takes the filter
@@ -460,6 +460,7 @@ impl<'a, H: Copy> Launch<H> {
             FilterLogitsF32 => (TopKPartsLogitsF32, TopKMergeLogitsF32, TopPCutLogitsF32),
             FilterLogitsF16 => (TopKPartsLogitsF16, TopKMergeLogitsF16, TopPCutLogitsF16),
             FilterLogitsBf16 => (TopKPartsLogitsBf16, TopKMergeLogitsBf16, TopPCutLogitsBf16),
+            FilterProbs => (TopKPartsProbs, TopKMergeProbs, TopPCutProbs),
             _ => return None,
         };
         one_read_words(rows, vocab)?;
@@ -792,6 +793,26 @@ mod tests {
             assert_eq!(launch.bound(Binding::Counters), Some(2));
             let (counters, records) = (counter_words(&job, 396, 512), 300 * want as usize * PART_WORDS);
             assert!(counters >= 300 + records, "300 split rows and {records} record words, {counters} u32");
+        }
+    }
+
+    /// `sample_filtered` cannot read its rows' parameters, so from logits and from probabilities
+    /// alike it takes the one-read path's three launches, the kernels of its input.
+    #[test]
+    fn filtered_batches_take_the_one_read_path_from_either_input() {
+        let shape = Shape::dense(4, 151_936);
+        let x = vec![0.0f32; shape.elements()];
+        let rows = vec![RowParams::new(0.8, 1, 0).with_top_p(0.9); 4];
+        let mut t = vec![0u32; 4];
+        let split = Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true };
+        use KernelId::*;
+        for (input, want) in [
+            (Input::Logits(Logits::F32(&x)), [TopKPartsLogitsF32, TopPCutLogitsF32, TopKMergeLogitsF32]),
+            (Input::Probs(&x), [TopKPartsProbs, TopPCutProbs, TopKMergeProbs]),
+        ] {
+            let job: Job<'_, Planner> = Job::Filter { shape, input, rows: &rows, out: Output::new(&mut t) };
+            let plan = Launch::plan(&job, &split).unwrap();
+            assert_eq!(plan.iter().map(|l| l.kernel.id).collect::<Vec<_>>(), want);
         }
     }
 

@@ -215,16 +215,24 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
     // The one-read path (`launch.rs`, `Launch::one_read`): the parts, then the top-p cut, which
     // reads each part again for the rows of [`TOP_P_CUT`], then the merge, which runs the
     // filter kernel's body (`passes` over the row) on the rows the parts do not take.
-    let one_read = |name: &str, passes: u32, idle_rows: bool| -> Vec<Launch> {
+    // `input` names the kernels' input (`logits_f32`, `probs`), of `row_bytes` a row.
+    let one_read = |name: &str, passes: u32, idle_rows: bool, input: &str, row_bytes: f64| -> Vec<Launch> {
         let p = vocab.div_ceil(TOP_K_PART_COLS);
         let decided = !idle_rows && ONE_READ.contains(&name);
         let cut = !idle_rows && TOP_P_CUT.contains(&name);
-        let parts = parted(format!("top_k_parts_logits_{dtype}"), p, row, decided || cut);
-        let merge = format!("top_k_merge_logits_{dtype}");
-        let merge = if decided || cut || idle_rows { idle(merge, batch) } else { whole(merge, passes, 0.0) };
-        let cut = parted(format!("top_p_cut_logits_{dtype}"), p, row, cut);
+        let parts = parted(format!("top_k_parts_{input}"), p, row_bytes, decided || cut);
+        let merge = format!("top_k_merge_{input}");
+        let merge = if decided || cut || idle_rows {
+            idle(merge, batch)
+        } else {
+            let mut m = whole(merge, passes, 0.0);
+            m.read = passes as f64 * row_bytes * batch as f64;
+            m
+        };
+        let cut = parted(format!("top_p_cut_{input}"), p, row_bytes, cut);
         vec![parts, cut, merge]
     };
+    let logits = format!("logits_{dtype}");
     // The seeded kernel from logits (`Call::SeededLogits`): one launch, a split row's last part
     // merging the parts' records; with `idle_rows`, the launch of `sample`, which its plain rows
     // leave at once.
@@ -277,12 +285,16 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
                 // `Backend::sample` without row lists: the seeded and filter launches span the
                 // batch and each plain row leaves them at once.
                 v.push(seeded(true));
-                v.extend(one_read("", 0, true));
+                v.extend(one_read("", 0, true, &logits, row));
             }
             v
         }
-        Call::Filter(name, passes) if era == Era::Current => one_read(name, passes, false),
+        Call::Filter(name, passes) if era == Era::Current => one_read(name, passes, false, &logits, row),
         Call::Filter(_, passes) => filter(passes, false, &format!("logits_{dtype}")),
+        // The one-read path from probabilities (f32), as from logits.
+        Call::FilterProbs if era == Era::Current => {
+            one_read("filter_top_p_0.9", TOP_P_PASSES, false, "probs", vocab as f64 * 4.0)
+        }
         Call::FilterProbs => filter(TOP_P_PASSES, false, "probs"),
         // Neither is split over blocks (the host stages only the sampling filter kernels).
         Call::MaskLogits => {

@@ -38,15 +38,14 @@
 //! more than the filter kernel's count.
 
 use super::filter_top_p;
+use super::filter_values as values;
 use super::filters::{
     declare_best, filter_body, filter_buffers, filter_shared, functions, key_value, listed_row, max_passes, order_key,
     takes_row, Input, Output, FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP, NONE,
 };
-use super::math;
-use super::philox;
 use super::sampling::{
     buffer, for_each_row_at, for_each_row_part_at, kernel, part_buffers, partials_buffer, philox_block, quads_per_part,
-    row_is_seeded, scaled, softmax_weight, write_results, Dtype, FLAG_PASSES, PARTS_SHIFT,
+    row_is_seeded, write_results, Dtype, FLAG_PASSES, PARTS_SHIFT,
 };
 use super::seeded::score64;
 use crate::ir::*;
@@ -247,29 +246,31 @@ fn gather(
     });
 }
 
-/// The part's one read of its `n` columns, into workgroup memory as order keys of `z` (0 for
-/// -inf), and its maximum `z`, returned.
-pub(super) fn load_part(b: &mut Block, n: Expr) -> Expr {
+/// The part's one read of its `n` columns, into workgroup memory as order keys of their values
+/// `v` (`z` or `p`, [`values::column()`]; 0 for a token without mass), and its largest `v`,
+/// returned (-inf for none).
+pub(super) fn load_part(b: &mut Block, input: Input, n: Expr) -> Expr {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
     b.for_("i", builtin(Builtin::LocalId), n, builtin(Builtin::BlockSize), |b, i| {
-        let z = b.let_("z", Ty::F32, scaled(var("col_lo") + i.clone()));
-        b.store_shared(KEYS, i, select(z.clone().gt(f(f32::NEG_INFINITY)), order_key(z.clone()), u(0)));
-        b.set("m", var("m").max(z));
+        let v = values::column(b, input, var("col_lo") + i.clone(), "z");
+        let valid = b.let_("z_ok", Ty::Bool, values::has_mass(input, v.clone()));
+        b.store_shared(KEYS, i, select(valid.clone(), order_key(v.clone()), u(0)));
+        b.if_(valid, |b| b.set("m", var("m").max(v)));
     });
     let m = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "part_m");
     b.barrier();
     m
 }
 
-/// After [`load_part`]: the part's `sum exp(z - m)`, returned; `each(z, w)` also sees every
-/// column's `z` and weight `w`.
-pub(super) fn sum_part(b: &mut Block, n: Expr, m: Expr, each: &dyn Fn(&mut Block, Expr, Expr)) -> Expr {
+/// After [`load_part`]: the part's sum of weights at its largest `m` (`exp(z - m)`, `p / m`),
+/// returned; `each(v, w)` also sees every column's value `v` and weight `w`.
+pub(super) fn sum_part(b: &mut Block, input: Input, n: Expr, m: Expr, each: &dyn Fn(&mut Block, Expr, Expr)) -> Expr {
     b.let_("s", Ty::F32, f(0.0));
     b.for_("i", builtin(Builtin::LocalId), n, builtin(Builtin::BlockSize), |b, i| {
         let k = b.let_("k", Ty::U32, load_shared(KEYS, i));
         b.if_(k.clone().ne_(u(0)), |b| {
             let z = b.let_("kz", Ty::F32, key_value(k));
-            let w = b.let_("kw", Ty::F32, softmax_weight(z.clone(), m.clone()));
+            let w = b.let_("kw", Ty::F32, values::weight(input, z.clone(), m.clone()));
             b.set("s", var("s") + w.clone());
             each(b, z, w);
         });
@@ -279,10 +280,10 @@ pub(super) fn sum_part(b: &mut Block, n: Expr, m: Expr, each: &dyn Fn(&mut Block
 
 /// One part (after [`one_read_row`]): one read of its columns into workgroup memory, its
 /// maximum and sum, its `k + 1` candidates, and its record.
-fn read_part(b: &mut Block) {
+fn read_part(b: &mut Block, input: Input) {
     let n = b.let_("n_cols", Ty::U32, var("col_hi") - var("col_lo"));
-    let m = load_part(b, n.clone());
-    let s = sum_part(b, n.clone(), m.clone(), &|_, _, _| {});
+    let m = load_part(b, input, n.clone());
+    let s = sum_part(b, input, n.clone(), m.clone(), &|_, _, _| {});
     let key_at = |_: &mut Block, i: Expr| load_shared(KEYS, i);
     select_top(b, n.clone(), var("kc") + u(1), &key_at);
     gather(b, n, &key_at, &|b, o, i, k| {
@@ -363,16 +364,16 @@ fn count_shared_boundary(b: &mut Block, ov: &dyn Fn(Expr) -> Expr, key_at: &dyn 
     b.reduce(ReduceOp::Sum, Ty::U32, var("tie_bad"), "tie_bad_n")
 }
 
-/// Races the kept token `col`, of scaled value `z` and order value `ov` (`z - max`), into
+/// Races the kept token `col`, of value `v` (`z` or `p`) and order value `ov`, into
 /// [`declare_best`]'s variables (`best{suffix}`, `best{suffix}64` and their columns) with the
-/// filter kernels' noise: for a seeded row the float64 score of `ov` plus the column's hashed
-/// noise, else `z` plus the column's Philox noise. Ties go to the lower column, so any order of
-/// visits gives the same winner.
-pub(super) fn race_one(b: &mut Block, suffix: &str, seeded: Expr, col: Expr, z: Expr, ov: Expr) {
+/// filter kernels' noise: for a seeded row the float64 log-probability plus the column's hashed
+/// noise, else the plain path's race on the column's Philox noise. Ties go to the lower column,
+/// so any order of visits gives the same winner.
+pub(super) fn race_one(b: &mut Block, input: Input, suffix: &str, seeded: Expr, col: Expr, v: Expr, ov: Expr) {
     b.if_else(
         seeded,
         |b| {
-            let s = score64(b, ov.cast(Ty::F64), col.clone());
+            let s = score64(b, values::seeded_log(input, v.clone(), ov), col.clone());
             keep_lower(b, &format!("{suffix}64"), s, col.clone());
         },
         |b| {
@@ -380,7 +381,7 @@ pub(super) fn race_one(b: &mut Block, suffix: &str, seeded: Expr, col: Expr, z: 
             let lane = col.clone() & u(3);
             let bits =
                 (1..4u8).fold(w4.clone().comp(0), |e, j| select(lane.clone().eq_(u(j as u32)), w4.clone().comp(j), e));
-            let score = b.let_("score", Ty::F32, z + call(philox::GUMBEL, vec![bits]));
+            let score = b.let_("score", Ty::F32, values::philox_score(input, v.clone(), bits));
             keep_lower(b, suffix, score, col.clone());
         },
     );
@@ -398,15 +399,19 @@ pub(super) fn keep_lower(b: &mut Block, suffix: &str, score: Expr, col: Expr) {
 }
 
 /// After a race into [`declare_best`]'s variables: the row's token (the seeded race's winner
-/// where `seeded`), its log-probability `z - mx - ln(mass)` (`mass`, f32, the row's softmax sum
-/// at `mx`), status, and `passes` as its pass count.
-pub(super) fn finish_race(b: &mut Block, seeded: Expr, mx: Expr, mass: Expr, passes: u32) {
+/// where `seeded`), its log-probability under the whole row (from logits `z - mx - ln(mass)`,
+/// `mass` the row's softmax sum at `mx`; from probabilities `ln p`), status, and `passes` as its
+/// pass count.
+pub(super) fn finish_race(b: &mut Block, input: Input, seeded: Expr, mx: Expr, mass: Expr, passes: u32) {
     let (_, tok32) = b.argmax(var("best"), var("best_i"), "ow_win", "ow_tok32");
     let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "ow_win64", "ow_tok64");
     let tok = b.let_("ow_tok", Ty::U32, select(seeded, tok64, tok32));
     let valid = b.let_("ow_valid", Ty::Bool, tok.clone().lt(param("vocab")));
     let safe = b.let_("ow_at", Ty::U32, select(valid.clone(), tok.clone(), u(0)));
-    write_results(b, tok, valid, |_| (scaled(safe) - mx) - call(math::LOG, vec![mass]));
+    write_results(b, tok, valid, |b| {
+        let v = values::column(b, input, safe, "ow_v");
+        values::log_probability(input, v, mx, mass)
+    });
     let want_passes = (param("flags") & u(FLAG_PASSES)).ne_(u(0));
     b.if_(want_passes.and(builtin(Builtin::LocalId).eq_(u(0))), |b| b.store("passes", var("row"), u(passes)));
 }
@@ -431,7 +436,7 @@ pub(super) fn row_max(b: &mut Block, row_slot: Expr) -> (Expr, Expr) {
 
 /// The merge of one row (after [`one_read_row`]): sets `one_read_done` where the candidates
 /// decide it, and then writes its results.
-fn merge_row(b: &mut Block) {
+fn merge_row(b: &mut Block, input: Input) {
     let lid = builtin(Builtin::LocalId);
     let bs = builtin(Builtin::BlockSize);
     let (mx, finite) = row_max(b, var("slot"));
@@ -440,7 +445,7 @@ fn merge_row(b: &mut Block) {
         let mp = b.let_("mp_p", Ty::F32, part_m(var("slot"), p.clone()));
         let sp = load(SCRATCH, record(p, u(1))).bitcast(Ty::F32);
         b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
-            b.set("s", var("s") + sp * call(math::EXP, vec![mp - mx.clone()]))
+            b.set("s", var("s") + sp * values::weight(input, mp, mx.clone()))
         });
     });
     let mass = b.reduce(ReduceOp::Sum, Ty::F32, var("s"), "row_s");
@@ -468,11 +473,11 @@ fn merge_row(b: &mut Block) {
         let n_sel = b.let_("n_sel", Ty::U32, var("t_above") + var("t_take"));
         b.barrier();
         // Each candidate's place in the filters' order and its fixed-point mass.
-        let ov = |z: Expr| z - mx.clone();
+        let ov = |z: Expr| values::order_value(input, z, mx.clone());
         b.for_("i", lid.clone(), n_sel.clone(), bs.clone(), |b, i| {
             let z = b.let_("zi", Ty::F32, key_value(get(M_KEY, i.clone())));
             put(b, M_OV, i.clone(), ov(z.clone()).bitcast(Ty::U32));
-            put64(b, M_MASS, i, call(FIXED, vec![softmax_weight(z, mx.clone())]));
+            put64(b, M_MASS, i, call(FIXED, vec![values::weight(input, z, mx.clone())]));
         });
         b.barrier();
         b.let_("tk_mass", Ty::U64, Expr::Lit(Lit::U64(0)));
@@ -510,7 +515,7 @@ fn merge_row(b: &mut Block) {
         b.let_("n_lo", Ty::U32, u(0));
         b.let_("n_unsure", Ty::U32, u(0));
         b.for_("r", lid.clone(), n_sel.clone(), bs.clone(), |b, r| {
-            let w = b.let_("wr", Ty::F32, softmax_weight(key_value(get(S_KEY, r.clone())), mx.clone()));
+            let w = b.let_("wr", Ty::F32, values::weight(input, key_value(get(S_KEY, r.clone())), mx.clone()));
             let before = b.let_("br", Ty::U64, get64(S_BEFORE, r.clone()));
             let base = b.let_("base_r", Ty::Bool, w.clone().gt(f(0.0)).and(r.lt(var("kk"))).and(w.ge(var("mp"))));
             let bf = b.let_("bf", Ty::F32, call(FIXED_F32, vec![before.clone()]));
@@ -528,7 +533,7 @@ fn merge_row(b: &mut Block) {
         // Exact where the tokens at or above the last kept one's (and, top-k first, the k-th
         // one's) value are all candidates, or the candidates hold every token with probability.
         let zt = b.let_("zt", Ty::F32, key_value(var("t_key")));
-        let all_in = n_sel.clone().lt(want).or(softmax_weight(zt.clone(), mx.clone()).le(f(0.0)));
+        let all_in = n_sel.clone().lt(want).or(values::weight(input, zt.clone(), mx.clone()).le(f(0.0)));
         let complete = b.let_("all_in", Ty::Bool, all_in);
         let above = |r: Expr| ov(key_value(get(S_KEY, r))).gt(ov(zt.clone()));
         let kept_n = var("kept_n");
@@ -550,40 +555,37 @@ fn merge_row(b: &mut Block) {
             b.for_("r", lid.clone(), kept_n.clone(), bs.clone(), |b, r| {
                 let col = b.let_("rc", Ty::U32, get(S_COL, r.clone()));
                 let z = b.let_("rz", Ty::F32, key_value(get(S_KEY, r)));
-                race_one(b, "", seeded.clone(), col, z.clone(), ov(z));
+                race_one(b, input, "", seeded.clone(), col, z.clone(), ov(z));
             });
-            finish_race(b, seeded, mx.clone(), mass.clone(), 1);
+            finish_race(b, input, seeded, mx.clone(), mass.clone(), 1);
             b.set("one_read_done", boolean(true));
         });
     });
 }
 
-fn parts_kernel(d: Dtype) -> Kernel {
+fn parts_kernel(input: Input) -> Kernel {
     let mut b = Block::new();
     for_each_row_part_at(&mut b, listed_row, |b| {
         let takes = takes_row(b);
         let one = one_read_row(b);
         b.if_(takes.and(one), |b| {
-            b.if_else(var("top_p_cut"), filter_top_p::histogram_part, read_part);
+            b.if_else(var("top_p_cut"), |b| filter_top_p::histogram_part(b, input), |b| read_part(b, input));
         });
     });
-    let mut buffers = vec![
-        buffer("x", d.storage(), false),
-        buffer("rows", Storage::U32, false),
-        buffer("listed", Storage::U32, false),
-    ];
+    let mut buffers = filter_buffers(input, Output::Sample)[..2].to_vec();
+    buffers.push(buffer("listed", Storage::U32, false));
     // Atomic: a top-p row's last part reads the other parts' histograms in the same launch.
     buffers.extend(part_buffers());
-    let doc = "top-k (at most CAP) from logits, one read of the row: each part's k + 1 candidates, maximum and sum \
+    let doc = "top-k (at most CAP), one read of the row: each part's k + 1 candidates, maximum and sum \
                (a top-p row's histogram, and its last part the cut's estimate)";
-    let mut k = kernel(format!("top_k_parts_logits_{}", d.suffix()), doc, 1, buffers, functions(false), b);
+    let name = format!("top_k_parts_{}", values::suffix(input));
+    let mut k = kernel(name, doc, 1, buffers, functions(false), b);
     k.shared.push(SharedDecl::new(KEYS, Ty::U32, PART_COLS));
     k.shared.push(filter_top_p::histogram_shared());
     k
 }
 
-fn merge_kernel(d: Dtype) -> Kernel {
-    let input = Input::Logits(d);
+fn merge_kernel(input: Input) -> Kernel {
     let mut b = Block::new();
     b.let_("parts", Ty::U32, (param("flags") >> u(PARTS_SHIFT)).max(u(1)));
     for_each_row_at(&mut b, listed_row, |b| {
@@ -593,7 +595,13 @@ fn merge_kernel(d: Dtype) -> Kernel {
             let one = one_read_row(b);
             // The reads of the row before this launch: the parts' and, for a top-p row, the cut's.
             b.let_("reads_before", Ty::U32, select(one.clone(), u(1), u(0)));
-            b.if_(one, |b| b.if_else(var("top_p_cut"), |b| b.scope(filter_top_p::merge_cut), |b| b.scope(merge_row)));
+            b.if_(one, |b| {
+                b.if_else(
+                    var("top_p_cut"),
+                    |b| b.scope(|b| filter_top_p::merge_cut(b, input)),
+                    |b| b.scope(|b| merge_row(b, input)),
+                )
+            });
             b.if_(var("one_read_done").not(), |b| {
                 // The merge's arrays are the body's list: every read of them is done.
                 b.barrier();
@@ -603,17 +611,21 @@ fn merge_kernel(d: Dtype) -> Kernel {
     });
     let mut buffers = filter_buffers(input, Output::Sample);
     buffers.push(partials_buffer());
-    let doc = "top-k from logits after top_k_parts (and top-p rows after top_p_cut): the set and the race from the \
+    let doc = "top-k after top_k_parts (and top-p rows after top_p_cut): the set and the race from the \
                parts' candidates or listed range, else the filter kernel's";
     let passes = 1 + max_passes(Output::Sample);
-    let mut k = kernel(format!("top_k_merge_logits_{}", d.suffix()), doc, passes, buffers, functions(true), b);
+    let name = format!("top_k_merge_{}", values::suffix(input));
+    let mut k = kernel(name, doc, passes, buffers, functions(true), b);
     k.shared.extend(filter_shared());
     k
 }
 
-/// Every kernel of this path: the parts and the merge, per dtype of the logits.
+/// The inputs of this path: logits of each dtype, then probabilities.
+pub(super) fn inputs() -> Vec<Input> {
+    Dtype::ALL.iter().map(|&d| Input::Logits(d)).chain([Input::Probs]).collect()
+}
+
+/// Every kernel of this path: the parts and the merge, per input.
 pub fn all() -> Vec<Kernel> {
-    let mut out: Vec<Kernel> = Dtype::ALL.iter().map(|&d| parts_kernel(d)).collect();
-    out.extend(Dtype::ALL.iter().map(|&d| merge_kernel(d)));
-    out
+    inputs().into_iter().map(parts_kernel).chain(inputs().into_iter().map(merge_kernel)).collect()
 }

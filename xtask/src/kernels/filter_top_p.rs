@@ -37,14 +37,13 @@ use super::filter_top_k::{
     finish_race, keep_lower, load_part, one_read_row, own_word, part_m, race_one, row_max, select_top, slot_word,
     sum_part, CAP, HEAD_WORDS, KEYS, SCRATCH, SLOT_WORDS,
 };
+use super::filter_values as values;
 use super::filters::{
-    add_digit, count_digits, declare_best, declare_best_as, declare_select, functions, key_value, listed_row,
-    order_key, select_step, takes_row, ties, DIGIT_PASSES, FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP, NONE,
+    add_digit, count_digits, declare_best, declare_best_as, declare_select, filter_buffers, functions, key_value,
+    listed_row, order_key, select_step, takes_row, ties, Input, Output, DIGIT_PASSES, FIXED, FIXED_F32, FRACTION, LIST,
+    LIST_CAP, NONE,
 };
-use super::math;
-use super::sampling::{
-    buffer, for_each_row_part_at, kernel, partials_buffer, quads_per_part, row_is_seeded, scaled, softmax_weight, Dtype,
-};
+use super::sampling::{buffer, for_each_row_part_at, kernel, partials_buffer, quads_per_part, row_is_seeded};
 use crate::ir::*;
 
 /// Bins of a part's histogram, each `1 / BIN_SCALE` of `z` wide: 32 units below the part's
@@ -121,9 +120,14 @@ fn ceil(x: Expr) -> Expr {
     -floor(-x)
 }
 
-/// The bin of `z` on the grid of origin `r` (`ceil(m S)` for the largest `z` it bins, `m`), as
-/// an f32 integer: monotone in `z`, and the same for every part up to a whole shift of the
-/// origin.
+/// The origin of the grid whose largest value is `m`: `ceil(m S)` of its [`values::bin_value`].
+fn grid_origin(input: Input, m: Expr) -> Expr {
+    ceil(values::bin_value(input, m) * f(BIN_SCALE))
+}
+
+/// The bin of the binned value `z` ([`values::bin_value`]) on the grid of origin `r`
+/// ([`grid_origin`]), as an f32 integer: monotone in `z`, and the same for every part up to a
+/// whole shift of the origin.
 fn grid_bin(r: Expr, z: Expr) -> Expr {
     r - floor(z * f(BIN_SCALE))
 }
@@ -131,16 +135,16 @@ fn grid_bin(r: Expr, z: Expr) -> Expr {
 /// The first read of a part of a top-p row (`top_p_cut`): its columns into workgroup memory,
 /// its maximum and sum, and its histogram (see the module's step 1), into its slot; the row's
 /// last part to arrive estimates the cut.
-pub(super) fn histogram_part(b: &mut Block) {
+pub(super) fn histogram_part(b: &mut Block, input: Input) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     // The workgroup's previous part may still be copying its histogram out.
     b.barrier();
     b.for_("i", lid.clone(), u(BINS), bs.clone(), |b, i| b.store_shared(HIST, i, u(0)));
     let n = b.let_("n_cols", Ty::U32, var("col_hi") - var("col_lo"));
-    let m = load_part(b, n.clone());
-    let r = b.let_("grid_r", Ty::F32, ceil(m.clone() * f(BIN_SCALE)));
-    let s = sum_part(b, n.clone(), m.clone(), &|b, z, w| {
-        let g = b.let_("hg", Ty::F32, grid_bin(r.clone(), z));
+    let m = load_part(b, input, n.clone());
+    let r = b.let_("grid_r", Ty::F32, grid_origin(input, m.clone()));
+    let s = sum_part(b, input, n.clone(), m.clone(), &|b, v, w| {
+        let g = b.let_("hg", Ty::F32, grid_bin(r.clone(), values::bin_value(input, v)));
         b.if_(w.clone().gt(f(0.0)).and(g.clone().lt(f(BINS as f32))), |b| {
             let mass = (w * f((1u32 << HIST_BITS) as f32)).cast(Ty::U32);
             b.atomic_add(HIST, g.cast(Ty::U32), mass, "hist_old");
@@ -168,7 +172,7 @@ pub(super) fn histogram_part(b: &mut Block) {
     b.barrier();
     b.for_("i", lid.clone(), n, bs.clone(), |b, i| {
         let k = b.let_("hk", Ty::U32, load_shared(KEYS, i));
-        let g = b.let_("hg", Ty::F32, grid_bin(r.clone(), key_value(k.clone())));
+        let g = b.let_("hg", Ty::F32, grid_bin(r.clone(), values::bin_value(input, key_value(k.clone()))));
         b.if_(k.ne_(u(0)).and(g.clone().lt(f(BINS as f32))), |b| {
             let g = b.let_("hgu", Ty::U32, g.cast(Ty::U32));
             b.atomic_add(HIST, g.clone() >> u(1), u(1) << ((g & u(1)) * u(16)), "hist_n_old");
@@ -176,7 +180,7 @@ pub(super) fn histogram_part(b: &mut Block) {
     });
     b.barrier();
     copy_out(b, BINS / 2, BINS);
-    super::combine::last_part(b, |b| b.scope(estimate_cut));
+    super::combine::last_part(b, |b| b.scope(|b| estimate_cut(b, input)));
 }
 
 /// The estimate of a top-p row's cut, by its last part in the parts launch (see the module's
@@ -185,14 +189,14 @@ pub(super) fn histogram_part(b: &mut Block) {
 /// the top-k (exact integers; a top-k above `CAP` takes this path too), whichever comes first.
 /// The row's state for the cut launch; where the maximum is not finite, `GO` 0 (the cut launch
 /// leaves the row, and the merge runs the filter kernel's body on it).
-fn estimate_cut(b: &mut Block) {
+fn estimate_cut(b: &mut Block, input: Input) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let state = |k: u32| tail_word(var("row_slot"), u(0), k);
     let (mx, finite) = row_max(b, var("row_slot"));
     b.if_else(
         finite,
         |b| {
-            let r = b.let_("grid_r", Ty::F32, ceil(mx.clone() * f(BIN_SCALE)));
+            let r = b.let_("grid_r", Ty::F32, grid_origin(input, mx.clone()));
             // The estimate in u32, its total within 2^32 (the row's mass is at most its length).
             let unit = f(4.0e9 / (1u64 << HIST_BITS) as f32) / param("vocab").cast(Ty::F32);
             let per = b.let_("e_per", Ty::U32, (u(BINS) + bs.clone() - u(1)) / bs.clone());
@@ -206,8 +210,8 @@ fn estimate_cut(b: &mut Block) {
             b.for_("p", u(0), var("parts"), u(1), |b, p| {
                 let mp = b.let_("e_mp", Ty::F32, part_m(var("row_slot"), p.clone()));
                 b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
-                    let shift = b.let_("e_shift", Ty::F32, r.clone() - ceil(mp.clone() * f(BIN_SCALE)));
-                    let weight = b.let_("e_w", Ty::F32, call(math::EXP, vec![mp - mx.clone()]) * unit.clone());
+                    let shift = b.let_("e_shift", Ty::F32, r.clone() - grid_origin(input, mp.clone()));
+                    let weight = b.let_("e_w", Ty::F32, values::weight(input, mp, mx.clone()) * unit.clone());
                     b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
                         let at = b.let_("e_at", Ty::F32, g.clone().cast(Ty::F32) - shift.clone());
                         b.if_(at.clone().ge(f(0.0)).and(at.clone().lt(f(BINS as f32))), |b| {
@@ -308,7 +312,7 @@ fn take_winners(b: &mut Block, at: &dyn Fn(u32) -> Expr) {
 
 /// A part of a top-p row in the cut launch (see the module's step 2): its classes' counts and
 /// masses, its listed range tokens and its winners, into its record.
-fn cut_part(b: &mut Block) {
+fn cut_part(b: &mut Block, input: Input) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let state = |k: u32| load(SCRATCH, tail_word(var("row_slot"), u(0), k));
     let lo = b.let_("cut_lo", Ty::F32, state(tail::LO).cast(Ty::F32));
@@ -328,17 +332,17 @@ fn cut_part(b: &mut Block) {
     declare_best(b);
     declare_best_as(b, "r");
     b.for_("col", var("col_lo") + lid.clone(), var("col_hi"), bs, |b, col| {
-        let z = b.let_("cz", Ty::F32, scaled(col.clone()));
-        let ov = b.let_("cov", Ty::F32, z.clone() - mx.clone());
-        let w = b.let_("cw", Ty::F32, softmax_weight(z.clone(), mx.clone()));
+        let z = values::column(b, input, col.clone(), "cz");
+        let ov = b.let_("cov", Ty::F32, values::order_value(input, z.clone(), mx.clone()));
+        let w = b.let_("cw", Ty::F32, values::weight(input, z.clone(), mx.clone()));
         b.if_(w.clone().gt(f(0.0)), |b| {
             let key = b.let_("ck", Ty::U32, order_key(ov.clone()));
             let mv = b.let_("cmv", Ty::U64, call(FIXED, vec![w.clone()]));
-            let g = b.let_("cg", Ty::F32, grid_bin(r.clone(), z.clone()));
+            let g = b.let_("cg", Ty::F32, grid_bin(r.clone(), values::bin_value(input, z.clone())));
             let smallest = |b: &mut Block, name: &str| b.set(name, var(name).max(key.clone() ^ u(NONE)));
             let race = |b: &mut Block, suffix: &str| {
                 b.if_(w.clone().ge(var("mp")), |b| {
-                    race_one(b, suffix, seeded.clone(), col.clone(), z.clone(), ov.clone())
+                    race_one(b, input, suffix, seeded.clone(), col.clone(), z.clone(), ov.clone())
                 })
             };
             b.if_else(
@@ -411,19 +415,19 @@ fn cut_part(b: &mut Block) {
 /// one order value, the lowest columns of them that top-p and top-k keep; the race and the
 /// results (`one_read_done`). Where a check fails, nothing: the merge runs the filter kernel's
 /// body, after the two reads (`reads_before`).
-pub(super) fn merge_cut(b: &mut Block) {
+pub(super) fn merge_cut(b: &mut Block, input: Input) {
     let row_slot = b.let_("row_slot", Ty::U32, var("slot"));
     let state = |k: u32| load(SCRATCH, tail_word(row_slot.clone(), u(0), k));
     b.if_(state(tail::GO).eq_(u(1)), |b| {
         b.set("reads_before", u(2));
         let mx = b.let_("cut_mx", Ty::F32, state(tail::MX).bitcast(Ty::F32));
         let seeded = b.let_("cut_seeded", Ty::Bool, row_is_seeded());
-        cut_row(b, mx, seeded);
+        cut_row(b, input, mx, seeded);
     });
 }
 
 /// [`merge_cut`]'s row, its maximum `mx` known.
-fn cut_row(b: &mut Block, mx: Expr, seeded: Expr) {
+fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let word = |p: Expr, k: u32| tail_word(var("row_slot"), p, k);
     let counts = ["n_above", "n_range", "short"];
@@ -492,14 +496,14 @@ fn cut_row(b: &mut Block, mx: Expr, seeded: Expr) {
     b.set("sel_n", n_above);
     b.set("sel_m", m_above);
     b.set("lim", lim);
-    b.if_(sorted.clone(), |b| select_in_range(b, n_range.clone(), seeded.clone()));
+    b.if_(sorted.clone(), |b| select_in_range(b, input, n_range.clone(), seeded.clone(), mx.clone()));
     b.if_(flat.clone(), |b| {
         b.set("sel_tn", n_range.clone());
         b.set("sel_tm", m_range.clone());
-        tied_range(b, range_max, seeded.clone(), mx.clone());
+        tied_range(b, input, range_max, seeded.clone(), mx.clone());
     });
     b.if_(sorted.or(flat), |b| {
-        finish_race(b, seeded, mx, call(FIXED_F32, vec![row_mass]), 2);
+        finish_race(b, input, seeded, mx, call(FIXED_F32, vec![row_mass]), 2);
         b.set("one_read_done", boolean(true));
     });
 }
@@ -507,7 +511,7 @@ fn cut_row(b: &mut Block, mx: Expr, seeded: Expr) {
 /// The range's `n` tokens (each part's listed after the earlier parts') into the filter
 /// kernels' list, keys then columns; the filter kernels' digit select over them from the
 /// select's state above the range; the race of the kept ones into [`declare_best`]'s variables.
-fn select_in_range(b: &mut Block, n: Expr, seeded: Expr) {
+fn select_in_range(b: &mut Block, input: Input, n: Expr, seeded: Expr, mx: Expr) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     b.barrier();
     parts_in_order(b, "l", tail::LISTED, &|b, p, n, start| {
@@ -528,7 +532,7 @@ fn select_in_range(b: &mut Block, n: Expr, seeded: Expr) {
             b.for_("i", lid.clone(), n.clone(), bs.clone(), |b, i| {
                 let k = b.let_("dk", Ty::U32, key_of(i));
                 b.if_((k.clone() & var("sel_mask")).eq_(var("sel_key")), |b| {
-                    let mv = call(FIXED, vec![call(math::EXP, vec![key_value(k.clone())])]);
+                    let mv = call(FIXED, vec![values::order_weight(input, key_value(k.clone()), mx.clone())]);
                     add_digit(b, k, mv);
                 });
             });
@@ -548,10 +552,10 @@ fn select_in_range(b: &mut Block, n: Expr, seeded: Expr) {
         let col = b.let_("rcol", Ty::U32, col_of(i));
         let ov = b.let_("rov", Ty::F32, key_value(k.clone()));
         let tie = k.clone().eq_(var("sel_key")).and(var("ties").gt(u(0))).and(col.clone().le(tie_col.clone()));
-        let kept = k.gt(var("sel_key")).or(tie).and(call(math::EXP, vec![ov.clone()]).ge(var("mp")));
+        let kept = k.gt(var("sel_key")).or(tie).and(values::order_weight(input, ov.clone(), mx.clone()).ge(var("mp")));
         b.if_(kept, |b| {
-            let z = b.let_("rz", Ty::F32, scaled(col.clone()));
-            race_one(b, "", seeded.clone(), col, z, ov);
+            let z = values::column(b, input, col.clone(), "rz");
+            race_one(b, input, "", seeded.clone(), col, z, ov);
         });
     });
 }
@@ -580,10 +584,10 @@ fn parts_in_order(b: &mut Block, name: &str, k: u32, body: &dyn Fn(&mut Block, E
 /// them (arithmetic; min-p keeps all or none). Those of the parts before the part where that
 /// count ends are raced from the parts' winners in the range; that part's kept ones by one more
 /// read of its columns (a part, not the row), in order.
-fn tied_range(b: &mut Block, key: Expr, seeded: Expr, mx: Expr) {
+fn tied_range(b: &mut Block, input: Input, key: Expr, seeded: Expr, mx: Expr) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     ties(b);
-    let kept = select(call(math::EXP, vec![key_value(key.clone())]).ge(var("mp")), var("ties"), u(0));
+    let kept = select(values::order_weight(input, key_value(key.clone()), mx.clone()).ge(var("mp")), var("ties"), u(0));
     let t = b.let_("t_kept", Ty::U32, kept);
     b.let_("t_part", Ty::U32, u(0));
     b.let_("t_left", Ty::U32, u(0));
@@ -611,48 +615,50 @@ fn tied_range(b: &mut Block, key: Expr, seeded: Expr, mx: Expr) {
         let each = b.let_("t_each", Ty::U32, (n.clone() + bs.clone() - u(1)) / bs);
         let first = b.let_("t_first", Ty::U32, lo.clone() + (lid.clone() * each.clone()).min(n.clone()));
         let last = b.let_("t_last", Ty::U32, lo + (lid * each.clone() + each).min(n));
-        let ov = |col: Expr| scaled(col) - mx.clone();
-        let is_tied = |col: Expr| order_key(ov(col)).eq_(key.clone());
+        // The column's value and order value, and whether it has the range's order value.
+        let tied = |b: &mut Block, col: Expr| {
+            let z = values::column(b, input, col, "tz");
+            let o = b.let_("tov", Ty::F32, values::order_value(input, z.clone(), mx.clone()));
+            let is = order_key(o.clone()).eq_(key.clone()).and(values::has_mass(input, z.clone()));
+            (z, o, is)
+        };
         b.let_("t_mine", Ty::U32, u(0));
         b.for_("col", first.clone(), last.clone(), u(1), |b, col| {
-            b.if_(is_tied(col), |b| b.set("t_mine", var("t_mine") + u(1)));
+            let (_, _, is) = tied(b, col);
+            b.if_(is, |b| b.set("t_mine", var("t_mine") + u(1)));
         });
         let rank = b.scan(var("t_mine"), "t_rank0");
         b.let_("t_rank", Ty::U32, rank);
         b.for_("col", first, last, u(1), |b, col| {
-            let z = b.let_("tz", Ty::F32, scaled(col.clone()));
-            let o = b.let_("tov", Ty::F32, z.clone() - mx.clone());
-            b.if_(order_key(o.clone()).eq_(key.clone()), |b| {
-                b.if_(var("t_rank").lt(left.clone()), |b| race_one(b, "", seeded.clone(), col, z, o));
+            let (z, o, is) = tied(b, col.clone());
+            b.if_(is, |b| {
+                b.if_(var("t_rank").lt(left.clone()), |b| race_one(b, input, "", seeded.clone(), col, z, o));
                 b.set("t_rank", var("t_rank") + u(1));
             });
         });
     });
 }
 
-fn cut_kernel(d: Dtype) -> Kernel {
+fn cut_kernel(input: Input) -> Kernel {
     let mut b = Block::new();
     for_each_row_part_at(&mut b, listed_row, |b| {
         let takes = takes_row(b);
         b.if_(takes, |b| {
             let one = one_read_row(b);
             let go = load(SCRATCH, tail_word(var("row_slot"), u(0), tail::GO)).eq_(u(1));
-            b.if_(one.and(var("top_p_cut")).and(go), |b| b.scope(cut_part));
+            b.if_(one.and(var("top_p_cut")).and(go), |b| b.scope(|b| cut_part(b, input)));
         });
     });
-    let buffers = vec![
-        buffer("x", d.storage(), false),
-        buffer("rows", Storage::U32, false),
-        buffer("listed", Storage::U32, false),
-        partials_buffer(),
-    ];
+    let mut buffers = filter_buffers(input, Output::Sample)[..2].to_vec();
+    buffers.extend([buffer("listed", Storage::U32, false), partials_buffer()]);
     let doc = "top-p rows without a small top-k, after top_k_parts: each part's second read, its classes and winners";
-    let mut k = kernel(format!("top_p_cut_logits_{}", d.suffix()), doc, 1, buffers, functions(true), b);
+    let name = format!("top_p_cut_{}", values::suffix(input));
+    let mut k = kernel(name, doc, 1, buffers, functions(true), b);
     k.shared.push(SharedDecl::atomic(LISTING, 1));
     k
 }
 
-/// The cut kernels, per dtype of the logits.
+/// The cut kernels, per input of the path.
 pub fn all() -> Vec<Kernel> {
-    Dtype::ALL.iter().map(|&d| cut_kernel(d)).collect()
+    super::filter_top_k::inputs().into_iter().map(cut_kernel).collect()
 }

@@ -4,6 +4,7 @@ pub mod combine;
 pub mod filter_split;
 pub mod filter_top_k;
 pub mod filter_top_p;
+pub mod filter_values;
 pub mod filters;
 pub mod math;
 pub mod murmur;

@@ -1,0 +1,103 @@
+//! What the one-read path (`filter_top_k.rs`, `filter_top_p.rs`) reads of a column, from logits
+//! or from probabilities: one value `v` per column (`z = l / T`, or `p`), ordered and weighed as
+//! the filter kernels order and weigh it (`filters.rs`, `element` and `weigh`), so the path's
+//! sets are theirs whichever the input.
+
+use super::filters::Input;
+use super::math;
+use super::philox;
+use super::sampling::{scaled, softmax_weight};
+use crate::ir::*;
+
+/// The column's value: `z = l / T` (NaN as -inf), or `p` (0 where it is no probability: NaN,
+/// negative or infinite, which weighs nothing, as in the filter kernels).
+pub(super) fn column(b: &mut Block, input: Input, col: Expr, name: &str) -> Expr {
+    match input {
+        Input::Logits(_) => b.let_(name, Ty::F32, scaled(col)),
+        Input::Probs => {
+            let x = b.let_(&format!("{name}_x"), Ty::F32, load("x", var("base") + col));
+            let valid = x.clone().gt(f(0.0)).and(x.clone().lt(f(f32::INFINITY)));
+            b.let_(name, Ty::F32, select(valid, x, f(0.0)))
+        }
+    }
+}
+
+/// Whether a [`column()`] value is a token the row may keep (the parts list only those).
+pub(super) fn has_mass(input: Input, v: Expr) -> Expr {
+    match input {
+        Input::Logits(_) => v.gt(f(f32::NEG_INFINITY)),
+        Input::Probs => v.gt(f(0.0)),
+    }
+}
+
+/// The weight of the value `v` in a row (or part) whose largest is `m`: `exp(v - m)` (with the
+/// softmax's limits), or `p / m`, the largest weighed 1 without a division (Vulkan's division
+/// is only within 2.5 ulp, and a quotient below 1 there would drop the top token under min-p 1).
+pub(super) fn weight(input: Input, v: Expr, m: Expr) -> Expr {
+    match input {
+        Input::Logits(_) => softmax_weight(v, m),
+        Input::Probs => select(v.clone().eq_(m.clone()), f(1.0), v / m),
+    }
+}
+
+/// The value the filters' order is on: `z - max` rounded to f32 (two values of `z` that round
+/// to the same distance have the same probability), or `p`.
+pub(super) fn order_value(input: Input, v: Expr, mx: Expr) -> Expr {
+    match input {
+        Input::Logits(_) => v - mx,
+        Input::Probs => v,
+    }
+}
+
+/// The weight of a token from its [`order_value`] `ov` in a row whose largest is `mx`.
+pub(super) fn order_weight(input: Input, ov: Expr, mx: Expr) -> Expr {
+    match input {
+        Input::Logits(_) => call(math::EXP, vec![ov]),
+        Input::Probs => weight(input, ov, mx),
+    }
+}
+
+/// The value the top-p histograms bin, monotone in `v`, in units of which a bin is
+/// `1 / BIN_SCALE` (16): `z`, or `p`'s exponent and first four bits of mantissa (a sixteenth of
+/// an octave a bin, as an exact integer over 16), so a bin is found without a logarithm.
+pub(super) fn bin_value(input: Input, v: Expr) -> Expr {
+    match input {
+        Input::Logits(_) => v,
+        Input::Probs => (v.bitcast(Ty::U32) >> u(19)).cast(Ty::F32) * f(1.0 / 16.0),
+    }
+}
+
+/// The Philox race's score of the column with value `v` and noise word `bits`: `z + Gumbel`, or
+/// `p / Exponential` (the plain path's races).
+pub(super) fn philox_score(input: Input, v: Expr, bits: Expr) -> Expr {
+    match input {
+        Input::Logits(_) => v + call(philox::GUMBEL, vec![bits]),
+        Input::Probs => v / call(philox::EXPONENTIAL, vec![bits]),
+    }
+}
+
+/// The float64 log-probability, up to the row's constant, that the seeded race scores: `z - max`
+/// (its [`order_value`]), or `ln p`.
+pub(super) fn seeded_log(input: Input, v: Expr, ov: Expr) -> Expr {
+    match input {
+        Input::Logits(_) => ov.cast(Ty::F64),
+        Input::Probs => call(math::LOG64, vec![v.cast(Ty::F64)]),
+    }
+}
+
+/// The token's log-probability under the whole row: `z - mx - ln(mass)` (`mass` the row's
+/// softmax sum at `mx`), or `ln p` (the filter kernels' for each input).
+pub(super) fn log_probability(input: Input, v: Expr, mx: Expr, mass: Expr) -> Expr {
+    match input {
+        Input::Logits(_) => (v - mx) - call(math::LOG, vec![mass]),
+        Input::Probs => select(v.clone().gt(f(0.0)), call(math::LOG, vec![v]), f(f32::NEG_INFINITY)),
+    }
+}
+
+/// The kernel names' input part: `logits_f32`, or `probs`.
+pub(super) fn suffix(input: Input) -> String {
+    match input {
+        Input::Logits(d) => format!("logits_{}", d.suffix()),
+        Input::Probs => "probs".into(),
+    }
+}
