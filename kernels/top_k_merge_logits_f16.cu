@@ -579,11 +579,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             }
                             unsigned long long cut_row_mass = ((m_above_all + m_range_all) + m_below_all);
                             unsigned long long cut_lim = sk_fraction(pp, cut_row_mass);
-                            bool cut_fits = ((short_all == 0u) && (n_range_all <= 2048u));
+                            bool cut_listed = (short_all == 0u);
+                            bool cut_fits = (cut_listed && (n_range_all <= 2048u));
                             const unsigned int sk_e7 = (min_above_not_all ^ 4294967295u);
                             bool cut_sound = (((((sk_e7 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e7 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && (((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || (max_below_all == 0u)) || (w_below_all < mp)));
                             bool cut_sorted = (cut_sound && cut_fits);
-                            bool cut_tied = ((cut_sound && (!cut_fits)) && (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u)));
+                            bool cut_one_value = (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u));
+                            bool cut_tied = ((cut_sound && (!cut_fits)) && cut_one_value);
+                            bool cut_dense = (((cut_sound && cut_listed) && (!cut_fits)) && (!cut_one_value));
                             unsigned int sel_key = 0u;
                             unsigned int sel_mask = 0u;
                             unsigned int sel_n = 0u;
@@ -704,7 +707,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     unsigned long long mas_15 = 0;
                                     for (unsigned int i = threadIdx.x; i < n_range_all; i += ((unsigned int)SK_BLOCK)) {
                                         unsigned int dk = listed_cols[i];
-                                        if (((dk & sel_mask) == sel_key)) {
+                                        if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
                                             unsigned int digit = ((dk >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -1432,14 +1435,809 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                 }
                             }
+                            if (cut_dense) {
+                                // built by kernels::filter_top_p::cut_row
+                                __syncthreads();
+                                for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_p::select_in_range
+                                    listed_cols[p] = partials[((((row_slot * parts) + p) * 805u) + 786u)];
+                                }
+                                __syncthreads();
+                                bool in_a = false;
+                                for (unsigned int digit_pass = 0u; digit_pass < 8u; digit_pass += 1u) {
+                                    // built by kernels::filter_top_p::select_in_range
+                                    unsigned int shift = (28u - (digit_pass * 4u));
+                                    unsigned int cnt_0 = 0;
+                                    unsigned int cnt_1 = 0;
+                                    unsigned int cnt_2 = 0;
+                                    unsigned int cnt_3 = 0;
+                                    unsigned int cnt_4 = 0;
+                                    unsigned int cnt_5 = 0;
+                                    unsigned int cnt_6 = 0;
+                                    unsigned int cnt_7 = 0;
+                                    unsigned int cnt_8 = 0;
+                                    unsigned int cnt_9 = 0;
+                                    unsigned int cnt_10 = 0;
+                                    unsigned int cnt_11 = 0;
+                                    unsigned int cnt_12 = 0;
+                                    unsigned int cnt_13 = 0;
+                                    unsigned int cnt_14 = 0;
+                                    unsigned int cnt_15 = 0;
+                                    unsigned long long mas_0 = 0;
+                                    unsigned long long mas_1 = 0;
+                                    unsigned long long mas_2 = 0;
+                                    unsigned long long mas_3 = 0;
+                                    unsigned long long mas_4 = 0;
+                                    unsigned long long mas_5 = 0;
+                                    unsigned long long mas_6 = 0;
+                                    unsigned long long mas_7 = 0;
+                                    unsigned long long mas_8 = 0;
+                                    unsigned long long mas_9 = 0;
+                                    unsigned long long mas_10 = 0;
+                                    unsigned long long mas_11 = 0;
+                                    unsigned long long mas_12 = 0;
+                                    unsigned long long mas_13 = 0;
+                                    unsigned long long mas_14 = 0;
+                                    unsigned long long mas_15 = 0;
+                                    for (unsigned int i = threadIdx.x; i < (parts * 384u); i += ((unsigned int)SK_BLOCK)) {
+                                        unsigned int ri_p = (i / 384u);
+                                        unsigned int ri_key = 0u;
+                                        if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                            const unsigned int sk_e14 = (i / 384u);
+                                            ri_key = partials[((((row_slot * parts) + sk_e14) * 805u) + (5u + ((i - (sk_e14 * 384u)) * 2u)))];
+                                        }
+                                        unsigned int dk = ri_key;
+                                        if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
+                                            unsigned int digit = ((dk >> shift) & 15u);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned int sk_add = 1u;
+                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
+                                            }
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned long long sk_add = sk_fixed(sk_exp(sk_bitcast<float>((((dk & 2147483648u) != 0u) ? (dk ^ 2147483648u) : (dk ^ 4294967295u)))));
+                                                if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                if (sk_bin == 15u) { mas_15 += sk_add; }
+                                            }
+                                        }
+                                    }
+                                    unsigned int cnt_s0 = 0u;
+                                    unsigned int cnt_s1 = 0u;
+                                    unsigned int cnt_s2 = 0u;
+                                    unsigned int cnt_s3 = 0u;
+                                    unsigned int cnt_s4 = 0u;
+                                    unsigned int cnt_s5 = 0u;
+                                    unsigned int cnt_s6 = 0u;
+                                    unsigned int cnt_s7 = 0u;
+                                    unsigned int cnt_s8 = 0u;
+                                    unsigned int cnt_s9 = 0u;
+                                    unsigned int cnt_s10 = 0u;
+                                    unsigned int cnt_s11 = 0u;
+                                    unsigned int cnt_s12 = 0u;
+                                    unsigned int cnt_s13 = 0u;
+                                    unsigned int cnt_s14 = 0u;
+                                    unsigned int cnt_s15 = 0u;
+                                    {
+                                        unsigned int sk_m0 = cnt_0;
+                                        unsigned int sk_m1 = cnt_1;
+                                        unsigned int sk_m2 = cnt_2;
+                                        unsigned int sk_m3 = cnt_3;
+                                        unsigned int sk_m4 = cnt_4;
+                                        unsigned int sk_m5 = cnt_5;
+                                        unsigned int sk_m6 = cnt_6;
+                                        unsigned int sk_m7 = cnt_7;
+                                        unsigned int sk_m8 = cnt_8;
+                                        unsigned int sk_m9 = cnt_9;
+                                        unsigned int sk_m10 = cnt_10;
+                                        unsigned int sk_m11 = cnt_11;
+                                        unsigned int sk_m12 = cnt_12;
+                                        unsigned int sk_m13 = cnt_13;
+                                        unsigned int sk_m14 = cnt_14;
+                                        unsigned int sk_m15 = cnt_15;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+                                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+                                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+                                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+                                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+                                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+                                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+                                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+                                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+                                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+                                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+                                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+                                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+                                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+                                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+                                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+                                        }
+                                        if ((threadIdx.x & 31u) == 0u) {
+                                            sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+                                            sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+                                            sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+                                            sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+                                            sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+                                            sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+                                            sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+                                            sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+                                            sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+                                            sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+                                            sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+                                            sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+                                            sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+                                            sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+                                            sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+                                            sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+                                        }
+                                        __syncthreads();
+                                        if (threadIdx.x < 16u) {
+                                            unsigned int sk_s = 0;
+                                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+                                            sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
+                                        }
+                                        __syncthreads();
+                                        cnt_s0 = sk_many_u32[16 * 32 + 0];
+                                        cnt_s1 = sk_many_u32[16 * 32 + 1];
+                                        cnt_s2 = sk_many_u32[16 * 32 + 2];
+                                        cnt_s3 = sk_many_u32[16 * 32 + 3];
+                                        cnt_s4 = sk_many_u32[16 * 32 + 4];
+                                        cnt_s5 = sk_many_u32[16 * 32 + 5];
+                                        cnt_s6 = sk_many_u32[16 * 32 + 6];
+                                        cnt_s7 = sk_many_u32[16 * 32 + 7];
+                                        cnt_s8 = sk_many_u32[16 * 32 + 8];
+                                        cnt_s9 = sk_many_u32[16 * 32 + 9];
+                                        cnt_s10 = sk_many_u32[16 * 32 + 10];
+                                        cnt_s11 = sk_many_u32[16 * 32 + 11];
+                                        cnt_s12 = sk_many_u32[16 * 32 + 12];
+                                        cnt_s13 = sk_many_u32[16 * 32 + 13];
+                                        cnt_s14 = sk_many_u32[16 * 32 + 14];
+                                        cnt_s15 = sk_many_u32[16 * 32 + 15];
+                                        __syncthreads();
+                                    }
+                                    unsigned long long mas_s0 = 0ull;
+                                    unsigned long long mas_s1 = 0ull;
+                                    unsigned long long mas_s2 = 0ull;
+                                    unsigned long long mas_s3 = 0ull;
+                                    unsigned long long mas_s4 = 0ull;
+                                    unsigned long long mas_s5 = 0ull;
+                                    unsigned long long mas_s6 = 0ull;
+                                    unsigned long long mas_s7 = 0ull;
+                                    unsigned long long mas_s8 = 0ull;
+                                    unsigned long long mas_s9 = 0ull;
+                                    unsigned long long mas_s10 = 0ull;
+                                    unsigned long long mas_s11 = 0ull;
+                                    unsigned long long mas_s12 = 0ull;
+                                    unsigned long long mas_s13 = 0ull;
+                                    unsigned long long mas_s14 = 0ull;
+                                    unsigned long long mas_s15 = 0ull;
+                                    {
+                                        unsigned long long sk_m0 = mas_0;
+                                        unsigned long long sk_m1 = mas_1;
+                                        unsigned long long sk_m2 = mas_2;
+                                        unsigned long long sk_m3 = mas_3;
+                                        unsigned long long sk_m4 = mas_4;
+                                        unsigned long long sk_m5 = mas_5;
+                                        unsigned long long sk_m6 = mas_6;
+                                        unsigned long long sk_m7 = mas_7;
+                                        unsigned long long sk_m8 = mas_8;
+                                        unsigned long long sk_m9 = mas_9;
+                                        unsigned long long sk_m10 = mas_10;
+                                        unsigned long long sk_m11 = mas_11;
+                                        unsigned long long sk_m12 = mas_12;
+                                        unsigned long long sk_m13 = mas_13;
+                                        unsigned long long sk_m14 = mas_14;
+                                        unsigned long long sk_m15 = mas_15;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+                                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+                                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+                                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+                                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+                                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+                                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+                                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+                                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+                                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+                                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+                                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+                                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+                                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+                                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+                                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+                                        }
+                                        if ((threadIdx.x & 31u) == 0u) {
+                                            sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+                                            sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+                                            sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+                                            sk_many_u64[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+                                            sk_many_u64[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+                                            sk_many_u64[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+                                            sk_many_u64[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+                                            sk_many_u64[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+                                            sk_many_u64[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+                                            sk_many_u64[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+                                            sk_many_u64[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+                                            sk_many_u64[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+                                            sk_many_u64[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+                                            sk_many_u64[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+                                            sk_many_u64[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+                                            sk_many_u64[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+                                        }
+                                        __syncthreads();
+                                        if (threadIdx.x < 16u) {
+                                            unsigned long long sk_s = 0;
+                                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
+                                            sk_many_u64[16 * 32 + threadIdx.x] = sk_s;
+                                        }
+                                        __syncthreads();
+                                        mas_s0 = sk_many_u64[16 * 32 + 0];
+                                        mas_s1 = sk_many_u64[16 * 32 + 1];
+                                        mas_s2 = sk_many_u64[16 * 32 + 2];
+                                        mas_s3 = sk_many_u64[16 * 32 + 3];
+                                        mas_s4 = sk_many_u64[16 * 32 + 4];
+                                        mas_s5 = sk_many_u64[16 * 32 + 5];
+                                        mas_s6 = sk_many_u64[16 * 32 + 6];
+                                        mas_s7 = sk_many_u64[16 * 32 + 7];
+                                        mas_s8 = sk_many_u64[16 * 32 + 8];
+                                        mas_s9 = sk_many_u64[16 * 32 + 9];
+                                        mas_s10 = sk_many_u64[16 * 32 + 10];
+                                        mas_s11 = sk_many_u64[16 * 32 + 11];
+                                        mas_s12 = sk_many_u64[16 * 32 + 12];
+                                        mas_s13 = sk_many_u64[16 * 32 + 13];
+                                        mas_s14 = sk_many_u64[16 * 32 + 14];
+                                        mas_s15 = sk_many_u64[16 * 32 + 15];
+                                        __syncthreads();
+                                    }
+                                    unsigned int nb = sel_n;
+                                    unsigned long long mb = sel_m;
+                                    unsigned int chosen = 4294967295u;
+                                    unsigned int cn = sel_n;
+                                    unsigned long long cm = sel_m;
+                                    if ((cnt_s15 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 15u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s15);
+                                        mb = (mb + mas_s15);
+                                    }
+                                    if ((cnt_s14 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 14u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s14);
+                                        mb = (mb + mas_s14);
+                                    }
+                                    if ((cnt_s13 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 13u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s13);
+                                        mb = (mb + mas_s13);
+                                    }
+                                    if ((cnt_s12 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 12u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s12);
+                                        mb = (mb + mas_s12);
+                                    }
+                                    if ((cnt_s11 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 11u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s11);
+                                        mb = (mb + mas_s11);
+                                    }
+                                    if ((cnt_s10 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 10u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s10);
+                                        mb = (mb + mas_s10);
+                                    }
+                                    if ((cnt_s9 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 9u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s9);
+                                        mb = (mb + mas_s9);
+                                    }
+                                    if ((cnt_s8 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 8u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s8);
+                                        mb = (mb + mas_s8);
+                                    }
+                                    if ((cnt_s7 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 7u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s7);
+                                        mb = (mb + mas_s7);
+                                    }
+                                    if ((cnt_s6 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 6u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s6);
+                                        mb = (mb + mas_s6);
+                                    }
+                                    if ((cnt_s5 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 5u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s5);
+                                        mb = (mb + mas_s5);
+                                    }
+                                    if ((cnt_s4 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 4u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s4);
+                                        mb = (mb + mas_s4);
+                                    }
+                                    if ((cnt_s3 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 3u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s3);
+                                        mb = (mb + mas_s3);
+                                    }
+                                    if ((cnt_s2 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 2u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s2);
+                                        mb = (mb + mas_s2);
+                                    }
+                                    if ((cnt_s1 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 1u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s1);
+                                        mb = (mb + mas_s1);
+                                    }
+                                    if ((cnt_s0 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 0u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s0);
+                                        mb = (mb + mas_s0);
+                                    }
+                                    if ((chosen != 4294967295u)) {
+                                        // built by kernels::filters::select_step
+                                        sel_key = (sel_key | (chosen << shift));
+                                        sel_n = cn;
+                                        sel_m = cm;
+                                        sel_tn = ((chosen == 15u) ? cnt_s15 : ((chosen == 14u) ? cnt_s14 : ((chosen == 13u) ? cnt_s13 : ((chosen == 12u) ? cnt_s12 : ((chosen == 11u) ? cnt_s11 : ((chosen == 10u) ? cnt_s10 : ((chosen == 9u) ? cnt_s9 : ((chosen == 8u) ? cnt_s8 : ((chosen == 7u) ? cnt_s7 : ((chosen == 6u) ? cnt_s6 : ((chosen == 5u) ? cnt_s5 : ((chosen == 4u) ? cnt_s4 : ((chosen == 3u) ? cnt_s3 : ((chosen == 2u) ? cnt_s2 : ((chosen == 1u) ? cnt_s1 : ((chosen == 0u) ? cnt_s0 : 0u))))))))))))))));
+                                        sel_tm = ((chosen == 15u) ? mas_s15 : ((chosen == 14u) ? mas_s14 : ((chosen == 13u) ? mas_s13 : ((chosen == 12u) ? mas_s12 : ((chosen == 11u) ? mas_s11 : ((chosen == 10u) ? mas_s10 : ((chosen == 9u) ? mas_s9 : ((chosen == 8u) ? mas_s8 : ((chosen == 7u) ? mas_s7 : ((chosen == 6u) ? mas_s6 : ((chosen == 5u) ? mas_s5 : ((chosen == 4u) ? mas_s4 : ((chosen == 3u) ? mas_s3 : ((chosen == 2u) ? mas_s2 : ((chosen == 1u) ? mas_s1 : ((chosen == 0u) ? mas_s0 : 0ull))))))))))))))));
+                                    }
+                                    sel_mask = (sel_mask | (15u << shift));
+                                    if ((in_a && (digit_pass == 7u))) {
+                                        // built by kernels::filters::select_step
+                                        unsigned long long tn64 = ((unsigned long long)sel_tn);
+                                        unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
+                                        const bool sk_e15 = (tie_v == 0ull);
+                                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e15 ? tn64 : (((lim - sel_m) / (sk_e15 ? 1ull : tie_v)) + 1ull))));
+                                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
+                                        sel_key = 0u;
+                                        sel_mask = 0u;
+                                        sel_n = 0u;
+                                        sel_tn = 0u;
+                                        sel_m = 0ull;
+                                        sel_tm = 0ull;
+                                    }
+                                }
+                                unsigned long long tn64 = ((unsigned long long)sel_tn);
+                                unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
+                                const bool sk_e16 = (tie_v == 0ull);
+                                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e16 ? tn64 : (((lim - sel_m) / (sk_e16 ? 1ull : tie_v)) + 1ull))));
+                                unsigned int t_key = 0u;
+                                unsigned int t_mask = 0u;
+                                unsigned int t_above = 0u;
+                                unsigned int t_at = 0u;
+                                for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
+                                    // built by kernels::filter_top_k::select_top
+                                    unsigned int t_shift = (28u - (t_pass * 4u));
+                                    unsigned int t_cnt_0 = 0;
+                                    unsigned int t_cnt_1 = 0;
+                                    unsigned int t_cnt_2 = 0;
+                                    unsigned int t_cnt_3 = 0;
+                                    unsigned int t_cnt_4 = 0;
+                                    unsigned int t_cnt_5 = 0;
+                                    unsigned int t_cnt_6 = 0;
+                                    unsigned int t_cnt_7 = 0;
+                                    unsigned int t_cnt_8 = 0;
+                                    unsigned int t_cnt_9 = 0;
+                                    unsigned int t_cnt_10 = 0;
+                                    unsigned int t_cnt_11 = 0;
+                                    unsigned int t_cnt_12 = 0;
+                                    unsigned int t_cnt_13 = 0;
+                                    unsigned int t_cnt_14 = 0;
+                                    unsigned int t_cnt_15 = 0;
+                                    for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                        unsigned int ri_p = (ti / 384u);
+                                        unsigned int ri_key = 0u;
+                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                            // built by kernels::filter_top_p::select_in_range
+                                            const unsigned int sk_e17 = (ti / 384u);
+                                            ri_key = partials[((((row_slot * parts) + sk_e17) * 805u) + (5u + ((ti - (sk_e17 * 384u)) * 2u)))];
+                                        }
+                                        unsigned int tk_key = ri_key;
+                                        const unsigned int sk_e18 = (ti / 384u);
+                                        unsigned int tk = ((tk_key == sel_key) ? (partials[((((row_slot * parts) + sk_e18) * 805u) + (6u + ((ti - (sk_e18 * 384u)) * 2u)))] ^ 4294967295u) : 0u);
+                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                            {
+                                                const unsigned int sk_bin = ((tk >> t_shift) & 15u);
+                                                const unsigned int sk_add = 1u;
+                                                if (sk_bin == 0u) { t_cnt_0 += sk_add; }
+                                                if (sk_bin == 1u) { t_cnt_1 += sk_add; }
+                                                if (sk_bin == 2u) { t_cnt_2 += sk_add; }
+                                                if (sk_bin == 3u) { t_cnt_3 += sk_add; }
+                                                if (sk_bin == 4u) { t_cnt_4 += sk_add; }
+                                                if (sk_bin == 5u) { t_cnt_5 += sk_add; }
+                                                if (sk_bin == 6u) { t_cnt_6 += sk_add; }
+                                                if (sk_bin == 7u) { t_cnt_7 += sk_add; }
+                                                if (sk_bin == 8u) { t_cnt_8 += sk_add; }
+                                                if (sk_bin == 9u) { t_cnt_9 += sk_add; }
+                                                if (sk_bin == 10u) { t_cnt_10 += sk_add; }
+                                                if (sk_bin == 11u) { t_cnt_11 += sk_add; }
+                                                if (sk_bin == 12u) { t_cnt_12 += sk_add; }
+                                                if (sk_bin == 13u) { t_cnt_13 += sk_add; }
+                                                if (sk_bin == 14u) { t_cnt_14 += sk_add; }
+                                                if (sk_bin == 15u) { t_cnt_15 += sk_add; }
+                                            }
+                                        }
+                                    }
+                                    unsigned int t_cs0 = 0u;
+                                    unsigned int t_cs1 = 0u;
+                                    unsigned int t_cs2 = 0u;
+                                    unsigned int t_cs3 = 0u;
+                                    unsigned int t_cs4 = 0u;
+                                    unsigned int t_cs5 = 0u;
+                                    unsigned int t_cs6 = 0u;
+                                    unsigned int t_cs7 = 0u;
+                                    unsigned int t_cs8 = 0u;
+                                    unsigned int t_cs9 = 0u;
+                                    unsigned int t_cs10 = 0u;
+                                    unsigned int t_cs11 = 0u;
+                                    unsigned int t_cs12 = 0u;
+                                    unsigned int t_cs13 = 0u;
+                                    unsigned int t_cs14 = 0u;
+                                    unsigned int t_cs15 = 0u;
+                                    {
+                                        unsigned int sk_m0 = t_cnt_0;
+                                        unsigned int sk_m1 = t_cnt_1;
+                                        unsigned int sk_m2 = t_cnt_2;
+                                        unsigned int sk_m3 = t_cnt_3;
+                                        unsigned int sk_m4 = t_cnt_4;
+                                        unsigned int sk_m5 = t_cnt_5;
+                                        unsigned int sk_m6 = t_cnt_6;
+                                        unsigned int sk_m7 = t_cnt_7;
+                                        unsigned int sk_m8 = t_cnt_8;
+                                        unsigned int sk_m9 = t_cnt_9;
+                                        unsigned int sk_m10 = t_cnt_10;
+                                        unsigned int sk_m11 = t_cnt_11;
+                                        unsigned int sk_m12 = t_cnt_12;
+                                        unsigned int sk_m13 = t_cnt_13;
+                                        unsigned int sk_m14 = t_cnt_14;
+                                        unsigned int sk_m15 = t_cnt_15;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+                                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+                                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+                                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+                                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+                                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+                                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+                                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+                                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+                                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+                                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+                                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+                                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+                                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+                                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+                                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+                                        }
+                                        if ((threadIdx.x & 31u) == 0u) {
+                                            sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+                                            sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+                                            sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+                                            sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+                                            sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+                                            sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+                                            sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+                                            sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+                                            sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+                                            sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+                                            sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+                                            sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+                                            sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+                                            sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+                                            sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+                                            sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+                                        }
+                                        __syncthreads();
+                                        if (threadIdx.x < 16u) {
+                                            unsigned int sk_s = 0;
+                                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+                                            sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
+                                        }
+                                        __syncthreads();
+                                        t_cs0 = sk_many_u32[16 * 32 + 0];
+                                        t_cs1 = sk_many_u32[16 * 32 + 1];
+                                        t_cs2 = sk_many_u32[16 * 32 + 2];
+                                        t_cs3 = sk_many_u32[16 * 32 + 3];
+                                        t_cs4 = sk_many_u32[16 * 32 + 4];
+                                        t_cs5 = sk_many_u32[16 * 32 + 5];
+                                        t_cs6 = sk_many_u32[16 * 32 + 6];
+                                        t_cs7 = sk_many_u32[16 * 32 + 7];
+                                        t_cs8 = sk_many_u32[16 * 32 + 8];
+                                        t_cs9 = sk_many_u32[16 * 32 + 9];
+                                        t_cs10 = sk_many_u32[16 * 32 + 10];
+                                        t_cs11 = sk_many_u32[16 * 32 + 11];
+                                        t_cs12 = sk_many_u32[16 * 32 + 12];
+                                        t_cs13 = sk_many_u32[16 * 32 + 13];
+                                        t_cs14 = sk_many_u32[16 * 32 + 14];
+                                        t_cs15 = sk_many_u32[16 * 32 + 15];
+                                        __syncthreads();
+                                    }
+                                    unsigned int t_nb = t_above;
+                                    unsigned int t_chosen = 4294967295u;
+                                    unsigned int t_cn = t_above;
+                                    if ((t_cs15 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 15u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs15);
+                                    }
+                                    if ((t_cs14 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 14u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs14);
+                                    }
+                                    if ((t_cs13 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 13u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs13);
+                                    }
+                                    if ((t_cs12 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 12u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs12);
+                                    }
+                                    if ((t_cs11 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 11u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs11);
+                                    }
+                                    if ((t_cs10 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 10u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs10);
+                                    }
+                                    if ((t_cs9 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 9u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs9);
+                                    }
+                                    if ((t_cs8 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 8u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs8);
+                                    }
+                                    if ((t_cs7 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 7u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs7);
+                                    }
+                                    if ((t_cs6 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 6u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs6);
+                                    }
+                                    if ((t_cs5 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 5u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs5);
+                                    }
+                                    if ((t_cs4 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 4u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs4);
+                                    }
+                                    if ((t_cs3 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 3u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs3);
+                                    }
+                                    if ((t_cs2 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 2u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs2);
+                                    }
+                                    if ((t_cs1 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 1u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs1);
+                                    }
+                                    if ((t_cs0 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 0u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs0);
+                                    }
+                                    if ((t_chosen != 4294967295u)) {
+                                        t_key = (t_key | (t_chosen << t_shift));
+                                        t_above = t_cn;
+                                        t_at = ((t_chosen == 15u) ? t_cs15 : ((t_chosen == 14u) ? t_cs14 : ((t_chosen == 13u) ? t_cs13 : ((t_chosen == 12u) ? t_cs12 : ((t_chosen == 11u) ? t_cs11 : ((t_chosen == 10u) ? t_cs10 : ((t_chosen == 9u) ? t_cs9 : ((t_chosen == 8u) ? t_cs8 : ((t_chosen == 7u) ? t_cs7 : ((t_chosen == 6u) ? t_cs6 : ((t_chosen == 5u) ? t_cs5 : ((t_chosen == 4u) ? t_cs4 : ((t_chosen == 3u) ? t_cs3 : ((t_chosen == 2u) ? t_cs2 : ((t_chosen == 1u) ? t_cs1 : ((t_chosen == 0u) ? t_cs0 : 0u))))))))))))))));
+                                    }
+                                    t_mask = (t_mask | (15u << t_shift));
+                                }
+                                unsigned int t_take = min(t_at, (ties - t_above));
+                                unsigned int tie_col_max = (t_key ^ 4294967295u);
+                                for (unsigned int i = threadIdx.x; i < (parts * 384u); i += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_p::select_in_range
+                                    unsigned int ri_p = (i / 384u);
+                                    unsigned int ri_key = 0u;
+                                    if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                        const unsigned int sk_e19 = (i / 384u);
+                                        ri_key = partials[((((row_slot * parts) + sk_e19) * 805u) + (5u + ((i - (sk_e19 * 384u)) * 2u)))];
+                                    }
+                                    unsigned int rk = ri_key;
+                                    const unsigned int sk_e20 = (i / 384u);
+                                    unsigned int rcol = partials[((((row_slot * parts) + sk_e20) * 805u) + (6u + ((i - (sk_e20 * 384u)) * 2u)))];
+                                    float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
+                                    if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
+                                        const float sk_e21 = sk_f16(x[(base + rcol)]);
+                                        float rz = ((((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21) / temp);
+                                        if (cut_seeded) {
+                                            // built by kernels::filter_top_k::race_one
+                                            double s64 = ((double)rov);
+                                            if (noisy) {
+                                                // built by kernels::seeded::score64
+                                                const unsigned int sk_e22 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], rcol)));
+                                            }
+                                            if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best64 = s64;
+                                                best64_i = rcol;
+                                            }
+                                        } else {
+                                            // built by kernels::filter_top_k::race_one
+                                            const unsigned int sk_e23 = (row * 12u);
+                                            uint4 w4 = sk_philox(make_uint4(((rcol & 4294967292u) >> 2u), 0u, rows[(sk_e23 + 10u)], rows[(sk_e23 + 11u)]), rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)]);
+                                            const unsigned int sk_e24 = (rcol & 3u);
+                                            float score = (rz + sk_gumbel(((sk_e24 == 3u) ? ((w4).w) : ((sk_e24 == 2u) ? ((w4).z) : ((sk_e24 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            if (((score > best) || ((score == best) && (rcol < best_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best = score;
+                                                best_i = rcol;
+                                            }
+                                        }
+                                    }
+                                }
+                            }
                             if (cut_tied) {
                                 // built by kernels::filter_top_p::cut_row
                                 sel_tn = n_range_all;
                                 sel_tm = m_range_all;
                                 unsigned long long tn64 = ((unsigned long long)sel_tn);
                                 unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                const bool sk_e14 = (tie_v == 0ull);
-                                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e14 ? tn64 : (((lim - sel_m) / (sk_e14 ? 1ull : tie_v)) + 1ull))));
+                                const bool sk_e25 = (tie_v == 0ull);
+                                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e25 ? tn64 : (((lim - sel_m) / (sk_e25 ? 1ull : tie_v)) + 1ull))));
                                 unsigned int t_kept = ((sk_exp(sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)))) >= mp) ? ties : 0u);
                                 unsigned int t_part = 0u;
                                 unsigned int t_left = 0u;
@@ -1507,8 +2305,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                             unsigned int w_i = partials[((((row_slot * parts) + t_p) * 805u) + 798u)];
                                             if ((w_i != 4294967295u)) {
                                                 // built by kernels::filter_top_p::take_winners
-                                                const float sk_e15 = sk_bitcast<float>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
-                                                if (((sk_e15 > best) || ((sk_e15 == best) && (w_i < best_i)))) {
+                                                const float sk_e26 = sk_bitcast<float>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
+                                                if (((sk_e26 > best) || ((sk_e26 == best) && (w_i < best_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     best = sk_bitcast<float>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
                                                     best_i = w_i;
@@ -1517,12 +2315,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                             unsigned int w_i64 = partials[((((row_slot * parts) + t_p) * 805u) + 801u)];
                                             if ((w_i64 != 4294967295u)) {
                                                 // built by kernels::filter_top_p::take_winners
-                                                const unsigned int sk_e17 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                const double sk_e16 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e17 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e17 + 0u)]))));
-                                                if (((sk_e16 > best64) || ((sk_e16 == best64) && (w_i64 < best64_i)))) {
+                                                const unsigned int sk_e28 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                const double sk_e27 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e28 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e28 + 0u)]))));
+                                                if (((sk_e27 > best64) || ((sk_e27 == best64) && (w_i64 < best64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
-                                                    const unsigned int sk_e18 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                    best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e18 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e18 + 0u)]))));
+                                                    const unsigned int sk_e29 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e29 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e29 + 0u)]))));
                                                     best64_i = w_i64;
                                                 }
                                             }
@@ -1594,8 +2392,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     unsigned int t_last = (t_lo + min(((threadIdx.x * t_each) + t_each), t_cols));
                                     unsigned int t_mine = 0u;
                                     for (unsigned int col = t_first; col < t_last; col += 1u) {
-                                        const float sk_e19 = sk_f16(x[(base + col)]);
-                                        float tz = ((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19) / temp);
+                                        const float sk_e30 = sk_f16(x[(base + col)]);
+                                        float tz = ((((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) / temp);
                                         float tov = (tz - cut_mx);
                                         if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
                                             t_mine = (t_mine + 1u);
@@ -1627,8 +2425,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     unsigned int t_rank = t_rank0;
                                     for (unsigned int col = t_first; col < t_last; col += 1u) {
-                                        const float sk_e20 = sk_f16(x[(base + col)]);
-                                        float tz = ((((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20) / temp);
+                                        const float sk_e31 = sk_f16(x[(base + col)]);
+                                        float tz = ((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) / temp);
                                         float tov = (tz - cut_mx);
                                         if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
                                             if ((t_rank < t_cut_left)) {
@@ -1637,8 +2435,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                                     double s64 = ((double)tov);
                                                     if (noisy) {
                                                         // built by kernels::seeded::score64
-                                                        const unsigned int sk_e21 = (row * 12u);
-                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)], rows[(sk_e21 + 10u)], col)));
+                                                        const unsigned int sk_e32 = (row * 12u);
+                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], col)));
                                                     }
                                                     if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
@@ -1647,10 +2445,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                                     }
                                                 } else {
                                                     // built by kernels::filter_top_k::race_one
-                                                    const unsigned int sk_e22 = (row * 12u);
-                                                    uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e22 + 10u)], rows[(sk_e22 + 11u)]), rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)]);
-                                                    const unsigned int sk_e23 = (col & 3u);
-                                                    float score = (tz + sk_gumbel(((sk_e23 == 3u) ? ((w4).w) : ((sk_e23 == 2u) ? ((w4).z) : ((sk_e23 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                    const unsigned int sk_e33 = (row * 12u);
+                                                    uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e33 + 10u)], rows[(sk_e33 + 11u)]), rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)]);
+                                                    const unsigned int sk_e34 = (col & 3u);
+                                                    float score = (tz + sk_gumbel(((sk_e34 == 3u) ? ((w4).w) : ((sk_e34 == 2u) ? ((w4).z) : ((sk_e34 == 1u) ? ((w4).y) : ((w4).x))))));
                                                     if (((score > best) || ((score == best) && (col < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = score;
@@ -1663,7 +2461,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                 }
                             }
-                            if ((cut_sorted || cut_tied)) {
+                            if (((cut_sorted || cut_tied) || cut_dense)) {
                                 // built by kernels::filter_top_p::cut_row
                                 float ow_win = (0.0f);
                                 unsigned int ow_tok32 = 0u;
@@ -1743,8 +2541,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     // built by kernels::sampling::write_results
-                                    const float sk_e24 = sk_f16(x[(base + ow_at)]);
-                                    float ow_v = ((((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) / temp);
+                                    const float sk_e35 = sk_f16(x[(base + ow_at)]);
+                                    float ow_v = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
                                     if ((threadIdx.x == 0u)) {
                                         logprobs[row] = (ow_valid ? ((ow_v - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))) : sk_bitcast<float>(4286578688u));
                                     }
@@ -2189,8 +2987,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     if (g_take) {
                                         listed_cols[(0u + g_out)] = gk;
-                                        const unsigned int sk_e25 = (gj / want);
-                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e25) * 805u) + (6u + ((gj - (sk_e25 * want)) * 2u)))];
+                                        const unsigned int sk_e36 = (gj / want);
+                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e36) * 805u) + (6u + ((gj - (sk_e36 * want)) * 2u)))];
                                         g_out = (g_out + 1u);
                                     }
                                 }
@@ -2198,8 +2996,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             unsigned int n_sel = (t_above + t_take);
                             __syncthreads();
                             for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                                const unsigned int sk_e26 = listed_cols[(0u + i)];
-                                float zi = sk_bitcast<float>((((sk_e26 & 2147483648u) != 0u) ? (sk_e26 ^ 2147483648u) : (sk_e26 ^ 4294967295u)));
+                                const unsigned int sk_e37 = listed_cols[(0u + i)];
+                                float zi = sk_bitcast<float>((((sk_e37 & 2147483648u) != 0u) ? (sk_e37 ^ 2147483648u) : (sk_e37 ^ 4294967295u)));
                                 listed_cols[(514u + i)] = sk_bitcast<unsigned int>((zi - row_m));
                                 listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) & 4294967295ull));
                                 listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) >> 32u));
@@ -2259,9 +3057,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             unsigned int n_lo = 0u;
                             unsigned int n_unsure = 0u;
                             for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                const unsigned int sk_e28 = listed_cols[(1285u + r)];
-                                const float sk_e27 = sk_bitcast<float>((((sk_e28 & 2147483648u) != 0u) ? (sk_e28 ^ 2147483648u) : (sk_e28 ^ 4294967295u)));
-                                float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e27 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e27 - row_m))));
+                                const unsigned int sk_e39 = listed_cols[(1285u + r)];
+                                const float sk_e38 = sk_bitcast<float>((((sk_e39 & 2147483648u) != 0u) ? (sk_e39 ^ 2147483648u) : (sk_e39 ^ 4294967295u)));
+                                float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e38 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e38 - row_m))));
                                 unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                 bool base_r = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
                                 float bf = sk_fixed_f32(br);
@@ -2299,10 +3097,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             }
                             float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                             bool all_in = ((n_sel < want) || (((row_m == sk_bitcast<float>(2139095040u)) ? ((zt == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zt - row_m)))) <= (0.0f)));
-                            const unsigned int sk_e29 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                            bool cut_above = ((sk_bitcast<float>((((sk_e29 & 2147483648u) != 0u) ? (sk_e29 ^ 2147483648u) : (sk_e29 ^ 4294967295u))) - row_m) > (zt - row_m));
-                            const unsigned int sk_e30 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                            bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e30] & 2147483648u) != 0u) ? (listed_cols[sk_e30] ^ 2147483648u) : (listed_cols[sk_e30] ^ 4294967295u))) - row_m) > (zt - row_m)));
+                            const unsigned int sk_e40 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            bool cut_above = ((sk_bitcast<float>((((sk_e40 & 2147483648u) != 0u) ? (sk_e40 ^ 2147483648u) : (sk_e40 ^ 4294967295u))) - row_m) > (zt - row_m));
+                            const unsigned int sk_e41 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e41] & 2147483648u) != 0u) ? (listed_cols[sk_e41] ^ 2147483648u) : (listed_cols[sk_e41] ^ 4294967295u))) - row_m) > (zt - row_m)));
                             bool prefix_exact = all_in;
                             if (((!all_in) && (!(cut_above && k_above)))) {
                                 // built by kernels::filter_top_k::prefix_is_exact
@@ -2376,15 +3174,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
                                 for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                     unsigned int rc = listed_cols[(1542u + r)];
-                                    const unsigned int sk_e31 = listed_cols[(1285u + r)];
-                                    float rz = sk_bitcast<float>((((sk_e31 & 2147483648u) != 0u) ? (sk_e31 ^ 2147483648u) : (sk_e31 ^ 4294967295u)));
+                                    const unsigned int sk_e42 = listed_cols[(1285u + r)];
+                                    float rz = sk_bitcast<float>((((sk_e42 & 2147483648u) != 0u) ? (sk_e42 ^ 2147483648u) : (sk_e42 ^ 4294967295u)));
                                     if (ow_seeded) {
                                         // built by kernels::filter_top_k::race_one
                                         double s64 = ((double)(rz - row_m));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], rc)));
+                                            const unsigned int sk_e43 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], rc)));
                                         }
                                         if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
@@ -2393,10 +3191,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                     } else {
                                         // built by kernels::filter_top_k::race_one
-                                        const unsigned int sk_e33 = (row * 12u);
-                                        uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e33 + 10u)], rows[(sk_e33 + 11u)]), rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)]);
-                                        const unsigned int sk_e34 = (rc & 3u);
-                                        float score = (rz + sk_gumbel(((sk_e34 == 3u) ? ((w4).w) : ((sk_e34 == 2u) ? ((w4).z) : ((sk_e34 == 1u) ? ((w4).y) : ((w4).x))))));
+                                        const unsigned int sk_e44 = (row * 12u);
+                                        uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e44 + 10u)], rows[(sk_e44 + 11u)]), rows[(sk_e44 + 8u)], rows[(sk_e44 + 9u)]);
+                                        const unsigned int sk_e45 = (rc & 3u);
+                                        float score = (rz + sk_gumbel(((sk_e45 == 3u) ? ((w4).w) : ((sk_e45 == 2u) ? ((w4).z) : ((sk_e45 == 1u) ? ((w4).y) : ((w4).x))))));
                                         if (((score > best) || ((score == best) && (rc < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             best = score;
@@ -2482,8 +3280,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     // built by kernels::sampling::write_results
-                                    const float sk_e35 = sk_f16(x[(base + ow_at)]);
-                                    float ow_v = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
+                                    const float sk_e46 = sk_f16(x[(base + ow_at)]);
+                                    float ow_v = ((((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46) / temp);
                                     if ((threadIdx.x == 0u)) {
                                         logprobs[row] = (ow_valid ? ((ow_v - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
                                     }
@@ -2509,29 +3307,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                     {
                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                         if ((col < col_hi)) {
-                            const float sk_e36 = sk_f16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36) / temp));
+                            const float sk_e47 = sk_f16(x[(base + col)]);
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e47) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e47) / temp));
                         }
                     }
                     {
                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                         if ((col < col_hi)) {
-                            const float sk_e37 = sk_f16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37) / temp));
+                            const float sk_e48 = sk_f16(x[(base + col)]);
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48) / temp));
                         }
                     }
                     {
                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                         if ((col < col_hi)) {
-                            const float sk_e38 = sk_f16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38) / temp));
+                            const float sk_e49 = sk_f16(x[(base + col)]);
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e49) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e49) / temp));
                         }
                     }
                     {
                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                         if ((col < col_hi)) {
-                            const float sk_e39 = sk_f16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39) / temp));
+                            const float sk_e50 = sk_f16(x[(base + col)]);
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50) / temp));
                         }
                     }
                 }
@@ -2579,8 +3377,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                 for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                     // built by kernels::filters::find_set
                     bool in_a = (stage <= sel_a);
-                    const unsigned int sk_e40 = (stage - 1u);
-                    unsigned int digit_pass = (in_a ? sk_e40 : (sk_e40 - sel_a));
+                    const unsigned int sk_e51 = (stage - 1u);
+                    unsigned int digit_pass = (in_a ? sk_e51 : (sk_e51 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -2618,8 +3416,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             {
                                 unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                                 if ((col < col_hi)) {
-                                    const float sk_e41 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41) / temp);
+                                    const float sk_e52 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2641,8 +3439,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             {
                                 unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                                 if ((col < col_hi)) {
-                                    const float sk_e42 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42) / temp);
+                                    const float sk_e53 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e53) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e53) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2664,8 +3462,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             {
                                 unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                                 if ((col < col_hi)) {
-                                    const float sk_e43 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43) / temp);
+                                    const float sk_e54 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e54) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e54) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2687,8 +3485,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             {
                                 unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                                 if ((col < col_hi)) {
-                                    const float sk_e44 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44) / temp);
+                                    const float sk_e55 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e55) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e55) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -2717,8 +3515,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            const float sk_e45 = sk_f16(x[(base + col)]);
-                            float zv = ((((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45) / temp);
+                            const float sk_e56 = sk_f16(x[(base + col)]);
+                            float zv = ((((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56) / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -2763,8 +3561,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            const float sk_e46 = sk_f16(x[(base + col)]);
-                            float zv = ((((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46) / temp);
+                            const float sk_e57 = sk_f16(x[(base + col)]);
+                            float zv = ((((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e57) / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -2803,8 +3601,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            const unsigned int sk_e47 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e47 == (sel_n + min(sel_tn, 64u))) || (!((sk_e47 < kk) && ((mass_before + mt) <= lim)))))) {
+                            const unsigned int sk_e58 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e58 == (sel_n + min(sel_tn, 64u))) || (!((sk_e58 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -2875,8 +3673,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
-                                const float sk_e48 = sk_f16(x[(base + col)]);
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48) / temp);
+                                const float sk_e59 = sk_f16(x[(base + col)]);
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e59) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e59) / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -2945,8 +3743,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     {
                                         unsigned int col = (c0 + 0u);
                                         if ((col < col_hi)) {
-                                            const float sk_e49 = sk_f16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e49) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e49) / temp);
+                                            const float sk_e60 = sk_f16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e60) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e60) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3007,8 +3805,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     {
                                         unsigned int col = (c0 + 1u);
                                         if ((col < col_hi)) {
-                                            const float sk_e50 = sk_f16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50) / temp);
+                                            const float sk_e61 = sk_f16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e61) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e61) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3069,8 +3867,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     {
                                         unsigned int col = (c0 + 2u);
                                         if ((col < col_hi)) {
-                                            const float sk_e51 = sk_f16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e51) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e51) / temp);
+                                            const float sk_e62 = sk_f16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3131,8 +3929,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     {
                                         unsigned int col = (c0 + 3u);
                                         if ((col < col_hi)) {
-                                            const float sk_e52 = sk_f16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52) / temp);
+                                            const float sk_e63 = sk_f16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3197,8 +3995,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     {
                                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                                         if ((col < col_hi)) {
-                                            const float sk_e53 = sk_f16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e53) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e53) / temp);
+                                            const float sk_e64 = sk_f16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e64) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e64) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3259,8 +4057,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     {
                                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                                         if ((col < col_hi)) {
-                                            const float sk_e54 = sk_f16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e54) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e54) / temp);
+                                            const float sk_e65 = sk_f16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e65) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e65) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3321,8 +4119,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     {
                                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                                         if ((col < col_hi)) {
-                                            const float sk_e55 = sk_f16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e55) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e55) / temp);
+                                            const float sk_e66 = sk_f16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3383,8 +4181,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     {
                                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                                         if ((col < col_hi)) {
-                                            const float sk_e56 = sk_f16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56) / temp);
+                                            const float sk_e67 = sk_f16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e67) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e67) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3819,8 +4617,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             // built by kernels::filters::select_step
                             unsigned long long tn64 = ((unsigned long long)sel_tn);
                             unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                            const bool sk_e57 = (tie_v == 0ull);
-                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e57 ? tn64 : (((lim - sel_m) / (sk_e57 ? 1ull : tie_v)) + 1ull))));
+                            const bool sk_e68 = (tie_v == 0ull);
+                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e68 ? tn64 : (((lim - sel_m) / (sk_e68 ? 1ull : tie_v)) + 1ull))));
                             lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -3838,8 +4636,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                     // built by kernels::filters::set_bounds
                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                    const bool sk_e58 = (tie_v == 0ull);
-                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e58 ? tn64 : (((lim - sel_m) / (sk_e58 ? 1ull : tie_v)) + 1ull))));
+                    const bool sk_e69 = (tie_v == 0ull);
+                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e69 ? tn64 : (((lim - sel_m) / (sk_e69 ? 1ull : tie_v)) + 1ull))));
                     s_ties = ties;
                 }
                 unsigned int tie_rank = 0u;
@@ -3863,8 +4661,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     {
                                         unsigned int col = (c0 + 0u);
                                         if ((col < col_hi)) {
-                                            const float sk_e59 = sk_f16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e59) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e59) / temp);
+                                            const float sk_e70 = sk_f16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e70) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e70) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3885,8 +4683,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     {
                                         unsigned int col = (c0 + 1u);
                                         if ((col < col_hi)) {
-                                            const float sk_e60 = sk_f16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e60) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e60) / temp);
+                                            const float sk_e71 = sk_f16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e71) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e71) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3907,8 +4705,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     {
                                         unsigned int col = (c0 + 2u);
                                         if ((col < col_hi)) {
-                                            const float sk_e61 = sk_f16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e61) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e61) / temp);
+                                            const float sk_e72 = sk_f16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3929,8 +4727,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     {
                                         unsigned int col = (c0 + 3u);
                                         if ((col < col_hi)) {
-                                            const float sk_e62 = sk_f16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62) / temp);
+                                            const float sk_e73 = sk_f16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e73) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e73) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3996,234 +4794,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             {
                                 unsigned int col = (c0 + 0u);
                                 if ((col < col_hi)) {
-                                    const float sk_e63 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63) / temp);
-                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    bool kept = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        bool tie = (ok && (key == s_key));
-                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        double s64 = ((double)ov);
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            const unsigned int sk_e64 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e64 + 8u)], rows[(sk_e64 + 9u)], rows[(sk_e64 + 10u)], col)));
-                                        }
-                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best64 = s64;
-                                            best64_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + 1u);
-                                if ((col < col_hi)) {
-                                    const float sk_e65 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e65) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e65) / temp);
-                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    bool kept = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        bool tie = (ok && (key == s_key));
-                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        double s64 = ((double)ov);
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            const unsigned int sk_e66 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e66 + 8u)], rows[(sk_e66 + 9u)], rows[(sk_e66 + 10u)], col)));
-                                        }
-                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best64 = s64;
-                                            best64_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + 2u);
-                                if ((col < col_hi)) {
-                                    const float sk_e67 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e67) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e67) / temp);
-                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    bool kept = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        bool tie = (ok && (key == s_key));
-                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        double s64 = ((double)ov);
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            const unsigned int sk_e68 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e68 + 8u)], rows[(sk_e68 + 9u)], rows[(sk_e68 + 10u)], col)));
-                                        }
-                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best64 = s64;
-                                            best64_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + 3u);
-                                if ((col < col_hi)) {
-                                    const float sk_e69 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e69) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e69) / temp);
-                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    bool kept = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        bool tie = (ok && (key == s_key));
-                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        double s64 = ((double)ov);
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            const unsigned int sk_e70 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e70 + 8u)], rows[(sk_e70 + 9u)], rows[(sk_e70 + 10u)], col)));
-                                        }
-                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best64 = s64;
-                                            best64_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-                if ((!seeded_row)) {
-                    // built by kernels::filters::race_in_set
-                    tie_rank = tie_start;
-                    sweeps = (sweeps + 1u);
-                    {
-                        // built by kernels::filters::sweep
-                        unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                        unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                        for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                            if (noisy) {
-                                // built by kernels::filters::race_sweep
-                                const unsigned int sk_e71 = (row * 12u);
-                                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e71 + 10u)], rows[(sk_e71 + 11u)]), rows[(sk_e71 + 8u)], rows[(sk_e71 + 9u)]);
-                            }
-                            {
-                                unsigned int col = (c0 + 0u);
-                                if ((col < col_hi)) {
-                                    const float sk_e72 = sk_f16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72) / temp);
-                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    bool kept = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        bool tie = (ok && (key == s_key));
-                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        const float sk_e73 = sk_gumbel((w).x);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e73 : (zv + sk_e73)) : zv);
-                                        if (((score > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best = score;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + 1u);
-                                if ((col < col_hi)) {
                                     const float sk_e74 = sk_f16(x[(base + col)]);
                                     float zv = ((((sk_bitcast<unsigned int>(sk_e74) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e74) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
@@ -4250,18 +4820,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e75 = sk_gumbel((w).y);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e75 : (zv + sk_e75)) : zv);
-                                        if (((score > best) || (best_i == 4294967295u))) {
+                                        double s64 = ((double)ov);
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            const unsigned int sk_e75 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e75 + 8u)], rows[(sk_e75 + 9u)], rows[(sk_e75 + 10u)], col)));
+                                        }
+                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
-                                            best = score;
-                                            best_i = col;
+                                            best64 = s64;
+                                            best64_i = col;
                                         }
                                     }
                                 }
                             }
                             {
-                                unsigned int col = (c0 + 2u);
+                                unsigned int col = (c0 + 1u);
                                 if ((col < col_hi)) {
                                     const float sk_e76 = sk_f16(x[(base + col)]);
                                     float zv = ((((sk_bitcast<unsigned int>(sk_e76) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e76) / temp);
@@ -4289,18 +4863,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e77 = sk_gumbel((w).z);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e77 : (zv + sk_e77)) : zv);
-                                        if (((score > best) || (best_i == 4294967295u))) {
+                                        double s64 = ((double)ov);
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            const unsigned int sk_e77 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e77 + 8u)], rows[(sk_e77 + 9u)], rows[(sk_e77 + 10u)], col)));
+                                        }
+                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
-                                            best = score;
-                                            best_i = col;
+                                            best64 = s64;
+                                            best64_i = col;
                                         }
                                     }
                                 }
                             }
                             {
-                                unsigned int col = (c0 + 3u);
+                                unsigned int col = (c0 + 2u);
                                 if ((col < col_hi)) {
                                     const float sk_e78 = sk_f16(x[(base + col)]);
                                     float zv = ((((sk_bitcast<unsigned int>(sk_e78) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e78) / temp);
@@ -4328,8 +4906,228 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e79 = sk_gumbel((w).w);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e79 : (zv + sk_e79)) : zv);
+                                        double s64 = ((double)ov);
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            const unsigned int sk_e79 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e79 + 8u)], rows[(sk_e79 + 9u)], rows[(sk_e79 + 10u)], col)));
+                                        }
+                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best64 = s64;
+                                            best64_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                unsigned int col = (c0 + 3u);
+                                if ((col < col_hi)) {
+                                    const float sk_e80 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e80) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e80) / temp);
+                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    bool kept = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        bool tie = (ok && (key == s_key));
+                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        double s64 = ((double)ov);
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            const unsigned int sk_e81 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e81 + 8u)], rows[(sk_e81 + 9u)], rows[(sk_e81 + 10u)], col)));
+                                        }
+                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best64 = s64;
+                                            best64_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                if ((!seeded_row)) {
+                    // built by kernels::filters::race_in_set
+                    tie_rank = tie_start;
+                    sweeps = (sweeps + 1u);
+                    {
+                        // built by kernels::filters::sweep
+                        unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
+                        unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                        for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                            if (noisy) {
+                                // built by kernels::filters::race_sweep
+                                const unsigned int sk_e82 = (row * 12u);
+                                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e82 + 10u)], rows[(sk_e82 + 11u)]), rows[(sk_e82 + 8u)], rows[(sk_e82 + 9u)]);
+                            }
+                            {
+                                unsigned int col = (c0 + 0u);
+                                if ((col < col_hi)) {
+                                    const float sk_e83 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e83) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e83) / temp);
+                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    bool kept = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        bool tie = (ok && (key == s_key));
+                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        const float sk_e84 = sk_gumbel((w).x);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e84 : (zv + sk_e84)) : zv);
+                                        if (((score > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best = score;
+                                            best_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                unsigned int col = (c0 + 1u);
+                                if ((col < col_hi)) {
+                                    const float sk_e85 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e85) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e85) / temp);
+                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    bool kept = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        bool tie = (ok && (key == s_key));
+                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        const float sk_e86 = sk_gumbel((w).y);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e86 : (zv + sk_e86)) : zv);
+                                        if (((score > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best = score;
+                                            best_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                unsigned int col = (c0 + 2u);
+                                if ((col < col_hi)) {
+                                    const float sk_e87 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e87) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e87) / temp);
+                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    bool kept = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        bool tie = (ok && (key == s_key));
+                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        const float sk_e88 = sk_gumbel((w).z);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e88 : (zv + sk_e88)) : zv);
+                                        if (((score > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best = score;
+                                            best_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                unsigned int col = (c0 + 3u);
+                                if ((col < col_hi)) {
+                                    const float sk_e89 = sk_f16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e89) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e89) / temp);
+                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    bool kept = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        bool tie = (ok && (key == s_key));
+                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        const float sk_e90 = sk_gumbel((w).w);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e90 : (zv + sk_e90)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -4446,8 +5244,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                     // built by kernels::sampling::write_results
                     float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                     if ((threadIdx.x == 0u)) {
-                        const float sk_e80 = sk_f16(x[(base + tok_at)]);
-                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e80) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e80) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                        const float sk_e91 = sk_f16(x[(base + tok_at)]);
+                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e91) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e91) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                     }
                 }
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

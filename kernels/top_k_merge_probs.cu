@@ -546,11 +546,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             }
                             unsigned long long cut_row_mass = ((m_above_all + m_range_all) + m_below_all);
                             unsigned long long cut_lim = sk_fraction(pp, cut_row_mass);
-                            bool cut_fits = ((short_all == 0u) && (n_range_all <= 2048u));
+                            bool cut_listed = (short_all == 0u);
+                            bool cut_fits = (cut_listed && (n_range_all <= 2048u));
                             const unsigned int sk_e7 = (min_above_not_all ^ 4294967295u);
                             bool cut_sound = (((((sk_e7 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e7 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && (((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || (max_below_all == 0u)) || (w_below_all < mp)));
                             bool cut_sorted = (cut_sound && cut_fits);
-                            bool cut_tied = ((cut_sound && (!cut_fits)) && (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u)));
+                            bool cut_one_value = (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u));
+                            bool cut_tied = ((cut_sound && (!cut_fits)) && cut_one_value);
+                            bool cut_dense = (((cut_sound && cut_listed) && (!cut_fits)) && (!cut_one_value));
                             unsigned int sel_key = 0u;
                             unsigned int sel_mask = 0u;
                             unsigned int sel_n = 0u;
@@ -671,7 +674,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     unsigned long long mas_15 = 0;
                                     for (unsigned int i = threadIdx.x; i < n_range_all; i += ((unsigned int)SK_BLOCK)) {
                                         unsigned int dk = listed_cols[i];
-                                        if (((dk & sel_mask) == sel_key)) {
+                                        if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
                                             unsigned int digit = ((dk >> shift) & 15u);
                                             {
                                                 const unsigned int sk_bin = digit;
@@ -1400,16 +1403,812 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     }
                                 }
                             }
+                            if (cut_dense) {
+                                // built by kernels::filter_top_p::cut_row
+                                __syncthreads();
+                                for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_p::select_in_range
+                                    listed_cols[p] = partials[((((row_slot * parts) + p) * 805u) + 786u)];
+                                }
+                                __syncthreads();
+                                bool in_a = false;
+                                for (unsigned int digit_pass = 0u; digit_pass < 8u; digit_pass += 1u) {
+                                    // built by kernels::filter_top_p::select_in_range
+                                    unsigned int shift = (28u - (digit_pass * 4u));
+                                    unsigned int cnt_0 = 0;
+                                    unsigned int cnt_1 = 0;
+                                    unsigned int cnt_2 = 0;
+                                    unsigned int cnt_3 = 0;
+                                    unsigned int cnt_4 = 0;
+                                    unsigned int cnt_5 = 0;
+                                    unsigned int cnt_6 = 0;
+                                    unsigned int cnt_7 = 0;
+                                    unsigned int cnt_8 = 0;
+                                    unsigned int cnt_9 = 0;
+                                    unsigned int cnt_10 = 0;
+                                    unsigned int cnt_11 = 0;
+                                    unsigned int cnt_12 = 0;
+                                    unsigned int cnt_13 = 0;
+                                    unsigned int cnt_14 = 0;
+                                    unsigned int cnt_15 = 0;
+                                    unsigned long long mas_0 = 0;
+                                    unsigned long long mas_1 = 0;
+                                    unsigned long long mas_2 = 0;
+                                    unsigned long long mas_3 = 0;
+                                    unsigned long long mas_4 = 0;
+                                    unsigned long long mas_5 = 0;
+                                    unsigned long long mas_6 = 0;
+                                    unsigned long long mas_7 = 0;
+                                    unsigned long long mas_8 = 0;
+                                    unsigned long long mas_9 = 0;
+                                    unsigned long long mas_10 = 0;
+                                    unsigned long long mas_11 = 0;
+                                    unsigned long long mas_12 = 0;
+                                    unsigned long long mas_13 = 0;
+                                    unsigned long long mas_14 = 0;
+                                    unsigned long long mas_15 = 0;
+                                    for (unsigned int i = threadIdx.x; i < (parts * 384u); i += ((unsigned int)SK_BLOCK)) {
+                                        unsigned int ri_p = (i / 384u);
+                                        unsigned int ri_key = 0u;
+                                        if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                            const unsigned int sk_e14 = (i / 384u);
+                                            ri_key = partials[((((row_slot * parts) + sk_e14) * 805u) + (5u + ((i - (sk_e14 * 384u)) * 2u)))];
+                                        }
+                                        unsigned int dk = ri_key;
+                                        if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
+                                            unsigned int digit = ((dk >> shift) & 15u);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned int sk_add = 1u;
+                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
+                                            }
+                                            const float sk_e15 = sk_bitcast<float>((((dk & 2147483648u) != 0u) ? (dk ^ 2147483648u) : (dk ^ 4294967295u)));
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned long long sk_add = sk_fixed(((sk_e15 == cut_mx) ? (1.0f) : (sk_e15 / cut_mx)));
+                                                if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                if (sk_bin == 15u) { mas_15 += sk_add; }
+                                            }
+                                        }
+                                    }
+                                    unsigned int cnt_s0 = 0u;
+                                    unsigned int cnt_s1 = 0u;
+                                    unsigned int cnt_s2 = 0u;
+                                    unsigned int cnt_s3 = 0u;
+                                    unsigned int cnt_s4 = 0u;
+                                    unsigned int cnt_s5 = 0u;
+                                    unsigned int cnt_s6 = 0u;
+                                    unsigned int cnt_s7 = 0u;
+                                    unsigned int cnt_s8 = 0u;
+                                    unsigned int cnt_s9 = 0u;
+                                    unsigned int cnt_s10 = 0u;
+                                    unsigned int cnt_s11 = 0u;
+                                    unsigned int cnt_s12 = 0u;
+                                    unsigned int cnt_s13 = 0u;
+                                    unsigned int cnt_s14 = 0u;
+                                    unsigned int cnt_s15 = 0u;
+                                    {
+                                        unsigned int sk_m0 = cnt_0;
+                                        unsigned int sk_m1 = cnt_1;
+                                        unsigned int sk_m2 = cnt_2;
+                                        unsigned int sk_m3 = cnt_3;
+                                        unsigned int sk_m4 = cnt_4;
+                                        unsigned int sk_m5 = cnt_5;
+                                        unsigned int sk_m6 = cnt_6;
+                                        unsigned int sk_m7 = cnt_7;
+                                        unsigned int sk_m8 = cnt_8;
+                                        unsigned int sk_m9 = cnt_9;
+                                        unsigned int sk_m10 = cnt_10;
+                                        unsigned int sk_m11 = cnt_11;
+                                        unsigned int sk_m12 = cnt_12;
+                                        unsigned int sk_m13 = cnt_13;
+                                        unsigned int sk_m14 = cnt_14;
+                                        unsigned int sk_m15 = cnt_15;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+                                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+                                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+                                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+                                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+                                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+                                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+                                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+                                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+                                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+                                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+                                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+                                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+                                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+                                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+                                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+                                        }
+                                        if ((threadIdx.x & 31u) == 0u) {
+                                            sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+                                            sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+                                            sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+                                            sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+                                            sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+                                            sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+                                            sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+                                            sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+                                            sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+                                            sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+                                            sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+                                            sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+                                            sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+                                            sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+                                            sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+                                            sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+                                        }
+                                        __syncthreads();
+                                        if (threadIdx.x < 16u) {
+                                            unsigned int sk_s = 0;
+                                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+                                            sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
+                                        }
+                                        __syncthreads();
+                                        cnt_s0 = sk_many_u32[16 * 32 + 0];
+                                        cnt_s1 = sk_many_u32[16 * 32 + 1];
+                                        cnt_s2 = sk_many_u32[16 * 32 + 2];
+                                        cnt_s3 = sk_many_u32[16 * 32 + 3];
+                                        cnt_s4 = sk_many_u32[16 * 32 + 4];
+                                        cnt_s5 = sk_many_u32[16 * 32 + 5];
+                                        cnt_s6 = sk_many_u32[16 * 32 + 6];
+                                        cnt_s7 = sk_many_u32[16 * 32 + 7];
+                                        cnt_s8 = sk_many_u32[16 * 32 + 8];
+                                        cnt_s9 = sk_many_u32[16 * 32 + 9];
+                                        cnt_s10 = sk_many_u32[16 * 32 + 10];
+                                        cnt_s11 = sk_many_u32[16 * 32 + 11];
+                                        cnt_s12 = sk_many_u32[16 * 32 + 12];
+                                        cnt_s13 = sk_many_u32[16 * 32 + 13];
+                                        cnt_s14 = sk_many_u32[16 * 32 + 14];
+                                        cnt_s15 = sk_many_u32[16 * 32 + 15];
+                                        __syncthreads();
+                                    }
+                                    unsigned long long mas_s0 = 0ull;
+                                    unsigned long long mas_s1 = 0ull;
+                                    unsigned long long mas_s2 = 0ull;
+                                    unsigned long long mas_s3 = 0ull;
+                                    unsigned long long mas_s4 = 0ull;
+                                    unsigned long long mas_s5 = 0ull;
+                                    unsigned long long mas_s6 = 0ull;
+                                    unsigned long long mas_s7 = 0ull;
+                                    unsigned long long mas_s8 = 0ull;
+                                    unsigned long long mas_s9 = 0ull;
+                                    unsigned long long mas_s10 = 0ull;
+                                    unsigned long long mas_s11 = 0ull;
+                                    unsigned long long mas_s12 = 0ull;
+                                    unsigned long long mas_s13 = 0ull;
+                                    unsigned long long mas_s14 = 0ull;
+                                    unsigned long long mas_s15 = 0ull;
+                                    {
+                                        unsigned long long sk_m0 = mas_0;
+                                        unsigned long long sk_m1 = mas_1;
+                                        unsigned long long sk_m2 = mas_2;
+                                        unsigned long long sk_m3 = mas_3;
+                                        unsigned long long sk_m4 = mas_4;
+                                        unsigned long long sk_m5 = mas_5;
+                                        unsigned long long sk_m6 = mas_6;
+                                        unsigned long long sk_m7 = mas_7;
+                                        unsigned long long sk_m8 = mas_8;
+                                        unsigned long long sk_m9 = mas_9;
+                                        unsigned long long sk_m10 = mas_10;
+                                        unsigned long long sk_m11 = mas_11;
+                                        unsigned long long sk_m12 = mas_12;
+                                        unsigned long long sk_m13 = mas_13;
+                                        unsigned long long sk_m14 = mas_14;
+                                        unsigned long long sk_m15 = mas_15;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+                                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+                                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+                                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+                                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+                                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+                                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+                                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+                                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+                                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+                                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+                                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+                                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+                                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+                                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+                                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+                                        }
+                                        if ((threadIdx.x & 31u) == 0u) {
+                                            sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+                                            sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+                                            sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+                                            sk_many_u64[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+                                            sk_many_u64[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+                                            sk_many_u64[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+                                            sk_many_u64[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+                                            sk_many_u64[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+                                            sk_many_u64[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+                                            sk_many_u64[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+                                            sk_many_u64[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+                                            sk_many_u64[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+                                            sk_many_u64[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+                                            sk_many_u64[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+                                            sk_many_u64[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+                                            sk_many_u64[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+                                        }
+                                        __syncthreads();
+                                        if (threadIdx.x < 16u) {
+                                            unsigned long long sk_s = 0;
+                                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
+                                            sk_many_u64[16 * 32 + threadIdx.x] = sk_s;
+                                        }
+                                        __syncthreads();
+                                        mas_s0 = sk_many_u64[16 * 32 + 0];
+                                        mas_s1 = sk_many_u64[16 * 32 + 1];
+                                        mas_s2 = sk_many_u64[16 * 32 + 2];
+                                        mas_s3 = sk_many_u64[16 * 32 + 3];
+                                        mas_s4 = sk_many_u64[16 * 32 + 4];
+                                        mas_s5 = sk_many_u64[16 * 32 + 5];
+                                        mas_s6 = sk_many_u64[16 * 32 + 6];
+                                        mas_s7 = sk_many_u64[16 * 32 + 7];
+                                        mas_s8 = sk_many_u64[16 * 32 + 8];
+                                        mas_s9 = sk_many_u64[16 * 32 + 9];
+                                        mas_s10 = sk_many_u64[16 * 32 + 10];
+                                        mas_s11 = sk_many_u64[16 * 32 + 11];
+                                        mas_s12 = sk_many_u64[16 * 32 + 12];
+                                        mas_s13 = sk_many_u64[16 * 32 + 13];
+                                        mas_s14 = sk_many_u64[16 * 32 + 14];
+                                        mas_s15 = sk_many_u64[16 * 32 + 15];
+                                        __syncthreads();
+                                    }
+                                    unsigned int nb = sel_n;
+                                    unsigned long long mb = sel_m;
+                                    unsigned int chosen = 4294967295u;
+                                    unsigned int cn = sel_n;
+                                    unsigned long long cm = sel_m;
+                                    if ((cnt_s15 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 15u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s15);
+                                        mb = (mb + mas_s15);
+                                    }
+                                    if ((cnt_s14 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 14u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s14);
+                                        mb = (mb + mas_s14);
+                                    }
+                                    if ((cnt_s13 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 13u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s13);
+                                        mb = (mb + mas_s13);
+                                    }
+                                    if ((cnt_s12 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 12u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s12);
+                                        mb = (mb + mas_s12);
+                                    }
+                                    if ((cnt_s11 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 11u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s11);
+                                        mb = (mb + mas_s11);
+                                    }
+                                    if ((cnt_s10 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 10u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s10);
+                                        mb = (mb + mas_s10);
+                                    }
+                                    if ((cnt_s9 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 9u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s9);
+                                        mb = (mb + mas_s9);
+                                    }
+                                    if ((cnt_s8 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 8u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s8);
+                                        mb = (mb + mas_s8);
+                                    }
+                                    if ((cnt_s7 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 7u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s7);
+                                        mb = (mb + mas_s7);
+                                    }
+                                    if ((cnt_s6 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 6u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s6);
+                                        mb = (mb + mas_s6);
+                                    }
+                                    if ((cnt_s5 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 5u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s5);
+                                        mb = (mb + mas_s5);
+                                    }
+                                    if ((cnt_s4 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 4u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s4);
+                                        mb = (mb + mas_s4);
+                                    }
+                                    if ((cnt_s3 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 3u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s3);
+                                        mb = (mb + mas_s3);
+                                    }
+                                    if ((cnt_s2 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 2u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s2);
+                                        mb = (mb + mas_s2);
+                                    }
+                                    if ((cnt_s1 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 1u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s1);
+                                        mb = (mb + mas_s1);
+                                    }
+                                    if ((cnt_s0 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 0u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s0);
+                                        mb = (mb + mas_s0);
+                                    }
+                                    if ((chosen != 4294967295u)) {
+                                        // built by kernels::filters::select_step
+                                        sel_key = (sel_key | (chosen << shift));
+                                        sel_n = cn;
+                                        sel_m = cm;
+                                        sel_tn = ((chosen == 15u) ? cnt_s15 : ((chosen == 14u) ? cnt_s14 : ((chosen == 13u) ? cnt_s13 : ((chosen == 12u) ? cnt_s12 : ((chosen == 11u) ? cnt_s11 : ((chosen == 10u) ? cnt_s10 : ((chosen == 9u) ? cnt_s9 : ((chosen == 8u) ? cnt_s8 : ((chosen == 7u) ? cnt_s7 : ((chosen == 6u) ? cnt_s6 : ((chosen == 5u) ? cnt_s5 : ((chosen == 4u) ? cnt_s4 : ((chosen == 3u) ? cnt_s3 : ((chosen == 2u) ? cnt_s2 : ((chosen == 1u) ? cnt_s1 : ((chosen == 0u) ? cnt_s0 : 0u))))))))))))))));
+                                        sel_tm = ((chosen == 15u) ? mas_s15 : ((chosen == 14u) ? mas_s14 : ((chosen == 13u) ? mas_s13 : ((chosen == 12u) ? mas_s12 : ((chosen == 11u) ? mas_s11 : ((chosen == 10u) ? mas_s10 : ((chosen == 9u) ? mas_s9 : ((chosen == 8u) ? mas_s8 : ((chosen == 7u) ? mas_s7 : ((chosen == 6u) ? mas_s6 : ((chosen == 5u) ? mas_s5 : ((chosen == 4u) ? mas_s4 : ((chosen == 3u) ? mas_s3 : ((chosen == 2u) ? mas_s2 : ((chosen == 1u) ? mas_s1 : ((chosen == 0u) ? mas_s0 : 0ull))))))))))))))));
+                                    }
+                                    sel_mask = (sel_mask | (15u << shift));
+                                    if ((in_a && (digit_pass == 7u))) {
+                                        // built by kernels::filters::select_step
+                                        unsigned long long tn64 = ((unsigned long long)sel_tn);
+                                        unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
+                                        const bool sk_e16 = (tie_v == 0ull);
+                                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e16 ? tn64 : (((lim - sel_m) / (sk_e16 ? 1ull : tie_v)) + 1ull))));
+                                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
+                                        sel_key = 0u;
+                                        sel_mask = 0u;
+                                        sel_n = 0u;
+                                        sel_tn = 0u;
+                                        sel_m = 0ull;
+                                        sel_tm = 0ull;
+                                    }
+                                }
+                                unsigned long long tn64 = ((unsigned long long)sel_tn);
+                                unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
+                                const bool sk_e17 = (tie_v == 0ull);
+                                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e17 ? tn64 : (((lim - sel_m) / (sk_e17 ? 1ull : tie_v)) + 1ull))));
+                                unsigned int t_key = 0u;
+                                unsigned int t_mask = 0u;
+                                unsigned int t_above = 0u;
+                                unsigned int t_at = 0u;
+                                for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
+                                    // built by kernels::filter_top_k::select_top
+                                    unsigned int t_shift = (28u - (t_pass * 4u));
+                                    unsigned int t_cnt_0 = 0;
+                                    unsigned int t_cnt_1 = 0;
+                                    unsigned int t_cnt_2 = 0;
+                                    unsigned int t_cnt_3 = 0;
+                                    unsigned int t_cnt_4 = 0;
+                                    unsigned int t_cnt_5 = 0;
+                                    unsigned int t_cnt_6 = 0;
+                                    unsigned int t_cnt_7 = 0;
+                                    unsigned int t_cnt_8 = 0;
+                                    unsigned int t_cnt_9 = 0;
+                                    unsigned int t_cnt_10 = 0;
+                                    unsigned int t_cnt_11 = 0;
+                                    unsigned int t_cnt_12 = 0;
+                                    unsigned int t_cnt_13 = 0;
+                                    unsigned int t_cnt_14 = 0;
+                                    unsigned int t_cnt_15 = 0;
+                                    for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                        unsigned int ri_p = (ti / 384u);
+                                        unsigned int ri_key = 0u;
+                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                            // built by kernels::filter_top_p::select_in_range
+                                            const unsigned int sk_e18 = (ti / 384u);
+                                            ri_key = partials[((((row_slot * parts) + sk_e18) * 805u) + (5u + ((ti - (sk_e18 * 384u)) * 2u)))];
+                                        }
+                                        unsigned int tk_key = ri_key;
+                                        const unsigned int sk_e19 = (ti / 384u);
+                                        unsigned int tk = ((tk_key == sel_key) ? (partials[((((row_slot * parts) + sk_e19) * 805u) + (6u + ((ti - (sk_e19 * 384u)) * 2u)))] ^ 4294967295u) : 0u);
+                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                            {
+                                                const unsigned int sk_bin = ((tk >> t_shift) & 15u);
+                                                const unsigned int sk_add = 1u;
+                                                if (sk_bin == 0u) { t_cnt_0 += sk_add; }
+                                                if (sk_bin == 1u) { t_cnt_1 += sk_add; }
+                                                if (sk_bin == 2u) { t_cnt_2 += sk_add; }
+                                                if (sk_bin == 3u) { t_cnt_3 += sk_add; }
+                                                if (sk_bin == 4u) { t_cnt_4 += sk_add; }
+                                                if (sk_bin == 5u) { t_cnt_5 += sk_add; }
+                                                if (sk_bin == 6u) { t_cnt_6 += sk_add; }
+                                                if (sk_bin == 7u) { t_cnt_7 += sk_add; }
+                                                if (sk_bin == 8u) { t_cnt_8 += sk_add; }
+                                                if (sk_bin == 9u) { t_cnt_9 += sk_add; }
+                                                if (sk_bin == 10u) { t_cnt_10 += sk_add; }
+                                                if (sk_bin == 11u) { t_cnt_11 += sk_add; }
+                                                if (sk_bin == 12u) { t_cnt_12 += sk_add; }
+                                                if (sk_bin == 13u) { t_cnt_13 += sk_add; }
+                                                if (sk_bin == 14u) { t_cnt_14 += sk_add; }
+                                                if (sk_bin == 15u) { t_cnt_15 += sk_add; }
+                                            }
+                                        }
+                                    }
+                                    unsigned int t_cs0 = 0u;
+                                    unsigned int t_cs1 = 0u;
+                                    unsigned int t_cs2 = 0u;
+                                    unsigned int t_cs3 = 0u;
+                                    unsigned int t_cs4 = 0u;
+                                    unsigned int t_cs5 = 0u;
+                                    unsigned int t_cs6 = 0u;
+                                    unsigned int t_cs7 = 0u;
+                                    unsigned int t_cs8 = 0u;
+                                    unsigned int t_cs9 = 0u;
+                                    unsigned int t_cs10 = 0u;
+                                    unsigned int t_cs11 = 0u;
+                                    unsigned int t_cs12 = 0u;
+                                    unsigned int t_cs13 = 0u;
+                                    unsigned int t_cs14 = 0u;
+                                    unsigned int t_cs15 = 0u;
+                                    {
+                                        unsigned int sk_m0 = t_cnt_0;
+                                        unsigned int sk_m1 = t_cnt_1;
+                                        unsigned int sk_m2 = t_cnt_2;
+                                        unsigned int sk_m3 = t_cnt_3;
+                                        unsigned int sk_m4 = t_cnt_4;
+                                        unsigned int sk_m5 = t_cnt_5;
+                                        unsigned int sk_m6 = t_cnt_6;
+                                        unsigned int sk_m7 = t_cnt_7;
+                                        unsigned int sk_m8 = t_cnt_8;
+                                        unsigned int sk_m9 = t_cnt_9;
+                                        unsigned int sk_m10 = t_cnt_10;
+                                        unsigned int sk_m11 = t_cnt_11;
+                                        unsigned int sk_m12 = t_cnt_12;
+                                        unsigned int sk_m13 = t_cnt_13;
+                                        unsigned int sk_m14 = t_cnt_14;
+                                        unsigned int sk_m15 = t_cnt_15;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+                                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+                                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+                                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+                                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+                                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+                                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+                                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+                                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+                                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+                                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+                                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+                                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+                                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+                                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+                                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+                                        }
+                                        if ((threadIdx.x & 31u) == 0u) {
+                                            sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+                                            sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+                                            sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+                                            sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+                                            sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+                                            sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+                                            sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+                                            sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+                                            sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+                                            sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+                                            sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+                                            sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+                                            sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+                                            sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+                                            sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+                                            sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+                                        }
+                                        __syncthreads();
+                                        if (threadIdx.x < 16u) {
+                                            unsigned int sk_s = 0;
+                                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+                                            sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
+                                        }
+                                        __syncthreads();
+                                        t_cs0 = sk_many_u32[16 * 32 + 0];
+                                        t_cs1 = sk_many_u32[16 * 32 + 1];
+                                        t_cs2 = sk_many_u32[16 * 32 + 2];
+                                        t_cs3 = sk_many_u32[16 * 32 + 3];
+                                        t_cs4 = sk_many_u32[16 * 32 + 4];
+                                        t_cs5 = sk_many_u32[16 * 32 + 5];
+                                        t_cs6 = sk_many_u32[16 * 32 + 6];
+                                        t_cs7 = sk_many_u32[16 * 32 + 7];
+                                        t_cs8 = sk_many_u32[16 * 32 + 8];
+                                        t_cs9 = sk_many_u32[16 * 32 + 9];
+                                        t_cs10 = sk_many_u32[16 * 32 + 10];
+                                        t_cs11 = sk_many_u32[16 * 32 + 11];
+                                        t_cs12 = sk_many_u32[16 * 32 + 12];
+                                        t_cs13 = sk_many_u32[16 * 32 + 13];
+                                        t_cs14 = sk_many_u32[16 * 32 + 14];
+                                        t_cs15 = sk_many_u32[16 * 32 + 15];
+                                        __syncthreads();
+                                    }
+                                    unsigned int t_nb = t_above;
+                                    unsigned int t_chosen = 4294967295u;
+                                    unsigned int t_cn = t_above;
+                                    if ((t_cs15 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 15u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs15);
+                                    }
+                                    if ((t_cs14 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 14u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs14);
+                                    }
+                                    if ((t_cs13 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 13u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs13);
+                                    }
+                                    if ((t_cs12 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 12u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs12);
+                                    }
+                                    if ((t_cs11 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 11u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs11);
+                                    }
+                                    if ((t_cs10 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 10u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs10);
+                                    }
+                                    if ((t_cs9 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 9u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs9);
+                                    }
+                                    if ((t_cs8 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 8u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs8);
+                                    }
+                                    if ((t_cs7 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 7u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs7);
+                                    }
+                                    if ((t_cs6 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 6u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs6);
+                                    }
+                                    if ((t_cs5 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 5u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs5);
+                                    }
+                                    if ((t_cs4 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 4u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs4);
+                                    }
+                                    if ((t_cs3 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 3u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs3);
+                                    }
+                                    if ((t_cs2 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 2u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs2);
+                                    }
+                                    if ((t_cs1 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 1u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs1);
+                                    }
+                                    if ((t_cs0 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 0u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs0);
+                                    }
+                                    if ((t_chosen != 4294967295u)) {
+                                        t_key = (t_key | (t_chosen << t_shift));
+                                        t_above = t_cn;
+                                        t_at = ((t_chosen == 15u) ? t_cs15 : ((t_chosen == 14u) ? t_cs14 : ((t_chosen == 13u) ? t_cs13 : ((t_chosen == 12u) ? t_cs12 : ((t_chosen == 11u) ? t_cs11 : ((t_chosen == 10u) ? t_cs10 : ((t_chosen == 9u) ? t_cs9 : ((t_chosen == 8u) ? t_cs8 : ((t_chosen == 7u) ? t_cs7 : ((t_chosen == 6u) ? t_cs6 : ((t_chosen == 5u) ? t_cs5 : ((t_chosen == 4u) ? t_cs4 : ((t_chosen == 3u) ? t_cs3 : ((t_chosen == 2u) ? t_cs2 : ((t_chosen == 1u) ? t_cs1 : ((t_chosen == 0u) ? t_cs0 : 0u))))))))))))))));
+                                    }
+                                    t_mask = (t_mask | (15u << t_shift));
+                                }
+                                unsigned int t_take = min(t_at, (ties - t_above));
+                                unsigned int tie_col_max = (t_key ^ 4294967295u);
+                                for (unsigned int i = threadIdx.x; i < (parts * 384u); i += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_p::select_in_range
+                                    unsigned int ri_p = (i / 384u);
+                                    unsigned int ri_key = 0u;
+                                    if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                        const unsigned int sk_e20 = (i / 384u);
+                                        ri_key = partials[((((row_slot * parts) + sk_e20) * 805u) + (5u + ((i - (sk_e20 * 384u)) * 2u)))];
+                                    }
+                                    unsigned int rk = ri_key;
+                                    const unsigned int sk_e21 = (i / 384u);
+                                    unsigned int rcol = partials[((((row_slot * parts) + sk_e21) * 805u) + (6u + ((i - (sk_e21 * 384u)) * 2u)))];
+                                    float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
+                                    if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (((rov == cut_mx) ? (1.0f) : (rov / cut_mx)) >= mp))) {
+                                        float rz_x = x[(base + rcol)];
+                                        float rz = (((rz_x > (0.0f)) && (rz_x < sk_bitcast<float>(2139095040u))) ? rz_x : (0.0f));
+                                        if (cut_seeded) {
+                                            // built by kernels::filter_top_k::race_one
+                                            double s64 = sk_log64(((double)rz));
+                                            if (noisy) {
+                                                // built by kernels::seeded::score64
+                                                const unsigned int sk_e22 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], rcol)));
+                                            }
+                                            if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best64 = s64;
+                                                best64_i = rcol;
+                                            }
+                                        } else {
+                                            // built by kernels::filter_top_k::race_one
+                                            const unsigned int sk_e23 = (row * 12u);
+                                            uint4 w4 = sk_philox(make_uint4(((rcol & 4294967292u) >> 2u), 0u, rows[(sk_e23 + 10u)], rows[(sk_e23 + 11u)]), rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)]);
+                                            const unsigned int sk_e24 = (rcol & 3u);
+                                            float score = (rz / sk_exponential(((sk_e24 == 3u) ? ((w4).w) : ((sk_e24 == 2u) ? ((w4).z) : ((sk_e24 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            if (((score > best) || ((score == best) && (rcol < best_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best = score;
+                                                best_i = rcol;
+                                            }
+                                        }
+                                    }
+                                }
+                            }
                             if (cut_tied) {
                                 // built by kernels::filter_top_p::cut_row
                                 sel_tn = n_range_all;
                                 sel_tm = m_range_all;
                                 unsigned long long tn64 = ((unsigned long long)sel_tn);
                                 unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                const bool sk_e14 = (tie_v == 0ull);
-                                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e14 ? tn64 : (((lim - sel_m) / (sk_e14 ? 1ull : tie_v)) + 1ull))));
-                                const float sk_e15 = sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)));
-                                unsigned int t_kept = ((((sk_e15 == cut_mx) ? (1.0f) : (sk_e15 / cut_mx)) >= mp) ? ties : 0u);
+                                const bool sk_e25 = (tie_v == 0ull);
+                                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e25 ? tn64 : (((lim - sel_m) / (sk_e25 ? 1ull : tie_v)) + 1ull))));
+                                const float sk_e26 = sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)));
+                                unsigned int t_kept = ((((sk_e26 == cut_mx) ? (1.0f) : (sk_e26 / cut_mx)) >= mp) ? ties : 0u);
                                 unsigned int t_part = 0u;
                                 unsigned int t_left = 0u;
                                 unsigned int t_base = 0u;
@@ -1476,8 +2275,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                             unsigned int w_i = partials[((((row_slot * parts) + t_p) * 805u) + 798u)];
                                             if ((w_i != 4294967295u)) {
                                                 // built by kernels::filter_top_p::take_winners
-                                                const float sk_e16 = sk_bitcast<float>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
-                                                if (((sk_e16 > best) || ((sk_e16 == best) && (w_i < best_i)))) {
+                                                const float sk_e27 = sk_bitcast<float>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
+                                                if (((sk_e27 > best) || ((sk_e27 == best) && (w_i < best_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     best = sk_bitcast<float>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
                                                     best_i = w_i;
@@ -1486,12 +2285,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                             unsigned int w_i64 = partials[((((row_slot * parts) + t_p) * 805u) + 801u)];
                                             if ((w_i64 != 4294967295u)) {
                                                 // built by kernels::filter_top_p::take_winners
-                                                const unsigned int sk_e18 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                const double sk_e17 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e18 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e18 + 0u)]))));
-                                                if (((sk_e17 > best64) || ((sk_e17 == best64) && (w_i64 < best64_i)))) {
+                                                const unsigned int sk_e29 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                const double sk_e28 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e29 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e29 + 0u)]))));
+                                                if (((sk_e28 > best64) || ((sk_e28 == best64) && (w_i64 < best64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
-                                                    const unsigned int sk_e19 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                    best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e19 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e19 + 0u)]))));
+                                                    const unsigned int sk_e30 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e30 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e30 + 0u)]))));
                                                     best64_i = w_i64;
                                                 }
                                             }
@@ -1606,8 +2405,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                     double s64 = sk_log64(((double)tz));
                                                     if (noisy) {
                                                         // built by kernels::seeded::score64
-                                                        const unsigned int sk_e20 = (row * 12u);
-                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)], rows[(sk_e20 + 10u)], col)));
+                                                        const unsigned int sk_e31 = (row * 12u);
+                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e31 + 8u)], rows[(sk_e31 + 9u)], rows[(sk_e31 + 10u)], col)));
                                                     }
                                                     if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
@@ -1616,10 +2415,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                     }
                                                 } else {
                                                     // built by kernels::filter_top_k::race_one
-                                                    const unsigned int sk_e21 = (row * 12u);
-                                                    uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e21 + 10u)], rows[(sk_e21 + 11u)]), rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)]);
-                                                    const unsigned int sk_e22 = (col & 3u);
-                                                    float score = (tz / sk_exponential(((sk_e22 == 3u) ? ((w4).w) : ((sk_e22 == 2u) ? ((w4).z) : ((sk_e22 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                    const unsigned int sk_e32 = (row * 12u);
+                                                    uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e32 + 10u)], rows[(sk_e32 + 11u)]), rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)]);
+                                                    const unsigned int sk_e33 = (col & 3u);
+                                                    float score = (tz / sk_exponential(((sk_e33 == 3u) ? ((w4).w) : ((sk_e33 == 2u) ? ((w4).z) : ((sk_e33 == 1u) ? ((w4).y) : ((w4).x))))));
                                                     if (((score > best) || ((score == best) && (col < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = score;
@@ -1632,7 +2431,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     }
                                 }
                             }
-                            if ((cut_sorted || cut_tied)) {
+                            if (((cut_sorted || cut_tied) || cut_dense)) {
                                 // built by kernels::filter_top_p::cut_row
                                 float ow_win = (0.0f);
                                 unsigned int ow_tok32 = 0u;
@@ -2158,8 +2957,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     }
                                     if (g_take) {
                                         listed_cols[(0u + g_out)] = gk;
-                                        const unsigned int sk_e23 = (gj / want);
-                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e23) * 805u) + (6u + ((gj - (sk_e23 * want)) * 2u)))];
+                                        const unsigned int sk_e34 = (gj / want);
+                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e34) * 805u) + (6u + ((gj - (sk_e34 * want)) * 2u)))];
                                         g_out = (g_out + 1u);
                                     }
                                 }
@@ -2167,8 +2966,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             unsigned int n_sel = (t_above + t_take);
                             __syncthreads();
                             for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                                const unsigned int sk_e24 = listed_cols[(0u + i)];
-                                float zi = sk_bitcast<float>((((sk_e24 & 2147483648u) != 0u) ? (sk_e24 ^ 2147483648u) : (sk_e24 ^ 4294967295u)));
+                                const unsigned int sk_e35 = listed_cols[(0u + i)];
+                                float zi = sk_bitcast<float>((((sk_e35 & 2147483648u) != 0u) ? (sk_e35 ^ 2147483648u) : (sk_e35 ^ 4294967295u)));
                                 listed_cols[(514u + i)] = sk_bitcast<unsigned int>(zi);
                                 listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) & 4294967295ull));
                                 listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) >> 32u));
@@ -2228,9 +3027,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             unsigned int n_lo = 0u;
                             unsigned int n_unsure = 0u;
                             for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                const unsigned int sk_e26 = listed_cols[(1285u + r)];
-                                const float sk_e25 = sk_bitcast<float>((((sk_e26 & 2147483648u) != 0u) ? (sk_e26 ^ 2147483648u) : (sk_e26 ^ 4294967295u)));
-                                float wr = ((sk_e25 == row_m) ? (1.0f) : (sk_e25 / row_m));
+                                const unsigned int sk_e37 = listed_cols[(1285u + r)];
+                                const float sk_e36 = sk_bitcast<float>((((sk_e37 & 2147483648u) != 0u) ? (sk_e37 ^ 2147483648u) : (sk_e37 ^ 4294967295u)));
+                                float wr = ((sk_e36 == row_m) ? (1.0f) : (sk_e36 / row_m));
                                 unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                 bool base_r = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
                                 float bf = sk_fixed_f32(br);
@@ -2268,10 +3067,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             }
                             float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                             bool all_in = ((n_sel < want) || (((zt == row_m) ? (1.0f) : (zt / row_m)) <= (0.0f)));
-                            const unsigned int sk_e27 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                            bool cut_above = (sk_bitcast<float>((((sk_e27 & 2147483648u) != 0u) ? (sk_e27 ^ 2147483648u) : (sk_e27 ^ 4294967295u))) > zt);
-                            const unsigned int sk_e28 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                            bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e28] & 2147483648u) != 0u) ? (listed_cols[sk_e28] ^ 2147483648u) : (listed_cols[sk_e28] ^ 4294967295u))) > zt));
+                            const unsigned int sk_e38 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            bool cut_above = (sk_bitcast<float>((((sk_e38 & 2147483648u) != 0u) ? (sk_e38 ^ 2147483648u) : (sk_e38 ^ 4294967295u))) > zt);
+                            const unsigned int sk_e39 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e39] & 2147483648u) != 0u) ? (listed_cols[sk_e39] ^ 2147483648u) : (listed_cols[sk_e39] ^ 4294967295u))) > zt));
                             bool prefix_exact = all_in;
                             if (((!all_in) && (!(cut_above && k_above)))) {
                                 // built by kernels::filter_top_k::prefix_is_exact
@@ -2345,15 +3144,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
                                 for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                     unsigned int rc = listed_cols[(1542u + r)];
-                                    const unsigned int sk_e29 = listed_cols[(1285u + r)];
-                                    float rz = sk_bitcast<float>((((sk_e29 & 2147483648u) != 0u) ? (sk_e29 ^ 2147483648u) : (sk_e29 ^ 4294967295u)));
+                                    const unsigned int sk_e40 = listed_cols[(1285u + r)];
+                                    float rz = sk_bitcast<float>((((sk_e40 & 2147483648u) != 0u) ? (sk_e40 ^ 2147483648u) : (sk_e40 ^ 4294967295u)));
                                     if (ow_seeded) {
                                         // built by kernels::filter_top_k::race_one
                                         double s64 = sk_log64(((double)rz));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e30 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)], rows[(sk_e30 + 10u)], rc)));
+                                            const unsigned int sk_e41 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e41 + 8u)], rows[(sk_e41 + 9u)], rows[(sk_e41 + 10u)], rc)));
                                         }
                                         if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
@@ -2362,10 +3161,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     } else {
                                         // built by kernels::filter_top_k::race_one
-                                        const unsigned int sk_e31 = (row * 12u);
-                                        uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e31 + 10u)], rows[(sk_e31 + 11u)]), rows[(sk_e31 + 8u)], rows[(sk_e31 + 9u)]);
-                                        const unsigned int sk_e32 = (rc & 3u);
-                                        float score = (rz / sk_exponential(((sk_e32 == 3u) ? ((w4).w) : ((sk_e32 == 2u) ? ((w4).z) : ((sk_e32 == 1u) ? ((w4).y) : ((w4).x))))));
+                                        const unsigned int sk_e42 = (row * 12u);
+                                        uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e42 + 10u)], rows[(sk_e42 + 11u)]), rows[(sk_e42 + 8u)], rows[(sk_e42 + 9u)]);
+                                        const unsigned int sk_e43 = (rc & 3u);
+                                        float score = (rz / sk_exponential(((sk_e43 == 3u) ? ((w4).w) : ((sk_e43 == 2u) ? ((w4).z) : ((sk_e43 == 1u) ? ((w4).y) : ((w4).x))))));
                                         if (((score > best) || ((score == best) && (rc < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             best = score;
@@ -2560,8 +3359,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                     // built by kernels::filters::find_set
                     bool in_a = (stage <= sel_a);
-                    const unsigned int sk_e33 = (stage - 1u);
-                    unsigned int digit_pass = (in_a ? sk_e33 : (sk_e33 - sel_a));
+                    const unsigned int sk_e44 = (stage - 1u);
+                    unsigned int digit_pass = (in_a ? sk_e44 : (sk_e44 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -2778,8 +3577,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            const unsigned int sk_e34 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e34 == (sel_n + min(sel_tn, 64u))) || (!((sk_e34 < kk) && ((mass_before + mt) <= lim)))))) {
+                            const unsigned int sk_e45 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e45 == (sel_n + min(sel_tn, 64u))) || (!((sk_e45 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -3785,8 +4584,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             // built by kernels::filters::select_step
                             unsigned long long tn64 = ((unsigned long long)sel_tn);
                             unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                            const bool sk_e35 = (tie_v == 0ull);
-                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e35 ? tn64 : (((lim - sel_m) / (sk_e35 ? 1ull : tie_v)) + 1ull))));
+                            const bool sk_e46 = (tie_v == 0ull);
+                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e46 ? tn64 : (((lim - sel_m) / (sk_e46 ? 1ull : tie_v)) + 1ull))));
                             lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -3804,8 +4603,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                     // built by kernels::filters::set_bounds
                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                    const bool sk_e36 = (tie_v == 0ull);
-                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e36 ? tn64 : (((lim - sel_m) / (sk_e36 ? 1ull : tie_v)) + 1ull))));
+                    const bool sk_e47 = (tie_v == 0ull);
+                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e47 ? tn64 : (((lim - sel_m) / (sk_e47 ? 1ull : tie_v)) + 1ull))));
                     s_ties = ties;
                 }
                 unsigned int tie_rank = 0u;
@@ -3986,8 +4785,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e37 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e37 + 8u)], rows[(sk_e37 + 9u)], rows[(sk_e37 + 10u)], col)));
+                                            const unsigned int sk_e48 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e48 + 8u)], rows[(sk_e48 + 9u)], rows[(sk_e48 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4028,8 +4827,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e38 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], col)));
+                                            const unsigned int sk_e49 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e49 + 8u)], rows[(sk_e49 + 9u)], rows[(sk_e49 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4070,8 +4869,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e39 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], col)));
+                                            const unsigned int sk_e50 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e50 + 8u)], rows[(sk_e50 + 9u)], rows[(sk_e50 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4112,8 +4911,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e40 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], col)));
+                                            const unsigned int sk_e51 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e51 + 8u)], rows[(sk_e51 + 9u)], rows[(sk_e51 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4137,8 +4936,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                         for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
-                                const unsigned int sk_e41 = (row * 12u);
-                                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e41 + 10u)], rows[(sk_e41 + 11u)]), rows[(sk_e41 + 8u)], rows[(sk_e41 + 9u)]);
+                                const unsigned int sk_e52 = (row * 12u);
+                                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e52 + 10u)], rows[(sk_e52 + 11u)]), rows[(sk_e52 + 8u)], rows[(sk_e52 + 9u)]);
                             }
                             {
                                 unsigned int col = (c0 + 0u);
@@ -4395,8 +5194,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 if (((flags & 1u) != 0u)) {
                     // built by kernels::sampling::write_results
                     if ((threadIdx.x == 0u)) {
-                        const float sk_e42 = x[(base + tok_at)];
-                        logprobs[row] = (valid ? ((sk_e42 > (0.0f)) ? sk_log(sk_e42) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                        const float sk_e53 = x[(base + tok_at)];
+                        logprobs[row] = (valid ? ((sk_e53 > (0.0f)) ? sk_log(sk_e53) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                     }
                 }
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

@@ -388,7 +388,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                     }
                                     unsigned int cut_at = 0u;
                                     cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                    if ((cut_at < 257u)) {
+                                    if ((cut_at < 384u)) {
                                         partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
                                         partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
                                     }
@@ -737,7 +737,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                         partials[(((((row_slot * parts) + part) * 805u) + 782u) + 1u)] = ((unsigned int)(part_m_range >> 32u));
                         partials[((((row_slot * parts) + part) * 805u) + 784u)] = ((unsigned int)(part_m_below & 4294967295ull));
                         partials[(((((row_slot * parts) + part) * 805u) + 784u) + 1u)] = ((unsigned int)(part_m_below >> 32u));
-                        partials[((((row_slot * parts) + part) * 805u) + 786u)] = min(cut_listing[0u], 257u);
+                        partials[((((row_slot * parts) + part) * 805u) + 786u)] = min(cut_listing[0u], 384u);
                         partials[((((row_slot * parts) + part) * 805u) + 787u)] = part_min_above_not;
                         partials[((((row_slot * parts) + part) * 805u) + 788u)] = part_min_range_not;
                         partials[((((row_slot * parts) + part) * 805u) + 789u)] = part_max_range;

@@ -562,11 +562,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             var cut_row_mass: u64 = ((m_above_all + m_range_all) + m_below_all);
                             var cut_lim: u64 = sk_fraction(pp, cut_row_mass);
-                            var cut_fits: bool = ((short_all == 0u) && (n_range_all <= 2048u));
+                            var cut_listed: bool = (short_all == 0u);
+                            var cut_fits: bool = (cut_listed && (n_range_all <= 2048u));
                             let sk_e7: u32 = (min_above_not_all ^ 4294967295u);
                             var cut_sound: bool = (((((sk_e7 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e7 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && (((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || (max_below_all == 0u)) || (w_below_all < mp)));
                             var cut_sorted: bool = (cut_sound && cut_fits);
-                            var cut_tied: bool = ((cut_sound && (!cut_fits)) && (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u)));
+                            var cut_one_value: bool = (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u));
+                            var cut_tied: bool = ((cut_sound && (!cut_fits)) && cut_one_value);
+                            var cut_dense: bool = (((cut_sound && cut_listed) && (!cut_fits)) && (!cut_one_value));
                             var sel_key: u32 = 0u;
                             var sel_mask: u32 = 0u;
                             var sel_n: u32 = 0u;
@@ -635,7 +638,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var mas: array<u64, 16>;
                                     for (var i: u32 = sk_lid; i < n_range_all; i = i + BLOCK) {
                                         var dk: u32 = listed_cols[i];
-                                        if (((dk & sel_mask) == sel_key)) {
+                                        if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
                                             var digit: u32 = ((dk >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             mas[digit] += sk_fixed(sk_exp(bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)))));
@@ -1418,14 +1421,834 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                             }
+                            if (cut_dense) {
+                                // built by kernels::filter_top_p::cut_row
+                                workgroupBarrier();
+                                for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                                    // built by kernels::filter_top_p::select_in_range
+                                    listed_cols[p] = partials[((((row_slot * parts) + p) * 805u) + 786u)];
+                                }
+                                workgroupBarrier();
+                                var in_a: bool = false;
+                                for (var digit_pass: u32 = 0u; digit_pass < 8u; digit_pass = digit_pass + 1u) {
+                                    // built by kernels::filter_top_p::select_in_range
+                                    var shift: u32 = (28u - (digit_pass * 4u));
+                                    var cnt: array<u32, 16>;
+                                    var mas: array<u64, 16>;
+                                    for (var i: u32 = sk_lid; i < (parts * 384u); i = i + BLOCK) {
+                                        var ri_p: u32 = (i / 384u);
+                                        var ri_key: u32 = 0u;
+                                        if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                            let sk_e14: u32 = (i / 384u);
+                                            ri_key = partials[((((row_slot * parts) + sk_e14) * 805u) + (5u + ((i - (sk_e14 * 384u)) * 2u)))];
+                                        }
+                                        var dk: u32 = ri_key;
+                                        if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
+                                            var digit: u32 = ((dk >> shift) & 15u);
+                                            cnt[digit] += 1u;
+                                            mas[digit] += sk_fixed(sk_exp(bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)))));
+                                        }
+                                    }
+                                    var cnt_s0: u32 = 0u;
+                                    var cnt_s1: u32 = 0u;
+                                    var cnt_s2: u32 = 0u;
+                                    var cnt_s3: u32 = 0u;
+                                    var cnt_s4: u32 = 0u;
+                                    var cnt_s5: u32 = 0u;
+                                    var cnt_s6: u32 = 0u;
+                                    var cnt_s7: u32 = 0u;
+                                    var cnt_s8: u32 = 0u;
+                                    var cnt_s9: u32 = 0u;
+                                    var cnt_s10: u32 = 0u;
+                                    var cnt_s11: u32 = 0u;
+                                    var cnt_s12: u32 = 0u;
+                                    var cnt_s13: u32 = 0u;
+                                    var cnt_s14: u32 = 0u;
+                                    var cnt_s15: u32 = 0u;
+                                    {
+                                        if (sk_lid < 16u) {
+                                            atomicStore(&sk_sum_lo[sk_lid], 0u);
+                                        }
+                                        workgroupBarrier();
+                                        {
+                                            let sk_v = cnt[0];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[1];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[2];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[3];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[4];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[5];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[6];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[7];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[8];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[9];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[10];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[11];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[12];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[13];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[14];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[15];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
+                                        }
+                                        workgroupBarrier();
+                                        cnt_s0 = atomicLoad(&sk_sum_lo[0]);
+                                        cnt_s1 = atomicLoad(&sk_sum_lo[1]);
+                                        cnt_s2 = atomicLoad(&sk_sum_lo[2]);
+                                        cnt_s3 = atomicLoad(&sk_sum_lo[3]);
+                                        cnt_s4 = atomicLoad(&sk_sum_lo[4]);
+                                        cnt_s5 = atomicLoad(&sk_sum_lo[5]);
+                                        cnt_s6 = atomicLoad(&sk_sum_lo[6]);
+                                        cnt_s7 = atomicLoad(&sk_sum_lo[7]);
+                                        cnt_s8 = atomicLoad(&sk_sum_lo[8]);
+                                        cnt_s9 = atomicLoad(&sk_sum_lo[9]);
+                                        cnt_s10 = atomicLoad(&sk_sum_lo[10]);
+                                        cnt_s11 = atomicLoad(&sk_sum_lo[11]);
+                                        cnt_s12 = atomicLoad(&sk_sum_lo[12]);
+                                        cnt_s13 = atomicLoad(&sk_sum_lo[13]);
+                                        cnt_s14 = atomicLoad(&sk_sum_lo[14]);
+                                        cnt_s15 = atomicLoad(&sk_sum_lo[15]);
+                                        workgroupBarrier();
+                                    }
+                                    var mas_s0: u64 = 0lu;
+                                    var mas_s1: u64 = 0lu;
+                                    var mas_s2: u64 = 0lu;
+                                    var mas_s3: u64 = 0lu;
+                                    var mas_s4: u64 = 0lu;
+                                    var mas_s5: u64 = 0lu;
+                                    var mas_s6: u64 = 0lu;
+                                    var mas_s7: u64 = 0lu;
+                                    var mas_s8: u64 = 0lu;
+                                    var mas_s9: u64 = 0lu;
+                                    var mas_s10: u64 = 0lu;
+                                    var mas_s11: u64 = 0lu;
+                                    var mas_s12: u64 = 0lu;
+                                    var mas_s13: u64 = 0lu;
+                                    var mas_s14: u64 = 0lu;
+                                    var mas_s15: u64 = 0lu;
+                                    {
+                                        if (sk_lid < 16u) {
+                                            atomicStore(&sk_sum_lo[sk_lid], 0u);
+                                            atomicStore(&sk_sum_hi[sk_lid], 0u);
+                                        }
+                                        workgroupBarrier();
+                                        {
+                                            let sk_v = mas[0];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[1];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[2];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[3];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[3], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[3], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[3], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[4];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[4], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[4], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[4], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[5];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[5], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[5], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[5], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[6];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[6], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[6], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[6], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[7];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[7], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[7], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[7], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[8];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[8], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[8], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[8], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[9];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[9], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[9], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[9], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[10];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[10], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[10], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[10], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[11];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[11], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[11], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[11], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[12];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[12], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[12], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[12], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[13];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[13], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[13], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[13], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[14];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[14], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[14], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[14], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[15];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[15], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[15], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[15], sk_hi); }
+                                        }
+                                        workgroupBarrier();
+                                        mas_s0 = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
+                                        mas_s1 = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
+                                        mas_s2 = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
+                                        mas_s3 = (u64(atomicLoad(&sk_sum_hi[3])) << 32u) | u64(atomicLoad(&sk_sum_lo[3]));
+                                        mas_s4 = (u64(atomicLoad(&sk_sum_hi[4])) << 32u) | u64(atomicLoad(&sk_sum_lo[4]));
+                                        mas_s5 = (u64(atomicLoad(&sk_sum_hi[5])) << 32u) | u64(atomicLoad(&sk_sum_lo[5]));
+                                        mas_s6 = (u64(atomicLoad(&sk_sum_hi[6])) << 32u) | u64(atomicLoad(&sk_sum_lo[6]));
+                                        mas_s7 = (u64(atomicLoad(&sk_sum_hi[7])) << 32u) | u64(atomicLoad(&sk_sum_lo[7]));
+                                        mas_s8 = (u64(atomicLoad(&sk_sum_hi[8])) << 32u) | u64(atomicLoad(&sk_sum_lo[8]));
+                                        mas_s9 = (u64(atomicLoad(&sk_sum_hi[9])) << 32u) | u64(atomicLoad(&sk_sum_lo[9]));
+                                        mas_s10 = (u64(atomicLoad(&sk_sum_hi[10])) << 32u) | u64(atomicLoad(&sk_sum_lo[10]));
+                                        mas_s11 = (u64(atomicLoad(&sk_sum_hi[11])) << 32u) | u64(atomicLoad(&sk_sum_lo[11]));
+                                        mas_s12 = (u64(atomicLoad(&sk_sum_hi[12])) << 32u) | u64(atomicLoad(&sk_sum_lo[12]));
+                                        mas_s13 = (u64(atomicLoad(&sk_sum_hi[13])) << 32u) | u64(atomicLoad(&sk_sum_lo[13]));
+                                        mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
+                                        mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
+                                        workgroupBarrier();
+                                    }
+                                    var nb: u32 = sel_n;
+                                    var mb: u64 = sel_m;
+                                    var chosen: u32 = 4294967295u;
+                                    var cn: u32 = sel_n;
+                                    var cm: u64 = sel_m;
+                                    if ((cnt_s15 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 15u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s15);
+                                        mb = (mb + mas_s15);
+                                    }
+                                    if ((cnt_s14 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 14u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s14);
+                                        mb = (mb + mas_s14);
+                                    }
+                                    if ((cnt_s13 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 13u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s13);
+                                        mb = (mb + mas_s13);
+                                    }
+                                    if ((cnt_s12 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 12u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s12);
+                                        mb = (mb + mas_s12);
+                                    }
+                                    if ((cnt_s11 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 11u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s11);
+                                        mb = (mb + mas_s11);
+                                    }
+                                    if ((cnt_s10 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 10u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s10);
+                                        mb = (mb + mas_s10);
+                                    }
+                                    if ((cnt_s9 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 9u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s9);
+                                        mb = (mb + mas_s9);
+                                    }
+                                    if ((cnt_s8 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 8u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s8);
+                                        mb = (mb + mas_s8);
+                                    }
+                                    if ((cnt_s7 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 7u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s7);
+                                        mb = (mb + mas_s7);
+                                    }
+                                    if ((cnt_s6 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 6u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s6);
+                                        mb = (mb + mas_s6);
+                                    }
+                                    if ((cnt_s5 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 5u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s5);
+                                        mb = (mb + mas_s5);
+                                    }
+                                    if ((cnt_s4 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 4u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s4);
+                                        mb = (mb + mas_s4);
+                                    }
+                                    if ((cnt_s3 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 3u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s3);
+                                        mb = (mb + mas_s3);
+                                    }
+                                    if ((cnt_s2 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 2u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s2);
+                                        mb = (mb + mas_s2);
+                                    }
+                                    if ((cnt_s1 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 1u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s1);
+                                        mb = (mb + mas_s1);
+                                    }
+                                    if ((cnt_s0 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 0u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s0);
+                                        mb = (mb + mas_s0);
+                                    }
+                                    if ((chosen != 4294967295u)) {
+                                        // built by kernels::filters::select_step
+                                        sel_key = (sel_key | (chosen << shift));
+                                        sel_n = cn;
+                                        sel_m = cm;
+                                        sel_tn = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt_s0, (chosen == 0u)), cnt_s1, (chosen == 1u)), cnt_s2, (chosen == 2u)), cnt_s3, (chosen == 3u)), cnt_s4, (chosen == 4u)), cnt_s5, (chosen == 5u)), cnt_s6, (chosen == 6u)), cnt_s7, (chosen == 7u)), cnt_s8, (chosen == 8u)), cnt_s9, (chosen == 9u)), cnt_s10, (chosen == 10u)), cnt_s11, (chosen == 11u)), cnt_s12, (chosen == 12u)), cnt_s13, (chosen == 13u)), cnt_s14, (chosen == 14u)), cnt_s15, (chosen == 15u));
+                                        sel_tm = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0lu, mas_s0, (chosen == 0u)), mas_s1, (chosen == 1u)), mas_s2, (chosen == 2u)), mas_s3, (chosen == 3u)), mas_s4, (chosen == 4u)), mas_s5, (chosen == 5u)), mas_s6, (chosen == 6u)), mas_s7, (chosen == 7u)), mas_s8, (chosen == 8u)), mas_s9, (chosen == 9u)), mas_s10, (chosen == 10u)), mas_s11, (chosen == 11u)), mas_s12, (chosen == 12u)), mas_s13, (chosen == 13u)), mas_s14, (chosen == 14u)), mas_s15, (chosen == 15u));
+                                    }
+                                    sel_mask = (sel_mask | (15u << shift));
+                                    if ((in_a && (digit_pass == 7u))) {
+                                        // built by kernels::filters::select_step
+                                        var tn64: u64 = u64(sel_tn);
+                                        var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
+                                        let sk_e15: bool = (tie_v == 0lu);
+                                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e15)) + 1lu), tn64, sk_e15)));
+                                        lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
+                                        sel_key = 0u;
+                                        sel_mask = 0u;
+                                        sel_n = 0u;
+                                        sel_tn = 0u;
+                                        sel_m = 0lu;
+                                        sel_tm = 0lu;
+                                    }
+                                }
+                                var tn64: u64 = u64(sel_tn);
+                                var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
+                                let sk_e16: bool = (tie_v == 0lu);
+                                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e16)) + 1lu), tn64, sk_e16)));
+                                var t_key: u32 = 0u;
+                                var t_mask: u32 = 0u;
+                                var t_above: u32 = 0u;
+                                var t_at: u32 = 0u;
+                                for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
+                                    // built by kernels::filter_top_k::select_top
+                                    var t_shift: u32 = (28u - (t_pass * 4u));
+                                    var t_cnt: array<u32, 16>;
+                                    for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
+                                        var ri_p: u32 = (ti / 384u);
+                                        var ri_key: u32 = 0u;
+                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                            // built by kernels::filter_top_p::select_in_range
+                                            let sk_e17: u32 = (ti / 384u);
+                                            ri_key = partials[((((row_slot * parts) + sk_e17) * 805u) + (5u + ((ti - (sk_e17 * 384u)) * 2u)))];
+                                        }
+                                        var tk_key: u32 = ri_key;
+                                        let sk_e18: u32 = (ti / 384u);
+                                        var tk: u32 = select(0u, (partials[((((row_slot * parts) + sk_e18) * 805u) + (6u + ((ti - (sk_e18 * 384u)) * 2u)))] ^ 4294967295u), (tk_key == sel_key));
+                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                            t_cnt[((tk >> t_shift) & 15u)] += 1u;
+                                        }
+                                    }
+                                    var t_cs0: u32 = 0u;
+                                    var t_cs1: u32 = 0u;
+                                    var t_cs2: u32 = 0u;
+                                    var t_cs3: u32 = 0u;
+                                    var t_cs4: u32 = 0u;
+                                    var t_cs5: u32 = 0u;
+                                    var t_cs6: u32 = 0u;
+                                    var t_cs7: u32 = 0u;
+                                    var t_cs8: u32 = 0u;
+                                    var t_cs9: u32 = 0u;
+                                    var t_cs10: u32 = 0u;
+                                    var t_cs11: u32 = 0u;
+                                    var t_cs12: u32 = 0u;
+                                    var t_cs13: u32 = 0u;
+                                    var t_cs14: u32 = 0u;
+                                    var t_cs15: u32 = 0u;
+                                    {
+                                        if (sk_lid < 16u) {
+                                            atomicStore(&sk_sum_lo[sk_lid], 0u);
+                                        }
+                                        workgroupBarrier();
+                                        {
+                                            let sk_v = t_cnt[0];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[1];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[2];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[3];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[4];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[5];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[6];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[7];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[8];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[9];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[10];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[11];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[12];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[13];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[14];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[15];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
+                                        }
+                                        workgroupBarrier();
+                                        t_cs0 = atomicLoad(&sk_sum_lo[0]);
+                                        t_cs1 = atomicLoad(&sk_sum_lo[1]);
+                                        t_cs2 = atomicLoad(&sk_sum_lo[2]);
+                                        t_cs3 = atomicLoad(&sk_sum_lo[3]);
+                                        t_cs4 = atomicLoad(&sk_sum_lo[4]);
+                                        t_cs5 = atomicLoad(&sk_sum_lo[5]);
+                                        t_cs6 = atomicLoad(&sk_sum_lo[6]);
+                                        t_cs7 = atomicLoad(&sk_sum_lo[7]);
+                                        t_cs8 = atomicLoad(&sk_sum_lo[8]);
+                                        t_cs9 = atomicLoad(&sk_sum_lo[9]);
+                                        t_cs10 = atomicLoad(&sk_sum_lo[10]);
+                                        t_cs11 = atomicLoad(&sk_sum_lo[11]);
+                                        t_cs12 = atomicLoad(&sk_sum_lo[12]);
+                                        t_cs13 = atomicLoad(&sk_sum_lo[13]);
+                                        t_cs14 = atomicLoad(&sk_sum_lo[14]);
+                                        t_cs15 = atomicLoad(&sk_sum_lo[15]);
+                                        workgroupBarrier();
+                                    }
+                                    var t_nb: u32 = t_above;
+                                    var t_chosen: u32 = 4294967295u;
+                                    var t_cn: u32 = t_above;
+                                    if ((t_cs15 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 15u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs15);
+                                    }
+                                    if ((t_cs14 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 14u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs14);
+                                    }
+                                    if ((t_cs13 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 13u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs13);
+                                    }
+                                    if ((t_cs12 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 12u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs12);
+                                    }
+                                    if ((t_cs11 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 11u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs11);
+                                    }
+                                    if ((t_cs10 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 10u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs10);
+                                    }
+                                    if ((t_cs9 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 9u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs9);
+                                    }
+                                    if ((t_cs8 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 8u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs8);
+                                    }
+                                    if ((t_cs7 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 7u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs7);
+                                    }
+                                    if ((t_cs6 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 6u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs6);
+                                    }
+                                    if ((t_cs5 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 5u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs5);
+                                    }
+                                    if ((t_cs4 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 4u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs4);
+                                    }
+                                    if ((t_cs3 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 3u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs3);
+                                    }
+                                    if ((t_cs2 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 2u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs2);
+                                    }
+                                    if ((t_cs1 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 1u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs1);
+                                    }
+                                    if ((t_cs0 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 0u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs0);
+                                    }
+                                    if ((t_chosen != 4294967295u)) {
+                                        t_key = (t_key | (t_chosen << t_shift));
+                                        t_above = t_cn;
+                                        t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_chosen == 0u)), t_cs1, (t_chosen == 1u)), t_cs2, (t_chosen == 2u)), t_cs3, (t_chosen == 3u)), t_cs4, (t_chosen == 4u)), t_cs5, (t_chosen == 5u)), t_cs6, (t_chosen == 6u)), t_cs7, (t_chosen == 7u)), t_cs8, (t_chosen == 8u)), t_cs9, (t_chosen == 9u)), t_cs10, (t_chosen == 10u)), t_cs11, (t_chosen == 11u)), t_cs12, (t_chosen == 12u)), t_cs13, (t_chosen == 13u)), t_cs14, (t_chosen == 14u)), t_cs15, (t_chosen == 15u));
+                                    }
+                                    t_mask = (t_mask | (15u << t_shift));
+                                }
+                                var t_take: u32 = min(t_at, (ties - t_above));
+                                var tie_col_max: u32 = (t_key ^ 4294967295u);
+                                for (var i: u32 = sk_lid; i < (parts * 384u); i = i + BLOCK) {
+                                    // built by kernels::filter_top_p::select_in_range
+                                    var ri_p: u32 = (i / 384u);
+                                    var ri_key: u32 = 0u;
+                                    if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                        let sk_e19: u32 = (i / 384u);
+                                        ri_key = partials[((((row_slot * parts) + sk_e19) * 805u) + (5u + ((i - (sk_e19 * 384u)) * 2u)))];
+                                    }
+                                    var rk: u32 = ri_key;
+                                    let sk_e20: u32 = (i / 384u);
+                                    var rcol: u32 = partials[((((row_slot * parts) + sk_e20) * 805u) + (6u + ((i - (sk_e20 * 384u)) * 2u)))];
+                                    var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
+                                    if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
+                                        let sk_e21: f32 = sk_load_x((base + rcol));
+                                        var rz: f32 = (select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u)) / temp);
+                                        if (cut_seeded) {
+                                            // built by kernels::filter_top_k::race_one
+                                            var s64: f64 = f64(rov);
+                                            if (noisy) {
+                                                // built by kernels::seeded::score64
+                                                let sk_e22: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], rcol)));
+                                            }
+                                            if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best64 = s64;
+                                                best64_i = rcol;
+                                            }
+                                        } else {
+                                            // built by kernels::filter_top_k::race_one
+                                            let sk_e23: u32 = (row * 12u);
+                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((rcol & 4294967292u) >> 2u), 0u, rows[(sk_e23 + 10u)], rows[(sk_e23 + 11u)]), rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)]);
+                                            let sk_e24: u32 = (rcol & 3u);
+                                            var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e24 == 1u)), w4[2], (sk_e24 == 2u)), w4[3], (sk_e24 == 3u))));
+                                            if (((score > best) || ((score == best) && (rcol < best_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best = score;
+                                                best_i = rcol;
+                                            }
+                                        }
+                                    }
+                                }
+                            }
                             if (cut_tied) {
                                 // built by kernels::filter_top_p::cut_row
                                 sel_tn = n_range_all;
                                 sel_tm = m_range_all;
                                 var tn64: u64 = u64(sel_tn);
                                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                let sk_e14: bool = (tie_v == 0lu);
-                                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e14)) + 1lu), tn64, sk_e14)));
+                                let sk_e25: bool = (tie_v == 0lu);
+                                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e25)) + 1lu), tn64, sk_e25)));
                                 var t_kept: u32 = select(0u, ties, (sk_exp(bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)))) >= mp));
                                 var t_part: u32 = 0u;
                                 var t_left: u32 = 0u;
@@ -1471,8 +2294,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var w_i: u32 = partials[((((row_slot * parts) + t_p) * 805u) + 798u)];
                                             if ((w_i != 4294967295u)) {
                                                 // built by kernels::filter_top_p::take_winners
-                                                let sk_e15: f32 = bitcast<f32>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
-                                                if (((sk_e15 > best) || ((sk_e15 == best) && (w_i < best_i)))) {
+                                                let sk_e26: f32 = bitcast<f32>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
+                                                if (((sk_e26 > best) || ((sk_e26 == best) && (w_i < best_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     best = bitcast<f32>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
                                                     best_i = w_i;
@@ -1481,12 +2304,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var w_i64: u32 = partials[((((row_slot * parts) + t_p) * 805u) + 801u)];
                                             if ((w_i64 != 4294967295u)) {
                                                 // built by kernels::filter_top_p::take_winners
-                                                let sk_e17: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                let sk_e16: f64 = bitcast<f64>(((u64(partials[(sk_e17 + 1u)]) << 32u) | u64(partials[(sk_e17 + 0u)])));
-                                                if (((sk_e16 > best64) || ((sk_e16 == best64) && (w_i64 < best64_i)))) {
+                                                let sk_e28: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                let sk_e27: f64 = bitcast<f64>(((u64(partials[(sk_e28 + 1u)]) << 32u) | u64(partials[(sk_e28 + 0u)])));
+                                                if (((sk_e27 > best64) || ((sk_e27 == best64) && (w_i64 < best64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
-                                                    let sk_e18: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                    best64 = bitcast<f64>(((u64(partials[(sk_e18 + 1u)]) << 32u) | u64(partials[(sk_e18 + 0u)])));
+                                                    let sk_e29: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    best64 = bitcast<f64>(((u64(partials[(sk_e29 + 1u)]) << 32u) | u64(partials[(sk_e29 + 0u)])));
                                                     best64_i = w_i64;
                                                 }
                                             }
@@ -1534,8 +2357,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var t_last: u32 = (t_lo + min(((sk_lid * t_each) + t_each), t_cols));
                                     var t_mine: u32 = 0u;
                                     for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-                                        let sk_e19: f32 = sk_load_x((base + col));
-                                        var tz: f32 = (select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u)) / temp);
+                                        let sk_e30: f32 = sk_load_x((base + col));
+                                        var tz: f32 = (select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u)) / temp);
                                         var tov: f32 = (tz - cut_mx);
                                         if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
                                             t_mine = (t_mine + 1u);
@@ -1557,8 +2380,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     var t_rank: u32 = t_rank0;
                                     for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-                                        let sk_e20: f32 = sk_load_x((base + col));
-                                        var tz: f32 = (select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u)) / temp);
+                                        let sk_e31: f32 = sk_load_x((base + col));
+                                        var tz: f32 = (select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u)) / temp);
                                         var tov: f32 = (tz - cut_mx);
                                         if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
                                             if ((t_rank < t_cut_left)) {
@@ -1567,8 +2390,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     var s64: f64 = f64(tov);
                                                     if (noisy) {
                                                         // built by kernels::seeded::score64
-                                                        let sk_e21: u32 = (row * 12u);
-                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)], rows[(sk_e21 + 10u)], col)));
+                                                        let sk_e32: u32 = (row * 12u);
+                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], col)));
                                                     }
                                                     if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
@@ -1577,10 +2400,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     }
                                                 } else {
                                                     // built by kernels::filter_top_k::race_one
-                                                    let sk_e22: u32 = (row * 12u);
-                                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e22 + 10u)], rows[(sk_e22 + 11u)]), rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)]);
-                                                    let sk_e23: u32 = (col & 3u);
-                                                    var score: f32 = (tz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e23 == 1u)), w4[2], (sk_e23 == 2u)), w4[3], (sk_e23 == 3u))));
+                                                    let sk_e33: u32 = (row * 12u);
+                                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e33 + 10u)], rows[(sk_e33 + 11u)]), rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)]);
+                                                    let sk_e34: u32 = (col & 3u);
+                                                    var score: f32 = (tz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e34 == 1u)), w4[2], (sk_e34 == 2u)), w4[3], (sk_e34 == 3u))));
                                                     if (((score > best) || ((score == best) && (col < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = score;
@@ -1593,7 +2416,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                             }
-                            if ((cut_sorted || cut_tied)) {
+                            if (((cut_sorted || cut_tied) || cut_dense)) {
                                 // built by kernels::filter_top_p::cut_row
                                 var ow_win: f32 = (0.0f);
                                 var ow_tok32: u32 = 0u;
@@ -1649,8 +2472,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (((params.flags & 1u) != 0u)) {
                                     // built by kernels::sampling::write_results
-                                    let sk_e24: f32 = sk_load_x((base + ow_at));
-                                    var ow_v: f32 = (select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e35: f32 = sk_load_x((base + ow_at));
+                                    var ow_v: f32 = (select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp);
                                     if ((sk_lid == 0u)) {
                                         logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))), ow_valid);
                                     }
@@ -2027,8 +2850,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (g_take) {
                                         listed_cols[(0u + g_out)] = gk;
-                                        let sk_e25: u32 = (gj / want);
-                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e25) * 805u) + (6u + ((gj - (sk_e25 * want)) * 2u)))];
+                                        let sk_e36: u32 = (gj / want);
+                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e36) * 805u) + (6u + ((gj - (sk_e36 * want)) * 2u)))];
                                         g_out = (g_out + 1u);
                                     }
                                 }
@@ -2036,8 +2859,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var n_sel: u32 = (t_above + t_take);
                             workgroupBarrier();
                             for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                                let sk_e26: u32 = listed_cols[(0u + i)];
-                                var zi: f32 = bitcast<f32>(select((sk_e26 ^ 4294967295u), (sk_e26 ^ 2147483648u), ((sk_e26 & 2147483648u) != 0u)));
+                                let sk_e37: u32 = listed_cols[(0u + i)];
+                                var zi: f32 = bitcast<f32>(select((sk_e37 ^ 4294967295u), (sk_e37 ^ 2147483648u), ((sk_e37 & 2147483648u) != 0u)));
                                 listed_cols[(514u + i)] = bitcast<u32>((zi - row_m));
                                 listed_cols[(771u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) & 4294967295lu));
                                 listed_cols[(1028u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) >> 32u));
@@ -2085,9 +2908,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var n_lo: u32 = 0u;
                             var n_unsure: u32 = 0u;
                             for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                let sk_e28: u32 = listed_cols[(1285u + r)];
-                                let sk_e27: f32 = bitcast<f32>(select((sk_e28 ^ 4294967295u), (sk_e28 ^ 2147483648u), ((sk_e28 & 2147483648u) != 0u)));
-                                var wr: f32 = select(select(sk_exp((sk_e27 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e27 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                                let sk_e39: u32 = listed_cols[(1285u + r)];
+                                let sk_e38: f32 = bitcast<f32>(select((sk_e39 ^ 4294967295u), (sk_e39 ^ 2147483648u), ((sk_e39 & 2147483648u) != 0u)));
+                                var wr: f32 = select(select(sk_exp((sk_e38 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e38 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
                                 var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                 var base_r: bool = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
                                 var bf: f32 = sk_fixed_f32(br);
@@ -2121,10 +2944,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                             var all_in: bool = ((n_sel < want) || (select(select(sk_exp((zt - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zt == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) <= (0.0f)));
-                            let sk_e29: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                            var cut_above: bool = ((bitcast<f32>(select((sk_e29 ^ 4294967295u), (sk_e29 ^ 2147483648u), ((sk_e29 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
-                            let sk_e30: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                            var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e30] ^ 4294967295u), (listed_cols[sk_e30] ^ 2147483648u), ((listed_cols[sk_e30] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
+                            let sk_e40: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            var cut_above: bool = ((bitcast<f32>(select((sk_e40 ^ 4294967295u), (sk_e40 ^ 2147483648u), ((sk_e40 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
+                            let sk_e41: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e41] ^ 4294967295u), (listed_cols[sk_e41] ^ 2147483648u), ((listed_cols[sk_e41] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
                             var prefix_exact: bool = all_in;
                             if (((!all_in) && (!(cut_above && k_above)))) {
                                 // built by kernels::filter_top_k::prefix_is_exact
@@ -2186,15 +3009,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
                                 for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                     var rc: u32 = listed_cols[(1542u + r)];
-                                    let sk_e31: u32 = listed_cols[(1285u + r)];
-                                    var rz: f32 = bitcast<f32>(select((sk_e31 ^ 4294967295u), (sk_e31 ^ 2147483648u), ((sk_e31 & 2147483648u) != 0u)));
+                                    let sk_e42: u32 = listed_cols[(1285u + r)];
+                                    var rz: f32 = bitcast<f32>(select((sk_e42 ^ 4294967295u), (sk_e42 ^ 2147483648u), ((sk_e42 & 2147483648u) != 0u)));
                                     if (ow_seeded) {
                                         // built by kernels::filter_top_k::race_one
                                         var s64: f64 = f64((rz - row_m));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e32: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], rc)));
+                                            let sk_e43: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], rc)));
                                         }
                                         if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
@@ -2203,10 +3026,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     } else {
                                         // built by kernels::filter_top_k::race_one
-                                        let sk_e33: u32 = (row * 12u);
-                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e33 + 10u)], rows[(sk_e33 + 11u)]), rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)]);
-                                        let sk_e34: u32 = (rc & 3u);
-                                        var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e34 == 1u)), w4[2], (sk_e34 == 2u)), w4[3], (sk_e34 == 3u))));
+                                        let sk_e44: u32 = (row * 12u);
+                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e44 + 10u)], rows[(sk_e44 + 11u)]), rows[(sk_e44 + 8u)], rows[(sk_e44 + 9u)]);
+                                        let sk_e45: u32 = (rc & 3u);
+                                        var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e45 == 1u)), w4[2], (sk_e45 == 2u)), w4[3], (sk_e45 == 3u))));
                                         if (((score > best) || ((score == best) && (rc < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             best = score;
@@ -2268,8 +3091,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (((params.flags & 1u) != 0u)) {
                                     // built by kernels::sampling::write_results
-                                    let sk_e35: f32 = sk_load_x((base + ow_at));
-                                    var ow_v: f32 = (select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e46: f32 = sk_load_x((base + ow_at));
+                                    var ow_v: f32 = (select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u)) / temp);
                                     if ((sk_lid == 0u)) {
                                         logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - row_m) - sk_log(row_s)), ow_valid);
                                     }
@@ -2295,29 +3118,29 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + (BLOCK * 0u));
                         if ((col < col_hi)) {
-                            let sk_e36: f32 = sk_load_x((base + col));
-                            m = max(m, (select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u)) / temp));
+                            let sk_e47: f32 = sk_load_x((base + col));
+                            m = max(m, (select(sk_e47, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e47) & 2147483647u) > 2139095040u)) / temp));
                         }
                     }
                     {
                         var col: u32 = (c0 + (BLOCK * 1u));
                         if ((col < col_hi)) {
-                            let sk_e37: f32 = sk_load_x((base + col));
-                            m = max(m, (select(sk_e37, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u)) / temp));
+                            let sk_e48: f32 = sk_load_x((base + col));
+                            m = max(m, (select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u)) / temp));
                         }
                     }
                     {
                         var col: u32 = (c0 + (BLOCK * 2u));
                         if ((col < col_hi)) {
-                            let sk_e38: f32 = sk_load_x((base + col));
-                            m = max(m, (select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u)) / temp));
+                            let sk_e49: f32 = sk_load_x((base + col));
+                            m = max(m, (select(sk_e49, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e49) & 2147483647u) > 2139095040u)) / temp));
                         }
                     }
                     {
                         var col: u32 = (c0 + (BLOCK * 3u));
                         if ((col < col_hi)) {
-                            let sk_e39: f32 = sk_load_x((base + col));
-                            m = max(m, (select(sk_e39, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e39) & 2147483647u) > 2139095040u)) / temp));
+                            let sk_e50: f32 = sk_load_x((base + col));
+                            m = max(m, (select(sk_e50, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e50) & 2147483647u) > 2139095040u)) / temp));
                         }
                     }
                 }
@@ -2353,8 +3176,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                     // built by kernels::filters::find_set
                     var in_a: bool = (stage <= sel_a);
-                    let sk_e40: u32 = (stage - 1u);
-                    var digit_pass: u32 = select((sk_e40 - sel_a), sk_e40, in_a);
+                    let sk_e51: u32 = (stage - 1u);
+                    var digit_pass: u32 = select((sk_e51 - sel_a), sk_e51, in_a);
                     var shift: u32 = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -2382,8 +3205,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + (BLOCK * 0u));
                                 if ((col < col_hi)) {
-                                    let sk_e41: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e52: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e52, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e52) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -2405,8 +3228,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + (BLOCK * 1u));
                                 if ((col < col_hi)) {
-                                    let sk_e42: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e53: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e53, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e53) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -2428,8 +3251,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + (BLOCK * 2u));
                                 if ((col < col_hi)) {
-                                    let sk_e43: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e54: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e54, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e54) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -2451,8 +3274,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + (BLOCK * 3u));
                                 if ((col < col_hi)) {
-                                    let sk_e44: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e55: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e55, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e55) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -2481,8 +3304,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
-                            let sk_e45: f32 = sk_load_x((base + col));
-                            var zv: f32 = (select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e56: f32 = sk_load_x((base + col));
+                            var zv: f32 = (select(sk_e56, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u)) / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -2517,8 +3340,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
-                            let sk_e46: f32 = sk_load_x((base + col));
-                            var zv: f32 = (select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e57: f32 = sk_load_x((base + col));
+                            var zv: f32 = (select(sk_e57, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e57) & 2147483647u) > 2139095040u)) / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -2557,8 +3380,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            let sk_e47: u32 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e47 == (sel_n + min(sel_tn, 64u))) || (!((sk_e47 < kk) && ((mass_before + mt) <= lim)))))) {
+                            let sk_e58: u32 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e58 == (sel_n + min(sel_tn, 64u))) || (!((sk_e58 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -2595,8 +3418,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                                 // built by kernels::filters::sweep_list
                                 var col: u32 = listed_cols[at];
-                                let sk_e48: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e59: f32 = sk_load_x((base + col));
+                                var zv: f32 = (select(sk_e59, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e59) & 2147483647u) > 2139095040u)) / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -2627,8 +3450,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 0u);
                                         if ((col < col_hi)) {
-                                            let sk_e49: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e49, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e49) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e60: f32 = sk_load_x((base + col));
+                                            var zv: f32 = (select(sk_e60, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e60) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -2651,8 +3474,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 1u);
                                         if ((col < col_hi)) {
-                                            let sk_e50: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e50, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e50) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e61: f32 = sk_load_x((base + col));
+                                            var zv: f32 = (select(sk_e61, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e61) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -2675,8 +3498,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 2u);
                                         if ((col < col_hi)) {
-                                            let sk_e51: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e51, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e51) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e62: f32 = sk_load_x((base + col));
+                                            var zv: f32 = (select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -2699,8 +3522,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 3u);
                                         if ((col < col_hi)) {
-                                            let sk_e52: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e52, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e52) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e63: f32 = sk_load_x((base + col));
+                                            var zv: f32 = (select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -2727,8 +3550,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + (BLOCK * 0u));
                                         if ((col < col_hi)) {
-                                            let sk_e53: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e53, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e53) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e64: f32 = sk_load_x((base + col));
+                                            var zv: f32 = (select(sk_e64, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e64) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -2751,8 +3574,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + (BLOCK * 1u));
                                         if ((col < col_hi)) {
-                                            let sk_e54: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e54, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e54) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e65: f32 = sk_load_x((base + col));
+                                            var zv: f32 = (select(sk_e65, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e65) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -2775,8 +3598,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + (BLOCK * 2u));
                                         if ((col < col_hi)) {
-                                            let sk_e55: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e55, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e55) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e66: f32 = sk_load_x((base + col));
+                                            var zv: f32 = (select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -2799,8 +3622,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + (BLOCK * 3u));
                                         if ((col < col_hi)) {
-                                            let sk_e56: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e56, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e67: f32 = sk_load_x((base + col));
+                                            var zv: f32 = (select(sk_e67, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e67) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3314,8 +4137,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::select_step
                             var tn64: u64 = u64(sel_tn);
                             var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                            let sk_e57: bool = (tie_v == 0lu);
-                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e57)) + 1lu), tn64, sk_e57)));
+                            let sk_e68: bool = (tie_v == 0lu);
+                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e68)) + 1lu), tn64, sk_e68)));
                             lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -3333,8 +4156,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::set_bounds
                     var tn64: u64 = u64(sel_tn);
                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                    let sk_e58: bool = (tie_v == 0lu);
-                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e58)) + 1lu), tn64, sk_e58)));
+                    let sk_e69: bool = (tie_v == 0lu);
+                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e69)) + 1lu), tn64, sk_e69)));
                     s_ties = ties;
                 }
                 var tie_rank: u32 = 0u;
@@ -3358,8 +4181,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 0u);
                                         if ((col < col_hi)) {
-                                            let sk_e59: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e59, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e59) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e70: f32 = sk_load_x((base + col));
+                                            var zv: f32 = (select(sk_e70, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e70) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3380,8 +4203,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 1u);
                                         if ((col < col_hi)) {
-                                            let sk_e60: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e60, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e60) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e71: f32 = sk_load_x((base + col));
+                                            var zv: f32 = (select(sk_e71, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e71) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3402,8 +4225,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 2u);
                                         if ((col < col_hi)) {
-                                            let sk_e61: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e61, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e61) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e72: f32 = sk_load_x((base + col));
+                                            var zv: f32 = (select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3424,8 +4247,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 3u);
                                         if ((col < col_hi)) {
-                                            let sk_e62: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e73: f32 = sk_load_x((base + col));
+                                            var zv: f32 = (select(sk_e73, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e73) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3481,234 +4304,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + 0u);
                                 if ((col < col_hi)) {
-                                    let sk_e63: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    var kept: bool = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        var tie: bool = (ok && (key == s_key));
-                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        var s64: f64 = f64(ov);
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            let sk_e64: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e64 + 8u)], rows[(sk_e64 + 9u)], rows[(sk_e64 + 10u)], col)));
-                                        }
-                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best64 = s64;
-                                            best64_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 1u);
-                                if ((col < col_hi)) {
-                                    let sk_e65: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e65, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e65) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    var kept: bool = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        var tie: bool = (ok && (key == s_key));
-                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        var s64: f64 = f64(ov);
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            let sk_e66: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e66 + 8u)], rows[(sk_e66 + 9u)], rows[(sk_e66 + 10u)], col)));
-                                        }
-                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best64 = s64;
-                                            best64_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 2u);
-                                if ((col < col_hi)) {
-                                    let sk_e67: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e67, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e67) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    var kept: bool = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        var tie: bool = (ok && (key == s_key));
-                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        var s64: f64 = f64(ov);
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            let sk_e68: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e68 + 8u)], rows[(sk_e68 + 9u)], rows[(sk_e68 + 10u)], col)));
-                                        }
-                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best64 = s64;
-                                            best64_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 3u);
-                                if ((col < col_hi)) {
-                                    let sk_e69: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e69, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e69) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    var kept: bool = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        var tie: bool = (ok && (key == s_key));
-                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        var s64: f64 = f64(ov);
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            let sk_e70: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e70 + 8u)], rows[(sk_e70 + 9u)], rows[(sk_e70 + 10u)], col)));
-                                        }
-                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best64 = s64;
-                                            best64_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-                if ((!seeded_row)) {
-                    // built by kernels::filters::race_in_set
-                    tie_rank = tie_start;
-                    sweeps = (sweeps + 1u);
-                    {
-                        // built by kernels::filters::sweep
-                        var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                        var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                        for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                            if (noisy) {
-                                // built by kernels::filters::race_sweep
-                                let sk_e71: u32 = (row * 12u);
-                                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e71 + 10u)], rows[(sk_e71 + 11u)]), rows[(sk_e71 + 8u)], rows[(sk_e71 + 9u)]);
-                            }
-                            {
-                                var col: u32 = (c0 + 0u);
-                                if ((col < col_hi)) {
-                                    let sk_e72: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    var kept: bool = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        var tie: bool = (ok && (key == s_key));
-                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        let sk_e73: f32 = sk_gumbel(w[0]);
-                                        var score: f32 = select(zv, select((zv + sk_e73), sk_e73, (zv == bitcast<f32>(2139095040u))), noisy);
-                                        if (((score > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best = score;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 1u);
-                                if ((col < col_hi)) {
                                     let sk_e74: f32 = sk_load_x((base + col));
                                     var zv: f32 = (select(sk_e74, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e74) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
@@ -3735,18 +4330,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e75: f32 = sk_gumbel(w[1]);
-                                        var score: f32 = select(zv, select((zv + sk_e75), sk_e75, (zv == bitcast<f32>(2139095040u))), noisy);
-                                        if (((score > best) || (best_i == 4294967295u))) {
+                                        var s64: f64 = f64(ov);
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            let sk_e75: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e75 + 8u)], rows[(sk_e75 + 9u)], rows[(sk_e75 + 10u)], col)));
+                                        }
+                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
-                                            best = score;
-                                            best_i = col;
+                                            best64 = s64;
+                                            best64_i = col;
                                         }
                                     }
                                 }
                             }
                             {
-                                var col: u32 = (c0 + 2u);
+                                var col: u32 = (c0 + 1u);
                                 if ((col < col_hi)) {
                                     let sk_e76: f32 = sk_load_x((base + col));
                                     var zv: f32 = (select(sk_e76, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e76) & 2147483647u) > 2139095040u)) / temp);
@@ -3774,18 +4373,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e77: f32 = sk_gumbel(w[2]);
-                                        var score: f32 = select(zv, select((zv + sk_e77), sk_e77, (zv == bitcast<f32>(2139095040u))), noisy);
-                                        if (((score > best) || (best_i == 4294967295u))) {
+                                        var s64: f64 = f64(ov);
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            let sk_e77: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e77 + 8u)], rows[(sk_e77 + 9u)], rows[(sk_e77 + 10u)], col)));
+                                        }
+                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
-                                            best = score;
-                                            best_i = col;
+                                            best64 = s64;
+                                            best64_i = col;
                                         }
                                     }
                                 }
                             }
                             {
-                                var col: u32 = (c0 + 3u);
+                                var col: u32 = (c0 + 2u);
                                 if ((col < col_hi)) {
                                     let sk_e78: f32 = sk_load_x((base + col));
                                     var zv: f32 = (select(sk_e78, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e78) & 2147483647u) > 2139095040u)) / temp);
@@ -3813,8 +4416,228 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e79: f32 = sk_gumbel(w[3]);
-                                        var score: f32 = select(zv, select((zv + sk_e79), sk_e79, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        var s64: f64 = f64(ov);
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            let sk_e79: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e79 + 8u)], rows[(sk_e79 + 9u)], rows[(sk_e79 + 10u)], col)));
+                                        }
+                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best64 = s64;
+                                            best64_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                var col: u32 = (c0 + 3u);
+                                if ((col < col_hi)) {
+                                    let sk_e80: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e80, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e80) & 2147483647u) > 2139095040u)) / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    var kept: bool = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        var tie: bool = (ok && (key == s_key));
+                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        var s64: f64 = f64(ov);
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            let sk_e81: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e81 + 8u)], rows[(sk_e81 + 9u)], rows[(sk_e81 + 10u)], col)));
+                                        }
+                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best64 = s64;
+                                            best64_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                if ((!seeded_row)) {
+                    // built by kernels::filters::race_in_set
+                    tie_rank = tie_start;
+                    sweeps = (sweeps + 1u);
+                    {
+                        // built by kernels::filters::sweep
+                        var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
+                        var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                        for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                            if (noisy) {
+                                // built by kernels::filters::race_sweep
+                                let sk_e82: u32 = (row * 12u);
+                                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e82 + 10u)], rows[(sk_e82 + 11u)]), rows[(sk_e82 + 8u)], rows[(sk_e82 + 9u)]);
+                            }
+                            {
+                                var col: u32 = (c0 + 0u);
+                                if ((col < col_hi)) {
+                                    let sk_e83: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e83, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e83) & 2147483647u) > 2139095040u)) / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    var kept: bool = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        var tie: bool = (ok && (key == s_key));
+                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        let sk_e84: f32 = sk_gumbel(w[0]);
+                                        var score: f32 = select(zv, select((zv + sk_e84), sk_e84, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        if (((score > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best = score;
+                                            best_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                var col: u32 = (c0 + 1u);
+                                if ((col < col_hi)) {
+                                    let sk_e85: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e85, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e85) & 2147483647u) > 2139095040u)) / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    var kept: bool = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        var tie: bool = (ok && (key == s_key));
+                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        let sk_e86: f32 = sk_gumbel(w[1]);
+                                        var score: f32 = select(zv, select((zv + sk_e86), sk_e86, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        if (((score > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best = score;
+                                            best_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                var col: u32 = (c0 + 2u);
+                                if ((col < col_hi)) {
+                                    let sk_e87: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e87, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e87) & 2147483647u) > 2139095040u)) / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    var kept: bool = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        var tie: bool = (ok && (key == s_key));
+                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        let sk_e88: f32 = sk_gumbel(w[2]);
+                                        var score: f32 = select(zv, select((zv + sk_e88), sk_e88, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        if (((score > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best = score;
+                                            best_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                var col: u32 = (c0 + 3u);
+                                if ((col < col_hi)) {
+                                    let sk_e89: f32 = sk_load_x((base + col));
+                                    var zv: f32 = (select(sk_e89, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e89) & 2147483647u) > 2139095040u)) / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    var kept: bool = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        var tie: bool = (ok && (key == s_key));
+                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        let sk_e90: f32 = sk_gumbel(w[3]);
+                                        var score: f32 = select(zv, select((zv + sk_e90), sk_e90, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -3895,8 +4718,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::sampling::write_results
                     var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                     if ((sk_lid == 0u)) {
-                        let sk_e80: f32 = sk_load_x((base + tok_at));
-                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e80, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e80) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                        let sk_e91: f32 = sk_load_x((base + tok_at));
+                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e91, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e91) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                     }
                 }
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -529,11 +529,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             var cut_row_mass: u64 = ((m_above_all + m_range_all) + m_below_all);
                             var cut_lim: u64 = sk_fraction(pp, cut_row_mass);
-                            var cut_fits: bool = ((short_all == 0u) && (n_range_all <= 2048u));
+                            var cut_listed: bool = (short_all == 0u);
+                            var cut_fits: bool = (cut_listed && (n_range_all <= 2048u));
                             let sk_e7: u32 = (min_above_not_all ^ 4294967295u);
                             var cut_sound: bool = (((((sk_e7 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e7 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && (((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || (max_below_all == 0u)) || (w_below_all < mp)));
                             var cut_sorted: bool = (cut_sound && cut_fits);
-                            var cut_tied: bool = ((cut_sound && (!cut_fits)) && (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u)));
+                            var cut_one_value: bool = (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u));
+                            var cut_tied: bool = ((cut_sound && (!cut_fits)) && cut_one_value);
+                            var cut_dense: bool = (((cut_sound && cut_listed) && (!cut_fits)) && (!cut_one_value));
                             var sel_key: u32 = 0u;
                             var sel_mask: u32 = 0u;
                             var sel_n: u32 = 0u;
@@ -602,7 +605,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var mas: array<u64, 16>;
                                     for (var i: u32 = sk_lid; i < n_range_all; i = i + BLOCK) {
                                         var dk: u32 = listed_cols[i];
-                                        if (((dk & sel_mask) == sel_key)) {
+                                        if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
                                             var digit: u32 = ((dk >> shift) & 15u);
                                             cnt[digit] += 1u;
                                             let sk_e8: f32 = bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)));
@@ -1386,16 +1389,837 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                             }
+                            if (cut_dense) {
+                                // built by kernels::filter_top_p::cut_row
+                                workgroupBarrier();
+                                for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                                    // built by kernels::filter_top_p::select_in_range
+                                    listed_cols[p] = partials[((((row_slot * parts) + p) * 805u) + 786u)];
+                                }
+                                workgroupBarrier();
+                                var in_a: bool = false;
+                                for (var digit_pass: u32 = 0u; digit_pass < 8u; digit_pass = digit_pass + 1u) {
+                                    // built by kernels::filter_top_p::select_in_range
+                                    var shift: u32 = (28u - (digit_pass * 4u));
+                                    var cnt: array<u32, 16>;
+                                    var mas: array<u64, 16>;
+                                    for (var i: u32 = sk_lid; i < (parts * 384u); i = i + BLOCK) {
+                                        var ri_p: u32 = (i / 384u);
+                                        var ri_key: u32 = 0u;
+                                        if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                            let sk_e14: u32 = (i / 384u);
+                                            ri_key = partials[((((row_slot * parts) + sk_e14) * 805u) + (5u + ((i - (sk_e14 * 384u)) * 2u)))];
+                                        }
+                                        var dk: u32 = ri_key;
+                                        if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
+                                            var digit: u32 = ((dk >> shift) & 15u);
+                                            cnt[digit] += 1u;
+                                            let sk_e15: f32 = bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)));
+                                            mas[digit] += sk_fixed(select((sk_e15 / cut_mx), (1.0f), (sk_e15 == cut_mx)));
+                                        }
+                                    }
+                                    var cnt_s0: u32 = 0u;
+                                    var cnt_s1: u32 = 0u;
+                                    var cnt_s2: u32 = 0u;
+                                    var cnt_s3: u32 = 0u;
+                                    var cnt_s4: u32 = 0u;
+                                    var cnt_s5: u32 = 0u;
+                                    var cnt_s6: u32 = 0u;
+                                    var cnt_s7: u32 = 0u;
+                                    var cnt_s8: u32 = 0u;
+                                    var cnt_s9: u32 = 0u;
+                                    var cnt_s10: u32 = 0u;
+                                    var cnt_s11: u32 = 0u;
+                                    var cnt_s12: u32 = 0u;
+                                    var cnt_s13: u32 = 0u;
+                                    var cnt_s14: u32 = 0u;
+                                    var cnt_s15: u32 = 0u;
+                                    {
+                                        if (sk_lid < 16u) {
+                                            atomicStore(&sk_sum_lo[sk_lid], 0u);
+                                        }
+                                        workgroupBarrier();
+                                        {
+                                            let sk_v = cnt[0];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[1];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[2];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[3];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[4];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[5];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[6];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[7];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[8];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[9];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[10];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[11];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[12];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[13];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[14];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = cnt[15];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
+                                        }
+                                        workgroupBarrier();
+                                        cnt_s0 = atomicLoad(&sk_sum_lo[0]);
+                                        cnt_s1 = atomicLoad(&sk_sum_lo[1]);
+                                        cnt_s2 = atomicLoad(&sk_sum_lo[2]);
+                                        cnt_s3 = atomicLoad(&sk_sum_lo[3]);
+                                        cnt_s4 = atomicLoad(&sk_sum_lo[4]);
+                                        cnt_s5 = atomicLoad(&sk_sum_lo[5]);
+                                        cnt_s6 = atomicLoad(&sk_sum_lo[6]);
+                                        cnt_s7 = atomicLoad(&sk_sum_lo[7]);
+                                        cnt_s8 = atomicLoad(&sk_sum_lo[8]);
+                                        cnt_s9 = atomicLoad(&sk_sum_lo[9]);
+                                        cnt_s10 = atomicLoad(&sk_sum_lo[10]);
+                                        cnt_s11 = atomicLoad(&sk_sum_lo[11]);
+                                        cnt_s12 = atomicLoad(&sk_sum_lo[12]);
+                                        cnt_s13 = atomicLoad(&sk_sum_lo[13]);
+                                        cnt_s14 = atomicLoad(&sk_sum_lo[14]);
+                                        cnt_s15 = atomicLoad(&sk_sum_lo[15]);
+                                        workgroupBarrier();
+                                    }
+                                    var mas_s0: u64 = 0lu;
+                                    var mas_s1: u64 = 0lu;
+                                    var mas_s2: u64 = 0lu;
+                                    var mas_s3: u64 = 0lu;
+                                    var mas_s4: u64 = 0lu;
+                                    var mas_s5: u64 = 0lu;
+                                    var mas_s6: u64 = 0lu;
+                                    var mas_s7: u64 = 0lu;
+                                    var mas_s8: u64 = 0lu;
+                                    var mas_s9: u64 = 0lu;
+                                    var mas_s10: u64 = 0lu;
+                                    var mas_s11: u64 = 0lu;
+                                    var mas_s12: u64 = 0lu;
+                                    var mas_s13: u64 = 0lu;
+                                    var mas_s14: u64 = 0lu;
+                                    var mas_s15: u64 = 0lu;
+                                    {
+                                        if (sk_lid < 16u) {
+                                            atomicStore(&sk_sum_lo[sk_lid], 0u);
+                                            atomicStore(&sk_sum_hi[sk_lid], 0u);
+                                        }
+                                        workgroupBarrier();
+                                        {
+                                            let sk_v = mas[0];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[1];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[2];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[3];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[3], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[3], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[3], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[4];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[4], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[4], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[4], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[5];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[5], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[5], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[5], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[6];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[6], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[6], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[6], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[7];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[7], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[7], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[7], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[8];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[8], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[8], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[8], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[9];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[9], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[9], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[9], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[10];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[10], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[10], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[10], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[11];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[11], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[11], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[11], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[12];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[12], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[12], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[12], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[13];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[13], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[13], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[13], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[14];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[14], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[14], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[14], sk_hi); }
+                                        }
+                                        {
+                                            let sk_v = mas[15];
+                                            let sk_lo = u32(sk_v & 0xfffffffflu);
+                                            let sk_hi = u32(sk_v >> 32u);
+                                            if (sk_lo != 0u) {
+                                                let sk_old = atomicAdd(&sk_sum_lo[15], sk_lo);
+                                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[15], 1u); }
+                                            }
+                                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[15], sk_hi); }
+                                        }
+                                        workgroupBarrier();
+                                        mas_s0 = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
+                                        mas_s1 = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
+                                        mas_s2 = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
+                                        mas_s3 = (u64(atomicLoad(&sk_sum_hi[3])) << 32u) | u64(atomicLoad(&sk_sum_lo[3]));
+                                        mas_s4 = (u64(atomicLoad(&sk_sum_hi[4])) << 32u) | u64(atomicLoad(&sk_sum_lo[4]));
+                                        mas_s5 = (u64(atomicLoad(&sk_sum_hi[5])) << 32u) | u64(atomicLoad(&sk_sum_lo[5]));
+                                        mas_s6 = (u64(atomicLoad(&sk_sum_hi[6])) << 32u) | u64(atomicLoad(&sk_sum_lo[6]));
+                                        mas_s7 = (u64(atomicLoad(&sk_sum_hi[7])) << 32u) | u64(atomicLoad(&sk_sum_lo[7]));
+                                        mas_s8 = (u64(atomicLoad(&sk_sum_hi[8])) << 32u) | u64(atomicLoad(&sk_sum_lo[8]));
+                                        mas_s9 = (u64(atomicLoad(&sk_sum_hi[9])) << 32u) | u64(atomicLoad(&sk_sum_lo[9]));
+                                        mas_s10 = (u64(atomicLoad(&sk_sum_hi[10])) << 32u) | u64(atomicLoad(&sk_sum_lo[10]));
+                                        mas_s11 = (u64(atomicLoad(&sk_sum_hi[11])) << 32u) | u64(atomicLoad(&sk_sum_lo[11]));
+                                        mas_s12 = (u64(atomicLoad(&sk_sum_hi[12])) << 32u) | u64(atomicLoad(&sk_sum_lo[12]));
+                                        mas_s13 = (u64(atomicLoad(&sk_sum_hi[13])) << 32u) | u64(atomicLoad(&sk_sum_lo[13]));
+                                        mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
+                                        mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
+                                        workgroupBarrier();
+                                    }
+                                    var nb: u32 = sel_n;
+                                    var mb: u64 = sel_m;
+                                    var chosen: u32 = 4294967295u;
+                                    var cn: u32 = sel_n;
+                                    var cm: u64 = sel_m;
+                                    if ((cnt_s15 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 15u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s15);
+                                        mb = (mb + mas_s15);
+                                    }
+                                    if ((cnt_s14 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 14u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s14);
+                                        mb = (mb + mas_s14);
+                                    }
+                                    if ((cnt_s13 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 13u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s13);
+                                        mb = (mb + mas_s13);
+                                    }
+                                    if ((cnt_s12 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 12u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s12);
+                                        mb = (mb + mas_s12);
+                                    }
+                                    if ((cnt_s11 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 11u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s11);
+                                        mb = (mb + mas_s11);
+                                    }
+                                    if ((cnt_s10 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 10u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s10);
+                                        mb = (mb + mas_s10);
+                                    }
+                                    if ((cnt_s9 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 9u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s9);
+                                        mb = (mb + mas_s9);
+                                    }
+                                    if ((cnt_s8 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 8u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s8);
+                                        mb = (mb + mas_s8);
+                                    }
+                                    if ((cnt_s7 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 7u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s7);
+                                        mb = (mb + mas_s7);
+                                    }
+                                    if ((cnt_s6 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 6u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s6);
+                                        mb = (mb + mas_s6);
+                                    }
+                                    if ((cnt_s5 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 5u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s5);
+                                        mb = (mb + mas_s5);
+                                    }
+                                    if ((cnt_s4 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 4u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s4);
+                                        mb = (mb + mas_s4);
+                                    }
+                                    if ((cnt_s3 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 3u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s3);
+                                        mb = (mb + mas_s3);
+                                    }
+                                    if ((cnt_s2 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 2u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s2);
+                                        mb = (mb + mas_s2);
+                                    }
+                                    if ((cnt_s1 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 1u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s1);
+                                        mb = (mb + mas_s1);
+                                    }
+                                    if ((cnt_s0 > 0u)) {
+                                        // built by kernels::filters::select_step
+                                        if (((nb < kk) && (mb <= lim))) {
+                                            chosen = 0u;
+                                            cn = nb;
+                                            cm = mb;
+                                        }
+                                        nb = (nb + cnt_s0);
+                                        mb = (mb + mas_s0);
+                                    }
+                                    if ((chosen != 4294967295u)) {
+                                        // built by kernels::filters::select_step
+                                        sel_key = (sel_key | (chosen << shift));
+                                        sel_n = cn;
+                                        sel_m = cm;
+                                        sel_tn = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt_s0, (chosen == 0u)), cnt_s1, (chosen == 1u)), cnt_s2, (chosen == 2u)), cnt_s3, (chosen == 3u)), cnt_s4, (chosen == 4u)), cnt_s5, (chosen == 5u)), cnt_s6, (chosen == 6u)), cnt_s7, (chosen == 7u)), cnt_s8, (chosen == 8u)), cnt_s9, (chosen == 9u)), cnt_s10, (chosen == 10u)), cnt_s11, (chosen == 11u)), cnt_s12, (chosen == 12u)), cnt_s13, (chosen == 13u)), cnt_s14, (chosen == 14u)), cnt_s15, (chosen == 15u));
+                                        sel_tm = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0lu, mas_s0, (chosen == 0u)), mas_s1, (chosen == 1u)), mas_s2, (chosen == 2u)), mas_s3, (chosen == 3u)), mas_s4, (chosen == 4u)), mas_s5, (chosen == 5u)), mas_s6, (chosen == 6u)), mas_s7, (chosen == 7u)), mas_s8, (chosen == 8u)), mas_s9, (chosen == 9u)), mas_s10, (chosen == 10u)), mas_s11, (chosen == 11u)), mas_s12, (chosen == 12u)), mas_s13, (chosen == 13u)), mas_s14, (chosen == 14u)), mas_s15, (chosen == 15u));
+                                    }
+                                    sel_mask = (sel_mask | (15u << shift));
+                                    if ((in_a && (digit_pass == 7u))) {
+                                        // built by kernels::filters::select_step
+                                        var tn64: u64 = u64(sel_tn);
+                                        var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
+                                        let sk_e16: bool = (tie_v == 0lu);
+                                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e16)) + 1lu), tn64, sk_e16)));
+                                        lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
+                                        sel_key = 0u;
+                                        sel_mask = 0u;
+                                        sel_n = 0u;
+                                        sel_tn = 0u;
+                                        sel_m = 0lu;
+                                        sel_tm = 0lu;
+                                    }
+                                }
+                                var tn64: u64 = u64(sel_tn);
+                                var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
+                                let sk_e17: bool = (tie_v == 0lu);
+                                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e17)) + 1lu), tn64, sk_e17)));
+                                var t_key: u32 = 0u;
+                                var t_mask: u32 = 0u;
+                                var t_above: u32 = 0u;
+                                var t_at: u32 = 0u;
+                                for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
+                                    // built by kernels::filter_top_k::select_top
+                                    var t_shift: u32 = (28u - (t_pass * 4u));
+                                    var t_cnt: array<u32, 16>;
+                                    for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
+                                        var ri_p: u32 = (ti / 384u);
+                                        var ri_key: u32 = 0u;
+                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                            // built by kernels::filter_top_p::select_in_range
+                                            let sk_e18: u32 = (ti / 384u);
+                                            ri_key = partials[((((row_slot * parts) + sk_e18) * 805u) + (5u + ((ti - (sk_e18 * 384u)) * 2u)))];
+                                        }
+                                        var tk_key: u32 = ri_key;
+                                        let sk_e19: u32 = (ti / 384u);
+                                        var tk: u32 = select(0u, (partials[((((row_slot * parts) + sk_e19) * 805u) + (6u + ((ti - (sk_e19 * 384u)) * 2u)))] ^ 4294967295u), (tk_key == sel_key));
+                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                            t_cnt[((tk >> t_shift) & 15u)] += 1u;
+                                        }
+                                    }
+                                    var t_cs0: u32 = 0u;
+                                    var t_cs1: u32 = 0u;
+                                    var t_cs2: u32 = 0u;
+                                    var t_cs3: u32 = 0u;
+                                    var t_cs4: u32 = 0u;
+                                    var t_cs5: u32 = 0u;
+                                    var t_cs6: u32 = 0u;
+                                    var t_cs7: u32 = 0u;
+                                    var t_cs8: u32 = 0u;
+                                    var t_cs9: u32 = 0u;
+                                    var t_cs10: u32 = 0u;
+                                    var t_cs11: u32 = 0u;
+                                    var t_cs12: u32 = 0u;
+                                    var t_cs13: u32 = 0u;
+                                    var t_cs14: u32 = 0u;
+                                    var t_cs15: u32 = 0u;
+                                    {
+                                        if (sk_lid < 16u) {
+                                            atomicStore(&sk_sum_lo[sk_lid], 0u);
+                                        }
+                                        workgroupBarrier();
+                                        {
+                                            let sk_v = t_cnt[0];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[1];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[2];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[3];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[4];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[5];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[6];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[7];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[8];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[9];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[10];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[11];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[12];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[13];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[14];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
+                                        }
+                                        {
+                                            let sk_v = t_cnt[15];
+                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
+                                        }
+                                        workgroupBarrier();
+                                        t_cs0 = atomicLoad(&sk_sum_lo[0]);
+                                        t_cs1 = atomicLoad(&sk_sum_lo[1]);
+                                        t_cs2 = atomicLoad(&sk_sum_lo[2]);
+                                        t_cs3 = atomicLoad(&sk_sum_lo[3]);
+                                        t_cs4 = atomicLoad(&sk_sum_lo[4]);
+                                        t_cs5 = atomicLoad(&sk_sum_lo[5]);
+                                        t_cs6 = atomicLoad(&sk_sum_lo[6]);
+                                        t_cs7 = atomicLoad(&sk_sum_lo[7]);
+                                        t_cs8 = atomicLoad(&sk_sum_lo[8]);
+                                        t_cs9 = atomicLoad(&sk_sum_lo[9]);
+                                        t_cs10 = atomicLoad(&sk_sum_lo[10]);
+                                        t_cs11 = atomicLoad(&sk_sum_lo[11]);
+                                        t_cs12 = atomicLoad(&sk_sum_lo[12]);
+                                        t_cs13 = atomicLoad(&sk_sum_lo[13]);
+                                        t_cs14 = atomicLoad(&sk_sum_lo[14]);
+                                        t_cs15 = atomicLoad(&sk_sum_lo[15]);
+                                        workgroupBarrier();
+                                    }
+                                    var t_nb: u32 = t_above;
+                                    var t_chosen: u32 = 4294967295u;
+                                    var t_cn: u32 = t_above;
+                                    if ((t_cs15 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 15u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs15);
+                                    }
+                                    if ((t_cs14 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 14u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs14);
+                                    }
+                                    if ((t_cs13 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 13u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs13);
+                                    }
+                                    if ((t_cs12 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 12u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs12);
+                                    }
+                                    if ((t_cs11 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 11u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs11);
+                                    }
+                                    if ((t_cs10 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 10u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs10);
+                                    }
+                                    if ((t_cs9 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 9u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs9);
+                                    }
+                                    if ((t_cs8 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 8u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs8);
+                                    }
+                                    if ((t_cs7 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 7u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs7);
+                                    }
+                                    if ((t_cs6 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 6u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs6);
+                                    }
+                                    if ((t_cs5 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 5u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs5);
+                                    }
+                                    if ((t_cs4 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 4u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs4);
+                                    }
+                                    if ((t_cs3 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 3u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs3);
+                                    }
+                                    if ((t_cs2 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 2u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs2);
+                                    }
+                                    if ((t_cs1 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 1u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs1);
+                                    }
+                                    if ((t_cs0 > 0u)) {
+                                        if ((t_nb < ties)) {
+                                            t_chosen = 0u;
+                                            t_cn = t_nb;
+                                        }
+                                        t_nb = (t_nb + t_cs0);
+                                    }
+                                    if ((t_chosen != 4294967295u)) {
+                                        t_key = (t_key | (t_chosen << t_shift));
+                                        t_above = t_cn;
+                                        t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_chosen == 0u)), t_cs1, (t_chosen == 1u)), t_cs2, (t_chosen == 2u)), t_cs3, (t_chosen == 3u)), t_cs4, (t_chosen == 4u)), t_cs5, (t_chosen == 5u)), t_cs6, (t_chosen == 6u)), t_cs7, (t_chosen == 7u)), t_cs8, (t_chosen == 8u)), t_cs9, (t_chosen == 9u)), t_cs10, (t_chosen == 10u)), t_cs11, (t_chosen == 11u)), t_cs12, (t_chosen == 12u)), t_cs13, (t_chosen == 13u)), t_cs14, (t_chosen == 14u)), t_cs15, (t_chosen == 15u));
+                                    }
+                                    t_mask = (t_mask | (15u << t_shift));
+                                }
+                                var t_take: u32 = min(t_at, (ties - t_above));
+                                var tie_col_max: u32 = (t_key ^ 4294967295u);
+                                for (var i: u32 = sk_lid; i < (parts * 384u); i = i + BLOCK) {
+                                    // built by kernels::filter_top_p::select_in_range
+                                    var ri_p: u32 = (i / 384u);
+                                    var ri_key: u32 = 0u;
+                                    if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                        let sk_e20: u32 = (i / 384u);
+                                        ri_key = partials[((((row_slot * parts) + sk_e20) * 805u) + (5u + ((i - (sk_e20 * 384u)) * 2u)))];
+                                    }
+                                    var rk: u32 = ri_key;
+                                    let sk_e21: u32 = (i / 384u);
+                                    var rcol: u32 = partials[((((row_slot * parts) + sk_e21) * 805u) + (6u + ((i - (sk_e21 * 384u)) * 2u)))];
+                                    var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
+                                    if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (select((rov / cut_mx), (1.0f), (rov == cut_mx)) >= mp))) {
+                                        var rz_x: f32 = x[(base + rcol)];
+                                        var rz: f32 = select((0.0f), rz_x, ((rz_x > (0.0f)) && (rz_x < bitcast<f32>(2139095040u))));
+                                        if (cut_seeded) {
+                                            // built by kernels::filter_top_k::race_one
+                                            var s64: f64 = sk_log64(f64(rz));
+                                            if (noisy) {
+                                                // built by kernels::seeded::score64
+                                                let sk_e22: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], rcol)));
+                                            }
+                                            if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best64 = s64;
+                                                best64_i = rcol;
+                                            }
+                                        } else {
+                                            // built by kernels::filter_top_k::race_one
+                                            let sk_e23: u32 = (row * 12u);
+                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((rcol & 4294967292u) >> 2u), 0u, rows[(sk_e23 + 10u)], rows[(sk_e23 + 11u)]), rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)]);
+                                            let sk_e24: u32 = (rcol & 3u);
+                                            var score: f32 = (rz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e24 == 1u)), w4[2], (sk_e24 == 2u)), w4[3], (sk_e24 == 3u))));
+                                            if (((score > best) || ((score == best) && (rcol < best_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best = score;
+                                                best_i = rcol;
+                                            }
+                                        }
+                                    }
+                                }
+                            }
                             if (cut_tied) {
                                 // built by kernels::filter_top_p::cut_row
                                 sel_tn = n_range_all;
                                 sel_tm = m_range_all;
                                 var tn64: u64 = u64(sel_tn);
                                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                let sk_e14: bool = (tie_v == 0lu);
-                                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e14)) + 1lu), tn64, sk_e14)));
-                                let sk_e15: f32 = bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)));
-                                var t_kept: u32 = select(0u, ties, (select((sk_e15 / cut_mx), (1.0f), (sk_e15 == cut_mx)) >= mp));
+                                let sk_e25: bool = (tie_v == 0lu);
+                                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e25)) + 1lu), tn64, sk_e25)));
+                                let sk_e26: f32 = bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)));
+                                var t_kept: u32 = select(0u, ties, (select((sk_e26 / cut_mx), (1.0f), (sk_e26 == cut_mx)) >= mp));
                                 var t_part: u32 = 0u;
                                 var t_left: u32 = 0u;
                                 var t_base: u32 = 0u;
@@ -1440,8 +2264,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var w_i: u32 = partials[((((row_slot * parts) + t_p) * 805u) + 798u)];
                                             if ((w_i != 4294967295u)) {
                                                 // built by kernels::filter_top_p::take_winners
-                                                let sk_e16: f32 = bitcast<f32>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
-                                                if (((sk_e16 > best) || ((sk_e16 == best) && (w_i < best_i)))) {
+                                                let sk_e27: f32 = bitcast<f32>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
+                                                if (((sk_e27 > best) || ((sk_e27 == best) && (w_i < best_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     best = bitcast<f32>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
                                                     best_i = w_i;
@@ -1450,12 +2274,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var w_i64: u32 = partials[((((row_slot * parts) + t_p) * 805u) + 801u)];
                                             if ((w_i64 != 4294967295u)) {
                                                 // built by kernels::filter_top_p::take_winners
-                                                let sk_e18: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                let sk_e17: f64 = bitcast<f64>(((u64(partials[(sk_e18 + 1u)]) << 32u) | u64(partials[(sk_e18 + 0u)])));
-                                                if (((sk_e17 > best64) || ((sk_e17 == best64) && (w_i64 < best64_i)))) {
+                                                let sk_e29: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                let sk_e28: f64 = bitcast<f64>(((u64(partials[(sk_e29 + 1u)]) << 32u) | u64(partials[(sk_e29 + 0u)])));
+                                                if (((sk_e28 > best64) || ((sk_e28 == best64) && (w_i64 < best64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
-                                                    let sk_e19: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                    best64 = bitcast<f64>(((u64(partials[(sk_e19 + 1u)]) << 32u) | u64(partials[(sk_e19 + 0u)])));
+                                                    let sk_e30: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    best64 = bitcast<f64>(((u64(partials[(sk_e30 + 1u)]) << 32u) | u64(partials[(sk_e30 + 0u)])));
                                                     best64_i = w_i64;
                                                 }
                                             }
@@ -1536,8 +2360,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     var s64: f64 = sk_log64(f64(tz));
                                                     if (noisy) {
                                                         // built by kernels::seeded::score64
-                                                        let sk_e20: u32 = (row * 12u);
-                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)], rows[(sk_e20 + 10u)], col)));
+                                                        let sk_e31: u32 = (row * 12u);
+                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e31 + 8u)], rows[(sk_e31 + 9u)], rows[(sk_e31 + 10u)], col)));
                                                     }
                                                     if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
@@ -1546,10 +2370,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     }
                                                 } else {
                                                     // built by kernels::filter_top_k::race_one
-                                                    let sk_e21: u32 = (row * 12u);
-                                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e21 + 10u)], rows[(sk_e21 + 11u)]), rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)]);
-                                                    let sk_e22: u32 = (col & 3u);
-                                                    var score: f32 = (tz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e22 == 1u)), w4[2], (sk_e22 == 2u)), w4[3], (sk_e22 == 3u))));
+                                                    let sk_e32: u32 = (row * 12u);
+                                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e32 + 10u)], rows[(sk_e32 + 11u)]), rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)]);
+                                                    let sk_e33: u32 = (col & 3u);
+                                                    var score: f32 = (tz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e33 == 1u)), w4[2], (sk_e33 == 2u)), w4[3], (sk_e33 == 3u))));
                                                     if (((score > best) || ((score == best) && (col < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = score;
@@ -1562,7 +2386,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                             }
-                            if ((cut_sorted || cut_tied)) {
+                            if (((cut_sorted || cut_tied) || cut_dense)) {
                                 // built by kernels::filter_top_p::cut_row
                                 var ow_win: f32 = (0.0f);
                                 var ow_tok32: u32 = 0u;
@@ -1996,8 +2820,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (g_take) {
                                         listed_cols[(0u + g_out)] = gk;
-                                        let sk_e23: u32 = (gj / want);
-                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e23) * 805u) + (6u + ((gj - (sk_e23 * want)) * 2u)))];
+                                        let sk_e34: u32 = (gj / want);
+                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e34) * 805u) + (6u + ((gj - (sk_e34 * want)) * 2u)))];
                                         g_out = (g_out + 1u);
                                     }
                                 }
@@ -2005,8 +2829,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var n_sel: u32 = (t_above + t_take);
                             workgroupBarrier();
                             for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                                let sk_e24: u32 = listed_cols[(0u + i)];
-                                var zi: f32 = bitcast<f32>(select((sk_e24 ^ 4294967295u), (sk_e24 ^ 2147483648u), ((sk_e24 & 2147483648u) != 0u)));
+                                let sk_e35: u32 = listed_cols[(0u + i)];
+                                var zi: f32 = bitcast<f32>(select((sk_e35 ^ 4294967295u), (sk_e35 ^ 2147483648u), ((sk_e35 & 2147483648u) != 0u)));
                                 listed_cols[(514u + i)] = bitcast<u32>(zi);
                                 listed_cols[(771u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) & 4294967295lu));
                                 listed_cols[(1028u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) >> 32u));
@@ -2054,9 +2878,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var n_lo: u32 = 0u;
                             var n_unsure: u32 = 0u;
                             for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                let sk_e26: u32 = listed_cols[(1285u + r)];
-                                let sk_e25: f32 = bitcast<f32>(select((sk_e26 ^ 4294967295u), (sk_e26 ^ 2147483648u), ((sk_e26 & 2147483648u) != 0u)));
-                                var wr: f32 = select((sk_e25 / row_m), (1.0f), (sk_e25 == row_m));
+                                let sk_e37: u32 = listed_cols[(1285u + r)];
+                                let sk_e36: f32 = bitcast<f32>(select((sk_e37 ^ 4294967295u), (sk_e37 ^ 2147483648u), ((sk_e37 & 2147483648u) != 0u)));
+                                var wr: f32 = select((sk_e36 / row_m), (1.0f), (sk_e36 == row_m));
                                 var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                 var base_r: bool = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
                                 var bf: f32 = sk_fixed_f32(br);
@@ -2090,10 +2914,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                             var all_in: bool = ((n_sel < want) || (select((zt / row_m), (1.0f), (zt == row_m)) <= (0.0f)));
-                            let sk_e27: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                            var cut_above: bool = (bitcast<f32>(select((sk_e27 ^ 4294967295u), (sk_e27 ^ 2147483648u), ((sk_e27 & 2147483648u) != 0u))) > zt);
-                            let sk_e28: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                            var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e28] ^ 4294967295u), (listed_cols[sk_e28] ^ 2147483648u), ((listed_cols[sk_e28] & 2147483648u) != 0u))) > zt));
+                            let sk_e38: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            var cut_above: bool = (bitcast<f32>(select((sk_e38 ^ 4294967295u), (sk_e38 ^ 2147483648u), ((sk_e38 & 2147483648u) != 0u))) > zt);
+                            let sk_e39: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e39] ^ 4294967295u), (listed_cols[sk_e39] ^ 2147483648u), ((listed_cols[sk_e39] & 2147483648u) != 0u))) > zt));
                             var prefix_exact: bool = all_in;
                             if (((!all_in) && (!(cut_above && k_above)))) {
                                 // built by kernels::filter_top_k::prefix_is_exact
@@ -2155,15 +2979,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
                                 for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                     var rc: u32 = listed_cols[(1542u + r)];
-                                    let sk_e29: u32 = listed_cols[(1285u + r)];
-                                    var rz: f32 = bitcast<f32>(select((sk_e29 ^ 4294967295u), (sk_e29 ^ 2147483648u), ((sk_e29 & 2147483648u) != 0u)));
+                                    let sk_e40: u32 = listed_cols[(1285u + r)];
+                                    var rz: f32 = bitcast<f32>(select((sk_e40 ^ 4294967295u), (sk_e40 ^ 2147483648u), ((sk_e40 & 2147483648u) != 0u)));
                                     if (ow_seeded) {
                                         // built by kernels::filter_top_k::race_one
                                         var s64: f64 = sk_log64(f64(rz));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e30: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)], rows[(sk_e30 + 10u)], rc)));
+                                            let sk_e41: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e41 + 8u)], rows[(sk_e41 + 9u)], rows[(sk_e41 + 10u)], rc)));
                                         }
                                         if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
@@ -2172,10 +2996,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     } else {
                                         // built by kernels::filter_top_k::race_one
-                                        let sk_e31: u32 = (row * 12u);
-                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e31 + 10u)], rows[(sk_e31 + 11u)]), rows[(sk_e31 + 8u)], rows[(sk_e31 + 9u)]);
-                                        let sk_e32: u32 = (rc & 3u);
-                                        var score: f32 = (rz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e32 == 1u)), w4[2], (sk_e32 == 2u)), w4[3], (sk_e32 == 3u))));
+                                        let sk_e42: u32 = (row * 12u);
+                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e42 + 10u)], rows[(sk_e42 + 11u)]), rows[(sk_e42 + 8u)], rows[(sk_e42 + 9u)]);
+                                        let sk_e43: u32 = (rc & 3u);
+                                        var score: f32 = (rz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e43 == 1u)), w4[2], (sk_e43 == 2u)), w4[3], (sk_e43 == 3u))));
                                         if (((score > best) || ((score == best) && (rc < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             best = score;
@@ -2334,8 +3158,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                     // built by kernels::filters::find_set
                     var in_a: bool = (stage <= sel_a);
-                    let sk_e33: u32 = (stage - 1u);
-                    var digit_pass: u32 = select((sk_e33 - sel_a), sk_e33, in_a);
+                    let sk_e44: u32 = (stage - 1u);
+                    var digit_pass: u32 = select((sk_e44 - sel_a), sk_e44, in_a);
                     var shift: u32 = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -2532,8 +3356,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            let sk_e34: u32 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e34 == (sel_n + min(sel_tn, 64u))) || (!((sk_e34 < kk) && ((mass_before + mt) <= lim)))))) {
+                            let sk_e45: u32 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e45 == (sel_n + min(sel_tn, 64u))) || (!((sk_e45 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -3280,8 +4104,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::select_step
                             var tn64: u64 = u64(sel_tn);
                             var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                            let sk_e35: bool = (tie_v == 0lu);
-                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e35)) + 1lu), tn64, sk_e35)));
+                            let sk_e46: bool = (tie_v == 0lu);
+                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e46)) + 1lu), tn64, sk_e46)));
                             lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -3299,8 +4123,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::set_bounds
                     var tn64: u64 = u64(sel_tn);
                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                    let sk_e36: bool = (tie_v == 0lu);
-                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e36)) + 1lu), tn64, sk_e36)));
+                    let sk_e47: bool = (tie_v == 0lu);
+                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e47)) + 1lu), tn64, sk_e47)));
                     s_ties = ties;
                 }
                 var tie_rank: u32 = 0u;
@@ -3471,8 +4295,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e37: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e37 + 8u)], rows[(sk_e37 + 9u)], rows[(sk_e37 + 10u)], col)));
+                                            let sk_e48: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e48 + 8u)], rows[(sk_e48 + 9u)], rows[(sk_e48 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -3513,8 +4337,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e38: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], col)));
+                                            let sk_e49: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e49 + 8u)], rows[(sk_e49 + 9u)], rows[(sk_e49 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -3555,8 +4379,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e39: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], col)));
+                                            let sk_e50: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e50 + 8u)], rows[(sk_e50 + 9u)], rows[(sk_e50 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -3597,8 +4421,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e40: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], col)));
+                                            let sk_e51: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e51 + 8u)], rows[(sk_e51 + 9u)], rows[(sk_e51 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -3622,8 +4446,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
-                                let sk_e41: u32 = (row * 12u);
-                                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e41 + 10u)], rows[(sk_e41 + 11u)]), rows[(sk_e41 + 8u)], rows[(sk_e41 + 9u)]);
+                                let sk_e52: u32 = (row * 12u);
+                                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e52 + 10u)], rows[(sk_e52 + 11u)]), rows[(sk_e52 + 8u)], rows[(sk_e52 + 9u)]);
                             }
                             {
                                 var col: u32 = (c0 + 0u);
@@ -3844,8 +4668,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if (((params.flags & 1u) != 0u)) {
                     // built by kernels::sampling::write_results
                     if ((sk_lid == 0u)) {
-                        let sk_e42: f32 = x[(base + tok_at)];
-                        logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e42), (sk_e42 > (0.0f))), valid);
+                        let sk_e53: f32 = x[(base + tok_at)];
+                        logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e53), (sk_e53 > (0.0f))), valid);
                     }
                 }
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

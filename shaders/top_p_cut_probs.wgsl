@@ -411,7 +411,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     var cut_at: u32 = 0u;
                                     cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                    if ((cut_at < 257u)) {
+                                    if ((cut_at < 384u)) {
                                         partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
                                         partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
                                     }
@@ -664,7 +664,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         partials[(((((row_slot * parts) + part) * 805u) + 782u) + 1u)] = u32((part_m_range >> 32u));
                         partials[((((row_slot * parts) + part) * 805u) + 784u)] = u32((part_m_below & 4294967295lu));
                         partials[(((((row_slot * parts) + part) * 805u) + 784u) + 1u)] = u32((part_m_below >> 32u));
-                        partials[((((row_slot * parts) + part) * 805u) + 786u)] = min(atomicLoad(&cut_listing[0u]), 257u);
+                        partials[((((row_slot * parts) + part) * 805u) + 786u)] = min(atomicLoad(&cut_listing[0u]), 384u);
                         partials[((((row_slot * parts) + part) * 805u) + 787u)] = part_min_above_not;
                         partials[((((row_slot * parts) + part) * 805u) + 788u)] = part_min_range_not;
                         partials[((((row_slot * parts) + part) * 805u) + 789u)] = part_max_range;

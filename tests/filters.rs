@@ -643,6 +643,47 @@ pub fn one_read_rows_read_once<B: Backend>(b: &B) {
     assert!(once > 0 && fell_back > 0 && capped_once > 0);
 }
 
+/// Rows whose top-p cut lies among thousands of tokens of distinct values (normal logits of
+/// spread 0.9 to 1.2 over ten parts of 4096: 2,500 to 3,200 tokens in the cut's three bins, more
+/// than the merge copies into workgroup memory, at most 357 a part) are selected where the parts
+/// listed them: read twice, not the filter kernel's passes after the two reads, with the CPU
+/// oracle's tokens; top-p alone and joint with a top-k of 2500 (which the counts place), Philox
+/// and seeded.
+pub fn dense_cut_ranges_read_twice<B: Backend>(b: &B) {
+    let mut rng = Rng::new(2026);
+    let vocab = 10 * 4096;
+    let shape = Shape::dense(8, vocab);
+    let mut x = vec![0.0f32; shape.elements()];
+    for (r, row) in x.chunks_mut(vocab).enumerate() {
+        let spread = [0.9, 1.0, 1.1, 1.2][r % 4];
+        row.iter_mut().for_each(|v| *v = rng.normal(spread) as f32);
+    }
+    let rows: Vec<RowParams> = (0..shape.batch)
+        .map(|r| {
+            let row = if r % 2 == 0 { RowParams::new(1.0, rng.next_u64(), 7) } else { RowParams::seeded(1.0, 11, 7) };
+            let row = row.with_top_p(0.9);
+            if r >= 4 {
+                row.with_top_k(2500)
+            } else {
+                row
+            }
+        })
+        .collect();
+    let cpu = sampling_kernels::CpuBackend;
+    let mut want = vec![0u32; shape.batch];
+    cpu.sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut want)).unwrap();
+    let (xb, rb) = (b.upload(&x).unwrap(), b.upload(&rows).unwrap());
+    let mut t = b.zeros::<u32>(shape.batch).unwrap();
+    let mut ps = b.zeros::<u32>(shape.batch).unwrap();
+    b.sample_filtered(shape, Input::Logits(Logits::F32(&xb)), &rb, Output::new(&mut t).with_passes(&mut ps)).unwrap();
+    let (t, ps) = (b.download(&t).unwrap(), b.download(&ps).unwrap());
+    for r in 0..shape.batch {
+        assert!(rows[r].takes_top_p_cut(vocab), "row {r} does not take the cut: {:?}", rows[r]);
+        assert_eq!(ps[r], 2, "row {r} read {} times, {:?}", ps[r], rows[r]);
+        assert_eq!(t[r], want[r], "row {r}: token {} where the CPU gives {}, {:?}", t[r], want[r], rows[r]);
+    }
+}
+
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_split_rows_match_whole_rows() {
@@ -663,6 +704,7 @@ device_suites!(
     joint_and_top_k_first_differ,
     peaked_rows_take_fewer_passes,
     no_filter_is_the_plain_race,
-    one_read_rows_read_once
+    one_read_rows_read_once,
+    dense_cut_ranges_read_twice
 );
 suite!(cpu, crate::common::cpu, joint_and_top_k_first_differ, no_filter_is_the_plain_race, draws_follow_the_set);

@@ -62,8 +62,9 @@ pub const HEAD_WORDS: u32 = 5;
 /// A slot: the head, the candidates (or a top-p row's histogram, then its listed tokens), then
 /// the words of the top-p cut launch (`filter_top_p.rs`).
 pub const SLOT_WORDS: u32 = HEAD_WORDS + AREA_WORDS + super::filter_top_p::TAIL_WORDS;
-/// A slot's area after its head: the candidates' `(key, column)` pairs, or a histogram.
-const AREA_WORDS: u32 = {
+/// A slot's area after its head: the candidates' `(key, column)` pairs, or a histogram, or a
+/// top-p row's listed range tokens.
+pub(super) const AREA_WORDS: u32 = {
     let (candidates, histogram) = (2 * (CAP + 1), super::filter_top_p::HIST_WORDS);
     if candidates > histogram {
         candidates

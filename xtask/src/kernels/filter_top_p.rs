@@ -35,7 +35,7 @@
 use super::filter_split::{load64, store64};
 use super::filter_top_k::{
     finish_race, keep_lower, load_part, one_read_row, own_word, part_m, race_one, row_max, select_top, slot_word,
-    sum_part, CAP, HEAD_WORDS, KEYS, SCRATCH, SLOT_WORDS,
+    sum_part, AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SLOT_WORDS,
 };
 use super::filter_values as values;
 use super::filters::{
@@ -59,9 +59,10 @@ pub const HIST_WORDS: u32 = BINS + BINS / 2;
 const _: () = assert!(super::filter_top_k::PART_COLS < 1 << 16);
 /// Bins listed either side of the estimated cut's.
 const RANGE: u32 = 1;
-/// The most range tokens a part lists: `(key, column)` pairs in its slot's candidates area.
-const PART_LIST: u32 = CAP + 1;
-/// The most range tokens the last part takes: keys, then columns, in the filter kernels' list.
+/// The most range tokens a part lists: `(key, column)` pairs in its slot's area.
+const PART_LIST: u32 = AREA_WORDS / 2;
+/// The most range tokens the merge copies into workgroup memory (keys, then columns, in the
+/// filter kernels' list); a longer range is selected where the parts listed it.
 const CUT_CAP: u32 = LIST_CAP / 2;
 const HIST: &str = "part_hist";
 const LISTING: &str = "cut_listing";
@@ -480,7 +481,8 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
     let max_below = var("max_below_all");
     let row_mass = b.let_("cut_row_mass", Ty::U64, m_above.clone() + m_range.clone() + var("m_below_all"));
     let lim = b.let_("cut_lim", Ty::U64, call(FRACTION, vec![var("pp"), row_mass.clone()]));
-    let fits = b.let_("cut_fits", Ty::Bool, var("short_all").eq_(u(0)).and(n_range.clone().le(u(CUT_CAP))));
+    let listed = b.let_("cut_listed", Ty::Bool, var("short_all").eq_(u(0)));
+    let fits = b.let_("cut_fits", Ty::Bool, listed.clone().and(n_range.clone().le(u(CUT_CAP))));
     let apart = min_above.clone().gt(range_max.clone()).and(range_min.clone().gt(max_below.clone()));
     let apart = apart.and(min_above.gt(max_below.clone()));
     let starts = n_above.clone().lt(var("kk")).and(m_above.clone().le(lim.clone()));
@@ -489,49 +491,91 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
     let ends = through.or(max_below.eq_(u(0))).or(w_below.lt(var("mp")));
     let sound = b.let_("cut_sound", Ty::Bool, apart.and(starts).and(ends));
     let sorted = b.let_("cut_sorted", Ty::Bool, sound.clone().and(fits.clone()));
-    let tied = range_min.eq_(range_max.clone()).and(n_range.clone().gt(u(0)));
-    let flat = b.let_("cut_tied", Ty::Bool, sound.and(fits.not()).and(tied));
+    let tied = b.let_("cut_one_value", Ty::Bool, range_min.eq_(range_max.clone()).and(n_range.clone().gt(u(0))));
+    let flat = b.let_("cut_tied", Ty::Bool, sound.clone().and(fits.clone().not()).and(tied.clone()));
+    let dense = b.let_("cut_dense", Ty::Bool, sound.and(listed).and(fits.not()).and(tied.not()));
     // The select's state: what lies above the range, and the limit.
     declare_select(b);
     b.set("sel_n", n_above);
     b.set("sel_m", m_above);
     b.set("lim", lim);
-    b.if_(sorted.clone(), |b| select_in_range(b, input, n_range.clone(), seeded.clone(), mx.clone()));
+    b.if_(sorted.clone(), |b| select_in_range(b, input, Range::Copied(n_range.clone()), seeded.clone(), mx.clone()));
+    b.if_(dense.clone(), |b| select_in_range(b, input, Range::Listed, seeded.clone(), mx.clone()));
     b.if_(flat.clone(), |b| {
         b.set("sel_tn", n_range.clone());
         b.set("sel_tm", m_range.clone());
         tied_range(b, input, range_max, seeded.clone(), mx.clone());
     });
-    b.if_(sorted.or(flat), |b| {
+    b.if_(sorted.or(flat).or(dense), |b| {
         finish_race(b, input, seeded, mx, call(FIXED_F32, vec![row_mass]), 2);
         b.set("one_read_done", boolean(true));
     });
 }
 
-/// The range's `n` tokens (each part's listed after the earlier parts') into the filter
-/// kernels' list, keys then columns; the filter kernels' digit select over them from the
+/// Where [`select_in_range`] reads the range's tokens.
+enum Range {
+    /// Copied into the filter kernels' list, keys then columns, each part's after the earlier
+    /// parts': this many (at most [`CUT_CAP`]).
+    Copied(Expr),
+    /// Where the parts listed them, every part's [`PART_LIST`] places (an empty one's key 0),
+    /// their counts copied into the list: a range too long to copy (thousands of tokens of
+    /// several values, as Zipf rows at T 0.9 to 1.0 put in a few bins), read from L2 in each
+    /// digit pass.
+    Listed,
+}
+
+/// The range's tokens, from `range`; the filter kernels' digit select over them from the
 /// select's state above the range; the race of the kept ones into [`declare_best`]'s variables.
-fn select_in_range(b: &mut Block, input: Input, n: Expr, seeded: Expr, mx: Expr) {
+fn select_in_range(b: &mut Block, input: Input, range: Range, seeded: Expr, mx: Expr) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     b.barrier();
-    parts_in_order(b, "l", tail::LISTED, &|b, p, n, start| {
-        b.for_("li", u(0), n, u(1), |b, i| {
-            let at = b.let_("l_at", Ty::U32, start.clone() + i.clone());
-            let slot = slot_word(var("row_slot"), p.clone(), u(HEAD_WORDS) + i * u(2));
-            b.store_shared(LIST, at.clone(), load(SCRATCH, slot.clone()));
-            b.store_shared(LIST, at + u(CUT_CAP), load(SCRATCH, slot + u(1)));
-        });
-    });
+    let listed = matches!(range, Range::Listed);
+    let n = match range {
+        Range::Copied(n) => {
+            parts_in_order(b, "l", tail::LISTED, &|b, p, n, start| {
+                b.for_("li", u(0), n, u(1), |b, i| {
+                    let at = b.let_("l_at", Ty::U32, start.clone() + i.clone());
+                    let slot = slot_word(var("row_slot"), p.clone(), u(HEAD_WORDS) + i * u(2));
+                    b.store_shared(LIST, at.clone(), load(SCRATCH, slot.clone()));
+                    b.store_shared(LIST, at + u(CUT_CAP), load(SCRATCH, slot + u(1)));
+                });
+            });
+            n
+        }
+        Range::Listed => {
+            b.for_("p", lid.clone(), var("parts"), bs.clone(), |b, p| {
+                b.store_shared(LIST, p.clone(), load(SCRATCH, tail_word(var("row_slot"), p, tail::LISTED)))
+            });
+            var("parts") * u(PART_LIST)
+        }
+    };
     b.barrier();
-    let key_of = |i: Expr| load_shared(LIST, i);
-    let col_of = |i: Expr| load_shared(LIST, i + u(CUT_CAP));
+    // Item `i`'s word `k` of its pair where the parts listed it.
+    let pair = |i: Expr, k: u32| {
+        let p = i.clone() / u(PART_LIST);
+        slot_word(var("row_slot"), p.clone(), u(HEAD_WORDS + k) + (i - p * u(PART_LIST)) * u(2))
+    };
+    let key_of = |b: &mut Block, i: Expr| {
+        if listed {
+            let p = b.let_("ri_p", Ty::U32, i.clone() / u(PART_LIST));
+            b.let_("ri_key", Ty::U32, u(0));
+            b.if_((i.clone() - p.clone() * u(PART_LIST)).lt(load_shared(LIST, p)), |b| {
+                b.set("ri_key", load(SCRATCH, pair(i, 0)))
+            });
+            var("ri_key")
+        } else {
+            load_shared(LIST, i)
+        }
+    };
+    let col_of = |i: Expr| if listed { load(SCRATCH, pair(i, 1)) } else { load_shared(LIST, i + u(CUT_CAP)) };
     b.let_("in_a", Ty::Bool, boolean(false));
     b.for_("digit_pass", u(0), u(DIGIT_PASSES), u(1), |b, pass| {
         b.let_("shift", Ty::U32, u(32 - 4) - pass * u(4));
         count_digits(b, |b| {
             b.for_("i", lid.clone(), n.clone(), bs.clone(), |b, i| {
-                let k = b.let_("dk", Ty::U32, key_of(i));
-                b.if_((k.clone() & var("sel_mask")).eq_(var("sel_key")), |b| {
+                let k = key_of(b, i);
+                let k = b.let_("dk", Ty::U32, k);
+                b.if_(k.clone().ne_(u(0)).and((k.clone() & var("sel_mask")).eq_(var("sel_key"))), |b| {
                     let mv = call(FIXED, vec![values::order_weight(input, key_value(k.clone()), mx.clone())]);
                     add_digit(b, k, mv);
                 });
@@ -542,13 +586,15 @@ fn select_in_range(b: &mut Block, input: Input, n: Expr, seeded: Expr, mx: Expr)
     ties(b);
     // The tokens of the boundary key kept are the `ties` lowest columns.
     let tied = |b: &mut Block, i: Expr| {
-        let k = b.let_("tk_key", Ty::U32, key_of(i.clone()));
+        let k = key_of(b, i.clone());
+        let k = b.let_("tk_key", Ty::U32, k);
         select(k.eq_(var("sel_key")), col_of(i) ^ u(NONE), u(0))
     };
     select_top(b, n.clone(), var("ties"), &tied);
     let tie_col = b.let_("tie_col_max", Ty::U32, var("t_key") ^ u(NONE));
     b.for_("i", lid, n, bs, |b, i| {
-        let k = b.let_("rk", Ty::U32, key_of(i.clone()));
+        let k = key_of(b, i.clone());
+        let k = b.let_("rk", Ty::U32, k);
         let col = b.let_("rcol", Ty::U32, col_of(i));
         let ov = b.let_("rov", Ty::F32, key_value(k.clone()));
         let tie = k.clone().eq_(var("sel_key")).and(var("ties").gt(u(0))).and(col.clone().le(tie_col.clone()));
