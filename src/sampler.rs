@@ -20,9 +20,13 @@ pub const DEFAULT_SEED: u64 = 42;
 pub struct Sampler<P: Deref<Target = B>, B: Backend = <P as Deref>::Target> {
     backend: P,
     rows: B::Buffer<RowParams>,
-    /// The rows with a filter this step, on the host and on the device (made once).
+    /// The rows with a filter this step that the one-read path takes (and greedy ones), on the
+    /// host and on the device (made once).
     filtered: Vec<u32>,
     filtered_rows: B::Buffer<u32>,
+    /// The other sampled rows with a filter, likewise.
+    off_path: Vec<u32>,
+    off_path_rows: B::Buffer<u32>,
     /// The seeded rows this step, likewise.
     seeded: Vec<u32>,
     seeded_rows: B::Buffer<u32>,
@@ -34,8 +38,19 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
     pub fn new(backend: P, max_batch: usize) -> Result<Self> {
         let rows = backend.zeros::<RowParams>(max_batch)?;
         let list = || Ok::<_, Error>((Vec::with_capacity(max_batch), backend.zeros::<u32>(max_batch)?));
-        let ((filtered, filtered_rows), (seeded, seeded_rows)) = (list()?, list()?);
-        Ok(Sampler { backend, rows, filtered, filtered_rows, seeded, seeded_rows, capacity: max_batch })
+        let ((filtered, filtered_rows), (off_path, off_path_rows)) = (list()?, list()?);
+        let (seeded, seeded_rows) = list()?;
+        Ok(Sampler {
+            backend,
+            rows,
+            filtered,
+            filtered_rows,
+            off_path,
+            off_path_rows,
+            seeded,
+            seeded_rows,
+            capacity: max_batch,
+        })
     }
 
     /// One decode step: row `r` of `logits` is sampled as `rows[r]` asks (see
@@ -55,9 +70,10 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
         self.backend.write(&mut self.rows, rows)?;
         // Supersets of the rows the kernels take (a filter also needs a temperature and a top-k
         // below the vocabulary; a seeded row with a filter is the filter kernel's): each kernel
-        // checks each row it is given. With no row listed a kernel still launches (over none),
-        // so the launches do not depend on the mix.
-        let pick = |list: &mut Vec<u32>, device: &mut B::Buffer<u32>, take: fn(&RowParams) -> bool| {
+        // checks each row it is given. With no row listed the seeded kernel and the one-read
+        // path still launch (over none); the filter kernels' own plan, and the top-p cut, only
+        // for rows that take them.
+        let pick = |list: &mut Vec<u32>, device: &mut B::Buffer<u32>, take: &dyn Fn(&RowParams) -> bool| {
             list.clear();
             list.extend((0..rows.len() as u32).filter(|&r| take(&rows[r as usize])));
             if list.is_empty() {
@@ -65,16 +81,16 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
             }
             self.backend.write(device, list)
         };
-        pick(&mut self.filtered, &mut self.filtered_rows, RowParams::has_filters)?;
-        pick(&mut self.seeded, &mut self.seeded_rows, |r| r.mode() == RowMode::Seeded)?;
-        // Greedy rows in the list are the plain kernel's; the filter kernels skip them.
-        let filtered = || self.filtered.iter().map(|&r| rows[r as usize]);
-        let one_read = filtered().all(|r| !r.is_sampled() || r.takes_one_read(shape.vocab));
+        // Greedy rows with a filter are the plain kernel's; the filter kernels skip them.
+        let off_path = |r: &RowParams| r.has_filters() && r.is_sampled() && !r.takes_one_read(shape.vocab);
+        pick(&mut self.filtered, &mut self.filtered_rows, &|r| r.has_filters() && !off_path(r))?;
+        pick(&mut self.off_path, &mut self.off_path_rows, &off_path)?;
+        pick(&mut self.seeded, &mut self.seeded_rows, &|r| r.mode() == RowMode::Seeded)?;
         let listed = RowLists {
             seeded: (&self.seeded_rows, self.seeded.len()),
             filtered: (&self.filtered_rows, self.filtered.len()),
-            one_read,
-            top_p_cut: filtered().any(|r| r.takes_top_p_cut(shape.vocab)),
+            off_path: (&self.off_path_rows, self.off_path.len()),
+            top_p_cut: self.filtered.iter().any(|&r| rows[r as usize].takes_top_p_cut(shape.vocab)),
         };
         sample_rows(&*self.backend, shape, logits, &self.rows, out, Some(listed))
     }

@@ -1,6 +1,7 @@
-//! The per-row sampler: a batch mixing greedy, Philox-race, filtered and seeded rows is the same
-//! launches whatever the mix, and each row gets exactly the token its own path gives alone, on
-//! every backend, whether the backend splits the filtered rows over workgroups or not.
+//! The per-row sampler: a batch mixing greedy, Philox-race, filtered and seeded rows, and rows
+//! the one-read filter path does not take, gets for each row exactly the token its own path
+//! gives alone, on every backend, whether the backend splits the filtered rows over workgroups
+//! or not.
 
 #[macro_use]
 mod common;
@@ -9,20 +10,27 @@ use common::Rng;
 use sampling_kernels::sglang::SamplingParams;
 use sampling_kernels::{Backend, Error, FilterOrder, Input, Logits, Output, RowMode, RowParams, Sampler, Shape};
 
-/// Row `r` is greedy, plain, seeded, top-p, top-k-and-min-p (top-k first) or seeded with top-p
-/// by `r % 6` (and every mix of them in smaller batches).
+/// Row `r` is greedy, plain, seeded, top-p, seeded with top-p and top-k, top-k-and-min-p (top-k
+/// first), or top-k first above the one-read path's top-k with top-p, by `r % 7` (and every mix
+/// of them in smaller batches).
 fn mixed_rows(rng: &mut Rng, batch: usize, step: u64) -> Vec<RowParams> {
     (0..batch)
-        .map(|r| match r % 6 {
+        .map(|r| match r % 7 {
             0 => RowParams::greedy(),
             1 => RowParams::new(0.9, rng.next_u64(), step),
             2 => RowParams::seeded(1.1, rng.next_u64(), step),
             3 => RowParams::new(0.9, rng.next_u64(), step).with_top_p(0.8),
             4 => RowParams::seeded(0.8, rng.next_u64(), step).with_top_p(0.9).with_top_k(30),
-            _ => RowParams::new(1.2, rng.next_u64(), step)
+            5 => RowParams::new(1.2, rng.next_u64(), step)
                 .with_top_k(40)
                 .with_top_p(0.9)
                 .with_min_p(0.01)
+                .with_order(FilterOrder::TopKFirst),
+            // Off the one-read path (top-k first above its top-k, with top-p): the filter
+            // kernels' own plan over its own list.
+            _ => RowParams::new(1.0, rng.next_u64(), step)
+                .with_top_k(300)
+                .with_top_p(0.9)
                 .with_order(FilterOrder::TopKFirst),
         })
         .collect()
@@ -108,7 +116,7 @@ pub fn sampler_steps<B: Backend>(b: &B) {
     let mut t = b.zeros::<u32>(shape.batch).unwrap();
     for step in 0..100 {
         let mut rows = mixed_rows(&mut rng, shape.batch, step);
-        rows.rotate_left(step as usize % 6);
+        rows.rotate_left(step as usize % 7);
         sampler.step(shape, Logits::F32(&x), &rows, Output::new(&mut t)).unwrap();
         let want: Vec<u32> = (0..shape.batch).map(|r| alone(b, &logits[r * 700..(r + 1) * 700], rows[r])).collect();
         assert_eq!(b.download(&t).unwrap(), want, "step {step}");

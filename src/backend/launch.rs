@@ -178,18 +178,44 @@ fn filter_parts<B: Backend + ?Sized>(
     split: bool,
 ) -> Option<(usize, u32)> {
     let (shape, rows) = filter_rows(job)?;
-    // At most the seeded kernel's parts: each stage of the split filters sums every part's
-    // counts per digit, so parts of one quad an invocation cost them more than they read
-    // faster (a T4 at batch 1 from probabilities: 63.3 -> 79.8 µs, modelled).
-    let parts = parts(rows, shape.vocab, target_groups, block).min(seeded_parts(shape.vocab, block));
-    Some((rows, if split { parts } else { 1 }))
+    Some((rows, staged_parts(rows, shape.vocab, target_groups, block, split)))
 }
 
-/// The shape of a filter job (or `sample`'s) and how many rows its filter launch visits.
+/// The parts of each of `rows` rows in the filter kernels' own plan (1: the one-workgroup
+/// kernel; more: the staged kernel): at most the seeded kernel's, as each stage of the split
+/// filters sums every part's counts per digit, so parts of one quad an invocation cost them
+/// more than they read faster (a T4 at batch 1 from probabilities: 63.3 -> 79.8 µs, modelled).
+fn staged_parts(rows: usize, vocab: usize, target_groups: u32, block: u32, split: bool) -> u32 {
+    let parts = parts(rows, vocab, target_groups, block).min(seeded_parts(vocab, block));
+    if split {
+        parts
+    } else {
+        1
+    }
+}
+
+/// The shape of a filter job (or `sample`'s) and how many rows its filter launch visits (with
+/// row lists, the one-read path's).
 fn filter_rows<'j, B: Backend + ?Sized>(job: &'j Job<'_, B>) -> Option<(&'j Shape, usize)> {
     match job {
         Job::Filter { shape, .. } => Some((shape, shape.batch)),
         Job::Sample { shape, listed, .. } => Some((shape, listed.map_or(shape.batch, |l| l.filtered.1))),
+        _ => None,
+    }
+}
+
+/// The rows of `sample`'s row lists that take the filter kernels' own plan, and their parts.
+fn off_path_parts<B: Backend + ?Sized>(
+    job: &Job<'_, B>,
+    target_groups: u32,
+    block: u32,
+    split: bool,
+) -> Option<(usize, u32)> {
+    match job {
+        Job::Sample { shape, listed: Some(l), .. } if l.off_path.1 > 0 => {
+            let rows = l.off_path.1;
+            Some((rows, staged_parts(rows, shape.vocab, target_groups, block, split)))
+        }
         _ => None,
     }
 }
@@ -199,10 +225,16 @@ fn filter_rows<'j, B: Backend + ?Sized>(job: &'j Job<'_, B>) -> Option<(&'j Shap
 /// buffer and grow it to the largest job they have run.
 fn scratch_words<B: Backend + ?Sized>(job: &Job<'_, B>, target_groups: u32, block: u32, split_filters: bool) -> usize {
     let records = target_groups.max(1) as usize * PART_WORDS;
-    let slots = match filter_parts(job, target_groups, block, split_filters) {
+    let slots = |plan: Option<(usize, u32)>| match plan {
         Some((rows, parts)) if parts > 1 => rows * parts as usize,
         _ => 0,
     };
+    let slots = slots(filter_parts(job, target_groups, block, split_filters)).max(slots(off_path_parts(
+        job,
+        target_groups,
+        block,
+        split_filters,
+    )));
     let one_read = match (job, filter_parts(job, target_groups, block, split_filters)) {
         (Job::Filter { shape, .. } | Job::Sample { shape, .. }, Some((rows, _))) => {
             one_read_words(rows, shape.vocab).unwrap_or(0)
@@ -275,9 +307,9 @@ impl<T> Scratch<T> {
     }
 }
 
-/// The most launches one job takes: the plain sampler, the seeded kernel, then a staged
-/// kernel's stages.
-pub(crate) const MAX_LAUNCHES: usize = MAX_STAGES + 2;
+/// The most launches one job takes: the plain sampler, the seeded kernel, the one-read path's
+/// three, then a staged kernel's stages.
+pub(crate) const MAX_LAUNCHES: usize = MAX_STAGES + 5;
 
 /// The launches of one job, in the order they must run: one; a staged kernel's stages; or the
 /// plain sampler's launch then the seeded kernel's and the filter kernel's.
@@ -373,17 +405,16 @@ impl<'a, H: Copy> Launch<H> {
                 let seeded_rows = listed.map_or(shape.batch, |l| l.seeded.1);
                 let seeded = seeded.with_list(listed.map(|l| handle(l.seeded)));
                 plan.extend(seeded.seeded_split(seeded_rows, shape.vocab, split));
-                let path = match listed {
-                    None => Some(true),
-                    Some(l) => l.one_read.then_some(l.top_p_cut),
-                };
-                plan.extend(filter.with_list(listed.map(|l| handle(l.filtered))).staged(
-                    filtered,
-                    parts,
-                    shape.vocab,
-                    path,
-                    split,
-                ));
+                let cut = listed.is_none_or(|l| l.top_p_cut);
+                let on_path = filter.clone().with_list(listed.map(|l| handle(l.filtered)));
+                plan.extend(on_path.staged(filtered, parts, shape.vocab, Some(cut), split));
+                // The rows the path does not take: the filter kernels' own plan over their list.
+                if let (Some(l), Some((rows, parts))) =
+                    (listed, off_path_parts(job, split.target_groups, split.block, split.split_filters))
+                {
+                    let off_path = filter.with_list(Some(handle(l.off_path)));
+                    plan.extend(off_path.staged(rows, parts, shape.vocab, None, split));
+                }
                 plan
             }
             Job::Greedy { shape, .. } | Job::RaceLogits { shape, .. } | Job::RaceProbs { shape, .. } => {
@@ -700,7 +731,8 @@ mod tests {
             };
         }
         for logits in [Logits::F32(&x32), Logits::F16(&x16), Logits::Bf16(&xb)] {
-            let listed = RowLists { seeded: (&list, 1), filtered: (&list, 1), one_read: true, top_p_cut: true };
+            // Both filter plans: the one-read path's and the filter kernels' own.
+            let listed = RowLists { seeded: (&list, 1), filtered: (&list, 1), off_path: (&list, 1), top_p_cut: true };
             b.softmax(shape, logits, &rows, &mut dense).unwrap();
             b.greedy(shape, logits, out!()).unwrap();
             b.race_from_logits(shape, logits, &rows, out!()).unwrap();
@@ -771,8 +803,12 @@ mod tests {
         assert!(want > 1, "the rows must be split for this test to mean anything");
         for listed in [false, true] {
             let job: Job<'_, Planner> = if listed {
-                let listed =
-                    RowLists { seeded: (&list, shape.batch), filtered: (&list, 0), one_read: true, top_p_cut: false };
+                let listed = RowLists {
+                    seeded: (&list, shape.batch),
+                    filtered: (&list, 0),
+                    off_path: (&list, 0),
+                    top_p_cut: false,
+                };
                 Job::Sample {
                     shape,
                     logits: Logits::F32(&x),
@@ -819,7 +855,8 @@ mod tests {
     /// `Sampler::step` with one filtered row at batch 4 x 151936: a top-k row takes the one-read
     /// path's parts and merge, and so does a min-p row alone; a top-p row alone, or a top-k row
     /// above the cap, those with the top-p cut between them; a top-k row above the cap applied
-    /// before top-p the split filter kernel's stages, as `RowLists` says.
+    /// before top-p the split filter kernel's stages over its own list, after the path's two
+    /// launches over none, as `RowLists` says.
     #[test]
     fn listed_rows_choose_the_filter_plan() {
         let shape = Shape::dense(4, 151_936);
@@ -834,7 +871,7 @@ mod tests {
             (RowParams::new(0.8, 1, 0).with_top_k(1000), 3, KernelId::TopKMergeLogitsF32),
             (
                 RowParams::new(0.8, 1, 0).with_top_k(1000).with_top_p(0.9).with_order(Order::TopKFirst),
-                19,
+                2 + 19,
                 KernelId::FilterSplitLogitsF32,
             ),
         ] {
@@ -843,7 +880,8 @@ mod tests {
             assert_eq!(one_read, launches <= 3);
             assert_eq!(top_p_cut, launches == 3);
             let rows = vec![RowParams::new(0.8, 1, 0), row, RowParams::greedy(), RowParams::new(1.0, 2, 0)];
-            let listed = RowLists { seeded: (&list, 0), filtered: (&list, 1), one_read, top_p_cut };
+            let (on, off) = if one_read { (1, 0) } else { (0, 1) };
+            let listed = RowLists { seeded: (&list, 0), filtered: (&list, on), off_path: (&list, off), top_p_cut };
             let job: Job<'_, Planner> = Job::Sample {
                 shape,
                 logits: Logits::F32(&x),

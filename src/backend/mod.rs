@@ -158,14 +158,15 @@ pub enum SeededMode {
 pub struct RowLists<'a, B: Backend + ?Sized> {
     /// The seeded rows (the seeded kernel takes those without a filter).
     pub seeded: (&'a B::Buffer<u32>, usize),
-    /// The rows with a filter (the filter kernel takes those with a temperature too).
+    /// The rows with a filter that the one-read path takes
+    /// ([`RowParams::takes_one_read`](crate::RowParams::takes_one_read)), and greedy rows with
+    /// a filter (which the filter kernels leave to the plain one): the path's launches.
     pub filtered: (&'a B::Buffer<u32>, usize),
-    /// Whether every listed filtered row takes the one-read path
-    /// ([`RowParams::takes_one_read`](crate::RowParams::takes_one_read)): then its launches; else
-    /// the filter kernels' own plan (split over workgroups where the batch is small), which a
-    /// row with a top-k above the path's takes faster than the merge's one workgroup a row.
-    /// Either gives the same tokens.
-    pub one_read: bool,
+    /// The other sampled rows with a filter (top-k first with a top-k above the path's and
+    /// top-p): the filter kernels' own plan, split over workgroups where they are few, launched
+    /// only where there are any. So such a row costs its own launches, never the path of the
+    /// batch's other filtered rows; either gives the same tokens.
+    pub off_path: (&'a B::Buffer<u32>, usize),
     /// Whether a listed row takes the one-read path's launch between its two, the top-p cut
     /// ([`RowParams::takes_top_p_cut`](crate::RowParams::takes_top_p_cut)); without one, the path
     /// is the parts and the merge.
