@@ -300,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
     __shared__ unsigned int bucket_keys[64];
     __shared__ unsigned long long bucket_masses[64];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
-        // built by kernels::sampling::for_each_row_at
+        // built by kernels::abi::for_each_row_at
         unsigned int row = (((flags & 32u) != 0u) ? (listed[slot]) : slot);
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
@@ -2255,14 +2255,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
             bool valid = (tok < vocab);
             unsigned int tok_at = (valid ? tok : 0u);
             if ((threadIdx.x == 0u)) {
-                // built by kernels::sampling::write_results
+                // built by kernels::abi::write_results
                 tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
                     status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
-                // built by kernels::sampling::write_results
+                // built by kernels::abi::write_results
                 float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                 if ((threadIdx.x == 0u)) {
                     const float sk_e44 = sk_f16(x[(base + tok_at)]);

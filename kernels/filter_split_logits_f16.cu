@@ -299,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
     unsigned int stage = ((flags >> 8u) & 255u);
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
-        // built by kernels::sampling::for_each_row_part_at
+        // built by kernels::abi::for_each_row_part_at
         unsigned int row_slot = (slot / parts);
         unsigned int part = (slot - (row_slot * parts));
         unsigned int row = (((flags & 32u) != 0u) ? (listed[row_slot]) : row_slot);
@@ -2211,14 +2211,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                             bool valid = (tok < vocab);
                             unsigned int tok_at = (valid ? tok : 0u);
                             if ((threadIdx.x == 0u)) {
-                                // built by kernels::sampling::write_results
+                                // built by kernels::abi::write_results
                                 tokens[row] = (valid ? tok : 0u);
                                 if (((flags & 2u) != 0u)) {
                                     status[row] = (valid ? 1u : 0u);
                                 }
                             }
                             if (((flags & 1u) != 0u)) {
-                                // built by kernels::sampling::write_results
+                                // built by kernels::abi::write_results
                                 float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                                 if ((threadIdx.x == 0u)) {
                                     const float sk_e57 = sk_f16(x[(base + tok_at)]);

@@ -70,7 +70,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
     __shared__ unsigned int sk_am_i[33];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
-        // built by kernels::sampling::for_each_row_part_at
+        // built by kernels::abi::for_each_row_part_at
         unsigned int row_slot = (slot / parts);
         unsigned int part = (slot - (row_slot * parts));
         unsigned int row = row_slot;
@@ -90,35 +90,35 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
         float s = (0.0f);
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-            // built by kernels::sampling::for_each_column_then
+            // built by kernels::abi::for_each_column_then
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
                     const float sk_e0 = x[(base + col)];
                     float sv = ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp);
                     if ((sv == sk_bitcast<float>(2139095040u))) {
-                        // built by kernels::sampling::greedy_column
+                        // built by kernels::race::greedy_column
                         top_n = (top_n + 1u);
                         if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                            // built by kernels::sampling::keep_top
+                            // built by kernels::race::keep_top
                             top = (0.0f);
                             top_i = col;
                         }
                     } else {
-                        // built by kernels::sampling::greedy_column
+                        // built by kernels::race::greedy_column
                         if (((sv > best) || (best_i == 4294967295u))) {
-                            // built by kernels::sampling::keep
+                            // built by kernels::race::keep
                             best = sv;
                             best_i = col;
                             best_z = sv;
                         }
                         if (((flags & 1u) != 0u)) {
                             if ((sv > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - sv))) + (1.0f));
                                 m = sv;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((sv > sk_bitcast<float>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
@@ -133,28 +133,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                     const float sk_e1 = x[(base + col)];
                     float sv = ((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1) / temp);
                     if ((sv == sk_bitcast<float>(2139095040u))) {
-                        // built by kernels::sampling::greedy_column
+                        // built by kernels::race::greedy_column
                         top_n = (top_n + 1u);
                         if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                            // built by kernels::sampling::keep_top
+                            // built by kernels::race::keep_top
                             top = (0.0f);
                             top_i = col;
                         }
                     } else {
-                        // built by kernels::sampling::greedy_column
+                        // built by kernels::race::greedy_column
                         if (((sv > best) || (best_i == 4294967295u))) {
-                            // built by kernels::sampling::keep
+                            // built by kernels::race::keep
                             best = sv;
                             best_i = col;
                             best_z = sv;
                         }
                         if (((flags & 1u) != 0u)) {
                             if ((sv > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - sv))) + (1.0f));
                                 m = sv;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((sv > sk_bitcast<float>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
@@ -169,28 +169,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                     const float sk_e2 = x[(base + col)];
                     float sv = ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp);
                     if ((sv == sk_bitcast<float>(2139095040u))) {
-                        // built by kernels::sampling::greedy_column
+                        // built by kernels::race::greedy_column
                         top_n = (top_n + 1u);
                         if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                            // built by kernels::sampling::keep_top
+                            // built by kernels::race::keep_top
                             top = (0.0f);
                             top_i = col;
                         }
                     } else {
-                        // built by kernels::sampling::greedy_column
+                        // built by kernels::race::greedy_column
                         if (((sv > best) || (best_i == 4294967295u))) {
-                            // built by kernels::sampling::keep
+                            // built by kernels::race::keep
                             best = sv;
                             best_i = col;
                             best_z = sv;
                         }
                         if (((flags & 1u) != 0u)) {
                             if ((sv > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - sv))) + (1.0f));
                                 m = sv;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((sv > sk_bitcast<float>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
@@ -205,28 +205,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                     const float sk_e3 = x[(base + col)];
                     float sv = ((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3) / temp);
                     if ((sv == sk_bitcast<float>(2139095040u))) {
-                        // built by kernels::sampling::greedy_column
+                        // built by kernels::race::greedy_column
                         top_n = (top_n + 1u);
                         if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                            // built by kernels::sampling::keep_top
+                            // built by kernels::race::keep_top
                             top = (0.0f);
                             top_i = col;
                         }
                     } else {
-                        // built by kernels::sampling::greedy_column
+                        // built by kernels::race::greedy_column
                         if (((sv > best) || (best_i == 4294967295u))) {
-                            // built by kernels::sampling::keep
+                            // built by kernels::race::keep
                             best = sv;
                             best_i = col;
                             best_z = sv;
                         }
                         if (((flags & 1u) != 0u)) {
                             if ((sv > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - sv))) + (1.0f));
                                 m = sv;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((sv > sk_bitcast<float>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
@@ -295,14 +295,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
             __syncthreads();
         }
         if ((parts <= 1u)) {
-            // built by kernels::sampling::race_row
+            // built by kernels::race::race_row
             if ((tok == 4294967295u)) {
-                // built by kernels::sampling::whole_row_results
+                // built by kernels::race::whole_row_results
                 tok = 0u;
             }
             bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u)));
             if ((tops > 0u)) {
-                // built by kernels::sampling::whole_row_results
+                // built by kernels::race::whole_row_results
                 float top_win = (0.0f);
                 unsigned int top_tok = 0u;
                 {
@@ -339,14 +339,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                 tok = top_tok;
             }
             if ((threadIdx.x == 0u)) {
-                // built by kernels::sampling::write_results
+                // built by kernels::abi::write_results
                 tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
                     status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
-                // built by kernels::sampling::write_results
+                // built by kernels::abi::write_results
                 float row_max = (0.0f);
                 {
                     float sk_v = m;
@@ -403,7 +403,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                 }
             }
         } else {
-            // built by kernels::sampling::race_row
+            // built by kernels::race::race_row
             float top_win = (0.0f);
             unsigned int top_tok = 0u;
             {
@@ -440,7 +440,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
             float part_m = sk_bitcast<float>(4286578688u);
             float part_s = (0.0f);
             if (((flags & 1u) != 0u)) {
-                // built by kernels::sampling::write_part
+                // built by kernels::race::write_part
                 float row_max = (0.0f);
                 {
                     float sk_v = m;
@@ -495,7 +495,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                 part_s = row_sum;
             }
             if ((threadIdx.x == 0u)) {
-                // built by kernels::sampling::write_part
+                // built by kernels::race::write_part
                 partials[((slot * 8u) + 0u)] = sk_bitcast<unsigned int>(win);
                 partials[((slot * 8u) + 1u)] = tok;
                 partials[((slot * 8u) + 3u)] = sk_bitcast<unsigned int>(top_win);
@@ -505,7 +505,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                 partials[((slot * 8u) + 7u)] = sk_bitcast<unsigned int>(part_s);
             }
             if (((best_i == tok) && (tok != 4294967295u))) {
-                // built by kernels::sampling::write_part
+                // built by kernels::race::write_part
                 partials[((slot * 8u) + 2u)] = sk_bitcast<unsigned int>(best_z);
             }
             __threadfence();
@@ -572,11 +572,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                         float pm = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 6u)]));
                         float ps = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 7u)]));
                         if ((pm > m)) {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             s = ((s * sk_exp((m - pm))) + ps);
                             m = pm;
                         } else {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             if ((pm > sk_bitcast<float>(4286578688u))) {
                                 s = (s + (ps * sk_exp((pm - m))));
                             }
@@ -685,14 +685,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                     }
                     bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u)));
                     if ((threadIdx.x == 0u)) {
-                        // built by kernels::sampling::write_results
+                        // built by kernels::abi::write_results
                         tokens[row] = (valid ? tok : 0u);
                         if (((flags & 2u) != 0u)) {
                             status[row] = (valid ? 1u : 0u);
                         }
                     }
                     if (((flags & 1u) != 0u)) {
-                        // built by kernels::sampling::write_results
+                        // built by kernels::abi::write_results
                         float row_max = (0.0f);
                         {
                             float sk_v = m;

@@ -180,14 +180,14 @@ __device__ __forceinline__ float sk_gumbel(unsigned int w) {
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) gumbel_noise(
     const unsigned int* __restrict__ rows, float* __restrict__ noise, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
-        // built by kernels::sampling::for_each_row_at
+        // built by kernels::abi::for_each_row_at
         unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-            // built by kernels::sampling::for_each_column_then
+            // built by kernels::abi::for_each_column_then
             const unsigned int sk_e0 = (row * 12u);
             w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e0 + 10u)], rows[(sk_e0 + 11u)]), rows[(sk_e0 + 8u)], rows[(sk_e0 + 9u)]);
             {

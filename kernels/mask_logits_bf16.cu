@@ -68,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
     __shared__ unsigned int bucket_keys[64];
     __shared__ unsigned long long bucket_masses[64];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
-        // built by kernels::sampling::for_each_row_at
+        // built by kernels::abi::for_each_row_at
         unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;

@@ -139,7 +139,7 @@ __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) philox4x32_10(
     const unsigned int* __restrict__ input, unsigned int* __restrict__ output, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     for (unsigned int item = ((blockIdx.x * ((unsigned int)SK_BLOCK)) + threadIdx.x); item < batch; item += (gridDim.x * ((unsigned int)SK_BLOCK))) {
-        // built by kernels::sampling::philox_kernel
+        // built by kernels::philox::philox_kernel
         const unsigned int sk_e0 = (item * 6u);
         uint4 out = sk_philox(make_uint4(input[(sk_e0 + 0u)], input[(sk_e0 + 1u)], input[(sk_e0 + 2u)], input[(sk_e0 + 3u)]), input[(sk_e0 + 4u)], input[(sk_e0 + 5u)]);
         output[((item * 4u) + 0u)] = (out).x;

@@ -203,7 +203,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
     __shared__ unsigned int sk_am_i[33];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
-        // built by kernels::sampling::for_each_row_part_at
+        // built by kernels::abi::for_each_row_part_at
         unsigned int row_slot = (slot / parts);
         unsigned int part = (slot - (row_slot * parts));
         unsigned int row = row_slot;
@@ -224,9 +224,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
         float s = (0.0f);
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-            // built by kernels::sampling::for_each_column_then
+            // built by kernels::abi::for_each_column_then
             if (noisy) {
-                // built by kernels::sampling::probs_pass
+                // built by kernels::race::probs_pass
                 const unsigned int sk_e0 = (row * 12u);
                 w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e0 + 10u)], rows[(sk_e0 + 11u)]), rows[(sk_e0 + 8u)], rows[(sk_e0 + 9u)]);
             }
@@ -237,16 +237,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     float xv = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                        // built by kernels::sampling::probs_pass
+                        // built by kernels::race::probs_pass
                         if (noisy) {
                             score = (xv / sk_exponential((w).x));
                         }
                     } else {
-                        // built by kernels::sampling::probs_pass
+                        // built by kernels::race::probs_pass
                         score = sk_bitcast<float>(4286578688u);
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
-                        // built by kernels::sampling::keep
+                        // built by kernels::race::keep
                         best = score;
                         best_i = col;
                         best_z = xv;
@@ -260,16 +260,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     float xv = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                        // built by kernels::sampling::probs_pass
+                        // built by kernels::race::probs_pass
                         if (noisy) {
                             score = (xv / sk_exponential((w).y));
                         }
                     } else {
-                        // built by kernels::sampling::probs_pass
+                        // built by kernels::race::probs_pass
                         score = sk_bitcast<float>(4286578688u);
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
-                        // built by kernels::sampling::keep
+                        // built by kernels::race::keep
                         best = score;
                         best_i = col;
                         best_z = xv;
@@ -283,16 +283,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     float xv = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                        // built by kernels::sampling::probs_pass
+                        // built by kernels::race::probs_pass
                         if (noisy) {
                             score = (xv / sk_exponential((w).z));
                         }
                     } else {
-                        // built by kernels::sampling::probs_pass
+                        // built by kernels::race::probs_pass
                         score = sk_bitcast<float>(4286578688u);
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
-                        // built by kernels::sampling::keep
+                        // built by kernels::race::keep
                         best = score;
                         best_i = col;
                         best_z = xv;
@@ -306,16 +306,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     float xv = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
-                        // built by kernels::sampling::probs_pass
+                        // built by kernels::race::probs_pass
                         if (noisy) {
                             score = (xv / sk_exponential((w).w));
                         }
                     } else {
-                        // built by kernels::sampling::probs_pass
+                        // built by kernels::race::probs_pass
                         score = sk_bitcast<float>(4286578688u);
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
-                        // built by kernels::sampling::keep
+                        // built by kernels::race::keep
                         best = score;
                         best_i = col;
                         best_z = xv;
@@ -357,21 +357,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             __syncthreads();
         }
         if ((parts <= 1u)) {
-            // built by kernels::sampling::race_row
+            // built by kernels::race::race_row
             if ((tok == 4294967295u)) {
-                // built by kernels::sampling::whole_row_results
+                // built by kernels::race::whole_row_results
                 tok = 0u;
             }
             bool valid = (win > (0.0f));
             if ((threadIdx.x == 0u)) {
-                // built by kernels::sampling::write_results
+                // built by kernels::abi::write_results
                 tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
                     status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
-                // built by kernels::sampling::write_results
+                // built by kernels::abi::write_results
                 const float sk_e5 = x[(base + tok)];
                 float pt = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
                 if ((threadIdx.x == 0u)) {
@@ -379,11 +379,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                 }
             }
         } else {
-            // built by kernels::sampling::race_row
+            // built by kernels::race::race_row
             float part_m = sk_bitcast<float>(4286578688u);
             float part_s = (0.0f);
             if ((threadIdx.x == 0u)) {
-                // built by kernels::sampling::write_part
+                // built by kernels::race::write_part
                 partials[((slot * 8u) + 0u)] = sk_bitcast<unsigned int>(win);
                 partials[((slot * 8u) + 1u)] = tok;
                 partials[((slot * 8u) + 3u)] = sk_bitcast<unsigned int>(sk_bitcast<float>(4286578688u));
@@ -393,7 +393,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                 partials[((slot * 8u) + 7u)] = sk_bitcast<unsigned int>(part_s);
             }
             if (((best_i == tok) && (tok != 4294967295u))) {
-                // built by kernels::sampling::write_part
+                // built by kernels::race::write_part
                 partials[((slot * 8u) + 2u)] = sk_bitcast<unsigned int>(best_z);
             }
             __threadfence();
@@ -460,11 +460,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                         float pm = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 6u)]));
                         float ps = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 7u)]));
                         if ((pm > m)) {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             s = ((s * sk_exp((m - pm))) + ps);
                             m = pm;
                         } else {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             if ((pm > sk_bitcast<float>(4286578688u))) {
                                 s = (s + (ps * sk_exp((pm - m))));
                             }
@@ -573,14 +573,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     }
                     bool valid = (win > (0.0f));
                     if ((threadIdx.x == 0u)) {
-                        // built by kernels::sampling::write_results
+                        // built by kernels::abi::write_results
                         tokens[row] = (valid ? tok : 0u);
                         if (((flags & 2u) != 0u)) {
                             status[row] = (valid ? 1u : 0u);
                         }
                     }
                     if (((flags & 1u) != 0u)) {
-                        // built by kernels::sampling::write_results
+                        // built by kernels::abi::write_results
                         if ((threadIdx.x == 0u)) {
                             logprobs[row] = (valid ? ((z > (0.0f)) ? sk_log(z) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                         }

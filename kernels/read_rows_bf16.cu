@@ -26,14 +26,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) read_rows_bf16(
     const unsigned short* __restrict__ x, float* __restrict__ sums, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_red_f32[33];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
-        // built by kernels::sampling::for_each_row_at
+        // built by kernels::abi::for_each_row_at
         unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
         unsigned int col_hi = vocab;
         float s = (0.0f);
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-            // built by kernels::sampling::for_each_column_then
+            // built by kernels::abi::for_each_column_then
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {

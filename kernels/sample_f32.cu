@@ -209,7 +209,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
     __shared__ unsigned int race_key[4];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
-        // built by kernels::sampling::for_each_row_part_at
+        // built by kernels::abi::for_each_row_part_at
         unsigned int row_slot = (slot / parts);
         unsigned int part = (slot - (row_slot * parts));
         unsigned int row = row_slot;
@@ -254,7 +254,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
             unsigned int up1_i = 4294967295u;
             float up2 = sk_bitcast<float>(4286578688u);
             if (noisy) {
-                // built by kernels::sampling::screened_pass
+                // built by kernels::race::screened_pass
                 if ((threadIdx.x == 0u)) {
                     race_key[0u] = rows[((row * 12u) + 8u)];
                     race_key[1u] = rows[((row * 12u) + 9u)];
@@ -267,21 +267,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     float qmax = sk_bitcast<float>(4286578688u);
                     float x0 = sk_bitcast<float>(4286578688u);
                     if (((c0 + 0u) < col_hi)) {
-                        // built by kernels::sampling::prune_step
+                        // built by kernels::race::prune_step
                         const float sk_e0 = x[(base + (c0 + 0u))];
                         x0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
                     }
                     qmax = fmaxf(qmax, (x0 * rcp_t));
                     if (((flags & 1u) != 0u)) {
-                        // built by kernels::sampling::prune_step
+                        // built by kernels::race::prune_step
                         float lse_v = (x0 / temp);
                         if ((lse_v < sk_bitcast<float>(2139095040u))) {
                             if ((lse_v > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - lse_v))) + (1.0f));
                                 m = lse_v;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((lse_v > sk_bitcast<float>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((lse_v - m))));
                                 }
@@ -290,21 +290,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     }
                     float x1 = sk_bitcast<float>(4286578688u);
                     if (((c0 + 1u) < col_hi)) {
-                        // built by kernels::sampling::prune_step
+                        // built by kernels::race::prune_step
                         const float sk_e1 = x[(base + (c0 + 1u))];
                         x1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
                     }
                     qmax = fmaxf(qmax, (x1 * rcp_t));
                     if (((flags & 1u) != 0u)) {
-                        // built by kernels::sampling::prune_step
+                        // built by kernels::race::prune_step
                         float lse_v = (x1 / temp);
                         if ((lse_v < sk_bitcast<float>(2139095040u))) {
                             if ((lse_v > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - lse_v))) + (1.0f));
                                 m = lse_v;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((lse_v > sk_bitcast<float>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((lse_v - m))));
                                 }
@@ -313,21 +313,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     }
                     float x2 = sk_bitcast<float>(4286578688u);
                     if (((c0 + 2u) < col_hi)) {
-                        // built by kernels::sampling::prune_step
+                        // built by kernels::race::prune_step
                         const float sk_e2 = x[(base + (c0 + 2u))];
                         x2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
                     }
                     qmax = fmaxf(qmax, (x2 * rcp_t));
                     if (((flags & 1u) != 0u)) {
-                        // built by kernels::sampling::prune_step
+                        // built by kernels::race::prune_step
                         float lse_v = (x2 / temp);
                         if ((lse_v < sk_bitcast<float>(2139095040u))) {
                             if ((lse_v > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - lse_v))) + (1.0f));
                                 m = lse_v;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((lse_v > sk_bitcast<float>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((lse_v - m))));
                                 }
@@ -336,21 +336,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     }
                     float x3 = sk_bitcast<float>(4286578688u);
                     if (((c0 + 3u) < col_hi)) {
-                        // built by kernels::sampling::prune_step
+                        // built by kernels::race::prune_step
                         const float sk_e3 = x[(base + (c0 + 3u))];
                         x3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                     }
                     qmax = fmaxf(qmax, (x3 * rcp_t));
                     if (((flags & 1u) != 0u)) {
-                        // built by kernels::sampling::prune_step
+                        // built by kernels::race::prune_step
                         float lse_v = (x3 / temp);
                         if ((lse_v < sk_bitcast<float>(2139095040u))) {
                             if ((lse_v > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - lse_v))) + (1.0f));
                                 m = lse_v;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((lse_v > sk_bitcast<float>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((lse_v - m))));
                                 }
@@ -358,7 +358,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         }
                     }
                     if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-                        // built by kernels::sampling::prune_step
+                        // built by kernels::race::prune_step
                         w = sk_philox(make_uint4((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
                         {
                             float za = (x0 * rcp_t);
@@ -372,16 +372,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                                 bool in_range = (fabsf(za) < (1.7014118e38f));
                                 lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
                                 if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::sampling::bound
+                                    // built by kernels::race::bound
                                     up2 = up1;
                                     up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
                                     up1_i = (c0 + 0u);
                                 } else {
-                                    // built by kernels::sampling::bound
+                                    // built by kernels::race::bound
                                     up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
                                 }
                                 if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::sampling::screened_column
+                                    // built by kernels::race::screened_column
                                     up1 = sk_bitcast<float>(2139095040u);
                                     up1_i = (c0 + 0u);
                                     up2 = sk_bitcast<float>(2139095040u);
@@ -400,16 +400,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                                 bool in_range = (fabsf(za) < (1.7014118e38f));
                                 lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
                                 if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::sampling::bound
+                                    // built by kernels::race::bound
                                     up2 = up1;
                                     up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
                                     up1_i = (c0 + 1u);
                                 } else {
-                                    // built by kernels::sampling::bound
+                                    // built by kernels::race::bound
                                     up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
                                 }
                                 if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::sampling::screened_column
+                                    // built by kernels::race::screened_column
                                     up1 = sk_bitcast<float>(2139095040u);
                                     up1_i = (c0 + 1u);
                                     up2 = sk_bitcast<float>(2139095040u);
@@ -428,16 +428,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                                 bool in_range = (fabsf(za) < (1.7014118e38f));
                                 lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
                                 if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::sampling::bound
+                                    // built by kernels::race::bound
                                     up2 = up1;
                                     up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
                                     up1_i = (c0 + 2u);
                                 } else {
-                                    // built by kernels::sampling::bound
+                                    // built by kernels::race::bound
                                     up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
                                 }
                                 if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::sampling::screened_column
+                                    // built by kernels::race::screened_column
                                     up1 = sk_bitcast<float>(2139095040u);
                                     up1_i = (c0 + 2u);
                                     up2 = sk_bitcast<float>(2139095040u);
@@ -456,16 +456,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                                 bool in_range = (fabsf(za) < (1.7014118e38f));
                                 lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
                                 if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::sampling::bound
+                                    // built by kernels::race::bound
                                     up2 = up1;
                                     up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
                                     up1_i = (c0 + 3u);
                                 } else {
-                                    // built by kernels::sampling::bound
+                                    // built by kernels::race::bound
                                     up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
                                 }
                                 if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::sampling::screened_column
+                                    // built by kernels::race::screened_column
                                     up1 = sk_bitcast<float>(2139095040u);
                                     up1_i = (c0 + 3u);
                                     up2 = sk_bitcast<float>(2139095040u);
@@ -501,7 +501,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                 }
                 lo_best = floor_first;
                 for (unsigned int cb = (col_lo + (((unsigned int)SK_BLOCK) * 4u)); cb < col_hi; cb += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::sampling::prune_step
+                    // built by kernels::race::prune_step
                     unsigned int c0 = (cb + (threadIdx.x * 4u));
                     float qmax = sk_bitcast<float>(4286578688u);
                     float x0 = sk_bitcast<float>(4286578688u);
@@ -514,11 +514,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         float lse_v = (x0 / temp);
                         if ((lse_v < sk_bitcast<float>(2139095040u))) {
                             if ((lse_v > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - lse_v))) + (1.0f));
                                 m = lse_v;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((lse_v > sk_bitcast<float>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((lse_v - m))));
                                 }
@@ -535,11 +535,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         float lse_v = (x1 / temp);
                         if ((lse_v < sk_bitcast<float>(2139095040u))) {
                             if ((lse_v > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - lse_v))) + (1.0f));
                                 m = lse_v;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((lse_v > sk_bitcast<float>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((lse_v - m))));
                                 }
@@ -556,11 +556,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         float lse_v = (x2 / temp);
                         if ((lse_v < sk_bitcast<float>(2139095040u))) {
                             if ((lse_v > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - lse_v))) + (1.0f));
                                 m = lse_v;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((lse_v > sk_bitcast<float>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((lse_v - m))));
                                 }
@@ -577,11 +577,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         float lse_v = (x3 / temp);
                         if ((lse_v < sk_bitcast<float>(2139095040u))) {
                             if ((lse_v > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - lse_v))) + (1.0f));
                                 m = lse_v;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((lse_v > sk_bitcast<float>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((lse_v - m))));
                                 }
@@ -602,16 +602,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                                 bool in_range = (fabsf(za) < (1.7014118e38f));
                                 lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
                                 if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::sampling::bound
+                                    // built by kernels::race::bound
                                     up2 = up1;
                                     up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
                                     up1_i = (c0 + 0u);
                                 } else {
-                                    // built by kernels::sampling::bound
+                                    // built by kernels::race::bound
                                     up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
                                 }
                                 if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::sampling::screened_column
+                                    // built by kernels::race::screened_column
                                     up1 = sk_bitcast<float>(2139095040u);
                                     up1_i = (c0 + 0u);
                                     up2 = sk_bitcast<float>(2139095040u);
@@ -630,16 +630,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                                 bool in_range = (fabsf(za) < (1.7014118e38f));
                                 lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
                                 if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::sampling::bound
+                                    // built by kernels::race::bound
                                     up2 = up1;
                                     up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
                                     up1_i = (c0 + 1u);
                                 } else {
-                                    // built by kernels::sampling::bound
+                                    // built by kernels::race::bound
                                     up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
                                 }
                                 if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::sampling::screened_column
+                                    // built by kernels::race::screened_column
                                     up1 = sk_bitcast<float>(2139095040u);
                                     up1_i = (c0 + 1u);
                                     up2 = sk_bitcast<float>(2139095040u);
@@ -658,16 +658,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                                 bool in_range = (fabsf(za) < (1.7014118e38f));
                                 lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
                                 if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::sampling::bound
+                                    // built by kernels::race::bound
                                     up2 = up1;
                                     up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
                                     up1_i = (c0 + 2u);
                                 } else {
-                                    // built by kernels::sampling::bound
+                                    // built by kernels::race::bound
                                     up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
                                 }
                                 if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::sampling::screened_column
+                                    // built by kernels::race::screened_column
                                     up1 = sk_bitcast<float>(2139095040u);
                                     up1_i = (c0 + 2u);
                                     up2 = sk_bitcast<float>(2139095040u);
@@ -686,16 +686,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                                 bool in_range = (fabsf(za) < (1.7014118e38f));
                                 lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
                                 if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::sampling::bound
+                                    // built by kernels::race::bound
                                     up2 = up1;
                                     up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
                                     up1_i = (c0 + 3u);
                                 } else {
-                                    // built by kernels::sampling::bound
+                                    // built by kernels::race::bound
                                     up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
                                 }
                                 if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::sampling::screened_column
+                                    // built by kernels::race::screened_column
                                     up1 = sk_bitcast<float>(2139095040u);
                                     up1_i = (c0 + 3u);
                                     up2 = sk_bitcast<float>(2139095040u);
@@ -746,7 +746,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     top_i = 4294967295u;
                     top_n = 0u;
                     for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                        // built by kernels::sampling::for_each_column_then
+                        // built by kernels::abi::for_each_column_then
                         {
                             unsigned int col = (c0 + 0u);
                             if ((col < col_hi)) {
@@ -754,7 +754,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                                 float xv = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12);
                                 const float sk_e13 = (xv * rcp_t);
                                 if (((sk_e13 > sk_bitcast<float>(4286578688u)) && ((((sk_e13 + (fabsf(sk_e13) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e13 >= (1.7014118e38f))))) {
-                                    // built by kernels::sampling::screened_pass
+                                    // built by kernels::race::screened_pass
                                     const unsigned int sk_e15 = (row * 12u);
                                     const uint4 sk_e14 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e15 + 10u)], rows[(sk_e15 + 11u)]), rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)]);
                                     const unsigned int sk_e16 = (col & 3u);
@@ -763,13 +763,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                                     if ((sv == sk_bitcast<float>(2139095040u))) {
                                         top_n = (top_n + 1u);
                                         if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                                            // built by kernels::sampling::keep_top
+                                            // built by kernels::race::keep_top
                                             top = sk_gumbel(wj);
                                             top_i = col;
                                         }
                                     } else {
                                         if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::sampling::keep
+                                            // built by kernels::race::keep
                                             best = (sv + sk_gumbel(wj));
                                             best_i = col;
                                             best_z = sv;
@@ -785,7 +785,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                                 float xv = (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17);
                                 const float sk_e18 = (xv * rcp_t);
                                 if (((sk_e18 > sk_bitcast<float>(4286578688u)) && ((((sk_e18 + (fabsf(sk_e18) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e18 >= (1.7014118e38f))))) {
-                                    // built by kernels::sampling::screened_pass
+                                    // built by kernels::race::screened_pass
                                     const unsigned int sk_e20 = (row * 12u);
                                     const uint4 sk_e19 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e20 + 10u)], rows[(sk_e20 + 11u)]), rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)]);
                                     const unsigned int sk_e21 = (col & 3u);
@@ -794,13 +794,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                                     if ((sv == sk_bitcast<float>(2139095040u))) {
                                         top_n = (top_n + 1u);
                                         if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                                            // built by kernels::sampling::keep_top
+                                            // built by kernels::race::keep_top
                                             top = sk_gumbel(wj);
                                             top_i = col;
                                         }
                                     } else {
                                         if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::sampling::keep
+                                            // built by kernels::race::keep
                                             best = (sv + sk_gumbel(wj));
                                             best_i = col;
                                             best_z = sv;
@@ -816,7 +816,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                                 float xv = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
                                 const float sk_e23 = (xv * rcp_t);
                                 if (((sk_e23 > sk_bitcast<float>(4286578688u)) && ((((sk_e23 + (fabsf(sk_e23) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e23 >= (1.7014118e38f))))) {
-                                    // built by kernels::sampling::screened_pass
+                                    // built by kernels::race::screened_pass
                                     const unsigned int sk_e25 = (row * 12u);
                                     const uint4 sk_e24 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e25 + 10u)], rows[(sk_e25 + 11u)]), rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)]);
                                     const unsigned int sk_e26 = (col & 3u);
@@ -825,13 +825,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                                     if ((sv == sk_bitcast<float>(2139095040u))) {
                                         top_n = (top_n + 1u);
                                         if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                                            // built by kernels::sampling::keep_top
+                                            // built by kernels::race::keep_top
                                             top = sk_gumbel(wj);
                                             top_i = col;
                                         }
                                     } else {
                                         if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::sampling::keep
+                                            // built by kernels::race::keep
                                             best = (sv + sk_gumbel(wj));
                                             best_i = col;
                                             best_z = sv;
@@ -847,7 +847,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                                 float xv = (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27);
                                 const float sk_e28 = (xv * rcp_t);
                                 if (((sk_e28 > sk_bitcast<float>(4286578688u)) && ((((sk_e28 + (fabsf(sk_e28) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e28 >= (1.7014118e38f))))) {
-                                    // built by kernels::sampling::screened_pass
+                                    // built by kernels::race::screened_pass
                                     const unsigned int sk_e30 = (row * 12u);
                                     const uint4 sk_e29 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e30 + 10u)], rows[(sk_e30 + 11u)]), rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)]);
                                     const unsigned int sk_e31 = (col & 3u);
@@ -856,13 +856,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                                     if ((sv == sk_bitcast<float>(2139095040u))) {
                                         top_n = (top_n + 1u);
                                         if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                                            // built by kernels::sampling::keep_top
+                                            // built by kernels::race::keep_top
                                             top = sk_gumbel(wj);
                                             top_i = col;
                                         }
                                     } else {
                                         if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::sampling::keep
+                                            // built by kernels::race::keep
                                             best = (sv + sk_gumbel(wj));
                                             best_i = col;
                                             best_z = sv;
@@ -874,37 +874,37 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     }
                 }
             } else {
-                // built by kernels::sampling::race_row
+                // built by kernels::race::race_row
                 for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::sampling::for_each_column_then
+                    // built by kernels::abi::for_each_column_then
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {
                             const float sk_e32 = x[(base + col)];
                             float sv = ((((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
-                                // built by kernels::sampling::greedy_column
+                                // built by kernels::race::greedy_column
                                 top_n = (top_n + 1u);
                                 if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                                    // built by kernels::sampling::keep_top
+                                    // built by kernels::race::keep_top
                                     top = (0.0f);
                                     top_i = col;
                                 }
                             } else {
-                                // built by kernels::sampling::greedy_column
+                                // built by kernels::race::greedy_column
                                 if (((sv > best) || (best_i == 4294967295u))) {
-                                    // built by kernels::sampling::keep
+                                    // built by kernels::race::keep
                                     best = sv;
                                     best_i = col;
                                     best_z = sv;
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     if ((sv > m)) {
-                                        // built by kernels::sampling::online_logsumexp
+                                        // built by kernels::softmax::online_logsumexp
                                         s = ((s * sk_exp((m - sv))) + (1.0f));
                                         m = sv;
                                     } else {
-                                        // built by kernels::sampling::online_logsumexp
+                                        // built by kernels::softmax::online_logsumexp
                                         if ((sv > sk_bitcast<float>(4286578688u))) {
                                             s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
@@ -919,28 +919,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                             const float sk_e33 = x[(base + col)];
                             float sv = ((((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
-                                // built by kernels::sampling::greedy_column
+                                // built by kernels::race::greedy_column
                                 top_n = (top_n + 1u);
                                 if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                                    // built by kernels::sampling::keep_top
+                                    // built by kernels::race::keep_top
                                     top = (0.0f);
                                     top_i = col;
                                 }
                             } else {
-                                // built by kernels::sampling::greedy_column
+                                // built by kernels::race::greedy_column
                                 if (((sv > best) || (best_i == 4294967295u))) {
-                                    // built by kernels::sampling::keep
+                                    // built by kernels::race::keep
                                     best = sv;
                                     best_i = col;
                                     best_z = sv;
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     if ((sv > m)) {
-                                        // built by kernels::sampling::online_logsumexp
+                                        // built by kernels::softmax::online_logsumexp
                                         s = ((s * sk_exp((m - sv))) + (1.0f));
                                         m = sv;
                                     } else {
-                                        // built by kernels::sampling::online_logsumexp
+                                        // built by kernels::softmax::online_logsumexp
                                         if ((sv > sk_bitcast<float>(4286578688u))) {
                                             s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
@@ -955,28 +955,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                             const float sk_e34 = x[(base + col)];
                             float sv = ((((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34) / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
-                                // built by kernels::sampling::greedy_column
+                                // built by kernels::race::greedy_column
                                 top_n = (top_n + 1u);
                                 if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                                    // built by kernels::sampling::keep_top
+                                    // built by kernels::race::keep_top
                                     top = (0.0f);
                                     top_i = col;
                                 }
                             } else {
-                                // built by kernels::sampling::greedy_column
+                                // built by kernels::race::greedy_column
                                 if (((sv > best) || (best_i == 4294967295u))) {
-                                    // built by kernels::sampling::keep
+                                    // built by kernels::race::keep
                                     best = sv;
                                     best_i = col;
                                     best_z = sv;
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     if ((sv > m)) {
-                                        // built by kernels::sampling::online_logsumexp
+                                        // built by kernels::softmax::online_logsumexp
                                         s = ((s * sk_exp((m - sv))) + (1.0f));
                                         m = sv;
                                     } else {
-                                        // built by kernels::sampling::online_logsumexp
+                                        // built by kernels::softmax::online_logsumexp
                                         if ((sv > sk_bitcast<float>(4286578688u))) {
                                             s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
@@ -991,28 +991,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                             const float sk_e35 = x[(base + col)];
                             float sv = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
-                                // built by kernels::sampling::greedy_column
+                                // built by kernels::race::greedy_column
                                 top_n = (top_n + 1u);
                                 if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                                    // built by kernels::sampling::keep_top
+                                    // built by kernels::race::keep_top
                                     top = (0.0f);
                                     top_i = col;
                                 }
                             } else {
-                                // built by kernels::sampling::greedy_column
+                                // built by kernels::race::greedy_column
                                 if (((sv > best) || (best_i == 4294967295u))) {
-                                    // built by kernels::sampling::keep
+                                    // built by kernels::race::keep
                                     best = sv;
                                     best_i = col;
                                     best_z = sv;
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     if ((sv > m)) {
-                                        // built by kernels::sampling::online_logsumexp
+                                        // built by kernels::softmax::online_logsumexp
                                         s = ((s * sk_exp((m - sv))) + (1.0f));
                                         m = sv;
                                     } else {
-                                        // built by kernels::sampling::online_logsumexp
+                                        // built by kernels::softmax::online_logsumexp
                                         if ((sv > sk_bitcast<float>(4286578688u))) {
                                             s = (s + ((1.0f) * sk_exp((sv - m))));
                                         }
@@ -1082,14 +1082,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                 __syncthreads();
             }
             if ((parts <= 1u)) {
-                // built by kernels::sampling::race_row
+                // built by kernels::race::race_row
                 if ((tok == 4294967295u)) {
-                    // built by kernels::sampling::whole_row_results
+                    // built by kernels::race::whole_row_results
                     tok = 0u;
                 }
                 bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u)));
                 if ((tops > 0u)) {
-                    // built by kernels::sampling::whole_row_results
+                    // built by kernels::race::whole_row_results
                     float top_win = (0.0f);
                     unsigned int top_tok = 0u;
                     {
@@ -1126,14 +1126,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     tok = top_tok;
                 }
                 if ((threadIdx.x == 0u)) {
-                    // built by kernels::sampling::write_results
+                    // built by kernels::abi::write_results
                     tokens[row] = (valid ? tok : 0u);
                     if (((flags & 2u) != 0u)) {
                         status[row] = (valid ? 1u : 0u);
                     }
                 }
                 if (((flags & 1u) != 0u)) {
-                    // built by kernels::sampling::write_results
+                    // built by kernels::abi::write_results
                     float row_max = (0.0f);
                     {
                         float sk_v = m;
@@ -1190,7 +1190,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     }
                 }
             } else {
-                // built by kernels::sampling::race_row
+                // built by kernels::race::race_row
                 float top_win = (0.0f);
                 unsigned int top_tok = 0u;
                 {
@@ -1227,7 +1227,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                 float part_m = sk_bitcast<float>(4286578688u);
                 float part_s = (0.0f);
                 if (((flags & 1u) != 0u)) {
-                    // built by kernels::sampling::write_part
+                    // built by kernels::race::write_part
                     float row_max = (0.0f);
                     {
                         float sk_v = m;
@@ -1282,7 +1282,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     part_s = row_sum;
                 }
                 if ((threadIdx.x == 0u)) {
-                    // built by kernels::sampling::write_part
+                    // built by kernels::race::write_part
                     partials[((slot * 8u) + 0u)] = sk_bitcast<unsigned int>(win);
                     partials[((slot * 8u) + 1u)] = tok;
                     partials[((slot * 8u) + 3u)] = sk_bitcast<unsigned int>(top_win);
@@ -1292,7 +1292,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     partials[((slot * 8u) + 7u)] = sk_bitcast<unsigned int>(part_s);
                 }
                 if (((best_i == tok) && (tok != 4294967295u))) {
-                    // built by kernels::sampling::write_part
+                    // built by kernels::race::write_part
                     partials[((slot * 8u) + 2u)] = sk_bitcast<unsigned int>(best_z);
                 }
                 __threadfence();
@@ -1359,11 +1359,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                             float pm = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 6u)]));
                             float ps = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 7u)]));
                             if ((pm > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - pm))) + ps);
                                 m = pm;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((pm > sk_bitcast<float>(4286578688u))) {
                                     s = (s + (ps * sk_exp((pm - m))));
                                 }
@@ -1472,14 +1472,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         }
                         bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u)));
                         if ((threadIdx.x == 0u)) {
-                            // built by kernels::sampling::write_results
+                            // built by kernels::abi::write_results
                             tokens[row] = (valid ? tok : 0u);
                             if (((flags & 2u) != 0u)) {
                                 status[row] = (valid ? 1u : 0u);
                             }
                         }
                         if (((flags & 1u) != 0u)) {
-                            // built by kernels::sampling::write_results
+                            // built by kernels::abi::write_results
                             float row_max = (0.0f);
                             {
                                 float sk_v = m;

@@ -143,7 +143,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
     __shared__ unsigned int sk_am_i[33];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
-        // built by kernels::sampling::for_each_row_part_at
+        // built by kernels::abi::for_each_row_part_at
         unsigned int row_slot = (slot / parts);
         unsigned int part = (slot - (row_slot * parts));
         unsigned int row = (((flags & 32u) != 0u) ? (listed[row_slot]) : row_slot);
@@ -181,7 +181,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
             float s = (0.0f);
             float comp = (0.0f);
             if (((col_lo + (threadIdx.x * 4u)) < col_hi)) {
-                // built by kernels::sampling::for_each_column_then
+                // built by kernels::abi::for_each_column_then
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 0u);
                     if ((col < col_hi)) {
@@ -198,17 +198,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                             float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                             lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
                             if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
                                 up1_i = col;
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
                             }
                         }
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             float r = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -237,17 +237,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                             float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                             lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
                             if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
                                 up1_i = col;
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
                             }
                         }
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             float r = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -276,17 +276,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                             float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                             lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
                             if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
                                 up1_i = col;
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
                             }
                         }
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             float r = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -315,17 +315,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                             float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                             lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
                             if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
                                 up1_i = col;
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
                             }
                         }
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             float r = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -366,7 +366,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
             }
             lo_best = floor_first;
             for (unsigned int c0 = ((col_lo + (threadIdx.x * 4u)) + (((unsigned int)SK_BLOCK) * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                // built by kernels::sampling::for_each_column_then
+                // built by kernels::abi::for_each_column_then
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
@@ -383,17 +383,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                             float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                             lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
                             if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
                                 up1_i = col;
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
                             }
                         }
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             float r = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -422,17 +422,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                             float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                             lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
                             if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
                                 up1_i = col;
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
                             }
                         }
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             float r = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -461,17 +461,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                             float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                             lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
                             if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
                                 up1_i = col;
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
                             }
                         }
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             float r = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -500,17 +500,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                             float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                             lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
                             if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
                                 up1_i = col;
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
                             }
                         }
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             float r = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -721,7 +721,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                             float pm = sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 0u)]));
                             float ps = sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 1u)]));
                             if ((pm > m)) {
-                                // built by kernels::sampling::softmax_merge
+                                // built by kernels::softmax::softmax_merge
                                 float r = sk_exp((m - pm));
                                 s = (s * r);
                                 m = pm;
@@ -730,12 +730,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                             s = (s + ((pm == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((pm == m) ? ps : (ps * ex))));
                             lo_best = fmaxf(lo_best, sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 2u)])));
                             if ((sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 3u)])) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 3u)]));
                                 up1_i = (*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 4u)]);
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = fmaxf(up2, sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 3u)])));
                             }
                             up2 = fmaxf(up2, sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 5u)])));
@@ -868,7 +868,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                 if (rescan) {
                     // built by kernels::seeded::seeded_logits_finish
                     for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                        // built by kernels::sampling::for_each_column_then
+                        // built by kernels::abi::for_each_column_then
                         {
                             unsigned int col = (c0 + 0u);
                             if ((col < col_hi)) {
@@ -1087,14 +1087,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                 }
                 bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
                 if ((threadIdx.x == 0u)) {
-                    // built by kernels::sampling::write_results
+                    // built by kernels::abi::write_results
                     tokens[row] = (valid ? tok : 0u);
                     if (((flags & 2u) != 0u)) {
                         status[row] = (valid ? 1u : 0u);
                     }
                 }
                 if (((flags & 1u) != 0u)) {
-                    // built by kernels::sampling::write_results
+                    // built by kernels::abi::write_results
                     const float sk_e41 = x[(base + tok)];
                     const float sk_e40 = ((((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41) / temp);
                     float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e40 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e40 - row_m)))) * inv);

@@ -107,7 +107,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_probs(
     __shared__ double sk_am_f64[33];
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
-        // built by kernels::sampling::for_each_row_at
+        // built by kernels::abi::for_each_row_at
         unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
@@ -118,7 +118,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_probs(
         double best = sk_bitcast<double>(18442240474082181120ull);
         unsigned int best_i = 4294967295u;
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-            // built by kernels::sampling::for_each_column_then
+            // built by kernels::abi::for_each_column_then
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
@@ -243,14 +243,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_probs(
         }
         bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
         if ((threadIdx.x == 0u)) {
-            // built by kernels::sampling::write_results
+            // built by kernels::abi::write_results
             tokens[row] = (valid ? tok : 0u);
             if (((flags & 2u) != 0u)) {
                 status[row] = (valid ? 1u : 0u);
             }
         }
         if (((flags & 1u) != 0u)) {
-            // built by kernels::sampling::write_results
+            // built by kernels::abi::write_results
             if ((threadIdx.x == 0u)) {
                 const float sk_e18 = lp[(base + tok)];
                 const double sk_e17 = ((double)(((sk_e18 > (0.0f)) && (sk_e18 <= (3.4028235e38f))) ? sk_log(sk_e18) : sk_bitcast<float>(4286578688u)));

@@ -117,7 +117,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
     __shared__ double sk_am_f64[33];
     __shared__ unsigned int sk_am_i[33];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
-        // built by kernels::sampling::for_each_row_at
+        // built by kernels::abi::for_each_row_at
         unsigned int row = slot;
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
@@ -128,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
         float best32 = sk_bitcast<float>(4286578688u);
         unsigned int best32_i = 4294967295u;
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-            // built by kernels::sampling::for_each_column_then
+            // built by kernels::abi::for_each_column_then
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
@@ -266,7 +266,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
         double best = sk_bitcast<double>(18442240474082181120ull);
         unsigned int best_i = 4294967295u;
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-            // built by kernels::sampling::for_each_column_then
+            // built by kernels::abi::for_each_column_then
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
@@ -431,14 +431,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
         }
         bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
         if ((threadIdx.x == 0u)) {
-            // built by kernels::sampling::write_results
+            // built by kernels::abi::write_results
             tokens[row] = (valid ? tok : 0u);
             if (((flags & 2u) != 0u)) {
                 status[row] = (valid ? 1u : 0u);
             }
         }
         if (((flags & 1u) != 0u)) {
-            // built by kernels::sampling::write_results
+            // built by kernels::abi::write_results
             if ((threadIdx.x == 0u)) {
                 const double sk_e40 = lp[(base + tok)];
                 const unsigned long long sk_e39 = sk_bitcast<unsigned long long>(sk_e40);

@@ -47,7 +47,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
     unsigned int stage = ((flags >> 8u) & 255u);
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
-        // built by kernels::sampling::for_each_row_part_at
+        // built by kernels::abi::for_each_row_part_at
         unsigned int row_slot = (slot / parts);
         unsigned int part = (slot - (row_slot * parts));
         unsigned int row = row_slot;
@@ -59,14 +59,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
         bool noisy = (t_raw >= (1e-6f));
         float temp = (noisy ? t_raw : (1.0f));
         if (((parts > 1u) && (stage > 0u))) {
-            // built by kernels::sampling::softmax_kernel
+            // built by kernels::softmax::softmax_kernel
             float m = sk_bitcast<float>(4286578688u);
             float s = (0.0f);
             for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                 float pm = sk_bitcast<float>(partials[((((row_slot * parts) + p) * 2u) + 0u)]);
                 float ps = sk_bitcast<float>(partials[((((row_slot * parts) + p) * 2u) + 1u)]);
                 if ((pm > m)) {
-                    // built by kernels::sampling::softmax_merge
+                    // built by kernels::softmax::softmax_merge
                     float r = sk_exp((m - pm));
                     s = (s * r);
                     m = pm;
@@ -126,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
             }
             float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                // built by kernels::sampling::for_each_column_then
+                // built by kernels::abi::for_each_column_then
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
@@ -165,19 +165,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
                 }
             }
         } else {
-            // built by kernels::sampling::softmax_kernel
+            // built by kernels::softmax::softmax_kernel
             float m = sk_bitcast<float>(4286578688u);
             float s = (0.0f);
             float comp = (0.0f);
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                // built by kernels::sampling::for_each_column_then
+                // built by kernels::abi::for_each_column_then
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
                         const float sk_e12 = x[(base + col)];
                         float z = ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp);
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             float r = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -196,7 +196,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
                         const float sk_e13 = x[(base + col)];
                         float z = ((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) / temp);
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             float r = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -215,7 +215,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
                         const float sk_e14 = x[(base + col)];
                         float z = ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp);
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             float r = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -234,7 +234,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
                         const float sk_e15 = x[(base + col)];
                         float z = ((((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15) / temp);
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             float r = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -302,7 +302,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_f32(
             if ((parts <= 1u)) {
                 float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
                 for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::sampling::for_each_column_then
+                    // built by kernels::abi::for_each_column_then
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {

@@ -300,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
     __shared__ unsigned long long bucket_masses[64];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
-        // built by kernels::sampling::for_each_row_at
+        // built by kernels::abi::for_each_row_at
         unsigned int row = (((flags & 32u) != 0u) ? (listed[slot]) : slot);
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
@@ -2531,14 +2531,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 bool ow_valid = (ow_tok < vocab);
                                 unsigned int ow_at = (ow_valid ? ow_tok : 0u);
                                 if ((threadIdx.x == 0u)) {
-                                    // built by kernels::sampling::write_results
+                                    // built by kernels::abi::write_results
                                     tokens[row] = (ow_valid ? ow_tok : 0u);
                                     if (((flags & 2u) != 0u)) {
                                         status[row] = (ow_valid ? 1u : 0u);
                                     }
                                 }
                                 if (((flags & 1u) != 0u)) {
-                                    // built by kernels::sampling::write_results
+                                    // built by kernels::abi::write_results
                                     const float sk_e35 = sk_bf16(x[(base + ow_at)]);
                                     float ow_v = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
                                     if ((threadIdx.x == 0u)) {
@@ -3270,14 +3270,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 bool ow_valid = (ow_tok < vocab);
                                 unsigned int ow_at = (ow_valid ? ow_tok : 0u);
                                 if ((threadIdx.x == 0u)) {
-                                    // built by kernels::sampling::write_results
+                                    // built by kernels::abi::write_results
                                     tokens[row] = (ow_valid ? ow_tok : 0u);
                                     if (((flags & 2u) != 0u)) {
                                         status[row] = (ow_valid ? 1u : 0u);
                                     }
                                 }
                                 if (((flags & 1u) != 0u)) {
-                                    // built by kernels::sampling::write_results
+                                    // built by kernels::abi::write_results
                                     const float sk_e46 = sk_bf16(x[(base + ow_at)]);
                                     float ow_v = ((((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46) / temp);
                                     if ((threadIdx.x == 0u)) {
@@ -5232,14 +5232,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                 bool valid = (tok < vocab);
                 unsigned int tok_at = (valid ? tok : 0u);
                 if ((threadIdx.x == 0u)) {
-                    // built by kernels::sampling::write_results
+                    // built by kernels::abi::write_results
                     tokens[row] = (valid ? tok : 0u);
                     if (((flags & 2u) != 0u)) {
                         status[row] = (valid ? 1u : 0u);
                     }
                 }
                 if (((flags & 1u) != 0u)) {
-                    // built by kernels::sampling::write_results
+                    // built by kernels::abi::write_results
                     float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                     if ((threadIdx.x == 0u)) {
                         const float sk_e91 = sk_bf16(x[(base + tok_at)]);

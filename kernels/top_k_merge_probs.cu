@@ -269,7 +269,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
     __shared__ unsigned long long bucket_masses[64];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
-        // built by kernels::sampling::for_each_row_at
+        // built by kernels::abi::for_each_row_at
         unsigned int row = (((flags & 32u) != 0u) ? (listed[slot]) : slot);
         unsigned int base = (row * stride);
         unsigned int col_lo = 0u;
@@ -2503,14 +2503,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 bool ow_valid = (ow_tok < vocab);
                                 unsigned int ow_at = (ow_valid ? ow_tok : 0u);
                                 if ((threadIdx.x == 0u)) {
-                                    // built by kernels::sampling::write_results
+                                    // built by kernels::abi::write_results
                                     tokens[row] = (ow_valid ? ow_tok : 0u);
                                     if (((flags & 2u) != 0u)) {
                                         status[row] = (ow_valid ? 1u : 0u);
                                     }
                                 }
                                 if (((flags & 1u) != 0u)) {
-                                    // built by kernels::sampling::write_results
+                                    // built by kernels::abi::write_results
                                     float ow_v_x = x[(base + ow_at)];
                                     float ow_v = (((ow_v_x > (0.0f)) && (ow_v_x < sk_bitcast<float>(2139095040u))) ? ow_v_x : (0.0f));
                                     if ((threadIdx.x == 0u)) {
@@ -3242,14 +3242,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 bool ow_valid = (ow_tok < vocab);
                                 unsigned int ow_at = (ow_valid ? ow_tok : 0u);
                                 if ((threadIdx.x == 0u)) {
-                                    // built by kernels::sampling::write_results
+                                    // built by kernels::abi::write_results
                                     tokens[row] = (ow_valid ? ow_tok : 0u);
                                     if (((flags & 2u) != 0u)) {
                                         status[row] = (ow_valid ? 1u : 0u);
                                     }
                                 }
                                 if (((flags & 1u) != 0u)) {
-                                    // built by kernels::sampling::write_results
+                                    // built by kernels::abi::write_results
                                     float ow_v_x = x[(base + ow_at)];
                                     float ow_v = (((ow_v_x > (0.0f)) && (ow_v_x < sk_bitcast<float>(2139095040u))) ? ow_v_x : (0.0f));
                                     if ((threadIdx.x == 0u)) {
@@ -5185,14 +5185,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 bool valid = (tok < vocab);
                 unsigned int tok_at = (valid ? tok : 0u);
                 if ((threadIdx.x == 0u)) {
-                    // built by kernels::sampling::write_results
+                    // built by kernels::abi::write_results
                     tokens[row] = (valid ? tok : 0u);
                     if (((flags & 2u) != 0u)) {
                         status[row] = (valid ? 1u : 0u);
                     }
                 }
                 if (((flags & 1u) != 0u)) {
-                    // built by kernels::sampling::write_results
+                    // built by kernels::abi::write_results
                     if ((threadIdx.x == 0u)) {
                         const float sk_e53 = x[(base + tok_at)];
                         logprobs[row] = (valid ? ((sk_e53 > (0.0f)) ? sk_log(sk_e53) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));

@@ -28,7 +28,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
     __shared__ unsigned int part_hist[512];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
-        // built by kernels::sampling::for_each_row_part_at
+        // built by kernels::abi::for_each_row_part_at
         unsigned int row_slot = (slot / parts);
         unsigned int part = (slot - (row_slot * parts));
         unsigned int row = (((flags & 32u) != 0u) ? (listed[row_slot]) : row_slot);

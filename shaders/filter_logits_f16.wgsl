@@ -329,7 +329,7 @@ fn sk_seeded_gumbel64(h_in: u32) -> f64 {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
-        // built by kernels::sampling::for_each_row_at
+        // built by kernels::abi::for_each_row_at
         var row: u32 = select(slot, listed[slot], ((params.flags & 32u) != 0u));
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
@@ -1947,14 +1947,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var valid: bool = (tok < params.vocab);
             var tok_at: u32 = select(0u, tok, valid);
             if ((sk_lid == 0u)) {
-                // built by kernels::sampling::write_results
+                // built by kernels::abi::write_results
                 tokens[row] = select(0u, tok, valid);
                 if (((params.flags & 2u) != 0u)) {
                     status[row] = select(0u, 1u, valid);
                 }
             }
             if (((params.flags & 1u) != 0u)) {
-                // built by kernels::sampling::write_results
+                // built by kernels::abi::write_results
                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                 if ((sk_lid == 0u)) {
                     let sk_e44: f32 = sk_load_x((base + tok_at));

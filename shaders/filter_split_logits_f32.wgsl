@@ -325,7 +325,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
     var stage: u32 = ((params.flags >> 8u) & 255u);
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
-        // built by kernels::sampling::for_each_row_part_at
+        // built by kernels::abi::for_each_row_part_at
         var row_slot: u32 = (slot / parts);
         var part: u32 = (slot - (row_slot * parts));
         var row: u32 = select(row_slot, listed[row_slot], ((params.flags & 32u) != 0u));
@@ -2171,14 +2171,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var valid: bool = (tok < params.vocab);
                             var tok_at: u32 = select(0u, tok, valid);
                             if ((sk_lid == 0u)) {
-                                // built by kernels::sampling::write_results
+                                // built by kernels::abi::write_results
                                 tokens[row] = select(0u, tok, valid);
                                 if (((params.flags & 2u) != 0u)) {
                                     status[row] = select(0u, 1u, valid);
                                 }
                             }
                             if (((params.flags & 1u) != 0u)) {
-                                // built by kernels::sampling::write_results
+                                // built by kernels::abi::write_results
                                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                                 if ((sk_lid == 0u)) {
                                     let sk_e57: f32 = x[(base + tok_at)];

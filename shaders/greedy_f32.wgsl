@@ -76,7 +76,7 @@ fn sk_log(x_in: f32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
-        // built by kernels::sampling::for_each_row_part_at
+        // built by kernels::abi::for_each_row_part_at
         var row_slot: u32 = (slot / parts);
         var part: u32 = (slot - (row_slot * parts));
         var row: u32 = row_slot;
@@ -96,35 +96,35 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var s: f32 = (0.0f);
         var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-            // built by kernels::sampling::for_each_column_then
+            // built by kernels::abi::for_each_column_then
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
                     let sk_e0: f32 = x[(base + col)];
                     var sv: f32 = (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp);
                     if ((sv == bitcast<f32>(2139095040u))) {
-                        // built by kernels::sampling::greedy_column
+                        // built by kernels::race::greedy_column
                         top_n = (top_n + 1u);
                         if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                            // built by kernels::sampling::keep_top
+                            // built by kernels::race::keep_top
                             top = (0.0f);
                             top_i = col;
                         }
                     } else {
-                        // built by kernels::sampling::greedy_column
+                        // built by kernels::race::greedy_column
                         if (((sv > best) || (best_i == 4294967295u))) {
-                            // built by kernels::sampling::keep
+                            // built by kernels::race::keep
                             best = sv;
                             best_i = col;
                             best_z = sv;
                         }
                         if (((params.flags & 1u) != 0u)) {
                             if ((sv > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - sv))) + (1.0f));
                                 m = sv;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((sv > bitcast<f32>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
@@ -139,28 +139,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     let sk_e1: f32 = x[(base + col)];
                     var sv: f32 = (select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u)) / temp);
                     if ((sv == bitcast<f32>(2139095040u))) {
-                        // built by kernels::sampling::greedy_column
+                        // built by kernels::race::greedy_column
                         top_n = (top_n + 1u);
                         if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                            // built by kernels::sampling::keep_top
+                            // built by kernels::race::keep_top
                             top = (0.0f);
                             top_i = col;
                         }
                     } else {
-                        // built by kernels::sampling::greedy_column
+                        // built by kernels::race::greedy_column
                         if (((sv > best) || (best_i == 4294967295u))) {
-                            // built by kernels::sampling::keep
+                            // built by kernels::race::keep
                             best = sv;
                             best_i = col;
                             best_z = sv;
                         }
                         if (((params.flags & 1u) != 0u)) {
                             if ((sv > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - sv))) + (1.0f));
                                 m = sv;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((sv > bitcast<f32>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
@@ -175,28 +175,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     let sk_e2: f32 = x[(base + col)];
                     var sv: f32 = (select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)) / temp);
                     if ((sv == bitcast<f32>(2139095040u))) {
-                        // built by kernels::sampling::greedy_column
+                        // built by kernels::race::greedy_column
                         top_n = (top_n + 1u);
                         if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                            // built by kernels::sampling::keep_top
+                            // built by kernels::race::keep_top
                             top = (0.0f);
                             top_i = col;
                         }
                     } else {
-                        // built by kernels::sampling::greedy_column
+                        // built by kernels::race::greedy_column
                         if (((sv > best) || (best_i == 4294967295u))) {
-                            // built by kernels::sampling::keep
+                            // built by kernels::race::keep
                             best = sv;
                             best_i = col;
                             best_z = sv;
                         }
                         if (((params.flags & 1u) != 0u)) {
                             if ((sv > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - sv))) + (1.0f));
                                 m = sv;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((sv > bitcast<f32>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
@@ -211,28 +211,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     let sk_e3: f32 = x[(base + col)];
                     var sv: f32 = (select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u)) / temp);
                     if ((sv == bitcast<f32>(2139095040u))) {
-                        // built by kernels::sampling::greedy_column
+                        // built by kernels::race::greedy_column
                         top_n = (top_n + 1u);
                         if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                            // built by kernels::sampling::keep_top
+                            // built by kernels::race::keep_top
                             top = (0.0f);
                             top_i = col;
                         }
                     } else {
-                        // built by kernels::sampling::greedy_column
+                        // built by kernels::race::greedy_column
                         if (((sv > best) || (best_i == 4294967295u))) {
-                            // built by kernels::sampling::keep
+                            // built by kernels::race::keep
                             best = sv;
                             best_i = col;
                             best_z = sv;
                         }
                         if (((params.flags & 1u) != 0u)) {
                             if ((sv > m)) {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 s = ((s * sk_exp((m - sv))) + (1.0f));
                                 m = sv;
                             } else {
-                                // built by kernels::sampling::online_logsumexp
+                                // built by kernels::softmax::online_logsumexp
                                 if ((sv > bitcast<f32>(4286578688u))) {
                                     s = (s + ((1.0f) * sk_exp((sv - m))));
                                 }
@@ -277,14 +277,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             workgroupBarrier();
         }
         if ((parts <= 1u)) {
-            // built by kernels::sampling::race_row
+            // built by kernels::race::race_row
             if ((tok == 4294967295u)) {
-                // built by kernels::sampling::whole_row_results
+                // built by kernels::race::whole_row_results
                 tok = 0u;
             }
             var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
             if ((tops > 0u)) {
-                // built by kernels::sampling::whole_row_results
+                // built by kernels::race::whole_row_results
                 var top_win: f32 = (0.0f);
                 var top_tok: u32 = 0u;
                 {
@@ -309,14 +309,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 tok = top_tok;
             }
             if ((sk_lid == 0u)) {
-                // built by kernels::sampling::write_results
+                // built by kernels::abi::write_results
                 tokens[row] = select(0u, tok, valid);
                 if (((params.flags & 2u) != 0u)) {
                     status[row] = select(0u, 1u, valid);
                 }
             }
             if (((params.flags & 1u) != 0u)) {
-                // built by kernels::sampling::write_results
+                // built by kernels::abi::write_results
                 var row_max: f32 = (0.0f);
                 {
                     sk_red_f32[sk_lid] = m;
@@ -349,7 +349,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
             }
         } else {
-            // built by kernels::sampling::race_row
+            // built by kernels::race::race_row
             var top_win: f32 = (0.0f);
             var top_tok: u32 = 0u;
             {
@@ -374,7 +374,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var part_m: f32 = bitcast<f32>(4286578688u);
             var part_s: f32 = (0.0f);
             if (((params.flags & 1u) != 0u)) {
-                // built by kernels::sampling::write_part
+                // built by kernels::race::write_part
                 var row_max: f32 = (0.0f);
                 {
                     sk_red_f32[sk_lid] = m;
@@ -405,7 +405,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 part_s = row_sum;
             }
             if ((sk_lid == 0u)) {
-                // built by kernels::sampling::write_part
+                // built by kernels::race::write_part
                 atomicStore(&partials[((slot * 8u) + 0u)], bitcast<u32>(win));
                 atomicStore(&partials[((slot * 8u) + 1u)], tok);
                 atomicStore(&partials[((slot * 8u) + 3u)], bitcast<u32>(top_win));
@@ -415,7 +415,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 atomicStore(&partials[((slot * 8u) + 7u)], bitcast<u32>(part_s));
             }
             if (((best_i == tok) && (tok != 4294967295u))) {
-                // built by kernels::sampling::write_part
+                // built by kernels::race::write_part
                 atomicStore(&partials[((slot * 8u) + 2u)], bitcast<u32>(best_z));
             }
             storageBarrier();
@@ -470,11 +470,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var pm: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 6u)]));
                         var ps: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 7u)]));
                         if ((pm > m)) {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             s = ((s * sk_exp((m - pm))) + ps);
                             m = pm;
                         } else {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             if ((pm > bitcast<f32>(4286578688u))) {
                                 s = (s + (ps * sk_exp((pm - m))));
                             }
@@ -547,14 +547,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
                     if ((sk_lid == 0u)) {
-                        // built by kernels::sampling::write_results
+                        // built by kernels::abi::write_results
                         tokens[row] = select(0u, tok, valid);
                         if (((params.flags & 2u) != 0u)) {
                             status[row] = select(0u, 1u, valid);
                         }
                     }
                     if (((params.flags & 1u) != 0u)) {
-                        // built by kernels::sampling::write_results
+                        // built by kernels::abi::write_results
                         var row_max: f32 = (0.0f);
                         {
                             sk_red_f32[sk_lid] = m;

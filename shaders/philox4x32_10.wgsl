@@ -158,7 +158,7 @@ fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var item: u32 = ((sk_wid.x * BLOCK) + sk_lid); item < params.batch; item = item + (sk_nwg.x * BLOCK)) {
-        // built by kernels::sampling::philox_kernel
+        // built by kernels::philox::philox_kernel
         let sk_e0: u32 = (item * 6u);
         var out: vec4<u32> = sk_philox(vec4<u32>(input[(sk_e0 + 0u)], input[(sk_e0 + 1u)], input[(sk_e0 + 2u)], input[(sk_e0 + 3u)]), input[(sk_e0 + 4u)], input[(sk_e0 + 5u)]);
         output[((item * 4u) + 0u)] = out[0];

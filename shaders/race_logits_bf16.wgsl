@@ -234,7 +234,7 @@ fn sk_gumbel(w_in: u32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
-        // built by kernels::sampling::for_each_row_part_at
+        // built by kernels::abi::for_each_row_part_at
         var row_slot: u32 = (slot / parts);
         var part: u32 = (slot - (row_slot * parts));
         var row: u32 = row_slot;
@@ -260,7 +260,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var up1_i: u32 = 4294967295u;
         var up2: f32 = bitcast<f32>(4286578688u);
         if (noisy) {
-            // built by kernels::sampling::screened_pass
+            // built by kernels::race::screened_pass
             if ((sk_lid == 0u)) {
                 race_key[0u] = rows[((row * 12u) + 8u)];
                 race_key[1u] = rows[((row * 12u) + 9u)];
@@ -273,21 +273,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var qmax: f32 = bitcast<f32>(4286578688u);
                 var x0: f32 = bitcast<f32>(4286578688u);
                 if (((c0 + 0u) < col_hi)) {
-                    // built by kernels::sampling::prune_step
+                    // built by kernels::race::prune_step
                     let sk_e0: f32 = sk_load_x((base + (c0 + 0u)));
                     x0 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
                 }
                 qmax = max(qmax, (x0 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::sampling::prune_step
+                    // built by kernels::race::prune_step
                     var lse_v: f32 = (x0 / temp);
                     if ((lse_v < bitcast<f32>(2139095040u))) {
                         if ((lse_v > m)) {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             s = ((s * sk_exp((m - lse_v))) + (1.0f));
                             m = lse_v;
                         } else {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             if ((lse_v > bitcast<f32>(4286578688u))) {
                                 s = (s + ((1.0f) * sk_exp((lse_v - m))));
                             }
@@ -296,21 +296,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 var x1: f32 = bitcast<f32>(4286578688u);
                 if (((c0 + 1u) < col_hi)) {
-                    // built by kernels::sampling::prune_step
+                    // built by kernels::race::prune_step
                     let sk_e1: f32 = sk_load_x((base + (c0 + 1u)));
                     x1 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
                 }
                 qmax = max(qmax, (x1 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::sampling::prune_step
+                    // built by kernels::race::prune_step
                     var lse_v: f32 = (x1 / temp);
                     if ((lse_v < bitcast<f32>(2139095040u))) {
                         if ((lse_v > m)) {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             s = ((s * sk_exp((m - lse_v))) + (1.0f));
                             m = lse_v;
                         } else {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             if ((lse_v > bitcast<f32>(4286578688u))) {
                                 s = (s + ((1.0f) * sk_exp((lse_v - m))));
                             }
@@ -319,21 +319,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 var x2: f32 = bitcast<f32>(4286578688u);
                 if (((c0 + 2u) < col_hi)) {
-                    // built by kernels::sampling::prune_step
+                    // built by kernels::race::prune_step
                     let sk_e2: f32 = sk_load_x((base + (c0 + 2u)));
                     x2 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
                 }
                 qmax = max(qmax, (x2 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::sampling::prune_step
+                    // built by kernels::race::prune_step
                     var lse_v: f32 = (x2 / temp);
                     if ((lse_v < bitcast<f32>(2139095040u))) {
                         if ((lse_v > m)) {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             s = ((s * sk_exp((m - lse_v))) + (1.0f));
                             m = lse_v;
                         } else {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             if ((lse_v > bitcast<f32>(4286578688u))) {
                                 s = (s + ((1.0f) * sk_exp((lse_v - m))));
                             }
@@ -342,21 +342,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 var x3: f32 = bitcast<f32>(4286578688u);
                 if (((c0 + 3u) < col_hi)) {
-                    // built by kernels::sampling::prune_step
+                    // built by kernels::race::prune_step
                     let sk_e3: f32 = sk_load_x((base + (c0 + 3u)));
                     x3 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
                 }
                 qmax = max(qmax, (x3 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::sampling::prune_step
+                    // built by kernels::race::prune_step
                     var lse_v: f32 = (x3 / temp);
                     if ((lse_v < bitcast<f32>(2139095040u))) {
                         if ((lse_v > m)) {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             s = ((s * sk_exp((m - lse_v))) + (1.0f));
                             m = lse_v;
                         } else {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             if ((lse_v > bitcast<f32>(4286578688u))) {
                                 s = (s + ((1.0f) * sk_exp((lse_v - m))));
                             }
@@ -364,7 +364,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                 }
                 if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-                    // built by kernels::sampling::prune_step
+                    // built by kernels::race::prune_step
                     w = sk_philox(vec4<u32>((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
                     {
                         var za: f32 = (x0 * rcp_t);
@@ -378,16 +378,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var in_range: bool = (abs(za) < (1.7014118e38f));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
                             if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
                                 up1_i = (c0 + 0u);
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
                             }
                             if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                // built by kernels::sampling::screened_column
+                                // built by kernels::race::screened_column
                                 up1 = bitcast<f32>(2139095040u);
                                 up1_i = (c0 + 0u);
                                 up2 = bitcast<f32>(2139095040u);
@@ -406,16 +406,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var in_range: bool = (abs(za) < (1.7014118e38f));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
                             if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
                                 up1_i = (c0 + 1u);
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
                             }
                             if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                // built by kernels::sampling::screened_column
+                                // built by kernels::race::screened_column
                                 up1 = bitcast<f32>(2139095040u);
                                 up1_i = (c0 + 1u);
                                 up2 = bitcast<f32>(2139095040u);
@@ -434,16 +434,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var in_range: bool = (abs(za) < (1.7014118e38f));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
                             if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
                                 up1_i = (c0 + 2u);
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
                             }
                             if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                // built by kernels::sampling::screened_column
+                                // built by kernels::race::screened_column
                                 up1 = bitcast<f32>(2139095040u);
                                 up1_i = (c0 + 2u);
                                 up2 = bitcast<f32>(2139095040u);
@@ -462,16 +462,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var in_range: bool = (abs(za) < (1.7014118e38f));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
                             if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
                                 up1_i = (c0 + 3u);
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
                             }
                             if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                // built by kernels::sampling::screened_column
+                                // built by kernels::race::screened_column
                                 up1 = bitcast<f32>(2139095040u);
                                 up1_i = (c0 + 3u);
                                 up2 = bitcast<f32>(2139095040u);
@@ -495,7 +495,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             lo_best = floor_first;
             for (var cb: u32 = (col_lo + (BLOCK * 4u)); cb < col_hi; cb = cb + (BLOCK * 4u)) {
-                // built by kernels::sampling::prune_step
+                // built by kernels::race::prune_step
                 var c0: u32 = (cb + (sk_lid * 4u));
                 var qmax: f32 = bitcast<f32>(4286578688u);
                 var x0: f32 = bitcast<f32>(4286578688u);
@@ -508,11 +508,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var lse_v: f32 = (x0 / temp);
                     if ((lse_v < bitcast<f32>(2139095040u))) {
                         if ((lse_v > m)) {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             s = ((s * sk_exp((m - lse_v))) + (1.0f));
                             m = lse_v;
                         } else {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             if ((lse_v > bitcast<f32>(4286578688u))) {
                                 s = (s + ((1.0f) * sk_exp((lse_v - m))));
                             }
@@ -529,11 +529,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var lse_v: f32 = (x1 / temp);
                     if ((lse_v < bitcast<f32>(2139095040u))) {
                         if ((lse_v > m)) {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             s = ((s * sk_exp((m - lse_v))) + (1.0f));
                             m = lse_v;
                         } else {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             if ((lse_v > bitcast<f32>(4286578688u))) {
                                 s = (s + ((1.0f) * sk_exp((lse_v - m))));
                             }
@@ -550,11 +550,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var lse_v: f32 = (x2 / temp);
                     if ((lse_v < bitcast<f32>(2139095040u))) {
                         if ((lse_v > m)) {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             s = ((s * sk_exp((m - lse_v))) + (1.0f));
                             m = lse_v;
                         } else {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             if ((lse_v > bitcast<f32>(4286578688u))) {
                                 s = (s + ((1.0f) * sk_exp((lse_v - m))));
                             }
@@ -571,11 +571,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var lse_v: f32 = (x3 / temp);
                     if ((lse_v < bitcast<f32>(2139095040u))) {
                         if ((lse_v > m)) {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             s = ((s * sk_exp((m - lse_v))) + (1.0f));
                             m = lse_v;
                         } else {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             if ((lse_v > bitcast<f32>(4286578688u))) {
                                 s = (s + ((1.0f) * sk_exp((lse_v - m))));
                             }
@@ -596,16 +596,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var in_range: bool = (abs(za) < (1.7014118e38f));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
                             if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
                                 up1_i = (c0 + 0u);
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
                             }
                             if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                // built by kernels::sampling::screened_column
+                                // built by kernels::race::screened_column
                                 up1 = bitcast<f32>(2139095040u);
                                 up1_i = (c0 + 0u);
                                 up2 = bitcast<f32>(2139095040u);
@@ -624,16 +624,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var in_range: bool = (abs(za) < (1.7014118e38f));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
                             if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
                                 up1_i = (c0 + 1u);
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
                             }
                             if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                // built by kernels::sampling::screened_column
+                                // built by kernels::race::screened_column
                                 up1 = bitcast<f32>(2139095040u);
                                 up1_i = (c0 + 1u);
                                 up2 = bitcast<f32>(2139095040u);
@@ -652,16 +652,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var in_range: bool = (abs(za) < (1.7014118e38f));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
                             if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
                                 up1_i = (c0 + 2u);
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
                             }
                             if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                // built by kernels::sampling::screened_column
+                                // built by kernels::race::screened_column
                                 up1 = bitcast<f32>(2139095040u);
                                 up1_i = (c0 + 2u);
                                 up2 = bitcast<f32>(2139095040u);
@@ -680,16 +680,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var in_range: bool = (abs(za) < (1.7014118e38f));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
                             if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
                                 up1_i = (c0 + 3u);
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
                             }
                             if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                // built by kernels::sampling::screened_column
+                                // built by kernels::race::screened_column
                                 up1 = bitcast<f32>(2139095040u);
                                 up1_i = (c0 + 3u);
                                 up2 = bitcast<f32>(2139095040u);
@@ -728,7 +728,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 top_i = 4294967295u;
                 top_n = 0u;
                 for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    // built by kernels::sampling::for_each_column_then
+                    // built by kernels::abi::for_each_column_then
                     {
                         var col: u32 = (c0 + 0u);
                         if ((col < col_hi)) {
@@ -736,7 +736,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var xv: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
                             let sk_e13: f32 = (xv * rcp_t);
                             if (((sk_e13 > bitcast<f32>(4286578688u)) && ((((sk_e13 + (abs(sk_e13) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e13 >= (1.7014118e38f))))) {
-                                // built by kernels::sampling::screened_pass
+                                // built by kernels::race::screened_pass
                                 let sk_e15: u32 = (row * 12u);
                                 let sk_e14: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e15 + 10u)], rows[(sk_e15 + 11u)]), rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)]);
                                 let sk_e16: u32 = (col & 3u);
@@ -745,13 +745,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 if ((sv == bitcast<f32>(2139095040u))) {
                                     top_n = (top_n + 1u);
                                     if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep_top
+                                        // built by kernels::race::keep_top
                                         top = sk_gumbel(wj);
                                         top_i = col;
                                     }
                                 } else {
                                     if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep
+                                        // built by kernels::race::keep
                                         best = (sv + sk_gumbel(wj));
                                         best_i = col;
                                         best_z = sv;
@@ -767,7 +767,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var xv: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
                             let sk_e18: f32 = (xv * rcp_t);
                             if (((sk_e18 > bitcast<f32>(4286578688u)) && ((((sk_e18 + (abs(sk_e18) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e18 >= (1.7014118e38f))))) {
-                                // built by kernels::sampling::screened_pass
+                                // built by kernels::race::screened_pass
                                 let sk_e20: u32 = (row * 12u);
                                 let sk_e19: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e20 + 10u)], rows[(sk_e20 + 11u)]), rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)]);
                                 let sk_e21: u32 = (col & 3u);
@@ -776,13 +776,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 if ((sv == bitcast<f32>(2139095040u))) {
                                     top_n = (top_n + 1u);
                                     if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep_top
+                                        // built by kernels::race::keep_top
                                         top = sk_gumbel(wj);
                                         top_i = col;
                                     }
                                 } else {
                                     if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep
+                                        // built by kernels::race::keep
                                         best = (sv + sk_gumbel(wj));
                                         best_i = col;
                                         best_z = sv;
@@ -798,7 +798,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var xv: f32 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
                             let sk_e23: f32 = (xv * rcp_t);
                             if (((sk_e23 > bitcast<f32>(4286578688u)) && ((((sk_e23 + (abs(sk_e23) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e23 >= (1.7014118e38f))))) {
-                                // built by kernels::sampling::screened_pass
+                                // built by kernels::race::screened_pass
                                 let sk_e25: u32 = (row * 12u);
                                 let sk_e24: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e25 + 10u)], rows[(sk_e25 + 11u)]), rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)]);
                                 let sk_e26: u32 = (col & 3u);
@@ -807,13 +807,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 if ((sv == bitcast<f32>(2139095040u))) {
                                     top_n = (top_n + 1u);
                                     if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep_top
+                                        // built by kernels::race::keep_top
                                         top = sk_gumbel(wj);
                                         top_i = col;
                                     }
                                 } else {
                                     if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep
+                                        // built by kernels::race::keep
                                         best = (sv + sk_gumbel(wj));
                                         best_i = col;
                                         best_z = sv;
@@ -829,7 +829,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var xv: f32 = select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u));
                             let sk_e28: f32 = (xv * rcp_t);
                             if (((sk_e28 > bitcast<f32>(4286578688u)) && ((((sk_e28 + (abs(sk_e28) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e28 >= (1.7014118e38f))))) {
-                                // built by kernels::sampling::screened_pass
+                                // built by kernels::race::screened_pass
                                 let sk_e30: u32 = (row * 12u);
                                 let sk_e29: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e30 + 10u)], rows[(sk_e30 + 11u)]), rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)]);
                                 let sk_e31: u32 = (col & 3u);
@@ -838,13 +838,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 if ((sv == bitcast<f32>(2139095040u))) {
                                     top_n = (top_n + 1u);
                                     if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep_top
+                                        // built by kernels::race::keep_top
                                         top = sk_gumbel(wj);
                                         top_i = col;
                                     }
                                 } else {
                                     if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::sampling::keep
+                                        // built by kernels::race::keep
                                         best = (sv + sk_gumbel(wj));
                                         best_i = col;
                                         best_z = sv;
@@ -856,37 +856,37 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
             }
         } else {
-            // built by kernels::sampling::race_row
+            // built by kernels::race::race_row
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                // built by kernels::sampling::for_each_column_then
+                // built by kernels::abi::for_each_column_then
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
                         let sk_e32: f32 = sk_load_x((base + col));
                         var sv: f32 = (select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
-                            // built by kernels::sampling::greedy_column
+                            // built by kernels::race::greedy_column
                             top_n = (top_n + 1u);
                             if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                                // built by kernels::sampling::keep_top
+                                // built by kernels::race::keep_top
                                 top = (0.0f);
                                 top_i = col;
                             }
                         } else {
-                            // built by kernels::sampling::greedy_column
+                            // built by kernels::race::greedy_column
                             if (((sv > best) || (best_i == 4294967295u))) {
-                                // built by kernels::sampling::keep
+                                // built by kernels::race::keep
                                 best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
                             if (((params.flags & 1u) != 0u)) {
                                 if ((sv > m)) {
-                                    // built by kernels::sampling::online_logsumexp
+                                    // built by kernels::softmax::online_logsumexp
                                     s = ((s * sk_exp((m - sv))) + (1.0f));
                                     m = sv;
                                 } else {
-                                    // built by kernels::sampling::online_logsumexp
+                                    // built by kernels::softmax::online_logsumexp
                                     if ((sv > bitcast<f32>(4286578688u))) {
                                         s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
@@ -901,28 +901,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e33: f32 = sk_load_x((base + col));
                         var sv: f32 = (select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
-                            // built by kernels::sampling::greedy_column
+                            // built by kernels::race::greedy_column
                             top_n = (top_n + 1u);
                             if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                                // built by kernels::sampling::keep_top
+                                // built by kernels::race::keep_top
                                 top = (0.0f);
                                 top_i = col;
                             }
                         } else {
-                            // built by kernels::sampling::greedy_column
+                            // built by kernels::race::greedy_column
                             if (((sv > best) || (best_i == 4294967295u))) {
-                                // built by kernels::sampling::keep
+                                // built by kernels::race::keep
                                 best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
                             if (((params.flags & 1u) != 0u)) {
                                 if ((sv > m)) {
-                                    // built by kernels::sampling::online_logsumexp
+                                    // built by kernels::softmax::online_logsumexp
                                     s = ((s * sk_exp((m - sv))) + (1.0f));
                                     m = sv;
                                 } else {
-                                    // built by kernels::sampling::online_logsumexp
+                                    // built by kernels::softmax::online_logsumexp
                                     if ((sv > bitcast<f32>(4286578688u))) {
                                         s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
@@ -937,28 +937,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e34: f32 = sk_load_x((base + col));
                         var sv: f32 = (select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
-                            // built by kernels::sampling::greedy_column
+                            // built by kernels::race::greedy_column
                             top_n = (top_n + 1u);
                             if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                                // built by kernels::sampling::keep_top
+                                // built by kernels::race::keep_top
                                 top = (0.0f);
                                 top_i = col;
                             }
                         } else {
-                            // built by kernels::sampling::greedy_column
+                            // built by kernels::race::greedy_column
                             if (((sv > best) || (best_i == 4294967295u))) {
-                                // built by kernels::sampling::keep
+                                // built by kernels::race::keep
                                 best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
                             if (((params.flags & 1u) != 0u)) {
                                 if ((sv > m)) {
-                                    // built by kernels::sampling::online_logsumexp
+                                    // built by kernels::softmax::online_logsumexp
                                     s = ((s * sk_exp((m - sv))) + (1.0f));
                                     m = sv;
                                 } else {
-                                    // built by kernels::sampling::online_logsumexp
+                                    // built by kernels::softmax::online_logsumexp
                                     if ((sv > bitcast<f32>(4286578688u))) {
                                         s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
@@ -973,28 +973,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e35: f32 = sk_load_x((base + col));
                         var sv: f32 = (select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
-                            // built by kernels::sampling::greedy_column
+                            // built by kernels::race::greedy_column
                             top_n = (top_n + 1u);
                             if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                                // built by kernels::sampling::keep_top
+                                // built by kernels::race::keep_top
                                 top = (0.0f);
                                 top_i = col;
                             }
                         } else {
-                            // built by kernels::sampling::greedy_column
+                            // built by kernels::race::greedy_column
                             if (((sv > best) || (best_i == 4294967295u))) {
-                                // built by kernels::sampling::keep
+                                // built by kernels::race::keep
                                 best = sv;
                                 best_i = col;
                                 best_z = sv;
                             }
                             if (((params.flags & 1u) != 0u)) {
                                 if ((sv > m)) {
-                                    // built by kernels::sampling::online_logsumexp
+                                    // built by kernels::softmax::online_logsumexp
                                     s = ((s * sk_exp((m - sv))) + (1.0f));
                                     m = sv;
                                 } else {
-                                    // built by kernels::sampling::online_logsumexp
+                                    // built by kernels::softmax::online_logsumexp
                                     if ((sv > bitcast<f32>(4286578688u))) {
                                         s = (s + ((1.0f) * sk_exp((sv - m))));
                                     }
@@ -1040,14 +1040,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             workgroupBarrier();
         }
         if ((parts <= 1u)) {
-            // built by kernels::sampling::race_row
+            // built by kernels::race::race_row
             if ((tok == 4294967295u)) {
-                // built by kernels::sampling::whole_row_results
+                // built by kernels::race::whole_row_results
                 tok = 0u;
             }
             var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
             if ((tops > 0u)) {
-                // built by kernels::sampling::whole_row_results
+                // built by kernels::race::whole_row_results
                 var top_win: f32 = (0.0f);
                 var top_tok: u32 = 0u;
                 {
@@ -1072,14 +1072,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 tok = top_tok;
             }
             if ((sk_lid == 0u)) {
-                // built by kernels::sampling::write_results
+                // built by kernels::abi::write_results
                 tokens[row] = select(0u, tok, valid);
                 if (((params.flags & 2u) != 0u)) {
                     status[row] = select(0u, 1u, valid);
                 }
             }
             if (((params.flags & 1u) != 0u)) {
-                // built by kernels::sampling::write_results
+                // built by kernels::abi::write_results
                 var row_max: f32 = (0.0f);
                 {
                     sk_red_f32[sk_lid] = m;
@@ -1112,7 +1112,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
             }
         } else {
-            // built by kernels::sampling::race_row
+            // built by kernels::race::race_row
             var top_win: f32 = (0.0f);
             var top_tok: u32 = 0u;
             {
@@ -1137,7 +1137,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var part_m: f32 = bitcast<f32>(4286578688u);
             var part_s: f32 = (0.0f);
             if (((params.flags & 1u) != 0u)) {
-                // built by kernels::sampling::write_part
+                // built by kernels::race::write_part
                 var row_max: f32 = (0.0f);
                 {
                     sk_red_f32[sk_lid] = m;
@@ -1168,7 +1168,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 part_s = row_sum;
             }
             if ((sk_lid == 0u)) {
-                // built by kernels::sampling::write_part
+                // built by kernels::race::write_part
                 atomicStore(&partials[((slot * 8u) + 0u)], bitcast<u32>(win));
                 atomicStore(&partials[((slot * 8u) + 1u)], tok);
                 atomicStore(&partials[((slot * 8u) + 3u)], bitcast<u32>(top_win));
@@ -1178,7 +1178,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 atomicStore(&partials[((slot * 8u) + 7u)], bitcast<u32>(part_s));
             }
             if (((best_i == tok) && (tok != 4294967295u))) {
-                // built by kernels::sampling::write_part
+                // built by kernels::race::write_part
                 atomicStore(&partials[((slot * 8u) + 2u)], bitcast<u32>(best_z));
             }
             storageBarrier();
@@ -1233,11 +1233,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var pm: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 6u)]));
                         var ps: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 7u)]));
                         if ((pm > m)) {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             s = ((s * sk_exp((m - pm))) + ps);
                             m = pm;
                         } else {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             if ((pm > bitcast<f32>(4286578688u))) {
                                 s = (s + (ps * sk_exp((pm - m))));
                             }
@@ -1310,14 +1310,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
                     if ((sk_lid == 0u)) {
-                        // built by kernels::sampling::write_results
+                        // built by kernels::abi::write_results
                         tokens[row] = select(0u, tok, valid);
                         if (((params.flags & 2u) != 0u)) {
                             status[row] = select(0u, 1u, valid);
                         }
                     }
                     if (((params.flags & 1u) != 0u)) {
-                        // built by kernels::sampling::write_results
+                        // built by kernels::abi::write_results
                         var row_max: f32 = (0.0f);
                         {
                             sk_red_f32[sk_lid] = m;

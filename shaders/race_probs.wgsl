@@ -223,7 +223,7 @@ fn sk_exponential(w_in: u32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
-        // built by kernels::sampling::for_each_row_part_at
+        // built by kernels::abi::for_each_row_part_at
         var row_slot: u32 = (slot / parts);
         var part: u32 = (slot - (row_slot * parts));
         var row: u32 = row_slot;
@@ -244,9 +244,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var s: f32 = (0.0f);
         var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-            // built by kernels::sampling::for_each_column_then
+            // built by kernels::abi::for_each_column_then
             if (noisy) {
-                // built by kernels::sampling::probs_pass
+                // built by kernels::race::probs_pass
                 let sk_e0: u32 = (row * 12u);
                 w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e0 + 10u)], rows[(sk_e0 + 11u)]), rows[(sk_e0 + 8u)], rows[(sk_e0 + 9u)]);
             }
@@ -257,16 +257,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var xv: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
                     var score: f32 = xv;
                     if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                        // built by kernels::sampling::probs_pass
+                        // built by kernels::race::probs_pass
                         if (noisy) {
                             score = (xv / sk_exponential(w[0]));
                         }
                     } else {
-                        // built by kernels::sampling::probs_pass
+                        // built by kernels::race::probs_pass
                         score = bitcast<f32>(4286578688u);
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
-                        // built by kernels::sampling::keep
+                        // built by kernels::race::keep
                         best = score;
                         best_i = col;
                         best_z = xv;
@@ -280,16 +280,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var xv: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
                     var score: f32 = xv;
                     if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                        // built by kernels::sampling::probs_pass
+                        // built by kernels::race::probs_pass
                         if (noisy) {
                             score = (xv / sk_exponential(w[1]));
                         }
                     } else {
-                        // built by kernels::sampling::probs_pass
+                        // built by kernels::race::probs_pass
                         score = bitcast<f32>(4286578688u);
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
-                        // built by kernels::sampling::keep
+                        // built by kernels::race::keep
                         best = score;
                         best_i = col;
                         best_z = xv;
@@ -303,16 +303,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var xv: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
                     var score: f32 = xv;
                     if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                        // built by kernels::sampling::probs_pass
+                        // built by kernels::race::probs_pass
                         if (noisy) {
                             score = (xv / sk_exponential(w[2]));
                         }
                     } else {
-                        // built by kernels::sampling::probs_pass
+                        // built by kernels::race::probs_pass
                         score = bitcast<f32>(4286578688u);
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
-                        // built by kernels::sampling::keep
+                        // built by kernels::race::keep
                         best = score;
                         best_i = col;
                         best_z = xv;
@@ -326,16 +326,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var xv: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
                     var score: f32 = xv;
                     if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
-                        // built by kernels::sampling::probs_pass
+                        // built by kernels::race::probs_pass
                         if (noisy) {
                             score = (xv / sk_exponential(w[3]));
                         }
                     } else {
-                        // built by kernels::sampling::probs_pass
+                        // built by kernels::race::probs_pass
                         score = bitcast<f32>(4286578688u);
                     }
                     if (((score > best) || (best_i == 4294967295u))) {
-                        // built by kernels::sampling::keep
+                        // built by kernels::race::keep
                         best = score;
                         best_i = col;
                         best_z = xv;
@@ -365,21 +365,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             workgroupBarrier();
         }
         if ((parts <= 1u)) {
-            // built by kernels::sampling::race_row
+            // built by kernels::race::race_row
             if ((tok == 4294967295u)) {
-                // built by kernels::sampling::whole_row_results
+                // built by kernels::race::whole_row_results
                 tok = 0u;
             }
             var valid: bool = (win > (0.0f));
             if ((sk_lid == 0u)) {
-                // built by kernels::sampling::write_results
+                // built by kernels::abi::write_results
                 tokens[row] = select(0u, tok, valid);
                 if (((params.flags & 2u) != 0u)) {
                     status[row] = select(0u, 1u, valid);
                 }
             }
             if (((params.flags & 1u) != 0u)) {
-                // built by kernels::sampling::write_results
+                // built by kernels::abi::write_results
                 let sk_e5: f32 = x[(base + tok)];
                 var pt: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
                 if ((sk_lid == 0u)) {
@@ -387,11 +387,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
             }
         } else {
-            // built by kernels::sampling::race_row
+            // built by kernels::race::race_row
             var part_m: f32 = bitcast<f32>(4286578688u);
             var part_s: f32 = (0.0f);
             if ((sk_lid == 0u)) {
-                // built by kernels::sampling::write_part
+                // built by kernels::race::write_part
                 atomicStore(&partials[((slot * 8u) + 0u)], bitcast<u32>(win));
                 atomicStore(&partials[((slot * 8u) + 1u)], tok);
                 atomicStore(&partials[((slot * 8u) + 3u)], bitcast<u32>(bitcast<f32>(4286578688u)));
@@ -401,7 +401,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 atomicStore(&partials[((slot * 8u) + 7u)], bitcast<u32>(part_s));
             }
             if (((best_i == tok) && (tok != 4294967295u))) {
-                // built by kernels::sampling::write_part
+                // built by kernels::race::write_part
                 atomicStore(&partials[((slot * 8u) + 2u)], bitcast<u32>(best_z));
             }
             storageBarrier();
@@ -456,11 +456,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var pm: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 6u)]));
                         var ps: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 7u)]));
                         if ((pm > m)) {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             s = ((s * sk_exp((m - pm))) + ps);
                             m = pm;
                         } else {
-                            // built by kernels::sampling::online_logsumexp
+                            // built by kernels::softmax::online_logsumexp
                             if ((pm > bitcast<f32>(4286578688u))) {
                                 s = (s + (ps * sk_exp((pm - m))));
                             }
@@ -533,14 +533,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var valid: bool = (win > (0.0f));
                     if ((sk_lid == 0u)) {
-                        // built by kernels::sampling::write_results
+                        // built by kernels::abi::write_results
                         tokens[row] = select(0u, tok, valid);
                         if (((params.flags & 2u) != 0u)) {
                             status[row] = select(0u, 1u, valid);
                         }
                     }
                     if (((params.flags & 1u) != 0u)) {
-                        // built by kernels::sampling::write_results
+                        // built by kernels::abi::write_results
                         if ((sk_lid == 0u)) {
                             logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(z), (z > (0.0f))), valid);
                         }

@@ -22,14 +22,14 @@ var<workgroup> sk_red_f32: array<f32, BLOCK>;
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
-        // built by kernels::sampling::for_each_row_at
+        // built by kernels::abi::for_each_row_at
         var row: u32 = slot;
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
         var col_hi: u32 = params.vocab;
         var s: f32 = (0.0f);
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-            // built by kernels::sampling::for_each_column_then
+            // built by kernels::abi::for_each_column_then
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {

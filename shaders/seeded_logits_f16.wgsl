@@ -162,7 +162,7 @@ fn sk_seeded_gumbel32(h_in: u32) -> f32 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
-        // built by kernels::sampling::for_each_row_part_at
+        // built by kernels::abi::for_each_row_part_at
         var row_slot: u32 = (slot / parts);
         var part: u32 = (slot - (row_slot * parts));
         var row: u32 = select(row_slot, listed[row_slot], ((params.flags & 32u) != 0u));
@@ -200,7 +200,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var s: f32 = (0.0f);
             var comp: f32 = (0.0f);
             if (((col_lo + (sk_lid * 4u)) < col_hi)) {
-                // built by kernels::sampling::for_each_column_then
+                // built by kernels::abi::for_each_column_then
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
                     if ((col < col_hi)) {
@@ -217,17 +217,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
                             if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
                                 up1_i = col;
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
                             }
                         }
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             var r: f32 = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -256,17 +256,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
                             if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
                                 up1_i = col;
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
                             }
                         }
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             var r: f32 = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -295,17 +295,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
                             if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
                                 up1_i = col;
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
                             }
                         }
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             var r: f32 = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -334,17 +334,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
                             if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
                                 up1_i = col;
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
                             }
                         }
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             var r: f32 = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -373,7 +373,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             lo_best = floor_first;
             for (var c0: u32 = ((col_lo + (sk_lid * 4u)) + (BLOCK * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                // built by kernels::sampling::for_each_column_then
+                // built by kernels::abi::for_each_column_then
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
@@ -390,17 +390,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
                             if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
                                 up1_i = col;
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
                             }
                         }
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             var r: f32 = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -429,17 +429,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
                             if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
                                 up1_i = col;
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
                             }
                         }
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             var r: f32 = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -468,17 +468,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
                             if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
                                 up1_i = col;
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
                             }
                         }
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             var r: f32 = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -507,17 +507,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
                             if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
                                 up1_i = col;
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
                             }
                         }
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             var r: f32 = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -656,7 +656,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var pm: f32 = bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 0u)]));
                             var ps: f32 = bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 1u)]));
                             if ((pm > m)) {
-                                // built by kernels::sampling::softmax_merge
+                                // built by kernels::softmax::softmax_merge
                                 var r: f32 = sk_exp((m - pm));
                                 s = (s * r);
                                 m = pm;
@@ -665,12 +665,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             s = (s + select(select((ps * ex), ps, (pm == m)), (0.0f), (pm == bitcast<f32>(4286578688u))));
                             lo_best = max(lo_best, bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 2u)])));
                             if ((bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)])) > up1)) {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = up1;
                                 up1 = bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)]));
                                 up1_i = atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 4u)]);
                             } else {
-                                // built by kernels::sampling::bound
+                                // built by kernels::race::bound
                                 up2 = max(up2, bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)])));
                             }
                             up2 = max(up2, bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 5u)])));
@@ -755,7 +755,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if (rescan) {
                     // built by kernels::seeded::seeded_logits_finish
                     for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                        // built by kernels::sampling::for_each_column_then
+                        // built by kernels::abi::for_each_column_then
                         {
                             var col: u32 = (c0 + 0u);
                             if ((col < col_hi)) {
@@ -950,14 +950,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
                 if ((sk_lid == 0u)) {
-                    // built by kernels::sampling::write_results
+                    // built by kernels::abi::write_results
                     tokens[row] = select(0u, tok, valid);
                     if (((params.flags & 2u) != 0u)) {
                         status[row] = select(0u, 1u, valid);
                     }
                 }
                 if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::sampling::write_results
+                    // built by kernels::abi::write_results
                     let sk_e41: f32 = sk_load_x((base + tok));
                     let sk_e40: f32 = (select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u)) / temp);
                     var p: f32 = (select(select(sk_exp((sk_e40 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e40 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);

@@ -128,7 +128,7 @@ fn sk_seeded_gumbel32(h_in: u32) -> f32 {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
-        // built by kernels::sampling::for_each_row_at
+        // built by kernels::abi::for_each_row_at
         var row: u32 = slot;
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
@@ -139,7 +139,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var best32: f32 = bitcast<f32>(4286578688u);
         var best32_i: u32 = 4294967295u;
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-            // built by kernels::sampling::for_each_column_then
+            // built by kernels::abi::for_each_column_then
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
@@ -270,7 +270,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var best: f64 = bitcast<f64>(18442240474082181120lu);
         var best_i: u32 = 4294967295u;
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-            // built by kernels::sampling::for_each_column_then
+            // built by kernels::abi::for_each_column_then
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
@@ -431,14 +431,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         }
         var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
         if ((sk_lid == 0u)) {
-            // built by kernels::sampling::write_results
+            // built by kernels::abi::write_results
             tokens[row] = select(0u, tok, valid);
             if (((params.flags & 2u) != 0u)) {
                 status[row] = select(0u, 1u, valid);
             }
         }
         if (((params.flags & 1u) != 0u)) {
-            // built by kernels::sampling::write_results
+            // built by kernels::abi::write_results
             if ((sk_lid == 0u)) {
                 let sk_e54: f32 = lp[(base + tok)];
                 let sk_e53: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e54), ((sk_e54 > (0.0f)) && (sk_e54 <= (3.4028235e38f)))));

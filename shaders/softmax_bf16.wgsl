@@ -54,7 +54,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
     var stage: u32 = ((params.flags >> 8u) & 255u);
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < (params.batch * parts); slot = slot + sk_nwg.x) {
-        // built by kernels::sampling::for_each_row_part_at
+        // built by kernels::abi::for_each_row_part_at
         var row_slot: u32 = (slot / parts);
         var part: u32 = (slot - (row_slot * parts));
         var row: u32 = row_slot;
@@ -66,14 +66,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var noisy: bool = (t_raw >= (1e-6f));
         var temp: f32 = select((1.0f), t_raw, noisy);
         if (((parts > 1u) && (stage > 0u))) {
-            // built by kernels::sampling::softmax_kernel
+            // built by kernels::softmax::softmax_kernel
             var m: f32 = bitcast<f32>(4286578688u);
             var s: f32 = (0.0f);
             for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                 var pm: f32 = bitcast<f32>(partials[((((row_slot * parts) + p) * 2u) + 0u)]);
                 var ps: f32 = bitcast<f32>(partials[((((row_slot * parts) + p) * 2u) + 1u)]);
                 if ((pm > m)) {
-                    // built by kernels::sampling::softmax_merge
+                    // built by kernels::softmax::softmax_merge
                     var r: f32 = sk_exp((m - pm));
                     s = (s * r);
                     m = pm;
@@ -109,7 +109,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                // built by kernels::sampling::for_each_column_then
+                // built by kernels::abi::for_each_column_then
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
@@ -148,19 +148,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
             }
         } else {
-            // built by kernels::sampling::softmax_kernel
+            // built by kernels::softmax::softmax_kernel
             var m: f32 = bitcast<f32>(4286578688u);
             var s: f32 = (0.0f);
             var comp: f32 = (0.0f);
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                // built by kernels::sampling::for_each_column_then
+                // built by kernels::abi::for_each_column_then
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
                         let sk_e12: f32 = sk_load_x((base + col));
                         var z: f32 = (select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)) / temp);
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             var r: f32 = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -179,7 +179,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e13: f32 = sk_load_x((base + col));
                         var z: f32 = (select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)) / temp);
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             var r: f32 = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -198,7 +198,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e14: f32 = sk_load_x((base + col));
                         var z: f32 = (select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)) / temp);
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             var r: f32 = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -217,7 +217,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e15: f32 = sk_load_x((base + col));
                         var z: f32 = (select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u)) / temp);
                         if ((z > m)) {
-                            // built by kernels::sampling::softmax_merge
+                            // built by kernels::softmax::softmax_merge
                             var r: f32 = sk_exp((m - z));
                             s = (s * r);
                             comp = (comp * r);
@@ -261,7 +261,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if ((parts <= 1u)) {
                 var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
                 for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    // built by kernels::sampling::for_each_column_then
+                    // built by kernels::abi::for_each_column_then
                     {
                         var col: u32 = (c0 + 0u);
                         if ((col < col_hi)) {

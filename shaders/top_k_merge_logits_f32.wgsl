@@ -328,7 +328,7 @@ fn sk_seeded_gumbel64(h_in: u32) -> f64 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
-        // built by kernels::sampling::for_each_row_at
+        // built by kernels::abi::for_each_row_at
         var row: u32 = select(slot, listed[slot], ((params.flags & 32u) != 0u));
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
@@ -2460,14 +2460,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var ow_valid: bool = (ow_tok < params.vocab);
                                 var ow_at: u32 = select(0u, ow_tok, ow_valid);
                                 if ((sk_lid == 0u)) {
-                                    // built by kernels::sampling::write_results
+                                    // built by kernels::abi::write_results
                                     tokens[row] = select(0u, ow_tok, ow_valid);
                                     if (((params.flags & 2u) != 0u)) {
                                         status[row] = select(0u, 1u, ow_valid);
                                     }
                                 }
                                 if (((params.flags & 1u) != 0u)) {
-                                    // built by kernels::sampling::write_results
+                                    // built by kernels::abi::write_results
                                     let sk_e35: f32 = x[(base + ow_at)];
                                     var ow_v: f32 = (select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp);
                                     if ((sk_lid == 0u)) {
@@ -3079,14 +3079,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var ow_valid: bool = (ow_tok < params.vocab);
                                 var ow_at: u32 = select(0u, ow_tok, ow_valid);
                                 if ((sk_lid == 0u)) {
-                                    // built by kernels::sampling::write_results
+                                    // built by kernels::abi::write_results
                                     tokens[row] = select(0u, ow_tok, ow_valid);
                                     if (((params.flags & 2u) != 0u)) {
                                         status[row] = select(0u, 1u, ow_valid);
                                     }
                                 }
                                 if (((params.flags & 1u) != 0u)) {
-                                    // built by kernels::sampling::write_results
+                                    // built by kernels::abi::write_results
                                     let sk_e46: f32 = x[(base + ow_at)];
                                     var ow_v: f32 = (select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u)) / temp);
                                     if ((sk_lid == 0u)) {
@@ -4704,14 +4704,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var valid: bool = (tok < params.vocab);
                 var tok_at: u32 = select(0u, tok, valid);
                 if ((sk_lid == 0u)) {
-                    // built by kernels::sampling::write_results
+                    // built by kernels::abi::write_results
                     tokens[row] = select(0u, tok, valid);
                     if (((params.flags & 2u) != 0u)) {
                         status[row] = select(0u, 1u, valid);
                     }
                 }
                 if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::sampling::write_results
+                    // built by kernels::abi::write_results
                     var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                     if ((sk_lid == 0u)) {
                         let sk_e91: f32 = x[(base + tok_at)];

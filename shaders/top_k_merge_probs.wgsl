@@ -299,7 +299,7 @@ fn sk_seeded_gumbel64(h_in: u32) -> f64 {
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
     var parts: u32 = max((params.flags >> 16u), 1u);
     for (var slot: u32 = sk_wid.x; slot < params.batch; slot = slot + sk_nwg.x) {
-        // built by kernels::sampling::for_each_row_at
+        // built by kernels::abi::for_each_row_at
         var row: u32 = select(slot, listed[slot], ((params.flags & 32u) != 0u));
         var base: u32 = (row * params.stride);
         var col_lo: u32 = 0u;
@@ -2434,14 +2434,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var ow_valid: bool = (ow_tok < params.vocab);
                                 var ow_at: u32 = select(0u, ow_tok, ow_valid);
                                 if ((sk_lid == 0u)) {
-                                    // built by kernels::sampling::write_results
+                                    // built by kernels::abi::write_results
                                     tokens[row] = select(0u, ow_tok, ow_valid);
                                     if (((params.flags & 2u) != 0u)) {
                                         status[row] = select(0u, 1u, ow_valid);
                                     }
                                 }
                                 if (((params.flags & 1u) != 0u)) {
-                                    // built by kernels::sampling::write_results
+                                    // built by kernels::abi::write_results
                                     var ow_v_x: f32 = x[(base + ow_at)];
                                     var ow_v: f32 = select((0.0f), ow_v_x, ((ow_v_x > (0.0f)) && (ow_v_x < bitcast<f32>(2139095040u))));
                                     if ((sk_lid == 0u)) {
@@ -3053,14 +3053,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var ow_valid: bool = (ow_tok < params.vocab);
                                 var ow_at: u32 = select(0u, ow_tok, ow_valid);
                                 if ((sk_lid == 0u)) {
-                                    // built by kernels::sampling::write_results
+                                    // built by kernels::abi::write_results
                                     tokens[row] = select(0u, ow_tok, ow_valid);
                                     if (((params.flags & 2u) != 0u)) {
                                         status[row] = select(0u, 1u, ow_valid);
                                     }
                                 }
                                 if (((params.flags & 1u) != 0u)) {
-                                    // built by kernels::sampling::write_results
+                                    // built by kernels::abi::write_results
                                     var ow_v_x: f32 = x[(base + ow_at)];
                                     var ow_v: f32 = select((0.0f), ow_v_x, ((ow_v_x > (0.0f)) && (ow_v_x < bitcast<f32>(2139095040u))));
                                     if ((sk_lid == 0u)) {
@@ -4659,14 +4659,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var valid: bool = (tok < params.vocab);
                 var tok_at: u32 = select(0u, tok, valid);
                 if ((sk_lid == 0u)) {
-                    // built by kernels::sampling::write_results
+                    // built by kernels::abi::write_results
                     tokens[row] = select(0u, tok, valid);
                     if (((params.flags & 2u) != 0u)) {
                         status[row] = select(0u, 1u, valid);
                     }
                 }
                 if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::sampling::write_results
+                    // built by kernels::abi::write_results
                     if ((sk_lid == 0u)) {
                         let sk_e53: f32 = x[(base + tok_at)];
                         logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e53), (sk_e53 > (0.0f))), valid);

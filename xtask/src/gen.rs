@@ -30,18 +30,18 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
     ));
     manifest.push_str(&format!(
         "/// u32 words in a row record (`RowParams`).\npub const ROW_WORDS: usize = {};\n/// The row mode of SGLang's seeded float64 race (else the Philox race).\npub const MODE_SEEDED: u32 = {};\n\n",
-        kernels::sampling::ROW_WORDS,
-        kernels::sampling::MODE_SEEDED
+        kernels::abi::ROW_WORDS,
+        kernels::abi::MODE_SEEDED
     ));
     manifest.push_str(&format!(
         "/// Temperatures below this are greedy in every kernel.\npub const GREEDY_EPS: f32 = {:?};\n/// Flag bits of the kernels' `flags` parameter: write log-probabilities; write statuses.\npub const FLAG_LOGPROBS: u32 = {};\npub const FLAG_STATUS: u32 = {};\n\n",
-        kernels::sampling::GREEDY_EPS,
-        kernels::sampling::FLAG_LOGPROBS,
-        kernels::sampling::FLAG_STATUS
+        kernels::abi::GREEDY_EPS,
+        kernels::abi::FLAG_LOGPROBS,
+        kernels::abi::FLAG_STATUS
     ));
     {
+        use kernels::abi::{word, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY};
         use kernels::filters;
-        use kernels::sampling::{word, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY};
         manifest.push_str(&format!(
             "/// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter\n/// (filter kernels); take only the seeded rows without one (seeded kernels); take the rows of a\n/// list (filter and seeded kernels).\npub const FLAG_PASSES: u32 = {FLAG_PASSES};\npub const FLAG_FILTERED_ONLY: u32 = {FLAG_FILTERED_ONLY};\npub const FLAG_SEEDED_ONLY: u32 = {FLAG_SEEDED_ONLY};\npub const FLAG_ROW_LIST: u32 = {FLAG_ROW_LIST};\n\n"
         ));
@@ -56,8 +56,8 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         ));
     }
     {
+        use kernels::abi::{PARTS_SHIFT, PART_WORDS};
         use kernels::filter_split::{SLOT_WORDS, STAGE_SHIFT};
-        use kernels::sampling::{PARTS_SHIFT, PART_WORDS};
         manifest.push_str(&format!(
             "/// Split rows: `flags >> PARTS_SHIFT` workgroups per row, each writing `PART_WORDS` u32 to\n/// `partials`; the row's last part (by its `counters` word) combines them in the same launch.\npub const PARTS_SHIFT: u32 = {PARTS_SHIFT};\npub const PART_WORDS: usize = {PART_WORDS};\n/// Staged kernels (the split filters): `(flags >> STAGE_SHIFT) & 0xff` is a launch's stage, and\n/// each (row, part) keeps `SLOT_WORDS` u32 of `partials` from one stage to the next.\npub const STAGE_SHIFT: u32 = {STAGE_SHIFT};\npub const SLOT_WORDS: usize = {SLOT_WORDS};\n\n"
         ));

@@ -206,7 +206,7 @@ pub enum Intrinsic {
     /// The target's fast natural log of an f32: `__logf` on CUDA (the hardware's `lg2.approx`),
     /// `log` in WGSL. Only as accurate as Vulkan promises (absolute error below 2^-21 on
     /// [0.5, 2], 3 ulp elsewhere), so it may only screen values whose exact version is computed
-    /// with `kernels/math.rs` before it decides anything (the screened race in `sampling.rs`).
+    /// with `kernels/math.rs` before it decides anything (the screened race in `race.rs`).
     ApproxLog,
 }
 

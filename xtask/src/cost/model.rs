@@ -73,7 +73,7 @@ pub fn kept_share(kernel: &str) -> (f64, &'static str) {
 }
 
 /// The share of a kept quad's columns whose screened score (the two logs) a warp runs, where
-/// the loop's noised path skips them by the word's noise bound (`sampling.rs`, `noise_bound`),
+/// the loop's noised path skips them by the word's noise bound (`race.rs`, `noise_bound`),
 /// with the reason. A warp runs a column's score when any of its 32 lanes' columns passes.
 pub fn scored_share(kernel: &str) -> (f64, &'static str) {
     if races_logits(kernel) {

@@ -1,5 +1,5 @@
 //! The end of a split row, in the same launch as its parts: each part publishes its record
-//! (`sampling.rs`, [`PART_WORDS`] words) and counts itself in on the row's counter, and the
+//! (`abi.rs`, [`PART_WORDS`] words) and counts itself in on the row's counter, and the
 //! workgroup that arrives last reads every part's record and writes the row's token,
 //! log-probability and status, exactly as one workgroup reading the whole row would have. It
 //! reads no logits: the record carries the winner's scaled value, which is all the
@@ -16,8 +16,9 @@
 //! and a merge of its own (`seeded.rs`); it keeps its records in `counters` after the row
 //! counters, and its last part clears them, so that buffer stays all zeros between launches.
 
+use super::abi::{part, quads_per_part, write_results, PART_WORDS};
 use super::math;
-use super::sampling::{logsumexp_pair, online_logsumexp, part, quads_per_part, write_results, PART_WORDS};
+use super::softmax::{logsumexp_pair, online_logsumexp};
 use crate::ir::*;
 
 const NONE: u32 = u32::MAX;

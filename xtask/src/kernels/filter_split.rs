@@ -18,12 +18,12 @@
 //! `filters::digit_schedule`); `digits + 1` the race; `digits + 2` the combine (its first
 //! part). Launches past a row's last stage leave it alone.
 
+use super::abi::{for_each_row_part_at, kernel, partials_buffer, Dtype};
 use super::filters::{
     count_ties, decide, declare_best, declare_select, digit_counts, digit_names, digit_pass, digit_schedule, functions,
     keep_best, listed_row, max_passes, part_max, race_in_set, sample_buffers, set_bounds, set_results, takes_row,
     Input, Output, DIGITS, DIGIT_PASSES,
 };
-use super::sampling::{for_each_row_part_at, kernel, partials_buffer, Dtype};
 use crate::ir::*;
 
 /// Flag bits 8 to 15: the stage a launch runs.

@@ -37,15 +37,15 @@
 //! Reads of the row: 1 on this path (the pass count says so); a row that falls back reads once
 //! more than the filter kernel's count.
 
+use super::abi::{
+    buffer, for_each_row_at, for_each_row_part_at, kernel, part_buffers, partials_buffer, philox_block, quads_per_part,
+    row_is_seeded, write_results, Dtype, FLAG_PASSES, PARTS_SHIFT,
+};
 use super::filter_top_p;
 use super::filter_values as values;
 use super::filters::{
     declare_best, filter_body, filter_buffers, filter_shared, functions, key_value, listed_row, max_passes, order_key,
     takes_row, Input, Output, FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP, NONE,
-};
-use super::sampling::{
-    buffer, for_each_row_at, for_each_row_part_at, kernel, part_buffers, partials_buffer, philox_block, quads_per_part,
-    row_is_seeded, write_results, Dtype, FLAG_PASSES, PARTS_SHIFT,
 };
 use super::seeded::score64;
 use crate::ir::*;

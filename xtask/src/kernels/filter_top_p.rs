@@ -32,6 +32,7 @@
 //! the candidates do not decide: rows whose cut lies in a bin of thousands of tokens of several
 //! values (a bin of one tied value, a flat row, is ranked by column).
 
+use super::abi::{buffer, for_each_row_part_at, kernel, partials_buffer, quads_per_part, row_is_seeded};
 use super::filter_split::{load64, store64};
 use super::filter_top_k::{
     finish_race, keep_lower, load_part, one_read_row, own_word, part_m, race_one, row_max, select_top, slot_word,
@@ -43,7 +44,6 @@ use super::filters::{
     listed_row, order_key, select_step, takes_row, ties, Input, Output, DIGIT_PASSES, FIXED, FIXED_F32, FRACTION, LIST,
     LIST_CAP, NONE,
 };
-use super::sampling::{buffer, for_each_row_part_at, kernel, partials_buffer, quads_per_part, row_is_seeded};
 use crate::ir::*;
 
 /// Bins of a part's histogram, each `1 / BIN_SCALE` of `z` wide: 32 units below the part's

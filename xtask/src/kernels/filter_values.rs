@@ -3,10 +3,11 @@
 //! the filter kernels order and weigh it (`filters.rs`, `element` and `weigh`), so the path's
 //! sets are theirs whichever the input.
 
+use super::abi::scaled;
 use super::filters::Input;
 use super::math;
 use super::philox;
-use super::sampling::{scaled, softmax_weight};
+use super::softmax::softmax_weight;
 use crate::ir::*;
 
 /// The column's value: `z = l / T` (NaN as -inf), or `p` (0 where it is no probability: NaN,

@@ -37,17 +37,18 @@
 //! (a launch per pass) from the same pieces: the digit counts, the select's step, the tie count,
 //! the race in the set and the results are functions here that both call.
 //!
-//! Row record words (see `sampling::word`): top_k (u32; 0 or at least the vocabulary: none),
+//! Row record words (see `abi::word`): top_k (u32; 0 or at least the vocabulary: none),
 //! top_p (f32 bits; outside (0, 1): none), min_p (f32 bits; at most 0 or NaN: none; above 1:
 //! 1), order (1: top-k first; else joint). A zeroed record is a plain row.
 
+use super::abi::{
+    buffer, for_each_row, for_each_row_at, kernel, output_buffers, philox_block, row_is_seeded, row_temperature,
+    row_word, scaled, word, write_results, Dtype, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST,
+};
 use super::math;
 use super::philox;
-use super::sampling::{
-    buffer, for_each_row, for_each_row_at, kernel, output_buffers, philox_block, row_is_seeded, row_temperature,
-    row_word, scaled, softmax_weight, word, write_results, Dtype, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST,
-};
 use super::seeded::{self, score64};
+use super::softmax::softmax_weight;
 use crate::ir::*;
 
 /// Order word value: top-p measured on the top-k set (vLLM, FlashInfer); else joint (SGLang).

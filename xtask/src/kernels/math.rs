@@ -77,7 +77,7 @@ pub fn exp() -> Function {
 /// which is `b 2^-23 - 127` for the bits `b` read as an integer. The conversion of `b` to f32
 /// rounds by at most 32 units (4e-6 after the scaling); the scaling is exact and the
 /// subtraction is exact where the result is below 1 in size, else within half an ulp. What the
-/// noise bounds of the races need (see `sampling.rs`, `seeded.rs`).
+/// noise bounds of the races need (see `race.rs`, `seeded.rs`).
 pub fn log2_lower(x: Expr) -> Expr {
     x.bitcast(Ty::U32).cast(Ty::F32) * f(1.0 / 8_388_608.0) - f(127.0)
 }

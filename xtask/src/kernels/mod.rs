@@ -1,5 +1,6 @@
 //! The kernel library: every entry point the crate launches, written once in the IR.
 
+pub mod abi;
 pub mod combine;
 pub mod filter_split;
 pub mod filter_top_k;
@@ -9,16 +10,19 @@ pub mod filters;
 pub mod math;
 pub mod murmur;
 pub mod philox;
+pub mod race;
 pub mod read;
 pub mod sampler;
-pub mod sampling;
 pub mod seeded;
+pub mod softmax;
 
 use crate::ir::Kernel;
 
 /// Every kernel, in the order the manifest lists them.
 pub fn all() -> Vec<Kernel> {
-    let mut all = sampling::all();
+    let mut all = softmax::all();
+    all.extend(race::all());
+    all.extend(philox::all());
     all.extend(seeded::all());
     all.extend(sampler::all());
     all.extend(filters::all());

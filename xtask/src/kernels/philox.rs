@@ -4,6 +4,7 @@
 //! (column / 4, stream, offset lo, offset hi); column `c` takes word `c % 4`. Stream 0 is the race
 //! noise. So a row's noise is a function of its request's (seed, offset) alone, never of its row.
 
+use super::abi::{buffer, for_each_column, for_each_item, for_each_row, kernel, philox_block};
 use super::math;
 use crate::ir::*;
 
@@ -73,4 +74,49 @@ pub fn noise_functions() -> Vec<Function> {
 /// Philox block for the four columns starting at `c0` of a row keyed by its row parameters.
 pub fn block_for(c0: Expr, seed_lo: Expr, seed_hi: Expr, off_lo: Expr, off_hi: Expr) -> Expr {
     call(PHILOX, vec![u32x4(c0 >> u(2), u(0), off_lo, off_hi), seed_lo, seed_hi])
+}
+
+/// Diagnostic: Philox4x32-10 on `batch` (counter, key) items of six words, four words out each.
+/// It lets the tests check Random123's known answers on every backend.
+fn philox_kernel() -> Kernel {
+    let mut b = Block::new();
+    for_each_item(&mut b, |b, item| {
+        let word = |k: u32| load("input", item.clone() * u(6) + u(k));
+        let ctr = u32x4(word(0), word(1), word(2), word(3));
+        let out = b.let_("out", Ty::U32x4, call(PHILOX, vec![ctr, word(4), word(5)]));
+        for k in 0..4u8 {
+            b.store("output", item.clone() * u(4) + u(k as u32), out.clone().comp(k));
+        }
+    });
+    let buffers = vec![buffer("input", Storage::U32, false), buffer("output", Storage::U32, true)];
+    kernel("philox4x32_10".into(), "Philox4x32-10 blocks, for known-answer tests", 0, buffers, vec![philox()], b)
+}
+
+/// Diagnostic: the Gumbel noise each row's race adds, written densely (`vocab` per row).
+fn noise_kernel() -> Kernel {
+    let mut b = Block::new();
+    for_each_row(&mut b, |b| {
+        b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
+        for_each_column(
+            b,
+            |b, c0| b.set("w", philox_block(c0)),
+            |b, col, j| {
+                b.store("noise", var("row") * param("vocab") + col, call(GUMBEL, vec![var("w").comp(j)]));
+            },
+        );
+    });
+    let buffers = vec![buffer("rows", Storage::U32, false), buffer("noise", Storage::F32, true)];
+    kernel(
+        "gumbel_noise".into(),
+        "the race's Gumbel noise per row and column, for tests",
+        0,
+        buffers,
+        noise_functions(),
+        b,
+    )
+}
+
+/// The diagnostic kernels: Philox's blocks and the Gumbel noise.
+pub fn all() -> Vec<Kernel> {
+    vec![philox_kernel(), noise_kernel()]
 }

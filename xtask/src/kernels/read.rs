@@ -7,7 +7,7 @@
 //! element, on the same launch shape. It writes each row's sum (a block reduction) so no compiler
 //! can drop the reads.
 
-use super::sampling::{buffer, for_each_column, for_each_row, kernel, load_clean, Dtype};
+use super::abi::{buffer, for_each_column, for_each_row, kernel, load_clean, Dtype};
 use crate::ir::*;
 
 /// `sums[row]` = the float32 sum of the row's `vocab` values (NaN read as -inf), in an order

@@ -1,9 +1,8 @@
 //! The per-row sampler's first launch: the plain rows (greedy and Philox-race) of any mix.
 
+use super::abi::{for_each_row_part, kernel, part_buffers, row_is_seeded, row_temperature, Dtype};
 use super::filters::row_is_filtered;
-use super::sampling::{
-    for_each_row_part, kernel, part_buffers, race_row, race_shared, row_is_seeded, row_temperature, Dtype, Race,
-};
+use super::race::{race_row, race_shared, Race};
 use super::seeded::logits_buffers;
 use super::{math, philox};
 use crate::ir::*;

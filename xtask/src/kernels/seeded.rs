@@ -19,15 +19,17 @@
 //! first, as SGLang's unfiltered path from probabilities (`sampling_from_probs_torch`) hands
 //! `torch.log(probs)` to `multinomial_with_seed`.
 
+use super::abi::{
+    buffer, counters_buffer, for_each_column, for_each_item, for_each_row, for_each_row_part_at, kernel,
+    output_buffers, row_is_seeded, row_temperature, row_word, scaled, word, write_results, Dtype, FLAG_PASSES,
+    FLAG_SEEDED_ONLY, PART_WORDS,
+};
 use super::combine;
 use super::filters::{listed_row, row_is_filtered};
 use super::math;
 use super::murmur::{self, SCREEN_ABS, SCREEN_REL};
-use super::sampling::{
-    bound, buffer, can_win, counters_buffer, for_each_column, for_each_item, for_each_row, for_each_row_part_at,
-    kernel, output_buffers, row_is_seeded, row_temperature, row_word, scaled, softmax_block_pair, softmax_merge,
-    softmax_pass, softmax_weight, word, write_results, Dtype, FLAG_PASSES, FLAG_SEEDED_ONLY, PART_WORDS,
-};
+use super::race::{bound, can_win};
+use super::softmax::{softmax_block_pair, softmax_merge, softmax_pass, softmax_weight};
 use crate::ir::*;
 
 const NONE: u32 = u32::MAX;
@@ -472,7 +474,7 @@ pub(super) fn logits_buffers(dtype: Dtype) -> Vec<BufferDecl> {
 
 /// SGLang's seeded race from logits; with [`FLAG_SEEDED_ONLY`], the per-row sampler's launch for
 /// its seeded rows without a filter (the rows of its list, with
-/// [`FLAG_ROW_LIST`](super::sampling::FLAG_ROW_LIST)).
+/// [`FLAG_ROW_LIST`](super::abi::FLAG_ROW_LIST)).
 ///
 /// A row split in `parts` (the flags, as the softmax kernel's) takes one launch: each part
 /// reads its columns once and writes its record, and the part that arrives last

@@ -1,247 +1,16 @@
-//! Softmax, greedy argmax and the two exponential races, each for f32, f16 and bf16 inputs.
-//!
-//! Layout shared by every kernel (and by the host code in `src/`):
-//! - the input is `batch` rows of `vocab` values, row `r` starting at `r * stride`;
-//! - `rows` holds `ROW_WORDS` u32 per row (see [`word`]): temperature (f32 bits), the row's
-//!   mode, the filters' four words and two reserved, seed lo, seed hi, offset lo, offset hi;
-//! - params are `batch, vocab, stride, flags`; flag bit 0 asks for log-probabilities;
-//! - one workgroup per row (rows past the grid are taken in a grid-stride loop), each invocation
-//!   taking four consecutive columns per step so one Philox block serves four columns.
+//! Greedy argmax and the two exponential races (from logits, fused with the softmax, and from
+//! probabilities), each for f32, f16 and bf16 inputs; a row split over workgroups is combined
+//! by its last part in the same launch (`combine.rs`).
 
+use super::abi::{
+    buffer, for_each_column, for_each_row_part, kernel, load_clean, output_buffers, part, part_buffers, philox_block,
+    row_temperature, row_word, word, write_results, Dtype, FLAG_LOGPROBS, NONE, PART_WORDS,
+};
 use super::combine;
-use super::filter_split::STAGE_SHIFT;
-use super::math::{self, is_nan};
+use super::math;
 use super::philox;
+use super::softmax::{logsumexp_pair, online_logsumexp};
 use crate::ir::*;
-
-/// The per-row record, in u32 words (`RowParams` on the host; `src/generated.rs` exports these so
-/// the host layout is checked against them at compile time).
-pub const ROW_WORDS: u32 = 12;
-/// Word indices in the row record.
-pub mod word {
-    pub const TEMPERATURE: u32 = 0;
-    /// How the unified `sample_*` kernels treat the row ([`super::MODE_SEEDED`] or the race).
-    pub const MODE: u32 = 1;
-    /// The filters (see `filters.rs`): top-k count, top-p and min-p (f32 bits), their order.
-    pub const TOP_K: u32 = 2;
-    pub const TOP_P: u32 = 3;
-    pub const MIN_P: u32 = 4;
-    pub const ORDER: u32 = 5;
-    pub const SEED_LO: u32 = 8;
-    pub const SEED_HI: u32 = 9;
-    pub const OFFSET_LO: u32 = 10;
-    pub const OFFSET_HI: u32 = 11;
-}
-/// Row mode of SGLang's seeded float64 race; any other value is the Philox race (greedy below
-/// [`GREEDY_EPS`]).
-pub const MODE_SEEDED: u32 = 1;
-pub const PARAMS: [&str; 4] = ["batch", "vocab", "stride", "flags"];
-pub const FLAG_LOGPROBS: u32 = 1;
-/// Flag bit 1 asks for a status per row: 1 if a token with a valid value was chosen, 0 if the
-/// row had none (all NaN or -inf; then the token is 0, inside the vocabulary).
-pub const FLAG_STATUS: u32 = 2;
-/// Flag bit 2 asks the filter kernels for the number of passes each row took.
-pub const FLAG_PASSES: u32 = 4;
-/// Flag bit 3: the filter kernels take only the rows with a filter (the per-row sampler's
-/// launch after `sample_*`, which leaves those rows to them).
-pub const FLAG_FILTERED_ONLY: u32 = 8;
-/// Flag bit 4: the seeded kernel takes only the seeded rows without a filter (the per-row
-/// sampler's launch after `sample_*`, which leaves those rows to it).
-pub const FLAG_SEEDED_ONLY: u32 = 16;
-/// Flag bit 5: the filter and seeded kernels take the rows `listed[0..batch]` instead of rows
-/// `0..batch` (the per-row sampler's host knows which rows have a filter or a seed, so it
-/// launches only those).
-pub const FLAG_ROW_LIST: u32 = 32;
-/// Temperatures below this are greedy (SGLang's `_SAMPLING_EPS`).
-pub const GREEDY_EPS: f32 = 1e-6;
-const NONE: u32 = u32::MAX;
-
-/// Element formats of an input row.
-#[derive(Clone, Copy, Debug)]
-pub enum Dtype {
-    F32,
-    F16,
-    Bf16,
-}
-
-impl Dtype {
-    pub const ALL: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::Bf16];
-    pub fn suffix(self) -> &'static str {
-        match self {
-            Dtype::F32 => "f32",
-            Dtype::F16 => "f16",
-            Dtype::Bf16 => "bf16",
-        }
-    }
-    pub(super) fn storage(self) -> Storage {
-        match self {
-            Dtype::F32 => Storage::F32,
-            Dtype::F16 => Storage::F16,
-            Dtype::Bf16 => Storage::Bf16,
-        }
-    }
-}
-
-pub(super) fn buffer(name: &str, storage: Storage, writable: bool) -> BufferDecl {
-    BufferDecl { name: name.to_string(), storage, writable }
-}
-
-pub(super) fn kernel(
-    name: String,
-    doc: &str,
-    passes: u32,
-    buffers: Vec<BufferDecl>,
-    functions: Vec<Function>,
-    body: Block,
-) -> Kernel {
-    Kernel {
-        name,
-        doc: doc.to_string(),
-        passes,
-        stages: 1,
-        buffers,
-        params: PARAMS.iter().map(|p| p.to_string()).collect(),
-        shared: vec![],
-        functions,
-        body: body.stmts,
-    }
-}
-
-/// The row loop: one workgroup per row, grid-stride over rows; the workgroup takes the row's
-/// columns `[col_lo, col_hi)`, all of them.
-pub(super) fn for_each_row(b: &mut Block, body: impl FnOnce(&mut Block)) {
-    for_each_row_at(b, |slot| slot, body)
-}
-
-/// [`for_each_row`] over `batch` slots, slot `i` taking the row `row(i)`.
-pub(super) fn for_each_row_at(b: &mut Block, row: impl FnOnce(Expr) -> Expr, body: impl FnOnce(&mut Block)) {
-    b.for_("slot", builtin(Builtin::GroupId), param("batch"), builtin(Builtin::NumGroups), |b, slot| {
-        let row = b.let_("row", Ty::U32, row(slot));
-        b.let_("base", Ty::U32, row * param("stride"));
-        b.let_("col_lo", Ty::U32, u(0));
-        b.let_("col_hi", Ty::U32, param("vocab"));
-        body(b);
-    });
-}
-
-/// Words of a part's record in the `partials` buffer (see [`race_row`] and `combine.rs`): its
-/// winner's score (f32 bits), index and scaled value (f32 bits), the winner of its +inf class
-/// (noise, f32 bits) and index, that class's size, and the log-sum-exp pair `(m, s)` of its
-/// scaled values (f32 bits; written with log-probabilities only).
-pub const PART_WORDS: u32 = 8;
-pub mod part {
-    pub const BEST: u32 = 0;
-    pub const BEST_I: u32 = 1;
-    pub const BEST_Z: u32 = 2;
-    pub const TOP: u32 = 3;
-    pub const TOP_I: u32 = 4;
-    pub const TOP_N: u32 = 5;
-    pub const M: u32 = 6;
-    pub const S: u32 = 7;
-}
-/// `flags >> PARTS_SHIFT` is the number of workgroups per row of the split kernels (0 reads as
-/// 1). The host chooses it per call from the batch and the device's size (`src/launch.rs`).
-pub const PARTS_SHIFT: u32 = 16;
-
-/// The row loop of the kernels that split a row: `parts` workgroups per row, part `p` taking
-/// the `p`-th of `parts` runs of whole quads, `[col_lo, col_hi)`; `slot` is the part's record.
-/// With one part this is [`for_each_row`].
-pub(super) fn for_each_row_part(b: &mut Block, body: impl FnOnce(&mut Block)) {
-    for_each_row_part_at(b, |i| i, body)
-}
-
-/// [`for_each_row_part`] over `batch` row slots, slot `i` taking the row `row(i)`; `slot` is
-/// still the part's own record (`i * parts + part`).
-pub(super) fn for_each_row_part_at(b: &mut Block, row: impl FnOnce(Expr) -> Expr, body: impl FnOnce(&mut Block)) {
-    b.let_("parts", Ty::U32, (param("flags") >> u(PARTS_SHIFT)).max(u(1)));
-    let groups = param("batch") * var("parts");
-    b.for_("slot", builtin(Builtin::GroupId), groups, builtin(Builtin::NumGroups), |b, slot| {
-        let index = b.let_("row_slot", Ty::U32, slot.clone() / var("parts"));
-        b.let_("part", Ty::U32, slot - index.clone() * var("parts"));
-        b.let_("row", Ty::U32, row(index));
-        b.let_("base", Ty::U32, var("row") * param("stride"));
-        let per = b.let_("quads_per_part", Ty::U32, quads_per_part(var("parts")));
-        b.let_("col_lo", Ty::U32, (var("part") * per.clone() * u(4)).min(param("vocab")));
-        b.let_("col_hi", Ty::U32, (var("col_lo") + per * u(4)).min(param("vocab")));
-        body(b);
-    });
-}
-
-/// Quads (four columns) per part when a row of `vocab` columns is split in `parts`.
-pub(super) fn quads_per_part(parts: Expr) -> Expr {
-    let quads = (param("vocab") + u(3)) >> u(2);
-    (quads + parts.clone() - u(1)) / parts
-}
-
-/// Visits this invocation's columns in `[col_lo, col_hi)` in increasing order, four
-/// consecutive ones per step: `per_quad` runs once per step (with `c0`, the first column), then
-/// `per_col` for each of the four columns inside the range, with the column and its place
-/// (0..4) in the quad. `col_lo` is a multiple of 4, so a quad is a Philox block.
-pub(super) fn for_each_column(
-    b: &mut Block,
-    per_quad: impl Fn(&mut Block, Expr),
-    per_col: impl Fn(&mut Block, Expr, u8),
-) {
-    for_each_column_then(b, per_quad, per_col, None)
-}
-
-/// [`for_each_column`], with `between` (if any) run by every invocation after the workgroup's
-/// first step of columns and outside any branch, so that it may hold a barrier: a floor shared
-/// there serves every invocation's later columns.
-pub(super) fn for_each_column_then(
-    b: &mut Block,
-    per_quad: impl Fn(&mut Block, Expr),
-    per_col: impl Fn(&mut Block, Expr, u8),
-    between: Option<&dyn Fn(&mut Block)>,
-) {
-    let first = var("col_lo") + builtin(Builtin::LocalId) * u(4);
-    let step = builtin(Builtin::BlockSize) * u(4);
-    let quad = |b: &mut Block, c0: Expr| {
-        per_quad(b, c0.clone());
-        for j in 0..4u8 {
-            b.scope(|b| {
-                let col = b.let_("col", Ty::U32, c0.clone() + u(j as u32));
-                b.if_(col.clone().lt(var("col_hi")), |b| per_col(b, col, j));
-            });
-        }
-    };
-    match between {
-        None => b.for_("c0", first, var("col_hi"), step, quad),
-        Some(between) => {
-            b.if_(first.clone().lt(var("col_hi")), |b| quad(b, first.clone()));
-            between(b);
-            b.for_("c0", first + step.clone(), var("col_hi"), step, quad);
-        }
-    }
-}
-
-/// The Philox block of the four columns from `c0`, keyed by the row's seed and offset.
-pub(super) fn philox_block(c0: Expr) -> Expr {
-    let w = |k| row_word(k);
-    philox::block_for(c0, w(word::SEED_LO), w(word::SEED_HI), w(word::OFFSET_LO), w(word::OFFSET_HI))
-}
-
-pub(super) fn row_word(k: u32) -> Expr {
-    load("rows", var("row") * u(ROW_WORDS) + u(k))
-}
-
-/// Whether the row is one of SGLang's seeded sampler (its mode word).
-pub(super) fn row_is_seeded() -> Expr {
-    row_word(word::MODE).eq_(u(MODE_SEEDED))
-}
-
-/// Declares `temp` (the row's temperature, 1 for greedy rows) and `noisy` (not greedy).
-pub(super) fn row_temperature(b: &mut Block) {
-    let t = b.let_("t_raw", Ty::F32, row_word(word::TEMPERATURE).bitcast(Ty::F32));
-    b.let_("noisy", Ty::Bool, t.clone().ge(f(GREEDY_EPS)));
-    b.let_("temp", Ty::F32, select(var("noisy"), t, f(1.0)));
-}
-
-/// The input value at `col`, NaN read as -inf so it is never chosen.
-pub(super) fn load_clean(col: Expr) -> Expr {
-    let x = load("x", var("base") + col);
-    select(is_nan(x.clone()), f(f32::NEG_INFINITY), x)
-}
 
 /// What the argmax kernels race on.
 #[derive(Clone, Copy, PartialEq)]
@@ -252,28 +21,6 @@ pub(super) enum Race {
     Logits,
     /// `p / Exponential` (greedy rows: `p`).
     Probs,
-}
-
-/// Writes a sampling kernel's per-row results from invocation 0: the token, and on request its
-/// log-probability and its status (`valid`: the row had a value to sample).
-pub(super) fn write_results(b: &mut Block, tok: Expr, valid: Expr, logprob: impl FnOnce(&mut Block) -> Expr) {
-    let flag = |bit: u32| (param("flags") & u(bit)).ne_(u(0));
-    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
-        b.store("tokens", var("row"), select(valid.clone(), tok, u(0)));
-        b.if_(flag(FLAG_STATUS), |b| b.store("status", var("row"), select(valid.clone(), u(1), u(0))));
-    });
-    // The log-probability may need collectives, so every invocation takes this (uniform) branch.
-    b.if_(flag(FLAG_LOGPROBS), |b| {
-        let lp = logprob(b);
-        b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
-            b.store("logprobs", var("row"), select(valid, lp, f(f32::NEG_INFINITY)));
-        });
-    });
-}
-
-/// The outputs every sampling kernel binds after its inputs.
-pub(super) fn output_buffers() -> [BufferDecl; 3] {
-    [buffer("tokens", Storage::U32, true), buffer("logprobs", Storage::F32, true), buffer("status", Storage::U32, true)]
 }
 
 /// Screening bounds of the race from logits (see [`screened_pass`]): the approximate score
@@ -324,25 +71,6 @@ fn keep(b: &mut Block, score: Expr, col: Expr, z: Expr) {
         b.set("best_i", col);
         b.set("best_z", z);
     });
-}
-
-/// Adds `weight * exp(v)` to the online log-sum-exp `(m, s)`, `m` the largest value so far and
-/// `s` the sum of `exp(value - m)`: a column's scaled value with weight 1, or in the combine a
-/// part's pair `(m, s)`.
-pub(super) fn online_logsumexp(b: &mut Block, v: Expr, weight: Expr) {
-    b.if_else(
-        v.clone().gt(var("m")),
-        |b| {
-            let rescale = call(math::EXP, vec![var("m") - v.clone()]);
-            b.set("s", var("s") * rescale + weight.clone());
-            b.set("m", v.clone());
-        },
-        |b| {
-            b.if_(v.clone().gt(f(f32::NEG_INFINITY)), |b| {
-                b.set("s", var("s") + weight.clone() * call(math::EXP, vec![v.clone() - var("m")]));
-            })
-        },
-    );
 }
 
 /// A column of a greedy row (the greedy kernel's, and the race's rows below `GREEDY_EPS`, the
@@ -689,15 +417,6 @@ fn whole_row_results(b: &mut Block, race: Race, win: Expr, tok: Expr, tops: Expr
     });
 }
 
-/// The block's `(max, sum of exp(sv - max))` from every invocation's online pair `(m, s)`.
-pub(super) fn logsumexp_pair(b: &mut Block) -> (Expr, Expr) {
-    let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_max");
-    let mine =
-        select(var("m").eq_(f(f32::NEG_INFINITY)), f(0.0), var("s") * call(math::EXP, vec![var("m") - mx.clone()]));
-    let total = b.reduce(ReduceOp::Sum, Ty::F32, mine, "row_sum");
-    (mx, total)
-}
-
 /// Word `k` of this workgroup's part record.
 fn part_word(k: u32) -> Expr {
     var("slot") * u(PART_WORDS) + u(k)
@@ -738,25 +457,6 @@ fn write_part(b: &mut Block, race: Race, win: Expr, tok: Expr, tops: Expr) {
     });
 }
 
-/// The scratch of the staged kernels (softmax's split rows, the split filters), bound after the
-/// outputs: what one launch writes there the next reads, so plain u32 does.
-pub(super) fn partials_buffer() -> BufferDecl {
-    buffer("partials", Storage::U32, true)
-}
-
-/// The part records of the argmax family's split rows and the rows' arrival counters, bound
-/// after the outputs: atomic, since the row's last part reads them in the same launch
-/// (`combine.rs`).
-pub(super) fn part_buffers() -> [BufferDecl; 2] {
-    [buffer("partials", Storage::AtomicU32, true), counters_buffer()]
-}
-
-/// The split rows' arrival counters (and, after them, the seeded sampler's part records):
-/// zeros between launches.
-pub(super) fn counters_buffer() -> BufferDecl {
-    buffer("counters", Storage::AtomicU32, true)
-}
-
 /// The argmax family: greedy, the race from logits and the race from probabilities. One read of
 /// the row; with `FLAG_LOGPROBS`, the chosen token's log-probability from the same read.
 ///
@@ -791,209 +491,10 @@ fn argmax_kernel(race: Race, dtype: Dtype) -> Kernel {
     k
 }
 
-/// The scaled input `z = x / T` at `col` (NaN read as -inf; +inf, or an overflow of the
-/// division, stays +inf: such columns share the row's whole probability).
-pub(super) fn scaled(col: Expr) -> Expr {
-    load_clean(col) / var("temp")
-}
-
-/// The unnormalized softmax weight of `z` in a row whose maximum is `mx`: `exp(z - mx)`, except
-/// that when the maximum is +inf every +inf column weighs 1 and every other 0 (the limit of the
-/// softmax), and when it is -inf (no valid value) everything weighs 0.
-pub(super) fn softmax_weight(z: Expr, mx: Expr) -> Expr {
-    let inf = f(f32::INFINITY);
-    let finite = select(mx.clone().eq_(f(f32::NEG_INFINITY)), f(0.0), call(math::EXP, vec![z.clone() - mx.clone()]));
-    select(mx.eq_(inf.clone()), select(z.eq_(inf), f(1.0), f(0.0)), finite)
-}
-
-/// Merges `weight x exp(v)` into this invocation's softmax pair `(m, s)` (the largest value so
-/// far and the sum of `exp(value - m)`): `s` is rescaled when the maximum grows. Values at +inf
-/// weigh 1 each once the maximum is +inf (the softmax's limit) and -inf weighs nothing, as
-/// [`softmax_weight`] says, so no `inf - inf` is ever taken. Returns what is added to `s` after
-/// the rescale (the compensated sum's term).
-pub(super) fn softmax_merge(b: &mut Block, v: Expr, weight: Expr, rescaled: &[&str]) -> Expr {
-    b.if_(v.clone().gt(var("m")), |b| {
-        // exp(-inf) = 0: the first value, or a first +inf, starts the sum afresh.
-        let r = b.let_("r", Ty::F32, call(math::EXP, vec![var("m") - v.clone()]));
-        for name in rescaled {
-            b.set(name, var(name) * r.clone());
-        }
-        b.set("m", v.clone());
-    });
-    // The exponential on every value, then selected: under a branch (which the compiler makes
-    // of a select around a call) the cost model's cheapest path would skip it.
-    let ex = b.let_("ex", Ty::F32, call(math::EXP, vec![v.clone() - var("m")]));
-    let e = select(v.clone().eq_(var("m")), weight.clone(), weight * ex);
-    select(v.eq_(f(f32::NEG_INFINITY)), f(0.0), e)
-}
-
-/// One read of the invocation's columns: its running maximum `m` and a compensated (Kahan) sum
-/// `s - comp` of `exp(z - m)`, rescaled when the maximum grows (about `ln n` times over `n`
-/// columns, each a rounding the compensation does not see). `also` runs for every column with
-/// its scaled value `z`, so a kernel that needs more of the row than its softmax pair (the
-/// seeded race's screen) still reads it once; `between` as in [`for_each_column_then`].
-pub(super) fn softmax_pass(b: &mut Block, also: impl Fn(&mut Block, Expr, Expr), between: Option<&dyn Fn(&mut Block)>) {
-    b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
-    b.let_("s", Ty::F32, f(0.0));
-    b.let_("comp", Ty::F32, f(0.0));
-    for_each_column_then(
-        b,
-        |_, _| {},
-        |b, col, _| {
-            let z = b.let_("z", Ty::F32, scaled(col.clone()));
-            also(b, col, z.clone());
-            let e = softmax_merge(b, z, f(1.0), &["s", "comp"]);
-            let y = b.let_("y", Ty::F32, e - var("comp"));
-            let t = b.let_("t", Ty::F32, var("s") + y.clone());
-            b.set("comp", (t.clone() - var("s")) - y);
-            b.set("s", t);
-        },
-        between,
-    );
-    b.set("s", var("s") - var("comp"));
-}
-
-/// The block's softmax pair `(max, sum)` from every invocation's `(m, s)`.
-pub(super) fn softmax_block_pair(b: &mut Block) -> (Expr, Expr) {
-    let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_max");
-    let rescaled =
-        select(var("m").eq_(f(f32::NEG_INFINITY)), f(0.0), var("s") * call(math::EXP, vec![var("m") - mx.clone()]));
-    let total = b.reduce(ReduceOp::Sum, Ty::F32, select(var("m").eq_(mx.clone()), var("s"), rescaled), "row_sum");
-    (mx, total)
-}
-
-/// Writes the softmax of this workgroup's columns from the row's `(max, sum)`.
-fn softmax_write(b: &mut Block, mx: Expr, total: Expr) {
-    // A row with no valid value (all -inf) has weight 0 everywhere and probabilities 0.
-    let inv = b.let_("inv", Ty::F32, select(total.clone().gt(f(0.0)), f(1.0) / total, f(0.0)));
-    for_each_column(
-        b,
-        |_, _| {},
-        |b, col, _| {
-            let p = softmax_weight(scaled(col.clone()), mx.clone()) * inv.clone();
-            b.store("probs", var("base") + col, p);
-        },
-    );
-}
-
-/// Softmax of `l / T` per row into `probs` (same stride as the input), in two reads: the
-/// maximum and a compensated sum of exponentials together ([`softmax_pass`]), then the
-/// normalized write. A row split in `parts` (flags, as the argmax family's) takes two launches:
-/// each part writes its pair `(max, sum)` to `partials` (two words at its slot), then each part
-/// merges its row's pairs and writes its columns.
-fn softmax_kernel(dtype: Dtype) -> Kernel {
-    let mut b = Block::new();
-    // The launch of a split row, in the staged kernels' flag bits: 0 for the parts' pairs, 1 for
-    // their merge and the write.
-    b.let_("stage", Ty::U32, (param("flags") >> u(STAGE_SHIFT)) & u(0xff));
-    for_each_row_part(&mut b, |b| {
-        row_temperature(b);
-        let pair = |slot: Expr, k: u32| slot * u(2) + u(k);
-        b.if_else(
-            var("parts").gt(u(1)).and(var("stage").gt(u(0))),
-            |b| {
-                // The row's parts' pairs, each invocation merging some, then the block's.
-                b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
-                b.let_("s", Ty::F32, f(0.0));
-                let first = var("row_slot") * var("parts");
-                b.for_("p", builtin(Builtin::LocalId), var("parts"), builtin(Builtin::BlockSize), |b, p| {
-                    let at = first.clone() + p;
-                    let pm = b.let_("pm", Ty::F32, load("partials", pair(at.clone(), 0)).bitcast(Ty::F32));
-                    let ps = b.let_("ps", Ty::F32, load("partials", pair(at, 1)).bitcast(Ty::F32));
-                    let e = softmax_merge(b, pm, ps, &["s"]);
-                    b.set("s", var("s") + e);
-                });
-                let (mx, total) = softmax_block_pair(b);
-                softmax_write(b, mx, total);
-            },
-            |b| {
-                softmax_pass(b, |_, _, _| {}, None);
-                let (mx, total) = softmax_block_pair(b);
-                b.if_else(
-                    var("parts").le(u(1)),
-                    |b| softmax_write(b, mx.clone(), total.clone()),
-                    |b| {
-                        b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
-                            b.store("partials", pair(var("slot"), 0), mx.clone().bitcast(Ty::U32));
-                            b.store("partials", pair(var("slot"), 1), total.clone().bitcast(Ty::U32));
-                        });
-                    },
-                );
-            },
-        );
-    });
-    let buffers = vec![
-        buffer("x", dtype.storage(), false),
-        buffer("rows", Storage::U32, false),
-        buffer("probs", Storage::F32, true),
-        partials_buffer(),
-    ];
-    let doc = "softmax of l/T per row (greedy rows at T = 1), written with the input's stride";
-    let mut k = kernel(format!("softmax_{}", dtype.suffix()), doc, 2, buffers, vec![math::exp()], b);
-    k.stages = 2;
-    k
-}
-
-/// A grid-stride loop over `batch` independent items (for the per-item diagnostic kernels).
-pub(super) fn for_each_item(b: &mut Block, body: impl FnOnce(&mut Block, Expr)) {
-    let first = builtin(Builtin::GroupId) * builtin(Builtin::BlockSize) + builtin(Builtin::LocalId);
-    let step = builtin(Builtin::NumGroups) * builtin(Builtin::BlockSize);
-    b.for_("item", first, param("batch"), step, body);
-}
-
-/// Diagnostic: Philox4x32-10 on `batch` (counter, key) items of six words, four words out each.
-/// It lets the tests check Random123's known answers on every backend.
-fn philox_kernel() -> Kernel {
-    let mut b = Block::new();
-    for_each_item(&mut b, |b, item| {
-        let word = |k: u32| load("input", item.clone() * u(6) + u(k));
-        let ctr = u32x4(word(0), word(1), word(2), word(3));
-        let out = b.let_("out", Ty::U32x4, call(philox::PHILOX, vec![ctr, word(4), word(5)]));
-        for k in 0..4u8 {
-            b.store("output", item.clone() * u(4) + u(k as u32), out.clone().comp(k));
-        }
-    });
-    let buffers = vec![buffer("input", Storage::U32, false), buffer("output", Storage::U32, true)];
-    kernel(
-        "philox4x32_10".into(),
-        "Philox4x32-10 blocks, for known-answer tests",
-        0,
-        buffers,
-        vec![philox::philox()],
-        b,
-    )
-}
-
-/// Diagnostic: the Gumbel noise each row's race adds, written densely (`vocab` per row).
-fn noise_kernel() -> Kernel {
-    let mut b = Block::new();
-    for_each_row(&mut b, |b| {
-        b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
-        for_each_column(
-            b,
-            |b, c0| b.set("w", philox_block(c0)),
-            |b, col, j| {
-                b.store("noise", var("row") * param("vocab") + col, call(philox::GUMBEL, vec![var("w").comp(j)]));
-            },
-        );
-    });
-    let buffers = vec![buffer("rows", Storage::U32, false), buffer("noise", Storage::F32, true)];
-    kernel(
-        "gumbel_noise".into(),
-        "the race's Gumbel noise per row and column, for tests",
-        0,
-        buffers,
-        philox::noise_functions(),
-        b,
-    )
-}
-
-/// Every kernel of this family.
+/// Every kernel of this family: greedy and the race from logits per dtype, the race from
+/// probabilities.
 pub fn all() -> Vec<Kernel> {
     let mut out = Vec::new();
-    for d in Dtype::ALL {
-        out.push(softmax_kernel(d));
-    }
     for d in Dtype::ALL {
         out.push(argmax_kernel(Race::Greedy, d));
     }
@@ -1001,7 +502,5 @@ pub fn all() -> Vec<Kernel> {
         out.push(argmax_kernel(Race::Logits, d));
     }
     out.push(argmax_kernel(Race::Probs, Dtype::F32));
-    out.push(philox_kernel());
-    out.push(noise_kernel());
     out
 }

@@ -1,0 +1,297 @@
+//! What every kernel shares with the host (`src/generated.rs` exports the constants, so the
+//! host's layout is checked against them at compile time), and the loops they are built on:
+//! - the input is `batch` rows of `vocab` values, row `r` starting at `r * stride`;
+//! - `rows` holds `ROW_WORDS` u32 per row (see [`word`]): temperature (f32 bits), the row's
+//!   mode, the filters' four words and two reserved, seed lo, seed hi, offset lo, offset hi;
+//! - params are `batch, vocab, stride, flags`; flag bit 0 asks for log-probabilities;
+//! - one workgroup per row or per part of a row (rows past the grid are taken in a grid-stride
+//!   loop), each invocation taking four consecutive columns per step so one Philox block serves
+//!   four columns.
+
+use super::math::is_nan;
+use super::philox;
+use crate::ir::*;
+
+/// The per-row record, in u32 words (`RowParams` on the host; `src/generated.rs` exports these so
+/// the host layout is checked against them at compile time).
+pub const ROW_WORDS: u32 = 12;
+/// Word indices in the row record.
+pub mod word {
+    pub const TEMPERATURE: u32 = 0;
+    /// How the unified `sample_*` kernels treat the row ([`super::MODE_SEEDED`] or the race).
+    pub const MODE: u32 = 1;
+    /// The filters (see `filters.rs`): top-k count, top-p and min-p (f32 bits), their order.
+    pub const TOP_K: u32 = 2;
+    pub const TOP_P: u32 = 3;
+    pub const MIN_P: u32 = 4;
+    pub const ORDER: u32 = 5;
+    pub const SEED_LO: u32 = 8;
+    pub const SEED_HI: u32 = 9;
+    pub const OFFSET_LO: u32 = 10;
+    pub const OFFSET_HI: u32 = 11;
+}
+/// Row mode of SGLang's seeded float64 race; any other value is the Philox race (greedy below
+/// [`GREEDY_EPS`]).
+pub const MODE_SEEDED: u32 = 1;
+pub const PARAMS: [&str; 4] = ["batch", "vocab", "stride", "flags"];
+pub const FLAG_LOGPROBS: u32 = 1;
+/// Flag bit 1 asks for a status per row: 1 if a token with a valid value was chosen, 0 if the
+/// row had none (all NaN or -inf; then the token is 0, inside the vocabulary).
+pub const FLAG_STATUS: u32 = 2;
+/// Flag bit 2 asks the filter kernels for the number of passes each row took.
+pub const FLAG_PASSES: u32 = 4;
+/// Flag bit 3: the filter kernels take only the rows with a filter (the per-row sampler's
+/// launch after `sample_*`, which leaves those rows to them).
+pub const FLAG_FILTERED_ONLY: u32 = 8;
+/// Flag bit 4: the seeded kernel takes only the seeded rows without a filter (the per-row
+/// sampler's launch after `sample_*`, which leaves those rows to it).
+pub const FLAG_SEEDED_ONLY: u32 = 16;
+/// Flag bit 5: the filter and seeded kernels take the rows `listed[0..batch]` instead of rows
+/// `0..batch` (the per-row sampler's host knows which rows have a filter or a seed, so it
+/// launches only those).
+pub const FLAG_ROW_LIST: u32 = 32;
+/// Temperatures below this are greedy (SGLang's `_SAMPLING_EPS`).
+pub const GREEDY_EPS: f32 = 1e-6;
+/// No column (a race without a winner yet).
+pub(super) const NONE: u32 = u32::MAX;
+
+/// Element formats of an input row.
+#[derive(Clone, Copy, Debug)]
+pub enum Dtype {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl Dtype {
+    pub const ALL: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::Bf16];
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+            Dtype::Bf16 => "bf16",
+        }
+    }
+    pub(super) fn storage(self) -> Storage {
+        match self {
+            Dtype::F32 => Storage::F32,
+            Dtype::F16 => Storage::F16,
+            Dtype::Bf16 => Storage::Bf16,
+        }
+    }
+}
+
+pub(super) fn buffer(name: &str, storage: Storage, writable: bool) -> BufferDecl {
+    BufferDecl { name: name.to_string(), storage, writable }
+}
+
+pub(super) fn kernel(
+    name: String,
+    doc: &str,
+    passes: u32,
+    buffers: Vec<BufferDecl>,
+    functions: Vec<Function>,
+    body: Block,
+) -> Kernel {
+    Kernel {
+        name,
+        doc: doc.to_string(),
+        passes,
+        stages: 1,
+        buffers,
+        params: PARAMS.iter().map(|p| p.to_string()).collect(),
+        shared: vec![],
+        functions,
+        body: body.stmts,
+    }
+}
+
+/// The row loop: one workgroup per row, grid-stride over rows; the workgroup takes the row's
+/// columns `[col_lo, col_hi)`, all of them.
+pub(super) fn for_each_row(b: &mut Block, body: impl FnOnce(&mut Block)) {
+    for_each_row_at(b, |slot| slot, body)
+}
+
+/// [`for_each_row`] over `batch` slots, slot `i` taking the row `row(i)`.
+pub(super) fn for_each_row_at(b: &mut Block, row: impl FnOnce(Expr) -> Expr, body: impl FnOnce(&mut Block)) {
+    b.for_("slot", builtin(Builtin::GroupId), param("batch"), builtin(Builtin::NumGroups), |b, slot| {
+        let row = b.let_("row", Ty::U32, row(slot));
+        b.let_("base", Ty::U32, row * param("stride"));
+        b.let_("col_lo", Ty::U32, u(0));
+        b.let_("col_hi", Ty::U32, param("vocab"));
+        body(b);
+    });
+}
+
+/// Words of a part's record in the `partials` buffer (see `race.rs`, `race_row`, and `combine.rs`): its
+/// winner's score (f32 bits), index and scaled value (f32 bits), the winner of its +inf class
+/// (noise, f32 bits) and index, that class's size, and the log-sum-exp pair `(m, s)` of its
+/// scaled values (f32 bits; written with log-probabilities only).
+pub const PART_WORDS: u32 = 8;
+pub mod part {
+    pub const BEST: u32 = 0;
+    pub const BEST_I: u32 = 1;
+    pub const BEST_Z: u32 = 2;
+    pub const TOP: u32 = 3;
+    pub const TOP_I: u32 = 4;
+    pub const TOP_N: u32 = 5;
+    pub const M: u32 = 6;
+    pub const S: u32 = 7;
+}
+/// `flags >> PARTS_SHIFT` is the number of workgroups per row of the split kernels (0 reads as
+/// 1). The host chooses it per call from the batch and the device's size (`src/launch.rs`).
+pub const PARTS_SHIFT: u32 = 16;
+
+/// The row loop of the kernels that split a row: `parts` workgroups per row, part `p` taking
+/// the `p`-th of `parts` runs of whole quads, `[col_lo, col_hi)`; `slot` is the part's record.
+/// With one part this is [`for_each_row`].
+pub(super) fn for_each_row_part(b: &mut Block, body: impl FnOnce(&mut Block)) {
+    for_each_row_part_at(b, |i| i, body)
+}
+
+/// [`for_each_row_part`] over `batch` row slots, slot `i` taking the row `row(i)`; `slot` is
+/// still the part's own record (`i * parts + part`).
+pub(super) fn for_each_row_part_at(b: &mut Block, row: impl FnOnce(Expr) -> Expr, body: impl FnOnce(&mut Block)) {
+    b.let_("parts", Ty::U32, (param("flags") >> u(PARTS_SHIFT)).max(u(1)));
+    let groups = param("batch") * var("parts");
+    b.for_("slot", builtin(Builtin::GroupId), groups, builtin(Builtin::NumGroups), |b, slot| {
+        let index = b.let_("row_slot", Ty::U32, slot.clone() / var("parts"));
+        b.let_("part", Ty::U32, slot - index.clone() * var("parts"));
+        b.let_("row", Ty::U32, row(index));
+        b.let_("base", Ty::U32, var("row") * param("stride"));
+        let per = b.let_("quads_per_part", Ty::U32, quads_per_part(var("parts")));
+        b.let_("col_lo", Ty::U32, (var("part") * per.clone() * u(4)).min(param("vocab")));
+        b.let_("col_hi", Ty::U32, (var("col_lo") + per * u(4)).min(param("vocab")));
+        body(b);
+    });
+}
+
+/// Quads (four columns) per part when a row of `vocab` columns is split in `parts`.
+pub(super) fn quads_per_part(parts: Expr) -> Expr {
+    let quads = (param("vocab") + u(3)) >> u(2);
+    (quads + parts.clone() - u(1)) / parts
+}
+
+/// Visits this invocation's columns in `[col_lo, col_hi)` in increasing order, four
+/// consecutive ones per step: `per_quad` runs once per step (with `c0`, the first column), then
+/// `per_col` for each of the four columns inside the range, with the column and its place
+/// (0..4) in the quad. `col_lo` is a multiple of 4, so a quad is a Philox block.
+pub(super) fn for_each_column(
+    b: &mut Block,
+    per_quad: impl Fn(&mut Block, Expr),
+    per_col: impl Fn(&mut Block, Expr, u8),
+) {
+    for_each_column_then(b, per_quad, per_col, None)
+}
+
+/// [`for_each_column`], with `between` (if any) run by every invocation after the workgroup's
+/// first step of columns and outside any branch, so that it may hold a barrier: a floor shared
+/// there serves every invocation's later columns.
+pub(super) fn for_each_column_then(
+    b: &mut Block,
+    per_quad: impl Fn(&mut Block, Expr),
+    per_col: impl Fn(&mut Block, Expr, u8),
+    between: Option<&dyn Fn(&mut Block)>,
+) {
+    let first = var("col_lo") + builtin(Builtin::LocalId) * u(4);
+    let step = builtin(Builtin::BlockSize) * u(4);
+    let quad = |b: &mut Block, c0: Expr| {
+        per_quad(b, c0.clone());
+        for j in 0..4u8 {
+            b.scope(|b| {
+                let col = b.let_("col", Ty::U32, c0.clone() + u(j as u32));
+                b.if_(col.clone().lt(var("col_hi")), |b| per_col(b, col, j));
+            });
+        }
+    };
+    match between {
+        None => b.for_("c0", first, var("col_hi"), step, quad),
+        Some(between) => {
+            b.if_(first.clone().lt(var("col_hi")), |b| quad(b, first.clone()));
+            between(b);
+            b.for_("c0", first + step.clone(), var("col_hi"), step, quad);
+        }
+    }
+}
+
+/// The Philox block of the four columns from `c0`, keyed by the row's seed and offset.
+pub(super) fn philox_block(c0: Expr) -> Expr {
+    let w = |k| row_word(k);
+    philox::block_for(c0, w(word::SEED_LO), w(word::SEED_HI), w(word::OFFSET_LO), w(word::OFFSET_HI))
+}
+
+pub(super) fn row_word(k: u32) -> Expr {
+    load("rows", var("row") * u(ROW_WORDS) + u(k))
+}
+
+/// Whether the row is one of SGLang's seeded sampler (its mode word).
+pub(super) fn row_is_seeded() -> Expr {
+    row_word(word::MODE).eq_(u(MODE_SEEDED))
+}
+
+/// Declares `temp` (the row's temperature, 1 for greedy rows) and `noisy` (not greedy).
+pub(super) fn row_temperature(b: &mut Block) {
+    let t = b.let_("t_raw", Ty::F32, row_word(word::TEMPERATURE).bitcast(Ty::F32));
+    b.let_("noisy", Ty::Bool, t.clone().ge(f(GREEDY_EPS)));
+    b.let_("temp", Ty::F32, select(var("noisy"), t, f(1.0)));
+}
+
+/// The input value at `col`, NaN read as -inf so it is never chosen.
+pub(super) fn load_clean(col: Expr) -> Expr {
+    let x = load("x", var("base") + col);
+    select(is_nan(x.clone()), f(f32::NEG_INFINITY), x)
+}
+
+/// Writes a sampling kernel's per-row results from invocation 0: the token, and on request its
+/// log-probability and its status (`valid`: the row had a value to sample).
+pub(super) fn write_results(b: &mut Block, tok: Expr, valid: Expr, logprob: impl FnOnce(&mut Block) -> Expr) {
+    let flag = |bit: u32| (param("flags") & u(bit)).ne_(u(0));
+    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+        b.store("tokens", var("row"), select(valid.clone(), tok, u(0)));
+        b.if_(flag(FLAG_STATUS), |b| b.store("status", var("row"), select(valid.clone(), u(1), u(0))));
+    });
+    // The log-probability may need collectives, so every invocation takes this (uniform) branch.
+    b.if_(flag(FLAG_LOGPROBS), |b| {
+        let lp = logprob(b);
+        b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+            b.store("logprobs", var("row"), select(valid, lp, f(f32::NEG_INFINITY)));
+        });
+    });
+}
+
+/// The outputs every sampling kernel binds after its inputs.
+pub(super) fn output_buffers() -> [BufferDecl; 3] {
+    [buffer("tokens", Storage::U32, true), buffer("logprobs", Storage::F32, true), buffer("status", Storage::U32, true)]
+}
+
+/// The scratch of the staged kernels (softmax's split rows, the split filters), bound after the
+/// outputs: what one launch writes there the next reads, so plain u32 does.
+pub(super) fn partials_buffer() -> BufferDecl {
+    buffer("partials", Storage::U32, true)
+}
+
+/// The part records of the argmax family's split rows and the rows' arrival counters, bound
+/// after the outputs: atomic, since the row's last part reads them in the same launch
+/// (`combine.rs`).
+pub(super) fn part_buffers() -> [BufferDecl; 2] {
+    [buffer("partials", Storage::AtomicU32, true), counters_buffer()]
+}
+
+/// The split rows' arrival counters (and, after them, the seeded sampler's part records):
+/// zeros between launches.
+pub(super) fn counters_buffer() -> BufferDecl {
+    buffer("counters", Storage::AtomicU32, true)
+}
+
+/// The scaled input `z = x / T` at `col` (NaN read as -inf; +inf, or an overflow of the
+/// division, stays +inf: such columns share the row's whole probability).
+pub(super) fn scaled(col: Expr) -> Expr {
+    load_clean(col) / var("temp")
+}
+
+/// A grid-stride loop over `batch` independent items (for the per-item diagnostic kernels).
+pub(super) fn for_each_item(b: &mut Block, body: impl FnOnce(&mut Block, Expr)) {
+    let first = builtin(Builtin::GroupId) * builtin(Builtin::BlockSize) + builtin(Builtin::LocalId);
+    let step = builtin(Builtin::NumGroups) * builtin(Builtin::BlockSize);
+    b.for_("item", first, param("batch"), step, body);
+}
