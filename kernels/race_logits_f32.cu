@@ -246,12 +246,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
             {
                 unsigned int c0 = (col_lo + (threadIdx.x * 4u));
                 float qmax = sk_bitcast<float>(4286578688u);
-                float x0 = sk_bitcast<float>(4286578688u);
-                if (((c0 + 0u) < col_hi)) {
-                    // built by kernels::race::prune_step
-                    const float sk_e0 = x[(base + (c0 + 0u))];
-                    x0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
-                }
+                unsigned int xc0 = (c0 + 0u);
+                const bool sk_e1 = (xc0 < col_hi);
+                const float sk_e0 = x[(base + (sk_e1 ? xc0 : (col_hi - 1u)))];
+                float x0 = (sk_e1 ? (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) : sk_bitcast<float>(4286578688u));
+                unsigned int xc1 = (c0 + 1u);
+                const bool sk_e3 = (xc1 < col_hi);
+                const float sk_e2 = x[(base + (sk_e3 ? xc1 : (col_hi - 1u)))];
+                float x1 = (sk_e3 ? (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) : sk_bitcast<float>(4286578688u));
+                unsigned int xc2 = (c0 + 2u);
+                const bool sk_e5 = (xc2 < col_hi);
+                const float sk_e4 = x[(base + (sk_e5 ? xc2 : (col_hi - 1u)))];
+                float x2 = (sk_e5 ? (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) : sk_bitcast<float>(4286578688u));
+                unsigned int xc3 = (c0 + 3u);
+                const bool sk_e7 = (xc3 < col_hi);
+                const float sk_e6 = x[(base + (sk_e7 ? xc3 : (col_hi - 1u)))];
+                float x3 = (sk_e7 ? (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) : sk_bitcast<float>(4286578688u));
                 qmax = fmaxf(qmax, (x0 * rcp_t));
                 if (((flags & 1u) != 0u)) {
                     // built by kernels::race::prune_step
@@ -268,12 +278,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                             }
                         }
                     }
-                }
-                float x1 = sk_bitcast<float>(4286578688u);
-                if (((c0 + 1u) < col_hi)) {
-                    // built by kernels::race::prune_step
-                    const float sk_e1 = x[(base + (c0 + 1u))];
-                    x1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
                 }
                 qmax = fmaxf(qmax, (x1 * rcp_t));
                 if (((flags & 1u) != 0u)) {
@@ -292,12 +296,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                         }
                     }
                 }
-                float x2 = sk_bitcast<float>(4286578688u);
-                if (((c0 + 2u) < col_hi)) {
-                    // built by kernels::race::prune_step
-                    const float sk_e2 = x[(base + (c0 + 2u))];
-                    x2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
-                }
                 qmax = fmaxf(qmax, (x2 * rcp_t));
                 if (((flags & 1u) != 0u)) {
                     // built by kernels::race::prune_step
@@ -314,12 +312,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                             }
                         }
                     }
-                }
-                float x3 = sk_bitcast<float>(4286578688u);
-                if (((c0 + 3u) < col_hi)) {
-                    // built by kernels::race::prune_step
-                    const float sk_e3 = x[(base + (c0 + 3u))];
-                    x3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                 }
                 qmax = fmaxf(qmax, (x3 * rcp_t));
                 if (((flags & 1u) != 0u)) {
@@ -485,11 +477,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                 // built by kernels::race::prune_step
                 unsigned int c0 = (cb + (threadIdx.x * 4u));
                 float qmax = sk_bitcast<float>(4286578688u);
-                float x0 = sk_bitcast<float>(4286578688u);
-                if (((c0 + 0u) < col_hi)) {
-                    const float sk_e4 = x[(base + (c0 + 0u))];
-                    x0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
-                }
+                unsigned int xc0 = (c0 + 0u);
+                const bool sk_e9 = (xc0 < col_hi);
+                const float sk_e8 = x[(base + (sk_e9 ? xc0 : (col_hi - 1u)))];
+                float x0 = (sk_e9 ? (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) : sk_bitcast<float>(4286578688u));
+                unsigned int xc1 = (c0 + 1u);
+                const bool sk_e11 = (xc1 < col_hi);
+                const float sk_e10 = x[(base + (sk_e11 ? xc1 : (col_hi - 1u)))];
+                float x1 = (sk_e11 ? (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) : sk_bitcast<float>(4286578688u));
+                unsigned int xc2 = (c0 + 2u);
+                const bool sk_e13 = (xc2 < col_hi);
+                const float sk_e12 = x[(base + (sk_e13 ? xc2 : (col_hi - 1u)))];
+                float x2 = (sk_e13 ? (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) : sk_bitcast<float>(4286578688u));
+                unsigned int xc3 = (c0 + 3u);
+                const bool sk_e15 = (xc3 < col_hi);
+                const float sk_e14 = x[(base + (sk_e15 ? xc3 : (col_hi - 1u)))];
+                float x3 = (sk_e15 ? (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) : sk_bitcast<float>(4286578688u));
                 qmax = fmaxf(qmax, (x0 * rcp_t));
                 if (((flags & 1u) != 0u)) {
                     float lse_v = (x0 / temp);
@@ -505,11 +508,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                             }
                         }
                     }
-                }
-                float x1 = sk_bitcast<float>(4286578688u);
-                if (((c0 + 1u) < col_hi)) {
-                    const float sk_e5 = x[(base + (c0 + 1u))];
-                    x1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
                 }
                 qmax = fmaxf(qmax, (x1 * rcp_t));
                 if (((flags & 1u) != 0u)) {
@@ -527,11 +525,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                         }
                     }
                 }
-                float x2 = sk_bitcast<float>(4286578688u);
-                if (((c0 + 2u) < col_hi)) {
-                    const float sk_e6 = x[(base + (c0 + 2u))];
-                    x2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
-                }
                 qmax = fmaxf(qmax, (x2 * rcp_t));
                 if (((flags & 1u) != 0u)) {
                     float lse_v = (x2 / temp);
@@ -547,11 +540,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                             }
                         }
                     }
-                }
-                float x3 = sk_bitcast<float>(4286578688u);
-                if (((c0 + 3u) < col_hi)) {
-                    const float sk_e7 = x[(base + (c0 + 3u))];
-                    x3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
                 }
                 qmax = fmaxf(qmax, (x3 * rcp_t));
                 if (((flags & 1u) != 0u)) {
@@ -711,12 +699,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                 __syncthreads();
             }
             if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                const float sk_e8 = x[(base + up1_i)];
-                float sv = ((((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) / temp);
-                const unsigned int sk_e10 = (row * 12u);
-                const uint4 sk_e9 = sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, rows[(sk_e10 + 10u)], rows[(sk_e10 + 11u)]), rows[(sk_e10 + 8u)], rows[(sk_e10 + 9u)]);
-                const unsigned int sk_e11 = (up1_i & 3u);
-                best = (sv + sk_gumbel(((sk_e11 == 0u) ? ((sk_e9).x) : ((sk_e11 == 1u) ? ((sk_e9).y) : ((sk_e11 == 2u) ? ((sk_e9).z) : ((sk_e9).w))))));
+                const float sk_e16 = x[(base + up1_i)];
+                float sv = ((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp);
+                const unsigned int sk_e18 = (row * 12u);
+                const uint4 sk_e17 = sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, rows[(sk_e18 + 10u)], rows[(sk_e18 + 11u)]), rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)]);
+                const unsigned int sk_e19 = (up1_i & 3u);
+                best = (sv + sk_gumbel(((sk_e19 == 0u) ? ((sk_e17).x) : ((sk_e19 == 1u) ? ((sk_e17).y) : ((sk_e19 == 2u) ? ((sk_e17).z) : ((sk_e17).w))))));
                 best_i = up1_i;
                 best_z = sv;
             }
@@ -731,15 +719,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {
-                            const float sk_e12 = x[(base + col)];
-                            float xv = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12);
-                            const float sk_e13 = (xv * rcp_t);
-                            if (((sk_e13 > sk_bitcast<float>(4286578688u)) && ((((sk_e13 + (fabsf(sk_e13) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e13 >= (1.7014118e38f))))) {
+                            const float sk_e20 = x[(base + col)];
+                            float xv = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
+                            const float sk_e21 = (xv * rcp_t);
+                            if (((sk_e21 > sk_bitcast<float>(4286578688u)) && ((((sk_e21 + (fabsf(sk_e21) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e21 >= (1.7014118e38f))))) {
                                 // built by kernels::race::screened_pass
-                                const unsigned int sk_e15 = (row * 12u);
-                                const uint4 sk_e14 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e15 + 10u)], rows[(sk_e15 + 11u)]), rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)]);
-                                const unsigned int sk_e16 = (col & 3u);
-                                unsigned int wj = ((sk_e16 == 0u) ? ((sk_e14).x) : ((sk_e16 == 1u) ? ((sk_e14).y) : ((sk_e16 == 2u) ? ((sk_e14).z) : ((sk_e14).w))));
+                                const unsigned int sk_e23 = (row * 12u);
+                                const uint4 sk_e22 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e23 + 10u)], rows[(sk_e23 + 11u)]), rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)]);
+                                const unsigned int sk_e24 = (col & 3u);
+                                unsigned int wj = ((sk_e24 == 0u) ? ((sk_e22).x) : ((sk_e24 == 1u) ? ((sk_e22).y) : ((sk_e24 == 2u) ? ((sk_e22).z) : ((sk_e22).w))));
                                 float sv = (xv / temp);
                                 if ((sv == sk_bitcast<float>(2139095040u))) {
                                     top_n = (top_n + 1u);
@@ -762,15 +750,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                     {
                         unsigned int col = (c0 + 1u);
                         if ((col < col_hi)) {
-                            const float sk_e17 = x[(base + col)];
-                            float xv = (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17);
-                            const float sk_e18 = (xv * rcp_t);
-                            if (((sk_e18 > sk_bitcast<float>(4286578688u)) && ((((sk_e18 + (fabsf(sk_e18) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e18 >= (1.7014118e38f))))) {
+                            const float sk_e25 = x[(base + col)];
+                            float xv = (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25);
+                            const float sk_e26 = (xv * rcp_t);
+                            if (((sk_e26 > sk_bitcast<float>(4286578688u)) && ((((sk_e26 + (fabsf(sk_e26) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e26 >= (1.7014118e38f))))) {
                                 // built by kernels::race::screened_pass
-                                const unsigned int sk_e20 = (row * 12u);
-                                const uint4 sk_e19 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e20 + 10u)], rows[(sk_e20 + 11u)]), rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)]);
-                                const unsigned int sk_e21 = (col & 3u);
-                                unsigned int wj = ((sk_e21 == 0u) ? ((sk_e19).x) : ((sk_e21 == 1u) ? ((sk_e19).y) : ((sk_e21 == 2u) ? ((sk_e19).z) : ((sk_e19).w))));
+                                const unsigned int sk_e28 = (row * 12u);
+                                const uint4 sk_e27 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e28 + 10u)], rows[(sk_e28 + 11u)]), rows[(sk_e28 + 8u)], rows[(sk_e28 + 9u)]);
+                                const unsigned int sk_e29 = (col & 3u);
+                                unsigned int wj = ((sk_e29 == 0u) ? ((sk_e27).x) : ((sk_e29 == 1u) ? ((sk_e27).y) : ((sk_e29 == 2u) ? ((sk_e27).z) : ((sk_e27).w))));
                                 float sv = (xv / temp);
                                 if ((sv == sk_bitcast<float>(2139095040u))) {
                                     top_n = (top_n + 1u);
@@ -793,15 +781,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                     {
                         unsigned int col = (c0 + 2u);
                         if ((col < col_hi)) {
-                            const float sk_e22 = x[(base + col)];
-                            float xv = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
-                            const float sk_e23 = (xv * rcp_t);
-                            if (((sk_e23 > sk_bitcast<float>(4286578688u)) && ((((sk_e23 + (fabsf(sk_e23) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e23 >= (1.7014118e38f))))) {
+                            const float sk_e30 = x[(base + col)];
+                            float xv = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30);
+                            const float sk_e31 = (xv * rcp_t);
+                            if (((sk_e31 > sk_bitcast<float>(4286578688u)) && ((((sk_e31 + (fabsf(sk_e31) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e31 >= (1.7014118e38f))))) {
                                 // built by kernels::race::screened_pass
-                                const unsigned int sk_e25 = (row * 12u);
-                                const uint4 sk_e24 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e25 + 10u)], rows[(sk_e25 + 11u)]), rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)]);
-                                const unsigned int sk_e26 = (col & 3u);
-                                unsigned int wj = ((sk_e26 == 0u) ? ((sk_e24).x) : ((sk_e26 == 1u) ? ((sk_e24).y) : ((sk_e26 == 2u) ? ((sk_e24).z) : ((sk_e24).w))));
+                                const unsigned int sk_e33 = (row * 12u);
+                                const uint4 sk_e32 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e33 + 10u)], rows[(sk_e33 + 11u)]), rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)]);
+                                const unsigned int sk_e34 = (col & 3u);
+                                unsigned int wj = ((sk_e34 == 0u) ? ((sk_e32).x) : ((sk_e34 == 1u) ? ((sk_e32).y) : ((sk_e34 == 2u) ? ((sk_e32).z) : ((sk_e32).w))));
                                 float sv = (xv / temp);
                                 if ((sv == sk_bitcast<float>(2139095040u))) {
                                     top_n = (top_n + 1u);
@@ -824,15 +812,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                     {
                         unsigned int col = (c0 + 3u);
                         if ((col < col_hi)) {
-                            const float sk_e27 = x[(base + col)];
-                            float xv = (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27);
-                            const float sk_e28 = (xv * rcp_t);
-                            if (((sk_e28 > sk_bitcast<float>(4286578688u)) && ((((sk_e28 + (fabsf(sk_e28) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e28 >= (1.7014118e38f))))) {
+                            const float sk_e35 = x[(base + col)];
+                            float xv = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35);
+                            const float sk_e36 = (xv * rcp_t);
+                            if (((sk_e36 > sk_bitcast<float>(4286578688u)) && ((((sk_e36 + (fabsf(sk_e36) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e36 >= (1.7014118e38f))))) {
                                 // built by kernels::race::screened_pass
-                                const unsigned int sk_e30 = (row * 12u);
-                                const uint4 sk_e29 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e30 + 10u)], rows[(sk_e30 + 11u)]), rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)]);
-                                const unsigned int sk_e31 = (col & 3u);
-                                unsigned int wj = ((sk_e31 == 0u) ? ((sk_e29).x) : ((sk_e31 == 1u) ? ((sk_e29).y) : ((sk_e31 == 2u) ? ((sk_e29).z) : ((sk_e29).w))));
+                                const unsigned int sk_e38 = (row * 12u);
+                                const uint4 sk_e37 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e38 + 10u)], rows[(sk_e38 + 11u)]), rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)]);
+                                const unsigned int sk_e39 = (col & 3u);
+                                unsigned int wj = ((sk_e39 == 0u) ? ((sk_e37).x) : ((sk_e39 == 1u) ? ((sk_e37).y) : ((sk_e39 == 2u) ? ((sk_e37).z) : ((sk_e37).w))));
                                 float sv = (xv / temp);
                                 if ((sv == sk_bitcast<float>(2139095040u))) {
                                     top_n = (top_n + 1u);
@@ -861,8 +849,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
-                        const float sk_e32 = x[(base + col)];
-                        float sv = ((((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) / temp);
+                        const float sk_e40 = x[(base + col)];
+                        float sv = ((((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40) / temp);
                         if ((sv == sk_bitcast<float>(2139095040u))) {
                             // built by kernels::race::greedy_column
                             top_n = (top_n + 1u);
@@ -897,8 +885,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                 {
                     unsigned int col = (c0 + 1u);
                     if ((col < col_hi)) {
-                        const float sk_e33 = x[(base + col)];
-                        float sv = ((((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) / temp);
+                        const float sk_e41 = x[(base + col)];
+                        float sv = ((((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41) / temp);
                         if ((sv == sk_bitcast<float>(2139095040u))) {
                             // built by kernels::race::greedy_column
                             top_n = (top_n + 1u);
@@ -933,8 +921,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                 {
                     unsigned int col = (c0 + 2u);
                     if ((col < col_hi)) {
-                        const float sk_e34 = x[(base + col)];
-                        float sv = ((((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34) / temp);
+                        const float sk_e42 = x[(base + col)];
+                        float sv = ((((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42) / temp);
                         if ((sv == sk_bitcast<float>(2139095040u))) {
                             // built by kernels::race::greedy_column
                             top_n = (top_n + 1u);
@@ -969,8 +957,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                 {
                     unsigned int col = (c0 + 3u);
                     if ((col < col_hi)) {
-                        const float sk_e35 = x[(base + col)];
-                        float sv = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
+                        const float sk_e43 = x[(base + col)];
+                        float sv = ((((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43) / temp);
                         if ((sv == sk_bitcast<float>(2139095040u))) {
                             // built by kernels::race::greedy_column
                             top_n = (top_n + 1u);
@@ -1166,8 +1154,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                     __syncthreads();
                 }
                 if ((threadIdx.x == 0u)) {
-                    const float sk_e36 = x[(base + tok)];
-                    logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
+                    const float sk_e44 = x[(base + tok)];
+                    logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
                 }
             }
         } else {
@@ -1445,8 +1433,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                         }
                         tok = top_tok;
                     }
-                    const bool sk_e37 = (tok == 4294967295u);
-                    float z = (sk_e37 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e37 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)])));
+                    const bool sk_e45 = (tok == 4294967295u);
+                    float z = (sk_e45 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e45 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)])));
                     if ((tok == 4294967295u)) {
                         // built by kernels::combine::combine_row
                         tok = 0u;

@@ -267,12 +267,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var c0: u32 = (col_lo + (sk_lid * 4u));
                 var qmax: f32 = bitcast<f32>(4286578688u);
-                var x0: f32 = bitcast<f32>(4286578688u);
-                if (((c0 + 0u) < col_hi)) {
-                    // built by kernels::race::prune_step
-                    let sk_e0: f32 = x[(base + (c0 + 0u))];
-                    x0 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
-                }
+                var xc0: u32 = (c0 + 0u);
+                let sk_e1: bool = (xc0 < col_hi);
+                let sk_e0: f32 = x[(base + select((col_hi - 1u), xc0, sk_e1))];
+                var x0: f32 = select(bitcast<f32>(4286578688u), select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)), sk_e1);
+                var xc1: u32 = (c0 + 1u);
+                let sk_e3: bool = (xc1 < col_hi);
+                let sk_e2: f32 = x[(base + select((col_hi - 1u), xc1, sk_e3))];
+                var x1: f32 = select(bitcast<f32>(4286578688u), select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)), sk_e3);
+                var xc2: u32 = (c0 + 2u);
+                let sk_e5: bool = (xc2 < col_hi);
+                let sk_e4: f32 = x[(base + select((col_hi - 1u), xc2, sk_e5))];
+                var x2: f32 = select(bitcast<f32>(4286578688u), select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)), sk_e5);
+                var xc3: u32 = (c0 + 3u);
+                let sk_e7: bool = (xc3 < col_hi);
+                let sk_e6: f32 = x[(base + select((col_hi - 1u), xc3, sk_e7))];
+                var x3: f32 = select(bitcast<f32>(4286578688u), select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u)), sk_e7);
                 qmax = max(qmax, (x0 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
                     // built by kernels::race::prune_step
@@ -289,12 +299,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                     }
-                }
-                var x1: f32 = bitcast<f32>(4286578688u);
-                if (((c0 + 1u) < col_hi)) {
-                    // built by kernels::race::prune_step
-                    let sk_e1: f32 = x[(base + (c0 + 1u))];
-                    x1 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
                 }
                 qmax = max(qmax, (x1 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
@@ -313,12 +317,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                 }
-                var x2: f32 = bitcast<f32>(4286578688u);
-                if (((c0 + 2u) < col_hi)) {
-                    // built by kernels::race::prune_step
-                    let sk_e2: f32 = x[(base + (c0 + 2u))];
-                    x2 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
-                }
                 qmax = max(qmax, (x2 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
                     // built by kernels::race::prune_step
@@ -335,12 +333,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                     }
-                }
-                var x3: f32 = bitcast<f32>(4286578688u);
-                if (((c0 + 3u) < col_hi)) {
-                    // built by kernels::race::prune_step
-                    let sk_e3: f32 = x[(base + (c0 + 3u))];
-                    x3 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
                 }
                 qmax = max(qmax, (x3 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
@@ -494,11 +486,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::race::prune_step
                 var c0: u32 = (cb + (sk_lid * 4u));
                 var qmax: f32 = bitcast<f32>(4286578688u);
-                var x0: f32 = bitcast<f32>(4286578688u);
-                if (((c0 + 0u) < col_hi)) {
-                    let sk_e4: f32 = x[(base + (c0 + 0u))];
-                    x0 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
-                }
+                var xc0: u32 = (c0 + 0u);
+                let sk_e9: bool = (xc0 < col_hi);
+                let sk_e8: f32 = x[(base + select((col_hi - 1u), xc0, sk_e9))];
+                var x0: f32 = select(bitcast<f32>(4286578688u), select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)), sk_e9);
+                var xc1: u32 = (c0 + 1u);
+                let sk_e11: bool = (xc1 < col_hi);
+                let sk_e10: f32 = x[(base + select((col_hi - 1u), xc1, sk_e11))];
+                var x1: f32 = select(bitcast<f32>(4286578688u), select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)), sk_e11);
+                var xc2: u32 = (c0 + 2u);
+                let sk_e13: bool = (xc2 < col_hi);
+                let sk_e12: f32 = x[(base + select((col_hi - 1u), xc2, sk_e13))];
+                var x2: f32 = select(bitcast<f32>(4286578688u), select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)), sk_e13);
+                var xc3: u32 = (c0 + 3u);
+                let sk_e15: bool = (xc3 < col_hi);
+                let sk_e14: f32 = x[(base + select((col_hi - 1u), xc3, sk_e15))];
+                var x3: f32 = select(bitcast<f32>(4286578688u), select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)), sk_e15);
                 qmax = max(qmax, (x0 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
                     var lse_v: f32 = (x0 / temp);
@@ -514,11 +517,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                     }
-                }
-                var x1: f32 = bitcast<f32>(4286578688u);
-                if (((c0 + 1u) < col_hi)) {
-                    let sk_e5: f32 = x[(base + (c0 + 1u))];
-                    x1 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
                 }
                 qmax = max(qmax, (x1 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
@@ -536,11 +534,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                 }
-                var x2: f32 = bitcast<f32>(4286578688u);
-                if (((c0 + 2u) < col_hi)) {
-                    let sk_e6: f32 = x[(base + (c0 + 2u))];
-                    x2 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
-                }
                 qmax = max(qmax, (x2 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
                     var lse_v: f32 = (x2 / temp);
@@ -556,11 +549,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                     }
-                }
-                var x3: f32 = bitcast<f32>(4286578688u);
-                if (((c0 + 3u) < col_hi)) {
-                    let sk_e7: f32 = x[(base + (c0 + 3u))];
-                    x3 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
                 }
                 qmax = max(qmax, (x3 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
@@ -708,12 +696,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 workgroupBarrier();
             }
             if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                let sk_e8: f32 = x[(base + up1_i)];
-                var sv: f32 = (select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)) / temp);
-                let sk_e10: u32 = (row * 12u);
-                let sk_e9: vec4<u32> = sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, rows[(sk_e10 + 10u)], rows[(sk_e10 + 11u)]), rows[(sk_e10 + 8u)], rows[(sk_e10 + 9u)]);
-                let sk_e11: u32 = (up1_i & 3u);
-                best = (sv + sk_gumbel(select(select(select(sk_e9[3], sk_e9[2], (sk_e11 == 2u)), sk_e9[1], (sk_e11 == 1u)), sk_e9[0], (sk_e11 == 0u))));
+                let sk_e16: f32 = x[(base + up1_i)];
+                var sv: f32 = (select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u)) / temp);
+                let sk_e18: u32 = (row * 12u);
+                let sk_e17: vec4<u32> = sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, rows[(sk_e18 + 10u)], rows[(sk_e18 + 11u)]), rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)]);
+                let sk_e19: u32 = (up1_i & 3u);
+                best = (sv + sk_gumbel(select(select(select(sk_e17[3], sk_e17[2], (sk_e19 == 2u)), sk_e17[1], (sk_e19 == 1u)), sk_e17[0], (sk_e19 == 0u))));
                 best_i = up1_i;
                 best_z = sv;
             }
@@ -728,15 +716,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 0u);
                         if ((col < col_hi)) {
-                            let sk_e12: f32 = x[(base + col)];
-                            var xv: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
-                            let sk_e13: f32 = (xv * rcp_t);
-                            if (((sk_e13 > bitcast<f32>(4286578688u)) && ((((sk_e13 + (abs(sk_e13) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e13 >= (1.7014118e38f))))) {
+                            let sk_e20: f32 = x[(base + col)];
+                            var xv: f32 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
+                            let sk_e21: f32 = (xv * rcp_t);
+                            if (((sk_e21 > bitcast<f32>(4286578688u)) && ((((sk_e21 + (abs(sk_e21) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e21 >= (1.7014118e38f))))) {
                                 // built by kernels::race::screened_pass
-                                let sk_e15: u32 = (row * 12u);
-                                let sk_e14: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e15 + 10u)], rows[(sk_e15 + 11u)]), rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)]);
-                                let sk_e16: u32 = (col & 3u);
-                                var wj: u32 = select(select(select(sk_e14[3], sk_e14[2], (sk_e16 == 2u)), sk_e14[1], (sk_e16 == 1u)), sk_e14[0], (sk_e16 == 0u));
+                                let sk_e23: u32 = (row * 12u);
+                                let sk_e22: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e23 + 10u)], rows[(sk_e23 + 11u)]), rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)]);
+                                let sk_e24: u32 = (col & 3u);
+                                var wj: u32 = select(select(select(sk_e22[3], sk_e22[2], (sk_e24 == 2u)), sk_e22[1], (sk_e24 == 1u)), sk_e22[0], (sk_e24 == 0u));
                                 var sv: f32 = (xv / temp);
                                 if ((sv == bitcast<f32>(2139095040u))) {
                                     top_n = (top_n + 1u);
@@ -759,15 +747,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 1u);
                         if ((col < col_hi)) {
-                            let sk_e17: f32 = x[(base + col)];
-                            var xv: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
-                            let sk_e18: f32 = (xv * rcp_t);
-                            if (((sk_e18 > bitcast<f32>(4286578688u)) && ((((sk_e18 + (abs(sk_e18) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e18 >= (1.7014118e38f))))) {
+                            let sk_e25: f32 = x[(base + col)];
+                            var xv: f32 = select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u));
+                            let sk_e26: f32 = (xv * rcp_t);
+                            if (((sk_e26 > bitcast<f32>(4286578688u)) && ((((sk_e26 + (abs(sk_e26) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e26 >= (1.7014118e38f))))) {
                                 // built by kernels::race::screened_pass
-                                let sk_e20: u32 = (row * 12u);
-                                let sk_e19: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e20 + 10u)], rows[(sk_e20 + 11u)]), rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)]);
-                                let sk_e21: u32 = (col & 3u);
-                                var wj: u32 = select(select(select(sk_e19[3], sk_e19[2], (sk_e21 == 2u)), sk_e19[1], (sk_e21 == 1u)), sk_e19[0], (sk_e21 == 0u));
+                                let sk_e28: u32 = (row * 12u);
+                                let sk_e27: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e28 + 10u)], rows[(sk_e28 + 11u)]), rows[(sk_e28 + 8u)], rows[(sk_e28 + 9u)]);
+                                let sk_e29: u32 = (col & 3u);
+                                var wj: u32 = select(select(select(sk_e27[3], sk_e27[2], (sk_e29 == 2u)), sk_e27[1], (sk_e29 == 1u)), sk_e27[0], (sk_e29 == 0u));
                                 var sv: f32 = (xv / temp);
                                 if ((sv == bitcast<f32>(2139095040u))) {
                                     top_n = (top_n + 1u);
@@ -790,15 +778,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 2u);
                         if ((col < col_hi)) {
-                            let sk_e22: f32 = x[(base + col)];
-                            var xv: f32 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
-                            let sk_e23: f32 = (xv * rcp_t);
-                            if (((sk_e23 > bitcast<f32>(4286578688u)) && ((((sk_e23 + (abs(sk_e23) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e23 >= (1.7014118e38f))))) {
+                            let sk_e30: f32 = x[(base + col)];
+                            var xv: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
+                            let sk_e31: f32 = (xv * rcp_t);
+                            if (((sk_e31 > bitcast<f32>(4286578688u)) && ((((sk_e31 + (abs(sk_e31) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e31 >= (1.7014118e38f))))) {
                                 // built by kernels::race::screened_pass
-                                let sk_e25: u32 = (row * 12u);
-                                let sk_e24: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e25 + 10u)], rows[(sk_e25 + 11u)]), rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)]);
-                                let sk_e26: u32 = (col & 3u);
-                                var wj: u32 = select(select(select(sk_e24[3], sk_e24[2], (sk_e26 == 2u)), sk_e24[1], (sk_e26 == 1u)), sk_e24[0], (sk_e26 == 0u));
+                                let sk_e33: u32 = (row * 12u);
+                                let sk_e32: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e33 + 10u)], rows[(sk_e33 + 11u)]), rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)]);
+                                let sk_e34: u32 = (col & 3u);
+                                var wj: u32 = select(select(select(sk_e32[3], sk_e32[2], (sk_e34 == 2u)), sk_e32[1], (sk_e34 == 1u)), sk_e32[0], (sk_e34 == 0u));
                                 var sv: f32 = (xv / temp);
                                 if ((sv == bitcast<f32>(2139095040u))) {
                                     top_n = (top_n + 1u);
@@ -821,15 +809,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 3u);
                         if ((col < col_hi)) {
-                            let sk_e27: f32 = x[(base + col)];
-                            var xv: f32 = select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u));
-                            let sk_e28: f32 = (xv * rcp_t);
-                            if (((sk_e28 > bitcast<f32>(4286578688u)) && ((((sk_e28 + (abs(sk_e28) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e28 >= (1.7014118e38f))))) {
+                            let sk_e35: f32 = x[(base + col)];
+                            var xv: f32 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
+                            let sk_e36: f32 = (xv * rcp_t);
+                            if (((sk_e36 > bitcast<f32>(4286578688u)) && ((((sk_e36 + (abs(sk_e36) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e36 >= (1.7014118e38f))))) {
                                 // built by kernels::race::screened_pass
-                                let sk_e30: u32 = (row * 12u);
-                                let sk_e29: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e30 + 10u)], rows[(sk_e30 + 11u)]), rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)]);
-                                let sk_e31: u32 = (col & 3u);
-                                var wj: u32 = select(select(select(sk_e29[3], sk_e29[2], (sk_e31 == 2u)), sk_e29[1], (sk_e31 == 1u)), sk_e29[0], (sk_e31 == 0u));
+                                let sk_e38: u32 = (row * 12u);
+                                let sk_e37: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e38 + 10u)], rows[(sk_e38 + 11u)]), rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)]);
+                                let sk_e39: u32 = (col & 3u);
+                                var wj: u32 = select(select(select(sk_e37[3], sk_e37[2], (sk_e39 == 2u)), sk_e37[1], (sk_e39 == 1u)), sk_e37[0], (sk_e39 == 0u));
                                 var sv: f32 = (xv / temp);
                                 if ((sv == bitcast<f32>(2139095040u))) {
                                     top_n = (top_n + 1u);
@@ -858,8 +846,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
-                        let sk_e32: f32 = x[(base + col)];
-                        var sv: f32 = (select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e40: f32 = x[(base + col)];
+                        var sv: f32 = (select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
                             // built by kernels::race::greedy_column
                             top_n = (top_n + 1u);
@@ -894,8 +882,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 1u);
                     if ((col < col_hi)) {
-                        let sk_e33: f32 = x[(base + col)];
-                        var sv: f32 = (select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e41: f32 = x[(base + col)];
+                        var sv: f32 = (select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
                             // built by kernels::race::greedy_column
                             top_n = (top_n + 1u);
@@ -930,8 +918,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 2u);
                     if ((col < col_hi)) {
-                        let sk_e34: f32 = x[(base + col)];
-                        var sv: f32 = (select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e42: f32 = x[(base + col)];
+                        var sv: f32 = (select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
                             // built by kernels::race::greedy_column
                             top_n = (top_n + 1u);
@@ -966,8 +954,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 3u);
                     if ((col < col_hi)) {
-                        let sk_e35: f32 = x[(base + col)];
-                        var sv: f32 = (select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp);
+                        let sk_e43: f32 = x[(base + col)];
+                        var sv: f32 = (select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u)) / temp);
                         if ((sv == bitcast<f32>(2139095040u))) {
                             // built by kernels::race::greedy_column
                             top_n = (top_n + 1u);
@@ -1103,8 +1091,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     workgroupBarrier();
                 }
                 if ((sk_lid == 0u)) {
-                    let sk_e36: f32 = x[(base + tok)];
-                    logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
+                    let sk_e44: f32 = x[(base + tok)];
+                    logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
                 }
             }
         } else {
@@ -1298,8 +1286,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         tok = top_tok;
                     }
-                    let sk_e37: bool = (tok == 4294967295u);
-                    var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e37)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e37);
+                    let sk_e45: bool = (tok == 4294967295u);
+                    var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e45)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e45);
                     if ((tok == 4294967295u)) {
                         // built by kernels::combine::combine_row
                         tok = 0u;

@@ -224,10 +224,18 @@ pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64, cache: Ca
         })
         .chain(std::iter::once((threads * iter_instr / (hw.issue_per_clock.value * 32.0), Pipe::Other)))
         .fold((0.0, Pipe::Other), |a, b| if b.0 > a.0 { b } else { a });
-    let wait = (per_col.round_trips * cols_per_iter).max(1.0) * latency + hw.dependent_issue.value * iter_instr;
-    let iterations = (l.columns as f64 / (k.block as f64 * cols_per_iter)).ceil();
+    let wait = |share: f64| {
+        (per_col.round_trips * cols_per_iter * share).max(1.0) * latency + hw.dependent_issue.value * iter_instr * share
+    };
+    // The iterations of the slowest thread, which holds the most quads: where ptxas unrolled the
+    // loop past what a thread holds (a row split so finely that each thread has a quad or two),
+    // its last iteration is the part it holds, at least one round trip.
+    let quads = (l.columns as f64 / (k.block as f64 * 4.0)).ceil();
+    let iterations = quads * 4.0 / cols_per_iter;
+    let (whole, part) = (iterations.floor(), iterations - iterations.floor());
+    let last = if part > 0.0 { (issue * part).max(wait(part)) } else { 0.0 };
     // Each round also waits for its first loads and its last stores (two DRAM round trips).
-    let sm_cycles = rounds * (iterations * issue.max(wait) + 2.0 * hw.dram_latency.value);
+    let sm_cycles = rounds * (whole * issue.max(wait(1.0)) + last + 2.0 * hw.dram_latency.value);
     let sm_us = sm_cycles / clock;
 
     let bytes = l.read + l.written;
@@ -250,7 +258,7 @@ pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64, cache: Ca
         } else {
             Bound::Dram
         }
-    } else if issue >= wait {
+    } else if issue >= wait(1.0) {
         Bound::Issue(pipe)
     } else {
         Bound::Latency

@@ -220,11 +220,16 @@ fn prune_step(b: &mut Block, cb: Expr) {
     let want_lp = (param("flags") & u(FLAG_LOGPROBS)).ne_(u(0));
     let c0 = b.let_("c0", Ty::U32, cb + builtin(Builtin::LocalId) * u(4));
     b.let_("qmax", Ty::F32, f(f32::NEG_INFINITY));
+    // The four loads first, unconditional (a column past the part reads its last column and
+    // counts as -inf), so they are in flight together: one round trip a quad, not four.
+    for j in 0..4u8 {
+        let col = b.let_(&format!("xc{j}"), Ty::U32, c0.clone() + u(j as u32));
+        let inside = col.clone().lt(var("col_hi"));
+        let x = load_clean(select(inside.clone(), col, var("col_hi") - u(1)));
+        b.let_(&format!("x{j}"), Ty::F32, select(inside, x, f(f32::NEG_INFINITY)));
+    }
     for j in 0..4u8 {
         let name = format!("x{j}");
-        b.let_(&name, Ty::F32, f(f32::NEG_INFINITY));
-        let col = c0.clone() + u(j as u32);
-        b.if_(col.clone().lt(var("col_hi")), |b| b.set(&name, load_clean(col)));
         b.set("qmax", var("qmax").max(var(&name) * var("rcp_t")));
         b.if_(want_lp.clone(), |b| {
             let sv = b.let_("lse_v", Ty::F32, var(&name) / var("temp"));
