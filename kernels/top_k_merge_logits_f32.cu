@@ -1400,7 +1400,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                     if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
                                         const float sk_e10 = x[(base + rcol)];
-                                        float rz = ((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp);
+                                        float rz_x = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10);
+                                        float rz = (rz_x / temp);
                                         if (cut_seeded) {
                                             // built by kernels::filter_top_k::race_one
                                             double s64 = ((double)rov);
@@ -2195,7 +2196,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                     if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
                                         const float sk_e21 = x[(base + rcol)];
-                                        float rz = ((((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21) / temp);
+                                        float rz_x = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21);
+                                        float rz = (rz_x / temp);
                                         if (cut_seeded) {
                                             // built by kernels::filter_top_k::race_one
                                             double s64 = ((double)rov);
@@ -2387,7 +2389,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     unsigned int t_mine = 0u;
                                     for (unsigned int col = t_first; col < t_last; col += 1u) {
                                         const float sk_e30 = x[(base + col)];
-                                        float tz = ((((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) / temp);
+                                        float tz_x = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30);
+                                        float tz = (tz_x / temp);
                                         float tov = (tz - cut_mx);
                                         if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
                                             t_mine = (t_mine + 1u);
@@ -2420,7 +2423,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     unsigned int t_rank = t_rank0;
                                     for (unsigned int col = t_first; col < t_last; col += 1u) {
                                         const float sk_e31 = x[(base + col)];
-                                        float tz = ((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) / temp);
+                                        float tz_x = (((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31);
+                                        float tz = (tz_x / temp);
                                         float tov = (tz - cut_mx);
                                         if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
                                             if ((t_rank < t_cut_left)) {
@@ -2536,7 +2540,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 if (((flags & 1u) != 0u)) {
                                     // built by kernels::abi::write_results
                                     const float sk_e35 = x[(base + ow_at)];
-                                    float ow_v = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
+                                    float ow_v_x = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35);
+                                    float ow_v = (ow_v_x / temp);
                                     if ((threadIdx.x == 0u)) {
                                         logprobs[row] = (ow_valid ? ((ow_v - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))) : sk_bitcast<float>(4286578688u));
                                     }
@@ -3275,7 +3280,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 if (((flags & 1u) != 0u)) {
                                     // built by kernels::abi::write_results
                                     const float sk_e46 = x[(base + ow_at)];
-                                    float ow_v = ((((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46) / temp);
+                                    float ow_v_x = (((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46);
+                                    float ow_v = (ow_v_x / temp);
                                     if ((threadIdx.x == 0u)) {
                                         logprobs[row] = (ow_valid ? ((ow_v - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
                                     }

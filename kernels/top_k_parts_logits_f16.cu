@@ -92,14 +92,51 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                 }
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
-                for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
+                for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_top_k::load_part
-                    const float sk_e0 = sk_f16(x[(base + (col_lo + i))]);
-                    float z = ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp);
-                    bool z_ok = (z > sk_bitcast<float>(4286578688u));
-                    part_keys[i] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
-                    if (z_ok) {
-                        m = fmaxf(m, z);
+                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                    const float sk_e0 = sk_f16(x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]);
+                    float zx0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
+                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                    const float sk_e1 = sk_f16(x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))]);
+                    float zx1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
+                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                    const float sk_e2 = sk_f16(x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))]);
+                    float zx2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
+                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                    const float sk_e3 = sk_f16(x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]);
+                    float zx3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
+                    if ((li0 < n_cols)) {
+                        float z = (zx0 / temp);
+                        bool z_ok = (z > sk_bitcast<float>(4286578688u));
+                        part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                        if (z_ok) {
+                            m = fmaxf(m, z);
+                        }
+                    }
+                    if ((li1 < n_cols)) {
+                        float z = (zx1 / temp);
+                        bool z_ok = (z > sk_bitcast<float>(4286578688u));
+                        part_keys[li1] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                        if (z_ok) {
+                            m = fmaxf(m, z);
+                        }
+                    }
+                    if ((li2 < n_cols)) {
+                        float z = (zx2 / temp);
+                        bool z_ok = (z > sk_bitcast<float>(4286578688u));
+                        part_keys[li2] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                        if (z_ok) {
+                            m = fmaxf(m, z);
+                        }
+                    }
+                    if ((li3 < n_cols)) {
+                        float z = (zx3 / temp);
+                        bool z_ok = (z > sk_bitcast<float>(4286578688u));
+                        part_keys[li3] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                        if (z_ok) {
+                            m = fmaxf(m, z);
+                        }
                     }
                 }
                 float part_m = (0.0f);
@@ -293,8 +330,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                                         if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
                                             unsigned int e_atu = ((unsigned int)e_at);
                                             part_keys[g] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[g]) + (((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))])) * e_w)));
-                                            const unsigned int sk_e1 = (512u + g);
-                                            part_keys[sk_e1] = (part_keys[sk_e1] + (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
+                                            const unsigned int sk_e4 = (512u + g);
+                                            part_keys[sk_e4] = (part_keys[sk_e4] + (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
                                         }
                                     }
                                 }
@@ -451,8 +488,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 unsigned int e_n_x = part_keys[(512u + g)];
-                                const unsigned int sk_e2 = (kk - 1u);
-                                if ((((kk < vocab) && (e_n_cum <= sk_e2)) && ((e_n_cum + e_n_x) > sk_e2))) {
+                                const unsigned int sk_e5 = (kk - 1u);
+                                if ((((kk < vocab) && (e_n_cum <= sk_e5)) && ((e_n_cum + e_n_x) > sk_e5))) {
                                     e_n_first = max(e_n_first, (512u - g));
                                 }
                                 e_n_cum = (e_n_cum + e_n_x);
@@ -482,8 +519,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                                 e_n_bin = sk_red_u32[32];
                                 __syncthreads();
                             }
-                            const unsigned int sk_e3 = max(e_m_bin, e_n_bin);
-                            unsigned int e_cut = (512u - ((sk_e3 > 0u) ? sk_e3 : 1u));
+                            const unsigned int sk_e6 = max(e_m_bin, e_n_bin);
+                            unsigned int e_cut = (512u - ((sk_e6 > 0u) ? sk_e6 : 1u));
                             if ((threadIdx.x == 0u)) {
                                 partials[((((row_slot * parts) + 0u) * 805u) + 773u)] = 1u;
                                 partials[((((row_slot * parts) + 0u) * 805u) + 774u)] = (e_cut - min(e_cut, 1u));
@@ -505,14 +542,51 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
             } else {
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
-                for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
+                for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_top_k::load_part
-                    const float sk_e4 = sk_f16(x[(base + (col_lo + i))]);
-                    float z = ((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) / temp);
-                    bool z_ok = (z > sk_bitcast<float>(4286578688u));
-                    part_keys[i] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
-                    if (z_ok) {
-                        m = fmaxf(m, z);
+                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                    const float sk_e7 = sk_f16(x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]);
+                    float zx0 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                    const float sk_e8 = sk_f16(x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))]);
+                    float zx1 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
+                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                    const float sk_e9 = sk_f16(x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))]);
+                    float zx2 = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9);
+                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                    const float sk_e10 = sk_f16(x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]);
+                    float zx3 = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10);
+                    if ((li0 < n_cols)) {
+                        float z = (zx0 / temp);
+                        bool z_ok = (z > sk_bitcast<float>(4286578688u));
+                        part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                        if (z_ok) {
+                            m = fmaxf(m, z);
+                        }
+                    }
+                    if ((li1 < n_cols)) {
+                        float z = (zx1 / temp);
+                        bool z_ok = (z > sk_bitcast<float>(4286578688u));
+                        part_keys[li1] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                        if (z_ok) {
+                            m = fmaxf(m, z);
+                        }
+                    }
+                    if ((li2 < n_cols)) {
+                        float z = (zx2 / temp);
+                        bool z_ok = (z > sk_bitcast<float>(4286578688u));
+                        part_keys[li2] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                        if (z_ok) {
+                            m = fmaxf(m, z);
+                        }
+                    }
+                    if ((li3 < n_cols)) {
+                        float z = (zx3 / temp);
+                        bool z_ok = (z > sk_bitcast<float>(4286578688u));
+                        part_keys[li3] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                        if (z_ok) {
+                            m = fmaxf(m, z);
+                        }
                     }
                 }
                 float part_m = (0.0f);

@@ -63,14 +63,47 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                 }
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
-                for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
+                for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_top_k::load_part
-                    float z_x = x[(base + (col_lo + i))];
-                    float z = (((z_x > (0.0f)) && (z_x < sk_bitcast<float>(2139095040u))) ? z_x : (0.0f));
-                    bool z_ok = (z > (0.0f));
-                    part_keys[i] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
-                    if (z_ok) {
-                        m = fmaxf(m, z);
+                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                    float zx0 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))];
+                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                    float zx1 = x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))];
+                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                    float zx2 = x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))];
+                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                    float zx3 = x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))];
+                    if ((li0 < n_cols)) {
+                        float z = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f));
+                        bool z_ok = (z > (0.0f));
+                        part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                        if (z_ok) {
+                            m = fmaxf(m, z);
+                        }
+                    }
+                    if ((li1 < n_cols)) {
+                        float z = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f));
+                        bool z_ok = (z > (0.0f));
+                        part_keys[li1] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                        if (z_ok) {
+                            m = fmaxf(m, z);
+                        }
+                    }
+                    if ((li2 < n_cols)) {
+                        float z = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f));
+                        bool z_ok = (z > (0.0f));
+                        part_keys[li2] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                        if (z_ok) {
+                            m = fmaxf(m, z);
+                        }
+                    }
+                    if ((li3 < n_cols)) {
+                        float z = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f));
+                        bool z_ok = (z > (0.0f));
+                        part_keys[li3] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                        if (z_ok) {
+                            m = fmaxf(m, z);
+                        }
                     }
                 }
                 float part_m = (0.0f);
@@ -476,14 +509,47 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
             } else {
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
-                for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
+                for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_top_k::load_part
-                    float z_x = x[(base + (col_lo + i))];
-                    float z = (((z_x > (0.0f)) && (z_x < sk_bitcast<float>(2139095040u))) ? z_x : (0.0f));
-                    bool z_ok = (z > (0.0f));
-                    part_keys[i] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
-                    if (z_ok) {
-                        m = fmaxf(m, z);
+                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                    float zx0 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))];
+                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                    float zx1 = x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))];
+                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                    float zx2 = x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))];
+                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                    float zx3 = x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))];
+                    if ((li0 < n_cols)) {
+                        float z = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f));
+                        bool z_ok = (z > (0.0f));
+                        part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                        if (z_ok) {
+                            m = fmaxf(m, z);
+                        }
+                    }
+                    if ((li1 < n_cols)) {
+                        float z = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f));
+                        bool z_ok = (z > (0.0f));
+                        part_keys[li1] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                        if (z_ok) {
+                            m = fmaxf(m, z);
+                        }
+                    }
+                    if ((li2 < n_cols)) {
+                        float z = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f));
+                        bool z_ok = (z > (0.0f));
+                        part_keys[li2] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                        if (z_ok) {
+                            m = fmaxf(m, z);
+                        }
+                    }
+                    if ((li3 < n_cols)) {
+                        float z = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f));
+                        bool z_ok = (z > (0.0f));
+                        part_keys[li3] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
+                        if (z_ok) {
+                            m = fmaxf(m, z);
+                        }
                     }
                 }
                 float part_m = (0.0f);

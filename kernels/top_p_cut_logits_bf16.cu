@@ -346,7 +346,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_bf16(
                     for (unsigned int col = (col_lo + threadIdx.x); col < col_hi; col += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filter_top_p::cut_part
                         const float sk_e0 = sk_bf16(x[(base + col)]);
-                        float cz = ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp);
+                        float cz_x = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
+                        float cz = (cz_x / temp);
                         float cov = (cz - cut_mx);
                         float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx))));
                         if ((cw > (0.0f))) {

@@ -1392,7 +1392,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
                                     if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
                                         let sk_e10: f32 = sk_load_x((base + rcol));
-                                        var rz: f32 = (select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp);
+                                        var rz_x: f32 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
+                                        var rz: f32 = (rz_x / temp);
                                         if (cut_seeded) {
                                             // built by kernels::filter_top_k::race_one
                                             var s64: f64 = f64(rov);
@@ -2212,7 +2213,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
                                     if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
                                         let sk_e21: f32 = sk_load_x((base + rcol));
-                                        var rz: f32 = (select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u)) / temp);
+                                        var rz_x: f32 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
+                                        var rz: f32 = (rz_x / temp);
                                         if (cut_seeded) {
                                             // built by kernels::filter_top_k::race_one
                                             var s64: f64 = f64(rov);
@@ -2358,7 +2360,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var t_mine: u32 = 0u;
                                     for (var col: u32 = t_first; col < t_last; col = col + 1u) {
                                         let sk_e30: f32 = sk_load_x((base + col));
-                                        var tz: f32 = (select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u)) / temp);
+                                        var tz_x: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
+                                        var tz: f32 = (tz_x / temp);
                                         var tov: f32 = (tz - cut_mx);
                                         if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
                                             t_mine = (t_mine + 1u);
@@ -2381,7 +2384,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var t_rank: u32 = t_rank0;
                                     for (var col: u32 = t_first; col < t_last; col = col + 1u) {
                                         let sk_e31: f32 = sk_load_x((base + col));
-                                        var tz: f32 = (select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u)) / temp);
+                                        var tz_x: f32 = select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u));
+                                        var tz: f32 = (tz_x / temp);
                                         var tov: f32 = (tz - cut_mx);
                                         if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
                                             if ((t_rank < t_cut_left)) {
@@ -2473,7 +2477,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 if (((params.flags & 1u) != 0u)) {
                                     // built by kernels::abi::write_results
                                     let sk_e35: f32 = sk_load_x((base + ow_at));
-                                    var ow_v: f32 = (select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp);
+                                    var ow_v_x: f32 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
+                                    var ow_v: f32 = (ow_v_x / temp);
                                     if ((sk_lid == 0u)) {
                                         logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))), ow_valid);
                                     }
@@ -3092,7 +3097,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 if (((params.flags & 1u) != 0u)) {
                                     // built by kernels::abi::write_results
                                     let sk_e46: f32 = sk_load_x((base + ow_at));
-                                    var ow_v: f32 = (select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u)) / temp);
+                                    var ow_v_x: f32 = select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u));
+                                    var ow_v: f32 = (ow_v_x / temp);
                                     if ((sk_lid == 0u)) {
                                         logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - row_m) - sk_log(row_s)), ow_valid);
                                     }

@@ -371,7 +371,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var col: u32 = (col_lo + sk_lid); col < col_hi; col = col + BLOCK) {
                         // built by kernels::filter_top_p::cut_part
                         let sk_e0: f32 = sk_load_x((base + col));
-                        var cz: f32 = (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp);
+                        var cz_x: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
+                        var cz: f32 = (cz_x / temp);
                         var cov: f32 = (cz - cut_mx);
                         var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
                         if ((cw > (0.0f))) {

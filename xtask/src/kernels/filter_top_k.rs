@@ -251,12 +251,26 @@ fn gather(
 /// `v` (`z` or `p`, [`values::column()`]; 0 for a token without mass), and its largest `v`,
 /// returned (-inf for none).
 pub(super) fn load_part(b: &mut Block, input: Input, n: Expr) -> Expr {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
-    b.for_("i", builtin(Builtin::LocalId), n, builtin(Builtin::BlockSize), |b, i| {
-        let v = values::column(b, input, var("col_lo") + i.clone(), "z");
-        let valid = b.let_("z_ok", Ty::Bool, values::has_mass(input, v.clone()));
-        b.store_shared(KEYS, i, select(valid.clone(), order_key(v.clone()), u(0)));
-        b.if_(valid, |b| b.set("m", var("m").max(v)));
+    // Four columns a step, `bs` apart (coalesced, and no bank conflict on the keys' stores),
+    // their four loads first and unconditional (a column past the part reads its last), so
+    // they are in flight together: one round trip every four columns, not one a column.
+    b.for_("i0", lid, n.clone(), bs.clone() * u(4), |b, i0| {
+        for j in 0..4u32 {
+            let i = b.let_(&format!("li{j}"), Ty::U32, i0.clone() + bs.clone() * u(j));
+            let at = select(i.clone().lt(n.clone()), i, n.clone() - u(1));
+            values::read(b, input, var("col_lo") + at, &format!("zx{j}"));
+        }
+        for j in 0..4u32 {
+            let i = var(&format!("li{j}"));
+            b.if_(i.clone().lt(n.clone()), |b| {
+                let v = b.let_("z", Ty::F32, values::value(input, var(&format!("zx{j}"))));
+                let valid = b.let_("z_ok", Ty::Bool, values::has_mass(input, v.clone()));
+                b.store_shared(KEYS, i, select(valid.clone(), order_key(v.clone()), u(0)));
+                b.if_(valid, |b| b.set("m", var("m").max(v)));
+            });
+        }
     });
     let m = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "part_m");
     b.barrier();

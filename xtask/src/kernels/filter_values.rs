@@ -3,7 +3,7 @@
 //! the filter kernels order and weigh it (`filters.rs`, `element` and `weigh`), so the path's
 //! sets are theirs whichever the input.
 
-use super::abi::scaled;
+use super::abi::load_clean;
 use super::filters::Input;
 use super::math;
 use super::philox;
@@ -13,12 +13,26 @@ use crate::ir::*;
 /// The column's value: `z = l / T` (NaN as -inf), or `p` (0 where it is no probability: NaN,
 /// negative or infinite, which weighs nothing, as in the filter kernels).
 pub(super) fn column(b: &mut Block, input: Input, col: Expr, name: &str) -> Expr {
+    let x = read(b, input, col, &format!("{name}_x"));
+    b.let_(name, Ty::F32, value(input, x))
+}
+
+/// The column's element as read (NaN as -inf from logits), into `name`: [`value`] makes it the
+/// column's value, so a loop can issue several reads before it works on any.
+pub(super) fn read(b: &mut Block, input: Input, col: Expr, name: &str) -> Expr {
     match input {
-        Input::Logits(_) => b.let_(name, Ty::F32, scaled(col)),
+        Input::Logits(_) => b.let_(name, Ty::F32, load_clean(col)),
+        Input::Probs => b.let_(name, Ty::F32, load("x", var("base") + col)),
+    }
+}
+
+/// The value ([`column()`]) of an element as [`read`].
+pub(super) fn value(input: Input, x: Expr) -> Expr {
+    match input {
+        Input::Logits(_) => x / var("temp"),
         Input::Probs => {
-            let x = b.let_(&format!("{name}_x"), Ty::F32, load("x", var("base") + col));
             let valid = x.clone().gt(f(0.0)).and(x.clone().lt(f(f32::INFINITY)));
-            b.let_(name, Ty::F32, select(valid, x, f(0.0)))
+            select(valid, x, f(0.0))
         }
     }
 }
