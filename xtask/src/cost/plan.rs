@@ -160,14 +160,16 @@ const TOP_P_PASSES: u32 = 10;
 pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u32, stages: u32) -> Vec<Launch> {
     let Shape { batch, vocab, elem, dtype } = shape;
     let row = vocab as f64 * elem as f64;
-    let whole = |kernel: String, passes: u32, written: f64| Launch {
+    // One workgroup a row reading `passes` times rows of `row_bytes` (`whole`: the logits').
+    let whole_of = |kernel: String, passes: u32, written: f64, row_bytes: f64| Launch {
         kernel,
         groups: batch,
         columns: vocab,
         passes,
-        read: passes as f64 * row * batch as f64,
+        read: passes as f64 * row_bytes * batch as f64,
         written,
     };
+    let whole = |kernel: String, passes: u32, written: f64| whole_of(kernel, passes, written, row);
     // `p` workgroups a row, each reading its columns once (`reads`) or leaving at once.
     let parted = |kernel: String, p: u32, row_bytes: f64, reads: bool| Launch {
         kernel,
@@ -222,13 +224,8 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         let cut = !idle_rows && TOP_P_CUT.contains(&name);
         let parts = parted(format!("top_k_parts_{input}"), p, row_bytes, decided || cut);
         let merge = format!("top_k_merge_{input}");
-        let merge = if decided || cut || idle_rows {
-            idle(merge, batch)
-        } else {
-            let mut m = whole(merge, passes, 0.0);
-            m.read = passes as f64 * row_bytes * batch as f64;
-            m
-        };
+        let merge =
+            if decided || cut || idle_rows { idle(merge, batch) } else { whole_of(merge, passes, 0.0, row_bytes) };
         let cut = parted(format!("top_p_cut_{input}"), p, row_bytes, cut);
         vec![parts, cut, merge]
     };

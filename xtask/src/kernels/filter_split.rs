@@ -251,10 +251,7 @@ fn split_kernel(input: Input) -> Kernel {
     });
     let mut buffers = sample_buffers(input);
     buffers.push(partials_buffer());
-    let name = match input {
-        Input::Logits(d) => format!("filter_split_logits_{}", d.suffix()),
-        Input::Probs => "filter_split_probs".into(),
-    };
+    let name = format!("filter_split_{}", input.suffix());
     let doc = "top-k, top-p and min-p sampling with each row split over workgroups: one launch per stage";
     // One read more than the one-workgroup kernel: the count that ranks each part's ties.
     let mut k = kernel(name, doc, max_passes(Output::Sample) + 1, buffers, functions(true), b);

@@ -593,7 +593,7 @@ fn parts_kernel(input: Input) -> Kernel {
     buffers.extend(part_buffers());
     let doc = "top-k (at most CAP), one read of the row: each part's k + 1 candidates, maximum and sum \
                (a top-p row's histogram, and its last part the cut's estimate)";
-    let name = format!("top_k_parts_{}", values::suffix(input));
+    let name = format!("top_k_parts_{}", input.suffix());
     let mut k = kernel(name, doc, 1, buffers, functions(false), b);
     k.shared.push(SharedDecl::new(KEYS, Ty::U32, PART_COLS));
     k.shared.push(filter_top_p::histogram_shared());
@@ -629,7 +629,7 @@ fn merge_kernel(input: Input) -> Kernel {
     let doc = "top-k after top_k_parts (and top-p rows after top_p_cut): the set and the race from the \
                parts' candidates or listed range, else the filter kernel's";
     let passes = 1 + max_passes(Output::Sample);
-    let name = format!("top_k_merge_{}", values::suffix(input));
+    let name = format!("top_k_merge_{}", input.suffix());
     let mut k = kernel(name, doc, passes, buffers, functions(true), b);
     k.shared.extend(filter_shared());
     k

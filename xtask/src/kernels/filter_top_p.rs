@@ -24,7 +24,7 @@
 //!    workgroup memory, runs the filter kernels' select on them from the count and mass above,
 //!    races the kept ones and combines the parts' winners.
 //!
-//! Exact: the masses are integers, and the last part checks that the set starts before the
+//! Exact: the masses are integers, and the merge checks that the set starts before the
 //! range's end and ends inside it (the first range token is kept, no token below is), that no
 //! token outside the range has the order value of one inside or of the other side's (the classes
 //! follow `z`, the order `z - max` rounded), and that the range fits in [`CUT_CAP`]. Where one
@@ -698,7 +698,7 @@ fn cut_kernel(input: Input) -> Kernel {
     let mut buffers = filter_buffers(input, Output::Sample)[..2].to_vec();
     buffers.extend([buffer("listed", Storage::U32, false), partials_buffer()]);
     let doc = "top-p rows without a small top-k, after top_k_parts: each part's second read, its classes and winners";
-    let name = format!("top_p_cut_{}", values::suffix(input));
+    let name = format!("top_p_cut_{}", input.suffix());
     let mut k = kernel(name, doc, 1, buffers, functions(true), b);
     k.shared.push(SharedDecl::atomic(LISTING, 1));
     k

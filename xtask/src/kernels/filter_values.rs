@@ -108,11 +108,3 @@ pub(super) fn log_probability(input: Input, v: Expr, mx: Expr, mass: Expr) -> Ex
         Input::Probs => select(v.clone().gt(f(0.0)), call(math::LOG, vec![v]), f(f32::NEG_INFINITY)),
     }
 }
-
-/// The kernel names' input part: `logits_f32`, or `probs`.
-pub(super) fn suffix(input: Input) -> String {
-    match input {
-        Input::Logits(d) => format!("logits_{}", d.suffix()),
-        Input::Probs => "probs".into(),
-    }
-}

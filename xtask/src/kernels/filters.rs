@@ -84,6 +84,16 @@ pub enum Input {
     Probs,
 }
 
+impl Input {
+    /// The kernel names' input part: `logits_f32`, or `probs`.
+    pub(super) fn suffix(self) -> String {
+        match self {
+            Input::Logits(d) => format!("logits_{}", d.suffix()),
+            Input::Probs => "probs".into(),
+        }
+    }
+}
+
 /// What they write.
 #[derive(Clone, Copy, PartialEq)]
 pub enum Output {
@@ -860,23 +870,19 @@ fn filter_kernel(input: Input, output: Output) -> Kernel {
         for_each_row(&mut b, |b| filter_row(b, input, output));
     }
     let buffers = filter_buffers(input, output);
-    let (name, doc) = match (output, input) {
-        (Output::Sample, Input::Logits(d)) => (
-            format!("filter_logits_{}", d.suffix()),
-            "top-k, top-p and min-p from logits: the race of the plain path inside the exact kept set",
-        ),
+    let (what, doc) = match (output, input) {
+        (Output::Sample, Input::Logits(_)) => {
+            ("filter", "top-k, top-p and min-p from logits: the race of the plain path inside the exact kept set")
+        }
         (Output::Sample, Input::Probs) => (
-            "filter_probs".into(),
+            "filter",
             "top-k, top-p and min-p from probabilities: the race of the plain path inside the exact kept set",
         ),
-        (Output::Mask, Input::Logits(d)) => {
-            (format!("mask_logits_{}", d.suffix()), "the logits with every token outside the kept set at -inf (f32)")
-        }
-        (Output::Renorm, Input::Probs) => {
-            ("renorm_probs".into(), "the probabilities renormalized over the kept set, zero outside")
-        }
+        (Output::Mask, Input::Logits(_)) => ("mask", "the logits with every token outside the kept set at -inf (f32)"),
+        (Output::Renorm, Input::Probs) => ("renorm", "the probabilities renormalized over the kept set, zero outside"),
         _ => unreachable!("not generated"),
     };
+    let name = format!("{what}_{}", input.suffix());
     let functions = functions(output == Output::Sample);
     let mut k = kernel(name, doc, max_passes(output), buffers, functions, b);
     k.shared.extend(filter_shared());
