@@ -61,127 +61,91 @@ __device__ __forceinline__ float sk_log(float x) {
     float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
-__device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned int k1) {
-    // built by kernels::philox::philox
-    unsigned int c0 = (ctr).x;
-    unsigned int c1 = (ctr).y;
-    unsigned int c2 = (ctr).z;
-    unsigned int c3 = (ctr).w;
+__device__ __forceinline__ uint4 sk_philox_table(unsigned int q, unsigned int t0, unsigned int t1, unsigned int t2, unsigned int t3, unsigned int t4, unsigned int t5, unsigned int t6, unsigned int t7, unsigned int t8, unsigned int t9, unsigned int t10, unsigned int t11, unsigned int t12, unsigned int t13, unsigned int t14, unsigned int t15, unsigned int t16, unsigned int t17, unsigned int t18, unsigned int t19) {
+    // built by kernels::philox::philox_from_table
+    unsigned int lo = (3528531795u * q);
+    unsigned int c2_0 = (__umulhi(3528531795u, q) ^ t0);
+    unsigned int c0 = (__umulhi(3449720151u, c2_0) ^ t1);
+    unsigned int c1 = (3449720151u * c2_0);
+    unsigned int c2 = (lo ^ t2);
+    unsigned int c3 = t3;
     {
         unsigned int hi0 = __umulhi(3528531795u, c0);
         unsigned int lo0 = (3528531795u * c0);
         unsigned int hi1 = __umulhi(3449720151u, c2);
         unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
+        c0 = ((hi1 ^ c1) ^ t4);
+        c2 = ((hi0 ^ c3) ^ t5);
         c1 = lo1;
         c3 = lo0;
     }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
     {
         unsigned int hi0 = __umulhi(3528531795u, c0);
         unsigned int lo0 = (3528531795u * c0);
         unsigned int hi1 = __umulhi(3449720151u, c2);
         unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
+        c0 = ((hi1 ^ c1) ^ t6);
+        c2 = ((hi0 ^ c3) ^ t7);
         c1 = lo1;
         c3 = lo0;
     }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
     {
         unsigned int hi0 = __umulhi(3528531795u, c0);
         unsigned int lo0 = (3528531795u * c0);
         unsigned int hi1 = __umulhi(3449720151u, c2);
         unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
+        c0 = ((hi1 ^ c1) ^ t8);
+        c2 = ((hi0 ^ c3) ^ t9);
         c1 = lo1;
         c3 = lo0;
     }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
     {
         unsigned int hi0 = __umulhi(3528531795u, c0);
         unsigned int lo0 = (3528531795u * c0);
         unsigned int hi1 = __umulhi(3449720151u, c2);
         unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
+        c0 = ((hi1 ^ c1) ^ t10);
+        c2 = ((hi0 ^ c3) ^ t11);
         c1 = lo1;
         c3 = lo0;
     }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
     {
         unsigned int hi0 = __umulhi(3528531795u, c0);
         unsigned int lo0 = (3528531795u * c0);
         unsigned int hi1 = __umulhi(3449720151u, c2);
         unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
+        c0 = ((hi1 ^ c1) ^ t12);
+        c2 = ((hi0 ^ c3) ^ t13);
         c1 = lo1;
         c3 = lo0;
     }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
     {
         unsigned int hi0 = __umulhi(3528531795u, c0);
         unsigned int lo0 = (3528531795u * c0);
         unsigned int hi1 = __umulhi(3449720151u, c2);
         unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
+        c0 = ((hi1 ^ c1) ^ t14);
+        c2 = ((hi0 ^ c3) ^ t15);
         c1 = lo1;
         c3 = lo0;
     }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
     {
         unsigned int hi0 = __umulhi(3528531795u, c0);
         unsigned int lo0 = (3528531795u * c0);
         unsigned int hi1 = __umulhi(3449720151u, c2);
         unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
+        c0 = ((hi1 ^ c1) ^ t16);
+        c2 = ((hi0 ^ c3) ^ t17);
         c1 = lo1;
         c3 = lo0;
     }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
     {
         unsigned int hi0 = __umulhi(3528531795u, c0);
         unsigned int lo0 = (3528531795u * c0);
         unsigned int hi1 = __umulhi(3449720151u, c2);
         unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        unsigned int hi0 = __umulhi(3528531795u, c0);
-        unsigned int lo0 = (3528531795u * c0);
-        unsigned int hi1 = __umulhi(3449720151u, c2);
-        unsigned int lo1 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
+        c0 = ((hi1 ^ c1) ^ t18);
+        c2 = ((hi0 ^ c3) ^ t19);
         c1 = lo1;
         c3 = lo0;
     }
@@ -206,7 +170,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
     __shared__ unsigned int sk_red_u32[33];
     __shared__ float sk_am_f32[33];
     __shared__ unsigned int sk_am_i[33];
-    __shared__ unsigned int race_key[4];
+    __shared__ __align__(16) unsigned int race_key[20];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::abi::for_each_row_part_at
@@ -256,31 +220,69 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
             if (noisy) {
                 // built by kernels::race::screened_pass
                 if ((threadIdx.x == 0u)) {
-                    race_key[0u] = rows[((row * 12u) + 8u)];
-                    race_key[1u] = rows[((row * 12u) + 9u)];
-                    race_key[2u] = rows[((row * 12u) + 10u)];
-                    race_key[3u] = rows[((row * 12u) + 11u)];
+                    const unsigned int sk_e0 = (row * 12u);
+                    race_key[0u] = (rows[(sk_e0 + 11u)] ^ rows[(sk_e0 + 9u)]);
+                    const unsigned int sk_e1 = (row * 12u);
+                    race_key[1u] = ((3449720151u * rows[(sk_e1 + 10u)]) ^ (rows[(sk_e1 + 8u)] + 2654435769u));
+                    const unsigned int sk_e2 = (row * 12u);
+                    race_key[2u] = (__umulhi(3528531795u, (__umulhi(3449720151u, rows[(sk_e2 + 10u)]) ^ rows[(sk_e2 + 8u)])) ^ (rows[(sk_e2 + 9u)] + 3144134277u));
+                    const unsigned int sk_e3 = (row * 12u);
+                    race_key[3u] = (3528531795u * (__umulhi(3449720151u, rows[(sk_e3 + 10u)]) ^ rows[(sk_e3 + 8u)]));
+                    race_key[4u] = (rows[((row * 12u) + 8u)] + 1013904242u);
+                    race_key[5u] = (rows[((row * 12u) + 9u)] + 1993301258u);
+                    race_key[6u] = (rows[((row * 12u) + 8u)] + 3668340011u);
+                    race_key[7u] = (rows[((row * 12u) + 9u)] + 842468239u);
+                    race_key[8u] = (rows[((row * 12u) + 8u)] + 2027808484u);
+                    race_key[9u] = (rows[((row * 12u) + 9u)] + 3986602516u);
+                    race_key[10u] = (rows[((row * 12u) + 8u)] + 387276957u);
+                    race_key[11u] = (rows[((row * 12u) + 9u)] + 2835769497u);
+                    race_key[12u] = (rows[((row * 12u) + 8u)] + 3041712726u);
+                    race_key[13u] = (rows[((row * 12u) + 9u)] + 1684936478u);
+                    race_key[14u] = (rows[((row * 12u) + 8u)] + 1401181199u);
+                    race_key[15u] = (rows[((row * 12u) + 9u)] + 534103459u);
+                    race_key[16u] = (rows[((row * 12u) + 8u)] + 4055616968u);
+                    race_key[17u] = (rows[((row * 12u) + 9u)] + 3678237736u);
+                    race_key[18u] = (rows[((row * 12u) + 8u)] + 2415085441u);
+                    race_key[19u] = (rows[((row * 12u) + 9u)] + 2527404717u);
                 }
                 __syncthreads();
                 {
                     unsigned int c0 = (col_lo + (threadIdx.x * 4u));
                     float qmax = sk_bitcast<float>(4286578688u);
-                    unsigned int xc0 = (c0 + 0u);
-                    const bool sk_e1 = (xc0 < col_hi);
-                    const float sk_e0 = x[(base + (sk_e1 ? xc0 : (col_hi - 1u)))];
-                    float x0 = (sk_e1 ? (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) : sk_bitcast<float>(4286578688u));
-                    unsigned int xc1 = (c0 + 1u);
-                    const bool sk_e3 = (xc1 < col_hi);
-                    const float sk_e2 = x[(base + (sk_e3 ? xc1 : (col_hi - 1u)))];
-                    float x1 = (sk_e3 ? (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) : sk_bitcast<float>(4286578688u));
-                    unsigned int xc2 = (c0 + 2u);
-                    const bool sk_e5 = (xc2 < col_hi);
-                    const float sk_e4 = x[(base + (sk_e5 ? xc2 : (col_hi - 1u)))];
-                    float x2 = (sk_e5 ? (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) : sk_bitcast<float>(4286578688u));
-                    unsigned int xc3 = (c0 + 3u);
-                    const bool sk_e7 = (xc3 < col_hi);
-                    const float sk_e6 = x[(base + (sk_e7 ? xc3 : (col_hi - 1u)))];
-                    float x3 = (sk_e7 ? (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) : sk_bitcast<float>(4286578688u));
+                    float x0 = sk_bitcast<float>(4286578688u);
+                    float x1 = sk_bitcast<float>(4286578688u);
+                    float x2 = sk_bitcast<float>(4286578688u);
+                    float x3 = sk_bitcast<float>(4286578688u);
+                    unsigned int quad_at = (base + c0);
+                    if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                        // built by kernels::race::load_quad
+                        const float sk_e4 = x[(size_t)(quad_at) + 0u];
+                        x0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
+                        const float sk_e5 = x[(size_t)(quad_at) + 1u];
+                        x1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
+                        const float sk_e6 = x[(size_t)(quad_at) + 2u];
+                        x2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
+                        const float sk_e7 = x[(size_t)(quad_at) + 3u];
+                        x3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                    } else {
+                        // built by kernels::race::load_quad
+                        const unsigned int sk_e10 = (c0 + 0u);
+                        const bool sk_e9 = (sk_e10 < col_hi);
+                        const float sk_e8 = x[(base + (sk_e9 ? sk_e10 : (col_hi - 1u)))];
+                        x0 = (sk_e9 ? (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) : sk_bitcast<float>(4286578688u));
+                        const unsigned int sk_e13 = (c0 + 1u);
+                        const bool sk_e12 = (sk_e13 < col_hi);
+                        const float sk_e11 = x[(base + (sk_e12 ? sk_e13 : (col_hi - 1u)))];
+                        x1 = (sk_e12 ? (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) : sk_bitcast<float>(4286578688u));
+                        const unsigned int sk_e16 = (c0 + 2u);
+                        const bool sk_e15 = (sk_e16 < col_hi);
+                        const float sk_e14 = x[(base + (sk_e15 ? sk_e16 : (col_hi - 1u)))];
+                        x2 = (sk_e15 ? (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) : sk_bitcast<float>(4286578688u));
+                        const unsigned int sk_e19 = (c0 + 3u);
+                        const bool sk_e18 = (sk_e19 < col_hi);
+                        const float sk_e17 = x[(base + (sk_e18 ? sk_e19 : (col_hi - 1u)))];
+                        x3 = (sk_e18 ? (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) : sk_bitcast<float>(4286578688u));
+                    }
                     qmax = fmaxf(qmax, (x0 * rcp_t));
                     if (((flags & 1u) != 0u)) {
                         // built by kernels::race::prune_step
@@ -351,116 +353,118 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     }
                     if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
                         // built by kernels::race::prune_step
-                        w = sk_philox(make_uint4((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
-                        {
-                            float za = (x0 * rcp_t);
-                            unsigned int wj = (w).x;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                float un = sk_uniform(wj);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                bool in_range = (fabsf(za) < (1.7014118e38f));
-                                lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                                if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                                    up1_i = (c0 + 0u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                                }
-                                if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = sk_bitcast<float>(2139095040u);
-                                    up1_i = (c0 + 0u);
-                                    up2 = sk_bitcast<float>(2139095040u);
-                                }
-                            }
-                        }
-                        {
-                            float za = (x1 * rcp_t);
-                            unsigned int wj = (w).y;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                float un = sk_uniform(wj);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                bool in_range = (fabsf(za) < (1.7014118e38f));
-                                lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                                if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                                    up1_i = (c0 + 1u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                                }
-                                if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = sk_bitcast<float>(2139095040u);
-                                    up1_i = (c0 + 1u);
-                                    up2 = sk_bitcast<float>(2139095040u);
+                        w = sk_philox_table((c0 >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+                        if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((max(max((w).x, (w).y), max((w).z, (w).w)) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (qmax >= (1.7014118e38f))))) {
+                            {
+                                float za = (x0 * rcp_t);
+                                unsigned int wj = (w).x;
+                                if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                    float un = sk_uniform(wj);
+                                    float tn = ((1.0f) - un);
+                                    float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                                    float an = (za - __logf(en));
+                                    float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                                    bool in_range = (fabsf(za) < (1.7014118e38f));
+                                    lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                                    if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                        // built by kernels::race::bound
+                                        up2 = up1;
+                                        up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                        up1_i = (c0 + 0u);
+                                    } else {
+                                        // built by kernels::race::bound
+                                        up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                                    }
+                                    if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                        // built by kernels::race::screened_column
+                                        up1 = sk_bitcast<float>(2139095040u);
+                                        up1_i = (c0 + 0u);
+                                        up2 = sk_bitcast<float>(2139095040u);
+                                    }
                                 }
                             }
-                        }
-                        {
-                            float za = (x2 * rcp_t);
-                            unsigned int wj = (w).z;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                float un = sk_uniform(wj);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                bool in_range = (fabsf(za) < (1.7014118e38f));
-                                lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                                if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                                    up1_i = (c0 + 2u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                                }
-                                if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = sk_bitcast<float>(2139095040u);
-                                    up1_i = (c0 + 2u);
-                                    up2 = sk_bitcast<float>(2139095040u);
+                            {
+                                float za = (x1 * rcp_t);
+                                unsigned int wj = (w).y;
+                                if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                    float un = sk_uniform(wj);
+                                    float tn = ((1.0f) - un);
+                                    float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                                    float an = (za - __logf(en));
+                                    float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                                    bool in_range = (fabsf(za) < (1.7014118e38f));
+                                    lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                                    if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                        // built by kernels::race::bound
+                                        up2 = up1;
+                                        up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                        up1_i = (c0 + 1u);
+                                    } else {
+                                        // built by kernels::race::bound
+                                        up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                                    }
+                                    if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                        // built by kernels::race::screened_column
+                                        up1 = sk_bitcast<float>(2139095040u);
+                                        up1_i = (c0 + 1u);
+                                        up2 = sk_bitcast<float>(2139095040u);
+                                    }
                                 }
                             }
-                        }
-                        {
-                            float za = (x3 * rcp_t);
-                            unsigned int wj = (w).w;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                float un = sk_uniform(wj);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                bool in_range = (fabsf(za) < (1.7014118e38f));
-                                lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                                if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                                    up1_i = (c0 + 3u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            {
+                                float za = (x2 * rcp_t);
+                                unsigned int wj = (w).z;
+                                if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                    float un = sk_uniform(wj);
+                                    float tn = ((1.0f) - un);
+                                    float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                                    float an = (za - __logf(en));
+                                    float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                                    bool in_range = (fabsf(za) < (1.7014118e38f));
+                                    lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                                    if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                        // built by kernels::race::bound
+                                        up2 = up1;
+                                        up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                        up1_i = (c0 + 2u);
+                                    } else {
+                                        // built by kernels::race::bound
+                                        up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                                    }
+                                    if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                        // built by kernels::race::screened_column
+                                        up1 = sk_bitcast<float>(2139095040u);
+                                        up1_i = (c0 + 2u);
+                                        up2 = sk_bitcast<float>(2139095040u);
+                                    }
                                 }
-                                if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = sk_bitcast<float>(2139095040u);
-                                    up1_i = (c0 + 3u);
-                                    up2 = sk_bitcast<float>(2139095040u);
+                            }
+                            {
+                                float za = (x3 * rcp_t);
+                                unsigned int wj = (w).w;
+                                if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                    float un = sk_uniform(wj);
+                                    float tn = ((1.0f) - un);
+                                    float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                                    float an = (za - __logf(en));
+                                    float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                                    bool in_range = (fabsf(za) < (1.7014118e38f));
+                                    lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                                    if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                        // built by kernels::race::bound
+                                        up2 = up1;
+                                        up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                        up1_i = (c0 + 3u);
+                                    } else {
+                                        // built by kernels::race::bound
+                                        up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                                    }
+                                    if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                        // built by kernels::race::screened_column
+                                        up1 = sk_bitcast<float>(2139095040u);
+                                        up1_i = (c0 + 3u);
+                                        up2 = sk_bitcast<float>(2139095040u);
+                                    }
                                 }
                             }
                         }
@@ -496,22 +500,40 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     // built by kernels::race::prune_step
                     unsigned int c0 = (cb + (threadIdx.x * 4u));
                     float qmax = sk_bitcast<float>(4286578688u);
-                    unsigned int xc0 = (c0 + 0u);
-                    const bool sk_e9 = (xc0 < col_hi);
-                    const float sk_e8 = x[(base + (sk_e9 ? xc0 : (col_hi - 1u)))];
-                    float x0 = (sk_e9 ? (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) : sk_bitcast<float>(4286578688u));
-                    unsigned int xc1 = (c0 + 1u);
-                    const bool sk_e11 = (xc1 < col_hi);
-                    const float sk_e10 = x[(base + (sk_e11 ? xc1 : (col_hi - 1u)))];
-                    float x1 = (sk_e11 ? (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) : sk_bitcast<float>(4286578688u));
-                    unsigned int xc2 = (c0 + 2u);
-                    const bool sk_e13 = (xc2 < col_hi);
-                    const float sk_e12 = x[(base + (sk_e13 ? xc2 : (col_hi - 1u)))];
-                    float x2 = (sk_e13 ? (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) : sk_bitcast<float>(4286578688u));
-                    unsigned int xc3 = (c0 + 3u);
-                    const bool sk_e15 = (xc3 < col_hi);
-                    const float sk_e14 = x[(base + (sk_e15 ? xc3 : (col_hi - 1u)))];
-                    float x3 = (sk_e15 ? (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) : sk_bitcast<float>(4286578688u));
+                    float x0 = sk_bitcast<float>(4286578688u);
+                    float x1 = sk_bitcast<float>(4286578688u);
+                    float x2 = sk_bitcast<float>(4286578688u);
+                    float x3 = sk_bitcast<float>(4286578688u);
+                    unsigned int quad_at = (base + c0);
+                    if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                        // built by kernels::race::load_quad
+                        const float sk_e20 = x[(size_t)(quad_at) + 0u];
+                        x0 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
+                        const float sk_e21 = x[(size_t)(quad_at) + 1u];
+                        x1 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21);
+                        const float sk_e22 = x[(size_t)(quad_at) + 2u];
+                        x2 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
+                        const float sk_e23 = x[(size_t)(quad_at) + 3u];
+                        x3 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
+                    } else {
+                        // built by kernels::race::load_quad
+                        const unsigned int sk_e26 = (c0 + 0u);
+                        const bool sk_e25 = (sk_e26 < col_hi);
+                        const float sk_e24 = x[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))];
+                        x0 = (sk_e25 ? (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) : sk_bitcast<float>(4286578688u));
+                        const unsigned int sk_e29 = (c0 + 1u);
+                        const bool sk_e28 = (sk_e29 < col_hi);
+                        const float sk_e27 = x[(base + (sk_e28 ? sk_e29 : (col_hi - 1u)))];
+                        x1 = (sk_e28 ? (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27) : sk_bitcast<float>(4286578688u));
+                        const unsigned int sk_e32 = (c0 + 2u);
+                        const bool sk_e31 = (sk_e32 < col_hi);
+                        const float sk_e30 = x[(base + (sk_e31 ? sk_e32 : (col_hi - 1u)))];
+                        x2 = (sk_e31 ? (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) : sk_bitcast<float>(4286578688u));
+                        const unsigned int sk_e35 = (c0 + 3u);
+                        const bool sk_e34 = (sk_e35 < col_hi);
+                        const float sk_e33 = x[(base + (sk_e34 ? sk_e35 : (col_hi - 1u)))];
+                        x3 = (sk_e34 ? (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) : sk_bitcast<float>(4286578688u));
+                    }
                     qmax = fmaxf(qmax, (x0 * rcp_t));
                     if (((flags & 1u) != 0u)) {
                         float lse_v = (x0 / temp);
@@ -577,116 +599,118 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         }
                     }
                     if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-                        w = sk_philox(make_uint4((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
-                        {
-                            float za = (x0 * rcp_t);
-                            unsigned int wj = (w).x;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                float un = sk_uniform(wj);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                bool in_range = (fabsf(za) < (1.7014118e38f));
-                                lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                                if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                                    up1_i = (c0 + 0u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                                }
-                                if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = sk_bitcast<float>(2139095040u);
-                                    up1_i = (c0 + 0u);
-                                    up2 = sk_bitcast<float>(2139095040u);
-                                }
-                            }
-                        }
-                        {
-                            float za = (x1 * rcp_t);
-                            unsigned int wj = (w).y;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                float un = sk_uniform(wj);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                bool in_range = (fabsf(za) < (1.7014118e38f));
-                                lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                                if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                                    up1_i = (c0 + 1u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                                }
-                                if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = sk_bitcast<float>(2139095040u);
-                                    up1_i = (c0 + 1u);
-                                    up2 = sk_bitcast<float>(2139095040u);
+                        w = sk_philox_table((c0 >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+                        if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((max(max((w).x, (w).y), max((w).z, (w).w)) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (qmax >= (1.7014118e38f))))) {
+                            {
+                                float za = (x0 * rcp_t);
+                                unsigned int wj = (w).x;
+                                if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                    float un = sk_uniform(wj);
+                                    float tn = ((1.0f) - un);
+                                    float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                                    float an = (za - __logf(en));
+                                    float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                                    bool in_range = (fabsf(za) < (1.7014118e38f));
+                                    lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                                    if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                        // built by kernels::race::bound
+                                        up2 = up1;
+                                        up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                        up1_i = (c0 + 0u);
+                                    } else {
+                                        // built by kernels::race::bound
+                                        up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                                    }
+                                    if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                        // built by kernels::race::screened_column
+                                        up1 = sk_bitcast<float>(2139095040u);
+                                        up1_i = (c0 + 0u);
+                                        up2 = sk_bitcast<float>(2139095040u);
+                                    }
                                 }
                             }
-                        }
-                        {
-                            float za = (x2 * rcp_t);
-                            unsigned int wj = (w).z;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                float un = sk_uniform(wj);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                bool in_range = (fabsf(za) < (1.7014118e38f));
-                                lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                                if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                                    up1_i = (c0 + 2u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                                }
-                                if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = sk_bitcast<float>(2139095040u);
-                                    up1_i = (c0 + 2u);
-                                    up2 = sk_bitcast<float>(2139095040u);
+                            {
+                                float za = (x1 * rcp_t);
+                                unsigned int wj = (w).y;
+                                if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                    float un = sk_uniform(wj);
+                                    float tn = ((1.0f) - un);
+                                    float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                                    float an = (za - __logf(en));
+                                    float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                                    bool in_range = (fabsf(za) < (1.7014118e38f));
+                                    lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                                    if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                        // built by kernels::race::bound
+                                        up2 = up1;
+                                        up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                        up1_i = (c0 + 1u);
+                                    } else {
+                                        // built by kernels::race::bound
+                                        up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                                    }
+                                    if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                        // built by kernels::race::screened_column
+                                        up1 = sk_bitcast<float>(2139095040u);
+                                        up1_i = (c0 + 1u);
+                                        up2 = sk_bitcast<float>(2139095040u);
+                                    }
                                 }
                             }
-                        }
-                        {
-                            float za = (x3 * rcp_t);
-                            unsigned int wj = (w).w;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                float un = sk_uniform(wj);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                bool in_range = (fabsf(za) < (1.7014118e38f));
-                                lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                                if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                                    up1_i = (c0 + 3u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                            {
+                                float za = (x2 * rcp_t);
+                                unsigned int wj = (w).z;
+                                if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                    float un = sk_uniform(wj);
+                                    float tn = ((1.0f) - un);
+                                    float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                                    float an = (za - __logf(en));
+                                    float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                                    bool in_range = (fabsf(za) < (1.7014118e38f));
+                                    lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                                    if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                        // built by kernels::race::bound
+                                        up2 = up1;
+                                        up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                        up1_i = (c0 + 2u);
+                                    } else {
+                                        // built by kernels::race::bound
+                                        up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                                    }
+                                    if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                        // built by kernels::race::screened_column
+                                        up1 = sk_bitcast<float>(2139095040u);
+                                        up1_i = (c0 + 2u);
+                                        up2 = sk_bitcast<float>(2139095040u);
+                                    }
                                 }
-                                if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = sk_bitcast<float>(2139095040u);
-                                    up1_i = (c0 + 3u);
-                                    up2 = sk_bitcast<float>(2139095040u);
+                            }
+                            {
+                                float za = (x3 * rcp_t);
+                                unsigned int wj = (w).w;
+                                if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                    float un = sk_uniform(wj);
+                                    float tn = ((1.0f) - un);
+                                    float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
+                                    float an = (za - __logf(en));
+                                    float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
+                                    bool in_range = (fabsf(za) < (1.7014118e38f));
+                                    lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
+                                    if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
+                                        // built by kernels::race::bound
+                                        up2 = up1;
+                                        up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
+                                        up1_i = (c0 + 3u);
+                                    } else {
+                                        // built by kernels::race::bound
+                                        up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
+                                    }
+                                    if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
+                                        // built by kernels::race::screened_column
+                                        up1 = sk_bitcast<float>(2139095040u);
+                                        up1_i = (c0 + 3u);
+                                        up2 = sk_bitcast<float>(2139095040u);
+                                    }
                                 }
                             }
                         }
@@ -718,12 +742,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     __syncthreads();
                 }
                 if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                    const float sk_e16 = x[(base + up1_i)];
-                    float sv = ((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp);
-                    const unsigned int sk_e18 = (row * 12u);
-                    const uint4 sk_e17 = sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, rows[(sk_e18 + 10u)], rows[(sk_e18 + 11u)]), rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)]);
-                    const unsigned int sk_e19 = (up1_i & 3u);
-                    best = (sv + sk_gumbel(((sk_e19 == 0u) ? ((sk_e17).x) : ((sk_e19 == 1u) ? ((sk_e17).y) : ((sk_e19 == 2u) ? ((sk_e17).z) : ((sk_e17).w))))));
+                    const float sk_e36 = x[(base + up1_i)];
+                    float sv = ((((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36) / temp);
+                    const uint4 sk_e37 = sk_philox_table(((up1_i & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+                    const unsigned int sk_e38 = (up1_i & 3u);
+                    best = (sv + sk_gumbel(((sk_e38 == 0u) ? ((sk_e37).x) : ((sk_e38 == 1u) ? ((sk_e37).y) : ((sk_e38 == 2u) ? ((sk_e37).z) : ((sk_e37).w))))));
                     best_i = up1_i;
                     best_z = sv;
                 }
@@ -738,15 +761,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         {
                             unsigned int col = (c0 + 0u);
                             if ((col < col_hi)) {
-                                const float sk_e20 = x[(base + col)];
-                                float xv = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
-                                const float sk_e21 = (xv * rcp_t);
-                                if (((sk_e21 > sk_bitcast<float>(4286578688u)) && ((((sk_e21 + (fabsf(sk_e21) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e21 >= (1.7014118e38f))))) {
+                                const float sk_e39 = x[(base + col)];
+                                float xv = (((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39);
+                                const float sk_e40 = (xv * rcp_t);
+                                if (((sk_e40 > sk_bitcast<float>(4286578688u)) && ((((sk_e40 + (fabsf(sk_e40) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e40 >= (1.7014118e38f))))) {
                                     // built by kernels::race::screened_pass
-                                    const unsigned int sk_e23 = (row * 12u);
-                                    const uint4 sk_e22 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e23 + 10u)], rows[(sk_e23 + 11u)]), rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)]);
-                                    const unsigned int sk_e24 = (col & 3u);
-                                    unsigned int wj = ((sk_e24 == 0u) ? ((sk_e22).x) : ((sk_e24 == 1u) ? ((sk_e22).y) : ((sk_e24 == 2u) ? ((sk_e22).z) : ((sk_e22).w))));
+                                    const uint4 sk_e41 = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+                                    const unsigned int sk_e42 = (col & 3u);
+                                    unsigned int wj = ((sk_e42 == 0u) ? ((sk_e41).x) : ((sk_e42 == 1u) ? ((sk_e41).y) : ((sk_e42 == 2u) ? ((sk_e41).z) : ((sk_e41).w))));
                                     float sv = (xv / temp);
                                     if ((sv == sk_bitcast<float>(2139095040u))) {
                                         top_n = (top_n + 1u);
@@ -769,15 +791,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         {
                             unsigned int col = (c0 + 1u);
                             if ((col < col_hi)) {
-                                const float sk_e25 = x[(base + col)];
-                                float xv = (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25);
-                                const float sk_e26 = (xv * rcp_t);
-                                if (((sk_e26 > sk_bitcast<float>(4286578688u)) && ((((sk_e26 + (fabsf(sk_e26) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e26 >= (1.7014118e38f))))) {
+                                const float sk_e43 = x[(base + col)];
+                                float xv = (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43);
+                                const float sk_e44 = (xv * rcp_t);
+                                if (((sk_e44 > sk_bitcast<float>(4286578688u)) && ((((sk_e44 + (fabsf(sk_e44) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e44 >= (1.7014118e38f))))) {
                                     // built by kernels::race::screened_pass
-                                    const unsigned int sk_e28 = (row * 12u);
-                                    const uint4 sk_e27 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e28 + 10u)], rows[(sk_e28 + 11u)]), rows[(sk_e28 + 8u)], rows[(sk_e28 + 9u)]);
-                                    const unsigned int sk_e29 = (col & 3u);
-                                    unsigned int wj = ((sk_e29 == 0u) ? ((sk_e27).x) : ((sk_e29 == 1u) ? ((sk_e27).y) : ((sk_e29 == 2u) ? ((sk_e27).z) : ((sk_e27).w))));
+                                    const uint4 sk_e45 = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+                                    const unsigned int sk_e46 = (col & 3u);
+                                    unsigned int wj = ((sk_e46 == 0u) ? ((sk_e45).x) : ((sk_e46 == 1u) ? ((sk_e45).y) : ((sk_e46 == 2u) ? ((sk_e45).z) : ((sk_e45).w))));
                                     float sv = (xv / temp);
                                     if ((sv == sk_bitcast<float>(2139095040u))) {
                                         top_n = (top_n + 1u);
@@ -800,15 +821,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         {
                             unsigned int col = (c0 + 2u);
                             if ((col < col_hi)) {
-                                const float sk_e30 = x[(base + col)];
-                                float xv = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30);
-                                const float sk_e31 = (xv * rcp_t);
-                                if (((sk_e31 > sk_bitcast<float>(4286578688u)) && ((((sk_e31 + (fabsf(sk_e31) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e31 >= (1.7014118e38f))))) {
+                                const float sk_e47 = x[(base + col)];
+                                float xv = (((sk_bitcast<unsigned int>(sk_e47) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e47);
+                                const float sk_e48 = (xv * rcp_t);
+                                if (((sk_e48 > sk_bitcast<float>(4286578688u)) && ((((sk_e48 + (fabsf(sk_e48) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e48 >= (1.7014118e38f))))) {
                                     // built by kernels::race::screened_pass
-                                    const unsigned int sk_e33 = (row * 12u);
-                                    const uint4 sk_e32 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e33 + 10u)], rows[(sk_e33 + 11u)]), rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)]);
-                                    const unsigned int sk_e34 = (col & 3u);
-                                    unsigned int wj = ((sk_e34 == 0u) ? ((sk_e32).x) : ((sk_e34 == 1u) ? ((sk_e32).y) : ((sk_e34 == 2u) ? ((sk_e32).z) : ((sk_e32).w))));
+                                    const uint4 sk_e49 = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+                                    const unsigned int sk_e50 = (col & 3u);
+                                    unsigned int wj = ((sk_e50 == 0u) ? ((sk_e49).x) : ((sk_e50 == 1u) ? ((sk_e49).y) : ((sk_e50 == 2u) ? ((sk_e49).z) : ((sk_e49).w))));
                                     float sv = (xv / temp);
                                     if ((sv == sk_bitcast<float>(2139095040u))) {
                                         top_n = (top_n + 1u);
@@ -831,15 +851,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         {
                             unsigned int col = (c0 + 3u);
                             if ((col < col_hi)) {
-                                const float sk_e35 = x[(base + col)];
-                                float xv = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35);
-                                const float sk_e36 = (xv * rcp_t);
-                                if (((sk_e36 > sk_bitcast<float>(4286578688u)) && ((((sk_e36 + (fabsf(sk_e36) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e36 >= (1.7014118e38f))))) {
+                                const float sk_e51 = x[(base + col)];
+                                float xv = (((sk_bitcast<unsigned int>(sk_e51) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e51);
+                                const float sk_e52 = (xv * rcp_t);
+                                if (((sk_e52 > sk_bitcast<float>(4286578688u)) && ((((sk_e52 + (fabsf(sk_e52) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e52 >= (1.7014118e38f))))) {
                                     // built by kernels::race::screened_pass
-                                    const unsigned int sk_e38 = (row * 12u);
-                                    const uint4 sk_e37 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e38 + 10u)], rows[(sk_e38 + 11u)]), rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)]);
-                                    const unsigned int sk_e39 = (col & 3u);
-                                    unsigned int wj = ((sk_e39 == 0u) ? ((sk_e37).x) : ((sk_e39 == 1u) ? ((sk_e37).y) : ((sk_e39 == 2u) ? ((sk_e37).z) : ((sk_e37).w))));
+                                    const uint4 sk_e53 = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+                                    const unsigned int sk_e54 = (col & 3u);
+                                    unsigned int wj = ((sk_e54 == 0u) ? ((sk_e53).x) : ((sk_e54 == 1u) ? ((sk_e53).y) : ((sk_e54 == 2u) ? ((sk_e53).z) : ((sk_e53).w))));
                                     float sv = (xv / temp);
                                     if ((sv == sk_bitcast<float>(2139095040u))) {
                                         top_n = (top_n + 1u);
@@ -865,11 +884,44 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                 // built by kernels::race::race_row
                 for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::abi::for_each_column_then
+                    float x0 = sk_bitcast<float>(4286578688u);
+                    float x1 = sk_bitcast<float>(4286578688u);
+                    float x2 = sk_bitcast<float>(4286578688u);
+                    float x3 = sk_bitcast<float>(4286578688u);
+                    unsigned int quad_at = (base + c0);
+                    if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                        // built by kernels::race::load_quad
+                        const float sk_e55 = x[(size_t)(quad_at) + 0u];
+                        x0 = (((sk_bitcast<unsigned int>(sk_e55) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e55);
+                        const float sk_e56 = x[(size_t)(quad_at) + 1u];
+                        x1 = (((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56);
+                        const float sk_e57 = x[(size_t)(quad_at) + 2u];
+                        x2 = (((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e57);
+                        const float sk_e58 = x[(size_t)(quad_at) + 3u];
+                        x3 = (((sk_bitcast<unsigned int>(sk_e58) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e58);
+                    } else {
+                        // built by kernels::race::load_quad
+                        const unsigned int sk_e61 = (c0 + 0u);
+                        const bool sk_e60 = (sk_e61 < col_hi);
+                        const float sk_e59 = x[(base + (sk_e60 ? sk_e61 : (col_hi - 1u)))];
+                        x0 = (sk_e60 ? (((sk_bitcast<unsigned int>(sk_e59) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e59) : sk_bitcast<float>(4286578688u));
+                        const unsigned int sk_e64 = (c0 + 1u);
+                        const bool sk_e63 = (sk_e64 < col_hi);
+                        const float sk_e62 = x[(base + (sk_e63 ? sk_e64 : (col_hi - 1u)))];
+                        x1 = (sk_e63 ? (((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62) : sk_bitcast<float>(4286578688u));
+                        const unsigned int sk_e67 = (c0 + 2u);
+                        const bool sk_e66 = (sk_e67 < col_hi);
+                        const float sk_e65 = x[(base + (sk_e66 ? sk_e67 : (col_hi - 1u)))];
+                        x2 = (sk_e66 ? (((sk_bitcast<unsigned int>(sk_e65) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e65) : sk_bitcast<float>(4286578688u));
+                        const unsigned int sk_e70 = (c0 + 3u);
+                        const bool sk_e69 = (sk_e70 < col_hi);
+                        const float sk_e68 = x[(base + (sk_e69 ? sk_e70 : (col_hi - 1u)))];
+                        x3 = (sk_e69 ? (((sk_bitcast<unsigned int>(sk_e68) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e68) : sk_bitcast<float>(4286578688u));
+                    }
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {
-                            const float sk_e40 = x[(base + col)];
-                            float sv = ((((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40) / temp);
+                            float sv = (x0 / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
                                 // built by kernels::race::greedy_column
                                 top_n = (top_n + 1u);
@@ -904,8 +956,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     {
                         unsigned int col = (c0 + 1u);
                         if ((col < col_hi)) {
-                            const float sk_e41 = x[(base + col)];
-                            float sv = ((((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41) / temp);
+                            float sv = (x1 / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
                                 // built by kernels::race::greedy_column
                                 top_n = (top_n + 1u);
@@ -940,8 +991,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     {
                         unsigned int col = (c0 + 2u);
                         if ((col < col_hi)) {
-                            const float sk_e42 = x[(base + col)];
-                            float sv = ((((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42) / temp);
+                            float sv = (x2 / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
                                 // built by kernels::race::greedy_column
                                 top_n = (top_n + 1u);
@@ -976,8 +1026,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     {
                         unsigned int col = (c0 + 3u);
                         if ((col < col_hi)) {
-                            const float sk_e43 = x[(base + col)];
-                            float sv = ((((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43) / temp);
+                            float sv = (x3 / temp);
                             if ((sv == sk_bitcast<float>(2139095040u))) {
                                 // built by kernels::race::greedy_column
                                 top_n = (top_n + 1u);
@@ -1173,8 +1222,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         __syncthreads();
                     }
                     if ((threadIdx.x == 0u)) {
-                        const float sk_e44 = x[(base + tok)];
-                        logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
+                        const float sk_e71 = x[(base + tok)];
+                        logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e71) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e71) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
                     }
                 }
             } else {
@@ -1452,8 +1501,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                             }
                             tok = top_tok;
                         }
-                        const bool sk_e45 = (tok == 4294967295u);
-                        float z = (sk_e45 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e45 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)])));
+                        const bool sk_e72 = (tok == 4294967295u);
+                        float z = (sk_e72 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e72 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)])));
                         if ((tok == 4294967295u)) {
                             // built by kernels::combine::combine_row
                             tok = 0u;

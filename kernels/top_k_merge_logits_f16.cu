@@ -296,10 +296,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
     __shared__ unsigned int sk_scan[32];
     __shared__ unsigned int sk_many_u32[544];
     __shared__ unsigned long long sk_many_u64[544];
-    __shared__ unsigned int listed_cols[4096];
-    __shared__ unsigned int bucket_cols[64];
-    __shared__ unsigned int bucket_keys[64];
-    __shared__ unsigned long long bucket_masses[64];
+    __shared__ __align__(16) unsigned int listed_cols[4096];
+    __shared__ __align__(16) unsigned int bucket_cols[64];
+    __shared__ __align__(16) unsigned int bucket_keys[64];
+    __shared__ __align__(16) unsigned long long bucket_masses[64];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
         // built by kernels::abi::for_each_row_at

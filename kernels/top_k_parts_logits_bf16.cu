@@ -51,8 +51,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
     __shared__ unsigned int sk_red_u32[33];
     __shared__ unsigned int sk_scan[32];
     __shared__ unsigned int sk_many_u32[544];
-    __shared__ unsigned int part_keys[4096];
-    __shared__ unsigned int part_hist[512];
+    __shared__ __align__(16) unsigned int part_keys[4096];
+    __shared__ __align__(16) unsigned int part_hist[512];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::abi::for_each_row_part_at

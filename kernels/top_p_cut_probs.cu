@@ -252,7 +252,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
     __shared__ unsigned int sk_am_i[33];
     __shared__ unsigned int sk_many_u32[96];
     __shared__ unsigned long long sk_many_u64[128];
-    __shared__ unsigned int cut_listing[1];
+    __shared__ __align__(16) unsigned int cut_listing[1];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::abi::for_each_row_part_at

@@ -25,7 +25,7 @@ var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
-var<workgroup> race_key: array<u32, 4>;
+var<workgroup> race_key: array<u32, 20>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
     let ll = (a & 0xffffu) * (b & 0xffffu);
@@ -81,130 +81,112 @@ fn sk_log(x_in: f32) -> f32 {
     var dk: f32 = f32(k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
-fn sk_philox(ctr_in: vec4<u32>, k0_in: u32, k1_in: u32) -> vec4<u32> {
-    var ctr: vec4<u32> = ctr_in;
-    var k0: u32 = k0_in;
-    var k1: u32 = k1_in;
-    // built by kernels::philox::philox
-    var c0: u32 = ctr[0];
-    var c1: u32 = ctr[1];
-    var c2: u32 = ctr[2];
-    var c3: u32 = ctr[3];
+fn sk_philox_table(q_in: u32, t0_in: u32, t1_in: u32, t2_in: u32, t3_in: u32, t4_in: u32, t5_in: u32, t6_in: u32, t7_in: u32, t8_in: u32, t9_in: u32, t10_in: u32, t11_in: u32, t12_in: u32, t13_in: u32, t14_in: u32, t15_in: u32, t16_in: u32, t17_in: u32, t18_in: u32, t19_in: u32) -> vec4<u32> {
+    var q: u32 = q_in;
+    var t0: u32 = t0_in;
+    var t1: u32 = t1_in;
+    var t2: u32 = t2_in;
+    var t3: u32 = t3_in;
+    var t4: u32 = t4_in;
+    var t5: u32 = t5_in;
+    var t6: u32 = t6_in;
+    var t7: u32 = t7_in;
+    var t8: u32 = t8_in;
+    var t9: u32 = t9_in;
+    var t10: u32 = t10_in;
+    var t11: u32 = t11_in;
+    var t12: u32 = t12_in;
+    var t13: u32 = t13_in;
+    var t14: u32 = t14_in;
+    var t15: u32 = t15_in;
+    var t16: u32 = t16_in;
+    var t17: u32 = t17_in;
+    var t18: u32 = t18_in;
+    var t19: u32 = t19_in;
+    // built by kernels::philox::philox_from_table
+    var lo: u32 = (3528531795u * q);
+    var c2_0: u32 = (sk_mulhi(3528531795u, q) ^ t0);
+    var c0: u32 = (sk_mulhi(3449720151u, c2_0) ^ t1);
+    var c1: u32 = (3449720151u * c2_0);
+    var c2: u32 = (lo ^ t2);
+    var c3: u32 = t3;
     {
         var hi0: u32 = sk_mulhi(3528531795u, c0);
         var lo0: u32 = (3528531795u * c0);
         var hi1: u32 = sk_mulhi(3449720151u, c2);
         var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
+        c0 = ((hi1 ^ c1) ^ t4);
+        c2 = ((hi0 ^ c3) ^ t5);
         c1 = lo1;
         c3 = lo0;
     }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
     {
         var hi0: u32 = sk_mulhi(3528531795u, c0);
         var lo0: u32 = (3528531795u * c0);
         var hi1: u32 = sk_mulhi(3449720151u, c2);
         var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
+        c0 = ((hi1 ^ c1) ^ t6);
+        c2 = ((hi0 ^ c3) ^ t7);
         c1 = lo1;
         c3 = lo0;
     }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
     {
         var hi0: u32 = sk_mulhi(3528531795u, c0);
         var lo0: u32 = (3528531795u * c0);
         var hi1: u32 = sk_mulhi(3449720151u, c2);
         var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
+        c0 = ((hi1 ^ c1) ^ t8);
+        c2 = ((hi0 ^ c3) ^ t9);
         c1 = lo1;
         c3 = lo0;
     }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
     {
         var hi0: u32 = sk_mulhi(3528531795u, c0);
         var lo0: u32 = (3528531795u * c0);
         var hi1: u32 = sk_mulhi(3449720151u, c2);
         var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
+        c0 = ((hi1 ^ c1) ^ t10);
+        c2 = ((hi0 ^ c3) ^ t11);
         c1 = lo1;
         c3 = lo0;
     }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
     {
         var hi0: u32 = sk_mulhi(3528531795u, c0);
         var lo0: u32 = (3528531795u * c0);
         var hi1: u32 = sk_mulhi(3449720151u, c2);
         var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
+        c0 = ((hi1 ^ c1) ^ t12);
+        c2 = ((hi0 ^ c3) ^ t13);
         c1 = lo1;
         c3 = lo0;
     }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
     {
         var hi0: u32 = sk_mulhi(3528531795u, c0);
         var lo0: u32 = (3528531795u * c0);
         var hi1: u32 = sk_mulhi(3449720151u, c2);
         var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
+        c0 = ((hi1 ^ c1) ^ t14);
+        c2 = ((hi0 ^ c3) ^ t15);
         c1 = lo1;
         c3 = lo0;
     }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
     {
         var hi0: u32 = sk_mulhi(3528531795u, c0);
         var lo0: u32 = (3528531795u * c0);
         var hi1: u32 = sk_mulhi(3449720151u, c2);
         var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
+        c0 = ((hi1 ^ c1) ^ t16);
+        c2 = ((hi0 ^ c3) ^ t17);
         c1 = lo1;
         c3 = lo0;
     }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
     {
         var hi0: u32 = sk_mulhi(3528531795u, c0);
         var lo0: u32 = (3528531795u * c0);
         var hi1: u32 = sk_mulhi(3449720151u, c2);
         var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
-        c1 = lo1;
-        c3 = lo0;
-    }
-    k0 = (k0 + 2654435769u);
-    k1 = (k1 + 3144134277u);
-    {
-        var hi0: u32 = sk_mulhi(3528531795u, c0);
-        var lo0: u32 = (3528531795u * c0);
-        var hi1: u32 = sk_mulhi(3449720151u, c2);
-        var lo1: u32 = (3449720151u * c2);
-        c0 = ((hi1 ^ c1) ^ k0);
-        c2 = ((hi0 ^ c3) ^ k1);
+        c0 = ((hi1 ^ c1) ^ t18);
+        c2 = ((hi0 ^ c3) ^ t19);
         c1 = lo1;
         c3 = lo0;
     }
@@ -277,31 +259,69 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if (noisy) {
                 // built by kernels::race::screened_pass
                 if ((sk_lid == 0u)) {
-                    race_key[0u] = rows[((row * 12u) + 8u)];
-                    race_key[1u] = rows[((row * 12u) + 9u)];
-                    race_key[2u] = rows[((row * 12u) + 10u)];
-                    race_key[3u] = rows[((row * 12u) + 11u)];
+                    let sk_e0: u32 = (row * 12u);
+                    race_key[0u] = (rows[(sk_e0 + 11u)] ^ rows[(sk_e0 + 9u)]);
+                    let sk_e1: u32 = (row * 12u);
+                    race_key[1u] = ((3449720151u * rows[(sk_e1 + 10u)]) ^ (rows[(sk_e1 + 8u)] + 2654435769u));
+                    let sk_e2: u32 = (row * 12u);
+                    race_key[2u] = (sk_mulhi(3528531795u, (sk_mulhi(3449720151u, rows[(sk_e2 + 10u)]) ^ rows[(sk_e2 + 8u)])) ^ (rows[(sk_e2 + 9u)] + 3144134277u));
+                    let sk_e3: u32 = (row * 12u);
+                    race_key[3u] = (3528531795u * (sk_mulhi(3449720151u, rows[(sk_e3 + 10u)]) ^ rows[(sk_e3 + 8u)]));
+                    race_key[4u] = (rows[((row * 12u) + 8u)] + 1013904242u);
+                    race_key[5u] = (rows[((row * 12u) + 9u)] + 1993301258u);
+                    race_key[6u] = (rows[((row * 12u) + 8u)] + 3668340011u);
+                    race_key[7u] = (rows[((row * 12u) + 9u)] + 842468239u);
+                    race_key[8u] = (rows[((row * 12u) + 8u)] + 2027808484u);
+                    race_key[9u] = (rows[((row * 12u) + 9u)] + 3986602516u);
+                    race_key[10u] = (rows[((row * 12u) + 8u)] + 387276957u);
+                    race_key[11u] = (rows[((row * 12u) + 9u)] + 2835769497u);
+                    race_key[12u] = (rows[((row * 12u) + 8u)] + 3041712726u);
+                    race_key[13u] = (rows[((row * 12u) + 9u)] + 1684936478u);
+                    race_key[14u] = (rows[((row * 12u) + 8u)] + 1401181199u);
+                    race_key[15u] = (rows[((row * 12u) + 9u)] + 534103459u);
+                    race_key[16u] = (rows[((row * 12u) + 8u)] + 4055616968u);
+                    race_key[17u] = (rows[((row * 12u) + 9u)] + 3678237736u);
+                    race_key[18u] = (rows[((row * 12u) + 8u)] + 2415085441u);
+                    race_key[19u] = (rows[((row * 12u) + 9u)] + 2527404717u);
                 }
                 workgroupBarrier();
                 {
                     var c0: u32 = (col_lo + (sk_lid * 4u));
                     var qmax: f32 = bitcast<f32>(4286578688u);
-                    var xc0: u32 = (c0 + 0u);
-                    let sk_e1: bool = (xc0 < col_hi);
-                    let sk_e0: f32 = x[(base + select((col_hi - 1u), xc0, sk_e1))];
-                    var x0: f32 = select(bitcast<f32>(4286578688u), select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)), sk_e1);
-                    var xc1: u32 = (c0 + 1u);
-                    let sk_e3: bool = (xc1 < col_hi);
-                    let sk_e2: f32 = x[(base + select((col_hi - 1u), xc1, sk_e3))];
-                    var x1: f32 = select(bitcast<f32>(4286578688u), select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)), sk_e3);
-                    var xc2: u32 = (c0 + 2u);
-                    let sk_e5: bool = (xc2 < col_hi);
-                    let sk_e4: f32 = x[(base + select((col_hi - 1u), xc2, sk_e5))];
-                    var x2: f32 = select(bitcast<f32>(4286578688u), select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)), sk_e5);
-                    var xc3: u32 = (c0 + 3u);
-                    let sk_e7: bool = (xc3 < col_hi);
-                    let sk_e6: f32 = x[(base + select((col_hi - 1u), xc3, sk_e7))];
-                    var x3: f32 = select(bitcast<f32>(4286578688u), select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u)), sk_e7);
+                    var x0: f32 = bitcast<f32>(4286578688u);
+                    var x1: f32 = bitcast<f32>(4286578688u);
+                    var x2: f32 = bitcast<f32>(4286578688u);
+                    var x3: f32 = bitcast<f32>(4286578688u);
+                    var quad_at: u32 = (base + c0);
+                    if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                        // built by kernels::race::load_quad
+                        let sk_e4: f32 = x[(quad_at + 0u)];
+                        x0 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                        let sk_e5: f32 = x[(quad_at + 1u)];
+                        x1 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+                        let sk_e6: f32 = x[(quad_at + 2u)];
+                        x2 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+                        let sk_e7: f32 = x[(quad_at + 3u)];
+                        x3 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
+                    } else {
+                        // built by kernels::race::load_quad
+                        let sk_e10: u32 = (c0 + 0u);
+                        let sk_e9: bool = (sk_e10 < col_hi);
+                        let sk_e8: f32 = x[(base + select((col_hi - 1u), sk_e10, sk_e9))];
+                        x0 = select(bitcast<f32>(4286578688u), select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)), sk_e9);
+                        let sk_e13: u32 = (c0 + 1u);
+                        let sk_e12: bool = (sk_e13 < col_hi);
+                        let sk_e11: f32 = x[(base + select((col_hi - 1u), sk_e13, sk_e12))];
+                        x1 = select(bitcast<f32>(4286578688u), select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)), sk_e12);
+                        let sk_e16: u32 = (c0 + 2u);
+                        let sk_e15: bool = (sk_e16 < col_hi);
+                        let sk_e14: f32 = x[(base + select((col_hi - 1u), sk_e16, sk_e15))];
+                        x2 = select(bitcast<f32>(4286578688u), select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)), sk_e15);
+                        let sk_e19: u32 = (c0 + 3u);
+                        let sk_e18: bool = (sk_e19 < col_hi);
+                        let sk_e17: f32 = x[(base + select((col_hi - 1u), sk_e19, sk_e18))];
+                        x3 = select(bitcast<f32>(4286578688u), select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)), sk_e18);
+                    }
                     qmax = max(qmax, (x0 * rcp_t));
                     if (((params.flags & 1u) != 0u)) {
                         // built by kernels::race::prune_step
@@ -372,116 +392,118 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
                         // built by kernels::race::prune_step
-                        w = sk_philox(vec4<u32>((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
-                        {
-                            var za: f32 = (x0 * rcp_t);
-                            var wj: u32 = w[0];
-                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                var un: f32 = sk_uniform(wj);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                var in_range: bool = (abs(za) < (1.7014118e38f));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                    up1_i = (c0 + 0u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                                }
-                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = bitcast<f32>(2139095040u);
-                                    up1_i = (c0 + 0u);
-                                    up2 = bitcast<f32>(2139095040u);
-                                }
-                            }
-                        }
-                        {
-                            var za: f32 = (x1 * rcp_t);
-                            var wj: u32 = w[1];
-                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                var un: f32 = sk_uniform(wj);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                var in_range: bool = (abs(za) < (1.7014118e38f));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                    up1_i = (c0 + 1u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                                }
-                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = bitcast<f32>(2139095040u);
-                                    up1_i = (c0 + 1u);
-                                    up2 = bitcast<f32>(2139095040u);
+                        w = sk_philox_table((c0 >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+                        if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((max(max(w[0], w[1]), max(w[2], w[3])) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (qmax >= (1.7014118e38f))))) {
+                            {
+                                var za: f32 = (x0 * rcp_t);
+                                var wj: u32 = w[0];
+                                if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                    var un: f32 = sk_uniform(wj);
+                                    var tn: f32 = ((1.0f) - un);
+                                    var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                                    var an: f32 = (za - log(en));
+                                    var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                                    var in_range: bool = (abs(za) < (1.7014118e38f));
+                                    lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                                    if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                        // built by kernels::race::bound
+                                        up2 = up1;
+                                        up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                        up1_i = (c0 + 0u);
+                                    } else {
+                                        // built by kernels::race::bound
+                                        up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                                    }
+                                    if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                        // built by kernels::race::screened_column
+                                        up1 = bitcast<f32>(2139095040u);
+                                        up1_i = (c0 + 0u);
+                                        up2 = bitcast<f32>(2139095040u);
+                                    }
                                 }
                             }
-                        }
-                        {
-                            var za: f32 = (x2 * rcp_t);
-                            var wj: u32 = w[2];
-                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                var un: f32 = sk_uniform(wj);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                var in_range: bool = (abs(za) < (1.7014118e38f));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                    up1_i = (c0 + 2u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                                }
-                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = bitcast<f32>(2139095040u);
-                                    up1_i = (c0 + 2u);
-                                    up2 = bitcast<f32>(2139095040u);
+                            {
+                                var za: f32 = (x1 * rcp_t);
+                                var wj: u32 = w[1];
+                                if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                    var un: f32 = sk_uniform(wj);
+                                    var tn: f32 = ((1.0f) - un);
+                                    var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                                    var an: f32 = (za - log(en));
+                                    var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                                    var in_range: bool = (abs(za) < (1.7014118e38f));
+                                    lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                                    if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                        // built by kernels::race::bound
+                                        up2 = up1;
+                                        up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                        up1_i = (c0 + 1u);
+                                    } else {
+                                        // built by kernels::race::bound
+                                        up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                                    }
+                                    if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                        // built by kernels::race::screened_column
+                                        up1 = bitcast<f32>(2139095040u);
+                                        up1_i = (c0 + 1u);
+                                        up2 = bitcast<f32>(2139095040u);
+                                    }
                                 }
                             }
-                        }
-                        {
-                            var za: f32 = (x3 * rcp_t);
-                            var wj: u32 = w[3];
-                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                var un: f32 = sk_uniform(wj);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                var in_range: bool = (abs(za) < (1.7014118e38f));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                    up1_i = (c0 + 3u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                            {
+                                var za: f32 = (x2 * rcp_t);
+                                var wj: u32 = w[2];
+                                if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                    var un: f32 = sk_uniform(wj);
+                                    var tn: f32 = ((1.0f) - un);
+                                    var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                                    var an: f32 = (za - log(en));
+                                    var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                                    var in_range: bool = (abs(za) < (1.7014118e38f));
+                                    lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                                    if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                        // built by kernels::race::bound
+                                        up2 = up1;
+                                        up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                        up1_i = (c0 + 2u);
+                                    } else {
+                                        // built by kernels::race::bound
+                                        up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                                    }
+                                    if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                        // built by kernels::race::screened_column
+                                        up1 = bitcast<f32>(2139095040u);
+                                        up1_i = (c0 + 2u);
+                                        up2 = bitcast<f32>(2139095040u);
+                                    }
                                 }
-                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = bitcast<f32>(2139095040u);
-                                    up1_i = (c0 + 3u);
-                                    up2 = bitcast<f32>(2139095040u);
+                            }
+                            {
+                                var za: f32 = (x3 * rcp_t);
+                                var wj: u32 = w[3];
+                                if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                    var un: f32 = sk_uniform(wj);
+                                    var tn: f32 = ((1.0f) - un);
+                                    var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                                    var an: f32 = (za - log(en));
+                                    var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                                    var in_range: bool = (abs(za) < (1.7014118e38f));
+                                    lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                                    if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                        // built by kernels::race::bound
+                                        up2 = up1;
+                                        up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                        up1_i = (c0 + 3u);
+                                    } else {
+                                        // built by kernels::race::bound
+                                        up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                                    }
+                                    if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                        // built by kernels::race::screened_column
+                                        up1 = bitcast<f32>(2139095040u);
+                                        up1_i = (c0 + 3u);
+                                        up2 = bitcast<f32>(2139095040u);
+                                    }
                                 }
                             }
                         }
@@ -505,22 +527,40 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::race::prune_step
                     var c0: u32 = (cb + (sk_lid * 4u));
                     var qmax: f32 = bitcast<f32>(4286578688u);
-                    var xc0: u32 = (c0 + 0u);
-                    let sk_e9: bool = (xc0 < col_hi);
-                    let sk_e8: f32 = x[(base + select((col_hi - 1u), xc0, sk_e9))];
-                    var x0: f32 = select(bitcast<f32>(4286578688u), select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)), sk_e9);
-                    var xc1: u32 = (c0 + 1u);
-                    let sk_e11: bool = (xc1 < col_hi);
-                    let sk_e10: f32 = x[(base + select((col_hi - 1u), xc1, sk_e11))];
-                    var x1: f32 = select(bitcast<f32>(4286578688u), select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)), sk_e11);
-                    var xc2: u32 = (c0 + 2u);
-                    let sk_e13: bool = (xc2 < col_hi);
-                    let sk_e12: f32 = x[(base + select((col_hi - 1u), xc2, sk_e13))];
-                    var x2: f32 = select(bitcast<f32>(4286578688u), select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)), sk_e13);
-                    var xc3: u32 = (c0 + 3u);
-                    let sk_e15: bool = (xc3 < col_hi);
-                    let sk_e14: f32 = x[(base + select((col_hi - 1u), xc3, sk_e15))];
-                    var x3: f32 = select(bitcast<f32>(4286578688u), select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)), sk_e15);
+                    var x0: f32 = bitcast<f32>(4286578688u);
+                    var x1: f32 = bitcast<f32>(4286578688u);
+                    var x2: f32 = bitcast<f32>(4286578688u);
+                    var x3: f32 = bitcast<f32>(4286578688u);
+                    var quad_at: u32 = (base + c0);
+                    if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                        // built by kernels::race::load_quad
+                        let sk_e20: f32 = x[(quad_at + 0u)];
+                        x0 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
+                        let sk_e21: f32 = x[(quad_at + 1u)];
+                        x1 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
+                        let sk_e22: f32 = x[(quad_at + 2u)];
+                        x2 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
+                        let sk_e23: f32 = x[(quad_at + 3u)];
+                        x3 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
+                    } else {
+                        // built by kernels::race::load_quad
+                        let sk_e26: u32 = (c0 + 0u);
+                        let sk_e25: bool = (sk_e26 < col_hi);
+                        let sk_e24: f32 = x[(base + select((col_hi - 1u), sk_e26, sk_e25))];
+                        x0 = select(bitcast<f32>(4286578688u), select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u)), sk_e25);
+                        let sk_e29: u32 = (c0 + 1u);
+                        let sk_e28: bool = (sk_e29 < col_hi);
+                        let sk_e27: f32 = x[(base + select((col_hi - 1u), sk_e29, sk_e28))];
+                        x1 = select(bitcast<f32>(4286578688u), select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u)), sk_e28);
+                        let sk_e32: u32 = (c0 + 2u);
+                        let sk_e31: bool = (sk_e32 < col_hi);
+                        let sk_e30: f32 = x[(base + select((col_hi - 1u), sk_e32, sk_e31))];
+                        x2 = select(bitcast<f32>(4286578688u), select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u)), sk_e31);
+                        let sk_e35: u32 = (c0 + 3u);
+                        let sk_e34: bool = (sk_e35 < col_hi);
+                        let sk_e33: f32 = x[(base + select((col_hi - 1u), sk_e35, sk_e34))];
+                        x3 = select(bitcast<f32>(4286578688u), select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)), sk_e34);
+                    }
                     qmax = max(qmax, (x0 * rcp_t));
                     if (((params.flags & 1u) != 0u)) {
                         var lse_v: f32 = (x0 / temp);
@@ -586,116 +626,118 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-                        w = sk_philox(vec4<u32>((c0 >> 2u), 0u, race_key[2u], race_key[3u]), race_key[0u], race_key[1u]);
-                        {
-                            var za: f32 = (x0 * rcp_t);
-                            var wj: u32 = w[0];
-                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                var un: f32 = sk_uniform(wj);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                var in_range: bool = (abs(za) < (1.7014118e38f));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                    up1_i = (c0 + 0u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                                }
-                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = bitcast<f32>(2139095040u);
-                                    up1_i = (c0 + 0u);
-                                    up2 = bitcast<f32>(2139095040u);
-                                }
-                            }
-                        }
-                        {
-                            var za: f32 = (x1 * rcp_t);
-                            var wj: u32 = w[1];
-                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                var un: f32 = sk_uniform(wj);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                var in_range: bool = (abs(za) < (1.7014118e38f));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                    up1_i = (c0 + 1u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                                }
-                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = bitcast<f32>(2139095040u);
-                                    up1_i = (c0 + 1u);
-                                    up2 = bitcast<f32>(2139095040u);
+                        w = sk_philox_table((c0 >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+                        if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((max(max(w[0], w[1]), max(w[2], w[3])) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (qmax >= (1.7014118e38f))))) {
+                            {
+                                var za: f32 = (x0 * rcp_t);
+                                var wj: u32 = w[0];
+                                if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                    var un: f32 = sk_uniform(wj);
+                                    var tn: f32 = ((1.0f) - un);
+                                    var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                                    var an: f32 = (za - log(en));
+                                    var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                                    var in_range: bool = (abs(za) < (1.7014118e38f));
+                                    lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                                    if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                        // built by kernels::race::bound
+                                        up2 = up1;
+                                        up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                        up1_i = (c0 + 0u);
+                                    } else {
+                                        // built by kernels::race::bound
+                                        up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                                    }
+                                    if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                        // built by kernels::race::screened_column
+                                        up1 = bitcast<f32>(2139095040u);
+                                        up1_i = (c0 + 0u);
+                                        up2 = bitcast<f32>(2139095040u);
+                                    }
                                 }
                             }
-                        }
-                        {
-                            var za: f32 = (x2 * rcp_t);
-                            var wj: u32 = w[2];
-                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                var un: f32 = sk_uniform(wj);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                var in_range: bool = (abs(za) < (1.7014118e38f));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                    up1_i = (c0 + 2u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                                }
-                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = bitcast<f32>(2139095040u);
-                                    up1_i = (c0 + 2u);
-                                    up2 = bitcast<f32>(2139095040u);
+                            {
+                                var za: f32 = (x1 * rcp_t);
+                                var wj: u32 = w[1];
+                                if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                    var un: f32 = sk_uniform(wj);
+                                    var tn: f32 = ((1.0f) - un);
+                                    var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                                    var an: f32 = (za - log(en));
+                                    var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                                    var in_range: bool = (abs(za) < (1.7014118e38f));
+                                    lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                                    if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                        // built by kernels::race::bound
+                                        up2 = up1;
+                                        up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                        up1_i = (c0 + 1u);
+                                    } else {
+                                        // built by kernels::race::bound
+                                        up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                                    }
+                                    if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                        // built by kernels::race::screened_column
+                                        up1 = bitcast<f32>(2139095040u);
+                                        up1_i = (c0 + 1u);
+                                        up2 = bitcast<f32>(2139095040u);
+                                    }
                                 }
                             }
-                        }
-                        {
-                            var za: f32 = (x3 * rcp_t);
-                            var wj: u32 = w[3];
-                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                var un: f32 = sk_uniform(wj);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                var in_range: bool = (abs(za) < (1.7014118e38f));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                    up1_i = (c0 + 3u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                            {
+                                var za: f32 = (x2 * rcp_t);
+                                var wj: u32 = w[2];
+                                if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                    var un: f32 = sk_uniform(wj);
+                                    var tn: f32 = ((1.0f) - un);
+                                    var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                                    var an: f32 = (za - log(en));
+                                    var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                                    var in_range: bool = (abs(za) < (1.7014118e38f));
+                                    lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                                    if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                        // built by kernels::race::bound
+                                        up2 = up1;
+                                        up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                        up1_i = (c0 + 2u);
+                                    } else {
+                                        // built by kernels::race::bound
+                                        up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                                    }
+                                    if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                        // built by kernels::race::screened_column
+                                        up1 = bitcast<f32>(2139095040u);
+                                        up1_i = (c0 + 2u);
+                                        up2 = bitcast<f32>(2139095040u);
+                                    }
                                 }
-                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = bitcast<f32>(2139095040u);
-                                    up1_i = (c0 + 3u);
-                                    up2 = bitcast<f32>(2139095040u);
+                            }
+                            {
+                                var za: f32 = (x3 * rcp_t);
+                                var wj: u32 = w[3];
+                                if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                                    var un: f32 = sk_uniform(wj);
+                                    var tn: f32 = ((1.0f) - un);
+                                    var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+                                    var an: f32 = (za - log(en));
+                                    var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+                                    var in_range: bool = (abs(za) < (1.7014118e38f));
+                                    lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+                                    if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+                                        // built by kernels::race::bound
+                                        up2 = up1;
+                                        up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+                                        up1_i = (c0 + 3u);
+                                    } else {
+                                        // built by kernels::race::bound
+                                        up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+                                    }
+                                    if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+                                        // built by kernels::race::screened_column
+                                        up1 = bitcast<f32>(2139095040u);
+                                        up1_i = (c0 + 3u);
+                                        up2 = bitcast<f32>(2139095040u);
+                                    }
                                 }
                             }
                         }
@@ -715,12 +757,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     workgroupBarrier();
                 }
                 if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                    let sk_e16: f32 = x[(base + up1_i)];
-                    var sv: f32 = (select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u)) / temp);
-                    let sk_e18: u32 = (row * 12u);
-                    let sk_e17: vec4<u32> = sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, rows[(sk_e18 + 10u)], rows[(sk_e18 + 11u)]), rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)]);
-                    let sk_e19: u32 = (up1_i & 3u);
-                    best = (sv + sk_gumbel(select(select(select(sk_e17[3], sk_e17[2], (sk_e19 == 2u)), sk_e17[1], (sk_e19 == 1u)), sk_e17[0], (sk_e19 == 0u))));
+                    let sk_e36: f32 = x[(base + up1_i)];
+                    var sv: f32 = (select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u)) / temp);
+                    let sk_e37: vec4<u32> = sk_philox_table(((up1_i & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+                    let sk_e38: u32 = (up1_i & 3u);
+                    best = (sv + sk_gumbel(select(select(select(sk_e37[3], sk_e37[2], (sk_e38 == 2u)), sk_e37[1], (sk_e38 == 1u)), sk_e37[0], (sk_e38 == 0u))));
                     best_i = up1_i;
                     best_z = sv;
                 }
@@ -735,15 +776,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 0u);
                             if ((col < col_hi)) {
-                                let sk_e20: f32 = x[(base + col)];
-                                var xv: f32 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
-                                let sk_e21: f32 = (xv * rcp_t);
-                                if (((sk_e21 > bitcast<f32>(4286578688u)) && ((((sk_e21 + (abs(sk_e21) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e21 >= (1.7014118e38f))))) {
+                                let sk_e39: f32 = x[(base + col)];
+                                var xv: f32 = select(sk_e39, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e39) & 2147483647u) > 2139095040u));
+                                let sk_e40: f32 = (xv * rcp_t);
+                                if (((sk_e40 > bitcast<f32>(4286578688u)) && ((((sk_e40 + (abs(sk_e40) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e40 >= (1.7014118e38f))))) {
                                     // built by kernels::race::screened_pass
-                                    let sk_e23: u32 = (row * 12u);
-                                    let sk_e22: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e23 + 10u)], rows[(sk_e23 + 11u)]), rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)]);
-                                    let sk_e24: u32 = (col & 3u);
-                                    var wj: u32 = select(select(select(sk_e22[3], sk_e22[2], (sk_e24 == 2u)), sk_e22[1], (sk_e24 == 1u)), sk_e22[0], (sk_e24 == 0u));
+                                    let sk_e41: vec4<u32> = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+                                    let sk_e42: u32 = (col & 3u);
+                                    var wj: u32 = select(select(select(sk_e41[3], sk_e41[2], (sk_e42 == 2u)), sk_e41[1], (sk_e42 == 1u)), sk_e41[0], (sk_e42 == 0u));
                                     var sv: f32 = (xv / temp);
                                     if ((sv == bitcast<f32>(2139095040u))) {
                                         top_n = (top_n + 1u);
@@ -766,15 +806,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 1u);
                             if ((col < col_hi)) {
-                                let sk_e25: f32 = x[(base + col)];
-                                var xv: f32 = select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u));
-                                let sk_e26: f32 = (xv * rcp_t);
-                                if (((sk_e26 > bitcast<f32>(4286578688u)) && ((((sk_e26 + (abs(sk_e26) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e26 >= (1.7014118e38f))))) {
+                                let sk_e43: f32 = x[(base + col)];
+                                var xv: f32 = select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u));
+                                let sk_e44: f32 = (xv * rcp_t);
+                                if (((sk_e44 > bitcast<f32>(4286578688u)) && ((((sk_e44 + (abs(sk_e44) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e44 >= (1.7014118e38f))))) {
                                     // built by kernels::race::screened_pass
-                                    let sk_e28: u32 = (row * 12u);
-                                    let sk_e27: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e28 + 10u)], rows[(sk_e28 + 11u)]), rows[(sk_e28 + 8u)], rows[(sk_e28 + 9u)]);
-                                    let sk_e29: u32 = (col & 3u);
-                                    var wj: u32 = select(select(select(sk_e27[3], sk_e27[2], (sk_e29 == 2u)), sk_e27[1], (sk_e29 == 1u)), sk_e27[0], (sk_e29 == 0u));
+                                    let sk_e45: vec4<u32> = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+                                    let sk_e46: u32 = (col & 3u);
+                                    var wj: u32 = select(select(select(sk_e45[3], sk_e45[2], (sk_e46 == 2u)), sk_e45[1], (sk_e46 == 1u)), sk_e45[0], (sk_e46 == 0u));
                                     var sv: f32 = (xv / temp);
                                     if ((sv == bitcast<f32>(2139095040u))) {
                                         top_n = (top_n + 1u);
@@ -797,15 +836,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 2u);
                             if ((col < col_hi)) {
-                                let sk_e30: f32 = x[(base + col)];
-                                var xv: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
-                                let sk_e31: f32 = (xv * rcp_t);
-                                if (((sk_e31 > bitcast<f32>(4286578688u)) && ((((sk_e31 + (abs(sk_e31) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e31 >= (1.7014118e38f))))) {
+                                let sk_e47: f32 = x[(base + col)];
+                                var xv: f32 = select(sk_e47, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e47) & 2147483647u) > 2139095040u));
+                                let sk_e48: f32 = (xv * rcp_t);
+                                if (((sk_e48 > bitcast<f32>(4286578688u)) && ((((sk_e48 + (abs(sk_e48) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e48 >= (1.7014118e38f))))) {
                                     // built by kernels::race::screened_pass
-                                    let sk_e33: u32 = (row * 12u);
-                                    let sk_e32: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e33 + 10u)], rows[(sk_e33 + 11u)]), rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)]);
-                                    let sk_e34: u32 = (col & 3u);
-                                    var wj: u32 = select(select(select(sk_e32[3], sk_e32[2], (sk_e34 == 2u)), sk_e32[1], (sk_e34 == 1u)), sk_e32[0], (sk_e34 == 0u));
+                                    let sk_e49: vec4<u32> = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+                                    let sk_e50: u32 = (col & 3u);
+                                    var wj: u32 = select(select(select(sk_e49[3], sk_e49[2], (sk_e50 == 2u)), sk_e49[1], (sk_e50 == 1u)), sk_e49[0], (sk_e50 == 0u));
                                     var sv: f32 = (xv / temp);
                                     if ((sv == bitcast<f32>(2139095040u))) {
                                         top_n = (top_n + 1u);
@@ -828,15 +866,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 3u);
                             if ((col < col_hi)) {
-                                let sk_e35: f32 = x[(base + col)];
-                                var xv: f32 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
-                                let sk_e36: f32 = (xv * rcp_t);
-                                if (((sk_e36 > bitcast<f32>(4286578688u)) && ((((sk_e36 + (abs(sk_e36) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e36 >= (1.7014118e38f))))) {
+                                let sk_e51: f32 = x[(base + col)];
+                                var xv: f32 = select(sk_e51, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e51) & 2147483647u) > 2139095040u));
+                                let sk_e52: f32 = (xv * rcp_t);
+                                if (((sk_e52 > bitcast<f32>(4286578688u)) && ((((sk_e52 + (abs(sk_e52) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e52 >= (1.7014118e38f))))) {
                                     // built by kernels::race::screened_pass
-                                    let sk_e38: u32 = (row * 12u);
-                                    let sk_e37: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e38 + 10u)], rows[(sk_e38 + 11u)]), rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)]);
-                                    let sk_e39: u32 = (col & 3u);
-                                    var wj: u32 = select(select(select(sk_e37[3], sk_e37[2], (sk_e39 == 2u)), sk_e37[1], (sk_e39 == 1u)), sk_e37[0], (sk_e39 == 0u));
+                                    let sk_e53: vec4<u32> = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+                                    let sk_e54: u32 = (col & 3u);
+                                    var wj: u32 = select(select(select(sk_e53[3], sk_e53[2], (sk_e54 == 2u)), sk_e53[1], (sk_e54 == 1u)), sk_e53[0], (sk_e54 == 0u));
                                     var sv: f32 = (xv / temp);
                                     if ((sv == bitcast<f32>(2139095040u))) {
                                         top_n = (top_n + 1u);
@@ -862,11 +899,44 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::race::race_row
                 for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                     // built by kernels::abi::for_each_column_then
+                    var x0: f32 = bitcast<f32>(4286578688u);
+                    var x1: f32 = bitcast<f32>(4286578688u);
+                    var x2: f32 = bitcast<f32>(4286578688u);
+                    var x3: f32 = bitcast<f32>(4286578688u);
+                    var quad_at: u32 = (base + c0);
+                    if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                        // built by kernels::race::load_quad
+                        let sk_e55: f32 = x[(quad_at + 0u)];
+                        x0 = select(sk_e55, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e55) & 2147483647u) > 2139095040u));
+                        let sk_e56: f32 = x[(quad_at + 1u)];
+                        x1 = select(sk_e56, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u));
+                        let sk_e57: f32 = x[(quad_at + 2u)];
+                        x2 = select(sk_e57, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e57) & 2147483647u) > 2139095040u));
+                        let sk_e58: f32 = x[(quad_at + 3u)];
+                        x3 = select(sk_e58, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e58) & 2147483647u) > 2139095040u));
+                    } else {
+                        // built by kernels::race::load_quad
+                        let sk_e61: u32 = (c0 + 0u);
+                        let sk_e60: bool = (sk_e61 < col_hi);
+                        let sk_e59: f32 = x[(base + select((col_hi - 1u), sk_e61, sk_e60))];
+                        x0 = select(bitcast<f32>(4286578688u), select(sk_e59, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e59) & 2147483647u) > 2139095040u)), sk_e60);
+                        let sk_e64: u32 = (c0 + 1u);
+                        let sk_e63: bool = (sk_e64 < col_hi);
+                        let sk_e62: f32 = x[(base + select((col_hi - 1u), sk_e64, sk_e63))];
+                        x1 = select(bitcast<f32>(4286578688u), select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u)), sk_e63);
+                        let sk_e67: u32 = (c0 + 2u);
+                        let sk_e66: bool = (sk_e67 < col_hi);
+                        let sk_e65: f32 = x[(base + select((col_hi - 1u), sk_e67, sk_e66))];
+                        x2 = select(bitcast<f32>(4286578688u), select(sk_e65, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e65) & 2147483647u) > 2139095040u)), sk_e66);
+                        let sk_e70: u32 = (c0 + 3u);
+                        let sk_e69: bool = (sk_e70 < col_hi);
+                        let sk_e68: f32 = x[(base + select((col_hi - 1u), sk_e70, sk_e69))];
+                        x3 = select(bitcast<f32>(4286578688u), select(sk_e68, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e68) & 2147483647u) > 2139095040u)), sk_e69);
+                    }
                     {
                         var col: u32 = (c0 + 0u);
                         if ((col < col_hi)) {
-                            let sk_e40: f32 = x[(base + col)];
-                            var sv: f32 = (select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u)) / temp);
+                            var sv: f32 = (x0 / temp);
                             if ((sv == bitcast<f32>(2139095040u))) {
                                 // built by kernels::race::greedy_column
                                 top_n = (top_n + 1u);
@@ -901,8 +971,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 1u);
                         if ((col < col_hi)) {
-                            let sk_e41: f32 = x[(base + col)];
-                            var sv: f32 = (select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u)) / temp);
+                            var sv: f32 = (x1 / temp);
                             if ((sv == bitcast<f32>(2139095040u))) {
                                 // built by kernels::race::greedy_column
                                 top_n = (top_n + 1u);
@@ -937,8 +1006,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 2u);
                         if ((col < col_hi)) {
-                            let sk_e42: f32 = x[(base + col)];
-                            var sv: f32 = (select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u)) / temp);
+                            var sv: f32 = (x2 / temp);
                             if ((sv == bitcast<f32>(2139095040u))) {
                                 // built by kernels::race::greedy_column
                                 top_n = (top_n + 1u);
@@ -973,8 +1041,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + 3u);
                         if ((col < col_hi)) {
-                            let sk_e43: f32 = x[(base + col)];
-                            var sv: f32 = (select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u)) / temp);
+                            var sv: f32 = (x3 / temp);
                             if ((sv == bitcast<f32>(2139095040u))) {
                                 // built by kernels::race::greedy_column
                                 top_n = (top_n + 1u);
@@ -1110,8 +1177,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         workgroupBarrier();
                     }
                     if ((sk_lid == 0u)) {
-                        let sk_e44: f32 = x[(base + tok)];
-                        logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
+                        let sk_e71: f32 = x[(base + tok)];
+                        logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e71, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e71) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
                     }
                 }
             } else {
@@ -1305,8 +1372,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             tok = top_tok;
                         }
-                        let sk_e45: bool = (tok == 4294967295u);
-                        var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e45)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e45);
+                        let sk_e72: bool = (tok == 4294967295u);
+                        var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e72)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e72);
                         if ((tok == 4294967295u)) {
                             // built by kernels::combine::combine_row
                             tok = 0u;

@@ -71,6 +71,28 @@ struct Emitter<'k> {
     kernel: &'k Kernel,
 }
 
+/// The largest literal offset [`Emitter::index`] widens.
+const FOLDED_OFFSET: u32 = 1 << 16;
+
+impl Emitter<'_> {
+    /// The index of a load of values (the streamed rows; records and counters keep 32-bit
+    /// sums, which kept `top_p_cut_probs` from a spill). `i + k` with a small literal `k` is
+    /// summed in 64 bits, `(size_t)(i) + k`, so that loads at `i`, `i + 1`, ... share one
+    /// address and differ by an immediate offset (in 32 bits nvcc must allow for `i + k`
+    /// wrapping and computes each address apart). The two
+    /// agree on every index a kernel can make: the host refuses a batch whose elements would not
+    /// all have 32-bit indices (`Shape::validate`), so an in-range `i + k` never wraps.
+    fn index(&self, idx: &Expr, scope: &Scope) -> Result<String, IrError> {
+        match idx {
+            Expr::Bin(BinOp::Add, a, k) => match **k {
+                Expr::Lit(Lit::U32(k)) if k < FOLDED_OFFSET => Ok(format!("(size_t)({}) + {k}u", self.expr(a, scope)?)),
+                _ => self.expr(idx, scope),
+            },
+            _ => self.expr(idx, scope),
+        }
+    }
+}
+
 impl CLike for Emitter<'_> {
     fn kernel(&self) -> &Kernel {
         self.kernel
@@ -88,12 +110,16 @@ impl CLike for Emitter<'_> {
             },
             Expr::Load(buf, idx) => {
                 let decl = buffer(self.kernel, buf)?;
+                let i = match decl.storage {
+                    Storage::F32 | Storage::F16 | Storage::Bf16 | Storage::F64 => self.index(idx, scope)?,
+                    Storage::U32 | Storage::AtomicU32 => x(idx)?,
+                };
                 match decl.storage {
-                    Storage::F16 => format!("sk_f16({buf}[{}])", x(idx)?),
-                    Storage::Bf16 => format!("sk_bf16({buf}[{}])", x(idx)?),
+                    Storage::F16 => format!("sk_f16({buf}[{i}])"),
+                    Storage::Bf16 => format!("sk_bf16({buf}[{i}])"),
                     // Written by other blocks of this launch: read from L2, past L1.
-                    Storage::AtomicU32 => format!("(*(volatile unsigned int*)&{buf}[{}])", x(idx)?),
-                    Storage::F32 | Storage::U32 | Storage::F64 => format!("{buf}[{}]", x(idx)?),
+                    Storage::AtomicU32 => format!("(*(volatile unsigned int*)&{buf}[{i}])"),
+                    Storage::F32 | Storage::U32 | Storage::F64 => format!("{buf}[{i}]"),
                 }
             }
             Expr::LoadShared(arr, idx) => format!("{arr}[{}]", x(idx)?),
@@ -412,8 +438,10 @@ pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> Result<String,
     for (t, n) in &used.sum_many {
         out.line(format!("__shared__ {} sk_many_{}[{}];", ty(*t), short(*t), (n + 1) * 32));
     }
+    // Aligned to 16 bytes, so that nvcc may read four consecutive words (the race's Philox
+    // table) with one vector load.
     for s in &kernel.shared {
-        out.line(format!("__shared__ {} {}[{}];", ty(s.ty), s.name, s.len));
+        out.line(format!("__shared__ __align__(16) {} {}[{}];", ty(s.ty), s.name, s.len));
     }
     let mut scope = Scope::new(kernel, &[], None);
     e.block(&mut out, &kernel.body, &mut scope)?;

@@ -496,7 +496,7 @@ mod tests {
             assert!(wgsl.contains(want), "WGSL lacks `{want}`:\n{wgsl}");
         }
         let cuda = crate::cuda::emit(&k, 64, "test").unwrap();
-        for want in ["__shared__ unsigned int h[16];", "h[0u] = 0u;", "old = atomicAdd(&h[1u], 2u);"] {
+        for want in ["__shared__ __align__(16) unsigned int h[16];", "h[0u] = 0u;", "old = atomicAdd(&h[1u], 2u);"] {
             assert!(cuda.contains(want), "CUDA lacks `{want}`:\n{cuda}");
         }
         assert!(matches!(prepare(&with(SharedDecl::new("h", Ty::U32, 16))), Err(IrError::Type { .. })));

@@ -238,7 +238,11 @@ pub(super) fn row_temperature(b: &mut Block) {
 
 /// The input value at `col`, NaN read as -inf so it is never chosen.
 pub(super) fn load_clean(col: Expr) -> Expr {
-    let x = load("x", var("base") + col);
+    clean(load("x", var("base") + col))
+}
+
+/// An input value with NaN read as -inf.
+pub(super) fn clean(x: Expr) -> Expr {
     select(is_nan(x.clone()), f(f32::NEG_INFINITY), x)
 }
 

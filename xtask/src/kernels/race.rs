@@ -3,8 +3,8 @@
 //! by its last part in the same launch (`combine.rs`).
 
 use super::abi::{
-    buffer, for_each_column, for_each_row_part, kernel, load_clean, output_buffers, part, part_buffers, philox_block,
-    row_temperature, row_word, word, write_results, Dtype, FLAG_LOGPROBS, NONE, PART_WORDS,
+    buffer, clean, for_each_column, for_each_row_part, kernel, load_clean, output_buffers, part, part_buffers,
+    philox_block, row_temperature, row_word, word, write_results, Dtype, FLAG_LOGPROBS, NONE, PART_WORDS,
 };
 use super::combine;
 use super::math;
@@ -76,9 +76,10 @@ fn keep(b: &mut Block, score: Expr, col: Expr, z: Expr) {
 /// A column of a greedy row (the greedy kernel's, and the race's rows below `GREEDY_EPS`, the
 /// only ones the screen leaves to an exact pass): the score is the scaled value itself, and the
 /// +inf class keeps its lowest column.
-fn greedy_column(b: &mut Block, col: Expr) {
+/// `x` is the column's value, NaN read as -inf.
+fn greedy_column(b: &mut Block, x: Expr, col: Expr) {
     let want_lp = (param("flags") & u(FLAG_LOGPROBS)).ne_(u(0));
-    let sv = b.let_("sv", Ty::F32, load_clean(col.clone()) / var("temp"));
+    let sv = b.let_("sv", Ty::F32, x / var("temp"));
     b.if_else(
         sv.clone().eq_(f(f32::INFINITY)),
         |b| {
@@ -197,20 +198,19 @@ fn screened_column(b: &mut Block, za: Expr, wj: Expr, col: Expr) {
     });
 }
 
-/// The workgroup memory holding the row's Philox key words ([`KEY_WORDS`]) during the pruned
-/// pass, declared by every kernel that races from logits ([`race_shared`]).
+/// The workgroup memory holding the row's Philox table ([`philox::row_table`]) during the
+/// pruned pass, declared by every kernel that races from logits ([`race_shared`]).
 const RACE_KEY: &str = "race_key";
-const KEY_WORDS: [u32; 4] = [word::SEED_LO, word::SEED_HI, word::OFFSET_LO, word::OFFSET_HI];
 
-/// [`philox_block`] with the key from [`RACE_KEY`], for the kept quads of [`screened_pass`].
+/// The Philox block of the four columns from `c0`, from the row's table in [`RACE_KEY`]: what
+/// [`philox_block`] gives, for fewer instructions a block.
 fn keyed_block(c0: Expr) -> Expr {
-    let key = |k: u32| load_shared(RACE_KEY, u(k));
-    philox::block_for(c0, key(0), key(1), key(2), key(3))
+    philox::block_from_table(c0 >> u(2), |k| load_shared(RACE_KEY, u(k)))
 }
 
 /// The workgroup memory of [`screened_pass`], for the kernels that race from logits.
 pub(super) fn race_shared() -> SharedDecl {
-    SharedDecl::new(RACE_KEY, Ty::U32, KEY_WORDS.len() as u32)
+    SharedDecl::new(RACE_KEY, Ty::U32, philox::TABLE_WORDS)
 }
 
 /// One step of [`screened_pass`] for the invocation's quad at `cb + 4 x local id`: its four
@@ -220,14 +220,7 @@ fn prune_step(b: &mut Block, cb: Expr) {
     let want_lp = (param("flags") & u(FLAG_LOGPROBS)).ne_(u(0));
     let c0 = b.let_("c0", Ty::U32, cb + builtin(Builtin::LocalId) * u(4));
     b.let_("qmax", Ty::F32, f(f32::NEG_INFINITY));
-    // The four loads first, unconditional (a column past the part reads its last column and
-    // counts as -inf), so they are in flight together: one round trip a quad, not four.
-    for j in 0..4u8 {
-        let col = b.let_(&format!("xc{j}"), Ty::U32, c0.clone() + u(j as u32));
-        let inside = col.clone().lt(var("col_hi"));
-        let x = load_clean(select(inside.clone(), col, var("col_hi") - u(1)));
-        b.let_(&format!("x{j}"), Ty::F32, select(inside, x, f(f32::NEG_INFINITY)));
-    }
+    load_quad(b, c0.clone());
     for j in 0..4u8 {
         let name = format!("x{j}");
         b.set("qmax", var("qmax").max(var(&name) * var("rcp_t")));
@@ -238,20 +231,57 @@ fn prune_step(b: &mut Block, cb: Expr) {
     }
     b.if_(prune_test(var("qmax"), var("lo_best")), |b| {
         b.set("w", keyed_block(c0.clone()));
-        for j in 0..4u8 {
-            b.scope(|b| {
-                let col = c0.clone() + u(j as u32);
-                // `za` again rather than kept from the read: four registers fewer.
-                let za = b.let_("za", Ty::F32, var(&format!("x{j}")) * var("rcp_t"));
-                let wj = b.let_("wj", Ty::U32, var("w").comp(j));
-                // The column's own noise bound, from its word: most columns of a kept quad stop
-                // here, before the two logs of their screened score.
-                b.if_(can_win(za.clone(), noise_bound(wj.clone()), var("lo_best")), |b| {
-                    screened_column(b, za, wj, col)
+        // The quad's largest word bounds the noise of all four (`noise_bound` is monotone in
+        // the word, `can_win` in both arguments): one test a quad, and the columns' own tests
+        // only where it passes, so most kept quads cost their block and this test alone.
+        let w = |j: u8| var("w").comp(j);
+        let wmax = w(0).max(w(1)).max(w(2).max(w(3)));
+        b.if_(can_win(var("qmax"), noise_bound(wmax), var("lo_best")), |b| {
+            for j in 0..4u8 {
+                b.scope(|b| {
+                    let col = c0.clone() + u(j as u32);
+                    // `za` again rather than kept from the read: four registers fewer.
+                    let za = b.let_("za", Ty::F32, var(&format!("x{j}")) * var("rcp_t"));
+                    let wj = b.let_("wj", Ty::U32, w(j));
+                    // The column's own noise bound, from its word: most columns stop here,
+                    // before the two logs of their screened score.
+                    b.if_(can_win(za.clone(), noise_bound(wj.clone()), var("lo_best")), |b| {
+                        screened_column(b, za, wj, col)
+                    });
                 });
-            });
-        }
+            }
+        });
     });
+}
+
+/// Declares `x0` .. `x3`, the values of the quad's four columns from `c0` (NaN read as -inf, a
+/// column past the part as -inf), loaded first and together so that they are in flight at
+/// once: one round trip a quad, not four. A quad inside the part (every one but a part's last)
+/// loads from one address at offsets 0 to 3 (see the CUDA emitter's `index`); the others clamp
+/// each column to the part's last, which they read again.
+fn load_quad(b: &mut Block, c0: Expr) {
+    let names: Vec<String> = (0..4).map(|j| format!("x{j}")).collect();
+    for name in &names {
+        b.let_(name, Ty::F32, f(f32::NEG_INFINITY));
+    }
+    let at = b.let_("quad_at", Ty::U32, var("base") + c0.clone());
+    // The workgroup's first step may start past the part (a short row): then the slow way.
+    b.if_else(
+        c0.clone().lt(var("col_hi")).and((var("col_hi") - c0.clone()).ge(u(4))),
+        |b| {
+            for (j, name) in names.iter().enumerate() {
+                b.set(name, clean(load("x", at.clone() + u(j as u32))));
+            }
+        },
+        |b| {
+            for (j, name) in names.iter().enumerate() {
+                let col = c0.clone() + u(j as u32);
+                let inside = col.clone().lt(var("col_hi"));
+                let x = load_clean(select(inside.clone(), col, var("col_hi") - u(1)));
+                b.set(name, select(inside, x, f(f32::NEG_INFINITY)));
+            }
+        },
+    );
 }
 
 /// One read of a noisy row, pruned: each invocation reads a quad of four consecutive columns a
@@ -267,8 +297,14 @@ fn screened_pass(b: &mut Block) {
     // inside the kept quads' branch they were read again for every kept quad, and kept in
     // registers across the loop they cost 17 more on sm_90 (2 blocks of 512 resident, not 3).
     b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
-        for (k, w) in KEY_WORDS.iter().enumerate() {
-            b.store_shared(RACE_KEY, u(k as u32), row_word(*w));
+        let table = philox::row_table(
+            row_word(word::SEED_LO),
+            row_word(word::SEED_HI),
+            row_word(word::OFFSET_LO),
+            row_word(word::OFFSET_HI),
+        );
+        for (k, w) in table.into_iter().enumerate() {
+            b.store_shared(RACE_KEY, u(k as u32), w);
         }
     });
     b.barrier();
@@ -286,7 +322,7 @@ fn screened_pass(b: &mut Block) {
     let floor = b.reduce(ReduceOp::Max, Ty::F32, var("lo_best"), "screen_floor");
     b.if_(var("up1_i").ne_(u(NONE)).and(var("up1").ge(floor.clone())), |b| {
         let c = var("up1_i");
-        let w = philox_block(c.clone() & u(!3));
+        let w = keyed_block(c.clone() & u(!3));
         let sv = b.let_("sv", Ty::F32, load_clean(c.clone()) / var("temp"));
         b.set("best", exact_score(sv.clone(), word_at(w, c.clone() & u(3))));
         b.set("best_i", c);
@@ -310,7 +346,7 @@ fn screened_pass(b: &mut Block) {
                 let x = b.let_("xv", Ty::F32, load_clean(col.clone()));
                 let za = x.clone() * var("rcp_t");
                 b.if_(prune_test(za, floor.clone()), |b| {
-                    let wj = b.let_("wj", Ty::U32, word_at(philox_block(col.clone() & u(!3)), col.clone() & u(3)));
+                    let wj = b.let_("wj", Ty::U32, word_at(keyed_block(col.clone() & u(!3)), col.clone() & u(3)));
                     let sv = b.let_("sv", Ty::F32, x.clone() / var("temp"));
                     b.if_else(
                         sv.clone().eq_(f(f32::INFINITY)),
@@ -368,7 +404,13 @@ pub(super) fn race_row(b: &mut Block, race: Race) {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
     b.let_("s", Ty::F32, f(0.0));
     b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
-    let greedy_pass = |b: &mut Block| for_each_column(b, |_, _| {}, |b, col, _| greedy_column(b, col));
+    let greedy_pass =
+        |b: &mut Block| for_each_column(b, |_, _| {}, |b, col, _| greedy_column(b, load_clean(col.clone()), col));
+    // The race's greedy rows load a quad at a time, as its noisy rows do: the race kernel holds
+    // the registers for it anyway (the greedy kernel does not, and loads a column at a time).
+    let quad_greedy_pass = |b: &mut Block| {
+        for_each_column(b, |b, c0| load_quad(b, c0), |b, col, j| greedy_column(b, var(&format!("x{j}")), col))
+    };
     match race {
         Race::Logits => {
             // Noisy rows are screened; the branch is uniform (one row per workgroup).
@@ -377,7 +419,7 @@ pub(super) fn race_row(b: &mut Block, race: Race) {
             b.let_("up1", Ty::F32, f(f32::NEG_INFINITY));
             b.let_("up1_i", Ty::U32, u(NONE));
             b.let_("up2", Ty::F32, f(f32::NEG_INFINITY));
-            b.if_else(var("noisy"), screened_pass, greedy_pass);
+            b.if_else(var("noisy"), screened_pass, quad_greedy_pass);
         }
         Race::Greedy => greedy_pass(b),
         Race::Probs => probs_pass(b),
