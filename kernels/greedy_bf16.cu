@@ -95,11 +95,44 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             // built by kernels::abi::for_each_column_then
+            float x0 = sk_bitcast<float>(4286578688u);
+            float x1 = sk_bitcast<float>(4286578688u);
+            float x2 = sk_bitcast<float>(4286578688u);
+            float x3 = sk_bitcast<float>(4286578688u);
+            unsigned int quad_at = (base + c0);
+            if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                // built by kernels::race::load_quad
+                const float sk_e0 = sk_bf16(x[(size_t)(quad_at) + 0u]);
+                x0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
+                const float sk_e1 = sk_bf16(x[(size_t)(quad_at) + 1u]);
+                x1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
+                const float sk_e2 = sk_bf16(x[(size_t)(quad_at) + 2u]);
+                x2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
+                const float sk_e3 = sk_bf16(x[(size_t)(quad_at) + 3u]);
+                x3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
+            } else {
+                // built by kernels::race::load_quad
+                const unsigned int sk_e6 = (c0 + 0u);
+                const bool sk_e5 = (sk_e6 < col_hi);
+                const float sk_e4 = sk_bf16(x[(base + (sk_e5 ? sk_e6 : (col_hi - 1u)))]);
+                x0 = (sk_e5 ? (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) : sk_bitcast<float>(4286578688u));
+                const unsigned int sk_e9 = (c0 + 1u);
+                const bool sk_e8 = (sk_e9 < col_hi);
+                const float sk_e7 = sk_bf16(x[(base + (sk_e8 ? sk_e9 : (col_hi - 1u)))]);
+                x1 = (sk_e8 ? (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7) : sk_bitcast<float>(4286578688u));
+                const unsigned int sk_e12 = (c0 + 2u);
+                const bool sk_e11 = (sk_e12 < col_hi);
+                const float sk_e10 = sk_bf16(x[(base + (sk_e11 ? sk_e12 : (col_hi - 1u)))]);
+                x2 = (sk_e11 ? (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) : sk_bitcast<float>(4286578688u));
+                const unsigned int sk_e15 = (c0 + 3u);
+                const bool sk_e14 = (sk_e15 < col_hi);
+                const float sk_e13 = sk_bf16(x[(base + (sk_e14 ? sk_e15 : (col_hi - 1u)))]);
+                x3 = (sk_e14 ? (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) : sk_bitcast<float>(4286578688u));
+            }
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
-                    const float sk_e0 = sk_bf16(x[(base + col)]);
-                    float sv = ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp);
+                    float sv = (x0 / temp);
                     if ((sv == sk_bitcast<float>(2139095040u))) {
                         // built by kernels::race::greedy_column
                         top_n = (top_n + 1u);
@@ -134,8 +167,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
-                    const float sk_e1 = sk_bf16(x[(base + col)]);
-                    float sv = ((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1) / temp);
+                    float sv = (x1 / temp);
                     if ((sv == sk_bitcast<float>(2139095040u))) {
                         // built by kernels::race::greedy_column
                         top_n = (top_n + 1u);
@@ -170,8 +202,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
-                    const float sk_e2 = sk_bf16(x[(base + col)]);
-                    float sv = ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp);
+                    float sv = (x2 / temp);
                     if ((sv == sk_bitcast<float>(2139095040u))) {
                         // built by kernels::race::greedy_column
                         top_n = (top_n + 1u);
@@ -206,8 +237,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
-                    const float sk_e3 = sk_bf16(x[(base + col)]);
-                    float sv = ((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3) / temp);
+                    float sv = (x3 / temp);
                     if ((sv == sk_bitcast<float>(2139095040u))) {
                         // built by kernels::race::greedy_column
                         top_n = (top_n + 1u);
@@ -402,8 +432,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
                     __syncthreads();
                 }
                 if ((threadIdx.x == 0u)) {
-                    const float sk_e4 = sk_bf16(x[(base + tok)]);
-                    logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
+                    const float sk_e16 = sk_bf16(x[(base + tok)]);
+                    logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
                 }
             }
         } else {
@@ -681,8 +711,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
                         }
                         tok = top_tok;
                     }
-                    const bool sk_e5 = (tok == 4294967295u);
-                    float z = (sk_e5 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e5 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)])));
+                    const bool sk_e17 = (tok == 4294967295u);
+                    float z = (sk_e17 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e17 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)])));
                     if ((tok == 4294967295u)) {
                         // built by kernels::combine::combine_row
                         tok = 0u;

@@ -101,11 +101,44 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             // built by kernels::abi::for_each_column_then
+            var x0: f32 = bitcast<f32>(4286578688u);
+            var x1: f32 = bitcast<f32>(4286578688u);
+            var x2: f32 = bitcast<f32>(4286578688u);
+            var x3: f32 = bitcast<f32>(4286578688u);
+            var quad_at: u32 = (base + c0);
+            if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                // built by kernels::race::load_quad
+                let sk_e0: f32 = sk_load_x((quad_at + 0u));
+                x0 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
+                let sk_e1: f32 = sk_load_x((quad_at + 1u));
+                x1 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+                let sk_e2: f32 = sk_load_x((quad_at + 2u));
+                x2 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                let sk_e3: f32 = sk_load_x((quad_at + 3u));
+                x3 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+            } else {
+                // built by kernels::race::load_quad
+                let sk_e6: u32 = (c0 + 0u);
+                let sk_e5: bool = (sk_e6 < col_hi);
+                let sk_e4: f32 = sk_load_x((base + select((col_hi - 1u), sk_e6, sk_e5)));
+                x0 = select(bitcast<f32>(4286578688u), select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)), sk_e5);
+                let sk_e9: u32 = (c0 + 1u);
+                let sk_e8: bool = (sk_e9 < col_hi);
+                let sk_e7: f32 = sk_load_x((base + select((col_hi - 1u), sk_e9, sk_e8)));
+                x1 = select(bitcast<f32>(4286578688u), select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u)), sk_e8);
+                let sk_e12: u32 = (c0 + 2u);
+                let sk_e11: bool = (sk_e12 < col_hi);
+                let sk_e10: f32 = sk_load_x((base + select((col_hi - 1u), sk_e12, sk_e11)));
+                x2 = select(bitcast<f32>(4286578688u), select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)), sk_e11);
+                let sk_e15: u32 = (c0 + 3u);
+                let sk_e14: bool = (sk_e15 < col_hi);
+                let sk_e13: f32 = sk_load_x((base + select((col_hi - 1u), sk_e15, sk_e14)));
+                x3 = select(bitcast<f32>(4286578688u), select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)), sk_e14);
+            }
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
-                    let sk_e0: f32 = sk_load_x((base + col));
-                    var sv: f32 = (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp);
+                    var sv: f32 = (x0 / temp);
                     if ((sv == bitcast<f32>(2139095040u))) {
                         // built by kernels::race::greedy_column
                         top_n = (top_n + 1u);
@@ -140,8 +173,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
-                    let sk_e1: f32 = sk_load_x((base + col));
-                    var sv: f32 = (select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u)) / temp);
+                    var sv: f32 = (x1 / temp);
                     if ((sv == bitcast<f32>(2139095040u))) {
                         // built by kernels::race::greedy_column
                         top_n = (top_n + 1u);
@@ -176,8 +208,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
-                    let sk_e2: f32 = sk_load_x((base + col));
-                    var sv: f32 = (select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)) / temp);
+                    var sv: f32 = (x2 / temp);
                     if ((sv == bitcast<f32>(2139095040u))) {
                         // built by kernels::race::greedy_column
                         top_n = (top_n + 1u);
@@ -212,8 +243,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
-                    let sk_e3: f32 = sk_load_x((base + col));
-                    var sv: f32 = (select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u)) / temp);
+                    var sv: f32 = (x3 / temp);
                     if ((sv == bitcast<f32>(2139095040u))) {
                         // built by kernels::race::greedy_column
                         top_n = (top_n + 1u);
@@ -348,8 +378,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     workgroupBarrier();
                 }
                 if ((sk_lid == 0u)) {
-                    let sk_e4: f32 = sk_load_x((base + tok));
-                    logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
+                    let sk_e16: f32 = sk_load_x((base + tok));
+                    logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
                 }
             }
         } else {
@@ -543,8 +573,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         tok = top_tok;
                     }
-                    let sk_e5: bool = (tok == 4294967295u);
-                    var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e5)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e5);
+                    let sk_e17: bool = (tok == 4294967295u);
+                    var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e17)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e17);
                     if ((tok == 4294967295u)) {
                         // built by kernels::combine::combine_row
                         tok = 0u;

@@ -404,11 +404,8 @@ pub(super) fn race_row(b: &mut Block, race: Race) {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
     b.let_("s", Ty::F32, f(0.0));
     b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
-    let greedy_pass =
-        |b: &mut Block| for_each_column(b, |_, _| {}, |b, col, _| greedy_column(b, load_clean(col.clone()), col));
-    // The race's greedy rows load a quad at a time, as its noisy rows do: the race kernel holds
-    // the registers for it anyway (the greedy kernel does not, and loads a column at a time).
-    let quad_greedy_pass = |b: &mut Block| {
+    // Greedy rows load a quad at a time, as noisy rows do (one address, four loads in flight).
+    let greedy_pass = |b: &mut Block| {
         for_each_column(b, |b, c0| load_quad(b, c0), |b, col, j| greedy_column(b, var(&format!("x{j}")), col))
     };
     match race {
@@ -419,7 +416,7 @@ pub(super) fn race_row(b: &mut Block, race: Race) {
             b.let_("up1", Ty::F32, f(f32::NEG_INFINITY));
             b.let_("up1_i", Ty::U32, u(NONE));
             b.let_("up2", Ty::F32, f(f32::NEG_INFINITY));
-            b.if_else(var("noisy"), screened_pass, quad_greedy_pass);
+            b.if_else(var("noisy"), screened_pass, greedy_pass);
         }
         Race::Greedy => greedy_pass(b),
         Race::Probs => probs_pass(b),
