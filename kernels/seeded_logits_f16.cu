@@ -130,14 +130,11 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
-__device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
-    // built by kernels::murmur::seeded_gumbel32
-    bool high = (h >= 2147483648u);
-    float q = (((float)(4294967295u - h)) / ((float)h));
-    float up = ((1.0f) + q);
-    float l = sk_log((high ? up : (((float)h) * (2.3283064e-10f))));
-    float t = (high ? ((up != (1.0f)) ? ((l * q) / (up - (1.0f))) : q) : (-l));
-    return ((h == 0u) ? (-709.7827f) : (-sk_log(fmaxf(t, (2.3283064e-10f)))));
+__device__ __forceinline__ float sk_seeded_gumbel_screen(unsigned int h) {
+    // built by kernels::murmur::seeded_gumbel_screen
+    float t = (((float)(h ^ 4294967295u)) * (2.3283064e-10f));
+    float e = ((t < (0.015625f)) ? (t + ((t * t) * ((0.5f) + (t * (0.33333334f))))) : (-__logf((((float)h) * (2.3283064e-10f)))));
+    return ((h == 0u) ? (-709.7827f) : (-__logf(fmaxf(e, (2.3283064e-10f)))));
 }
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
@@ -197,11 +194,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                         unsigned int sh = sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col);
                         if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
-                            float g32_any = sk_seeded_gumbel32(sh);
+                            float g32_any = sk_seeded_gumbel_screen(sh);
                             float g32 = (noisy ? g32_any : (0.0f));
                             bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
                             float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                             lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
                             if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
                                 // built by kernels::race::bound
@@ -236,11 +233,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                         unsigned int sh = sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col);
                         if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
-                            float g32_any = sk_seeded_gumbel32(sh);
+                            float g32_any = sk_seeded_gumbel_screen(sh);
                             float g32 = (noisy ? g32_any : (0.0f));
                             bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
                             float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                             lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
                             if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
                                 // built by kernels::race::bound
@@ -275,11 +272,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                         unsigned int sh = sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col);
                         if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
-                            float g32_any = sk_seeded_gumbel32(sh);
+                            float g32_any = sk_seeded_gumbel_screen(sh);
                             float g32 = (noisy ? g32_any : (0.0f));
                             bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
                             float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                             lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
                             if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
                                 // built by kernels::race::bound
@@ -314,11 +311,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                         unsigned int sh = sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col);
                         if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
-                            float g32_any = sk_seeded_gumbel32(sh);
+                            float g32_any = sk_seeded_gumbel_screen(sh);
                             float g32 = (noisy ? g32_any : (0.0f));
                             bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
                             float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                             lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
                             if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
                                 // built by kernels::race::bound
@@ -382,11 +379,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                         unsigned int sh = sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col);
                         if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
-                            float g32_any = sk_seeded_gumbel32(sh);
+                            float g32_any = sk_seeded_gumbel_screen(sh);
                             float g32 = (noisy ? g32_any : (0.0f));
                             bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
                             float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                             lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
                             if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
                                 // built by kernels::race::bound
@@ -421,11 +418,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                         unsigned int sh = sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col);
                         if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
-                            float g32_any = sk_seeded_gumbel32(sh);
+                            float g32_any = sk_seeded_gumbel_screen(sh);
                             float g32 = (noisy ? g32_any : (0.0f));
                             bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
                             float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                             lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
                             if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
                                 // built by kernels::race::bound
@@ -460,11 +457,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                         unsigned int sh = sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col);
                         if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
-                            float g32_any = sk_seeded_gumbel32(sh);
+                            float g32_any = sk_seeded_gumbel_screen(sh);
                             float g32 = (noisy ? g32_any : (0.0f));
                             bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
                             float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                             lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
                             if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
                                 // built by kernels::race::bound
@@ -499,11 +496,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                         unsigned int sh = sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col);
                         if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
-                            float g32_any = sk_seeded_gumbel32(sh);
+                            float g32_any = sk_seeded_gumbel_screen(sh);
                             float g32 = (noisy ? g32_any : (0.0f));
                             bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
                             float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00024414063f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                            float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                             lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
                             if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
                                 // built by kernels::race::bound
@@ -884,11 +881,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                                 unsigned int rh = sk_murmur3(rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)], rows[(sk_e18 + 10u)], col);
                                 if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
-                                    float g32_any = sk_seeded_gumbel32(rh);
+                                    float g32_any = sk_seeded_gumbel_screen(rh);
                                     float g32 = (noisy ? g32_any : (0.0f));
                                     bool finite = (fabsf(rz) < sk_bitcast<float>(2139095040u));
                                     float sv32 = ((finite ? rz : (0.0f)) + g32);
-                                    float serr = ((0.00024414063f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                    float serr = ((0.00048828125f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                                     if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
                                         const float sk_e20 = sk_f16(x[(base + col)]);
                                         const float sk_e19 = ((((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20) / temp);
@@ -918,11 +915,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                                 unsigned int rh = sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col);
                                 if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
-                                    float g32_any = sk_seeded_gumbel32(rh);
+                                    float g32_any = sk_seeded_gumbel_screen(rh);
                                     float g32 = (noisy ? g32_any : (0.0f));
                                     bool finite = (fabsf(rz) < sk_bitcast<float>(2139095040u));
                                     float sv32 = ((finite ? rz : (0.0f)) + g32);
-                                    float serr = ((0.00024414063f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                    float serr = ((0.00048828125f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                                     if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
                                         const float sk_e25 = sk_f16(x[(base + col)]);
                                         const float sk_e24 = ((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) / temp);
@@ -952,11 +949,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                                 unsigned int rh = sk_murmur3(rows[(sk_e28 + 8u)], rows[(sk_e28 + 9u)], rows[(sk_e28 + 10u)], col);
                                 if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
-                                    float g32_any = sk_seeded_gumbel32(rh);
+                                    float g32_any = sk_seeded_gumbel_screen(rh);
                                     float g32 = (noisy ? g32_any : (0.0f));
                                     bool finite = (fabsf(rz) < sk_bitcast<float>(2139095040u));
                                     float sv32 = ((finite ? rz : (0.0f)) + g32);
-                                    float serr = ((0.00024414063f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                    float serr = ((0.00048828125f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                                     if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
                                         const float sk_e30 = sk_f16(x[(base + col)]);
                                         const float sk_e29 = ((((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) / temp);
@@ -986,11 +983,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                                 unsigned int rh = sk_murmur3(rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)], rows[(sk_e33 + 10u)], col);
                                 if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
-                                    float g32_any = sk_seeded_gumbel32(rh);
+                                    float g32_any = sk_seeded_gumbel_screen(rh);
                                     float g32 = (noisy ? g32_any : (0.0f));
                                     bool finite = (fabsf(rz) < sk_bitcast<float>(2139095040u));
                                     float sv32 = ((finite ? rz : (0.0f)) + g32);
-                                    float serr = ((0.00024414063f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
+                                    float serr = ((0.00048828125f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                                     if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
                                         const float sk_e35 = sk_f16(x[(base + col)]);
                                         const float sk_e34 = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);

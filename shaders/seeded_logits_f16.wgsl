@@ -147,15 +147,12 @@ fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
     return (-sk_log64((-e)));
 }
-fn sk_seeded_gumbel32(h_in: u32) -> f32 {
+fn sk_seeded_gumbel_screen(h_in: u32) -> f32 {
     var h: u32 = h_in;
-    // built by kernels::murmur::seeded_gumbel32
-    var high: bool = (h >= 2147483648u);
-    var q: f32 = (f32((4294967295u - h)) / f32(h));
-    var up: f32 = ((1.0f) + q);
-    var l: f32 = sk_log(select((f32(h) * (2.3283064e-10f)), up, high));
-    var t: f32 = select((-l), select(q, ((l * q) / (up - (1.0f))), (up != (1.0f))), high);
-    return select((-sk_log(max(t, (2.3283064e-10f)))), (-709.7827f), (h == 0u));
+    // built by kernels::murmur::seeded_gumbel_screen
+    var t: f32 = (f32((h ^ 4294967295u)) * (2.3283064e-10f));
+    var e: f32 = select((-log((f32(h) * (2.3283064e-10f)))), (t + ((t * t) * ((0.5f) + (t * (0.33333334f))))), (t < (0.015625f)));
+    return select((-log(max(e, (2.3283064e-10f)))), (-709.7827f), (h == 0u));
 }
 
 @compute @workgroup_size(256)
@@ -210,11 +207,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var sh: u32 = sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col);
                         if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
-                            var g32_any: f32 = sk_seeded_gumbel32(sh);
+                            var g32_any: f32 = sk_seeded_gumbel_screen(sh);
                             var g32: f32 = select((0.0f), g32_any, noisy);
                             var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
                             var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
                             if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
                                 // built by kernels::race::bound
@@ -249,11 +246,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var sh: u32 = sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col);
                         if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
-                            var g32_any: f32 = sk_seeded_gumbel32(sh);
+                            var g32_any: f32 = sk_seeded_gumbel_screen(sh);
                             var g32: f32 = select((0.0f), g32_any, noisy);
                             var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
                             var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
                             if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
                                 // built by kernels::race::bound
@@ -288,11 +285,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var sh: u32 = sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col);
                         if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
-                            var g32_any: f32 = sk_seeded_gumbel32(sh);
+                            var g32_any: f32 = sk_seeded_gumbel_screen(sh);
                             var g32: f32 = select((0.0f), g32_any, noisy);
                             var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
                             var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
                             if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
                                 // built by kernels::race::bound
@@ -327,11 +324,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var sh: u32 = sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col);
                         if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
-                            var g32_any: f32 = sk_seeded_gumbel32(sh);
+                            var g32_any: f32 = sk_seeded_gumbel_screen(sh);
                             var g32: f32 = select((0.0f), g32_any, noisy);
                             var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
                             var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
                             if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
                                 // built by kernels::race::bound
@@ -383,11 +380,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var sh: u32 = sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col);
                         if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
-                            var g32_any: f32 = sk_seeded_gumbel32(sh);
+                            var g32_any: f32 = sk_seeded_gumbel_screen(sh);
                             var g32: f32 = select((0.0f), g32_any, noisy);
                             var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
                             var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
                             if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
                                 // built by kernels::race::bound
@@ -422,11 +419,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var sh: u32 = sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col);
                         if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
-                            var g32_any: f32 = sk_seeded_gumbel32(sh);
+                            var g32_any: f32 = sk_seeded_gumbel_screen(sh);
                             var g32: f32 = select((0.0f), g32_any, noisy);
                             var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
                             var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
                             if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
                                 // built by kernels::race::bound
@@ -461,11 +458,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var sh: u32 = sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col);
                         if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
-                            var g32_any: f32 = sk_seeded_gumbel32(sh);
+                            var g32_any: f32 = sk_seeded_gumbel_screen(sh);
                             var g32: f32 = select((0.0f), g32_any, noisy);
                             var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
                             var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
                             if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
                                 // built by kernels::race::bound
@@ -500,11 +497,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var sh: u32 = sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col);
                         if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
-                            var g32_any: f32 = sk_seeded_gumbel32(sh);
+                            var g32_any: f32 = sk_seeded_gumbel_screen(sh);
                             var g32: f32 = select((0.0f), g32_any, noisy);
                             var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
                             var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+                            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
                             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
                             if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
                                 // built by kernels::race::bound
@@ -765,11 +762,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var rh: u32 = sk_murmur3(rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)], rows[(sk_e18 + 10u)], col);
                                 if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
-                                    var g32_any: f32 = sk_seeded_gumbel32(rh);
+                                    var g32_any: f32 = sk_seeded_gumbel_screen(rh);
                                     var g32: f32 = select((0.0f), g32_any, noisy);
                                     var finite: bool = (abs(rz) < bitcast<f32>(2139095040u));
                                     var sv32: f32 = (select((0.0f), rz, finite) + g32);
-                                    var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
+                                    var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
                                     if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
                                         let sk_e20: f32 = sk_load_x((base + col));
                                         let sk_e19: f32 = (select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u)) / temp);
@@ -799,11 +796,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var rh: u32 = sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col);
                                 if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
-                                    var g32_any: f32 = sk_seeded_gumbel32(rh);
+                                    var g32_any: f32 = sk_seeded_gumbel_screen(rh);
                                     var g32: f32 = select((0.0f), g32_any, noisy);
                                     var finite: bool = (abs(rz) < bitcast<f32>(2139095040u));
                                     var sv32: f32 = (select((0.0f), rz, finite) + g32);
-                                    var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
+                                    var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
                                     if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
                                         let sk_e25: f32 = sk_load_x((base + col));
                                         let sk_e24: f32 = (select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)) / temp);
@@ -833,11 +830,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var rh: u32 = sk_murmur3(rows[(sk_e28 + 8u)], rows[(sk_e28 + 9u)], rows[(sk_e28 + 10u)], col);
                                 if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
-                                    var g32_any: f32 = sk_seeded_gumbel32(rh);
+                                    var g32_any: f32 = sk_seeded_gumbel_screen(rh);
                                     var g32: f32 = select((0.0f), g32_any, noisy);
                                     var finite: bool = (abs(rz) < bitcast<f32>(2139095040u));
                                     var sv32: f32 = (select((0.0f), rz, finite) + g32);
-                                    var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
+                                    var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
                                     if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
                                         let sk_e30: f32 = sk_load_x((base + col));
                                         let sk_e29: f32 = (select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u)) / temp);
@@ -867,11 +864,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var rh: u32 = sk_murmur3(rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)], rows[(sk_e33 + 10u)], col);
                                 if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
-                                    var g32_any: f32 = sk_seeded_gumbel32(rh);
+                                    var g32_any: f32 = sk_seeded_gumbel_screen(rh);
                                     var g32: f32 = select((0.0f), g32_any, noisy);
                                     var finite: bool = (abs(rz) < bitcast<f32>(2139095040u));
                                     var sv32: f32 = (select((0.0f), rz, finite) + g32);
-                                    var serr: f32 = ((0.00024414063f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
+                                    var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
                                     if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
                                         let sk_e35: f32 = sk_load_x((base + col));
                                         let sk_e34: f32 = (select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp);

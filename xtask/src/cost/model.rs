@@ -43,10 +43,9 @@ pub fn rare_rate(kernel: &str) -> (f64, &'static str) {
         (0.01, "assumed: the fast-log screen sends about 1 column in 100 to the exact rescoring")
     } else if kernel.starts_with("seeded_logits") {
         (
-            SCORED,
-            "the screen off the common path (two logs and a division) for the columns whose noise bound, from \
-             the hash's bits, reaches the floor: a warp screens about 3.5% of them (the race's simulation, the \
-             same rule a column)",
+            0.01,
+            "assumed, as the race's: beyond the screen (its kept path), the float64 scoring of a column whose \
+             screen reaches the floor and the slow paths of divisions, about 1 column in 100",
         )
     } else if kernel.starts_with("filter_") {
         (
@@ -63,10 +62,17 @@ pub fn rare_rate(kernel: &str) -> (f64, &'static str) {
 /// prunes them, with the reason. The race's pruning needs a column's `l / T` more than 19.45
 /// below the best score: model-like rows at T >= 0.8 (the benchmarks'), and flat rows at any T,
 /// keep every quad (`docs/race-design.md`), so the model counts every column as kept; it is a
-/// bound for peaked rows and low temperatures, which prune.
+/// bound for peaked rows and low temperatures, which prune. The seeded sampler from logits'
+/// kept path is its screen (two fast logs), which its noise bound leaves to a few columns.
 pub fn kept_share(kernel: &str) -> (f64, &'static str) {
     if races_logits(kernel) {
         (1.0, "every column kept: model-like rows at T >= 0.8 and flat rows prune no quad")
+    } else if kernel.starts_with("seeded_logits") {
+        (
+            SCORED,
+            "the screen (two fast logs) for the columns whose noise bound, from the hash's bits, reaches the \
+             floor: a warp screens about 3.5% of them (the race's simulation, the same rule a column)",
+        )
     } else {
         (0.0, "no pruning")
     }

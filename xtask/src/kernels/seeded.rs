@@ -115,7 +115,14 @@ fn finish(b: &mut Block, win: Expr, tok: Expr, lp_of_token: impl FnOnce(&mut Blo
 }
 
 pub(super) fn functions() -> Vec<Function> {
-    vec![math::log(), math::log64(), murmur::murmur3(), murmur::seeded_gumbel64(), murmur::seeded_gumbel32()]
+    vec![
+        math::log(),
+        math::log64(),
+        murmur::murmur3(),
+        murmur::seeded_gumbel64(),
+        murmur::seeded_gumbel32(),
+        murmur::seeded_gumbel_screen(),
+    ]
 }
 
 /// The float64 race over the columns for which `candidate` holds (evaluated per column), then
@@ -212,11 +219,12 @@ fn seeded_screened(lp: Lp) -> Kernel {
 /// the product with `inv` (normal: `exp(-64) / n` is far above 2^-126 for `n < 2^32`) add
 /// under 4e-7 relative, that is absolute after the log; `|lp| <= 64 + ln n < 87`, so the IR's
 /// log and its rounding add at most 1.5 ulp of 87, 1.2e-5. So `|lp - (z - C)| < 1.4e-5`. The
-/// noise: `|g32 - g64| <= 3.2e-6`, or 2^-15 for a hash of 0 ([`SCREEN_ABS`]'s analysis). The
-/// sum `z + g32` rounds by half an ulp of `|z| + |g32|`, which `SCREEN_REL` (2^-21) covers eight
-/// times over, with the roundings of `b -/+ err` themselves; float64's sum `lp + g64` is exact
-/// to 1e-13. In all, under 4.8e-5 absolute: 2^-12 leaves a factor of five.
-const LOGITS_SCREEN_ABS: f32 = 1.0 / 4096.0; // 2^-12
+/// noise, with the fast log ([`murmur::seeded_gumbel_screen`]): `|g32 - g64| < 3.5e-5`, or
+/// 2^-15 for a hash of 0. The sum `z + g32` rounds by half an ulp of `|z| + |g32|`, which
+/// `SCREEN_REL` (2^-21) covers eight times over, with the roundings of `b -/+ err` themselves;
+/// float64's sum `lp + g64` is exact to 1e-13. In all, under 5e-5 absolute: 2^-11 leaves a
+/// factor of nine.
+const LOGITS_SCREEN_ABS: f32 = 1.0 / 2048.0; // 2^-11
 /// A column more than this below the row's maximum is *far*: its score is at most
 /// `-64 + 22.19` (its probability is at most `e^-64`, as `inv <= 1`, and the noise at most
 /// 22.18), so it loses to any near column scoring above -41.8 (see [`seeded_logits_row`]).
@@ -234,8 +242,8 @@ const SCREEN_MAX_ABS: f32 = 1_048_576.0; // 2^20
 /// clamp's 22.18, and `log2_lower(0) = -127` bounds it with room; a hash of 0 gives -709.78.
 /// The float32 noise is within 3.2e-6 of float64's, and the f32 roundings of this bound are
 /// below 1e-5; numpy over 2 x 10^7 hashes and the edges finds the bound at least 0.0100003
-/// above the float64 noise. The 0.01 then covers the screen's error term beside `|z|` (2^-12
-/// plus 22.2 2^-21, 2.6e-4) and the test's own slack ([`can_win`]'s 0.0044), so a column it
+/// above the float64 noise. The 0.01 then covers the screen's error term beside `|z|` (2^-11
+/// plus 22.2 2^-21, 5e-4) and the test's own slack ([`can_win`]'s 0.0044), so a column it
 /// rejects has its screen's upper bound below the floor.
 fn noise_bound(h: Expr) -> Expr {
     let c = (h ^ u(u32::MAX)).cast(Ty::F32);
@@ -250,7 +258,7 @@ fn logits_screen(b: &mut Block, h: Expr, z: Expr) -> (Expr, Expr) {
     // Computed on every row and then selected, not under a branch on `noisy`: the cost model
     // counts a loop's cheapest path, which a branch (or a select the compiler turns into one)
     // would make a greedy row's.
-    let noise = b.let_("g32_any", Ty::F32, call(murmur::SEEDED_GUMBEL32, vec![h]));
+    let noise = b.let_("g32_any", Ty::F32, call(murmur::SEEDED_GUMBEL_SCREEN, vec![h]));
     let g32 = b.let_("g32", Ty::F32, select(var("noisy"), noise, f(0.0)));
     let finite = b.let_("finite", Ty::Bool, z.clone().abs().lt(f(f32::INFINITY)));
     let zf = select(finite.clone(), z, f(0.0));
