@@ -289,13 +289,15 @@ fn load_quad(b: &mut Block, c0: Expr) {
 /// its screened scores ([`screened_column`]); the others cost a load, a product and a
 /// comparison a column. After the first step (which nothing can prune) the workgroup shares its
 /// largest lower bound, so the high columns a row shows early prune every invocation's later
-/// quads. That one reduction sits outside the loop: a barrier inside it kept the compiler from
-/// hoisting the row's Philox key out of the loop. With log-probabilities, every column still
+/// quads. That one reduction sits outside the loop (a barrier inside it would make the compiler
+/// read the row's Philox table again every step). With log-probabilities, every column still
 /// enters the online log-sum-exp.
 fn screened_pass(b: &mut Block) {
-    // The row's Philox key and offset, once into workgroup memory: read from the row record
-    // inside the kept quads' branch they were read again for every kept quad, and kept in
-    // registers across the loop they cost 17 more on sm_90 (2 blocks of 512 resident, not 3).
+    // The row's Philox table, once into workgroup memory (read from the row record inside the
+    // kept quads' branch, the key was read again for every kept quad). nvcc holds its 20 words
+    // in registers across the loop: 62 on sm_90, two blocks of 512 resident, where the key
+    // alone took 40 and three; the table saves about 22 instructions a block, which the cost
+    // model finds worth more (`docs/race-design.md`, stage H).
     b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
         let table = philox::row_table(
             row_word(word::SEED_LO),
