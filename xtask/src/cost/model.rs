@@ -37,11 +37,16 @@ fn races_logits(kernel: &str) -> bool {
     kernel.starts_with("race_logits") || kernel.starts_with("sample_")
 }
 
+/// The seeded sampler's kernels from logits (its fast-log screen and its noise bound).
+fn seeds_logits(kernel: &str) -> bool {
+    kernel.starts_with("seeded_logits")
+}
+
 /// Rates at which the instructions off a loop's common path run, per column, with the reason.
 pub fn rare_rate(kernel: &str) -> (f64, &'static str) {
     if races_logits(kernel) {
         (0.01, "assumed: the fast-log screen sends about 1 column in 100 to the exact rescoring")
-    } else if kernel.starts_with("seeded_logits") {
+    } else if seeds_logits(kernel) {
         (
             0.01,
             "assumed, as the race's: beyond the screen (its kept path), the float64 scoring of a column whose \
@@ -67,7 +72,7 @@ pub fn rare_rate(kernel: &str) -> (f64, &'static str) {
 pub fn kept_share(kernel: &str) -> (f64, &'static str) {
     if races_logits(kernel) {
         (1.0, "every column kept: model-like rows at T >= 0.8 and flat rows prune no quad")
-    } else if kernel.starts_with("seeded_logits") {
+    } else if seeds_logits(kernel) {
         (
             SCORED,
             "the screen (two fast logs) for the columns whose noise bound, from the hash's bits, reaches the \

@@ -82,6 +82,20 @@ pub fn log2_lower(x: Expr) -> Expr {
     x.bitcast(Ty::U32).cast(Ty::F32) * f(1.0 / 8_388_608.0) - f(127.0)
 }
 
+/// Below this `t = 1 - x`, [`screen_neg_log`] takes the series: a fast log's absolute error
+/// would be too large a part of `-ln x` there.
+const SCREEN_SERIES: f32 = 1.0 / 64.0; // 2^-6
+
+/// `-ln x` for the races' screens, given `x` in (0, 1] and `t = 1 - x` computed without
+/// cancellation: the series `t + t^2/2 + t^3/3` below 2^-6 (relative error under `t^3/4`,
+/// 2^-20), else the target's fast log ([`approx_log`]), within 2^-21.41 absolute on [0.5, 1]
+/// and 3 ulp elsewhere, so within 2^-15 relative of `-ln x >= 2^-6`. For screening only: a
+/// screen's bounds carry this error (`race.rs`, `murmur.rs`).
+pub fn screen_neg_log(x: Expr, t: Expr) -> Expr {
+    let series = t.clone() + t.clone() * t.clone() * (f(0.5) + t.clone() * f(1.0 / 3.0));
+    select(t.lt(f(SCREEN_SERIES)), series, -approx_log(x))
+}
+
 /// `x` is NaN, by its bits (WGSL has no `isnan`, and `x != x` may be folded by a driver).
 pub fn is_nan(x: Expr) -> Expr {
     (x.bitcast(Ty::U32) & u(0x7fff_ffff)).gt(u(0x7f80_0000))

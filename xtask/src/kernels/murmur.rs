@@ -81,19 +81,15 @@ pub fn seeded_gumbel32() -> Function {
     })
 }
 
-/// Below this `t = 1 - x`, the screen's `-ln x` is the series `t + t^2/2 + t^3/3` (relative
-/// error under `t^3/4`, 2^-20), where a fast log's absolute error would be too large a part.
-const SCREEN_SERIES: f32 = 1.0 / 64.0; // 2^-6
-
 /// SGLang's noise in float32 with the target's fast log ([`approx_log`]), for the screen of the
 /// race from logits: within 3.5e-5 of the float64 noise for `h > 0`, 2^-15 for `h = 0` (the
 /// constant, as [`seeded_gumbel32`]); the screen's budget is `LOGITS_SCREEN_ABS` in `seeded.rs`.
 ///
 /// Why. `t = !h 2^-32` is `1 - x` within 2^-24 relative (the f32 rounding of the complement;
 /// `2^32 - 1` against `2^32`, 2^-32). Below 2^-6, `E = -ln x` is the series, within 2^-20
-/// relative. Above, `x = h 2^-32 <= 1 - 2^-6` (within 2^-24 relative), so `E >= 0.0157`, and
-/// the fast log is within 2^-21.41 absolute on [0.5, 1] and 3 ulp elsewhere (Vulkan's and
-/// CUDA's `__logf` bounds): `E` within 2.7e-5 relative. Then `g = -ln(max(E, 2^-32))` takes
+/// relative ([`math::screen_neg_log`]). Above, `x = h 2^-32 <= 1 - 2^-6` (within 2^-24
+/// relative), so `E >= 0.0157`, and the fast log is within 2^-21.41 absolute on [0.5, 1] and
+/// 3 ulp elsewhere (Vulkan's and CUDA's `__logf` bounds): `E` within 2.7e-5 relative. Then `g = -ln(max(E, 2^-32))` takes
 /// that relative error as absolute, plus the fast log's own (2^-21.41, or 3 ulp of at most
 /// 22.2, 5.7e-6) and its rounding (1e-6): under 3.5e-5. The clamp is SGLang's: `h = 2^32 - 1`
 /// gives `t = 0`, `E = 2^-32` after the maximum, `g = 22.18`. Two fast logs and no division:
@@ -103,9 +99,8 @@ pub fn seeded_gumbel_screen() -> Function {
     function(SEEDED_GUMBEL_SCREEN, &[("h", Ty::U32)], Ty::F32, |b| {
         let scale = f(1.0 / 4_294_967_296.0);
         let t = b.let_("t", Ty::F32, (var("h") ^ u(u32::MAX)).cast(Ty::F32) * scale.clone());
-        let series = t.clone() + t.clone() * t.clone() * (f(0.5) + t.clone() * f(1.0 / 3.0));
         let x = var("h").cast(Ty::F32) * scale;
-        let e = b.let_("e", Ty::F32, select(t.lt(f(SCREEN_SERIES)), series, -approx_log(x)));
+        let e = b.let_("e", Ty::F32, math::screen_neg_log(x, t));
         let g = -approx_log(e.max(f(2f32.powi(-32))));
         b.ret(select(var("h").eq_(u(0)), f(hash_zero_noise() as f32), g));
     })

@@ -35,9 +35,6 @@ pub(super) enum Race {
 /// 2^-14.9 and the bounds leave a margin of 8 over each part.
 const SCREEN_ZREL: f32 = 1.0 / 1_048_576.0; // 2^-20
 const SCREEN_GABS: f32 = 1.0 / 2048.0; // 2^-11
-/// Below this `t = 1 - u`, `E = -log u` comes from `t + t^2/2 + t^3/3` (relative error under
-/// `t^3/4`, 2^-20) instead of a fast log, whose absolute error would be too large a part of E.
-const SCREEN_SERIES: f32 = 1.0 / 64.0; // 2^-6
 /// `|x * (1/T)|` at or above this may round to (or away from) infinity: such a column is
 /// scored exactly where it is read.
 const SCREEN_HUGE: f32 = 1.7014118e38; // 2^127
@@ -180,8 +177,7 @@ fn noise_bound(w: Expr) -> Expr {
 fn screened_column(b: &mut Block, za: Expr, wj: Expr, col: Expr) {
     let un = b.let_("un", Ty::F32, call(philox::UNIFORM, vec![wj]));
     let t = b.let_("tn", Ty::F32, f(1.0) - un.clone());
-    let series = t.clone() + t.clone() * t.clone() * (f(0.5) + t.clone() * f(1.0 / 3.0));
-    let e = b.let_("en", Ty::F32, select(t.lt(f(SCREEN_SERIES)), series, -approx_log(un)));
+    let e = b.let_("en", Ty::F32, math::screen_neg_log(un, t));
     let a = b.let_("an", Ty::F32, za.clone() - approx_log(e));
     let d = b.let_("dn", Ty::F32, za.clone().abs() * f(SCREEN_ZREL) + f(SCREEN_GABS));
     // Branch-free in range (out of it the bounds are -inf, which record nothing), so the cost
