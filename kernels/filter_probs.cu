@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `filter_probs`: top-k, top-p and min-p from probabilities: the race of the plain path inside the exact kept set
 // passes over each row: 18
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `filter_split_logits_bf16`: top-k, top-p and min-p sampling with each row split over workgroups: one launch per stage
 // passes over each row: 19
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `greedy_f16`: argmax of the logits, lowest index on ties; log-softmax at T = 1 on request
 // passes over each row: 1
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `gumbel_noise`: the race's Gumbel noise per row and column, for tests
 // passes over each row: 0
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

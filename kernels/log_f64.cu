@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `log_f64`: the IR's float64 natural log, for accuracy tests
 // passes over each row: 0
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

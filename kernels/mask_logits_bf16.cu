@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `mask_logits_bf16`: the logits with every token outside the kept set at -inf (f32)
 // passes over each row: 18
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

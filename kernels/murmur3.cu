@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `murmur3`: MurmurHash3_x86_32 of four words, for tests
 // passes over each row: 0
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

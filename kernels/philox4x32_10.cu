@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `philox4x32_10`: Philox4x32-10 blocks, for known-answer tests
 // passes over each row: 0
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `race_logits_f32`: argmax of l/T + Gumbel noise from Philox (fused: no probabilities written)
 // passes over each row: 1
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `race_probs`: argmax of p / Exponential noise from Philox (SGLang v0.5.20's rule)
 // passes over each row: 1
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

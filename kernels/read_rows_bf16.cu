@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `read_rows_bf16`: each row's sum, reading every element once: the read bandwidth the benchmarks compare with
 // passes over each row: 1
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

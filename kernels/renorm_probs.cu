@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `renorm_probs`: the probabilities renormalized over the kept set, zero outside
 // passes over each row: 19
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

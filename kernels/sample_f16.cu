@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `sample_f16`: per-row sampler: the Philox race on the rows without a seed or a filter (the seeded and filter kernels take those)
 // passes over each row: 1
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

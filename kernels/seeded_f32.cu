@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `seeded_f32`: SGLang's seeded float64 Gumbel race over log-probabilities, every column in float64
 // passes over each row: 1
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

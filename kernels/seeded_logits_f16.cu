@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `seeded_logits_f16`: the seeded float64 race from logits, log-probabilities computed as SGLang does
 // passes over each row: 1
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `seeded_screened_f32`: the seeded float64 race, screened in float32 so only possible winners are redone in float64
 // passes over each row: 2
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

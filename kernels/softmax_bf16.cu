@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `softmax_bf16`: softmax of l/T per row (greedy rows at T = 1), written with the input's stride
 // passes over each row: 2
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

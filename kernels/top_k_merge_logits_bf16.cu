@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `top_k_merge_logits_bf16`: top-k after top_k_parts (and top-p rows after top_p_cut): the set and the race from the parts' candidates or listed range, else the filter kernel's
 // passes over each row: 19
+// workgroup: fitted
 
 
 #ifndef SK_BLOCK

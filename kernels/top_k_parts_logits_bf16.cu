@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `top_k_parts_logits_bf16`: top-k (at most CAP), one read of the row: each part's k + 1 candidates, maximum and sum (a top-p row's histogram, and its last part the cut's estimate)
 // passes over each row: 1
+// workgroup: part
 
 
 #ifndef SK_BLOCK

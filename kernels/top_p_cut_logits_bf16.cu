@@ -2,6 +2,7 @@
 // Edit the IR in xtask/ and run `cargo xtask gen`; `cargo xtask gen --check` fails on drift.
 // kernel `top_p_cut_logits_bf16`: top-p rows without a small top-k, after top_k_parts: each part's second read, its classes and winners
 // passes over each row: 1
+// workgroup: part
 
 
 #ifndef SK_BLOCK

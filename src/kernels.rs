@@ -20,6 +20,10 @@ pub struct KernelSource {
     /// How many launches one call takes: 1, or for a staged kernel one per stage, each with its
     /// stage in its flags.
     pub stages: u32,
+    /// Its workgroup covers a fixed part of a row (the one-read path's parts), however many
+    /// threads it has: CUDA builds and launches it with `CUDA_PART_BLOCK_*` threads, not
+    /// `CUDA_BLOCK_*` (the same on wgpu).
+    pub fixed_part: bool,
     /// Uses float64 (wgpu needs SHADER_F64; Metal has no float64).
     pub needs_f64: bool,
     /// Uses u64 (wgpu needs SHADER_INT64).

@@ -94,7 +94,7 @@ pub struct CudaBackend {
     stream: Arc<CudaStream>,
     name: String,
     arch: &'static str,
-    block: u32,
+    blocks: Blocks,
     /// Workgroups a launch aims at: the blocks the device holds resident at once.
     target_groups: u32,
     /// The scratch of split and staged launches and the split rows' arrival counters (see
@@ -161,12 +161,38 @@ fn nvrtc_version() -> Result<(i32, i32)> {
     Ok((major, minor))
 }
 
-/// The virtual architecture NVRTC compiles for, and the block size of the tuning table.
-fn target(major: i32) -> (&'static str, u32) {
+/// The virtual architecture NVRTC compiles for, and the block sizes of the tuning table (for
+/// most kernels, and for those whose workgroup covers a fixed part of a row).
+fn target(major: i32) -> (&'static str, Blocks) {
+    use crate::generated::{CUDA_BLOCK_SM75, CUDA_BLOCK_SM90, CUDA_PART_BLOCK_SM75, CUDA_PART_BLOCK_SM90};
     match major {
-        ..=7 => ("compute_75", crate::generated::CUDA_BLOCK_SM75),
-        8 => ("compute_80", crate::generated::CUDA_BLOCK_SM75),
-        _ => ("compute_90", crate::generated::CUDA_BLOCK_SM90),
+        ..=7 => ("compute_75", Blocks { fitted: CUDA_BLOCK_SM75, part: CUDA_PART_BLOCK_SM75 }),
+        8 => ("compute_80", Blocks { fitted: CUDA_BLOCK_SM75, part: CUDA_PART_BLOCK_SM75 }),
+        _ => ("compute_90", Blocks { fitted: CUDA_BLOCK_SM90, part: CUDA_PART_BLOCK_SM90 }),
+    }
+}
+
+/// The virtual architecture and threads per block `kernel` is built with for a device of
+/// compute capability `major`.x, as the backend builds it.
+pub fn build_target(kernel: &KernelSource, major: i32) -> (&'static str, u32) {
+    let (arch, blocks) = target(major);
+    (arch, blocks.of(kernel))
+}
+
+/// Threads per block on this device: most kernels', and the fixed-part kernels'.
+#[derive(Clone, Copy, Debug)]
+struct Blocks {
+    fitted: u32,
+    part: u32,
+}
+
+impl Blocks {
+    fn of(self, kernel: &KernelSource) -> u32 {
+        if kernel.fixed_part {
+            self.part
+        } else {
+            self.fitted
+        }
     }
 }
 
@@ -202,7 +228,8 @@ impl CudaBackend {
         check_versions(driver, nvrtc_version()?)?;
         let ctx = stream.context();
         let (major, minor) = ctx.compute_capability().map_err(cuda_error)?;
-        let (arch, block) = target(major);
+        let (arch, blocks) = target(major);
+        let block = blocks.fitted;
         let name = format!("{} (sm_{major}{minor})", ctx.name().map_err(cuda_error)?);
         let sms = ctx
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
@@ -217,7 +244,7 @@ impl CudaBackend {
         });
         let functions = Mutex::default();
         let staging = Mutex::default();
-        Ok(CudaBackend { stream, name, arch, block, target_groups, scratch, functions, staging, driver })
+        Ok(CudaBackend { stream, name, arch, blocks, target_groups, scratch, functions, staging, driver })
     }
 
     /// `view` (for example `slice.slice(offset..offset + len)`) as a buffer the sampling calls
@@ -273,7 +300,7 @@ impl CudaBackend {
         if let Some(f) = cache.get(kernel.name) {
             return Ok(f.clone());
         }
-        let ptx = compile(kernel, self.arch, self.block)?;
+        let ptx = compile(kernel, self.arch, self.blocks.of(kernel))?;
         let module = self.stream.context().load_module(ptx).map_err(cuda_error)?;
         let f = module.load_function(kernel.name).map_err(cuda_error)?;
         cache.insert(kernel.name, f.clone());
@@ -398,11 +425,16 @@ impl CudaBackend {
     fn launch_job(&self, job: &Job<'_, Self>) -> Result<()> {
         let mut scratch = self.scratch.lock().map_err(|_| cuda_error("scratch lock poisoned"))?;
         let zeros = |_: &str, words| self.stream.alloc_zeros(words).map_err(cuda_error);
-        scratch.fit(job, self.target_groups, self.block, true, CudaSlice::len, zeros)?;
+        scratch.fit(job, self.target_groups, self.blocks.fitted, true, CudaSlice::len, zeros)?;
         let partials = <Self as Device>::handle(&scratch.partials);
         let counters = <Self as Device>::handle(&scratch.counters);
-        let split =
-            Split { target_groups: self.target_groups, block: self.block, partials, counters, split_filters: true };
+        let split = Split {
+            target_groups: self.target_groups,
+            block: self.blocks.fitted,
+            partials,
+            counters,
+            split_filters: true,
+        };
         for launch in Launch::plan(job, &split)? {
             self.launch(launch)?;
         }
@@ -424,7 +456,8 @@ impl CudaBackend {
             .map(|p| p as *const u64 as *mut std::ffi::c_void)
             .chain(params.iter().map(|p| p as *const u32 as *mut std::ffi::c_void))
             .collect();
-        let grid = launch.work.groups(self.block, i32::MAX as u32);
+        let block = self.blocks.of(launch.kernel);
+        let grid = launch.work.groups(block, i32::MAX as u32);
         self.stream.context().bind_to_thread().map_err(cuda_error)?;
         // SAFETY: the arguments match the generated signature and outlive the call (the driver
         // copies them at launch), and every buffer was checked to cover the shape before this
@@ -433,7 +466,7 @@ impl CudaBackend {
             cudarc::driver::result::launch_kernel(
                 function.cu_function(),
                 (grid, 1, 1),
-                (self.block, 1, 1),
+                (block, 1, 1),
                 0,
                 self.stream.cu_stream(),
                 &mut args,

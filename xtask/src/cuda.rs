@@ -373,6 +373,7 @@ pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> Result<String,
     }
     out.line(format!("// kernel `{}`: {}", kernel.name, kernel.doc));
     out.line(format!("// passes over each row: {}", kernel.passes));
+    out.line(format!("// workgroup: {}", kernel.workgroup.word()));
     out.blank();
     let used = Collectives::of(&kernel.body);
     let loads = |storage: Storage| {

@@ -13,6 +13,11 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
     let wgpu = tuning::get(Target::Wgpu);
     let sm75 = tuning::get(Target::Sm75);
     let sm90 = tuning::get(Target::Sm90);
+    if wgpu.part_block != wgpu.block {
+        return Err("the tuning table's wgpu part block differs from its block: the wgpu host sizes every \
+                    dispatch by the one WGPU_BLOCK"
+            .into());
+    }
     let mut files = Vec::new();
     let mut manifest = out::header("//", SOURCE);
     manifest.push_str(
@@ -25,8 +30,12 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
     ));
     manifest.push_str(&format!("/// Threads per block on compute capability 7.x and 8.x (tuned for the T4).\npub const CUDA_BLOCK_SM75: u32 = {};\n", sm75.block));
     manifest.push_str(&format!(
-        "/// Threads per block on compute capability 9.0 and later.\npub const CUDA_BLOCK_SM90: u32 = {};\n\n",
+        "/// Threads per block on compute capability 9.0 and later.\npub const CUDA_BLOCK_SM90: u32 = {};\n",
         sm90.block
+    ));
+    manifest.push_str(&format!(
+        "/// Threads per block of the kernels whose workgroup covers a fixed part of a row\n/// ([`KernelSource::fixed_part`]), on 7.x and 8.x, and on 9.0 and later.\npub const CUDA_PART_BLOCK_SM75: u32 = {};\npub const CUDA_PART_BLOCK_SM90: u32 = {};\n\n",
+        sm75.part_block, sm90.part_block
     ));
     manifest.push_str(&format!(
         "/// u32 words in a row record (`RowParams`).\npub const ROW_WORDS: usize = {};\n/// The row mode of SGLang's seeded float64 race (else the Philox race).\npub const MODE_SEEDED: u32 = {};\n\n",
@@ -78,16 +87,17 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
     for k in &kernels {
         let wgsl_path = format!("shaders/{}.wgsl", k.name);
         let cu_path = format!("kernels/{}.cu", k.name);
-        files.push((PathBuf::from(&wgsl_path), wgsl::emit(k, wgpu.block, SOURCE)?));
-        files.push((PathBuf::from(&cu_path), cuda::emit(k, sm75.block, SOURCE)?));
+        files.push((PathBuf::from(&wgsl_path), wgsl::emit(k, wgpu.block_for(k.workgroup), SOURCE)?));
+        files.push((PathBuf::from(&cu_path), cuda::emit(k, sm75.block_for(k.workgroup), SOURCE)?));
         let bindings: Vec<String> = k.buffers.iter().map(|b| format!("Binding::{}", camel(&b.name))).collect();
         manifest.push_str(&format!(
-            "    KernelSource {{\n        id: KernelId::{},\n        name: {:?},\n        wgsl: include_str!(\"../{wgsl_path}\"),\n        cuda: include_str!(\"../{cu_path}\"),\n        bindings: &[{}],\n        passes: {},\n        stages: {},\n        needs_f64: {},\n        needs_int64: {},\n    }},\n",
+            "    KernelSource {{\n        id: KernelId::{},\n        name: {:?},\n        wgsl: include_str!(\"../{wgsl_path}\"),\n        cuda: include_str!(\"../{cu_path}\"),\n        bindings: &[{}],\n        passes: {},\n        stages: {},\n        fixed_part: {},\n        needs_f64: {},\n        needs_int64: {},\n    }},\n",
             camel(&k.name),
             k.name,
             bindings.join(", "),
             k.passes,
             k.stages,
+            k.workgroup == tuning::Workgroup::Part,
             ir::uses(k, ir::Ty::F64),
             // Float64 code reads its bits as u64 (NaN and infinity tests), so it needs both.
             ir::uses(k, ir::Ty::U64) || ir::uses(k, ir::Ty::F64)

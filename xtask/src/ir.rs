@@ -408,6 +408,8 @@ pub struct Kernel {
     /// How many launches one call takes: 1, or for a staged kernel one per stage (each launch
     /// gets its stage in `flags`).
     pub stages: u32,
+    /// What one workgroup covers, which picks its block from the tuning table.
+    pub workgroup: crate::tuning::Workgroup,
     pub buffers: Vec<BufferDecl>,
     /// u32 scalar parameters, in order (a uniform struct on WGSL, arguments on CUDA).
     pub params: Vec<String>,

@@ -369,6 +369,7 @@ mod tests {
             doc: String::new(),
             passes: 1,
             stages: 1,
+            workgroup: crate::tuning::Workgroup::Fitted,
             buffers: vec![buffer("x", false), buffer("y", true)],
             params: vec!["n".into()],
             shared: vec![],

@@ -103,9 +103,9 @@ pub fn run() -> Result<(), String> {
     println!("|---|---|---|---|---|---|---|---|---|");
     let mut spills = Vec::new();
     for k in kernels::all() {
-        let source = cuda::emit(&k, tuning::get(Target::Sm75).block, "xtask/src/kernels")?;
+        let source = cuda::emit(&k, tuning::get(Target::Sm75).block_for(k.workgroup), "xtask/src/kernels")?;
         for sm in &SMS {
-            let block = tuning::get(sm.target).block;
+            let block = tuning::get(sm.target).block_for(k.workgroup);
             let opts = cudarc::nvrtc::CompileOptions {
                 arch: Some(sm.virtual_arch),
                 fmad: Some(false),

@@ -1,10 +1,9 @@
 //! A generated `.cu` to SASS with nvcc and cuobjdump, as the CUDA backend builds it (no fused
-//! multiply-add, `-DSK_BLOCK` from the tuning table), with ptxas' register and shared-memory
+//! multiply-add, `-DSK_BLOCK` from the tuning table, by the kernel's workgroup), with ptxas' register and shared-memory
 //! report. Results are cached under `target/cost/` by a hash of the source and the flags.
 
 use crate::cuda_tools::Tools;
 use crate::ptx_report::{self, Sm, Usage};
-use crate::tuning;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -34,9 +33,8 @@ impl Compiler {
         Ok(Compiler { nvcc, cuobjdump, cache })
     }
 
-    /// `source` (the `.cu` file) for `sm`.
-    pub fn compile(&self, source: &Path, sm: &Sm) -> Result<Compiled, String> {
-        let block = tuning::get(sm.target).block;
+    /// `source` (the `.cu` file) for `sm` with `block` threads per block.
+    pub fn compile(&self, source: &Path, sm: &Sm, block: u32) -> Result<Compiled, String> {
         let flags = ["-cubin", &format!("-arch={}", sm.arch), "-fmad=false", &format!("-DSK_BLOCK={block}"), "-w"];
         let text = std::fs::read_to_string(source).map_err(|e| format!("{}: {e}", source.display()))?;
         let mut h = DefaultHasher::new();

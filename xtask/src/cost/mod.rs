@@ -17,8 +17,9 @@ mod plan;
 mod report;
 mod sass;
 
+use crate::cuda_tools;
 use crate::ptx_report::{self, SMS};
-use crate::{cuda_tools, tuning};
+use crate::tuning::{self, Workgroup};
 use hardware::Hardware;
 use model::Kernel;
 use std::path::{Path, PathBuf};
@@ -39,6 +40,15 @@ fn header_passes(source: &str) -> Option<u32> {
     source.lines().take(8).find_map(|l| l.strip_prefix("// passes over each row: ")?.trim().parse().ok())
 }
 
+/// The kernel header's `workgroup: ...`; a fitted one where an older kernel has no such line.
+fn header_workgroup(source: &str) -> Workgroup {
+    source
+        .lines()
+        .take(8)
+        .find_map(|l| Workgroup::from_word(l.strip_prefix("// workgroup: ")?.trim()))
+        .unwrap_or(Workgroup::Fitted)
+}
+
 /// Every kernel of `dir` compiled and counted for `hw`.
 struct Counted {
     hw: &'static Hardware,
@@ -55,21 +65,26 @@ fn count_all(dir: &Path, compiler: &compile::Compiler, check: &mut Vec<String>) 
     if files.is_empty() {
         return Err(format!("no .cu kernels in {}", dir.display()));
     }
+    let sources: Vec<String> = files.iter().map(|f| std::fs::read_to_string(f).unwrap_or_default()).collect();
     let mut out = Vec::new();
     for hw in hardware::TARGETS {
         let sm = SMS.iter().find(|s| s.target == hw.target).expect("both targets have an SM row");
-        let block = tuning::get(hw.target).block;
+        let tuning = tuning::get(hw.target);
+        let blocks: Vec<u32> = sources.iter().map(|s| tuning.block_for(header_workgroup(s))).collect();
         // Two compilers at once: the machines this runs on have two cores.
+        let work: Vec<(&PathBuf, u32)> = files.iter().zip(blocks.iter().copied()).collect();
         let jobs: Vec<Result<compile::Compiled, String>> = std::thread::scope(|s| {
-            let chunks: Vec<&[PathBuf]> = files.chunks(files.len().div_ceil(2)).collect();
+            let chunks: Vec<&[(&PathBuf, u32)]> = work.chunks(work.len().div_ceil(2)).collect();
             let handles: Vec<_> = chunks
                 .into_iter()
-                .map(|c| s.spawn(move || c.iter().map(|f| compiler.compile(f, sm)).collect::<Vec<_>>()))
+                .map(|c| {
+                    s.spawn(move || c.iter().map(|&(f, block)| compiler.compile(f, sm, block)).collect::<Vec<_>>())
+                })
                 .collect();
             handles.into_iter().flat_map(|h| h.join().expect("compile thread")).collect()
         });
         let mut kernels = Vec::new();
-        for (file, job) in files.iter().zip(jobs) {
+        for (((file, job), source), block) in files.iter().zip(jobs).zip(&sources).zip(blocks) {
             let name = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
             let compiled = match job {
                 Ok(c) => c,
@@ -84,7 +99,7 @@ fn count_all(dir: &Path, compiler: &compile::Compiler, check: &mut Vec<String>) 
                 continue;
             };
             let loops = f.streaming_loops();
-            let passes = header_passes(&std::fs::read_to_string(file).unwrap_or_default()).unwrap_or(0);
+            let passes = header_passes(source).unwrap_or(0);
             if passes > 0 && loops.is_empty() {
                 check
                     .push(format!("{name} {}: no streaming loop found (a backward branch over global loads)", sm.arch));

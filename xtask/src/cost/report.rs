@@ -7,6 +7,7 @@ use super::plan::{self, Call, Era, Shape};
 use super::sass::{Counts, PIPES};
 use super::Counted;
 use crate::ptx_report::SMS;
+use crate::tuning;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -29,7 +30,8 @@ struct Row {
 
 fn modelled(hw: &Hardware, kernels: &[Kernel], call: Call, shape: Shape, era: Era) -> Result<Row, String> {
     let sm = SMS.iter().find(|s| s.target == hw.target).expect("both targets have an SM row");
-    let block = kernels.first().map_or(256, |k| k.block);
+    // The plan splits rows by the fitted kernels' block; the part kernels' grids do not depend on it.
+    let block = tuning::get(hw.target).block;
     let target_groups = hw.sms.value as u32 * (sm.threads / block);
     let stages = 19; // filter_split: the maximum, 16 digit passes, the race, the combine
     let launches = plan::launches(call, shape, era, target_groups, block, stages);

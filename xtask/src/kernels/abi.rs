@@ -98,6 +98,7 @@ pub(super) fn kernel(
         doc: doc.to_string(),
         passes,
         stages: 1,
+        workgroup: crate::tuning::Workgroup::Fitted,
         buffers,
         params: PARAMS.iter().map(|p| p.to_string()).collect(),
         shared: vec![],

@@ -49,6 +49,7 @@ use super::filters::{
 };
 use super::seeded::score64;
 use crate::ir::*;
+use crate::tuning::Workgroup;
 
 /// The largest top-k this path takes; larger ones take the filter kernels.
 pub const CAP: u32 = 256;
@@ -595,6 +596,7 @@ fn parts_kernel(input: Input) -> Kernel {
                (a top-p row's histogram, and its last part the cut's estimate)";
     let name = format!("top_k_parts_{}", input.suffix());
     let mut k = kernel(name, doc, 1, buffers, functions(false), b);
+    k.workgroup = Workgroup::Part;
     k.shared.push(SharedDecl::new(KEYS, Ty::U32, PART_COLS));
     k.shared.push(filter_top_p::histogram_shared());
     k

@@ -45,6 +45,7 @@ use super::filters::{
     LIST_CAP, NONE,
 };
 use crate::ir::*;
+use crate::tuning::Workgroup;
 
 /// Bins of a part's histogram, each `1 / BIN_SCALE` of `z` wide: 32 units below the part's
 /// maximum, past which a row's tokens weigh under `e^-32` each (so at `top_p < 1 - 2^-24` the
@@ -700,6 +701,7 @@ fn cut_kernel(input: Input) -> Kernel {
     let doc = "top-p rows without a small top-k, after top_k_parts: each part's second read, its classes and winners";
     let name = format!("top_p_cut_{}", input.suffix());
     let mut k = kernel(name, doc, 1, buffers, functions(true), b);
+    k.workgroup = Workgroup::Part;
     k.shared.push(SharedDecl::atomic(LISTING, 1));
     k
 }
