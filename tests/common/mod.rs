@@ -38,6 +38,14 @@ pub fn cpu() -> Option<&'static sampling_kernels::CpuBackend> {
     Some(&sampling_kernels::CpuBackend)
 }
 
+/// Whether `B` is the CPU backend, the oracle's: a statistical check draws its full count there
+/// and, on a device, fewer that it then compares token for token with the CPU backend's (so the
+/// device's draws follow the distribution the CPU's are checked against).
+#[allow(dead_code)]
+pub fn is_reference<B: 'static>() -> bool {
+    std::any::TypeId::of::<B>() == std::any::TypeId::of::<sampling_kernels::CpuBackend>()
+}
+
 #[cfg(feature = "wgpu")]
 pub fn wgpu() -> Option<&'static sampling_kernels::WgpuBackend> {
     static B: OnceLock<Option<sampling_kernels::WgpuBackend>> = OnceLock::new();
