@@ -104,7 +104,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f16(
             float x3 = sk_bitcast<float>(4286578688u);
             unsigned int quad_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                // built by kernels::race::load_quad
+                // built by kernels::abi::load_quad
                 const float sk_e0 = sk_f16(x[(size_t)(quad_at) + 0u]);
                 x0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
                 const float sk_e1 = sk_f16(x[(size_t)(quad_at) + 1u]);
@@ -114,7 +114,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f16(
                 const float sk_e3 = sk_f16(x[(size_t)(quad_at) + 3u]);
                 x3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
             } else {
-                // built by kernels::race::load_quad
+                // built by kernels::abi::load_quad
                 const unsigned int sk_e6 = (c0 + 0u);
                 const bool sk_e5 = (sk_e6 < col_hi);
                 const float sk_e4 = sk_f16(x[(base + (sk_e5 ? sk_e6 : (col_hi - 1u)))]);

@@ -256,7 +256,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     float x3 = sk_bitcast<float>(4286578688u);
                     unsigned int quad_at = (base + c0);
                     if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                        // built by kernels::race::load_quad
+                        // built by kernels::abi::load_quad
                         const float sk_e4 = x[(size_t)(quad_at) + 0u];
                         x0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
                         const float sk_e5 = x[(size_t)(quad_at) + 1u];
@@ -266,7 +266,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         const float sk_e7 = x[(size_t)(quad_at) + 3u];
                         x3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
                     } else {
-                        // built by kernels::race::load_quad
+                        // built by kernels::abi::load_quad
                         const unsigned int sk_e10 = (c0 + 0u);
                         const bool sk_e9 = (sk_e10 < col_hi);
                         const float sk_e8 = x[(base + (sk_e9 ? sk_e10 : (col_hi - 1u)))];
@@ -507,7 +507,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     float x3 = sk_bitcast<float>(4286578688u);
                     unsigned int quad_at = (base + c0);
                     if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                        // built by kernels::race::load_quad
+                        // built by kernels::abi::load_quad
                         const float sk_e20 = x[(size_t)(quad_at) + 0u];
                         x0 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
                         const float sk_e21 = x[(size_t)(quad_at) + 1u];
@@ -517,7 +517,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         const float sk_e23 = x[(size_t)(quad_at) + 3u];
                         x3 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
                     } else {
-                        // built by kernels::race::load_quad
+                        // built by kernels::abi::load_quad
                         const unsigned int sk_e26 = (c0 + 0u);
                         const bool sk_e25 = (sk_e26 < col_hi);
                         const float sk_e24 = x[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))];
@@ -891,7 +891,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                     float x3 = sk_bitcast<float>(4286578688u);
                     unsigned int quad_at = (base + c0);
                     if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                        // built by kernels::race::load_quad
+                        // built by kernels::abi::load_quad
                         const float sk_e55 = x[(size_t)(quad_at) + 0u];
                         x0 = (((sk_bitcast<unsigned int>(sk_e55) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e55);
                         const float sk_e56 = x[(size_t)(quad_at) + 1u];
@@ -901,7 +901,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f32(
                         const float sk_e58 = x[(size_t)(quad_at) + 3u];
                         x3 = (((sk_bitcast<unsigned int>(sk_e58) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e58);
                     } else {
-                        // built by kernels::race::load_quad
+                        // built by kernels::abi::load_quad
                         const unsigned int sk_e61 = (c0 + 0u);
                         const bool sk_e60 = (sk_e61 < col_hi);
                         const float sk_e59 = x[(base + (sk_e60 ? sk_e61 : (col_hi - 1u)))];

@@ -186,13 +186,47 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
             float comp = (0.0f);
             if (((col_lo + (threadIdx.x * 4u)) < col_hi)) {
                 // built by kernels::abi::for_each_column_then
+                float x0 = sk_bitcast<float>(4286578688u);
+                float x1 = sk_bitcast<float>(4286578688u);
+                float x2 = sk_bitcast<float>(4286578688u);
+                float x3 = sk_bitcast<float>(4286578688u);
+                unsigned int quad_at = (base + (col_lo + (threadIdx.x * 4u)));
+                const unsigned int sk_e0 = (col_lo + (threadIdx.x * 4u));
+                if (((sk_e0 < col_hi) && ((col_hi - sk_e0) >= 4u))) {
+                    // built by kernels::abi::load_quad
+                    const float sk_e1 = sk_f16(x[(size_t)(quad_at) + 0u]);
+                    x0 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
+                    const float sk_e2 = sk_f16(x[(size_t)(quad_at) + 1u]);
+                    x1 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
+                    const float sk_e3 = sk_f16(x[(size_t)(quad_at) + 2u]);
+                    x2 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
+                    const float sk_e4 = sk_f16(x[(size_t)(quad_at) + 3u]);
+                    x3 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
+                } else {
+                    // built by kernels::abi::load_quad
+                    const unsigned int sk_e7 = ((col_lo + (threadIdx.x * 4u)) + 0u);
+                    const bool sk_e6 = (sk_e7 < col_hi);
+                    const float sk_e5 = sk_f16(x[(base + (sk_e6 ? sk_e7 : (col_hi - 1u)))]);
+                    x0 = (sk_e6 ? (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e10 = ((col_lo + (threadIdx.x * 4u)) + 1u);
+                    const bool sk_e9 = (sk_e10 < col_hi);
+                    const float sk_e8 = sk_f16(x[(base + (sk_e9 ? sk_e10 : (col_hi - 1u)))]);
+                    x1 = (sk_e9 ? (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e13 = ((col_lo + (threadIdx.x * 4u)) + 2u);
+                    const bool sk_e12 = (sk_e13 < col_hi);
+                    const float sk_e11 = sk_f16(x[(base + (sk_e12 ? sk_e13 : (col_hi - 1u)))]);
+                    x2 = (sk_e12 ? (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e16 = ((col_lo + (threadIdx.x * 4u)) + 3u);
+                    const bool sk_e15 = (sk_e16 < col_hi);
+                    const float sk_e14 = sk_f16(x[(base + (sk_e15 ? sk_e16 : (col_hi - 1u)))]);
+                    x3 = (sk_e15 ? (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) : sk_bitcast<float>(4286578688u));
+                }
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 0u);
                     if ((col < col_hi)) {
-                        const float sk_e0 = sk_f16(x[(base + col)]);
-                        float z = ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp);
-                        const unsigned int sk_e1 = (row * 12u);
-                        unsigned int sh = sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col);
+                        float z = (x0 / temp);
+                        const unsigned int sk_e17 = (row * 12u);
+                        unsigned int sh = sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col);
                         if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
                             float g32_any = sk_seeded_gumbel_screen(sh);
@@ -228,10 +262,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 1u);
                     if ((col < col_hi)) {
-                        const float sk_e2 = sk_f16(x[(base + col)]);
-                        float z = ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp);
-                        const unsigned int sk_e3 = (row * 12u);
-                        unsigned int sh = sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col);
+                        float z = (x1 / temp);
+                        const unsigned int sk_e18 = (row * 12u);
+                        unsigned int sh = sk_murmur3(rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)], rows[(sk_e18 + 10u)], col);
                         if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
                             float g32_any = sk_seeded_gumbel_screen(sh);
@@ -267,10 +300,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 2u);
                     if ((col < col_hi)) {
-                        const float sk_e4 = sk_f16(x[(base + col)]);
-                        float z = ((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) / temp);
-                        const unsigned int sk_e5 = (row * 12u);
-                        unsigned int sh = sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col);
+                        float z = (x2 / temp);
+                        const unsigned int sk_e19 = (row * 12u);
+                        unsigned int sh = sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], col);
                         if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
                             float g32_any = sk_seeded_gumbel_screen(sh);
@@ -306,10 +338,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 3u);
                     if ((col < col_hi)) {
-                        const float sk_e6 = sk_f16(x[(base + col)]);
-                        float z = ((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) / temp);
-                        const unsigned int sk_e7 = (row * 12u);
-                        unsigned int sh = sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col);
+                        float z = (x3 / temp);
+                        const unsigned int sk_e20 = (row * 12u);
+                        unsigned int sh = sk_murmur3(rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)], rows[(sk_e20 + 10u)], col);
                         if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
                             float g32_any = sk_seeded_gumbel_screen(sh);
@@ -371,13 +402,46 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
             lo_best = floor_first;
             for (unsigned int c0 = ((col_lo + (threadIdx.x * 4u)) + (((unsigned int)SK_BLOCK) * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                 // built by kernels::abi::for_each_column_then
+                float x0 = sk_bitcast<float>(4286578688u);
+                float x1 = sk_bitcast<float>(4286578688u);
+                float x2 = sk_bitcast<float>(4286578688u);
+                float x3 = sk_bitcast<float>(4286578688u);
+                unsigned int quad_at = (base + c0);
+                if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                    // built by kernels::abi::load_quad
+                    const float sk_e21 = sk_f16(x[(size_t)(quad_at) + 0u]);
+                    x0 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21);
+                    const float sk_e22 = sk_f16(x[(size_t)(quad_at) + 1u]);
+                    x1 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
+                    const float sk_e23 = sk_f16(x[(size_t)(quad_at) + 2u]);
+                    x2 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
+                    const float sk_e24 = sk_f16(x[(size_t)(quad_at) + 3u]);
+                    x3 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
+                } else {
+                    // built by kernels::abi::load_quad
+                    const unsigned int sk_e27 = (c0 + 0u);
+                    const bool sk_e26 = (sk_e27 < col_hi);
+                    const float sk_e25 = sk_f16(x[(base + (sk_e26 ? sk_e27 : (col_hi - 1u)))]);
+                    x0 = (sk_e26 ? (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e30 = (c0 + 1u);
+                    const bool sk_e29 = (sk_e30 < col_hi);
+                    const float sk_e28 = sk_f16(x[(base + (sk_e29 ? sk_e30 : (col_hi - 1u)))]);
+                    x1 = (sk_e29 ? (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e33 = (c0 + 2u);
+                    const bool sk_e32 = (sk_e33 < col_hi);
+                    const float sk_e31 = sk_f16(x[(base + (sk_e32 ? sk_e33 : (col_hi - 1u)))]);
+                    x2 = (sk_e32 ? (((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e36 = (c0 + 3u);
+                    const bool sk_e35 = (sk_e36 < col_hi);
+                    const float sk_e34 = sk_f16(x[(base + (sk_e35 ? sk_e36 : (col_hi - 1u)))]);
+                    x3 = (sk_e35 ? (((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34) : sk_bitcast<float>(4286578688u));
+                }
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
-                        const float sk_e8 = sk_f16(x[(base + col)]);
-                        float z = ((((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) / temp);
-                        const unsigned int sk_e9 = (row * 12u);
-                        unsigned int sh = sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col);
+                        float z = (x0 / temp);
+                        const unsigned int sk_e37 = (row * 12u);
+                        unsigned int sh = sk_murmur3(rows[(sk_e37 + 8u)], rows[(sk_e37 + 9u)], rows[(sk_e37 + 10u)], col);
                         if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
                             float g32_any = sk_seeded_gumbel_screen(sh);
@@ -413,10 +477,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 {
                     unsigned int col = (c0 + 1u);
                     if ((col < col_hi)) {
-                        const float sk_e10 = sk_f16(x[(base + col)]);
-                        float z = ((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp);
-                        const unsigned int sk_e11 = (row * 12u);
-                        unsigned int sh = sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col);
+                        float z = (x1 / temp);
+                        const unsigned int sk_e38 = (row * 12u);
+                        unsigned int sh = sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], col);
                         if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
                             float g32_any = sk_seeded_gumbel_screen(sh);
@@ -452,10 +515,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 {
                     unsigned int col = (c0 + 2u);
                     if ((col < col_hi)) {
-                        const float sk_e12 = sk_f16(x[(base + col)]);
-                        float z = ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp);
-                        const unsigned int sk_e13 = (row * 12u);
-                        unsigned int sh = sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col);
+                        float z = (x2 / temp);
+                        const unsigned int sk_e39 = (row * 12u);
+                        unsigned int sh = sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], col);
                         if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
                             float g32_any = sk_seeded_gumbel_screen(sh);
@@ -491,10 +553,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 {
                     unsigned int col = (c0 + 3u);
                     if ((col < col_hi)) {
-                        const float sk_e14 = sk_f16(x[(base + col)]);
-                        float z = ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp);
-                        const unsigned int sk_e15 = (row * 12u);
-                        unsigned int sh = sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col);
+                        float z = (x3 / temp);
+                        const unsigned int sk_e40 = (row * 12u);
+                        unsigned int sh = sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], col);
                         if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
                             float g32_any = sk_seeded_gumbel_screen(sh);
@@ -838,8 +899,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     screen_floor = sk_red_f32[32];
                     __syncthreads();
                 }
-                const bool sk_e16 = ((fabsf(row_m) < (1048576.0f)) && (row_s > (0.0f)));
-                bool screened = (sk_e16 && ((screen_floor - row_m) >= (sk_log((sk_e16 ? row_s : (1.0f))) - (41.0f))));
+                const bool sk_e41 = ((fabsf(row_m) < (1048576.0f)) && (row_s > (0.0f)));
+                bool screened = (sk_e41 && ((screen_floor - row_m) >= (sk_log((sk_e41 ? row_s : (1.0f))) - (41.0f))));
                 double best = sk_bitcast<double>(18442240474082181120ull);
                 unsigned int best_i = 4294967295u;
                 bool mine = ((!screened) || (up2 >= screen_floor));
@@ -876,10 +937,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                         {
                             unsigned int col = (c0 + 0u);
                             if ((col < col_hi)) {
-                                const float sk_e17 = sk_f16(x[(base + col)]);
-                                float rz = ((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) / temp);
-                                const unsigned int sk_e18 = (row * 12u);
-                                unsigned int rh = sk_murmur3(rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)], rows[(sk_e18 + 10u)], col);
+                                const float sk_e42 = sk_f16(x[(base + col)]);
+                                float rz = ((((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42) / temp);
+                                const unsigned int sk_e43 = (row * 12u);
+                                unsigned int rh = sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col);
                                 if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
                                     float g32_any = sk_seeded_gumbel_screen(rh);
@@ -888,15 +949,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                                     float sv32 = ((finite ? rz : (0.0f)) + g32);
                                     float serr = ((0.00048828125f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                                     if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
-                                        const float sk_e20 = sk_f16(x[(base + col)]);
-                                        const float sk_e19 = ((((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20) / temp);
-                                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e19 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e19 - row_m)))) * inv);
+                                        const float sk_e45 = sk_f16(x[(base + col)]);
+                                        const float sk_e44 = ((((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45) / temp);
+                                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e44 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e44 - row_m)))) * inv);
                                         double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                                         double s64 = lp;
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e21 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)], rows[(sk_e21 + 10u)], col)));
+                                            const unsigned int sk_e46 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col)));
                                         }
                                         if (((s64 > best) || (best_i == 4294967295u))) {
                                             // built by kernels::seeded::keep_best
@@ -910,10 +971,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                         {
                             unsigned int col = (c0 + 1u);
                             if ((col < col_hi)) {
-                                const float sk_e22 = sk_f16(x[(base + col)]);
-                                float rz = ((((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22) / temp);
-                                const unsigned int sk_e23 = (row * 12u);
-                                unsigned int rh = sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col);
+                                const float sk_e47 = sk_f16(x[(base + col)]);
+                                float rz = ((((sk_bitcast<unsigned int>(sk_e47) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e47) / temp);
+                                const unsigned int sk_e48 = (row * 12u);
+                                unsigned int rh = sk_murmur3(rows[(sk_e48 + 8u)], rows[(sk_e48 + 9u)], rows[(sk_e48 + 10u)], col);
                                 if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
                                     float g32_any = sk_seeded_gumbel_screen(rh);
@@ -922,15 +983,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                                     float sv32 = ((finite ? rz : (0.0f)) + g32);
                                     float serr = ((0.00048828125f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                                     if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
-                                        const float sk_e25 = sk_f16(x[(base + col)]);
-                                        const float sk_e24 = ((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) / temp);
-                                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e24 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e24 - row_m)))) * inv);
+                                        const float sk_e50 = sk_f16(x[(base + col)]);
+                                        const float sk_e49 = ((((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50) / temp);
+                                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e49 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e49 - row_m)))) * inv);
                                         double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                                         double s64 = lp;
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e26 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col)));
+                                            const unsigned int sk_e51 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e51 + 8u)], rows[(sk_e51 + 9u)], rows[(sk_e51 + 10u)], col)));
                                         }
                                         if (((s64 > best) || (best_i == 4294967295u))) {
                                             // built by kernels::seeded::keep_best
@@ -944,10 +1005,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                         {
                             unsigned int col = (c0 + 2u);
                             if ((col < col_hi)) {
-                                const float sk_e27 = sk_f16(x[(base + col)]);
-                                float rz = ((((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27) / temp);
-                                const unsigned int sk_e28 = (row * 12u);
-                                unsigned int rh = sk_murmur3(rows[(sk_e28 + 8u)], rows[(sk_e28 + 9u)], rows[(sk_e28 + 10u)], col);
+                                const float sk_e52 = sk_f16(x[(base + col)]);
+                                float rz = ((((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52) / temp);
+                                const unsigned int sk_e53 = (row * 12u);
+                                unsigned int rh = sk_murmur3(rows[(sk_e53 + 8u)], rows[(sk_e53 + 9u)], rows[(sk_e53 + 10u)], col);
                                 if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
                                     float g32_any = sk_seeded_gumbel_screen(rh);
@@ -956,15 +1017,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                                     float sv32 = ((finite ? rz : (0.0f)) + g32);
                                     float serr = ((0.00048828125f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                                     if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
-                                        const float sk_e30 = sk_f16(x[(base + col)]);
-                                        const float sk_e29 = ((((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) / temp);
-                                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e29 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e29 - row_m)))) * inv);
+                                        const float sk_e55 = sk_f16(x[(base + col)]);
+                                        const float sk_e54 = ((((sk_bitcast<unsigned int>(sk_e55) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e55) / temp);
+                                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e54 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e54 - row_m)))) * inv);
                                         double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                                         double s64 = lp;
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e31 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e31 + 8u)], rows[(sk_e31 + 9u)], rows[(sk_e31 + 10u)], col)));
+                                            const unsigned int sk_e56 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e56 + 8u)], rows[(sk_e56 + 9u)], rows[(sk_e56 + 10u)], col)));
                                         }
                                         if (((s64 > best) || (best_i == 4294967295u))) {
                                             // built by kernels::seeded::keep_best
@@ -978,10 +1039,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                         {
                             unsigned int col = (c0 + 3u);
                             if ((col < col_hi)) {
-                                const float sk_e32 = sk_f16(x[(base + col)]);
-                                float rz = ((((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) / temp);
-                                const unsigned int sk_e33 = (row * 12u);
-                                unsigned int rh = sk_murmur3(rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)], rows[(sk_e33 + 10u)], col);
+                                const float sk_e57 = sk_f16(x[(base + col)]);
+                                float rz = ((((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e57) / temp);
+                                const unsigned int sk_e58 = (row * 12u);
+                                unsigned int rh = sk_murmur3(rows[(sk_e58 + 8u)], rows[(sk_e58 + 9u)], rows[(sk_e58 + 10u)], col);
                                 if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
                                     float g32_any = sk_seeded_gumbel_screen(rh);
@@ -990,15 +1051,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                                     float sv32 = ((finite ? rz : (0.0f)) + g32);
                                     float serr = ((0.00048828125f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
                                     if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
-                                        const float sk_e35 = sk_f16(x[(base + col)]);
-                                        const float sk_e34 = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
-                                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e34 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e34 - row_m)))) * inv);
+                                        const float sk_e60 = sk_f16(x[(base + col)]);
+                                        const float sk_e59 = ((((sk_bitcast<unsigned int>(sk_e60) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e60) / temp);
+                                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e59 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e59 - row_m)))) * inv);
                                         double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                                         double s64 = lp;
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e36 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e36 + 8u)], rows[(sk_e36 + 9u)], rows[(sk_e36 + 10u)], col)));
+                                            const unsigned int sk_e61 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e61 + 8u)], rows[(sk_e61 + 9u)], rows[(sk_e61 + 10u)], col)));
                                         }
                                         if (((s64 > best) || (best_i == 4294967295u))) {
                                             // built by kernels::seeded::keep_best
@@ -1013,15 +1074,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 } else {
                     // built by kernels::seeded::seeded_logits_finish
                     if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                        const float sk_e38 = sk_f16(x[(base + up1_i)]);
-                        const float sk_e37 = ((((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38) / temp);
-                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e37 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e37 - row_m)))) * inv);
+                        const float sk_e63 = sk_f16(x[(base + up1_i)]);
+                        const float sk_e62 = ((((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63) / temp);
+                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e62 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e62 - row_m)))) * inv);
                         double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                         double s64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e39 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], up1_i)));
+                            const unsigned int sk_e64 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e64 + 8u)], rows[(sk_e64 + 9u)], rows[(sk_e64 + 10u)], up1_i)));
                         }
                         best = s64;
                         best_i = up1_i;
@@ -1099,9 +1160,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 }
                 if (((flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results
-                    const float sk_e41 = sk_f16(x[(base + tok)]);
-                    const float sk_e40 = ((((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41) / temp);
-                    float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e40 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e40 - row_m)))) * inv);
+                    const float sk_e66 = sk_f16(x[(base + tok)]);
+                    const float sk_e65 = ((((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66) / temp);
+                    float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e65 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e65 - row_m)))) * inv);
                     double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
                     if ((threadIdx.x == 0u)) {
                         logprobs[row] = (valid ? ((float)lp) : sk_bitcast<float>(4286578688u));

@@ -132,40 +132,66 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
             float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                 // built by kernels::abi::for_each_column_then
+                float x0 = sk_bitcast<float>(4286578688u);
+                float x1 = sk_bitcast<float>(4286578688u);
+                float x2 = sk_bitcast<float>(4286578688u);
+                float x3 = sk_bitcast<float>(4286578688u);
+                unsigned int quad_at = (base + c0);
+                if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                    // built by kernels::abi::load_quad
+                    const float sk_e0 = sk_bf16(x[(size_t)(quad_at) + 0u]);
+                    x0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
+                    const float sk_e1 = sk_bf16(x[(size_t)(quad_at) + 1u]);
+                    x1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
+                    const float sk_e2 = sk_bf16(x[(size_t)(quad_at) + 2u]);
+                    x2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
+                    const float sk_e3 = sk_bf16(x[(size_t)(quad_at) + 3u]);
+                    x3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
+                } else {
+                    // built by kernels::abi::load_quad
+                    const unsigned int sk_e6 = (c0 + 0u);
+                    const bool sk_e5 = (sk_e6 < col_hi);
+                    const float sk_e4 = sk_bf16(x[(base + (sk_e5 ? sk_e6 : (col_hi - 1u)))]);
+                    x0 = (sk_e5 ? (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e9 = (c0 + 1u);
+                    const bool sk_e8 = (sk_e9 < col_hi);
+                    const float sk_e7 = sk_bf16(x[(base + (sk_e8 ? sk_e9 : (col_hi - 1u)))]);
+                    x1 = (sk_e8 ? (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e12 = (c0 + 2u);
+                    const bool sk_e11 = (sk_e12 < col_hi);
+                    const float sk_e10 = sk_bf16(x[(base + (sk_e11 ? sk_e12 : (col_hi - 1u)))]);
+                    x2 = (sk_e11 ? (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e15 = (c0 + 3u);
+                    const bool sk_e14 = (sk_e15 < col_hi);
+                    const float sk_e13 = sk_bf16(x[(base + (sk_e14 ? sk_e15 : (col_hi - 1u)))]);
+                    x3 = (sk_e14 ? (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) : sk_bitcast<float>(4286578688u));
+                }
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
-                        const unsigned int sk_e2 = (base + col);
-                        const float sk_e1 = sk_bf16(x[sk_e2]);
-                        const float sk_e0 = ((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1) / temp);
-                        probs[sk_e2] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e0 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e0 - row_max)))) * inv);
+                        const float sk_e16 = (x0 / temp);
+                        probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e16 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e16 - row_max)))) * inv);
                     }
                 }
                 {
                     unsigned int col = (c0 + 1u);
                     if ((col < col_hi)) {
-                        const unsigned int sk_e5 = (base + col);
-                        const float sk_e4 = sk_bf16(x[sk_e5]);
-                        const float sk_e3 = ((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) / temp);
-                        probs[sk_e5] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e3 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e3 - row_max)))) * inv);
+                        const float sk_e17 = (x1 / temp);
+                        probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e17 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e17 - row_max)))) * inv);
                     }
                 }
                 {
                     unsigned int col = (c0 + 2u);
                     if ((col < col_hi)) {
-                        const unsigned int sk_e8 = (base + col);
-                        const float sk_e7 = sk_bf16(x[sk_e8]);
-                        const float sk_e6 = ((((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7) / temp);
-                        probs[sk_e8] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e6 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e6 - row_max)))) * inv);
+                        const float sk_e18 = (x2 / temp);
+                        probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e18 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e18 - row_max)))) * inv);
                     }
                 }
                 {
                     unsigned int col = (c0 + 3u);
                     if ((col < col_hi)) {
-                        const unsigned int sk_e11 = (base + col);
-                        const float sk_e10 = sk_bf16(x[sk_e11]);
-                        const float sk_e9 = ((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp);
-                        probs[sk_e11] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e9 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e9 - row_max)))) * inv);
+                        const float sk_e19 = (x3 / temp);
+                        probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e19 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e19 - row_max)))) * inv);
                     }
                 }
             }
@@ -176,11 +202,44 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
             float comp = (0.0f);
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                 // built by kernels::abi::for_each_column_then
+                float x0 = sk_bitcast<float>(4286578688u);
+                float x1 = sk_bitcast<float>(4286578688u);
+                float x2 = sk_bitcast<float>(4286578688u);
+                float x3 = sk_bitcast<float>(4286578688u);
+                unsigned int quad_at = (base + c0);
+                if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                    // built by kernels::abi::load_quad
+                    const float sk_e20 = sk_bf16(x[(size_t)(quad_at) + 0u]);
+                    x0 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
+                    const float sk_e21 = sk_bf16(x[(size_t)(quad_at) + 1u]);
+                    x1 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21);
+                    const float sk_e22 = sk_bf16(x[(size_t)(quad_at) + 2u]);
+                    x2 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
+                    const float sk_e23 = sk_bf16(x[(size_t)(quad_at) + 3u]);
+                    x3 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
+                } else {
+                    // built by kernels::abi::load_quad
+                    const unsigned int sk_e26 = (c0 + 0u);
+                    const bool sk_e25 = (sk_e26 < col_hi);
+                    const float sk_e24 = sk_bf16(x[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))]);
+                    x0 = (sk_e25 ? (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e29 = (c0 + 1u);
+                    const bool sk_e28 = (sk_e29 < col_hi);
+                    const float sk_e27 = sk_bf16(x[(base + (sk_e28 ? sk_e29 : (col_hi - 1u)))]);
+                    x1 = (sk_e28 ? (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e32 = (c0 + 2u);
+                    const bool sk_e31 = (sk_e32 < col_hi);
+                    const float sk_e30 = sk_bf16(x[(base + (sk_e31 ? sk_e32 : (col_hi - 1u)))]);
+                    x2 = (sk_e31 ? (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) : sk_bitcast<float>(4286578688u));
+                    const unsigned int sk_e35 = (c0 + 3u);
+                    const bool sk_e34 = (sk_e35 < col_hi);
+                    const float sk_e33 = sk_bf16(x[(base + (sk_e34 ? sk_e35 : (col_hi - 1u)))]);
+                    x3 = (sk_e34 ? (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) : sk_bitcast<float>(4286578688u));
+                }
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
-                        const float sk_e12 = sk_bf16(x[(base + col)]);
-                        float z = ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp);
+                        float z = (x0 / temp);
                         if ((z > m)) {
                             // built by kernels::softmax::softmax_merge
                             float r = sk_exp((m - z));
@@ -198,8 +257,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
                 {
                     unsigned int col = (c0 + 1u);
                     if ((col < col_hi)) {
-                        const float sk_e13 = sk_bf16(x[(base + col)]);
-                        float z = ((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) / temp);
+                        float z = (x1 / temp);
                         if ((z > m)) {
                             // built by kernels::softmax::softmax_merge
                             float r = sk_exp((m - z));
@@ -217,8 +275,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
                 {
                     unsigned int col = (c0 + 2u);
                     if ((col < col_hi)) {
-                        const float sk_e14 = sk_bf16(x[(base + col)]);
-                        float z = ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp);
+                        float z = (x2 / temp);
                         if ((z > m)) {
                             // built by kernels::softmax::softmax_merge
                             float r = sk_exp((m - z));
@@ -236,8 +293,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
                 {
                     unsigned int col = (c0 + 3u);
                     if ((col < col_hi)) {
-                        const float sk_e15 = sk_bf16(x[(base + col)]);
-                        float z = ((((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15) / temp);
+                        float z = (x3 / temp);
                         if ((z > m)) {
                             // built by kernels::softmax::softmax_merge
                             float r = sk_exp((m - z));
@@ -308,40 +364,66 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
                 float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
                 for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::abi::for_each_column_then
+                    float x0 = sk_bitcast<float>(4286578688u);
+                    float x1 = sk_bitcast<float>(4286578688u);
+                    float x2 = sk_bitcast<float>(4286578688u);
+                    float x3 = sk_bitcast<float>(4286578688u);
+                    unsigned int quad_at = (base + c0);
+                    if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                        // built by kernels::abi::load_quad
+                        const float sk_e36 = sk_bf16(x[(size_t)(quad_at) + 0u]);
+                        x0 = (((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36);
+                        const float sk_e37 = sk_bf16(x[(size_t)(quad_at) + 1u]);
+                        x1 = (((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37);
+                        const float sk_e38 = sk_bf16(x[(size_t)(quad_at) + 2u]);
+                        x2 = (((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38);
+                        const float sk_e39 = sk_bf16(x[(size_t)(quad_at) + 3u]);
+                        x3 = (((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39);
+                    } else {
+                        // built by kernels::abi::load_quad
+                        const unsigned int sk_e42 = (c0 + 0u);
+                        const bool sk_e41 = (sk_e42 < col_hi);
+                        const float sk_e40 = sk_bf16(x[(base + (sk_e41 ? sk_e42 : (col_hi - 1u)))]);
+                        x0 = (sk_e41 ? (((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40) : sk_bitcast<float>(4286578688u));
+                        const unsigned int sk_e45 = (c0 + 1u);
+                        const bool sk_e44 = (sk_e45 < col_hi);
+                        const float sk_e43 = sk_bf16(x[(base + (sk_e44 ? sk_e45 : (col_hi - 1u)))]);
+                        x1 = (sk_e44 ? (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43) : sk_bitcast<float>(4286578688u));
+                        const unsigned int sk_e48 = (c0 + 2u);
+                        const bool sk_e47 = (sk_e48 < col_hi);
+                        const float sk_e46 = sk_bf16(x[(base + (sk_e47 ? sk_e48 : (col_hi - 1u)))]);
+                        x2 = (sk_e47 ? (((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46) : sk_bitcast<float>(4286578688u));
+                        const unsigned int sk_e51 = (c0 + 3u);
+                        const bool sk_e50 = (sk_e51 < col_hi);
+                        const float sk_e49 = sk_bf16(x[(base + (sk_e50 ? sk_e51 : (col_hi - 1u)))]);
+                        x3 = (sk_e50 ? (((sk_bitcast<unsigned int>(sk_e49) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e49) : sk_bitcast<float>(4286578688u));
+                    }
                     {
                         unsigned int col = (c0 + 0u);
                         if ((col < col_hi)) {
-                            const unsigned int sk_e18 = (base + col);
-                            const float sk_e17 = sk_bf16(x[sk_e18]);
-                            const float sk_e16 = ((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) / temp);
-                            probs[sk_e18] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e16 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e16 - row_max)))) * inv);
+                            const float sk_e52 = (x0 / temp);
+                            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e52 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e52 - row_max)))) * inv);
                         }
                     }
                     {
                         unsigned int col = (c0 + 1u);
                         if ((col < col_hi)) {
-                            const unsigned int sk_e21 = (base + col);
-                            const float sk_e20 = sk_bf16(x[sk_e21]);
-                            const float sk_e19 = ((((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20) / temp);
-                            probs[sk_e21] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e19 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e19 - row_max)))) * inv);
+                            const float sk_e53 = (x1 / temp);
+                            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e53 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e53 - row_max)))) * inv);
                         }
                     }
                     {
                         unsigned int col = (c0 + 2u);
                         if ((col < col_hi)) {
-                            const unsigned int sk_e24 = (base + col);
-                            const float sk_e23 = sk_bf16(x[sk_e24]);
-                            const float sk_e22 = ((((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23) / temp);
-                            probs[sk_e24] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e22 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e22 - row_max)))) * inv);
+                            const float sk_e54 = (x2 / temp);
+                            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e54 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e54 - row_max)))) * inv);
                         }
                     }
                     {
                         unsigned int col = (c0 + 3u);
                         if ((col < col_hi)) {
-                            const unsigned int sk_e27 = (base + col);
-                            const float sk_e26 = sk_bf16(x[sk_e27]);
-                            const float sk_e25 = ((((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) / temp);
-                            probs[sk_e27] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e25 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e25 - row_max)))) * inv);
+                            const float sk_e55 = (x3 / temp);
+                            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e55 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e55 - row_max)))) * inv);
                         }
                     }
                 }

@@ -198,13 +198,47 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var comp: f32 = (0.0f);
             if (((col_lo + (sk_lid * 4u)) < col_hi)) {
                 // built by kernels::abi::for_each_column_then
+                var x0: f32 = bitcast<f32>(4286578688u);
+                var x1: f32 = bitcast<f32>(4286578688u);
+                var x2: f32 = bitcast<f32>(4286578688u);
+                var x3: f32 = bitcast<f32>(4286578688u);
+                var quad_at: u32 = (base + (col_lo + (sk_lid * 4u)));
+                let sk_e0: u32 = (col_lo + (sk_lid * 4u));
+                if (((sk_e0 < col_hi) && ((col_hi - sk_e0) >= 4u))) {
+                    // built by kernels::abi::load_quad
+                    let sk_e1: f32 = sk_load_x((quad_at + 0u));
+                    x0 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+                    let sk_e2: f32 = sk_load_x((quad_at + 1u));
+                    x1 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                    let sk_e3: f32 = sk_load_x((quad_at + 2u));
+                    x2 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+                    let sk_e4: f32 = sk_load_x((quad_at + 3u));
+                    x3 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                } else {
+                    // built by kernels::abi::load_quad
+                    let sk_e7: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
+                    let sk_e6: bool = (sk_e7 < col_hi);
+                    let sk_e5: f32 = sk_load_x((base + select((col_hi - 1u), sk_e7, sk_e6)));
+                    x0 = select(bitcast<f32>(4286578688u), select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u)), sk_e6);
+                    let sk_e10: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
+                    let sk_e9: bool = (sk_e10 < col_hi);
+                    let sk_e8: f32 = sk_load_x((base + select((col_hi - 1u), sk_e10, sk_e9)));
+                    x1 = select(bitcast<f32>(4286578688u), select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)), sk_e9);
+                    let sk_e13: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
+                    let sk_e12: bool = (sk_e13 < col_hi);
+                    let sk_e11: f32 = sk_load_x((base + select((col_hi - 1u), sk_e13, sk_e12)));
+                    x2 = select(bitcast<f32>(4286578688u), select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)), sk_e12);
+                    let sk_e16: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
+                    let sk_e15: bool = (sk_e16 < col_hi);
+                    let sk_e14: f32 = sk_load_x((base + select((col_hi - 1u), sk_e16, sk_e15)));
+                    x3 = select(bitcast<f32>(4286578688u), select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)), sk_e15);
+                }
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
                     if ((col < col_hi)) {
-                        let sk_e0: f32 = sk_load_x((base + col));
-                        var z: f32 = (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp);
-                        let sk_e1: u32 = (row * 12u);
-                        var sh: u32 = sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col);
+                        var z: f32 = (x0 / temp);
+                        let sk_e17: u32 = (row * 12u);
+                        var sh: u32 = sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col);
                         if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
                             var g32_any: f32 = sk_seeded_gumbel_screen(sh);
@@ -240,10 +274,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
                     if ((col < col_hi)) {
-                        let sk_e2: f32 = sk_load_x((base + col));
-                        var z: f32 = (select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)) / temp);
-                        let sk_e3: u32 = (row * 12u);
-                        var sh: u32 = sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col);
+                        var z: f32 = (x1 / temp);
+                        let sk_e18: u32 = (row * 12u);
+                        var sh: u32 = sk_murmur3(rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)], rows[(sk_e18 + 10u)], col);
                         if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
                             var g32_any: f32 = sk_seeded_gumbel_screen(sh);
@@ -279,10 +312,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
                     if ((col < col_hi)) {
-                        let sk_e4: f32 = sk_load_x((base + col));
-                        var z: f32 = (select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)) / temp);
-                        let sk_e5: u32 = (row * 12u);
-                        var sh: u32 = sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col);
+                        var z: f32 = (x2 / temp);
+                        let sk_e19: u32 = (row * 12u);
+                        var sh: u32 = sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], col);
                         if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
                             var g32_any: f32 = sk_seeded_gumbel_screen(sh);
@@ -318,10 +350,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
                     if ((col < col_hi)) {
-                        let sk_e6: f32 = sk_load_x((base + col));
-                        var z: f32 = (select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u)) / temp);
-                        let sk_e7: u32 = (row * 12u);
-                        var sh: u32 = sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col);
+                        var z: f32 = (x3 / temp);
+                        let sk_e20: u32 = (row * 12u);
+                        var sh: u32 = sk_murmur3(rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)], rows[(sk_e20 + 10u)], col);
                         if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
                             var g32_any: f32 = sk_seeded_gumbel_screen(sh);
@@ -371,13 +402,46 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             lo_best = floor_first;
             for (var c0: u32 = ((col_lo + (sk_lid * 4u)) + (BLOCK * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                 // built by kernels::abi::for_each_column_then
+                var x0: f32 = bitcast<f32>(4286578688u);
+                var x1: f32 = bitcast<f32>(4286578688u);
+                var x2: f32 = bitcast<f32>(4286578688u);
+                var x3: f32 = bitcast<f32>(4286578688u);
+                var quad_at: u32 = (base + c0);
+                if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                    // built by kernels::abi::load_quad
+                    let sk_e21: f32 = sk_load_x((quad_at + 0u));
+                    x0 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
+                    let sk_e22: f32 = sk_load_x((quad_at + 1u));
+                    x1 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
+                    let sk_e23: f32 = sk_load_x((quad_at + 2u));
+                    x2 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
+                    let sk_e24: f32 = sk_load_x((quad_at + 3u));
+                    x3 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
+                } else {
+                    // built by kernels::abi::load_quad
+                    let sk_e27: u32 = (c0 + 0u);
+                    let sk_e26: bool = (sk_e27 < col_hi);
+                    let sk_e25: f32 = sk_load_x((base + select((col_hi - 1u), sk_e27, sk_e26)));
+                    x0 = select(bitcast<f32>(4286578688u), select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)), sk_e26);
+                    let sk_e30: u32 = (c0 + 1u);
+                    let sk_e29: bool = (sk_e30 < col_hi);
+                    let sk_e28: f32 = sk_load_x((base + select((col_hi - 1u), sk_e30, sk_e29)));
+                    x1 = select(bitcast<f32>(4286578688u), select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u)), sk_e29);
+                    let sk_e33: u32 = (c0 + 2u);
+                    let sk_e32: bool = (sk_e33 < col_hi);
+                    let sk_e31: f32 = sk_load_x((base + select((col_hi - 1u), sk_e33, sk_e32)));
+                    x2 = select(bitcast<f32>(4286578688u), select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u)), sk_e32);
+                    let sk_e36: u32 = (c0 + 3u);
+                    let sk_e35: bool = (sk_e36 < col_hi);
+                    let sk_e34: f32 = sk_load_x((base + select((col_hi - 1u), sk_e36, sk_e35)));
+                    x3 = select(bitcast<f32>(4286578688u), select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u)), sk_e35);
+                }
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
-                        let sk_e8: f32 = sk_load_x((base + col));
-                        var z: f32 = (select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)) / temp);
-                        let sk_e9: u32 = (row * 12u);
-                        var sh: u32 = sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col);
+                        var z: f32 = (x0 / temp);
+                        let sk_e37: u32 = (row * 12u);
+                        var sh: u32 = sk_murmur3(rows[(sk_e37 + 8u)], rows[(sk_e37 + 9u)], rows[(sk_e37 + 10u)], col);
                         if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
                             var g32_any: f32 = sk_seeded_gumbel_screen(sh);
@@ -413,10 +477,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 1u);
                     if ((col < col_hi)) {
-                        let sk_e10: f32 = sk_load_x((base + col));
-                        var z: f32 = (select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp);
-                        let sk_e11: u32 = (row * 12u);
-                        var sh: u32 = sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col);
+                        var z: f32 = (x1 / temp);
+                        let sk_e38: u32 = (row * 12u);
+                        var sh: u32 = sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], col);
                         if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
                             var g32_any: f32 = sk_seeded_gumbel_screen(sh);
@@ -452,10 +515,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 2u);
                     if ((col < col_hi)) {
-                        let sk_e12: f32 = sk_load_x((base + col));
-                        var z: f32 = (select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)) / temp);
-                        let sk_e13: u32 = (row * 12u);
-                        var sh: u32 = sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col);
+                        var z: f32 = (x2 / temp);
+                        let sk_e39: u32 = (row * 12u);
+                        var sh: u32 = sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], col);
                         if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
                             var g32_any: f32 = sk_seeded_gumbel_screen(sh);
@@ -491,10 +553,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 3u);
                     if ((col < col_hi)) {
-                        let sk_e14: f32 = sk_load_x((base + col));
-                        var z: f32 = (select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)) / temp);
-                        let sk_e15: u32 = (row * 12u);
-                        var sh: u32 = sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col);
+                        var z: f32 = (x3 / temp);
+                        let sk_e40: u32 = (row * 12u);
+                        var sh: u32 = sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], col);
                         if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
                             // built by kernels::seeded::seeded_logits_row
                             var g32_any: f32 = sk_seeded_gumbel_screen(sh);
@@ -730,8 +791,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     screen_floor = sk_red_f32[0];
                     workgroupBarrier();
                 }
-                let sk_e16: bool = ((abs(row_m) < (1048576.0f)) && (row_s > (0.0f)));
-                var screened: bool = (sk_e16 && ((screen_floor - row_m) >= (sk_log(select((1.0f), row_s, sk_e16)) - (41.0f))));
+                let sk_e41: bool = ((abs(row_m) < (1048576.0f)) && (row_s > (0.0f)));
+                var screened: bool = (sk_e41 && ((screen_floor - row_m) >= (sk_log(select((1.0f), row_s, sk_e41)) - (41.0f))));
                 var best: f64 = bitcast<f64>(18442240474082181120lu);
                 var best_i: u32 = 4294967295u;
                 var mine: bool = ((!screened) || (up2 >= screen_floor));
@@ -756,10 +817,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 0u);
                             if ((col < col_hi)) {
-                                let sk_e17: f32 = sk_load_x((base + col));
-                                var rz: f32 = (select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)) / temp);
-                                let sk_e18: u32 = (row * 12u);
-                                var rh: u32 = sk_murmur3(rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)], rows[(sk_e18 + 10u)], col);
+                                let sk_e42: f32 = sk_load_x((base + col));
+                                var rz: f32 = (select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e43: u32 = (row * 12u);
+                                var rh: u32 = sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col);
                                 if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
                                     var g32_any: f32 = sk_seeded_gumbel_screen(rh);
@@ -768,15 +829,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var sv32: f32 = (select((0.0f), rz, finite) + g32);
                                     var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
                                     if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
-                                        let sk_e20: f32 = sk_load_x((base + col));
-                                        let sk_e19: f32 = (select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u)) / temp);
-                                        var p: f32 = (select(select(sk_exp((sk_e19 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e19 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                                        let sk_e45: f32 = sk_load_x((base + col));
+                                        let sk_e44: f32 = (select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u)) / temp);
+                                        var p: f32 = (select(select(sk_exp((sk_e44 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e44 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
                                         var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
                                         var s64: f64 = lp;
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e21: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)], rows[(sk_e21 + 10u)], col)));
+                                            let sk_e46: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col)));
                                         }
                                         if (((s64 > best) || (best_i == 4294967295u))) {
                                             // built by kernels::seeded::keep_best
@@ -790,10 +851,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 1u);
                             if ((col < col_hi)) {
-                                let sk_e22: f32 = sk_load_x((base + col));
-                                var rz: f32 = (select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u)) / temp);
-                                let sk_e23: u32 = (row * 12u);
-                                var rh: u32 = sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col);
+                                let sk_e47: f32 = sk_load_x((base + col));
+                                var rz: f32 = (select(sk_e47, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e47) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e48: u32 = (row * 12u);
+                                var rh: u32 = sk_murmur3(rows[(sk_e48 + 8u)], rows[(sk_e48 + 9u)], rows[(sk_e48 + 10u)], col);
                                 if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
                                     var g32_any: f32 = sk_seeded_gumbel_screen(rh);
@@ -802,15 +863,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var sv32: f32 = (select((0.0f), rz, finite) + g32);
                                     var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
                                     if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
-                                        let sk_e25: f32 = sk_load_x((base + col));
-                                        let sk_e24: f32 = (select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)) / temp);
-                                        var p: f32 = (select(select(sk_exp((sk_e24 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e24 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                                        let sk_e50: f32 = sk_load_x((base + col));
+                                        let sk_e49: f32 = (select(sk_e50, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e50) & 2147483647u) > 2139095040u)) / temp);
+                                        var p: f32 = (select(select(sk_exp((sk_e49 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e49 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
                                         var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
                                         var s64: f64 = lp;
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e26: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col)));
+                                            let sk_e51: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e51 + 8u)], rows[(sk_e51 + 9u)], rows[(sk_e51 + 10u)], col)));
                                         }
                                         if (((s64 > best) || (best_i == 4294967295u))) {
                                             // built by kernels::seeded::keep_best
@@ -824,10 +885,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 2u);
                             if ((col < col_hi)) {
-                                let sk_e27: f32 = sk_load_x((base + col));
-                                var rz: f32 = (select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u)) / temp);
-                                let sk_e28: u32 = (row * 12u);
-                                var rh: u32 = sk_murmur3(rows[(sk_e28 + 8u)], rows[(sk_e28 + 9u)], rows[(sk_e28 + 10u)], col);
+                                let sk_e52: f32 = sk_load_x((base + col));
+                                var rz: f32 = (select(sk_e52, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e52) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e53: u32 = (row * 12u);
+                                var rh: u32 = sk_murmur3(rows[(sk_e53 + 8u)], rows[(sk_e53 + 9u)], rows[(sk_e53 + 10u)], col);
                                 if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
                                     var g32_any: f32 = sk_seeded_gumbel_screen(rh);
@@ -836,15 +897,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var sv32: f32 = (select((0.0f), rz, finite) + g32);
                                     var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
                                     if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
-                                        let sk_e30: f32 = sk_load_x((base + col));
-                                        let sk_e29: f32 = (select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u)) / temp);
-                                        var p: f32 = (select(select(sk_exp((sk_e29 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e29 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                                        let sk_e55: f32 = sk_load_x((base + col));
+                                        let sk_e54: f32 = (select(sk_e55, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e55) & 2147483647u) > 2139095040u)) / temp);
+                                        var p: f32 = (select(select(sk_exp((sk_e54 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e54 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
                                         var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
                                         var s64: f64 = lp;
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e31: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e31 + 8u)], rows[(sk_e31 + 9u)], rows[(sk_e31 + 10u)], col)));
+                                            let sk_e56: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e56 + 8u)], rows[(sk_e56 + 9u)], rows[(sk_e56 + 10u)], col)));
                                         }
                                         if (((s64 > best) || (best_i == 4294967295u))) {
                                             // built by kernels::seeded::keep_best
@@ -858,10 +919,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         {
                             var col: u32 = (c0 + 3u);
                             if ((col < col_hi)) {
-                                let sk_e32: f32 = sk_load_x((base + col));
-                                var rz: f32 = (select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u)) / temp);
-                                let sk_e33: u32 = (row * 12u);
-                                var rh: u32 = sk_murmur3(rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)], rows[(sk_e33 + 10u)], col);
+                                let sk_e57: f32 = sk_load_x((base + col));
+                                var rz: f32 = (select(sk_e57, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e57) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e58: u32 = (row * 12u);
+                                var rh: u32 = sk_murmur3(rows[(sk_e58 + 8u)], rows[(sk_e58 + 9u)], rows[(sk_e58 + 10u)], col);
                                 if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
                                     // built by kernels::seeded::seeded_logits_finish
                                     var g32_any: f32 = sk_seeded_gumbel_screen(rh);
@@ -870,15 +931,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var sv32: f32 = (select((0.0f), rz, finite) + g32);
                                     var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
                                     if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
-                                        let sk_e35: f32 = sk_load_x((base + col));
-                                        let sk_e34: f32 = (select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp);
-                                        var p: f32 = (select(select(sk_exp((sk_e34 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e34 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                                        let sk_e60: f32 = sk_load_x((base + col));
+                                        let sk_e59: f32 = (select(sk_e60, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e60) & 2147483647u) > 2139095040u)) / temp);
+                                        var p: f32 = (select(select(sk_exp((sk_e59 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e59 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
                                         var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
                                         var s64: f64 = lp;
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e36: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e36 + 8u)], rows[(sk_e36 + 9u)], rows[(sk_e36 + 10u)], col)));
+                                            let sk_e61: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e61 + 8u)], rows[(sk_e61 + 9u)], rows[(sk_e61 + 10u)], col)));
                                         }
                                         if (((s64 > best) || (best_i == 4294967295u))) {
                                             // built by kernels::seeded::keep_best
@@ -893,15 +954,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 } else {
                     // built by kernels::seeded::seeded_logits_finish
                     if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                        let sk_e38: f32 = sk_load_x((base + up1_i));
-                        let sk_e37: f32 = (select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u)) / temp);
-                        var p: f32 = (select(select(sk_exp((sk_e37 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e37 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                        let sk_e63: f32 = sk_load_x((base + up1_i));
+                        let sk_e62: f32 = (select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u)) / temp);
+                        var p: f32 = (select(select(sk_exp((sk_e62 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e62 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
                         var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
                         var s64: f64 = lp;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e39: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], up1_i)));
+                            let sk_e64: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e64 + 8u)], rows[(sk_e64 + 9u)], rows[(sk_e64 + 10u)], up1_i)));
                         }
                         best = s64;
                         best_i = up1_i;
@@ -955,9 +1016,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 if (((params.flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results
-                    let sk_e41: f32 = sk_load_x((base + tok));
-                    let sk_e40: f32 = (select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u)) / temp);
-                    var p: f32 = (select(select(sk_exp((sk_e40 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e40 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                    let sk_e66: f32 = sk_load_x((base + tok));
+                    let sk_e65: f32 = (select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u)) / temp);
+                    var p: f32 = (select(select(sk_exp((sk_e65 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e65 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
                     var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
                     if ((sk_lid == 0u)) {
                         logprobs[row] = select(bitcast<f32>(4286578688u), f32(lp), valid);

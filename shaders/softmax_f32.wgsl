@@ -106,40 +106,66 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                 // built by kernels::abi::for_each_column_then
+                var x0: f32 = bitcast<f32>(4286578688u);
+                var x1: f32 = bitcast<f32>(4286578688u);
+                var x2: f32 = bitcast<f32>(4286578688u);
+                var x3: f32 = bitcast<f32>(4286578688u);
+                var quad_at: u32 = (base + c0);
+                if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                    // built by kernels::abi::load_quad
+                    let sk_e0: f32 = x[(quad_at + 0u)];
+                    x0 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
+                    let sk_e1: f32 = x[(quad_at + 1u)];
+                    x1 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+                    let sk_e2: f32 = x[(quad_at + 2u)];
+                    x2 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                    let sk_e3: f32 = x[(quad_at + 3u)];
+                    x3 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+                } else {
+                    // built by kernels::abi::load_quad
+                    let sk_e6: u32 = (c0 + 0u);
+                    let sk_e5: bool = (sk_e6 < col_hi);
+                    let sk_e4: f32 = x[(base + select((col_hi - 1u), sk_e6, sk_e5))];
+                    x0 = select(bitcast<f32>(4286578688u), select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)), sk_e5);
+                    let sk_e9: u32 = (c0 + 1u);
+                    let sk_e8: bool = (sk_e9 < col_hi);
+                    let sk_e7: f32 = x[(base + select((col_hi - 1u), sk_e9, sk_e8))];
+                    x1 = select(bitcast<f32>(4286578688u), select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u)), sk_e8);
+                    let sk_e12: u32 = (c0 + 2u);
+                    let sk_e11: bool = (sk_e12 < col_hi);
+                    let sk_e10: f32 = x[(base + select((col_hi - 1u), sk_e12, sk_e11))];
+                    x2 = select(bitcast<f32>(4286578688u), select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)), sk_e11);
+                    let sk_e15: u32 = (c0 + 3u);
+                    let sk_e14: bool = (sk_e15 < col_hi);
+                    let sk_e13: f32 = x[(base + select((col_hi - 1u), sk_e15, sk_e14))];
+                    x3 = select(bitcast<f32>(4286578688u), select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)), sk_e14);
+                }
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
-                        let sk_e2: u32 = (base + col);
-                        let sk_e1: f32 = x[sk_e2];
-                        let sk_e0: f32 = (select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u)) / temp);
-                        probs[sk_e2] = (select(select(sk_exp((sk_e0 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e0 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                        let sk_e16: f32 = (x0 / temp);
+                        probs[(base + col)] = (select(select(sk_exp((sk_e16 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e16 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                     }
                 }
                 {
                     var col: u32 = (c0 + 1u);
                     if ((col < col_hi)) {
-                        let sk_e5: u32 = (base + col);
-                        let sk_e4: f32 = x[sk_e5];
-                        let sk_e3: f32 = (select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)) / temp);
-                        probs[sk_e5] = (select(select(sk_exp((sk_e3 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e3 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                        let sk_e17: f32 = (x1 / temp);
+                        probs[(base + col)] = (select(select(sk_exp((sk_e17 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e17 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                     }
                 }
                 {
                     var col: u32 = (c0 + 2u);
                     if ((col < col_hi)) {
-                        let sk_e8: u32 = (base + col);
-                        let sk_e7: f32 = x[sk_e8];
-                        let sk_e6: f32 = (select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u)) / temp);
-                        probs[sk_e8] = (select(select(sk_exp((sk_e6 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e6 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                        let sk_e18: f32 = (x2 / temp);
+                        probs[(base + col)] = (select(select(sk_exp((sk_e18 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e18 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                     }
                 }
                 {
                     var col: u32 = (c0 + 3u);
                     if ((col < col_hi)) {
-                        let sk_e11: u32 = (base + col);
-                        let sk_e10: f32 = x[sk_e11];
-                        let sk_e9: f32 = (select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp);
-                        probs[sk_e11] = (select(select(sk_exp((sk_e9 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e9 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                        let sk_e19: f32 = (x3 / temp);
+                        probs[(base + col)] = (select(select(sk_exp((sk_e19 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e19 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                     }
                 }
             }
@@ -150,11 +176,44 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var comp: f32 = (0.0f);
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                 // built by kernels::abi::for_each_column_then
+                var x0: f32 = bitcast<f32>(4286578688u);
+                var x1: f32 = bitcast<f32>(4286578688u);
+                var x2: f32 = bitcast<f32>(4286578688u);
+                var x3: f32 = bitcast<f32>(4286578688u);
+                var quad_at: u32 = (base + c0);
+                if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                    // built by kernels::abi::load_quad
+                    let sk_e20: f32 = x[(quad_at + 0u)];
+                    x0 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
+                    let sk_e21: f32 = x[(quad_at + 1u)];
+                    x1 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
+                    let sk_e22: f32 = x[(quad_at + 2u)];
+                    x2 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
+                    let sk_e23: f32 = x[(quad_at + 3u)];
+                    x3 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
+                } else {
+                    // built by kernels::abi::load_quad
+                    let sk_e26: u32 = (c0 + 0u);
+                    let sk_e25: bool = (sk_e26 < col_hi);
+                    let sk_e24: f32 = x[(base + select((col_hi - 1u), sk_e26, sk_e25))];
+                    x0 = select(bitcast<f32>(4286578688u), select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u)), sk_e25);
+                    let sk_e29: u32 = (c0 + 1u);
+                    let sk_e28: bool = (sk_e29 < col_hi);
+                    let sk_e27: f32 = x[(base + select((col_hi - 1u), sk_e29, sk_e28))];
+                    x1 = select(bitcast<f32>(4286578688u), select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u)), sk_e28);
+                    let sk_e32: u32 = (c0 + 2u);
+                    let sk_e31: bool = (sk_e32 < col_hi);
+                    let sk_e30: f32 = x[(base + select((col_hi - 1u), sk_e32, sk_e31))];
+                    x2 = select(bitcast<f32>(4286578688u), select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u)), sk_e31);
+                    let sk_e35: u32 = (c0 + 3u);
+                    let sk_e34: bool = (sk_e35 < col_hi);
+                    let sk_e33: f32 = x[(base + select((col_hi - 1u), sk_e35, sk_e34))];
+                    x3 = select(bitcast<f32>(4286578688u), select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)), sk_e34);
+                }
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
-                        let sk_e12: f32 = x[(base + col)];
-                        var z: f32 = (select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)) / temp);
+                        var z: f32 = (x0 / temp);
                         if ((z > m)) {
                             // built by kernels::softmax::softmax_merge
                             var r: f32 = sk_exp((m - z));
@@ -172,8 +231,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 1u);
                     if ((col < col_hi)) {
-                        let sk_e13: f32 = x[(base + col)];
-                        var z: f32 = (select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)) / temp);
+                        var z: f32 = (x1 / temp);
                         if ((z > m)) {
                             // built by kernels::softmax::softmax_merge
                             var r: f32 = sk_exp((m - z));
@@ -191,8 +249,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 2u);
                     if ((col < col_hi)) {
-                        let sk_e14: f32 = x[(base + col)];
-                        var z: f32 = (select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)) / temp);
+                        var z: f32 = (x2 / temp);
                         if ((z > m)) {
                             // built by kernels::softmax::softmax_merge
                             var r: f32 = sk_exp((m - z));
@@ -210,8 +267,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 3u);
                     if ((col < col_hi)) {
-                        let sk_e15: f32 = x[(base + col)];
-                        var z: f32 = (select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u)) / temp);
+                        var z: f32 = (x3 / temp);
                         if ((z > m)) {
                             // built by kernels::softmax::softmax_merge
                             var r: f32 = sk_exp((m - z));
@@ -258,40 +314,66 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
                 for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                     // built by kernels::abi::for_each_column_then
+                    var x0: f32 = bitcast<f32>(4286578688u);
+                    var x1: f32 = bitcast<f32>(4286578688u);
+                    var x2: f32 = bitcast<f32>(4286578688u);
+                    var x3: f32 = bitcast<f32>(4286578688u);
+                    var quad_at: u32 = (base + c0);
+                    if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                        // built by kernels::abi::load_quad
+                        let sk_e36: f32 = x[(quad_at + 0u)];
+                        x0 = select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u));
+                        let sk_e37: f32 = x[(quad_at + 1u)];
+                        x1 = select(sk_e37, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u));
+                        let sk_e38: f32 = x[(quad_at + 2u)];
+                        x2 = select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u));
+                        let sk_e39: f32 = x[(quad_at + 3u)];
+                        x3 = select(sk_e39, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e39) & 2147483647u) > 2139095040u));
+                    } else {
+                        // built by kernels::abi::load_quad
+                        let sk_e42: u32 = (c0 + 0u);
+                        let sk_e41: bool = (sk_e42 < col_hi);
+                        let sk_e40: f32 = x[(base + select((col_hi - 1u), sk_e42, sk_e41))];
+                        x0 = select(bitcast<f32>(4286578688u), select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u)), sk_e41);
+                        let sk_e45: u32 = (c0 + 1u);
+                        let sk_e44: bool = (sk_e45 < col_hi);
+                        let sk_e43: f32 = x[(base + select((col_hi - 1u), sk_e45, sk_e44))];
+                        x1 = select(bitcast<f32>(4286578688u), select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u)), sk_e44);
+                        let sk_e48: u32 = (c0 + 2u);
+                        let sk_e47: bool = (sk_e48 < col_hi);
+                        let sk_e46: f32 = x[(base + select((col_hi - 1u), sk_e48, sk_e47))];
+                        x2 = select(bitcast<f32>(4286578688u), select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u)), sk_e47);
+                        let sk_e51: u32 = (c0 + 3u);
+                        let sk_e50: bool = (sk_e51 < col_hi);
+                        let sk_e49: f32 = x[(base + select((col_hi - 1u), sk_e51, sk_e50))];
+                        x3 = select(bitcast<f32>(4286578688u), select(sk_e49, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e49) & 2147483647u) > 2139095040u)), sk_e50);
+                    }
                     {
                         var col: u32 = (c0 + 0u);
                         if ((col < col_hi)) {
-                            let sk_e18: u32 = (base + col);
-                            let sk_e17: f32 = x[sk_e18];
-                            let sk_e16: f32 = (select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)) / temp);
-                            probs[sk_e18] = (select(select(sk_exp((sk_e16 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e16 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                            let sk_e52: f32 = (x0 / temp);
+                            probs[(base + col)] = (select(select(sk_exp((sk_e52 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e52 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                         }
                     }
                     {
                         var col: u32 = (c0 + 1u);
                         if ((col < col_hi)) {
-                            let sk_e21: u32 = (base + col);
-                            let sk_e20: f32 = x[sk_e21];
-                            let sk_e19: f32 = (select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u)) / temp);
-                            probs[sk_e21] = (select(select(sk_exp((sk_e19 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e19 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                            let sk_e53: f32 = (x1 / temp);
+                            probs[(base + col)] = (select(select(sk_exp((sk_e53 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e53 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                         }
                     }
                     {
                         var col: u32 = (c0 + 2u);
                         if ((col < col_hi)) {
-                            let sk_e24: u32 = (base + col);
-                            let sk_e23: f32 = x[sk_e24];
-                            let sk_e22: f32 = (select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u)) / temp);
-                            probs[sk_e24] = (select(select(sk_exp((sk_e22 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e22 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                            let sk_e54: f32 = (x2 / temp);
+                            probs[(base + col)] = (select(select(sk_exp((sk_e54 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e54 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                         }
                     }
                     {
                         var col: u32 = (c0 + 3u);
                         if ((col < col_hi)) {
-                            let sk_e27: u32 = (base + col);
-                            let sk_e26: f32 = x[sk_e27];
-                            let sk_e25: f32 = (select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u)) / temp);
-                            probs[sk_e27] = (select(select(sk_exp((sk_e25 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e25 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
+                            let sk_e55: f32 = (x3 / temp);
+                            probs[(base + col)] = (select(select(sk_exp((sk_e55 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e55 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
                         }
                     }
                 }

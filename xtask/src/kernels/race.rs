@@ -3,7 +3,7 @@
 //! by its last part in the same launch (`combine.rs`).
 
 use super::abi::{
-    buffer, clean, for_each_column, for_each_row_part, kernel, load_clean, output_buffers, part, part_buffers,
+    buffer, for_each_column, for_each_row_part, kernel, load_clean, load_quad, output_buffers, part, part_buffers,
     philox_block, row_temperature, row_word, word, write_results, Dtype, FLAG_LOGPROBS, NONE, PART_WORDS,
 };
 use super::combine;
@@ -248,36 +248,6 @@ fn prune_step(b: &mut Block, cb: Expr) {
             }
         });
     });
-}
-
-/// Declares `x0` .. `x3`, the values of the quad's four columns from `c0` (NaN read as -inf, a
-/// column past the part as -inf), loaded first and together so that they are in flight at
-/// once: one round trip a quad, not four. A quad inside the part (every one but a part's last)
-/// loads from one address at offsets 0 to 3 (see the CUDA emitter's `index`); the others clamp
-/// each column to the part's last, which they read again.
-fn load_quad(b: &mut Block, c0: Expr) {
-    let names: Vec<String> = (0..4).map(|j| format!("x{j}")).collect();
-    for name in &names {
-        b.let_(name, Ty::F32, f(f32::NEG_INFINITY));
-    }
-    let at = b.let_("quad_at", Ty::U32, var("base") + c0.clone());
-    // The workgroup's first step may start past the part (a short row): then the slow way.
-    b.if_else(
-        c0.clone().lt(var("col_hi")).and((var("col_hi") - c0.clone()).ge(u(4))),
-        |b| {
-            for (j, name) in names.iter().enumerate() {
-                b.set(name, clean(load("x", at.clone() + u(j as u32))));
-            }
-        },
-        |b| {
-            for (j, name) in names.iter().enumerate() {
-                let col = c0.clone() + u(j as u32);
-                let inside = col.clone().lt(var("col_hi"));
-                let x = load_clean(select(inside.clone(), col, var("col_hi") - u(1)));
-                b.set(name, select(inside, x, f(f32::NEG_INFINITY)));
-            }
-        },
-    );
 }
 
 /// One read of a noisy row, pruned: each invocation reads a quad of four consecutive columns a

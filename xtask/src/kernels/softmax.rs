@@ -2,8 +2,8 @@
 //! log-sum-exp pairs that the races' log-probabilities and the combine of split rows use.
 
 use super::abi::{
-    buffer, for_each_column, for_each_column_then, for_each_row_part, kernel, partials_buffer, row_temperature, scaled,
-    Dtype,
+    buffer, for_each_column, for_each_column_then, for_each_row_part, kernel, load_quad, partials_buffer,
+    row_temperature, scaled_quad, Dtype,
 };
 use super::filter_split::STAGE_SHIFT;
 use super::math;
@@ -76,11 +76,12 @@ pub(super) fn softmax_pass(b: &mut Block, also: impl Fn(&mut Block, Expr, Expr),
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
     b.let_("s", Ty::F32, f(0.0));
     b.let_("comp", Ty::F32, f(0.0));
+    // The quad's four loads first, in flight together: one round trip a quad, not four.
     for_each_column_then(
         b,
-        |_, _| {},
-        |b, col, _| {
-            let z = b.let_("z", Ty::F32, scaled(col.clone()));
+        load_quad,
+        |b, col, j| {
+            let z = b.let_("z", Ty::F32, scaled_quad(j));
             also(b, col, z.clone());
             let e = softmax_merge(b, z, f(1.0), &["s", "comp"]);
             let y = b.let_("y", Ty::F32, e - var("comp"));
@@ -106,14 +107,10 @@ pub(super) fn softmax_block_pair(b: &mut Block) -> (Expr, Expr) {
 fn softmax_write(b: &mut Block, mx: Expr, total: Expr) {
     // A row with no valid value (all -inf) has weight 0 everywhere and probabilities 0.
     let inv = b.let_("inv", Ty::F32, select(total.clone().gt(f(0.0)), f(1.0) / total, f(0.0)));
-    for_each_column(
-        b,
-        |_, _| {},
-        |b, col, _| {
-            let p = softmax_weight(scaled(col.clone()), mx.clone()) * inv.clone();
-            b.store("probs", var("base") + col, p);
-        },
-    );
+    for_each_column(b, load_quad, |b, col, j| {
+        let p = softmax_weight(scaled_quad(j), mx.clone()) * inv.clone();
+        b.store("probs", var("base") + col, p);
+    });
 }
 
 /// Softmax of `l / T` per row into `probs` (same stride as the input), in two reads: the
