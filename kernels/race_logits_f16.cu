@@ -241,19 +241,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f16(
                 float x1 = sk_bitcast<float>(4286578688u);
                 float x2 = sk_bitcast<float>(4286578688u);
                 float x3 = sk_bitcast<float>(4286578688u);
-                unsigned int quad_at = (base + c0);
+                unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad
-                    const float sk_e4 = sk_f16(x[(size_t)(quad_at) + 0u]);
+                    // built by kernels::abi::load_quad_as
+                    const float sk_e4 = sk_f16(x[(size_t)(x_at) + 0u]);
                     x0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
-                    const float sk_e5 = sk_f16(x[(size_t)(quad_at) + 1u]);
+                    const float sk_e5 = sk_f16(x[(size_t)(x_at) + 1u]);
                     x1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
-                    const float sk_e6 = sk_f16(x[(size_t)(quad_at) + 2u]);
+                    const float sk_e6 = sk_f16(x[(size_t)(x_at) + 2u]);
                     x2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
-                    const float sk_e7 = sk_f16(x[(size_t)(quad_at) + 3u]);
+                    const float sk_e7 = sk_f16(x[(size_t)(x_at) + 3u]);
                     x3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
                 } else {
-                    // built by kernels::abi::load_quad
+                    // built by kernels::abi::load_quad_as
                     const unsigned int sk_e10 = (c0 + 0u);
                     const bool sk_e9 = (sk_e10 < col_hi);
                     const float sk_e8 = sk_f16(x[(base + (sk_e9 ? sk_e10 : (col_hi - 1u)))]);
@@ -492,19 +492,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f16(
                 float x1 = sk_bitcast<float>(4286578688u);
                 float x2 = sk_bitcast<float>(4286578688u);
                 float x3 = sk_bitcast<float>(4286578688u);
-                unsigned int quad_at = (base + c0);
+                unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad
-                    const float sk_e20 = sk_f16(x[(size_t)(quad_at) + 0u]);
+                    // built by kernels::abi::load_quad_as
+                    const float sk_e20 = sk_f16(x[(size_t)(x_at) + 0u]);
                     x0 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
-                    const float sk_e21 = sk_f16(x[(size_t)(quad_at) + 1u]);
+                    const float sk_e21 = sk_f16(x[(size_t)(x_at) + 1u]);
                     x1 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21);
-                    const float sk_e22 = sk_f16(x[(size_t)(quad_at) + 2u]);
+                    const float sk_e22 = sk_f16(x[(size_t)(x_at) + 2u]);
                     x2 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
-                    const float sk_e23 = sk_f16(x[(size_t)(quad_at) + 3u]);
+                    const float sk_e23 = sk_f16(x[(size_t)(x_at) + 3u]);
                     x3 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
                 } else {
-                    // built by kernels::abi::load_quad
+                    // built by kernels::abi::load_quad_as
                     const unsigned int sk_e26 = (c0 + 0u);
                     const bool sk_e25 = (sk_e26 < col_hi);
                     const float sk_e24 = sk_f16(x[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))]);
@@ -876,19 +876,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f16(
                 float x1 = sk_bitcast<float>(4286578688u);
                 float x2 = sk_bitcast<float>(4286578688u);
                 float x3 = sk_bitcast<float>(4286578688u);
-                unsigned int quad_at = (base + c0);
+                unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad
-                    const float sk_e55 = sk_f16(x[(size_t)(quad_at) + 0u]);
+                    // built by kernels::abi::load_quad_as
+                    const float sk_e55 = sk_f16(x[(size_t)(x_at) + 0u]);
                     x0 = (((sk_bitcast<unsigned int>(sk_e55) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e55);
-                    const float sk_e56 = sk_f16(x[(size_t)(quad_at) + 1u]);
+                    const float sk_e56 = sk_f16(x[(size_t)(x_at) + 1u]);
                     x1 = (((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56);
-                    const float sk_e57 = sk_f16(x[(size_t)(quad_at) + 2u]);
+                    const float sk_e57 = sk_f16(x[(size_t)(x_at) + 2u]);
                     x2 = (((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e57);
-                    const float sk_e58 = sk_f16(x[(size_t)(quad_at) + 3u]);
+                    const float sk_e58 = sk_f16(x[(size_t)(x_at) + 3u]);
                     x3 = (((sk_bitcast<unsigned int>(sk_e58) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e58);
                 } else {
-                    // built by kernels::abi::load_quad
+                    // built by kernels::abi::load_quad_as
                     const unsigned int sk_e61 = (c0 + 0u);
                     const bool sk_e60 = (sk_e61 < col_hi);
                     const float sk_e59 = sk_f16(x[(base + (sk_e60 ? sk_e61 : (col_hi - 1u)))]);

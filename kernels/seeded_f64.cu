@@ -99,18 +99,58 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
         unsigned int best_i = 4294967295u;
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             // built by kernels::abi::for_each_column_then
+            double lq0 = sk_bitcast<double>(18442240474082181120ull);
+            double lq1 = sk_bitcast<double>(18442240474082181120ull);
+            double lq2 = sk_bitcast<double>(18442240474082181120ull);
+            double lq3 = sk_bitcast<double>(18442240474082181120ull);
+            unsigned int lq_at = (base + c0);
+            if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                // built by kernels::abi::load_quad_as
+                const double sk_e1 = lp[(size_t)(lq_at) + 0u];
+                const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1);
+                lq0 = ((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1);
+                const double sk_e3 = lp[(size_t)(lq_at) + 1u];
+                const unsigned long long sk_e2 = sk_bitcast<unsigned long long>(sk_e3);
+                lq1 = ((((sk_e2 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e2 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e3);
+                const double sk_e5 = lp[(size_t)(lq_at) + 2u];
+                const unsigned long long sk_e4 = sk_bitcast<unsigned long long>(sk_e5);
+                lq2 = ((((sk_e4 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e4 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e5);
+                const double sk_e7 = lp[(size_t)(lq_at) + 3u];
+                const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7);
+                lq3 = ((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7);
+            } else {
+                // built by kernels::abi::load_quad_as
+                const unsigned int sk_e11 = (c0 + 0u);
+                const bool sk_e10 = (sk_e11 < col_hi);
+                const double sk_e9 = lp[(base + (sk_e10 ? sk_e11 : (col_hi - 1u)))];
+                const unsigned long long sk_e8 = sk_bitcast<unsigned long long>(sk_e9);
+                lq0 = (sk_e10 ? ((((sk_e8 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e8 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e9) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e15 = (c0 + 1u);
+                const bool sk_e14 = (sk_e15 < col_hi);
+                const double sk_e13 = lp[(base + (sk_e14 ? sk_e15 : (col_hi - 1u)))];
+                const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13);
+                lq1 = (sk_e14 ? ((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e19 = (c0 + 2u);
+                const bool sk_e18 = (sk_e19 < col_hi);
+                const double sk_e17 = lp[(base + (sk_e18 ? sk_e19 : (col_hi - 1u)))];
+                const unsigned long long sk_e16 = sk_bitcast<unsigned long long>(sk_e17);
+                lq2 = (sk_e18 ? ((((sk_e16 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e16 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e17) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e23 = (c0 + 3u);
+                const bool sk_e22 = (sk_e23 < col_hi);
+                const double sk_e21 = lp[(base + (sk_e22 ? sk_e23 : (col_hi - 1u)))];
+                const unsigned long long sk_e20 = sk_bitcast<unsigned long long>(sk_e21);
+                lq3 = (sk_e22 ? ((((sk_e20 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e20 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e21) : sk_bitcast<double>(18442240474082181120ull));
+            }
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
                     {
                         // built by kernels::seeded::float64_race
-                        const double sk_e1 = lp[(base + col)];
-                        const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1);
-                        double s64 = ((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1);
+                        double s64 = lq0;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e2 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e2 + 8u)], rows[(sk_e2 + 9u)], rows[(sk_e2 + 10u)], col)));
+                            const unsigned int sk_e24 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e24 + 8u)], rows[(sk_e24 + 9u)], rows[(sk_e24 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -125,13 +165,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
                 if ((col < col_hi)) {
                     {
                         // built by kernels::seeded::float64_race
-                        const double sk_e4 = lp[(base + col)];
-                        const unsigned long long sk_e3 = sk_bitcast<unsigned long long>(sk_e4);
-                        double s64 = ((((sk_e3 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e3 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e4);
+                        double s64 = lq1;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e5 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col)));
+                            const unsigned int sk_e25 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)], rows[(sk_e25 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -146,13 +184,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
                 if ((col < col_hi)) {
                     {
                         // built by kernels::seeded::float64_race
-                        const double sk_e7 = lp[(base + col)];
-                        const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7);
-                        double s64 = ((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7);
+                        double s64 = lq2;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e8 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], col)));
+                            const unsigned int sk_e26 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -167,13 +203,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
                 if ((col < col_hi)) {
                     {
                         // built by kernels::seeded::float64_race
-                        const double sk_e10 = lp[(base + col)];
-                        const unsigned long long sk_e9 = sk_bitcast<unsigned long long>(sk_e10);
-                        double s64 = ((((sk_e9 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e9 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e10);
+                        double s64 = lq3;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e11 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col)));
+                            const unsigned int sk_e27 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e27 + 8u)], rows[(sk_e27 + 9u)], rows[(sk_e27 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -228,9 +262,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
         if (((flags & 1u) != 0u)) {
             // built by kernels::abi::write_results
             if ((threadIdx.x == 0u)) {
-                const double sk_e13 = lp[(base + tok)];
-                const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13);
-                logprobs[row] = (valid ? ((float)((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13)) : sk_bitcast<float>(4286578688u));
+                const double sk_e29 = lp[(base + tok)];
+                const unsigned long long sk_e28 = sk_bitcast<unsigned long long>(sk_e29);
+                logprobs[row] = (valid ? ((float)((((sk_e28 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e28 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e29)) : sk_bitcast<float>(4286578688u));
             }
         }
     }

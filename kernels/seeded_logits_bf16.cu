@@ -188,20 +188,20 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                 float x1 = sk_bitcast<float>(4286578688u);
                 float x2 = sk_bitcast<float>(4286578688u);
                 float x3 = sk_bitcast<float>(4286578688u);
-                unsigned int quad_at = (base + (col_lo + (threadIdx.x * 4u)));
+                unsigned int x_at = (base + (col_lo + (threadIdx.x * 4u)));
                 const unsigned int sk_e0 = (col_lo + (threadIdx.x * 4u));
                 if (((sk_e0 < col_hi) && ((col_hi - sk_e0) >= 4u))) {
-                    // built by kernels::abi::load_quad
-                    const float sk_e1 = sk_bf16(x[(size_t)(quad_at) + 0u]);
+                    // built by kernels::abi::load_quad_as
+                    const float sk_e1 = sk_bf16(x[(size_t)(x_at) + 0u]);
                     x0 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
-                    const float sk_e2 = sk_bf16(x[(size_t)(quad_at) + 1u]);
+                    const float sk_e2 = sk_bf16(x[(size_t)(x_at) + 1u]);
                     x1 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
-                    const float sk_e3 = sk_bf16(x[(size_t)(quad_at) + 2u]);
+                    const float sk_e3 = sk_bf16(x[(size_t)(x_at) + 2u]);
                     x2 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
-                    const float sk_e4 = sk_bf16(x[(size_t)(quad_at) + 3u]);
+                    const float sk_e4 = sk_bf16(x[(size_t)(x_at) + 3u]);
                     x3 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
                 } else {
-                    // built by kernels::abi::load_quad
+                    // built by kernels::abi::load_quad_as
                     const unsigned int sk_e7 = ((col_lo + (threadIdx.x * 4u)) + 0u);
                     const bool sk_e6 = (sk_e7 < col_hi);
                     const float sk_e5 = sk_bf16(x[(base + (sk_e6 ? sk_e7 : (col_hi - 1u)))]);
@@ -404,19 +404,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                 float x1 = sk_bitcast<float>(4286578688u);
                 float x2 = sk_bitcast<float>(4286578688u);
                 float x3 = sk_bitcast<float>(4286578688u);
-                unsigned int quad_at = (base + c0);
+                unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad
-                    const float sk_e21 = sk_bf16(x[(size_t)(quad_at) + 0u]);
+                    // built by kernels::abi::load_quad_as
+                    const float sk_e21 = sk_bf16(x[(size_t)(x_at) + 0u]);
                     x0 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21);
-                    const float sk_e22 = sk_bf16(x[(size_t)(quad_at) + 1u]);
+                    const float sk_e22 = sk_bf16(x[(size_t)(x_at) + 1u]);
                     x1 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
-                    const float sk_e23 = sk_bf16(x[(size_t)(quad_at) + 2u]);
+                    const float sk_e23 = sk_bf16(x[(size_t)(x_at) + 2u]);
                     x2 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
-                    const float sk_e24 = sk_bf16(x[(size_t)(quad_at) + 3u]);
+                    const float sk_e24 = sk_bf16(x[(size_t)(x_at) + 3u]);
                     x3 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
                 } else {
-                    // built by kernels::abi::load_quad
+                    // built by kernels::abi::load_quad_as
                     const unsigned int sk_e27 = (c0 + 0u);
                     const bool sk_e26 = (sk_e27 < col_hi);
                     const float sk_e25 = sk_bf16(x[(base + (sk_e26 ? sk_e27 : (col_hi - 1u)))]);

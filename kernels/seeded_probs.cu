@@ -120,19 +120,66 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_probs(
         unsigned int best_i = 4294967295u;
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             // built by kernels::abi::for_each_column_then
+            double lq0 = sk_bitcast<double>(18442240474082181120ull);
+            double lq1 = sk_bitcast<double>(18442240474082181120ull);
+            double lq2 = sk_bitcast<double>(18442240474082181120ull);
+            double lq3 = sk_bitcast<double>(18442240474082181120ull);
+            unsigned int lq_at = (base + c0);
+            if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                // built by kernels::abi::load_quad_as
+                const float sk_e2 = lp[(size_t)(lq_at) + 0u];
+                const double sk_e1 = ((double)(((sk_e2 > (0.0f)) && (sk_e2 <= (3.4028235e38f))) ? sk_log(sk_e2) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1);
+                lq0 = ((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1);
+                const float sk_e5 = lp[(size_t)(lq_at) + 1u];
+                const double sk_e4 = ((double)(((sk_e5 > (0.0f)) && (sk_e5 <= (3.4028235e38f))) ? sk_log(sk_e5) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e3 = sk_bitcast<unsigned long long>(sk_e4);
+                lq1 = ((((sk_e3 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e3 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e4);
+                const float sk_e8 = lp[(size_t)(lq_at) + 2u];
+                const double sk_e7 = ((double)(((sk_e8 > (0.0f)) && (sk_e8 <= (3.4028235e38f))) ? sk_log(sk_e8) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7);
+                lq2 = ((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7);
+                const float sk_e11 = lp[(size_t)(lq_at) + 3u];
+                const double sk_e10 = ((double)(((sk_e11 > (0.0f)) && (sk_e11 <= (3.4028235e38f))) ? sk_log(sk_e11) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e9 = sk_bitcast<unsigned long long>(sk_e10);
+                lq3 = ((((sk_e9 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e9 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e10);
+            } else {
+                // built by kernels::abi::load_quad_as
+                const unsigned int sk_e16 = (c0 + 0u);
+                const bool sk_e15 = (sk_e16 < col_hi);
+                const float sk_e14 = lp[(base + (sk_e15 ? sk_e16 : (col_hi - 1u)))];
+                const double sk_e13 = ((double)(((sk_e14 > (0.0f)) && (sk_e14 <= (3.4028235e38f))) ? sk_log(sk_e14) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13);
+                lq0 = (sk_e15 ? ((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e21 = (c0 + 1u);
+                const bool sk_e20 = (sk_e21 < col_hi);
+                const float sk_e19 = lp[(base + (sk_e20 ? sk_e21 : (col_hi - 1u)))];
+                const double sk_e18 = ((double)(((sk_e19 > (0.0f)) && (sk_e19 <= (3.4028235e38f))) ? sk_log(sk_e19) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e17 = sk_bitcast<unsigned long long>(sk_e18);
+                lq1 = (sk_e20 ? ((((sk_e17 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e17 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e18) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e26 = (c0 + 2u);
+                const bool sk_e25 = (sk_e26 < col_hi);
+                const float sk_e24 = lp[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))];
+                const double sk_e23 = ((double)(((sk_e24 > (0.0f)) && (sk_e24 <= (3.4028235e38f))) ? sk_log(sk_e24) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e22 = sk_bitcast<unsigned long long>(sk_e23);
+                lq2 = (sk_e25 ? ((((sk_e22 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e22 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e23) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e31 = (c0 + 3u);
+                const bool sk_e30 = (sk_e31 < col_hi);
+                const float sk_e29 = lp[(base + (sk_e30 ? sk_e31 : (col_hi - 1u)))];
+                const double sk_e28 = ((double)(((sk_e29 > (0.0f)) && (sk_e29 <= (3.4028235e38f))) ? sk_log(sk_e29) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e27 = sk_bitcast<unsigned long long>(sk_e28);
+                lq3 = (sk_e30 ? ((((sk_e27 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e27 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e28) : sk_bitcast<double>(18442240474082181120ull));
+            }
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
                     {
                         // built by kernels::seeded::float64_race
-                        const float sk_e2 = lp[(base + col)];
-                        const double sk_e1 = ((double)(((sk_e2 > (0.0f)) && (sk_e2 <= (3.4028235e38f))) ? sk_log(sk_e2) : sk_bitcast<float>(4286578688u)));
-                        const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1);
-                        double s64 = ((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1);
+                        double s64 = lq0;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e3 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col)));
+                            const unsigned int sk_e32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -147,14 +194,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_probs(
                 if ((col < col_hi)) {
                     {
                         // built by kernels::seeded::float64_race
-                        const float sk_e6 = lp[(base + col)];
-                        const double sk_e5 = ((double)(((sk_e6 > (0.0f)) && (sk_e6 <= (3.4028235e38f))) ? sk_log(sk_e6) : sk_bitcast<float>(4286578688u)));
-                        const unsigned long long sk_e4 = sk_bitcast<unsigned long long>(sk_e5);
-                        double s64 = ((((sk_e4 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e4 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e5);
+                        double s64 = lq1;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e7 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col)));
+                            const unsigned int sk_e33 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)], rows[(sk_e33 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -169,14 +213,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_probs(
                 if ((col < col_hi)) {
                     {
                         // built by kernels::seeded::float64_race
-                        const float sk_e10 = lp[(base + col)];
-                        const double sk_e9 = ((double)(((sk_e10 > (0.0f)) && (sk_e10 <= (3.4028235e38f))) ? sk_log(sk_e10) : sk_bitcast<float>(4286578688u)));
-                        const unsigned long long sk_e8 = sk_bitcast<unsigned long long>(sk_e9);
-                        double s64 = ((((sk_e8 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e8 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e9);
+                        double s64 = lq2;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e11 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col)));
+                            const unsigned int sk_e34 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e34 + 8u)], rows[(sk_e34 + 9u)], rows[(sk_e34 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -191,14 +232,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_probs(
                 if ((col < col_hi)) {
                     {
                         // built by kernels::seeded::float64_race
-                        const float sk_e14 = lp[(base + col)];
-                        const double sk_e13 = ((double)(((sk_e14 > (0.0f)) && (sk_e14 <= (3.4028235e38f))) ? sk_log(sk_e14) : sk_bitcast<float>(4286578688u)));
-                        const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13);
-                        double s64 = ((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13);
+                        double s64 = lq3;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e15 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
+                            const unsigned int sk_e35 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e35 + 8u)], rows[(sk_e35 + 9u)], rows[(sk_e35 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -253,10 +291,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_probs(
         if (((flags & 1u) != 0u)) {
             // built by kernels::abi::write_results
             if ((threadIdx.x == 0u)) {
-                const float sk_e18 = lp[(base + tok)];
-                const double sk_e17 = ((double)(((sk_e18 > (0.0f)) && (sk_e18 <= (3.4028235e38f))) ? sk_log(sk_e18) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e16 = sk_bitcast<unsigned long long>(sk_e17);
-                logprobs[row] = (valid ? ((float)((((sk_e16 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e16 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e17)) : sk_bitcast<float>(4286578688u));
+                const float sk_e38 = lp[(base + tok)];
+                const double sk_e37 = ((double)(((sk_e38 > (0.0f)) && (sk_e38 <= (3.4028235e38f))) ? sk_log(sk_e38) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e36 = sk_bitcast<unsigned long long>(sk_e37);
+                logprobs[row] = (valid ? ((float)((((sk_e36 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e36 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e37)) : sk_bitcast<float>(4286578688u));
             }
         }
     }

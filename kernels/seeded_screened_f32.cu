@@ -130,17 +130,57 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
         unsigned int best32_i = 4294967295u;
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             // built by kernels::abi::for_each_column_then
+            double lq0 = sk_bitcast<double>(18442240474082181120ull);
+            double lq1 = sk_bitcast<double>(18442240474082181120ull);
+            double lq2 = sk_bitcast<double>(18442240474082181120ull);
+            double lq3 = sk_bitcast<double>(18442240474082181120ull);
+            unsigned int lq_at = (base + c0);
+            if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                // built by kernels::abi::load_quad_as
+                const double sk_e1 = ((double)(lp[(size_t)(lq_at) + 0u]));
+                const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1);
+                lq0 = ((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1);
+                const double sk_e3 = ((double)(lp[(size_t)(lq_at) + 1u]));
+                const unsigned long long sk_e2 = sk_bitcast<unsigned long long>(sk_e3);
+                lq1 = ((((sk_e2 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e2 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e3);
+                const double sk_e5 = ((double)(lp[(size_t)(lq_at) + 2u]));
+                const unsigned long long sk_e4 = sk_bitcast<unsigned long long>(sk_e5);
+                lq2 = ((((sk_e4 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e4 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e5);
+                const double sk_e7 = ((double)(lp[(size_t)(lq_at) + 3u]));
+                const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7);
+                lq3 = ((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7);
+            } else {
+                // built by kernels::abi::load_quad_as
+                const unsigned int sk_e11 = (c0 + 0u);
+                const bool sk_e10 = (sk_e11 < col_hi);
+                const double sk_e9 = ((double)(lp[(base + (sk_e10 ? sk_e11 : (col_hi - 1u)))]));
+                const unsigned long long sk_e8 = sk_bitcast<unsigned long long>(sk_e9);
+                lq0 = (sk_e10 ? ((((sk_e8 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e8 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e9) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e15 = (c0 + 1u);
+                const bool sk_e14 = (sk_e15 < col_hi);
+                const double sk_e13 = ((double)(lp[(base + (sk_e14 ? sk_e15 : (col_hi - 1u)))]));
+                const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13);
+                lq1 = (sk_e14 ? ((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e19 = (c0 + 2u);
+                const bool sk_e18 = (sk_e19 < col_hi);
+                const double sk_e17 = ((double)(lp[(base + (sk_e18 ? sk_e19 : (col_hi - 1u)))]));
+                const unsigned long long sk_e16 = sk_bitcast<unsigned long long>(sk_e17);
+                lq2 = (sk_e18 ? ((((sk_e16 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e16 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e17) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e23 = (c0 + 3u);
+                const bool sk_e22 = (sk_e23 < col_hi);
+                const double sk_e21 = ((double)(lp[(base + (sk_e22 ? sk_e23 : (col_hi - 1u)))]));
+                const unsigned long long sk_e20 = sk_bitcast<unsigned long long>(sk_e21);
+                lq3 = (sk_e22 ? ((((sk_e20 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e20 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e21) : sk_bitcast<double>(18442240474082181120ull));
+            }
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
-                    const double sk_e1 = ((double)(lp[(base + col)]));
-                    const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1);
-                    float lp32 = ((float)((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1));
+                    float lp32 = ((float)lq0);
                     float g32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e2 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e2 + 8u)], rows[(sk_e2 + 9u)], rows[(sk_e2 + 10u)], col));
+                        const unsigned int sk_e24 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e24 + 8u)], rows[(sk_e24 + 9u)], rows[(sk_e24 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
@@ -154,14 +194,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
-                    const double sk_e4 = ((double)(lp[(base + col)]));
-                    const unsigned long long sk_e3 = sk_bitcast<unsigned long long>(sk_e4);
-                    float lp32 = ((float)((((sk_e3 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e3 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e4));
+                    float lp32 = ((float)lq1);
                     float g32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e5 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col));
+                        const unsigned int sk_e25 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)], rows[(sk_e25 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
@@ -175,14 +213,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
-                    const double sk_e7 = ((double)(lp[(base + col)]));
-                    const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7);
-                    float lp32 = ((float)((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7));
+                    float lp32 = ((float)lq2);
                     float g32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e8 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], col));
+                        const unsigned int sk_e26 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
@@ -196,14 +232,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
-                    const double sk_e10 = ((double)(lp[(base + col)]));
-                    const unsigned long long sk_e9 = sk_bitcast<unsigned long long>(sk_e10);
-                    float lp32 = ((float)((((sk_e9 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e9 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e10));
+                    float lp32 = ((float)lq3);
                     float g32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e11 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col));
+                        const unsigned int sk_e27 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e27 + 8u)], rows[(sk_e27 + 9u)], rows[(sk_e27 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
@@ -251,13 +285,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
         float floor = (0.0f);
         {
             // built by kernels::seeded::seeded_screened
-            const double sk_e13 = ((double)(lp[(base + win32_i)]));
-            const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13);
-            float lp32 = ((float)((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13));
+            const double sk_e29 = ((double)(lp[(base + win32_i)]));
+            const unsigned long long sk_e28 = sk_bitcast<unsigned long long>(sk_e29);
+            float lp32 = ((float)((((sk_e28 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e28 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e29));
             float g32 = (0.0f);
             if (noisy) {
-                const unsigned int sk_e14 = (row * 12u);
-                g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e14 + 8u)], rows[(sk_e14 + 9u)], rows[(sk_e14 + 10u)], win32_i));
+                const unsigned int sk_e30 = (row * 12u);
+                g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)], rows[(sk_e30 + 10u)], win32_i));
             }
             float s32 = (lp32 + g32);
             float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
@@ -268,29 +302,67 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
         unsigned int best_i = 4294967295u;
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             // built by kernels::abi::for_each_column_then
+            double lq0 = sk_bitcast<double>(18442240474082181120ull);
+            double lq1 = sk_bitcast<double>(18442240474082181120ull);
+            double lq2 = sk_bitcast<double>(18442240474082181120ull);
+            double lq3 = sk_bitcast<double>(18442240474082181120ull);
+            unsigned int lq_at = (base + c0);
+            if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                // built by kernels::abi::load_quad_as
+                const double sk_e32 = ((double)(lp[(size_t)(lq_at) + 0u]));
+                const unsigned long long sk_e31 = sk_bitcast<unsigned long long>(sk_e32);
+                lq0 = ((((sk_e31 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e31 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e32);
+                const double sk_e34 = ((double)(lp[(size_t)(lq_at) + 1u]));
+                const unsigned long long sk_e33 = sk_bitcast<unsigned long long>(sk_e34);
+                lq1 = ((((sk_e33 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e33 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e34);
+                const double sk_e36 = ((double)(lp[(size_t)(lq_at) + 2u]));
+                const unsigned long long sk_e35 = sk_bitcast<unsigned long long>(sk_e36);
+                lq2 = ((((sk_e35 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e35 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e36);
+                const double sk_e38 = ((double)(lp[(size_t)(lq_at) + 3u]));
+                const unsigned long long sk_e37 = sk_bitcast<unsigned long long>(sk_e38);
+                lq3 = ((((sk_e37 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e37 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e38);
+            } else {
+                // built by kernels::abi::load_quad_as
+                const unsigned int sk_e42 = (c0 + 0u);
+                const bool sk_e41 = (sk_e42 < col_hi);
+                const double sk_e40 = ((double)(lp[(base + (sk_e41 ? sk_e42 : (col_hi - 1u)))]));
+                const unsigned long long sk_e39 = sk_bitcast<unsigned long long>(sk_e40);
+                lq0 = (sk_e41 ? ((((sk_e39 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e39 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e40) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e46 = (c0 + 1u);
+                const bool sk_e45 = (sk_e46 < col_hi);
+                const double sk_e44 = ((double)(lp[(base + (sk_e45 ? sk_e46 : (col_hi - 1u)))]));
+                const unsigned long long sk_e43 = sk_bitcast<unsigned long long>(sk_e44);
+                lq1 = (sk_e45 ? ((((sk_e43 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e43 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e44) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e50 = (c0 + 2u);
+                const bool sk_e49 = (sk_e50 < col_hi);
+                const double sk_e48 = ((double)(lp[(base + (sk_e49 ? sk_e50 : (col_hi - 1u)))]));
+                const unsigned long long sk_e47 = sk_bitcast<unsigned long long>(sk_e48);
+                lq2 = (sk_e49 ? ((((sk_e47 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e47 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e48) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e54 = (c0 + 3u);
+                const bool sk_e53 = (sk_e54 < col_hi);
+                const double sk_e52 = ((double)(lp[(base + (sk_e53 ? sk_e54 : (col_hi - 1u)))]));
+                const unsigned long long sk_e51 = sk_bitcast<unsigned long long>(sk_e52);
+                lq3 = (sk_e53 ? ((((sk_e51 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e51 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e52) : sk_bitcast<double>(18442240474082181120ull));
+            }
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
-                    const double sk_e16 = ((double)(lp[(base + col)]));
-                    const unsigned long long sk_e15 = sk_bitcast<unsigned long long>(sk_e16);
-                    float lp32 = ((float)((((sk_e15 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e15 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e16));
+                    float lp32 = ((float)lq0);
                     float g32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e17 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col));
+                        const unsigned int sk_e55 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e55 + 8u)], rows[(sk_e55 + 9u)], rows[(sk_e55 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         // built by kernels::seeded::float64_race
-                        const double sk_e19 = ((double)(lp[(base + col)]));
-                        const unsigned long long sk_e18 = sk_bitcast<unsigned long long>(sk_e19);
-                        double s64 = ((((sk_e18 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e18 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e19);
+                        double s64 = lq0;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e20 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)], rows[(sk_e20 + 10u)], col)));
+                            const unsigned int sk_e56 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e56 + 8u)], rows[(sk_e56 + 9u)], rows[(sk_e56 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -303,26 +375,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
-                    const double sk_e22 = ((double)(lp[(base + col)]));
-                    const unsigned long long sk_e21 = sk_bitcast<unsigned long long>(sk_e22);
-                    float lp32 = ((float)((((sk_e21 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e21 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e22));
+                    float lp32 = ((float)lq1);
                     float g32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e23 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col));
+                        const unsigned int sk_e57 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e57 + 8u)], rows[(sk_e57 + 9u)], rows[(sk_e57 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         // built by kernels::seeded::float64_race
-                        const double sk_e25 = ((double)(lp[(base + col)]));
-                        const unsigned long long sk_e24 = sk_bitcast<unsigned long long>(sk_e25);
-                        double s64 = ((((sk_e24 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e24 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e25);
+                        double s64 = lq1;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e26 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col)));
+                            const unsigned int sk_e58 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e58 + 8u)], rows[(sk_e58 + 9u)], rows[(sk_e58 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -335,26 +403,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
-                    const double sk_e28 = ((double)(lp[(base + col)]));
-                    const unsigned long long sk_e27 = sk_bitcast<unsigned long long>(sk_e28);
-                    float lp32 = ((float)((((sk_e27 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e27 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e28));
+                    float lp32 = ((float)lq2);
                     float g32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e29 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e29 + 8u)], rows[(sk_e29 + 9u)], rows[(sk_e29 + 10u)], col));
+                        const unsigned int sk_e59 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e59 + 8u)], rows[(sk_e59 + 9u)], rows[(sk_e59 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         // built by kernels::seeded::float64_race
-                        const double sk_e31 = ((double)(lp[(base + col)]));
-                        const unsigned long long sk_e30 = sk_bitcast<unsigned long long>(sk_e31);
-                        double s64 = ((((sk_e30 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e30 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e31);
+                        double s64 = lq2;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], col)));
+                            const unsigned int sk_e60 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e60 + 8u)], rows[(sk_e60 + 9u)], rows[(sk_e60 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -367,26 +431,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
-                    const double sk_e34 = ((double)(lp[(base + col)]));
-                    const unsigned long long sk_e33 = sk_bitcast<unsigned long long>(sk_e34);
-                    float lp32 = ((float)((((sk_e33 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e33 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e34));
+                    float lp32 = ((float)lq3);
                     float g32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e35 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e35 + 8u)], rows[(sk_e35 + 9u)], rows[(sk_e35 + 10u)], col));
+                        const unsigned int sk_e61 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e61 + 8u)], rows[(sk_e61 + 9u)], rows[(sk_e61 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         // built by kernels::seeded::float64_race
-                        const double sk_e37 = ((double)(lp[(base + col)]));
-                        const unsigned long long sk_e36 = sk_bitcast<unsigned long long>(sk_e37);
-                        double s64 = ((((sk_e36 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e36 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e37);
+                        double s64 = lq3;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e38 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], col)));
+                            const unsigned int sk_e62 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e62 + 8u)], rows[(sk_e62 + 9u)], rows[(sk_e62 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -441,9 +501,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
         if (((flags & 1u) != 0u)) {
             // built by kernels::abi::write_results
             if ((threadIdx.x == 0u)) {
-                const double sk_e40 = ((double)(lp[(base + tok)]));
-                const unsigned long long sk_e39 = sk_bitcast<unsigned long long>(sk_e40);
-                logprobs[row] = (valid ? ((float)((((sk_e39 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e39 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e40)) : sk_bitcast<float>(4286578688u));
+                const double sk_e64 = ((double)(lp[(base + tok)]));
+                const unsigned long long sk_e63 = sk_bitcast<unsigned long long>(sk_e64);
+                logprobs[row] = (valid ? ((float)((((sk_e63 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e63 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e64)) : sk_bitcast<float>(4286578688u));
             }
         }
     }

@@ -130,18 +130,65 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
         unsigned int best32_i = 4294967295u;
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             // built by kernels::abi::for_each_column_then
+            double lq0 = sk_bitcast<double>(18442240474082181120ull);
+            double lq1 = sk_bitcast<double>(18442240474082181120ull);
+            double lq2 = sk_bitcast<double>(18442240474082181120ull);
+            double lq3 = sk_bitcast<double>(18442240474082181120ull);
+            unsigned int lq_at = (base + c0);
+            if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                // built by kernels::abi::load_quad_as
+                const float sk_e2 = lp[(size_t)(lq_at) + 0u];
+                const double sk_e1 = ((double)(((sk_e2 > (0.0f)) && (sk_e2 <= (3.4028235e38f))) ? sk_log(sk_e2) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1);
+                lq0 = ((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1);
+                const float sk_e5 = lp[(size_t)(lq_at) + 1u];
+                const double sk_e4 = ((double)(((sk_e5 > (0.0f)) && (sk_e5 <= (3.4028235e38f))) ? sk_log(sk_e5) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e3 = sk_bitcast<unsigned long long>(sk_e4);
+                lq1 = ((((sk_e3 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e3 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e4);
+                const float sk_e8 = lp[(size_t)(lq_at) + 2u];
+                const double sk_e7 = ((double)(((sk_e8 > (0.0f)) && (sk_e8 <= (3.4028235e38f))) ? sk_log(sk_e8) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7);
+                lq2 = ((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7);
+                const float sk_e11 = lp[(size_t)(lq_at) + 3u];
+                const double sk_e10 = ((double)(((sk_e11 > (0.0f)) && (sk_e11 <= (3.4028235e38f))) ? sk_log(sk_e11) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e9 = sk_bitcast<unsigned long long>(sk_e10);
+                lq3 = ((((sk_e9 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e9 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e10);
+            } else {
+                // built by kernels::abi::load_quad_as
+                const unsigned int sk_e16 = (c0 + 0u);
+                const bool sk_e15 = (sk_e16 < col_hi);
+                const float sk_e14 = lp[(base + (sk_e15 ? sk_e16 : (col_hi - 1u)))];
+                const double sk_e13 = ((double)(((sk_e14 > (0.0f)) && (sk_e14 <= (3.4028235e38f))) ? sk_log(sk_e14) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13);
+                lq0 = (sk_e15 ? ((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e21 = (c0 + 1u);
+                const bool sk_e20 = (sk_e21 < col_hi);
+                const float sk_e19 = lp[(base + (sk_e20 ? sk_e21 : (col_hi - 1u)))];
+                const double sk_e18 = ((double)(((sk_e19 > (0.0f)) && (sk_e19 <= (3.4028235e38f))) ? sk_log(sk_e19) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e17 = sk_bitcast<unsigned long long>(sk_e18);
+                lq1 = (sk_e20 ? ((((sk_e17 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e17 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e18) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e26 = (c0 + 2u);
+                const bool sk_e25 = (sk_e26 < col_hi);
+                const float sk_e24 = lp[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))];
+                const double sk_e23 = ((double)(((sk_e24 > (0.0f)) && (sk_e24 <= (3.4028235e38f))) ? sk_log(sk_e24) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e22 = sk_bitcast<unsigned long long>(sk_e23);
+                lq2 = (sk_e25 ? ((((sk_e22 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e22 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e23) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e31 = (c0 + 3u);
+                const bool sk_e30 = (sk_e31 < col_hi);
+                const float sk_e29 = lp[(base + (sk_e30 ? sk_e31 : (col_hi - 1u)))];
+                const double sk_e28 = ((double)(((sk_e29 > (0.0f)) && (sk_e29 <= (3.4028235e38f))) ? sk_log(sk_e29) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e27 = sk_bitcast<unsigned long long>(sk_e28);
+                lq3 = (sk_e30 ? ((((sk_e27 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e27 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e28) : sk_bitcast<double>(18442240474082181120ull));
+            }
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
-                    const float sk_e2 = lp[(base + col)];
-                    const double sk_e1 = ((double)(((sk_e2 > (0.0f)) && (sk_e2 <= (3.4028235e38f))) ? sk_log(sk_e2) : sk_bitcast<float>(4286578688u)));
-                    const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1);
-                    float lp32 = ((float)((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1));
+                    float lp32 = ((float)lq0);
                     float g32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e3 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col));
+                        const unsigned int sk_e32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
@@ -155,15 +202,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
-                    const float sk_e6 = lp[(base + col)];
-                    const double sk_e5 = ((double)(((sk_e6 > (0.0f)) && (sk_e6 <= (3.4028235e38f))) ? sk_log(sk_e6) : sk_bitcast<float>(4286578688u)));
-                    const unsigned long long sk_e4 = sk_bitcast<unsigned long long>(sk_e5);
-                    float lp32 = ((float)((((sk_e4 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e4 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e5));
+                    float lp32 = ((float)lq1);
                     float g32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e7 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col));
+                        const unsigned int sk_e33 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)], rows[(sk_e33 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
@@ -177,15 +221,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
-                    const float sk_e10 = lp[(base + col)];
-                    const double sk_e9 = ((double)(((sk_e10 > (0.0f)) && (sk_e10 <= (3.4028235e38f))) ? sk_log(sk_e10) : sk_bitcast<float>(4286578688u)));
-                    const unsigned long long sk_e8 = sk_bitcast<unsigned long long>(sk_e9);
-                    float lp32 = ((float)((((sk_e8 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e8 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e9));
+                    float lp32 = ((float)lq2);
                     float g32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e11 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col));
+                        const unsigned int sk_e34 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e34 + 8u)], rows[(sk_e34 + 9u)], rows[(sk_e34 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
@@ -199,15 +240,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
-                    const float sk_e14 = lp[(base + col)];
-                    const double sk_e13 = ((double)(((sk_e14 > (0.0f)) && (sk_e14 <= (3.4028235e38f))) ? sk_log(sk_e14) : sk_bitcast<float>(4286578688u)));
-                    const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13);
-                    float lp32 = ((float)((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13));
+                    float lp32 = ((float)lq3);
                     float g32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e15 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col));
+                        const unsigned int sk_e35 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e35 + 8u)], rows[(sk_e35 + 9u)], rows[(sk_e35 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
@@ -255,14 +293,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
         float floor = (0.0f);
         {
             // built by kernels::seeded::seeded_screened
-            const float sk_e18 = lp[(base + win32_i)];
-            const double sk_e17 = ((double)(((sk_e18 > (0.0f)) && (sk_e18 <= (3.4028235e38f))) ? sk_log(sk_e18) : sk_bitcast<float>(4286578688u)));
-            const unsigned long long sk_e16 = sk_bitcast<unsigned long long>(sk_e17);
-            float lp32 = ((float)((((sk_e16 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e16 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e17));
+            const float sk_e38 = lp[(base + win32_i)];
+            const double sk_e37 = ((double)(((sk_e38 > (0.0f)) && (sk_e38 <= (3.4028235e38f))) ? sk_log(sk_e38) : sk_bitcast<float>(4286578688u)));
+            const unsigned long long sk_e36 = sk_bitcast<unsigned long long>(sk_e37);
+            float lp32 = ((float)((((sk_e36 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e36 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e37));
             float g32 = (0.0f);
             if (noisy) {
-                const unsigned int sk_e19 = (row * 12u);
-                g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], win32_i));
+                const unsigned int sk_e39 = (row * 12u);
+                g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], win32_i));
             }
             float s32 = (lp32 + g32);
             float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
@@ -273,31 +311,75 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
         unsigned int best_i = 4294967295u;
         for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
             // built by kernels::abi::for_each_column_then
+            double lq0 = sk_bitcast<double>(18442240474082181120ull);
+            double lq1 = sk_bitcast<double>(18442240474082181120ull);
+            double lq2 = sk_bitcast<double>(18442240474082181120ull);
+            double lq3 = sk_bitcast<double>(18442240474082181120ull);
+            unsigned int lq_at = (base + c0);
+            if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                // built by kernels::abi::load_quad_as
+                const float sk_e42 = lp[(size_t)(lq_at) + 0u];
+                const double sk_e41 = ((double)(((sk_e42 > (0.0f)) && (sk_e42 <= (3.4028235e38f))) ? sk_log(sk_e42) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e40 = sk_bitcast<unsigned long long>(sk_e41);
+                lq0 = ((((sk_e40 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e40 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e41);
+                const float sk_e45 = lp[(size_t)(lq_at) + 1u];
+                const double sk_e44 = ((double)(((sk_e45 > (0.0f)) && (sk_e45 <= (3.4028235e38f))) ? sk_log(sk_e45) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e43 = sk_bitcast<unsigned long long>(sk_e44);
+                lq1 = ((((sk_e43 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e43 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e44);
+                const float sk_e48 = lp[(size_t)(lq_at) + 2u];
+                const double sk_e47 = ((double)(((sk_e48 > (0.0f)) && (sk_e48 <= (3.4028235e38f))) ? sk_log(sk_e48) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e46 = sk_bitcast<unsigned long long>(sk_e47);
+                lq2 = ((((sk_e46 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e46 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e47);
+                const float sk_e51 = lp[(size_t)(lq_at) + 3u];
+                const double sk_e50 = ((double)(((sk_e51 > (0.0f)) && (sk_e51 <= (3.4028235e38f))) ? sk_log(sk_e51) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e49 = sk_bitcast<unsigned long long>(sk_e50);
+                lq3 = ((((sk_e49 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e49 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e50);
+            } else {
+                // built by kernels::abi::load_quad_as
+                const unsigned int sk_e56 = (c0 + 0u);
+                const bool sk_e55 = (sk_e56 < col_hi);
+                const float sk_e54 = lp[(base + (sk_e55 ? sk_e56 : (col_hi - 1u)))];
+                const double sk_e53 = ((double)(((sk_e54 > (0.0f)) && (sk_e54 <= (3.4028235e38f))) ? sk_log(sk_e54) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e52 = sk_bitcast<unsigned long long>(sk_e53);
+                lq0 = (sk_e55 ? ((((sk_e52 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e52 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e53) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e61 = (c0 + 1u);
+                const bool sk_e60 = (sk_e61 < col_hi);
+                const float sk_e59 = lp[(base + (sk_e60 ? sk_e61 : (col_hi - 1u)))];
+                const double sk_e58 = ((double)(((sk_e59 > (0.0f)) && (sk_e59 <= (3.4028235e38f))) ? sk_log(sk_e59) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e57 = sk_bitcast<unsigned long long>(sk_e58);
+                lq1 = (sk_e60 ? ((((sk_e57 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e57 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e58) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e66 = (c0 + 2u);
+                const bool sk_e65 = (sk_e66 < col_hi);
+                const float sk_e64 = lp[(base + (sk_e65 ? sk_e66 : (col_hi - 1u)))];
+                const double sk_e63 = ((double)(((sk_e64 > (0.0f)) && (sk_e64 <= (3.4028235e38f))) ? sk_log(sk_e64) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e62 = sk_bitcast<unsigned long long>(sk_e63);
+                lq2 = (sk_e65 ? ((((sk_e62 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e62 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e63) : sk_bitcast<double>(18442240474082181120ull));
+                const unsigned int sk_e71 = (c0 + 3u);
+                const bool sk_e70 = (sk_e71 < col_hi);
+                const float sk_e69 = lp[(base + (sk_e70 ? sk_e71 : (col_hi - 1u)))];
+                const double sk_e68 = ((double)(((sk_e69 > (0.0f)) && (sk_e69 <= (3.4028235e38f))) ? sk_log(sk_e69) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e67 = sk_bitcast<unsigned long long>(sk_e68);
+                lq3 = (sk_e70 ? ((((sk_e67 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e67 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e68) : sk_bitcast<double>(18442240474082181120ull));
+            }
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
-                    const float sk_e22 = lp[(base + col)];
-                    const double sk_e21 = ((double)(((sk_e22 > (0.0f)) && (sk_e22 <= (3.4028235e38f))) ? sk_log(sk_e22) : sk_bitcast<float>(4286578688u)));
-                    const unsigned long long sk_e20 = sk_bitcast<unsigned long long>(sk_e21);
-                    float lp32 = ((float)((((sk_e20 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e20 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e21));
+                    float lp32 = ((float)lq0);
                     float g32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e23 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col));
+                        const unsigned int sk_e72 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e72 + 8u)], rows[(sk_e72 + 9u)], rows[(sk_e72 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         // built by kernels::seeded::float64_race
-                        const float sk_e26 = lp[(base + col)];
-                        const double sk_e25 = ((double)(((sk_e26 > (0.0f)) && (sk_e26 <= (3.4028235e38f))) ? sk_log(sk_e26) : sk_bitcast<float>(4286578688u)));
-                        const unsigned long long sk_e24 = sk_bitcast<unsigned long long>(sk_e25);
-                        double s64 = ((((sk_e24 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e24 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e25);
+                        double s64 = lq0;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e27 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e27 + 8u)], rows[(sk_e27 + 9u)], rows[(sk_e27 + 10u)], col)));
+                            const unsigned int sk_e73 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e73 + 8u)], rows[(sk_e73 + 9u)], rows[(sk_e73 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -310,28 +392,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
-                    const float sk_e30 = lp[(base + col)];
-                    const double sk_e29 = ((double)(((sk_e30 > (0.0f)) && (sk_e30 <= (3.4028235e38f))) ? sk_log(sk_e30) : sk_bitcast<float>(4286578688u)));
-                    const unsigned long long sk_e28 = sk_bitcast<unsigned long long>(sk_e29);
-                    float lp32 = ((float)((((sk_e28 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e28 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e29));
+                    float lp32 = ((float)lq1);
                     float g32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e31 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e31 + 8u)], rows[(sk_e31 + 9u)], rows[(sk_e31 + 10u)], col));
+                        const unsigned int sk_e74 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e74 + 8u)], rows[(sk_e74 + 9u)], rows[(sk_e74 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         // built by kernels::seeded::float64_race
-                        const float sk_e34 = lp[(base + col)];
-                        const double sk_e33 = ((double)(((sk_e34 > (0.0f)) && (sk_e34 <= (3.4028235e38f))) ? sk_log(sk_e34) : sk_bitcast<float>(4286578688u)));
-                        const unsigned long long sk_e32 = sk_bitcast<unsigned long long>(sk_e33);
-                        double s64 = ((((sk_e32 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e32 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e33);
+                        double s64 = lq1;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e35 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e35 + 8u)], rows[(sk_e35 + 9u)], rows[(sk_e35 + 10u)], col)));
+                            const unsigned int sk_e75 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e75 + 8u)], rows[(sk_e75 + 9u)], rows[(sk_e75 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -344,28 +420,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
-                    const float sk_e38 = lp[(base + col)];
-                    const double sk_e37 = ((double)(((sk_e38 > (0.0f)) && (sk_e38 <= (3.4028235e38f))) ? sk_log(sk_e38) : sk_bitcast<float>(4286578688u)));
-                    const unsigned long long sk_e36 = sk_bitcast<unsigned long long>(sk_e37);
-                    float lp32 = ((float)((((sk_e36 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e36 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e37));
+                    float lp32 = ((float)lq2);
                     float g32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e39 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], col));
+                        const unsigned int sk_e76 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e76 + 8u)], rows[(sk_e76 + 9u)], rows[(sk_e76 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         // built by kernels::seeded::float64_race
-                        const float sk_e42 = lp[(base + col)];
-                        const double sk_e41 = ((double)(((sk_e42 > (0.0f)) && (sk_e42 <= (3.4028235e38f))) ? sk_log(sk_e42) : sk_bitcast<float>(4286578688u)));
-                        const unsigned long long sk_e40 = sk_bitcast<unsigned long long>(sk_e41);
-                        double s64 = ((((sk_e40 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e40 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e41);
+                        double s64 = lq2;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e43 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col)));
+                            const unsigned int sk_e77 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e77 + 8u)], rows[(sk_e77 + 9u)], rows[(sk_e77 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -378,28 +448,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
-                    const float sk_e46 = lp[(base + col)];
-                    const double sk_e45 = ((double)(((sk_e46 > (0.0f)) && (sk_e46 <= (3.4028235e38f))) ? sk_log(sk_e46) : sk_bitcast<float>(4286578688u)));
-                    const unsigned long long sk_e44 = sk_bitcast<unsigned long long>(sk_e45);
-                    float lp32 = ((float)((((sk_e44 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e44 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e45));
+                    float lp32 = ((float)lq3);
                     float g32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e47 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e47 + 8u)], rows[(sk_e47 + 9u)], rows[(sk_e47 + 10u)], col));
+                        const unsigned int sk_e78 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e78 + 8u)], rows[(sk_e78 + 9u)], rows[(sk_e78 + 10u)], col));
                     }
                     float s32 = (lp32 + g32);
                     float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         // built by kernels::seeded::float64_race
-                        const float sk_e50 = lp[(base + col)];
-                        const double sk_e49 = ((double)(((sk_e50 > (0.0f)) && (sk_e50 <= (3.4028235e38f))) ? sk_log(sk_e50) : sk_bitcast<float>(4286578688u)));
-                        const unsigned long long sk_e48 = sk_bitcast<unsigned long long>(sk_e49);
-                        double s64 = ((((sk_e48 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e48 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e49);
+                        double s64 = lq3;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            const unsigned int sk_e51 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e51 + 8u)], rows[(sk_e51 + 9u)], rows[(sk_e51 + 10u)], col)));
+                            const unsigned int sk_e79 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e79 + 8u)], rows[(sk_e79 + 9u)], rows[(sk_e79 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -454,10 +518,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
         if (((flags & 1u) != 0u)) {
             // built by kernels::abi::write_results
             if ((threadIdx.x == 0u)) {
-                const float sk_e54 = lp[(base + tok)];
-                const double sk_e53 = ((double)(((sk_e54 > (0.0f)) && (sk_e54 <= (3.4028235e38f))) ? sk_log(sk_e54) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e52 = sk_bitcast<unsigned long long>(sk_e53);
-                logprobs[row] = (valid ? ((float)((((sk_e52 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e52 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e53)) : sk_bitcast<float>(4286578688u));
+                const float sk_e82 = lp[(base + tok)];
+                const double sk_e81 = ((double)(((sk_e82 > (0.0f)) && (sk_e82 <= (3.4028235e38f))) ? sk_log(sk_e82) : sk_bitcast<float>(4286578688u)));
+                const unsigned long long sk_e80 = sk_bitcast<unsigned long long>(sk_e81);
+                logprobs[row] = (valid ? ((float)((((sk_e80 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e80 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e81)) : sk_bitcast<float>(4286578688u));
             }
         }
     }

@@ -136,19 +136,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
                 float x1 = sk_bitcast<float>(4286578688u);
                 float x2 = sk_bitcast<float>(4286578688u);
                 float x3 = sk_bitcast<float>(4286578688u);
-                unsigned int quad_at = (base + c0);
+                unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad
-                    const float sk_e0 = sk_bf16(x[(size_t)(quad_at) + 0u]);
+                    // built by kernels::abi::load_quad_as
+                    const float sk_e0 = sk_bf16(x[(size_t)(x_at) + 0u]);
                     x0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
-                    const float sk_e1 = sk_bf16(x[(size_t)(quad_at) + 1u]);
+                    const float sk_e1 = sk_bf16(x[(size_t)(x_at) + 1u]);
                     x1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
-                    const float sk_e2 = sk_bf16(x[(size_t)(quad_at) + 2u]);
+                    const float sk_e2 = sk_bf16(x[(size_t)(x_at) + 2u]);
                     x2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
-                    const float sk_e3 = sk_bf16(x[(size_t)(quad_at) + 3u]);
+                    const float sk_e3 = sk_bf16(x[(size_t)(x_at) + 3u]);
                     x3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                 } else {
-                    // built by kernels::abi::load_quad
+                    // built by kernels::abi::load_quad_as
                     const unsigned int sk_e6 = (c0 + 0u);
                     const bool sk_e5 = (sk_e6 < col_hi);
                     const float sk_e4 = sk_bf16(x[(base + (sk_e5 ? sk_e6 : (col_hi - 1u)))]);
@@ -206,19 +206,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
                 float x1 = sk_bitcast<float>(4286578688u);
                 float x2 = sk_bitcast<float>(4286578688u);
                 float x3 = sk_bitcast<float>(4286578688u);
-                unsigned int quad_at = (base + c0);
+                unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad
-                    const float sk_e20 = sk_bf16(x[(size_t)(quad_at) + 0u]);
+                    // built by kernels::abi::load_quad_as
+                    const float sk_e20 = sk_bf16(x[(size_t)(x_at) + 0u]);
                     x0 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
-                    const float sk_e21 = sk_bf16(x[(size_t)(quad_at) + 1u]);
+                    const float sk_e21 = sk_bf16(x[(size_t)(x_at) + 1u]);
                     x1 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21);
-                    const float sk_e22 = sk_bf16(x[(size_t)(quad_at) + 2u]);
+                    const float sk_e22 = sk_bf16(x[(size_t)(x_at) + 2u]);
                     x2 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
-                    const float sk_e23 = sk_bf16(x[(size_t)(quad_at) + 3u]);
+                    const float sk_e23 = sk_bf16(x[(size_t)(x_at) + 3u]);
                     x3 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
                 } else {
-                    // built by kernels::abi::load_quad
+                    // built by kernels::abi::load_quad_as
                     const unsigned int sk_e26 = (c0 + 0u);
                     const bool sk_e25 = (sk_e26 < col_hi);
                     const float sk_e24 = sk_bf16(x[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))]);
@@ -368,19 +368,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
                     float x1 = sk_bitcast<float>(4286578688u);
                     float x2 = sk_bitcast<float>(4286578688u);
                     float x3 = sk_bitcast<float>(4286578688u);
-                    unsigned int quad_at = (base + c0);
+                    unsigned int x_at = (base + c0);
                     if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                        // built by kernels::abi::load_quad
-                        const float sk_e36 = sk_bf16(x[(size_t)(quad_at) + 0u]);
+                        // built by kernels::abi::load_quad_as
+                        const float sk_e36 = sk_bf16(x[(size_t)(x_at) + 0u]);
                         x0 = (((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36);
-                        const float sk_e37 = sk_bf16(x[(size_t)(quad_at) + 1u]);
+                        const float sk_e37 = sk_bf16(x[(size_t)(x_at) + 1u]);
                         x1 = (((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37);
-                        const float sk_e38 = sk_bf16(x[(size_t)(quad_at) + 2u]);
+                        const float sk_e38 = sk_bf16(x[(size_t)(x_at) + 2u]);
                         x2 = (((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38);
-                        const float sk_e39 = sk_bf16(x[(size_t)(quad_at) + 3u]);
+                        const float sk_e39 = sk_bf16(x[(size_t)(x_at) + 3u]);
                         x3 = (((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39);
                     } else {
-                        // built by kernels::abi::load_quad
+                        // built by kernels::abi::load_quad_as
                         const unsigned int sk_e42 = (c0 + 0u);
                         const bool sk_e41 = (sk_e42 < col_hi);
                         const float sk_e40 = sk_bf16(x[(base + (sk_e41 ? sk_e42 : (col_hi - 1u)))]);

@@ -105,19 +105,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var x1: f32 = bitcast<f32>(4286578688u);
             var x2: f32 = bitcast<f32>(4286578688u);
             var x3: f32 = bitcast<f32>(4286578688u);
-            var quad_at: u32 = (base + c0);
+            var x_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                // built by kernels::abi::load_quad
-                let sk_e0: f32 = sk_load_x((quad_at + 0u));
+                // built by kernels::abi::load_quad_as
+                let sk_e0: f32 = sk_load_x((x_at + 0u));
                 x0 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
-                let sk_e1: f32 = sk_load_x((quad_at + 1u));
+                let sk_e1: f32 = sk_load_x((x_at + 1u));
                 x1 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
-                let sk_e2: f32 = sk_load_x((quad_at + 2u));
+                let sk_e2: f32 = sk_load_x((x_at + 2u));
                 x2 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
-                let sk_e3: f32 = sk_load_x((quad_at + 3u));
+                let sk_e3: f32 = sk_load_x((x_at + 3u));
                 x3 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
             } else {
-                // built by kernels::abi::load_quad
+                // built by kernels::abi::load_quad_as
                 let sk_e6: u32 = (c0 + 0u);
                 let sk_e5: bool = (sk_e6 < col_hi);
                 let sk_e4: f32 = sk_load_x((base + select((col_hi - 1u), sk_e6, sk_e5)));

@@ -273,19 +273,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var x1: f32 = bitcast<f32>(4286578688u);
                 var x2: f32 = bitcast<f32>(4286578688u);
                 var x3: f32 = bitcast<f32>(4286578688u);
-                var quad_at: u32 = (base + c0);
+                var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad
-                    let sk_e4: f32 = x[(quad_at + 0u)];
+                    // built by kernels::abi::load_quad_as
+                    let sk_e4: f32 = x[(x_at + 0u)];
                     x0 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
-                    let sk_e5: f32 = x[(quad_at + 1u)];
+                    let sk_e5: f32 = x[(x_at + 1u)];
                     x1 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
-                    let sk_e6: f32 = x[(quad_at + 2u)];
+                    let sk_e6: f32 = x[(x_at + 2u)];
                     x2 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
-                    let sk_e7: f32 = x[(quad_at + 3u)];
+                    let sk_e7: f32 = x[(x_at + 3u)];
                     x3 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
                 } else {
-                    // built by kernels::abi::load_quad
+                    // built by kernels::abi::load_quad_as
                     let sk_e10: u32 = (c0 + 0u);
                     let sk_e9: bool = (sk_e10 < col_hi);
                     let sk_e8: f32 = x[(base + select((col_hi - 1u), sk_e10, sk_e9))];
@@ -512,19 +512,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var x1: f32 = bitcast<f32>(4286578688u);
                 var x2: f32 = bitcast<f32>(4286578688u);
                 var x3: f32 = bitcast<f32>(4286578688u);
-                var quad_at: u32 = (base + c0);
+                var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad
-                    let sk_e20: f32 = x[(quad_at + 0u)];
+                    // built by kernels::abi::load_quad_as
+                    let sk_e20: f32 = x[(x_at + 0u)];
                     x0 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
-                    let sk_e21: f32 = x[(quad_at + 1u)];
+                    let sk_e21: f32 = x[(x_at + 1u)];
                     x1 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
-                    let sk_e22: f32 = x[(quad_at + 2u)];
+                    let sk_e22: f32 = x[(x_at + 2u)];
                     x2 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
-                    let sk_e23: f32 = x[(quad_at + 3u)];
+                    let sk_e23: f32 = x[(x_at + 3u)];
                     x3 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
                 } else {
-                    // built by kernels::abi::load_quad
+                    // built by kernels::abi::load_quad_as
                     let sk_e26: u32 = (c0 + 0u);
                     let sk_e25: bool = (sk_e26 < col_hi);
                     let sk_e24: f32 = x[(base + select((col_hi - 1u), sk_e26, sk_e25))];
@@ -884,19 +884,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var x1: f32 = bitcast<f32>(4286578688u);
                 var x2: f32 = bitcast<f32>(4286578688u);
                 var x3: f32 = bitcast<f32>(4286578688u);
-                var quad_at: u32 = (base + c0);
+                var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad
-                    let sk_e55: f32 = x[(quad_at + 0u)];
+                    // built by kernels::abi::load_quad_as
+                    let sk_e55: f32 = x[(x_at + 0u)];
                     x0 = select(sk_e55, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e55) & 2147483647u) > 2139095040u));
-                    let sk_e56: f32 = x[(quad_at + 1u)];
+                    let sk_e56: f32 = x[(x_at + 1u)];
                     x1 = select(sk_e56, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u));
-                    let sk_e57: f32 = x[(quad_at + 2u)];
+                    let sk_e57: f32 = x[(x_at + 2u)];
                     x2 = select(sk_e57, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e57) & 2147483647u) > 2139095040u));
-                    let sk_e58: f32 = x[(quad_at + 3u)];
+                    let sk_e58: f32 = x[(x_at + 3u)];
                     x3 = select(sk_e58, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e58) & 2147483647u) > 2139095040u));
                 } else {
-                    // built by kernels::abi::load_quad
+                    // built by kernels::abi::load_quad_as
                     let sk_e61: u32 = (c0 + 0u);
                     let sk_e60: bool = (sk_e61 < col_hi);
                     let sk_e59: f32 = x[(base + select((col_hi - 1u), sk_e61, sk_e60))];

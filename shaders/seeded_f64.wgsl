@@ -107,18 +107,58 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var best_i: u32 = 4294967295u;
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             // built by kernels::abi::for_each_column_then
+            var lq0: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq1: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq2: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq3: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq_at: u32 = (base + c0);
+            if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                // built by kernels::abi::load_quad_as
+                let sk_e1: f64 = lp[(lq_at + 0u)];
+                let sk_e0: u64 = bitcast<u64>(sk_e1);
+                lq0 = select(sk_e1, bitcast<f64>(18442240474082181120lu), (((sk_e0 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e0 == 9218868437227405312lu)));
+                let sk_e3: f64 = lp[(lq_at + 1u)];
+                let sk_e2: u64 = bitcast<u64>(sk_e3);
+                lq1 = select(sk_e3, bitcast<f64>(18442240474082181120lu), (((sk_e2 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e2 == 9218868437227405312lu)));
+                let sk_e5: f64 = lp[(lq_at + 2u)];
+                let sk_e4: u64 = bitcast<u64>(sk_e5);
+                lq2 = select(sk_e5, bitcast<f64>(18442240474082181120lu), (((sk_e4 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e4 == 9218868437227405312lu)));
+                let sk_e7: f64 = lp[(lq_at + 3u)];
+                let sk_e6: u64 = bitcast<u64>(sk_e7);
+                lq3 = select(sk_e7, bitcast<f64>(18442240474082181120lu), (((sk_e6 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e6 == 9218868437227405312lu)));
+            } else {
+                // built by kernels::abi::load_quad_as
+                let sk_e11: u32 = (c0 + 0u);
+                let sk_e10: bool = (sk_e11 < col_hi);
+                let sk_e9: f64 = lp[(base + select((col_hi - 1u), sk_e11, sk_e10))];
+                let sk_e8: u64 = bitcast<u64>(sk_e9);
+                lq0 = select(bitcast<f64>(18442240474082181120lu), select(sk_e9, bitcast<f64>(18442240474082181120lu), (((sk_e8 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e8 == 9218868437227405312lu))), sk_e10);
+                let sk_e15: u32 = (c0 + 1u);
+                let sk_e14: bool = (sk_e15 < col_hi);
+                let sk_e13: f64 = lp[(base + select((col_hi - 1u), sk_e15, sk_e14))];
+                let sk_e12: u64 = bitcast<u64>(sk_e13);
+                lq1 = select(bitcast<f64>(18442240474082181120lu), select(sk_e13, bitcast<f64>(18442240474082181120lu), (((sk_e12 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e12 == 9218868437227405312lu))), sk_e14);
+                let sk_e19: u32 = (c0 + 2u);
+                let sk_e18: bool = (sk_e19 < col_hi);
+                let sk_e17: f64 = lp[(base + select((col_hi - 1u), sk_e19, sk_e18))];
+                let sk_e16: u64 = bitcast<u64>(sk_e17);
+                lq2 = select(bitcast<f64>(18442240474082181120lu), select(sk_e17, bitcast<f64>(18442240474082181120lu), (((sk_e16 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e16 == 9218868437227405312lu))), sk_e18);
+                let sk_e23: u32 = (c0 + 3u);
+                let sk_e22: bool = (sk_e23 < col_hi);
+                let sk_e21: f64 = lp[(base + select((col_hi - 1u), sk_e23, sk_e22))];
+                let sk_e20: u64 = bitcast<u64>(sk_e21);
+                lq3 = select(bitcast<f64>(18442240474082181120lu), select(sk_e21, bitcast<f64>(18442240474082181120lu), (((sk_e20 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e20 == 9218868437227405312lu))), sk_e22);
+            }
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
                     {
                         // built by kernels::seeded::float64_race
-                        let sk_e1: f64 = lp[(base + col)];
-                        let sk_e0: u64 = bitcast<u64>(sk_e1);
-                        var s64: f64 = select(sk_e1, bitcast<f64>(18442240474082181120lu), (((sk_e0 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e0 == 9218868437227405312lu)));
+                        var s64: f64 = lq0;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e2: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e2 + 8u)], rows[(sk_e2 + 9u)], rows[(sk_e2 + 10u)], col)));
+                            let sk_e24: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e24 + 8u)], rows[(sk_e24 + 9u)], rows[(sk_e24 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -133,13 +173,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if ((col < col_hi)) {
                     {
                         // built by kernels::seeded::float64_race
-                        let sk_e4: f64 = lp[(base + col)];
-                        let sk_e3: u64 = bitcast<u64>(sk_e4);
-                        var s64: f64 = select(sk_e4, bitcast<f64>(18442240474082181120lu), (((sk_e3 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e3 == 9218868437227405312lu)));
+                        var s64: f64 = lq1;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e5: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col)));
+                            let sk_e25: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)], rows[(sk_e25 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -154,13 +192,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if ((col < col_hi)) {
                     {
                         // built by kernels::seeded::float64_race
-                        let sk_e7: f64 = lp[(base + col)];
-                        let sk_e6: u64 = bitcast<u64>(sk_e7);
-                        var s64: f64 = select(sk_e7, bitcast<f64>(18442240474082181120lu), (((sk_e6 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e6 == 9218868437227405312lu)));
+                        var s64: f64 = lq2;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e8: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], col)));
+                            let sk_e26: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -175,13 +211,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if ((col < col_hi)) {
                     {
                         // built by kernels::seeded::float64_race
-                        let sk_e10: f64 = lp[(base + col)];
-                        let sk_e9: u64 = bitcast<u64>(sk_e10);
-                        var s64: f64 = select(sk_e10, bitcast<f64>(18442240474082181120lu), (((sk_e9 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e9 == 9218868437227405312lu)));
+                        var s64: f64 = lq3;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e11: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col)));
+                            let sk_e27: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e27 + 8u)], rows[(sk_e27 + 9u)], rows[(sk_e27 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -224,9 +258,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         if (((params.flags & 1u) != 0u)) {
             // built by kernels::abi::write_results
             if ((sk_lid == 0u)) {
-                let sk_e13: f64 = lp[(base + tok)];
-                let sk_e12: u64 = bitcast<u64>(sk_e13);
-                logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(sk_e13, bitcast<f64>(18442240474082181120lu), (((sk_e12 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e12 == 9218868437227405312lu)))), valid);
+                let sk_e29: f64 = lp[(base + tok)];
+                let sk_e28: u64 = bitcast<u64>(sk_e29);
+                logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(sk_e29, bitcast<f64>(18442240474082181120lu), (((sk_e28 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e28 == 9218868437227405312lu)))), valid);
             }
         }
     }

@@ -129,19 +129,66 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var best_i: u32 = 4294967295u;
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             // built by kernels::abi::for_each_column_then
+            var lq0: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq1: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq2: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq3: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq_at: u32 = (base + c0);
+            if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                // built by kernels::abi::load_quad_as
+                let sk_e2: f32 = lp[(lq_at + 0u)];
+                let sk_e1: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e2), ((sk_e2 > (0.0f)) && (sk_e2 <= (3.4028235e38f)))));
+                let sk_e0: u64 = bitcast<u64>(sk_e1);
+                lq0 = select(sk_e1, bitcast<f64>(18442240474082181120lu), (((sk_e0 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e0 == 9218868437227405312lu)));
+                let sk_e5: f32 = lp[(lq_at + 1u)];
+                let sk_e4: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e5), ((sk_e5 > (0.0f)) && (sk_e5 <= (3.4028235e38f)))));
+                let sk_e3: u64 = bitcast<u64>(sk_e4);
+                lq1 = select(sk_e4, bitcast<f64>(18442240474082181120lu), (((sk_e3 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e3 == 9218868437227405312lu)));
+                let sk_e8: f32 = lp[(lq_at + 2u)];
+                let sk_e7: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e8), ((sk_e8 > (0.0f)) && (sk_e8 <= (3.4028235e38f)))));
+                let sk_e6: u64 = bitcast<u64>(sk_e7);
+                lq2 = select(sk_e7, bitcast<f64>(18442240474082181120lu), (((sk_e6 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e6 == 9218868437227405312lu)));
+                let sk_e11: f32 = lp[(lq_at + 3u)];
+                let sk_e10: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e11), ((sk_e11 > (0.0f)) && (sk_e11 <= (3.4028235e38f)))));
+                let sk_e9: u64 = bitcast<u64>(sk_e10);
+                lq3 = select(sk_e10, bitcast<f64>(18442240474082181120lu), (((sk_e9 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e9 == 9218868437227405312lu)));
+            } else {
+                // built by kernels::abi::load_quad_as
+                let sk_e16: u32 = (c0 + 0u);
+                let sk_e15: bool = (sk_e16 < col_hi);
+                let sk_e14: f32 = lp[(base + select((col_hi - 1u), sk_e16, sk_e15))];
+                let sk_e13: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e14), ((sk_e14 > (0.0f)) && (sk_e14 <= (3.4028235e38f)))));
+                let sk_e12: u64 = bitcast<u64>(sk_e13);
+                lq0 = select(bitcast<f64>(18442240474082181120lu), select(sk_e13, bitcast<f64>(18442240474082181120lu), (((sk_e12 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e12 == 9218868437227405312lu))), sk_e15);
+                let sk_e21: u32 = (c0 + 1u);
+                let sk_e20: bool = (sk_e21 < col_hi);
+                let sk_e19: f32 = lp[(base + select((col_hi - 1u), sk_e21, sk_e20))];
+                let sk_e18: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e19), ((sk_e19 > (0.0f)) && (sk_e19 <= (3.4028235e38f)))));
+                let sk_e17: u64 = bitcast<u64>(sk_e18);
+                lq1 = select(bitcast<f64>(18442240474082181120lu), select(sk_e18, bitcast<f64>(18442240474082181120lu), (((sk_e17 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e17 == 9218868437227405312lu))), sk_e20);
+                let sk_e26: u32 = (c0 + 2u);
+                let sk_e25: bool = (sk_e26 < col_hi);
+                let sk_e24: f32 = lp[(base + select((col_hi - 1u), sk_e26, sk_e25))];
+                let sk_e23: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e24), ((sk_e24 > (0.0f)) && (sk_e24 <= (3.4028235e38f)))));
+                let sk_e22: u64 = bitcast<u64>(sk_e23);
+                lq2 = select(bitcast<f64>(18442240474082181120lu), select(sk_e23, bitcast<f64>(18442240474082181120lu), (((sk_e22 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e22 == 9218868437227405312lu))), sk_e25);
+                let sk_e31: u32 = (c0 + 3u);
+                let sk_e30: bool = (sk_e31 < col_hi);
+                let sk_e29: f32 = lp[(base + select((col_hi - 1u), sk_e31, sk_e30))];
+                let sk_e28: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e29), ((sk_e29 > (0.0f)) && (sk_e29 <= (3.4028235e38f)))));
+                let sk_e27: u64 = bitcast<u64>(sk_e28);
+                lq3 = select(bitcast<f64>(18442240474082181120lu), select(sk_e28, bitcast<f64>(18442240474082181120lu), (((sk_e27 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e27 == 9218868437227405312lu))), sk_e30);
+            }
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
                     {
                         // built by kernels::seeded::float64_race
-                        let sk_e2: f32 = lp[(base + col)];
-                        let sk_e1: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e2), ((sk_e2 > (0.0f)) && (sk_e2 <= (3.4028235e38f)))));
-                        let sk_e0: u64 = bitcast<u64>(sk_e1);
-                        var s64: f64 = select(sk_e1, bitcast<f64>(18442240474082181120lu), (((sk_e0 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e0 == 9218868437227405312lu)));
+                        var s64: f64 = lq0;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e3: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col)));
+                            let sk_e32: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -156,14 +203,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if ((col < col_hi)) {
                     {
                         // built by kernels::seeded::float64_race
-                        let sk_e6: f32 = lp[(base + col)];
-                        let sk_e5: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e6), ((sk_e6 > (0.0f)) && (sk_e6 <= (3.4028235e38f)))));
-                        let sk_e4: u64 = bitcast<u64>(sk_e5);
-                        var s64: f64 = select(sk_e5, bitcast<f64>(18442240474082181120lu), (((sk_e4 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e4 == 9218868437227405312lu)));
+                        var s64: f64 = lq1;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e7: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col)));
+                            let sk_e33: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)], rows[(sk_e33 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -178,14 +222,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if ((col < col_hi)) {
                     {
                         // built by kernels::seeded::float64_race
-                        let sk_e10: f32 = lp[(base + col)];
-                        let sk_e9: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e10), ((sk_e10 > (0.0f)) && (sk_e10 <= (3.4028235e38f)))));
-                        let sk_e8: u64 = bitcast<u64>(sk_e9);
-                        var s64: f64 = select(sk_e9, bitcast<f64>(18442240474082181120lu), (((sk_e8 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e8 == 9218868437227405312lu)));
+                        var s64: f64 = lq2;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e11: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col)));
+                            let sk_e34: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e34 + 8u)], rows[(sk_e34 + 9u)], rows[(sk_e34 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -200,14 +241,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if ((col < col_hi)) {
                     {
                         // built by kernels::seeded::float64_race
-                        let sk_e14: f32 = lp[(base + col)];
-                        let sk_e13: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e14), ((sk_e14 > (0.0f)) && (sk_e14 <= (3.4028235e38f)))));
-                        let sk_e12: u64 = bitcast<u64>(sk_e13);
-                        var s64: f64 = select(sk_e13, bitcast<f64>(18442240474082181120lu), (((sk_e12 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e12 == 9218868437227405312lu)));
+                        var s64: f64 = lq3;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e15: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
+                            let sk_e35: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e35 + 8u)], rows[(sk_e35 + 9u)], rows[(sk_e35 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -250,10 +288,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         if (((params.flags & 1u) != 0u)) {
             // built by kernels::abi::write_results
             if ((sk_lid == 0u)) {
-                let sk_e18: f32 = lp[(base + tok)];
-                let sk_e17: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e18), ((sk_e18 > (0.0f)) && (sk_e18 <= (3.4028235e38f)))));
-                let sk_e16: u64 = bitcast<u64>(sk_e17);
-                logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(sk_e17, bitcast<f64>(18442240474082181120lu), (((sk_e16 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e16 == 9218868437227405312lu)))), valid);
+                let sk_e38: f32 = lp[(base + tok)];
+                let sk_e37: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e38), ((sk_e38 > (0.0f)) && (sk_e38 <= (3.4028235e38f)))));
+                let sk_e36: u64 = bitcast<u64>(sk_e37);
+                logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(sk_e37, bitcast<f64>(18442240474082181120lu), (((sk_e36 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e36 == 9218868437227405312lu)))), valid);
             }
         }
     }

@@ -140,17 +140,57 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var best32_i: u32 = 4294967295u;
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             // built by kernels::abi::for_each_column_then
+            var lq0: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq1: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq2: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq3: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq_at: u32 = (base + c0);
+            if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                // built by kernels::abi::load_quad_as
+                let sk_e1: f64 = lp[(lq_at + 0u)];
+                let sk_e0: u64 = bitcast<u64>(sk_e1);
+                lq0 = select(sk_e1, bitcast<f64>(18442240474082181120lu), (((sk_e0 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e0 == 9218868437227405312lu)));
+                let sk_e3: f64 = lp[(lq_at + 1u)];
+                let sk_e2: u64 = bitcast<u64>(sk_e3);
+                lq1 = select(sk_e3, bitcast<f64>(18442240474082181120lu), (((sk_e2 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e2 == 9218868437227405312lu)));
+                let sk_e5: f64 = lp[(lq_at + 2u)];
+                let sk_e4: u64 = bitcast<u64>(sk_e5);
+                lq2 = select(sk_e5, bitcast<f64>(18442240474082181120lu), (((sk_e4 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e4 == 9218868437227405312lu)));
+                let sk_e7: f64 = lp[(lq_at + 3u)];
+                let sk_e6: u64 = bitcast<u64>(sk_e7);
+                lq3 = select(sk_e7, bitcast<f64>(18442240474082181120lu), (((sk_e6 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e6 == 9218868437227405312lu)));
+            } else {
+                // built by kernels::abi::load_quad_as
+                let sk_e11: u32 = (c0 + 0u);
+                let sk_e10: bool = (sk_e11 < col_hi);
+                let sk_e9: f64 = lp[(base + select((col_hi - 1u), sk_e11, sk_e10))];
+                let sk_e8: u64 = bitcast<u64>(sk_e9);
+                lq0 = select(bitcast<f64>(18442240474082181120lu), select(sk_e9, bitcast<f64>(18442240474082181120lu), (((sk_e8 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e8 == 9218868437227405312lu))), sk_e10);
+                let sk_e15: u32 = (c0 + 1u);
+                let sk_e14: bool = (sk_e15 < col_hi);
+                let sk_e13: f64 = lp[(base + select((col_hi - 1u), sk_e15, sk_e14))];
+                let sk_e12: u64 = bitcast<u64>(sk_e13);
+                lq1 = select(bitcast<f64>(18442240474082181120lu), select(sk_e13, bitcast<f64>(18442240474082181120lu), (((sk_e12 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e12 == 9218868437227405312lu))), sk_e14);
+                let sk_e19: u32 = (c0 + 2u);
+                let sk_e18: bool = (sk_e19 < col_hi);
+                let sk_e17: f64 = lp[(base + select((col_hi - 1u), sk_e19, sk_e18))];
+                let sk_e16: u64 = bitcast<u64>(sk_e17);
+                lq2 = select(bitcast<f64>(18442240474082181120lu), select(sk_e17, bitcast<f64>(18442240474082181120lu), (((sk_e16 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e16 == 9218868437227405312lu))), sk_e18);
+                let sk_e23: u32 = (c0 + 3u);
+                let sk_e22: bool = (sk_e23 < col_hi);
+                let sk_e21: f64 = lp[(base + select((col_hi - 1u), sk_e23, sk_e22))];
+                let sk_e20: u64 = bitcast<u64>(sk_e21);
+                lq3 = select(bitcast<f64>(18442240474082181120lu), select(sk_e21, bitcast<f64>(18442240474082181120lu), (((sk_e20 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e20 == 9218868437227405312lu))), sk_e22);
+            }
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
-                    let sk_e1: f64 = lp[(base + col)];
-                    let sk_e0: u64 = bitcast<u64>(sk_e1);
-                    var lp32: f32 = f32(select(sk_e1, bitcast<f64>(18442240474082181120lu), (((sk_e0 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e0 == 9218868437227405312lu))));
+                    var lp32: f32 = f32(lq0);
                     var g32: f32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        let sk_e2: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e2 + 8u)], rows[(sk_e2 + 9u)], rows[(sk_e2 + 10u)], col));
+                        let sk_e24: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e24 + 8u)], rows[(sk_e24 + 9u)], rows[(sk_e24 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
@@ -164,14 +204,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
-                    let sk_e4: f64 = lp[(base + col)];
-                    let sk_e3: u64 = bitcast<u64>(sk_e4);
-                    var lp32: f32 = f32(select(sk_e4, bitcast<f64>(18442240474082181120lu), (((sk_e3 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e3 == 9218868437227405312lu))));
+                    var lp32: f32 = f32(lq1);
                     var g32: f32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        let sk_e5: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col));
+                        let sk_e25: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)], rows[(sk_e25 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
@@ -185,14 +223,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
-                    let sk_e7: f64 = lp[(base + col)];
-                    let sk_e6: u64 = bitcast<u64>(sk_e7);
-                    var lp32: f32 = f32(select(sk_e7, bitcast<f64>(18442240474082181120lu), (((sk_e6 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e6 == 9218868437227405312lu))));
+                    var lp32: f32 = f32(lq2);
                     var g32: f32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        let sk_e8: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], col));
+                        let sk_e26: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
@@ -206,14 +242,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
-                    let sk_e10: f64 = lp[(base + col)];
-                    let sk_e9: u64 = bitcast<u64>(sk_e10);
-                    var lp32: f32 = f32(select(sk_e10, bitcast<f64>(18442240474082181120lu), (((sk_e9 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e9 == 9218868437227405312lu))));
+                    var lp32: f32 = f32(lq3);
                     var g32: f32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        let sk_e11: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col));
+                        let sk_e27: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e27 + 8u)], rows[(sk_e27 + 9u)], rows[(sk_e27 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
@@ -249,13 +283,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var floor: f32 = (0.0f);
         {
             // built by kernels::seeded::seeded_screened
-            let sk_e13: f64 = lp[(base + win32_i)];
-            let sk_e12: u64 = bitcast<u64>(sk_e13);
-            var lp32: f32 = f32(select(sk_e13, bitcast<f64>(18442240474082181120lu), (((sk_e12 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e12 == 9218868437227405312lu))));
+            let sk_e29: f64 = lp[(base + win32_i)];
+            let sk_e28: u64 = bitcast<u64>(sk_e29);
+            var lp32: f32 = f32(select(sk_e29, bitcast<f64>(18442240474082181120lu), (((sk_e28 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e28 == 9218868437227405312lu))));
             var g32: f32 = (0.0f);
             if (noisy) {
-                let sk_e14: u32 = (row * 12u);
-                g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e14 + 8u)], rows[(sk_e14 + 9u)], rows[(sk_e14 + 10u)], win32_i));
+                let sk_e30: u32 = (row * 12u);
+                g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)], rows[(sk_e30 + 10u)], win32_i));
             }
             var s32: f32 = (lp32 + g32);
             var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
@@ -266,29 +300,67 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var best_i: u32 = 4294967295u;
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             // built by kernels::abi::for_each_column_then
+            var lq0: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq1: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq2: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq3: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq_at: u32 = (base + c0);
+            if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                // built by kernels::abi::load_quad_as
+                let sk_e32: f64 = lp[(lq_at + 0u)];
+                let sk_e31: u64 = bitcast<u64>(sk_e32);
+                lq0 = select(sk_e32, bitcast<f64>(18442240474082181120lu), (((sk_e31 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e31 == 9218868437227405312lu)));
+                let sk_e34: f64 = lp[(lq_at + 1u)];
+                let sk_e33: u64 = bitcast<u64>(sk_e34);
+                lq1 = select(sk_e34, bitcast<f64>(18442240474082181120lu), (((sk_e33 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e33 == 9218868437227405312lu)));
+                let sk_e36: f64 = lp[(lq_at + 2u)];
+                let sk_e35: u64 = bitcast<u64>(sk_e36);
+                lq2 = select(sk_e36, bitcast<f64>(18442240474082181120lu), (((sk_e35 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e35 == 9218868437227405312lu)));
+                let sk_e38: f64 = lp[(lq_at + 3u)];
+                let sk_e37: u64 = bitcast<u64>(sk_e38);
+                lq3 = select(sk_e38, bitcast<f64>(18442240474082181120lu), (((sk_e37 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e37 == 9218868437227405312lu)));
+            } else {
+                // built by kernels::abi::load_quad_as
+                let sk_e42: u32 = (c0 + 0u);
+                let sk_e41: bool = (sk_e42 < col_hi);
+                let sk_e40: f64 = lp[(base + select((col_hi - 1u), sk_e42, sk_e41))];
+                let sk_e39: u64 = bitcast<u64>(sk_e40);
+                lq0 = select(bitcast<f64>(18442240474082181120lu), select(sk_e40, bitcast<f64>(18442240474082181120lu), (((sk_e39 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e39 == 9218868437227405312lu))), sk_e41);
+                let sk_e46: u32 = (c0 + 1u);
+                let sk_e45: bool = (sk_e46 < col_hi);
+                let sk_e44: f64 = lp[(base + select((col_hi - 1u), sk_e46, sk_e45))];
+                let sk_e43: u64 = bitcast<u64>(sk_e44);
+                lq1 = select(bitcast<f64>(18442240474082181120lu), select(sk_e44, bitcast<f64>(18442240474082181120lu), (((sk_e43 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e43 == 9218868437227405312lu))), sk_e45);
+                let sk_e50: u32 = (c0 + 2u);
+                let sk_e49: bool = (sk_e50 < col_hi);
+                let sk_e48: f64 = lp[(base + select((col_hi - 1u), sk_e50, sk_e49))];
+                let sk_e47: u64 = bitcast<u64>(sk_e48);
+                lq2 = select(bitcast<f64>(18442240474082181120lu), select(sk_e48, bitcast<f64>(18442240474082181120lu), (((sk_e47 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e47 == 9218868437227405312lu))), sk_e49);
+                let sk_e54: u32 = (c0 + 3u);
+                let sk_e53: bool = (sk_e54 < col_hi);
+                let sk_e52: f64 = lp[(base + select((col_hi - 1u), sk_e54, sk_e53))];
+                let sk_e51: u64 = bitcast<u64>(sk_e52);
+                lq3 = select(bitcast<f64>(18442240474082181120lu), select(sk_e52, bitcast<f64>(18442240474082181120lu), (((sk_e51 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e51 == 9218868437227405312lu))), sk_e53);
+            }
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
-                    let sk_e16: f64 = lp[(base + col)];
-                    let sk_e15: u64 = bitcast<u64>(sk_e16);
-                    var lp32: f32 = f32(select(sk_e16, bitcast<f64>(18442240474082181120lu), (((sk_e15 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e15 == 9218868437227405312lu))));
+                    var lp32: f32 = f32(lq0);
                     var g32: f32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        let sk_e17: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col));
+                        let sk_e55: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e55 + 8u)], rows[(sk_e55 + 9u)], rows[(sk_e55 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         // built by kernels::seeded::float64_race
-                        let sk_e19: f64 = lp[(base + col)];
-                        let sk_e18: u64 = bitcast<u64>(sk_e19);
-                        var s64: f64 = select(sk_e19, bitcast<f64>(18442240474082181120lu), (((sk_e18 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e18 == 9218868437227405312lu)));
+                        var s64: f64 = lq0;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e20: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)], rows[(sk_e20 + 10u)], col)));
+                            let sk_e56: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e56 + 8u)], rows[(sk_e56 + 9u)], rows[(sk_e56 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -301,26 +373,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
-                    let sk_e22: f64 = lp[(base + col)];
-                    let sk_e21: u64 = bitcast<u64>(sk_e22);
-                    var lp32: f32 = f32(select(sk_e22, bitcast<f64>(18442240474082181120lu), (((sk_e21 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e21 == 9218868437227405312lu))));
+                    var lp32: f32 = f32(lq1);
                     var g32: f32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        let sk_e23: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col));
+                        let sk_e57: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e57 + 8u)], rows[(sk_e57 + 9u)], rows[(sk_e57 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         // built by kernels::seeded::float64_race
-                        let sk_e25: f64 = lp[(base + col)];
-                        let sk_e24: u64 = bitcast<u64>(sk_e25);
-                        var s64: f64 = select(sk_e25, bitcast<f64>(18442240474082181120lu), (((sk_e24 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e24 == 9218868437227405312lu)));
+                        var s64: f64 = lq1;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e26: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col)));
+                            let sk_e58: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e58 + 8u)], rows[(sk_e58 + 9u)], rows[(sk_e58 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -333,26 +401,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
-                    let sk_e28: f64 = lp[(base + col)];
-                    let sk_e27: u64 = bitcast<u64>(sk_e28);
-                    var lp32: f32 = f32(select(sk_e28, bitcast<f64>(18442240474082181120lu), (((sk_e27 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e27 == 9218868437227405312lu))));
+                    var lp32: f32 = f32(lq2);
                     var g32: f32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        let sk_e29: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e29 + 8u)], rows[(sk_e29 + 9u)], rows[(sk_e29 + 10u)], col));
+                        let sk_e59: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e59 + 8u)], rows[(sk_e59 + 9u)], rows[(sk_e59 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         // built by kernels::seeded::float64_race
-                        let sk_e31: f64 = lp[(base + col)];
-                        let sk_e30: u64 = bitcast<u64>(sk_e31);
-                        var s64: f64 = select(sk_e31, bitcast<f64>(18442240474082181120lu), (((sk_e30 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e30 == 9218868437227405312lu)));
+                        var s64: f64 = lq2;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e32: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], col)));
+                            let sk_e60: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e60 + 8u)], rows[(sk_e60 + 9u)], rows[(sk_e60 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -365,26 +429,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
-                    let sk_e34: f64 = lp[(base + col)];
-                    let sk_e33: u64 = bitcast<u64>(sk_e34);
-                    var lp32: f32 = f32(select(sk_e34, bitcast<f64>(18442240474082181120lu), (((sk_e33 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e33 == 9218868437227405312lu))));
+                    var lp32: f32 = f32(lq3);
                     var g32: f32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        let sk_e35: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e35 + 8u)], rows[(sk_e35 + 9u)], rows[(sk_e35 + 10u)], col));
+                        let sk_e61: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e61 + 8u)], rows[(sk_e61 + 9u)], rows[(sk_e61 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         // built by kernels::seeded::float64_race
-                        let sk_e37: f64 = lp[(base + col)];
-                        let sk_e36: u64 = bitcast<u64>(sk_e37);
-                        var s64: f64 = select(sk_e37, bitcast<f64>(18442240474082181120lu), (((sk_e36 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e36 == 9218868437227405312lu)));
+                        var s64: f64 = lq3;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e38: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], col)));
+                            let sk_e62: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e62 + 8u)], rows[(sk_e62 + 9u)], rows[(sk_e62 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -427,9 +487,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         if (((params.flags & 1u) != 0u)) {
             // built by kernels::abi::write_results
             if ((sk_lid == 0u)) {
-                let sk_e40: f64 = lp[(base + tok)];
-                let sk_e39: u64 = bitcast<u64>(sk_e40);
-                logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(sk_e40, bitcast<f64>(18442240474082181120lu), (((sk_e39 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e39 == 9218868437227405312lu)))), valid);
+                let sk_e64: f64 = lp[(base + tok)];
+                let sk_e63: u64 = bitcast<u64>(sk_e64);
+                logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(sk_e64, bitcast<f64>(18442240474082181120lu), (((sk_e63 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e63 == 9218868437227405312lu)))), valid);
             }
         }
     }

@@ -140,18 +140,65 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var best32_i: u32 = 4294967295u;
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             // built by kernels::abi::for_each_column_then
+            var lq0: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq1: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq2: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq3: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq_at: u32 = (base + c0);
+            if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                // built by kernels::abi::load_quad_as
+                let sk_e2: f32 = lp[(lq_at + 0u)];
+                let sk_e1: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e2), ((sk_e2 > (0.0f)) && (sk_e2 <= (3.4028235e38f)))));
+                let sk_e0: u64 = bitcast<u64>(sk_e1);
+                lq0 = select(sk_e1, bitcast<f64>(18442240474082181120lu), (((sk_e0 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e0 == 9218868437227405312lu)));
+                let sk_e5: f32 = lp[(lq_at + 1u)];
+                let sk_e4: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e5), ((sk_e5 > (0.0f)) && (sk_e5 <= (3.4028235e38f)))));
+                let sk_e3: u64 = bitcast<u64>(sk_e4);
+                lq1 = select(sk_e4, bitcast<f64>(18442240474082181120lu), (((sk_e3 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e3 == 9218868437227405312lu)));
+                let sk_e8: f32 = lp[(lq_at + 2u)];
+                let sk_e7: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e8), ((sk_e8 > (0.0f)) && (sk_e8 <= (3.4028235e38f)))));
+                let sk_e6: u64 = bitcast<u64>(sk_e7);
+                lq2 = select(sk_e7, bitcast<f64>(18442240474082181120lu), (((sk_e6 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e6 == 9218868437227405312lu)));
+                let sk_e11: f32 = lp[(lq_at + 3u)];
+                let sk_e10: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e11), ((sk_e11 > (0.0f)) && (sk_e11 <= (3.4028235e38f)))));
+                let sk_e9: u64 = bitcast<u64>(sk_e10);
+                lq3 = select(sk_e10, bitcast<f64>(18442240474082181120lu), (((sk_e9 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e9 == 9218868437227405312lu)));
+            } else {
+                // built by kernels::abi::load_quad_as
+                let sk_e16: u32 = (c0 + 0u);
+                let sk_e15: bool = (sk_e16 < col_hi);
+                let sk_e14: f32 = lp[(base + select((col_hi - 1u), sk_e16, sk_e15))];
+                let sk_e13: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e14), ((sk_e14 > (0.0f)) && (sk_e14 <= (3.4028235e38f)))));
+                let sk_e12: u64 = bitcast<u64>(sk_e13);
+                lq0 = select(bitcast<f64>(18442240474082181120lu), select(sk_e13, bitcast<f64>(18442240474082181120lu), (((sk_e12 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e12 == 9218868437227405312lu))), sk_e15);
+                let sk_e21: u32 = (c0 + 1u);
+                let sk_e20: bool = (sk_e21 < col_hi);
+                let sk_e19: f32 = lp[(base + select((col_hi - 1u), sk_e21, sk_e20))];
+                let sk_e18: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e19), ((sk_e19 > (0.0f)) && (sk_e19 <= (3.4028235e38f)))));
+                let sk_e17: u64 = bitcast<u64>(sk_e18);
+                lq1 = select(bitcast<f64>(18442240474082181120lu), select(sk_e18, bitcast<f64>(18442240474082181120lu), (((sk_e17 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e17 == 9218868437227405312lu))), sk_e20);
+                let sk_e26: u32 = (c0 + 2u);
+                let sk_e25: bool = (sk_e26 < col_hi);
+                let sk_e24: f32 = lp[(base + select((col_hi - 1u), sk_e26, sk_e25))];
+                let sk_e23: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e24), ((sk_e24 > (0.0f)) && (sk_e24 <= (3.4028235e38f)))));
+                let sk_e22: u64 = bitcast<u64>(sk_e23);
+                lq2 = select(bitcast<f64>(18442240474082181120lu), select(sk_e23, bitcast<f64>(18442240474082181120lu), (((sk_e22 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e22 == 9218868437227405312lu))), sk_e25);
+                let sk_e31: u32 = (c0 + 3u);
+                let sk_e30: bool = (sk_e31 < col_hi);
+                let sk_e29: f32 = lp[(base + select((col_hi - 1u), sk_e31, sk_e30))];
+                let sk_e28: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e29), ((sk_e29 > (0.0f)) && (sk_e29 <= (3.4028235e38f)))));
+                let sk_e27: u64 = bitcast<u64>(sk_e28);
+                lq3 = select(bitcast<f64>(18442240474082181120lu), select(sk_e28, bitcast<f64>(18442240474082181120lu), (((sk_e27 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e27 == 9218868437227405312lu))), sk_e30);
+            }
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
-                    let sk_e2: f32 = lp[(base + col)];
-                    let sk_e1: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e2), ((sk_e2 > (0.0f)) && (sk_e2 <= (3.4028235e38f)))));
-                    let sk_e0: u64 = bitcast<u64>(sk_e1);
-                    var lp32: f32 = f32(select(sk_e1, bitcast<f64>(18442240474082181120lu), (((sk_e0 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e0 == 9218868437227405312lu))));
+                    var lp32: f32 = f32(lq0);
                     var g32: f32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        let sk_e3: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col));
+                        let sk_e32: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
@@ -165,15 +212,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
-                    let sk_e6: f32 = lp[(base + col)];
-                    let sk_e5: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e6), ((sk_e6 > (0.0f)) && (sk_e6 <= (3.4028235e38f)))));
-                    let sk_e4: u64 = bitcast<u64>(sk_e5);
-                    var lp32: f32 = f32(select(sk_e5, bitcast<f64>(18442240474082181120lu), (((sk_e4 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e4 == 9218868437227405312lu))));
+                    var lp32: f32 = f32(lq1);
                     var g32: f32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        let sk_e7: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col));
+                        let sk_e33: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)], rows[(sk_e33 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
@@ -187,15 +231,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
-                    let sk_e10: f32 = lp[(base + col)];
-                    let sk_e9: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e10), ((sk_e10 > (0.0f)) && (sk_e10 <= (3.4028235e38f)))));
-                    let sk_e8: u64 = bitcast<u64>(sk_e9);
-                    var lp32: f32 = f32(select(sk_e9, bitcast<f64>(18442240474082181120lu), (((sk_e8 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e8 == 9218868437227405312lu))));
+                    var lp32: f32 = f32(lq2);
                     var g32: f32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        let sk_e11: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col));
+                        let sk_e34: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e34 + 8u)], rows[(sk_e34 + 9u)], rows[(sk_e34 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
@@ -209,15 +250,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
-                    let sk_e14: f32 = lp[(base + col)];
-                    let sk_e13: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e14), ((sk_e14 > (0.0f)) && (sk_e14 <= (3.4028235e38f)))));
-                    let sk_e12: u64 = bitcast<u64>(sk_e13);
-                    var lp32: f32 = f32(select(sk_e13, bitcast<f64>(18442240474082181120lu), (((sk_e12 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e12 == 9218868437227405312lu))));
+                    var lp32: f32 = f32(lq3);
                     var g32: f32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        let sk_e15: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col));
+                        let sk_e35: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e35 + 8u)], rows[(sk_e35 + 9u)], rows[(sk_e35 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
@@ -253,14 +291,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var floor: f32 = (0.0f);
         {
             // built by kernels::seeded::seeded_screened
-            let sk_e18: f32 = lp[(base + win32_i)];
-            let sk_e17: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e18), ((sk_e18 > (0.0f)) && (sk_e18 <= (3.4028235e38f)))));
-            let sk_e16: u64 = bitcast<u64>(sk_e17);
-            var lp32: f32 = f32(select(sk_e17, bitcast<f64>(18442240474082181120lu), (((sk_e16 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e16 == 9218868437227405312lu))));
+            let sk_e38: f32 = lp[(base + win32_i)];
+            let sk_e37: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e38), ((sk_e38 > (0.0f)) && (sk_e38 <= (3.4028235e38f)))));
+            let sk_e36: u64 = bitcast<u64>(sk_e37);
+            var lp32: f32 = f32(select(sk_e37, bitcast<f64>(18442240474082181120lu), (((sk_e36 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e36 == 9218868437227405312lu))));
             var g32: f32 = (0.0f);
             if (noisy) {
-                let sk_e19: u32 = (row * 12u);
-                g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], win32_i));
+                let sk_e39: u32 = (row * 12u);
+                g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], win32_i));
             }
             var s32: f32 = (lp32 + g32);
             var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
@@ -271,31 +309,75 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var best_i: u32 = 4294967295u;
         for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
             // built by kernels::abi::for_each_column_then
+            var lq0: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq1: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq2: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq3: f64 = bitcast<f64>(18442240474082181120lu);
+            var lq_at: u32 = (base + c0);
+            if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
+                // built by kernels::abi::load_quad_as
+                let sk_e42: f32 = lp[(lq_at + 0u)];
+                let sk_e41: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e42), ((sk_e42 > (0.0f)) && (sk_e42 <= (3.4028235e38f)))));
+                let sk_e40: u64 = bitcast<u64>(sk_e41);
+                lq0 = select(sk_e41, bitcast<f64>(18442240474082181120lu), (((sk_e40 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e40 == 9218868437227405312lu)));
+                let sk_e45: f32 = lp[(lq_at + 1u)];
+                let sk_e44: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e45), ((sk_e45 > (0.0f)) && (sk_e45 <= (3.4028235e38f)))));
+                let sk_e43: u64 = bitcast<u64>(sk_e44);
+                lq1 = select(sk_e44, bitcast<f64>(18442240474082181120lu), (((sk_e43 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e43 == 9218868437227405312lu)));
+                let sk_e48: f32 = lp[(lq_at + 2u)];
+                let sk_e47: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e48), ((sk_e48 > (0.0f)) && (sk_e48 <= (3.4028235e38f)))));
+                let sk_e46: u64 = bitcast<u64>(sk_e47);
+                lq2 = select(sk_e47, bitcast<f64>(18442240474082181120lu), (((sk_e46 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e46 == 9218868437227405312lu)));
+                let sk_e51: f32 = lp[(lq_at + 3u)];
+                let sk_e50: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e51), ((sk_e51 > (0.0f)) && (sk_e51 <= (3.4028235e38f)))));
+                let sk_e49: u64 = bitcast<u64>(sk_e50);
+                lq3 = select(sk_e50, bitcast<f64>(18442240474082181120lu), (((sk_e49 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e49 == 9218868437227405312lu)));
+            } else {
+                // built by kernels::abi::load_quad_as
+                let sk_e56: u32 = (c0 + 0u);
+                let sk_e55: bool = (sk_e56 < col_hi);
+                let sk_e54: f32 = lp[(base + select((col_hi - 1u), sk_e56, sk_e55))];
+                let sk_e53: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e54), ((sk_e54 > (0.0f)) && (sk_e54 <= (3.4028235e38f)))));
+                let sk_e52: u64 = bitcast<u64>(sk_e53);
+                lq0 = select(bitcast<f64>(18442240474082181120lu), select(sk_e53, bitcast<f64>(18442240474082181120lu), (((sk_e52 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e52 == 9218868437227405312lu))), sk_e55);
+                let sk_e61: u32 = (c0 + 1u);
+                let sk_e60: bool = (sk_e61 < col_hi);
+                let sk_e59: f32 = lp[(base + select((col_hi - 1u), sk_e61, sk_e60))];
+                let sk_e58: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e59), ((sk_e59 > (0.0f)) && (sk_e59 <= (3.4028235e38f)))));
+                let sk_e57: u64 = bitcast<u64>(sk_e58);
+                lq1 = select(bitcast<f64>(18442240474082181120lu), select(sk_e58, bitcast<f64>(18442240474082181120lu), (((sk_e57 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e57 == 9218868437227405312lu))), sk_e60);
+                let sk_e66: u32 = (c0 + 2u);
+                let sk_e65: bool = (sk_e66 < col_hi);
+                let sk_e64: f32 = lp[(base + select((col_hi - 1u), sk_e66, sk_e65))];
+                let sk_e63: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e64), ((sk_e64 > (0.0f)) && (sk_e64 <= (3.4028235e38f)))));
+                let sk_e62: u64 = bitcast<u64>(sk_e63);
+                lq2 = select(bitcast<f64>(18442240474082181120lu), select(sk_e63, bitcast<f64>(18442240474082181120lu), (((sk_e62 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e62 == 9218868437227405312lu))), sk_e65);
+                let sk_e71: u32 = (c0 + 3u);
+                let sk_e70: bool = (sk_e71 < col_hi);
+                let sk_e69: f32 = lp[(base + select((col_hi - 1u), sk_e71, sk_e70))];
+                let sk_e68: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e69), ((sk_e69 > (0.0f)) && (sk_e69 <= (3.4028235e38f)))));
+                let sk_e67: u64 = bitcast<u64>(sk_e68);
+                lq3 = select(bitcast<f64>(18442240474082181120lu), select(sk_e68, bitcast<f64>(18442240474082181120lu), (((sk_e67 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e67 == 9218868437227405312lu))), sk_e70);
+            }
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
-                    let sk_e22: f32 = lp[(base + col)];
-                    let sk_e21: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e22), ((sk_e22 > (0.0f)) && (sk_e22 <= (3.4028235e38f)))));
-                    let sk_e20: u64 = bitcast<u64>(sk_e21);
-                    var lp32: f32 = f32(select(sk_e21, bitcast<f64>(18442240474082181120lu), (((sk_e20 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e20 == 9218868437227405312lu))));
+                    var lp32: f32 = f32(lq0);
                     var g32: f32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        let sk_e23: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col));
+                        let sk_e72: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e72 + 8u)], rows[(sk_e72 + 9u)], rows[(sk_e72 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         // built by kernels::seeded::float64_race
-                        let sk_e26: f32 = lp[(base + col)];
-                        let sk_e25: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e26), ((sk_e26 > (0.0f)) && (sk_e26 <= (3.4028235e38f)))));
-                        let sk_e24: u64 = bitcast<u64>(sk_e25);
-                        var s64: f64 = select(sk_e25, bitcast<f64>(18442240474082181120lu), (((sk_e24 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e24 == 9218868437227405312lu)));
+                        var s64: f64 = lq0;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e27: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e27 + 8u)], rows[(sk_e27 + 9u)], rows[(sk_e27 + 10u)], col)));
+                            let sk_e73: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e73 + 8u)], rows[(sk_e73 + 9u)], rows[(sk_e73 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -308,28 +390,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
-                    let sk_e30: f32 = lp[(base + col)];
-                    let sk_e29: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e30), ((sk_e30 > (0.0f)) && (sk_e30 <= (3.4028235e38f)))));
-                    let sk_e28: u64 = bitcast<u64>(sk_e29);
-                    var lp32: f32 = f32(select(sk_e29, bitcast<f64>(18442240474082181120lu), (((sk_e28 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e28 == 9218868437227405312lu))));
+                    var lp32: f32 = f32(lq1);
                     var g32: f32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        let sk_e31: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e31 + 8u)], rows[(sk_e31 + 9u)], rows[(sk_e31 + 10u)], col));
+                        let sk_e74: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e74 + 8u)], rows[(sk_e74 + 9u)], rows[(sk_e74 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         // built by kernels::seeded::float64_race
-                        let sk_e34: f32 = lp[(base + col)];
-                        let sk_e33: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e34), ((sk_e34 > (0.0f)) && (sk_e34 <= (3.4028235e38f)))));
-                        let sk_e32: u64 = bitcast<u64>(sk_e33);
-                        var s64: f64 = select(sk_e33, bitcast<f64>(18442240474082181120lu), (((sk_e32 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e32 == 9218868437227405312lu)));
+                        var s64: f64 = lq1;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e35: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e35 + 8u)], rows[(sk_e35 + 9u)], rows[(sk_e35 + 10u)], col)));
+                            let sk_e75: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e75 + 8u)], rows[(sk_e75 + 9u)], rows[(sk_e75 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -342,28 +418,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
-                    let sk_e38: f32 = lp[(base + col)];
-                    let sk_e37: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e38), ((sk_e38 > (0.0f)) && (sk_e38 <= (3.4028235e38f)))));
-                    let sk_e36: u64 = bitcast<u64>(sk_e37);
-                    var lp32: f32 = f32(select(sk_e37, bitcast<f64>(18442240474082181120lu), (((sk_e36 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e36 == 9218868437227405312lu))));
+                    var lp32: f32 = f32(lq2);
                     var g32: f32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        let sk_e39: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], col));
+                        let sk_e76: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e76 + 8u)], rows[(sk_e76 + 9u)], rows[(sk_e76 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         // built by kernels::seeded::float64_race
-                        let sk_e42: f32 = lp[(base + col)];
-                        let sk_e41: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e42), ((sk_e42 > (0.0f)) && (sk_e42 <= (3.4028235e38f)))));
-                        let sk_e40: u64 = bitcast<u64>(sk_e41);
-                        var s64: f64 = select(sk_e41, bitcast<f64>(18442240474082181120lu), (((sk_e40 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e40 == 9218868437227405312lu)));
+                        var s64: f64 = lq2;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e43: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col)));
+                            let sk_e77: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e77 + 8u)], rows[(sk_e77 + 9u)], rows[(sk_e77 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -376,28 +446,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
-                    let sk_e46: f32 = lp[(base + col)];
-                    let sk_e45: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e46), ((sk_e46 > (0.0f)) && (sk_e46 <= (3.4028235e38f)))));
-                    let sk_e44: u64 = bitcast<u64>(sk_e45);
-                    var lp32: f32 = f32(select(sk_e45, bitcast<f64>(18442240474082181120lu), (((sk_e44 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e44 == 9218868437227405312lu))));
+                    var lp32: f32 = f32(lq3);
                     var g32: f32 = (0.0f);
                     if (noisy) {
                         // built by kernels::seeded::seeded_screened
-                        let sk_e47: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e47 + 8u)], rows[(sk_e47 + 9u)], rows[(sk_e47 + 10u)], col));
+                        let sk_e78: u32 = (row * 12u);
+                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e78 + 8u)], rows[(sk_e78 + 9u)], rows[(sk_e78 + 10u)], col));
                     }
                     var s32: f32 = (lp32 + g32);
                     var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
                     if ((all || ((s32 + err) >= floor))) {
                         // built by kernels::seeded::float64_race
-                        let sk_e50: f32 = lp[(base + col)];
-                        let sk_e49: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e50), ((sk_e50 > (0.0f)) && (sk_e50 <= (3.4028235e38f)))));
-                        let sk_e48: u64 = bitcast<u64>(sk_e49);
-                        var s64: f64 = select(sk_e49, bitcast<f64>(18442240474082181120lu), (((sk_e48 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e48 == 9218868437227405312lu)));
+                        var s64: f64 = lq3;
                         if (noisy) {
                             // built by kernels::seeded::score64
-                            let sk_e51: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e51 + 8u)], rows[(sk_e51 + 9u)], rows[(sk_e51 + 10u)], col)));
+                            let sk_e79: u32 = (row * 12u);
+                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e79 + 8u)], rows[(sk_e79 + 9u)], rows[(sk_e79 + 10u)], col)));
                         }
                         if (((s64 > best) || (best_i == 4294967295u))) {
                             // built by kernels::seeded::keep_best
@@ -440,10 +504,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         if (((params.flags & 1u) != 0u)) {
             // built by kernels::abi::write_results
             if ((sk_lid == 0u)) {
-                let sk_e54: f32 = lp[(base + tok)];
-                let sk_e53: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e54), ((sk_e54 > (0.0f)) && (sk_e54 <= (3.4028235e38f)))));
-                let sk_e52: u64 = bitcast<u64>(sk_e53);
-                logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(sk_e53, bitcast<f64>(18442240474082181120lu), (((sk_e52 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e52 == 9218868437227405312lu)))), valid);
+                let sk_e82: f32 = lp[(base + tok)];
+                let sk_e81: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e82), ((sk_e82 > (0.0f)) && (sk_e82 <= (3.4028235e38f)))));
+                let sk_e80: u64 = bitcast<u64>(sk_e81);
+                logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(sk_e81, bitcast<f64>(18442240474082181120lu), (((sk_e80 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e80 == 9218868437227405312lu)))), valid);
             }
         }
     }

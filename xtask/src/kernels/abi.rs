@@ -243,30 +243,36 @@ pub(super) fn load_clean(col: Expr) -> Expr {
 }
 
 /// Declares `x0` .. `x3`, the values of the quad's four columns from `c0` (NaN read as -inf, a
-/// column past the part as -inf), loaded first and together so that they are in flight at
-/// once: one round trip a quad, not four. A quad inside the part (every one but a part's last)
-/// loads from one address at offsets 0 to 3 (see the CUDA emitter's `index`); the others clamp
-/// each column to the part's last, which they read again.
+/// column past the part as -inf): [`load_quad_as`] of the input.
 pub(super) fn load_quad(b: &mut Block, c0: Expr) {
-    let names: Vec<String> = (0..4).map(|j| format!("x{j}")).collect();
+    load_quad_as(b, c0, "x", Ty::F32, f(f32::NEG_INFINITY), |at| clean(load("x", at)));
+}
+
+/// Declares `{prefix}0` .. `{prefix}3`, `value` of the input's element at each of the quad's
+/// four columns from `c0` (`fill` for a column past the part), loaded first and together so
+/// that they are in flight at once: one round trip a quad, not four. A quad inside the part
+/// (every one but a part's last) loads from one address at offsets 0 to 3 (see the CUDA
+/// emitter's `index`); the others clamp each column to the part's last, which they read again.
+pub(super) fn load_quad_as(b: &mut Block, c0: Expr, prefix: &str, ty: Ty, fill: Expr, value: impl Fn(Expr) -> Expr) {
+    let names: Vec<String> = (0..4).map(|j| format!("{prefix}{j}")).collect();
     for name in &names {
-        b.let_(name, Ty::F32, f(f32::NEG_INFINITY));
+        b.let_(name, ty, fill.clone());
     }
-    let at = b.let_("quad_at", Ty::U32, var("base") + c0.clone());
+    let at = b.let_(&format!("{prefix}_at"), Ty::U32, var("base") + c0.clone());
     // The workgroup's first step may start past the part (a short row): then the slow way.
     b.if_else(
         c0.clone().lt(var("col_hi")).and((var("col_hi") - c0.clone()).ge(u(4))),
         |b| {
             for (j, name) in names.iter().enumerate() {
-                b.set(name, clean(load("x", at.clone() + u(j as u32))));
+                b.set(name, value(at.clone() + u(j as u32)));
             }
         },
         |b| {
             for (j, name) in names.iter().enumerate() {
                 let col = c0.clone() + u(j as u32);
                 let inside = col.clone().lt(var("col_hi"));
-                let x = load_clean(select(inside.clone(), col, var("col_hi") - u(1)));
-                b.set(name, select(inside, x, f(f32::NEG_INFINITY)));
+                let x = value(var("base") + select(inside.clone(), col, var("col_hi") - u(1)));
+                b.set(name, select(inside, x, fill.clone()));
             }
         },
     );

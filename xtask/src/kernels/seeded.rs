@@ -20,7 +20,7 @@
 //! `torch.log(probs)` to `multinomial_with_seed`.
 
 use super::abi::{
-    buffer, counters_buffer, for_each_column, for_each_item, for_each_row, for_each_row_part_at, kernel,
+    buffer, counters_buffer, for_each_column, for_each_item, for_each_row, for_each_row_part_at, kernel, load_quad_as,
     output_buffers, row_is_seeded, row_temperature, row_word, scaled, word, write_results, Dtype, FLAG_PASSES,
     FLAG_SEEDED_ONLY, PART_WORDS,
 };
@@ -75,7 +75,12 @@ fn hash(col: Expr) -> Expr {
 /// The log-probability at `col` as f64. NaN and +inf (no log-probability is positive) are read
 /// as -inf, so they are never chosen.
 fn load_lp64(lp: Lp, col: Expr) -> Expr {
-    let x = load("lp", var("base") + col);
+    lp64_at(lp, var("base") + col)
+}
+
+/// [`load_lp64`] of the element at index `at` of the buffer.
+fn lp64_at(lp: Lp, at: Expr) -> Expr {
+    let x = load("lp", at);
     let x = match lp {
         Lp::F64 => x,
         Lp::F32 => x.cast(Ty::F64),
@@ -127,22 +132,34 @@ pub(super) fn functions() -> Vec<Function> {
 
 /// The float64 race over the columns for which `candidate` holds (evaluated per column), then
 /// the row's results. The scores are SGLang's; the log-probabilities come from the input.
-fn float64_race(b: &mut Block, lp: Lp, candidate: impl Fn(&mut Block, Expr) -> Expr) {
+fn float64_race(b: &mut Block, lp: Lp, candidate: impl Fn(&mut Block, Expr, Expr) -> Expr) {
     b.let_("best", Ty::F64, f64_(f64::NEG_INFINITY));
     b.let_("best_i", Ty::U32, u(NONE));
     for_each_column(
         b,
-        |_, _| {},
-        |b, col, _| {
-            let keep = candidate(b, col.clone());
+        |b, c0| lp_quad(b, lp, c0),
+        |b, col, j| {
+            let v = quad_lp(j);
+            let keep = candidate(b, col.clone(), v.clone());
             b.if_(keep, |b| {
-                let s = score64(b, load_lp64(lp, col.clone()), col.clone());
+                let s = score64(b, v, col.clone());
                 keep_best(b, "best", "best_i", s, col);
             });
         },
     );
     let (win, tok) = b.argmax_of(Ty::F64, var("best"), var("best_i"), "win", "tok");
     finish(b, win, tok.clone(), |_| load_lp64(lp, tok));
+}
+
+/// Declares `lq0` .. `lq3`, [`load_lp64`] of the quad's four columns from `c0`, loaded together
+/// ([`load_quad_as`]).
+fn lp_quad(b: &mut Block, lp: Lp, c0: Expr) {
+    load_quad_as(b, c0, "lq", Ty::F64, f64_(f64::NEG_INFINITY), |at| lp64_at(lp, at));
+}
+
+/// Column `j`'s value of [`lp_quad`].
+fn quad_lp(j: u8) -> Expr {
+    var(&format!("lq{j}"))
 }
 
 fn lp_kernel(name: &str, lp: Lp, doc: &str, passes: u32, b: Block) -> Kernel {
@@ -156,7 +173,7 @@ fn seeded_full(lp: Lp) -> Kernel {
     let mut b = Block::new();
     for_each_row(&mut b, |b| {
         row_temperature(b);
-        float64_race(b, lp, |_, _| boolean(true));
+        float64_race(b, lp, |_, _, _| boolean(true));
     });
     let doc = "SGLang's seeded float64 Gumbel race over log-probabilities, every column in float64";
     lp_kernel("seeded", lp, doc, 1, b)
@@ -165,9 +182,9 @@ fn seeded_full(lp: Lp) -> Kernel {
 /// Float32 screen, then float64 for the columns that could still win: two reads.
 fn seeded_screened(lp: Lp) -> Kernel {
     let mut b = Block::new();
-    // The float32 score and its error bound at `col`.
-    let score32 = |b: &mut Block, col: Expr| -> (Expr, Expr) {
-        let lp32 = b.let_("lp32", Ty::F32, load_lp64(lp, col.clone()).cast(Ty::F32));
+    // The float32 score and its error bound at `col`, whose value (`load_lp64`) is `v`.
+    let score32 = |b: &mut Block, col: Expr, v: Expr| -> (Expr, Expr) {
+        let lp32 = b.let_("lp32", Ty::F32, v.cast(Ty::F32));
         let g32 = b.let_("g32", Ty::F32, f(0.0));
         b.if_(var("noisy"), |b| b.set("g32", call(murmur::SEEDED_GUMBEL32, vec![hash(col)])));
         let s = b.let_("s32", Ty::F32, lp32.clone() + g32.clone());
@@ -181,9 +198,9 @@ fn seeded_screened(lp: Lp) -> Kernel {
         b.let_("best32_i", Ty::U32, u(NONE));
         for_each_column(
             b,
-            |_, _| {},
-            |b, col, _| {
-                let (s, _) = score32(b, col.clone());
+            |b, c0| lp_quad(b, lp, c0),
+            |b, col, j| {
+                let (s, _) = score32(b, col.clone(), quad_lp(j));
                 b.if_(s.clone().gt(var("best32")).or(var("best32_i").eq_(u(NONE))), |b| {
                     b.set("best32", s);
                     b.set("best32_i", col);
@@ -194,12 +211,12 @@ fn seeded_screened(lp: Lp) -> Kernel {
         // Every column whose float32 score plus its error reaches this floor may be the winner.
         let floor = b.let_("floor", Ty::F32, f(0.0));
         b.scope(|b| {
-            let (_, err_m) = score32(b, m);
+            let (_, err_m) = score32(b, m.clone(), load_lp64(lp, m));
             b.set("floor", m32.clone() - err_m);
         });
         let all = b.let_("all", Ty::Bool, m32.eq_(f(f32::NEG_INFINITY)));
-        float64_race(b, lp, |b, col| {
-            let (s, err) = score32(b, col);
+        float64_race(b, lp, |b, col, v| {
+            let (s, err) = score32(b, col, v);
             all.clone().or((s + err).ge(floor.clone()))
         });
     });
