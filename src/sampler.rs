@@ -58,8 +58,9 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
     /// on the device; nothing waits for the host.
     ///
     /// The records are on the host here, so the seeded and filter kernels are launched over
-    /// their rows only (one empty workgroup each when there are none): a top-p or seeded request
-    /// in a batch costs its own row, not a launch over the batch.
+    /// their rows only, and not at all when there are none: a batch of plain and greedy rows is
+    /// one launch, and a top-p or seeded request in a batch costs its own row's launches, not a
+    /// launch over the batch.
     pub fn step(&mut self, shape: Shape, logits: Logits<'_, B>, rows: &[RowParams], out: Output<'_, B>) -> Result<()> {
         if rows.len() != shape.batch {
             return Err(Error::Shape(format!("{} row records for a batch of {}", rows.len(), shape.batch)));
@@ -70,9 +71,9 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
         self.backend.write(&mut self.rows, rows)?;
         // Supersets of the rows the kernels take (a filter also needs a temperature and a top-k
         // below the vocabulary; a seeded row with a filter is the filter kernel's): each kernel
-        // checks each row it is given. With no row listed the seeded kernel and the one-read
-        // path still launch (over none); the filter kernels' own plan, and the top-p cut, only
-        // for rows that take them.
+        // checks each row it is given. A list left empty launches nothing (the seeded kernel,
+        // the one-read path, the filter kernels' own plan); the top-p cut only for rows that
+        // take it.
         let pick = |list: &mut Vec<u32>, device: &mut B::Buffer<u32>, take: &dyn Fn(&RowParams) -> bool| {
             list.clear();
             list.extend((0..rows.len() as u32).filter(|&r| take(&rows[r as usize])));

@@ -387,7 +387,8 @@ impl<'a, H: Copy> Launch<H> {
         let plan = match job {
             Job::Sample { shape, logits, rows, out, listed } => {
                 // The plain rows, then the seeded kernel's launch over the seeded rows and the
-                // filter kernel's over the filtered rows.
+                // filter kernel's over the filtered rows; a list the host knows to be empty
+                // launches nothing (without lists, every row may be either).
                 let handle = |(list, count): (&'a B::Buffer<u32>, usize)| (B::handle(list), count);
                 let inputs = [(Binding::X, Some(logits_handle(logits))), (Binding::Rows, Some(B::handle(*rows)))];
                 let seeded = by_dtype(
@@ -404,10 +405,14 @@ impl<'a, H: Copy> Launch<H> {
                 let mut plan = split_rows(first, *shape, split);
                 let seeded_rows = listed.map_or(shape.batch, |l| l.seeded.1);
                 let seeded = seeded.with_list(listed.map(|l| handle(l.seeded)));
-                plan.extend(seeded.seeded_split(seeded_rows, shape.vocab, split));
+                if seeded_rows > 0 {
+                    plan.extend(seeded.seeded_split(seeded_rows, shape.vocab, split));
+                }
                 let cut = listed.is_none_or(|l| l.top_p_cut);
                 let on_path = filter.clone().with_list(listed.map(|l| handle(l.filtered)));
-                plan.extend(on_path.staged(filtered, parts, shape.vocab, Some(cut), split));
+                if filtered > 0 {
+                    plan.extend(on_path.staged(filtered, parts, shape.vocab, Some(cut), split));
+                }
                 // The rows the path does not take: the filter kernels' own plan over their list.
                 if let (Some(l), Some((rows, parts))) =
                     (listed, off_path_parts(job, split.target_groups, split.block, split.split_filters))
@@ -855,8 +860,8 @@ mod tests {
     /// `Sampler::step` with one filtered row at batch 4 x 151936: a top-k row takes the one-read
     /// path's parts and merge, and so does a min-p row alone; a top-p row alone, or a top-k row
     /// above the cap, those with the top-p cut between them; a top-k row above the cap applied
-    /// before top-p the split filter kernel's stages over its own list, after the path's two
-    /// launches over none, as `RowLists` says.
+    /// before top-p the split filter kernel's stages over its own list, as `RowLists` says; the
+    /// empty lists (the seeded rows', and the path's for that row) launch nothing.
     #[test]
     fn listed_rows_choose_the_filter_plan() {
         let shape = Shape::dense(4, 151_936);
@@ -871,7 +876,7 @@ mod tests {
             (RowParams::new(0.8, 1, 0).with_top_k(1000), 3, KernelId::TopKMergeLogitsF32),
             (
                 RowParams::new(0.8, 1, 0).with_top_k(1000).with_top_p(0.9).with_order(Order::TopKFirst),
-                2 + 19,
+                19,
                 KernelId::FilterSplitLogitsF32,
             ),
         ] {
@@ -892,11 +897,10 @@ mod tests {
             let plan = Launch::plan(&job, &split).unwrap();
             let last = plan.last().unwrap().kernel.id;
             assert_eq!(last, filter, "{:?}", plan.iter().map(|l| l.kernel.name).collect::<Vec<_>>());
-            // The plain sampler's launch, then the seeded kernel's one (its rows split by their
-            // length, combined by their last parts), then the filter's.
+            // The plain sampler's launch, then the filter's: no seeded row, no seeded launch.
             let seeded = plan.iter().filter(|l| l.kernel.id == KernelId::SeededLogitsF32).count();
-            assert_eq!(seeded, 1, "the seeded kernel's launch");
-            assert_eq!(plan.len() - 1 - seeded, launches, "filter launches");
+            assert_eq!(seeded, 0, "a seeded launch over no rows");
+            assert_eq!(plan.len() - 1, launches, "filter launches");
             // The cut reads between the parts (which count themselves in on the row's counter,
             // the last one estimating the cut) and the merge.
             let cut = plan.iter().position(|l| l.kernel.id == KernelId::TopPCutLogitsF32);

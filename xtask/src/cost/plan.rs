@@ -298,13 +298,12 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
             vec![whole(format!("mask_logits_{dtype}"), TOP_P_PASSES + 1, vocab as f64 * 4.0 * batch as f64)]
         }
         Call::RenormProbs => vec![whole("renorm_probs".into(), TOP_P_PASSES + 1, vocab as f64 * 4.0 * batch as f64)],
-        // The plain kernel over the batch (the listed rows leave it at once), the seeded kernel
-        // over its list (empty: one workgroup), then the one-read path over the filtered rows'
-        // list: with no top-p row, its parts and merge over none; with one, the parts and the
-        // cut over that row's parts, each part read once in each, then the merge over it.
+        // The plain kernel over the batch (the listed rows leave it at once); the seeded list is
+        // empty, so no seeded launch; with a top-p row, the one-read path over the filtered
+        // rows' list: the parts and the cut over that row's parts, each part read once in
+        // each, then the merge over it (with none, no launch of it).
         Call::Step(top_p) => {
             let mut v = split(format!("sample_{dtype}"), "combine_logits", row);
-            v.push(idle(format!("seeded_logits_{dtype}"), 1));
             let p = vocab.div_ceil(TOP_K_PART_COLS);
             let one_row = |kernel: String| Launch {
                 kernel,
@@ -314,10 +313,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
                 read: row,
                 written: 0.0,
             };
-            if top_p == 0 {
-                v.push(idle(format!("top_k_parts_logits_{dtype}"), 1));
-                v.push(idle(format!("top_k_merge_logits_{dtype}"), 1));
-            } else {
+            if top_p > 0 {
                 v.push(one_row(format!("top_k_parts_logits_{dtype}")));
                 v.push(one_row(format!("top_p_cut_logits_{dtype}")));
                 v.push(idle(format!("top_k_merge_logits_{dtype}"), 1));
