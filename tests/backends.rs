@@ -239,7 +239,7 @@ pub fn race_distribution<B: Backend + 'static>(b: &B) {
 }
 
 /// `draws` draws of a 16-token distribution by each race: chi-square under its 0.999 quantile and
-/// total variation under `3.17 / sqrt(draws)` (0.01 at 100,000; about three times its expected
+/// total variation under [`common::tv_limit`] (0.01 at 100,000; about three times its expected
 /// value there, 0.0035), and the two races against each other (drawn with different seeds). The
 /// tokens, from logits and from probabilities.
 fn races_follow_softmax<B: Backend>(b: &B, draws: usize) -> [Vec<u32>; 2] {
@@ -266,7 +266,7 @@ fn races_follow_softmax<B: Backend>(b: &B, draws: usize) -> [Vec<u32>; 2] {
     };
     let tokens = [draw(false, 1234), draw(true, 5678)];
     let (from_logits, from_probs) = (histogram(&tokens[0]), histogram(&tokens[1]));
-    let tv_limit = 3.17 / (draws as f64).sqrt();
+    let tv_limit = common::tv_limit(draws);
     for (name, counts) in [("logits", &from_logits), ("probabilities", &from_probs)] {
         let chi2 = common::chi_square(counts, &expected);
         let tv = common::total_variation(counts, &expected);

@@ -317,7 +317,7 @@ fn draw<B: Backend>(b: &B, draws: usize, order: Order) -> Vec<u32> {
 }
 
 /// The tokens lie in the set and follow its renormalized probabilities: chi-square under its
-/// 0.999 quantile, and total variation under `3.17 / sqrt(n)` (0.01 at 100,000 draws; over three
+/// 0.999 quantile, and total variation under [`common::tv_limit`] (0.01 at 100,000 draws; over three
 /// times its expected value, about `0.9 / sqrt(n)` for these five or six cells, and many of its
 /// standard deviations above it, so it adds no false alarms to the chi-square's).
 fn follow_the_set(label: &str, order: Order, tokens: &[u32]) {
@@ -333,7 +333,7 @@ fn follow_the_set(label: &str, order: Order, tokens: &[u32]) {
     }
     let probs: Vec<f64> = cells.iter().map(|&j| p[j] / mass).collect();
     let (chi2, tv) = (chi_square(&counts, &probs), total_variation(&counts, &probs));
-    let (limit, tv_limit) = (CHI2_999[cells.len() - 1], 3.17 / (tokens.len() as f64).sqrt());
+    let (limit, tv_limit) = (CHI2_999[cells.len() - 1], common::tv_limit(tokens.len()));
     eprintln!(
         "{label}: {order:?}: {} draws, {} tokens kept, chi2 {chi2:.2} (limit {limit}), TV {tv:.4} (limit {tv_limit:.4})",
         tokens.len(),

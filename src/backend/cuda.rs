@@ -165,9 +165,10 @@ fn nvrtc_version() -> Result<(i32, i32)> {
 /// most kernels, and for those whose workgroup covers a fixed part of a row).
 fn target(major: i32) -> (&'static str, Blocks) {
     use crate::generated::{CUDA_BLOCK_SM75, CUDA_BLOCK_SM90, CUDA_PART_BLOCK_SM75, CUDA_PART_BLOCK_SM90};
+    let turing = Blocks { fitted: CUDA_BLOCK_SM75, part: CUDA_PART_BLOCK_SM75 };
     match major {
-        ..=7 => ("compute_75", Blocks { fitted: CUDA_BLOCK_SM75, part: CUDA_PART_BLOCK_SM75 }),
-        8 => ("compute_80", Blocks { fitted: CUDA_BLOCK_SM75, part: CUDA_PART_BLOCK_SM75 }),
+        ..=7 => ("compute_75", turing),
+        8 => ("compute_80", turing),
         _ => ("compute_90", Blocks { fitted: CUDA_BLOCK_SM90, part: CUDA_PART_BLOCK_SM90 }),
     }
 }

@@ -151,6 +151,13 @@ pub fn chi_square_two_sample(a: &[u64], b: &[u64]) -> f64 {
         .sum()
 }
 
+/// The total-variation limit of a statistical check over `draws` draws: 0.01 at 100,000, and
+/// growing as `1 / sqrt(draws)` below, as the statistic's expected value does.
+#[allow(dead_code)]
+pub fn tv_limit(draws: usize) -> f64 {
+    0.01 * (100_000.0 / draws as f64).sqrt()
+}
+
 /// Total-variation distance between observed frequencies and probabilities.
 pub fn total_variation(counts: &[u64], probs: &[f64]) -> f64 {
     let n: u64 = counts.iter().sum();

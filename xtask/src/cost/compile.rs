@@ -1,6 +1,7 @@
 //! A generated `.cu` to SASS with nvcc and cuobjdump, as the CUDA backend builds it (no fused
-//! multiply-add, `-DSK_BLOCK` from the tuning table, by the kernel's workgroup), with ptxas' register and shared-memory
-//! report. Results are cached under `target/cost/` by a hash of the source and the flags.
+//! multiply-add, `-DSK_BLOCK` from the tuning table, by the kernel's workgroup), with ptxas'
+//! register and shared-memory report. Results are cached under `target/cost/` by a hash of the
+//! source and the flags.
 
 use crate::cuda_tools::Tools;
 use crate::ptx_report::{self, Sm, Usage};

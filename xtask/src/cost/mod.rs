@@ -35,18 +35,20 @@ fn element_bytes(name: &str) -> f64 {
     }
 }
 
+/// The value of the kernel header's line `// {key}: value`.
+fn header(source: &str, key: &str) -> Option<String> {
+    let prefix = format!("// {key}: ");
+    source.lines().take(8).find_map(|l| Some(l.strip_prefix(&prefix)?.trim().to_string()))
+}
+
 /// The kernel header's `passes over each row: N`.
 fn header_passes(source: &str) -> Option<u32> {
-    source.lines().take(8).find_map(|l| l.strip_prefix("// passes over each row: ")?.trim().parse().ok())
+    header(source, "passes over each row")?.parse().ok()
 }
 
 /// The kernel header's `workgroup: ...`; a fitted one where an older kernel has no such line.
 fn header_workgroup(source: &str) -> Workgroup {
-    source
-        .lines()
-        .take(8)
-        .find_map(|l| Workgroup::from_word(l.strip_prefix("// workgroup: ")?.trim()))
-        .unwrap_or(Workgroup::Fitted)
+    header(source, "workgroup").and_then(|w| Workgroup::from_word(&w)).unwrap_or(Workgroup::Fitted)
 }
 
 /// Every kernel of `dir` compiled and counted for `hw`.
@@ -66,13 +68,14 @@ fn count_all(dir: &Path, compiler: &compile::Compiler, check: &mut Vec<String>) 
         return Err(format!("no .cu kernels in {}", dir.display()));
     }
     let sources: Vec<String> = files.iter().map(|f| std::fs::read_to_string(f).unwrap_or_default()).collect();
+    let workgroups: Vec<Workgroup> = sources.iter().map(|s| header_workgroup(s)).collect();
     let mut out = Vec::new();
     for hw in hardware::TARGETS {
         let sm = SMS.iter().find(|s| s.target == hw.target).expect("both targets have an SM row");
         let tuning = tuning::get(hw.target);
-        let blocks: Vec<u32> = sources.iter().map(|s| tuning.block_for(header_workgroup(s))).collect();
-        // Two compilers at once: the machines this runs on have two cores.
-        let work: Vec<(&PathBuf, u32)> = files.iter().zip(blocks.iter().copied()).collect();
+        // Each kernel with its block; two compilers at once: the machines this runs on have two cores.
+        let work: Vec<(&PathBuf, u32)> =
+            files.iter().zip(&workgroups).map(|(f, &w)| (f, tuning.block_for(w))).collect();
         let jobs: Vec<Result<compile::Compiled, String>> = std::thread::scope(|s| {
             let chunks: Vec<&[(&PathBuf, u32)]> = work.chunks(work.len().div_ceil(2)).collect();
             let handles: Vec<_> = chunks
@@ -84,7 +87,7 @@ fn count_all(dir: &Path, compiler: &compile::Compiler, check: &mut Vec<String>) 
             handles.into_iter().flat_map(|h| h.join().expect("compile thread")).collect()
         });
         let mut kernels = Vec::new();
-        for (((file, job), source), block) in files.iter().zip(jobs).zip(&sources).zip(blocks) {
+        for ((&(file, block), job), source) in work.iter().zip(jobs).zip(&sources) {
             let name = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
             let compiled = match job {
                 Ok(c) => c,

@@ -89,8 +89,8 @@ pub fn seeded_gumbel32() -> Function {
 /// `2^32 - 1` against `2^32`, 2^-32). Below 2^-6, `E = -ln x` is the series, within 2^-20
 /// relative ([`math::screen_neg_log`]). Above, `x = h 2^-32 <= 1 - 2^-6` (within 2^-24
 /// relative), so `E >= 0.0157`, and the fast log is within 2^-21.41 absolute on [0.5, 1] and
-/// 3 ulp elsewhere (Vulkan's and CUDA's `__logf` bounds): `E` within 2.7e-5 relative. Then `g = -ln(max(E, 2^-32))` takes
-/// that relative error as absolute, plus the fast log's own (2^-21.41, or 3 ulp of at most
+/// 3 ulp elsewhere (Vulkan's and CUDA's `__logf` bounds): `E` within 2.7e-5 relative. Then
+/// `g = -ln(max(E, 2^-32))` takes that relative error as absolute, plus the fast log's own (2^-21.41, or 3 ulp of at most
 /// 22.2, 5.7e-6) and its rounding (1e-6): under 3.5e-5. The clamp is SGLang's: `h = 2^32 - 1`
 /// gives `t = 0`, `E = 2^-32` after the maximum, `g = 22.18`. Two fast logs and no division:
 /// about 20 instructions where [`seeded_gumbel32`]'s two exact logs and two divisions take
