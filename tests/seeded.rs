@@ -341,6 +341,30 @@ pub fn seeded_token_independent_of_row<B: Backend>(b: &B) {
     }
 }
 
+/// From logits, a row long enough to split takes its parts from its length alone, and so its
+/// float32 sum's rounding: each of 16 requests gets the same token and the same log-probability
+/// bits alone and in a batch of 16. A split that followed the batch would round the sum
+/// differently on about half the rows (the last bit of a sum of 40,000 terms grouped two ways),
+/// so a false pass is about 2^-16; a trial kernel whose records followed the parts failed it.
+pub fn seeded_split_rounds_alike_in_every_batch<B: Backend>(b: &B) {
+    let mut rng = Rng::new(77);
+    let shape = Shape::dense(16, 40_000);
+    let logits: Vec<f32> = (0..shape.elements()).map(|_| rng.normal(2.5) as f32).collect();
+    let rows: Vec<RowParams> = (0..16).map(|i| RowParams::seeded(0.6 + 0.05 * i as f32, 1000 + i, 7)).collect();
+    let run = |shape: Shape, x: &[f32], rows: &[RowParams]| {
+        let (x, r) = (b.upload(x).unwrap(), b.upload(rows).unwrap());
+        let (mut t, mut lp) = (b.zeros::<u32>(shape.batch).unwrap(), b.zeros::<f32>(shape.batch).unwrap());
+        b.seeded_from_logits(shape, Logits::F32(&x), &r, Output::new(&mut t).with_logprobs(&mut lp)).unwrap();
+        let lp: Vec<u32> = b.download(&lp).unwrap().iter().map(|x| x.to_bits()).collect();
+        (b.download(&t).unwrap(), lp)
+    };
+    let batched = run(shape, &logits, &rows);
+    for r in 0..16 {
+        let alone = run(Shape::dense(1, shape.vocab), &logits[r * shape.vocab..(r + 1) * shape.vocab], &rows[r..r + 1]);
+        assert_eq!((alone.0[0], alone.1[0]), (batched.0[r], batched.1[r]), "row {r}: (token, log-probability bits)");
+    }
+}
+
 /// From probabilities with the values a buggy engine hands over (0, negative, NaN, +inf, the
 /// smallest subnormal, the smallest normal, 1, above 1): the CPU oracle's tokens and statuses,
 /// and log-probabilities within 2 float32 ulps, in both modes. A token may differ only where the
@@ -474,7 +498,8 @@ suite!(
     hash_zero_column_filtered,
     murmur_matches,
     log64_within_one_ulp,
-    seeded_token_independent_of_row
+    seeded_token_independent_of_row,
+    seeded_split_rounds_alike_in_every_batch
 );
 device_suites!(
     golden_tokens,
@@ -484,6 +509,7 @@ device_suites!(
     log_of_probabilities_is_the_oracles,
     screened_equals_float64,
     seeded_token_independent_of_row,
+    seeded_split_rounds_alike_in_every_batch,
     from_logits_is_the_oracles
 );
 

@@ -107,6 +107,14 @@ fn count_all(dir: &Path, compiler: &compile::Compiler, check: &mut Vec<String>) 
                 check
                     .push(format!("{name} {}: no streaming loop found (a backward branch over global loads)", sm.arch));
             }
+            let rule = model::rare_loops(&name).filter(|&(read, _, _)| passes as usize <= read);
+            if let Some((_, total, _)) = rule.filter(|&(_, total, _)| total != loops.len()) {
+                check.push(format!(
+                    "{name} {}: {} streaming loops, where the model's rare-loop rule expects {total}",
+                    sm.arch,
+                    loops.len()
+                ));
+            }
             let (resident, occupancy) = ptx_report::occupancy(sm, block, &compiled.usage);
             kernels.push(Kernel {
                 elem: element_bytes(&name),
