@@ -598,6 +598,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             sel_n = n_above_all;
                             sel_m = m_above_all;
                             lim = cut_lim;
+                            unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
+                            unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
+                            unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
+                            unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                             if (cut_sorted) {
                                 // built by kernels::filter_top_p::cut_row
                                 __syncthreads();
@@ -1422,10 +1426,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                             }
                                         } else {
                                             // built by kernels::filter_top_k::race_one
-                                            const unsigned int sk_e12 = (row * 12u);
-                                            uint4 w4 = sk_philox(make_uint4(((rcol & 4294967292u) >> 2u), 0u, rows[(sk_e12 + 10u)], rows[(sk_e12 + 11u)]), rows[(sk_e12 + 8u)], rows[(sk_e12 + 9u)]);
-                                            const unsigned int sk_e13 = (rcol & 3u);
-                                            float score = (rz + sk_gumbel(((sk_e13 == 3u) ? ((w4).w) : ((sk_e13 == 2u) ? ((w4).z) : ((sk_e13 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            uint4 w4 = sk_philox(make_uint4(((rcol & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                            const unsigned int sk_e12 = (rcol & 3u);
+                                            float score = (rz + sk_gumbel(((sk_e12 == 3u) ? ((w4).w) : ((sk_e12 == 2u) ? ((w4).z) : ((sk_e12 == 1u) ? ((w4).y) : ((w4).x))))));
                                             if (((score > best) || ((score == best) && (rcol < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -1483,8 +1486,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned int ri_p = (i / 384u);
                                         unsigned int ri_key = 0u;
                                         if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                            const unsigned int sk_e14 = (i / 384u);
-                                            ri_key = partials[((((row_slot * parts) + sk_e14) * 805u) + (5u + ((i - (sk_e14 * 384u)) * 2u)))];
+                                            const unsigned int sk_e13 = (i / 384u);
+                                            ri_key = partials[((((row_slot * parts) + sk_e13) * 805u) + (5u + ((i - (sk_e13 * 384u)) * 2u)))];
                                         }
                                         unsigned int dk = ri_key;
                                         if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -1897,8 +1900,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         // built by kernels::filters::select_step
                                         unsigned long long tn64 = ((unsigned long long)sel_tn);
                                         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                        const bool sk_e15 = (tie_v == 0ull);
-                                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e15 ? tn64 : (((lim - sel_m) / (sk_e15 ? 1ull : tie_v)) + 1ull))));
+                                        const bool sk_e14 = (tie_v == 0ull);
+                                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e14 ? tn64 : (((lim - sel_m) / (sk_e14 ? 1ull : tie_v)) + 1ull))));
                                         lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                                         sel_key = 0u;
                                         sel_mask = 0u;
@@ -1910,8 +1913,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                                 unsigned long long tn64 = ((unsigned long long)sel_tn);
                                 unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                const bool sk_e16 = (tie_v == 0ull);
-                                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e16 ? tn64 : (((lim - sel_m) / (sk_e16 ? 1ull : tie_v)) + 1ull))));
+                                const bool sk_e15 = (tie_v == 0ull);
+                                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e15 ? tn64 : (((lim - sel_m) / (sk_e15 ? 1ull : tie_v)) + 1ull))));
                                 unsigned int t_key = 0u;
                                 unsigned int t_mask = 0u;
                                 unsigned int t_above = 0u;
@@ -1940,12 +1943,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned int ri_key = 0u;
                                         if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
                                             // built by kernels::filter_top_p::select_in_range
-                                            const unsigned int sk_e17 = (ti / 384u);
-                                            ri_key = partials[((((row_slot * parts) + sk_e17) * 805u) + (5u + ((ti - (sk_e17 * 384u)) * 2u)))];
+                                            const unsigned int sk_e16 = (ti / 384u);
+                                            ri_key = partials[((((row_slot * parts) + sk_e16) * 805u) + (5u + ((ti - (sk_e16 * 384u)) * 2u)))];
                                         }
                                         unsigned int tk_key = ri_key;
-                                        const unsigned int sk_e18 = (ti / 384u);
-                                        unsigned int tk = ((tk_key == sel_key) ? (partials[((((row_slot * parts) + sk_e18) * 805u) + (6u + ((ti - (sk_e18 * 384u)) * 2u)))] ^ 4294967295u) : 0u);
+                                        const unsigned int sk_e17 = (ti / 384u);
+                                        unsigned int tk = ((tk_key == sel_key) ? (partials[((((row_slot * parts) + sk_e17) * 805u) + (6u + ((ti - (sk_e17 * 384u)) * 2u)))] ^ 4294967295u) : 0u);
                                         if (((tk != 0u) && ((tk & t_mask) == t_key))) {
                                             {
                                                 const unsigned int sk_bin = ((tk >> t_shift) & 15u);
@@ -2192,24 +2195,24 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     unsigned int ri_p = (i / 384u);
                                     unsigned int ri_key = 0u;
                                     if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                        const unsigned int sk_e19 = (i / 384u);
-                                        ri_key = partials[((((row_slot * parts) + sk_e19) * 805u) + (5u + ((i - (sk_e19 * 384u)) * 2u)))];
+                                        const unsigned int sk_e18 = (i / 384u);
+                                        ri_key = partials[((((row_slot * parts) + sk_e18) * 805u) + (5u + ((i - (sk_e18 * 384u)) * 2u)))];
                                     }
                                     unsigned int rk = ri_key;
-                                    const unsigned int sk_e20 = (i / 384u);
-                                    unsigned int rcol = partials[((((row_slot * parts) + sk_e20) * 805u) + (6u + ((i - (sk_e20 * 384u)) * 2u)))];
+                                    const unsigned int sk_e19 = (i / 384u);
+                                    unsigned int rcol = partials[((((row_slot * parts) + sk_e19) * 805u) + (6u + ((i - (sk_e19 * 384u)) * 2u)))];
                                     float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                     if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
-                                        const float sk_e21 = sk_bf16(x[(base + rcol)]);
-                                        float rz_x = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21);
+                                        const float sk_e20 = sk_bf16(x[(base + rcol)]);
+                                        float rz_x = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
                                         float rz = (rz_x / temp);
                                         if (cut_seeded) {
                                             // built by kernels::filter_top_k::race_one
                                             double s64 = ((double)rov);
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                const unsigned int sk_e22 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], rcol)));
+                                                const unsigned int sk_e21 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)], rows[(sk_e21 + 10u)], rcol)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -2218,10 +2221,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                             }
                                         } else {
                                             // built by kernels::filter_top_k::race_one
-                                            const unsigned int sk_e23 = (row * 12u);
-                                            uint4 w4 = sk_philox(make_uint4(((rcol & 4294967292u) >> 2u), 0u, rows[(sk_e23 + 10u)], rows[(sk_e23 + 11u)]), rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)]);
-                                            const unsigned int sk_e24 = (rcol & 3u);
-                                            float score = (rz + sk_gumbel(((sk_e24 == 3u) ? ((w4).w) : ((sk_e24 == 2u) ? ((w4).z) : ((sk_e24 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            uint4 w4 = sk_philox(make_uint4(((rcol & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                            const unsigned int sk_e22 = (rcol & 3u);
+                                            float score = (rz + sk_gumbel(((sk_e22 == 3u) ? ((w4).w) : ((sk_e22 == 2u) ? ((w4).z) : ((sk_e22 == 1u) ? ((w4).y) : ((w4).x))))));
                                             if (((score > best) || ((score == best) && (rcol < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -2237,8 +2239,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 sel_tm = m_range_all;
                                 unsigned long long tn64 = ((unsigned long long)sel_tn);
                                 unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                const bool sk_e25 = (tie_v == 0ull);
-                                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e25 ? tn64 : (((lim - sel_m) / (sk_e25 ? 1ull : tie_v)) + 1ull))));
+                                const bool sk_e23 = (tie_v == 0ull);
+                                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e23 ? tn64 : (((lim - sel_m) / (sk_e23 ? 1ull : tie_v)) + 1ull))));
                                 unsigned int t_kept = ((sk_exp(sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)))) >= mp) ? ties : 0u);
                                 unsigned int t_part = 0u;
                                 unsigned int t_left = 0u;
@@ -2306,8 +2308,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                             unsigned int w_i = partials[((((row_slot * parts) + t_p) * 805u) + 798u)];
                                             if ((w_i != 4294967295u)) {
                                                 // built by kernels::filter_top_p::take_winners
-                                                const float sk_e26 = sk_bitcast<float>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
-                                                if (((sk_e26 > best) || ((sk_e26 == best) && (w_i < best_i)))) {
+                                                const float sk_e24 = sk_bitcast<float>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
+                                                if (((sk_e24 > best) || ((sk_e24 == best) && (w_i < best_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     best = sk_bitcast<float>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
                                                     best_i = w_i;
@@ -2316,12 +2318,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                             unsigned int w_i64 = partials[((((row_slot * parts) + t_p) * 805u) + 801u)];
                                             if ((w_i64 != 4294967295u)) {
                                                 // built by kernels::filter_top_p::take_winners
-                                                const unsigned int sk_e28 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                const double sk_e27 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e28 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e28 + 0u)]))));
-                                                if (((sk_e27 > best64) || ((sk_e27 == best64) && (w_i64 < best64_i)))) {
+                                                const unsigned int sk_e26 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                const double sk_e25 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e26 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e26 + 0u)]))));
+                                                if (((sk_e25 > best64) || ((sk_e25 == best64) && (w_i64 < best64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
-                                                    const unsigned int sk_e29 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                    best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e29 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e29 + 0u)]))));
+                                                    const unsigned int sk_e27 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e27 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e27 + 0u)]))));
                                                     best64_i = w_i64;
                                                 }
                                             }
@@ -2393,8 +2395,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     unsigned int t_last = (t_lo + min(((threadIdx.x * t_each) + t_each), t_cols));
                                     unsigned int t_mine = 0u;
                                     for (unsigned int col = t_first; col < t_last; col += 1u) {
-                                        const float sk_e30 = sk_bf16(x[(base + col)]);
-                                        float tz_x = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30);
+                                        const float sk_e28 = sk_bf16(x[(base + col)]);
+                                        float tz_x = (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28);
                                         float tz = (tz_x / temp);
                                         float tov = (tz - cut_mx);
                                         if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
@@ -2427,8 +2429,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     }
                                     unsigned int t_rank = t_rank0;
                                     for (unsigned int col = t_first; col < t_last; col += 1u) {
-                                        const float sk_e31 = sk_bf16(x[(base + col)]);
-                                        float tz_x = (((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31);
+                                        const float sk_e29 = sk_bf16(x[(base + col)]);
+                                        float tz_x = (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29);
                                         float tz = (tz_x / temp);
                                         float tov = (tz - cut_mx);
                                         if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
@@ -2438,8 +2440,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                                     double s64 = ((double)tov);
                                                     if (noisy) {
                                                         // built by kernels::seeded::score64
-                                                        const unsigned int sk_e32 = (row * 12u);
-                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], col)));
+                                                        const unsigned int sk_e30 = (row * 12u);
+                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)], rows[(sk_e30 + 10u)], col)));
                                                     }
                                                     if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
@@ -2448,10 +2450,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                                     }
                                                 } else {
                                                     // built by kernels::filter_top_k::race_one
-                                                    const unsigned int sk_e33 = (row * 12u);
-                                                    uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e33 + 10u)], rows[(sk_e33 + 11u)]), rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)]);
-                                                    const unsigned int sk_e34 = (col & 3u);
-                                                    float score = (tz + sk_gumbel(((sk_e34 == 3u) ? ((w4).w) : ((sk_e34 == 2u) ? ((w4).z) : ((sk_e34 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                    uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                                    const unsigned int sk_e31 = (col & 3u);
+                                                    float score = (tz + sk_gumbel(((sk_e31 == 3u) ? ((w4).w) : ((sk_e31 == 2u) ? ((w4).z) : ((sk_e31 == 1u) ? ((w4).y) : ((w4).x))))));
                                                     if (((score > best) || ((score == best) && (col < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = score;
@@ -2544,8 +2545,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     // built by kernels::abi::write_results
-                                    const float sk_e35 = sk_bf16(x[(base + ow_at)]);
-                                    float ow_v_x = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35);
+                                    const float sk_e32 = sk_bf16(x[(base + ow_at)]);
+                                    float ow_v_x = (((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32);
                                     float ow_v = (ow_v_x / temp);
                                     if ((threadIdx.x == 0u)) {
                                         logprobs[row] = (ow_valid ? ((ow_v - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))) : sk_bitcast<float>(4286578688u));
@@ -2991,8 +2992,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     }
                                     if (g_take) {
                                         listed_cols[(0u + g_out)] = gk;
-                                        const unsigned int sk_e36 = (gj / want);
-                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e36) * 805u) + (6u + ((gj - (sk_e36 * want)) * 2u)))];
+                                        const unsigned int sk_e33 = (gj / want);
+                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e33) * 805u) + (6u + ((gj - (sk_e33 * want)) * 2u)))];
                                         g_out = (g_out + 1u);
                                     }
                                 }
@@ -3000,8 +3001,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             unsigned int n_sel = (t_above + t_take);
                             __syncthreads();
                             for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                                const unsigned int sk_e37 = listed_cols[(0u + i)];
-                                float zi = sk_bitcast<float>((((sk_e37 & 2147483648u) != 0u) ? (sk_e37 ^ 2147483648u) : (sk_e37 ^ 4294967295u)));
+                                const unsigned int sk_e34 = listed_cols[(0u + i)];
+                                float zi = sk_bitcast<float>((((sk_e34 & 2147483648u) != 0u) ? (sk_e34 ^ 2147483648u) : (sk_e34 ^ 4294967295u)));
                                 listed_cols[(514u + i)] = sk_bitcast<unsigned int>((zi - row_m));
                                 listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) & 4294967295ull));
                                 listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) >> 32u));
@@ -3061,9 +3062,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             unsigned int n_lo = 0u;
                             unsigned int n_unsure = 0u;
                             for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                const unsigned int sk_e39 = listed_cols[(1285u + r)];
-                                const float sk_e38 = sk_bitcast<float>((((sk_e39 & 2147483648u) != 0u) ? (sk_e39 ^ 2147483648u) : (sk_e39 ^ 4294967295u)));
-                                float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e38 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e38 - row_m))));
+                                const unsigned int sk_e36 = listed_cols[(1285u + r)];
+                                const float sk_e35 = sk_bitcast<float>((((sk_e36 & 2147483648u) != 0u) ? (sk_e36 ^ 2147483648u) : (sk_e36 ^ 4294967295u)));
+                                float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e35 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e35 - row_m))));
                                 unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                 bool base_r = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
                                 float bf = sk_fixed_f32(br);
@@ -3101,10 +3102,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             }
                             float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                             bool all_in = ((n_sel < want) || (((row_m == sk_bitcast<float>(2139095040u)) ? ((zt == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zt - row_m)))) <= (0.0f)));
-                            const unsigned int sk_e40 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                            bool cut_above = ((sk_bitcast<float>((((sk_e40 & 2147483648u) != 0u) ? (sk_e40 ^ 2147483648u) : (sk_e40 ^ 4294967295u))) - row_m) > (zt - row_m));
-                            const unsigned int sk_e41 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                            bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e41] & 2147483648u) != 0u) ? (listed_cols[sk_e41] ^ 2147483648u) : (listed_cols[sk_e41] ^ 4294967295u))) - row_m) > (zt - row_m)));
+                            const unsigned int sk_e37 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            bool cut_above = ((sk_bitcast<float>((((sk_e37 & 2147483648u) != 0u) ? (sk_e37 ^ 2147483648u) : (sk_e37 ^ 4294967295u))) - row_m) > (zt - row_m));
+                            const unsigned int sk_e38 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e38] & 2147483648u) != 0u) ? (listed_cols[sk_e38] ^ 2147483648u) : (listed_cols[sk_e38] ^ 4294967295u))) - row_m) > (zt - row_m)));
                             bool prefix_exact = all_in;
                             if (((!all_in) && (!(cut_above && k_above)))) {
                                 // built by kernels::filter_top_k::prefix_is_exact
@@ -3176,17 +3177,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 double best64 = sk_bitcast<double>(18442240474082181120ull);
                                 unsigned int best64_i = 4294967295u;
                                 bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
+                                unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
+                                unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
+                                unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
+                                unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                                 for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                     unsigned int rc = listed_cols[(1542u + r)];
-                                    const unsigned int sk_e42 = listed_cols[(1285u + r)];
-                                    float rz = sk_bitcast<float>((((sk_e42 & 2147483648u) != 0u) ? (sk_e42 ^ 2147483648u) : (sk_e42 ^ 4294967295u)));
+                                    const unsigned int sk_e39 = listed_cols[(1285u + r)];
+                                    float rz = sk_bitcast<float>((((sk_e39 & 2147483648u) != 0u) ? (sk_e39 ^ 2147483648u) : (sk_e39 ^ 4294967295u)));
                                     if (ow_seeded) {
                                         // built by kernels::filter_top_k::race_one
                                         double s64 = ((double)(rz - row_m));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e43 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], rc)));
+                                            const unsigned int sk_e40 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], rc)));
                                         }
                                         if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
@@ -3195,10 +3200,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                     } else {
                                         // built by kernels::filter_top_k::race_one
-                                        const unsigned int sk_e44 = (row * 12u);
-                                        uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e44 + 10u)], rows[(sk_e44 + 11u)]), rows[(sk_e44 + 8u)], rows[(sk_e44 + 9u)]);
-                                        const unsigned int sk_e45 = (rc & 3u);
-                                        float score = (rz + sk_gumbel(((sk_e45 == 3u) ? ((w4).w) : ((sk_e45 == 2u) ? ((w4).z) : ((sk_e45 == 1u) ? ((w4).y) : ((w4).x))))));
+                                        uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        const unsigned int sk_e41 = (rc & 3u);
+                                        float score = (rz + sk_gumbel(((sk_e41 == 3u) ? ((w4).w) : ((sk_e41 == 2u) ? ((w4).z) : ((sk_e41 == 1u) ? ((w4).y) : ((w4).x))))));
                                         if (((score > best) || ((score == best) && (rc < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             best = score;
@@ -3284,8 +3288,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     // built by kernels::abi::write_results
-                                    const float sk_e46 = sk_bf16(x[(base + ow_at)]);
-                                    float ow_v_x = (((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46);
+                                    const float sk_e42 = sk_bf16(x[(base + ow_at)]);
+                                    float ow_v_x = (((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42);
                                     float ow_v = (ow_v_x / temp);
                                     if ((threadIdx.x == 0u)) {
                                         logprobs[row] = (ow_valid ? ((ow_v - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
@@ -3312,29 +3316,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                     {
                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                         if ((col < col_hi)) {
-                            const float sk_e47 = sk_bf16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e47) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e47) / temp));
+                            const float sk_e43 = sk_bf16(x[(base + col)]);
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43) / temp));
                         }
                     }
                     {
                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                         if ((col < col_hi)) {
-                            const float sk_e48 = sk_bf16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48) / temp));
+                            const float sk_e44 = sk_bf16(x[(base + col)]);
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44) / temp));
                         }
                     }
                     {
                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                         if ((col < col_hi)) {
-                            const float sk_e49 = sk_bf16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e49) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e49) / temp));
+                            const float sk_e45 = sk_bf16(x[(base + col)]);
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45) / temp));
                         }
                     }
                     {
                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                         if ((col < col_hi)) {
-                            const float sk_e50 = sk_bf16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50) / temp));
+                            const float sk_e46 = sk_bf16(x[(base + col)]);
+                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46) / temp));
                         }
                     }
                 }
@@ -3382,8 +3386,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                 for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                     // built by kernels::filters::find_set
                     bool in_a = (stage <= sel_a);
-                    const unsigned int sk_e51 = (stage - 1u);
-                    unsigned int digit_pass = (in_a ? sk_e51 : (sk_e51 - sel_a));
+                    const unsigned int sk_e47 = (stage - 1u);
+                    unsigned int digit_pass = (in_a ? sk_e47 : (sk_e47 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -3421,8 +3425,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             {
                                 unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                                 if ((col < col_hi)) {
-                                    const float sk_e52 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52) / temp);
+                                    const float sk_e48 = sk_bf16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3444,8 +3448,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             {
                                 unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                                 if ((col < col_hi)) {
-                                    const float sk_e53 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e53) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e53) / temp);
+                                    const float sk_e49 = sk_bf16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e49) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e49) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3467,8 +3471,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             {
                                 unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                                 if ((col < col_hi)) {
-                                    const float sk_e54 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e54) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e54) / temp);
+                                    const float sk_e50 = sk_bf16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3490,8 +3494,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             {
                                 unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                                 if ((col < col_hi)) {
-                                    const float sk_e55 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e55) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e55) / temp);
+                                    const float sk_e51 = sk_bf16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e51) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e51) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3520,8 +3524,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            const float sk_e56 = sk_bf16(x[(base + col)]);
-                            float zv = ((((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56) / temp);
+                            const float sk_e52 = sk_bf16(x[(base + col)]);
+                            float zv = ((((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52) / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -3566,8 +3570,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            const float sk_e57 = sk_bf16(x[(base + col)]);
-                            float zv = ((((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e57) / temp);
+                            const float sk_e53 = sk_bf16(x[(base + col)]);
+                            float zv = ((((sk_bitcast<unsigned int>(sk_e53) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e53) / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -3606,8 +3610,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            const unsigned int sk_e58 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e58 == (sel_n + min(sel_tn, 64u))) || (!((sk_e58 < kk) && ((mass_before + mt) <= lim)))))) {
+                            const unsigned int sk_e54 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e54 == (sel_n + min(sel_tn, 64u))) || (!((sk_e54 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -3678,8 +3682,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
-                                const float sk_e59 = sk_bf16(x[(base + col)]);
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e59) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e59) / temp);
+                                const float sk_e55 = sk_bf16(x[(base + col)]);
+                                float zv = ((((sk_bitcast<unsigned int>(sk_e55) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e55) / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -3748,8 +3752,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 0u);
                                         if ((col < col_hi)) {
-                                            const float sk_e60 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e60) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e60) / temp);
+                                            const float sk_e56 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3810,8 +3814,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 1u);
                                         if ((col < col_hi)) {
-                                            const float sk_e61 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e61) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e61) / temp);
+                                            const float sk_e57 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e57) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3872,8 +3876,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 2u);
                                         if ((col < col_hi)) {
-                                            const float sk_e62 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62) / temp);
+                                            const float sk_e58 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e58) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e58) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3934,8 +3938,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 3u);
                                         if ((col < col_hi)) {
-                                            const float sk_e63 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63) / temp);
+                                            const float sk_e59 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e59) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e59) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4000,8 +4004,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     {
                                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
                                         if ((col < col_hi)) {
-                                            const float sk_e64 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e64) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e64) / temp);
+                                            const float sk_e60 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e60) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e60) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4062,8 +4066,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     {
                                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
                                         if ((col < col_hi)) {
-                                            const float sk_e65 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e65) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e65) / temp);
+                                            const float sk_e61 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e61) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e61) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4124,8 +4128,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     {
                                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
                                         if ((col < col_hi)) {
-                                            const float sk_e66 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66) / temp);
+                                            const float sk_e62 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4186,8 +4190,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     {
                                         unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
                                         if ((col < col_hi)) {
-                                            const float sk_e67 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e67) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e67) / temp);
+                                            const float sk_e63 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4622,8 +4626,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             // built by kernels::filters::select_step
                             unsigned long long tn64 = ((unsigned long long)sel_tn);
                             unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                            const bool sk_e68 = (tie_v == 0ull);
-                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e68 ? tn64 : (((lim - sel_m) / (sk_e68 ? 1ull : tie_v)) + 1ull))));
+                            const bool sk_e64 = (tie_v == 0ull);
+                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e64 ? tn64 : (((lim - sel_m) / (sk_e64 ? 1ull : tie_v)) + 1ull))));
                             lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -4641,8 +4645,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                     // built by kernels::filters::set_bounds
                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                    const bool sk_e69 = (tie_v == 0ull);
-                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e69 ? tn64 : (((lim - sel_m) / (sk_e69 ? 1ull : tie_v)) + 1ull))));
+                    const bool sk_e65 = (tie_v == 0ull);
+                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e65 ? tn64 : (((lim - sel_m) / (sk_e65 ? 1ull : tie_v)) + 1ull))));
                     s_ties = ties;
                 }
                 unsigned int tie_rank = 0u;
@@ -4666,8 +4670,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 0u);
                                         if ((col < col_hi)) {
-                                            const float sk_e70 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e70) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e70) / temp);
+                                            const float sk_e66 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4688,8 +4692,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 1u);
                                         if ((col < col_hi)) {
-                                            const float sk_e71 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e71) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e71) / temp);
+                                            const float sk_e67 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e67) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e67) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4710,8 +4714,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 2u);
                                         if ((col < col_hi)) {
-                                            const float sk_e72 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72) / temp);
+                                            const float sk_e68 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e68) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e68) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4732,8 +4736,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     {
                                         unsigned int col = (c0 + 3u);
                                         if ((col < col_hi)) {
-                                            const float sk_e73 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e73) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e73) / temp);
+                                            const float sk_e69 = sk_bf16(x[(base + col)]);
+                                            float zv = ((((sk_bitcast<unsigned int>(sk_e69) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e69) / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4799,6 +4803,92 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             {
                                 unsigned int col = (c0 + 0u);
                                 if ((col < col_hi)) {
+                                    const float sk_e70 = sk_bf16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e70) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e70) / temp);
+                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    bool kept = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        bool tie = (ok && (key == s_key));
+                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        double s64 = ((double)ov);
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            const unsigned int sk_e71 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e71 + 8u)], rows[(sk_e71 + 9u)], rows[(sk_e71 + 10u)], col)));
+                                        }
+                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best64 = s64;
+                                            best64_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                unsigned int col = (c0 + 1u);
+                                if ((col < col_hi)) {
+                                    const float sk_e72 = sk_bf16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72) / temp);
+                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    bool kept = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        bool tie = (ok && (key == s_key));
+                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        double s64 = ((double)ov);
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            const unsigned int sk_e73 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e73 + 8u)], rows[(sk_e73 + 9u)], rows[(sk_e73 + 10u)], col)));
+                                        }
+                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best64 = s64;
+                                            best64_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                unsigned int col = (c0 + 2u);
+                                if ((col < col_hi)) {
                                     const float sk_e74 = sk_bf16(x[(base + col)]);
                                     float zv = ((((sk_bitcast<unsigned int>(sk_e74) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e74) / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
@@ -4840,7 +4930,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + 1u);
+                                unsigned int col = (c0 + 3u);
                                 if ((col < col_hi)) {
                                     const float sk_e76 = sk_bf16(x[(base + col)]);
                                     float zv = ((((sk_bitcast<unsigned int>(sk_e76) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e76) / temp);
@@ -4882,92 +4972,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     }
                                 }
                             }
-                            {
-                                unsigned int col = (c0 + 2u);
-                                if ((col < col_hi)) {
-                                    const float sk_e78 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e78) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e78) / temp);
-                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    bool kept = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        bool tie = (ok && (key == s_key));
-                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        double s64 = ((double)ov);
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            const unsigned int sk_e79 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e79 + 8u)], rows[(sk_e79 + 9u)], rows[(sk_e79 + 10u)], col)));
-                                        }
-                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best64 = s64;
-                                            best64_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + 3u);
-                                if ((col < col_hi)) {
-                                    const float sk_e80 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e80) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e80) / temp);
-                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    bool kept = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        bool tie = (ok && (key == s_key));
-                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        double s64 = ((double)ov);
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            const unsigned int sk_e81 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e81 + 8u)], rows[(sk_e81 + 9u)], rows[(sk_e81 + 10u)], col)));
-                                        }
-                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best64 = s64;
-                                            best64_i = col;
-                                        }
-                                    }
-                                }
-                            }
                         }
                     }
                 }
@@ -4982,11 +4986,89 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                         for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
-                                const unsigned int sk_e82 = (row * 12u);
-                                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e82 + 10u)], rows[(sk_e82 + 11u)]), rows[(sk_e82 + 8u)], rows[(sk_e82 + 9u)]);
+                                const unsigned int sk_e78 = (row * 12u);
+                                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e78 + 10u)], rows[(sk_e78 + 11u)]), rows[(sk_e78 + 8u)], rows[(sk_e78 + 9u)]);
                             }
                             {
                                 unsigned int col = (c0 + 0u);
+                                if ((col < col_hi)) {
+                                    const float sk_e79 = sk_bf16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e79) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e79) / temp);
+                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    bool kept = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        bool tie = (ok && (key == s_key));
+                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        const float sk_e80 = sk_gumbel((w).x);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e80 : (zv + sk_e80)) : zv);
+                                        if (((score > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best = score;
+                                            best_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                unsigned int col = (c0 + 1u);
+                                if ((col < col_hi)) {
+                                    const float sk_e81 = sk_bf16(x[(base + col)]);
+                                    float zv = ((((sk_bitcast<unsigned int>(sk_e81) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e81) / temp);
+                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    bool kept = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        bool tie = (ok && (key == s_key));
+                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        const float sk_e82 = sk_gumbel((w).y);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e82 : (zv + sk_e82)) : zv);
+                                        if (((score > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best = score;
+                                            best_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                unsigned int col = (c0 + 2u);
                                 if ((col < col_hi)) {
                                     const float sk_e83 = sk_bf16(x[(base + col)]);
                                     float zv = ((((sk_bitcast<unsigned int>(sk_e83) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e83) / temp);
@@ -5014,7 +5096,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e84 = sk_gumbel((w).x);
+                                        const float sk_e84 = sk_gumbel((w).z);
                                         float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e84 : (zv + sk_e84)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5025,7 +5107,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + 1u);
+                                unsigned int col = (c0 + 3u);
                                 if ((col < col_hi)) {
                                     const float sk_e85 = sk_bf16(x[(base + col)]);
                                     float zv = ((((sk_bitcast<unsigned int>(sk_e85) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e85) / temp);
@@ -5053,86 +5135,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e86 = sk_gumbel((w).y);
+                                        const float sk_e86 = sk_gumbel((w).w);
                                         float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e86 : (zv + sk_e86)) : zv);
-                                        if (((score > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best = score;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + 2u);
-                                if ((col < col_hi)) {
-                                    const float sk_e87 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e87) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e87) / temp);
-                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    bool kept = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        bool tie = (ok && (key == s_key));
-                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        const float sk_e88 = sk_gumbel((w).z);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e88 : (zv + sk_e88)) : zv);
-                                        if (((score > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best = score;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + 3u);
-                                if ((col < col_hi)) {
-                                    const float sk_e89 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e89) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e89) / temp);
-                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    bool kept = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        bool tie = (ok && (key == s_key));
-                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        const float sk_e90 = sk_gumbel((w).w);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e90 : (zv + sk_e90)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5249,8 +5253,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                     // built by kernels::abi::write_results
                     float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                     if ((threadIdx.x == 0u)) {
-                        const float sk_e91 = sk_bf16(x[(base + tok_at)]);
-                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e91) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e91) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                        const float sk_e87 = sk_bf16(x[(base + tok_at)]);
+                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e87) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e87) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                     }
                 }
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

@@ -567,6 +567,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             sel_n = n_above_all;
                             sel_m = m_above_all;
                             lim = cut_lim;
+                            unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
+                            unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
+                            unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
+                            unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                             if (cut_sorted) {
                                 // built by kernels::filter_top_p::cut_row
                                 __syncthreads();
@@ -1391,10 +1395,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                             }
                                         } else {
                                             // built by kernels::filter_top_k::race_one
-                                            const unsigned int sk_e12 = (row * 12u);
-                                            uint4 w4 = sk_philox(make_uint4(((rcol & 4294967292u) >> 2u), 0u, rows[(sk_e12 + 10u)], rows[(sk_e12 + 11u)]), rows[(sk_e12 + 8u)], rows[(sk_e12 + 9u)]);
-                                            const unsigned int sk_e13 = (rcol & 3u);
-                                            float score = (rz / sk_exponential(((sk_e13 == 3u) ? ((w4).w) : ((sk_e13 == 2u) ? ((w4).z) : ((sk_e13 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            uint4 w4 = sk_philox(make_uint4(((rcol & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                            const unsigned int sk_e12 = (rcol & 3u);
+                                            float score = (rz / sk_exponential(((sk_e12 == 3u) ? ((w4).w) : ((sk_e12 == 2u) ? ((w4).z) : ((sk_e12 == 1u) ? ((w4).y) : ((w4).x))))));
                                             if (((score > best) || ((score == best) && (rcol < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -1452,8 +1455,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         unsigned int ri_p = (i / 384u);
                                         unsigned int ri_key = 0u;
                                         if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                            const unsigned int sk_e14 = (i / 384u);
-                                            ri_key = partials[((((row_slot * parts) + sk_e14) * 805u) + (5u + ((i - (sk_e14 * 384u)) * 2u)))];
+                                            const unsigned int sk_e13 = (i / 384u);
+                                            ri_key = partials[((((row_slot * parts) + sk_e13) * 805u) + (5u + ((i - (sk_e13 * 384u)) * 2u)))];
                                         }
                                         unsigned int dk = ri_key;
                                         if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -1478,10 +1481,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                 if (sk_bin == 14u) { cnt_14 += sk_add; }
                                                 if (sk_bin == 15u) { cnt_15 += sk_add; }
                                             }
-                                            const float sk_e15 = sk_bitcast<float>((((dk & 2147483648u) != 0u) ? (dk ^ 2147483648u) : (dk ^ 4294967295u)));
+                                            const float sk_e14 = sk_bitcast<float>((((dk & 2147483648u) != 0u) ? (dk ^ 2147483648u) : (dk ^ 4294967295u)));
                                             {
                                                 const unsigned int sk_bin = digit;
-                                                const unsigned long long sk_add = sk_fixed(((sk_e15 == cut_mx) ? (1.0f) : (sk_e15 / cut_mx)));
+                                                const unsigned long long sk_add = sk_fixed(((sk_e14 == cut_mx) ? (1.0f) : (sk_e14 / cut_mx)));
                                                 if (sk_bin == 0u) { mas_0 += sk_add; }
                                                 if (sk_bin == 1u) { mas_1 += sk_add; }
                                                 if (sk_bin == 2u) { mas_2 += sk_add; }
@@ -1867,8 +1870,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         // built by kernels::filters::select_step
                                         unsigned long long tn64 = ((unsigned long long)sel_tn);
                                         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                        const bool sk_e16 = (tie_v == 0ull);
-                                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e16 ? tn64 : (((lim - sel_m) / (sk_e16 ? 1ull : tie_v)) + 1ull))));
+                                        const bool sk_e15 = (tie_v == 0ull);
+                                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e15 ? tn64 : (((lim - sel_m) / (sk_e15 ? 1ull : tie_v)) + 1ull))));
                                         lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                                         sel_key = 0u;
                                         sel_mask = 0u;
@@ -1880,8 +1883,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 }
                                 unsigned long long tn64 = ((unsigned long long)sel_tn);
                                 unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                const bool sk_e17 = (tie_v == 0ull);
-                                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e17 ? tn64 : (((lim - sel_m) / (sk_e17 ? 1ull : tie_v)) + 1ull))));
+                                const bool sk_e16 = (tie_v == 0ull);
+                                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e16 ? tn64 : (((lim - sel_m) / (sk_e16 ? 1ull : tie_v)) + 1ull))));
                                 unsigned int t_key = 0u;
                                 unsigned int t_mask = 0u;
                                 unsigned int t_above = 0u;
@@ -1910,12 +1913,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         unsigned int ri_key = 0u;
                                         if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
                                             // built by kernels::filter_top_p::select_in_range
-                                            const unsigned int sk_e18 = (ti / 384u);
-                                            ri_key = partials[((((row_slot * parts) + sk_e18) * 805u) + (5u + ((ti - (sk_e18 * 384u)) * 2u)))];
+                                            const unsigned int sk_e17 = (ti / 384u);
+                                            ri_key = partials[((((row_slot * parts) + sk_e17) * 805u) + (5u + ((ti - (sk_e17 * 384u)) * 2u)))];
                                         }
                                         unsigned int tk_key = ri_key;
-                                        const unsigned int sk_e19 = (ti / 384u);
-                                        unsigned int tk = ((tk_key == sel_key) ? (partials[((((row_slot * parts) + sk_e19) * 805u) + (6u + ((ti - (sk_e19 * 384u)) * 2u)))] ^ 4294967295u) : 0u);
+                                        const unsigned int sk_e18 = (ti / 384u);
+                                        unsigned int tk = ((tk_key == sel_key) ? (partials[((((row_slot * parts) + sk_e18) * 805u) + (6u + ((ti - (sk_e18 * 384u)) * 2u)))] ^ 4294967295u) : 0u);
                                         if (((tk != 0u) && ((tk & t_mask) == t_key))) {
                                             {
                                                 const unsigned int sk_bin = ((tk >> t_shift) & 15u);
@@ -2162,12 +2165,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     unsigned int ri_p = (i / 384u);
                                     unsigned int ri_key = 0u;
                                     if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                        const unsigned int sk_e20 = (i / 384u);
-                                        ri_key = partials[((((row_slot * parts) + sk_e20) * 805u) + (5u + ((i - (sk_e20 * 384u)) * 2u)))];
+                                        const unsigned int sk_e19 = (i / 384u);
+                                        ri_key = partials[((((row_slot * parts) + sk_e19) * 805u) + (5u + ((i - (sk_e19 * 384u)) * 2u)))];
                                     }
                                     unsigned int rk = ri_key;
-                                    const unsigned int sk_e21 = (i / 384u);
-                                    unsigned int rcol = partials[((((row_slot * parts) + sk_e21) * 805u) + (6u + ((i - (sk_e21 * 384u)) * 2u)))];
+                                    const unsigned int sk_e20 = (i / 384u);
+                                    unsigned int rcol = partials[((((row_slot * parts) + sk_e20) * 805u) + (6u + ((i - (sk_e20 * 384u)) * 2u)))];
                                     float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                     if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (((rov == cut_mx) ? (1.0f) : (rov / cut_mx)) >= mp))) {
                                         float rz_x = x[(base + rcol)];
@@ -2177,8 +2180,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                             double s64 = sk_log64(((double)rz));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                const unsigned int sk_e22 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], rcol)));
+                                                const unsigned int sk_e21 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)], rows[(sk_e21 + 10u)], rcol)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -2187,10 +2190,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                             }
                                         } else {
                                             // built by kernels::filter_top_k::race_one
-                                            const unsigned int sk_e23 = (row * 12u);
-                                            uint4 w4 = sk_philox(make_uint4(((rcol & 4294967292u) >> 2u), 0u, rows[(sk_e23 + 10u)], rows[(sk_e23 + 11u)]), rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)]);
-                                            const unsigned int sk_e24 = (rcol & 3u);
-                                            float score = (rz / sk_exponential(((sk_e24 == 3u) ? ((w4).w) : ((sk_e24 == 2u) ? ((w4).z) : ((sk_e24 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            uint4 w4 = sk_philox(make_uint4(((rcol & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                            const unsigned int sk_e22 = (rcol & 3u);
+                                            float score = (rz / sk_exponential(((sk_e22 == 3u) ? ((w4).w) : ((sk_e22 == 2u) ? ((w4).z) : ((sk_e22 == 1u) ? ((w4).y) : ((w4).x))))));
                                             if (((score > best) || ((score == best) && (rcol < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -2206,10 +2208,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 sel_tm = m_range_all;
                                 unsigned long long tn64 = ((unsigned long long)sel_tn);
                                 unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                const bool sk_e25 = (tie_v == 0ull);
-                                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e25 ? tn64 : (((lim - sel_m) / (sk_e25 ? 1ull : tie_v)) + 1ull))));
-                                const float sk_e26 = sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)));
-                                unsigned int t_kept = ((((sk_e26 == cut_mx) ? (1.0f) : (sk_e26 / cut_mx)) >= mp) ? ties : 0u);
+                                const bool sk_e23 = (tie_v == 0ull);
+                                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e23 ? tn64 : (((lim - sel_m) / (sk_e23 ? 1ull : tie_v)) + 1ull))));
+                                const float sk_e24 = sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)));
+                                unsigned int t_kept = ((((sk_e24 == cut_mx) ? (1.0f) : (sk_e24 / cut_mx)) >= mp) ? ties : 0u);
                                 unsigned int t_part = 0u;
                                 unsigned int t_left = 0u;
                                 unsigned int t_base = 0u;
@@ -2276,8 +2278,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                             unsigned int w_i = partials[((((row_slot * parts) + t_p) * 805u) + 798u)];
                                             if ((w_i != 4294967295u)) {
                                                 // built by kernels::filter_top_p::take_winners
-                                                const float sk_e27 = sk_bitcast<float>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
-                                                if (((sk_e27 > best) || ((sk_e27 == best) && (w_i < best_i)))) {
+                                                const float sk_e25 = sk_bitcast<float>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
+                                                if (((sk_e25 > best) || ((sk_e25 == best) && (w_i < best_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     best = sk_bitcast<float>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
                                                     best_i = w_i;
@@ -2286,12 +2288,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                             unsigned int w_i64 = partials[((((row_slot * parts) + t_p) * 805u) + 801u)];
                                             if ((w_i64 != 4294967295u)) {
                                                 // built by kernels::filter_top_p::take_winners
-                                                const unsigned int sk_e29 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                const double sk_e28 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e29 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e29 + 0u)]))));
-                                                if (((sk_e28 > best64) || ((sk_e28 == best64) && (w_i64 < best64_i)))) {
+                                                const unsigned int sk_e27 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                const double sk_e26 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e27 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e27 + 0u)]))));
+                                                if (((sk_e26 > best64) || ((sk_e26 == best64) && (w_i64 < best64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
-                                                    const unsigned int sk_e30 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                    best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e30 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e30 + 0u)]))));
+                                                    const unsigned int sk_e28 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e28 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e28 + 0u)]))));
                                                     best64_i = w_i64;
                                                 }
                                             }
@@ -2406,8 +2408,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                     double s64 = sk_log64(((double)tz));
                                                     if (noisy) {
                                                         // built by kernels::seeded::score64
-                                                        const unsigned int sk_e31 = (row * 12u);
-                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e31 + 8u)], rows[(sk_e31 + 9u)], rows[(sk_e31 + 10u)], col)));
+                                                        const unsigned int sk_e29 = (row * 12u);
+                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e29 + 8u)], rows[(sk_e29 + 9u)], rows[(sk_e29 + 10u)], col)));
                                                     }
                                                     if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
@@ -2416,10 +2418,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                     }
                                                 } else {
                                                     // built by kernels::filter_top_k::race_one
-                                                    const unsigned int sk_e32 = (row * 12u);
-                                                    uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e32 + 10u)], rows[(sk_e32 + 11u)]), rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)]);
-                                                    const unsigned int sk_e33 = (col & 3u);
-                                                    float score = (tz / sk_exponential(((sk_e33 == 3u) ? ((w4).w) : ((sk_e33 == 2u) ? ((w4).z) : ((sk_e33 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                    uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                                    const unsigned int sk_e30 = (col & 3u);
+                                                    float score = (tz / sk_exponential(((sk_e30 == 3u) ? ((w4).w) : ((sk_e30 == 2u) ? ((w4).z) : ((sk_e30 == 1u) ? ((w4).y) : ((w4).x))))));
                                                     if (((score > best) || ((score == best) && (col < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = score;
@@ -2958,8 +2959,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     }
                                     if (g_take) {
                                         listed_cols[(0u + g_out)] = gk;
-                                        const unsigned int sk_e34 = (gj / want);
-                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e34) * 805u) + (6u + ((gj - (sk_e34 * want)) * 2u)))];
+                                        const unsigned int sk_e31 = (gj / want);
+                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e31) * 805u) + (6u + ((gj - (sk_e31 * want)) * 2u)))];
                                         g_out = (g_out + 1u);
                                     }
                                 }
@@ -2967,8 +2968,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             unsigned int n_sel = (t_above + t_take);
                             __syncthreads();
                             for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                                const unsigned int sk_e35 = listed_cols[(0u + i)];
-                                float zi = sk_bitcast<float>((((sk_e35 & 2147483648u) != 0u) ? (sk_e35 ^ 2147483648u) : (sk_e35 ^ 4294967295u)));
+                                const unsigned int sk_e32 = listed_cols[(0u + i)];
+                                float zi = sk_bitcast<float>((((sk_e32 & 2147483648u) != 0u) ? (sk_e32 ^ 2147483648u) : (sk_e32 ^ 4294967295u)));
                                 listed_cols[(514u + i)] = sk_bitcast<unsigned int>(zi);
                                 listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) & 4294967295ull));
                                 listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) >> 32u));
@@ -3028,9 +3029,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             unsigned int n_lo = 0u;
                             unsigned int n_unsure = 0u;
                             for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                const unsigned int sk_e37 = listed_cols[(1285u + r)];
-                                const float sk_e36 = sk_bitcast<float>((((sk_e37 & 2147483648u) != 0u) ? (sk_e37 ^ 2147483648u) : (sk_e37 ^ 4294967295u)));
-                                float wr = ((sk_e36 == row_m) ? (1.0f) : (sk_e36 / row_m));
+                                const unsigned int sk_e34 = listed_cols[(1285u + r)];
+                                const float sk_e33 = sk_bitcast<float>((((sk_e34 & 2147483648u) != 0u) ? (sk_e34 ^ 2147483648u) : (sk_e34 ^ 4294967295u)));
+                                float wr = ((sk_e33 == row_m) ? (1.0f) : (sk_e33 / row_m));
                                 unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                 bool base_r = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
                                 float bf = sk_fixed_f32(br);
@@ -3068,10 +3069,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             }
                             float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                             bool all_in = ((n_sel < want) || (((zt == row_m) ? (1.0f) : (zt / row_m)) <= (0.0f)));
-                            const unsigned int sk_e38 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                            bool cut_above = (sk_bitcast<float>((((sk_e38 & 2147483648u) != 0u) ? (sk_e38 ^ 2147483648u) : (sk_e38 ^ 4294967295u))) > zt);
-                            const unsigned int sk_e39 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                            bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e39] & 2147483648u) != 0u) ? (listed_cols[sk_e39] ^ 2147483648u) : (listed_cols[sk_e39] ^ 4294967295u))) > zt));
+                            const unsigned int sk_e35 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            bool cut_above = (sk_bitcast<float>((((sk_e35 & 2147483648u) != 0u) ? (sk_e35 ^ 2147483648u) : (sk_e35 ^ 4294967295u))) > zt);
+                            const unsigned int sk_e36 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e36] & 2147483648u) != 0u) ? (listed_cols[sk_e36] ^ 2147483648u) : (listed_cols[sk_e36] ^ 4294967295u))) > zt));
                             bool prefix_exact = all_in;
                             if (((!all_in) && (!(cut_above && k_above)))) {
                                 // built by kernels::filter_top_k::prefix_is_exact
@@ -3143,17 +3144,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 double best64 = sk_bitcast<double>(18442240474082181120ull);
                                 unsigned int best64_i = 4294967295u;
                                 bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
+                                unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
+                                unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
+                                unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
+                                unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                                 for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                     unsigned int rc = listed_cols[(1542u + r)];
-                                    const unsigned int sk_e40 = listed_cols[(1285u + r)];
-                                    float rz = sk_bitcast<float>((((sk_e40 & 2147483648u) != 0u) ? (sk_e40 ^ 2147483648u) : (sk_e40 ^ 4294967295u)));
+                                    const unsigned int sk_e37 = listed_cols[(1285u + r)];
+                                    float rz = sk_bitcast<float>((((sk_e37 & 2147483648u) != 0u) ? (sk_e37 ^ 2147483648u) : (sk_e37 ^ 4294967295u)));
                                     if (ow_seeded) {
                                         // built by kernels::filter_top_k::race_one
                                         double s64 = sk_log64(((double)rz));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e41 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e41 + 8u)], rows[(sk_e41 + 9u)], rows[(sk_e41 + 10u)], rc)));
+                                            const unsigned int sk_e38 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], rc)));
                                         }
                                         if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
@@ -3162,10 +3167,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     } else {
                                         // built by kernels::filter_top_k::race_one
-                                        const unsigned int sk_e42 = (row * 12u);
-                                        uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e42 + 10u)], rows[(sk_e42 + 11u)]), rows[(sk_e42 + 8u)], rows[(sk_e42 + 9u)]);
-                                        const unsigned int sk_e43 = (rc & 3u);
-                                        float score = (rz / sk_exponential(((sk_e43 == 3u) ? ((w4).w) : ((sk_e43 == 2u) ? ((w4).z) : ((sk_e43 == 1u) ? ((w4).y) : ((w4).x))))));
+                                        uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        const unsigned int sk_e39 = (rc & 3u);
+                                        float score = (rz / sk_exponential(((sk_e39 == 3u) ? ((w4).w) : ((sk_e39 == 2u) ? ((w4).z) : ((sk_e39 == 1u) ? ((w4).y) : ((w4).x))))));
                                         if (((score > best) || ((score == best) && (rc < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             best = score;
@@ -3360,8 +3364,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                     // built by kernels::filters::find_set
                     bool in_a = (stage <= sel_a);
-                    const unsigned int sk_e44 = (stage - 1u);
-                    unsigned int digit_pass = (in_a ? sk_e44 : (sk_e44 - sel_a));
+                    const unsigned int sk_e40 = (stage - 1u);
+                    unsigned int digit_pass = (in_a ? sk_e40 : (sk_e40 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -3578,8 +3582,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            const unsigned int sk_e45 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e45 == (sel_n + min(sel_tn, 64u))) || (!((sk_e45 < kk) && ((mass_before + mt) <= lim)))))) {
+                            const unsigned int sk_e41 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e41 == (sel_n + min(sel_tn, 64u))) || (!((sk_e41 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -4585,8 +4589,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             // built by kernels::filters::select_step
                             unsigned long long tn64 = ((unsigned long long)sel_tn);
                             unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                            const bool sk_e46 = (tie_v == 0ull);
-                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e46 ? tn64 : (((lim - sel_m) / (sk_e46 ? 1ull : tie_v)) + 1ull))));
+                            const bool sk_e42 = (tie_v == 0ull);
+                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e42 ? tn64 : (((lim - sel_m) / (sk_e42 ? 1ull : tie_v)) + 1ull))));
                             lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -4604,8 +4608,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                     // built by kernels::filters::set_bounds
                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                    const bool sk_e47 = (tie_v == 0ull);
-                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e47 ? tn64 : (((lim - sel_m) / (sk_e47 ? 1ull : tie_v)) + 1ull))));
+                    const bool sk_e43 = (tie_v == 0ull);
+                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e43 ? tn64 : (((lim - sel_m) / (sk_e43 ? 1ull : tie_v)) + 1ull))));
                     s_ties = ties;
                 }
                 unsigned int tie_rank = 0u;
@@ -4786,8 +4790,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e48 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e48 + 8u)], rows[(sk_e48 + 9u)], rows[(sk_e48 + 10u)], col)));
+                                            const unsigned int sk_e44 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e44 + 8u)], rows[(sk_e44 + 9u)], rows[(sk_e44 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4828,8 +4832,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e49 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e49 + 8u)], rows[(sk_e49 + 9u)], rows[(sk_e49 + 10u)], col)));
+                                            const unsigned int sk_e45 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e45 + 8u)], rows[(sk_e45 + 9u)], rows[(sk_e45 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4870,8 +4874,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e50 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e50 + 8u)], rows[(sk_e50 + 9u)], rows[(sk_e50 + 10u)], col)));
+                                            const unsigned int sk_e46 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4912,8 +4916,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e51 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e51 + 8u)], rows[(sk_e51 + 9u)], rows[(sk_e51 + 10u)], col)));
+                                            const unsigned int sk_e47 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e47 + 8u)], rows[(sk_e47 + 9u)], rows[(sk_e47 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4937,8 +4941,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                         for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
-                                const unsigned int sk_e52 = (row * 12u);
-                                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e52 + 10u)], rows[(sk_e52 + 11u)]), rows[(sk_e52 + 8u)], rows[(sk_e52 + 9u)]);
+                                const unsigned int sk_e48 = (row * 12u);
+                                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e48 + 10u)], rows[(sk_e48 + 11u)]), rows[(sk_e48 + 8u)], rows[(sk_e48 + 9u)]);
                             }
                             {
                                 unsigned int col = (c0 + 0u);
@@ -5195,8 +5199,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 if (((flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results
                     if ((threadIdx.x == 0u)) {
-                        const float sk_e53 = x[(base + tok_at)];
-                        logprobs[row] = (valid ? ((sk_e53 > (0.0f)) ? sk_log(sk_e53) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                        const float sk_e49 = x[(base + tok_at)];
+                        logprobs[row] = (valid ? ((sk_e49 > (0.0f)) ? sk_log(sk_e49) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                     }
                 }
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

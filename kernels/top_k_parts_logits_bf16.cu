@@ -92,7 +92,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_top_k::load_part
+                    // built by kernels::filter_top_k::for_each_read_four
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                     const float sk_e0 = sk_bf16(x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]);
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
@@ -110,6 +110,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -118,6 +119,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li1] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -126,6 +128,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li2] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -134,6 +137,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li3] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -542,7 +546,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_top_k::load_part
+                    // built by kernels::filter_top_k::for_each_read_four
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                     const float sk_e7 = sk_bf16(x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]);
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
@@ -560,6 +564,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -568,6 +573,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li1] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -576,6 +582,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li2] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -584,6 +591,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li3] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }

@@ -88,7 +88,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_top_k::load_part
+                    // built by kernels::filter_top_k::for_each_read_four
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                     const float sk_e0 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))];
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
@@ -106,6 +106,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -114,6 +115,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li1] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -122,6 +124,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li2] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -130,6 +133,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li3] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -538,7 +542,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_top_k::load_part
+                    // built by kernels::filter_top_k::for_each_read_four
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                     const float sk_e7 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))];
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
@@ -556,6 +560,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -564,6 +569,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li1] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -572,6 +578,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li2] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -580,6 +587,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li3] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }

@@ -65,7 +65,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_top_k::load_part
+                    // built by kernels::filter_top_k::for_each_read_four
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                     float zx0 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))];
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
@@ -79,6 +79,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                         bool z_ok = (z > (0.0f));
                         part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -87,6 +88,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                         bool z_ok = (z > (0.0f));
                         part_keys[li1] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -95,6 +97,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                         bool z_ok = (z > (0.0f));
                         part_keys[li2] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -103,6 +106,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                         bool z_ok = (z > (0.0f));
                         part_keys[li3] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -511,7 +515,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_top_k::load_part
+                    // built by kernels::filter_top_k::for_each_read_four
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                     float zx0 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))];
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
@@ -525,6 +529,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                         bool z_ok = (z > (0.0f));
                         part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -533,6 +538,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                         bool z_ok = (z > (0.0f));
                         part_keys[li1] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -541,6 +547,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                         bool z_ok = (z > (0.0f));
                         part_keys[li2] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }
@@ -549,6 +556,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                         bool z_ok = (z > (0.0f));
                         part_keys[li3] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = fmaxf(m, z);
                         }
                     }

@@ -290,6 +290,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                     float grid_r = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 776u)]);
                     float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 777u)]);
                     bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u);
+                    unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
+                    unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
+                    unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
+                    unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_top_p::cut_part
                         cut_listing[0u] = 0u;
@@ -313,90 +317,361 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                     unsigned int bestr_i = 4294967295u;
                     double bestr64 = sk_bitcast<double>(18442240474082181120ull);
                     unsigned int bestr64_i = 4294967295u;
-                    for (unsigned int col = (col_lo + threadIdx.x); col < col_hi; col += ((unsigned int)SK_BLOCK)) {
-                        // built by kernels::filter_top_p::cut_part
-                        float cz_x = x[(base + col)];
-                        float cz = (((cz_x > (0.0f)) && (cz_x < sk_bitcast<float>(2139095040u))) ? cz_x : (0.0f));
-                        float cov = cz;
-                        float cw = ((cz == cut_mx) ? (1.0f) : (cz / cut_mx));
-                        if ((cw > (0.0f))) {
-                            unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u));
-                            unsigned long long cmv = sk_fixed(cw);
-                            float cg = (grid_r - floorf(((((float)(sk_bitcast<unsigned int>(cz) >> 19u)) * (0.0625f)) * (16.0f))));
-                            if ((cg < cut_lo)) {
-                                n_above = (n_above + 1u);
-                                m_above = (m_above + cmv);
-                                min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                if ((cw >= mp)) {
-                                    if (cut_seeded) {
-                                        // built by kernels::filter_top_k::race_one
-                                        double s64 = sk_log64(((double)cz));
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            const unsigned int sk_e0 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e0 + 8u)], rows[(sk_e0 + 9u)], rows[(sk_e0 + 10u)], col)));
-                                        }
-                                        if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                            // built by kernels::filter_top_k::keep_lower
-                                            best64 = s64;
-                                            best64_i = col;
-                                        }
-                                    } else {
-                                        // built by kernels::filter_top_k::race_one
-                                        const unsigned int sk_e1 = (row * 12u);
-                                        uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e1 + 10u)], rows[(sk_e1 + 11u)]), rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)]);
-                                        const unsigned int sk_e2 = (col & 3u);
-                                        float score = (cz / sk_exponential(((sk_e2 == 3u) ? ((w4).w) : ((sk_e2 == 2u) ? ((w4).z) : ((sk_e2 == 1u) ? ((w4).y) : ((w4).x))))));
-                                        if (((score > best) || ((score == best) && (col < best_i)))) {
-                                            // built by kernels::filter_top_k::keep_lower
-                                            best = score;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            } else {
-                                if ((cg <= cut_hi)) {
-                                    n_range = (n_range + 1u);
-                                    m_range = (m_range + cmv);
-                                    min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                    max_range = max(max_range, ck);
+                    for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                        // built by kernels::filter_top_k::for_each_read_four
+                        unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                        const unsigned int sk_e0 = (col_hi - col_lo);
+                        float zx0 = x[(base + (col_lo + ((li0 < sk_e0) ? li0 : (sk_e0 - 1u))))];
+                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                        const unsigned int sk_e1 = (col_hi - col_lo);
+                        float zx1 = x[(base + (col_lo + ((li1 < sk_e1) ? li1 : (sk_e1 - 1u))))];
+                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                        const unsigned int sk_e2 = (col_hi - col_lo);
+                        float zx2 = x[(base + (col_lo + ((li2 < sk_e2) ? li2 : (sk_e2 - 1u))))];
+                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                        const unsigned int sk_e3 = (col_hi - col_lo);
+                        float zx3 = x[(base + (col_lo + ((li3 < sk_e3) ? li3 : (sk_e3 - 1u))))];
+                        if ((li0 < (col_hi - col_lo))) {
+                            unsigned int col = (col_lo + li0);
+                            float cz = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f));
+                            float cov = cz;
+                            float cw = ((cz == cut_mx) ? (1.0f) : (cz / cut_mx));
+                            if ((cw > (0.0f))) {
+                                // built by kernels::filter_top_p::cut_part
+                                unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u));
+                                unsigned long long cmv = sk_fixed(cw);
+                                float cg = (grid_r - floorf(((((float)(sk_bitcast<unsigned int>(cz) >> 19u)) * (0.0625f)) * (16.0f))));
+                                if ((cg < cut_lo)) {
+                                    n_above = (n_above + 1u);
+                                    m_above = (m_above + cmv);
+                                    min_above_not = max(min_above_not, (ck ^ 4294967295u));
                                     if ((cw >= mp)) {
                                         if (cut_seeded) {
                                             // built by kernels::filter_top_k::race_one
                                             double s64 = sk_log64(((double)cz));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                const unsigned int sk_e3 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e3 + 8u)], rows[(sk_e3 + 9u)], rows[(sk_e3 + 10u)], col)));
+                                                const unsigned int sk_e4 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e4 + 8u)], rows[(sk_e4 + 9u)], rows[(sk_e4 + 10u)], col)));
                                             }
-                                            if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
+                                            if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
-                                                bestr64 = s64;
-                                                bestr64_i = col;
+                                                best64 = s64;
+                                                best64_i = col;
                                             }
                                         } else {
                                             // built by kernels::filter_top_k::race_one
-                                            const unsigned int sk_e4 = (row * 12u);
-                                            uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, rows[(sk_e4 + 10u)], rows[(sk_e4 + 11u)]), rows[(sk_e4 + 8u)], rows[(sk_e4 + 9u)]);
+                                            uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
                                             const unsigned int sk_e5 = (col & 3u);
                                             float score = (cz / sk_exponential(((sk_e5 == 3u) ? ((w4).w) : ((sk_e5 == 2u) ? ((w4).z) : ((sk_e5 == 1u) ? ((w4).y) : ((w4).x))))));
-                                            if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
+                                            if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
-                                                bestr = score;
-                                                bestr_i = col;
+                                                best = score;
+                                                best_i = col;
                                             }
                                         }
                                     }
-                                    unsigned int cut_at = 0u;
-                                    cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                    if ((cut_at < 384u)) {
-                                        partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                        partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                } else {
+                                    if ((cg <= cut_hi)) {
+                                        n_range = (n_range + 1u);
+                                        m_range = (m_range + cmv);
+                                        min_range_not = max(min_range_not, (ck ^ 4294967295u));
+                                        max_range = max(max_range, ck);
+                                        if ((cw >= mp)) {
+                                            if (cut_seeded) {
+                                                // built by kernels::filter_top_k::race_one
+                                                double s64 = sk_log64(((double)cz));
+                                                if (noisy) {
+                                                    // built by kernels::seeded::score64
+                                                    const unsigned int sk_e6 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e6 + 8u)], rows[(sk_e6 + 9u)], rows[(sk_e6 + 10u)], col)));
+                                                }
+                                                if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
+                                                    // built by kernels::filter_top_k::keep_lower
+                                                    bestr64 = s64;
+                                                    bestr64_i = col;
+                                                }
+                                            } else {
+                                                // built by kernels::filter_top_k::race_one
+                                                uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                                const unsigned int sk_e7 = (col & 3u);
+                                                float score = (cz / sk_exponential(((sk_e7 == 3u) ? ((w4).w) : ((sk_e7 == 2u) ? ((w4).z) : ((sk_e7 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
+                                                    // built by kernels::filter_top_k::keep_lower
+                                                    bestr = score;
+                                                    bestr_i = col;
+                                                }
+                                            }
+                                        }
+                                        unsigned int cut_at = 0u;
+                                        cut_at = atomicAdd(&cut_listing[0u], 1u);
+                                        if ((cut_at < 384u)) {
+                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                        }
+                                    } else {
+                                        m_below = (m_below + cmv);
+                                        max_below = max(max_below, ck);
+                                        w_below = fmaxf(w_below, cw);
+                                    }
+                                }
+                            }
+                        }
+                        if ((li1 < (col_hi - col_lo))) {
+                            unsigned int col = (col_lo + li1);
+                            float cz = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f));
+                            float cov = cz;
+                            float cw = ((cz == cut_mx) ? (1.0f) : (cz / cut_mx));
+                            if ((cw > (0.0f))) {
+                                // built by kernels::filter_top_p::cut_part
+                                unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u));
+                                unsigned long long cmv = sk_fixed(cw);
+                                float cg = (grid_r - floorf(((((float)(sk_bitcast<unsigned int>(cz) >> 19u)) * (0.0625f)) * (16.0f))));
+                                if ((cg < cut_lo)) {
+                                    n_above = (n_above + 1u);
+                                    m_above = (m_above + cmv);
+                                    min_above_not = max(min_above_not, (ck ^ 4294967295u));
+                                    if ((cw >= mp)) {
+                                        if (cut_seeded) {
+                                            // built by kernels::filter_top_k::race_one
+                                            double s64 = sk_log64(((double)cz));
+                                            if (noisy) {
+                                                // built by kernels::seeded::score64
+                                                const unsigned int sk_e8 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], col)));
+                                            }
+                                            if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best64 = s64;
+                                                best64_i = col;
+                                            }
+                                        } else {
+                                            // built by kernels::filter_top_k::race_one
+                                            uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                            const unsigned int sk_e9 = (col & 3u);
+                                            float score = (cz / sk_exponential(((sk_e9 == 3u) ? ((w4).w) : ((sk_e9 == 2u) ? ((w4).z) : ((sk_e9 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            if (((score > best) || ((score == best) && (col < best_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best = score;
+                                                best_i = col;
+                                            }
+                                        }
                                     }
                                 } else {
-                                    m_below = (m_below + cmv);
-                                    max_below = max(max_below, ck);
-                                    w_below = fmaxf(w_below, cw);
+                                    if ((cg <= cut_hi)) {
+                                        n_range = (n_range + 1u);
+                                        m_range = (m_range + cmv);
+                                        min_range_not = max(min_range_not, (ck ^ 4294967295u));
+                                        max_range = max(max_range, ck);
+                                        if ((cw >= mp)) {
+                                            if (cut_seeded) {
+                                                // built by kernels::filter_top_k::race_one
+                                                double s64 = sk_log64(((double)cz));
+                                                if (noisy) {
+                                                    // built by kernels::seeded::score64
+                                                    const unsigned int sk_e10 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e10 + 8u)], rows[(sk_e10 + 9u)], rows[(sk_e10 + 10u)], col)));
+                                                }
+                                                if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
+                                                    // built by kernels::filter_top_k::keep_lower
+                                                    bestr64 = s64;
+                                                    bestr64_i = col;
+                                                }
+                                            } else {
+                                                // built by kernels::filter_top_k::race_one
+                                                uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                                const unsigned int sk_e11 = (col & 3u);
+                                                float score = (cz / sk_exponential(((sk_e11 == 3u) ? ((w4).w) : ((sk_e11 == 2u) ? ((w4).z) : ((sk_e11 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
+                                                    // built by kernels::filter_top_k::keep_lower
+                                                    bestr = score;
+                                                    bestr_i = col;
+                                                }
+                                            }
+                                        }
+                                        unsigned int cut_at = 0u;
+                                        cut_at = atomicAdd(&cut_listing[0u], 1u);
+                                        if ((cut_at < 384u)) {
+                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                        }
+                                    } else {
+                                        m_below = (m_below + cmv);
+                                        max_below = max(max_below, ck);
+                                        w_below = fmaxf(w_below, cw);
+                                    }
+                                }
+                            }
+                        }
+                        if ((li2 < (col_hi - col_lo))) {
+                            unsigned int col = (col_lo + li2);
+                            float cz = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f));
+                            float cov = cz;
+                            float cw = ((cz == cut_mx) ? (1.0f) : (cz / cut_mx));
+                            if ((cw > (0.0f))) {
+                                // built by kernels::filter_top_p::cut_part
+                                unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u));
+                                unsigned long long cmv = sk_fixed(cw);
+                                float cg = (grid_r - floorf(((((float)(sk_bitcast<unsigned int>(cz) >> 19u)) * (0.0625f)) * (16.0f))));
+                                if ((cg < cut_lo)) {
+                                    n_above = (n_above + 1u);
+                                    m_above = (m_above + cmv);
+                                    min_above_not = max(min_above_not, (ck ^ 4294967295u));
+                                    if ((cw >= mp)) {
+                                        if (cut_seeded) {
+                                            // built by kernels::filter_top_k::race_one
+                                            double s64 = sk_log64(((double)cz));
+                                            if (noisy) {
+                                                // built by kernels::seeded::score64
+                                                const unsigned int sk_e12 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e12 + 8u)], rows[(sk_e12 + 9u)], rows[(sk_e12 + 10u)], col)));
+                                            }
+                                            if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best64 = s64;
+                                                best64_i = col;
+                                            }
+                                        } else {
+                                            // built by kernels::filter_top_k::race_one
+                                            uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                            const unsigned int sk_e13 = (col & 3u);
+                                            float score = (cz / sk_exponential(((sk_e13 == 3u) ? ((w4).w) : ((sk_e13 == 2u) ? ((w4).z) : ((sk_e13 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            if (((score > best) || ((score == best) && (col < best_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best = score;
+                                                best_i = col;
+                                            }
+                                        }
+                                    }
+                                } else {
+                                    if ((cg <= cut_hi)) {
+                                        n_range = (n_range + 1u);
+                                        m_range = (m_range + cmv);
+                                        min_range_not = max(min_range_not, (ck ^ 4294967295u));
+                                        max_range = max(max_range, ck);
+                                        if ((cw >= mp)) {
+                                            if (cut_seeded) {
+                                                // built by kernels::filter_top_k::race_one
+                                                double s64 = sk_log64(((double)cz));
+                                                if (noisy) {
+                                                    // built by kernels::seeded::score64
+                                                    const unsigned int sk_e14 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e14 + 8u)], rows[(sk_e14 + 9u)], rows[(sk_e14 + 10u)], col)));
+                                                }
+                                                if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
+                                                    // built by kernels::filter_top_k::keep_lower
+                                                    bestr64 = s64;
+                                                    bestr64_i = col;
+                                                }
+                                            } else {
+                                                // built by kernels::filter_top_k::race_one
+                                                uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                                const unsigned int sk_e15 = (col & 3u);
+                                                float score = (cz / sk_exponential(((sk_e15 == 3u) ? ((w4).w) : ((sk_e15 == 2u) ? ((w4).z) : ((sk_e15 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
+                                                    // built by kernels::filter_top_k::keep_lower
+                                                    bestr = score;
+                                                    bestr_i = col;
+                                                }
+                                            }
+                                        }
+                                        unsigned int cut_at = 0u;
+                                        cut_at = atomicAdd(&cut_listing[0u], 1u);
+                                        if ((cut_at < 384u)) {
+                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                        }
+                                    } else {
+                                        m_below = (m_below + cmv);
+                                        max_below = max(max_below, ck);
+                                        w_below = fmaxf(w_below, cw);
+                                    }
+                                }
+                            }
+                        }
+                        if ((li3 < (col_hi - col_lo))) {
+                            unsigned int col = (col_lo + li3);
+                            float cz = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f));
+                            float cov = cz;
+                            float cw = ((cz == cut_mx) ? (1.0f) : (cz / cut_mx));
+                            if ((cw > (0.0f))) {
+                                // built by kernels::filter_top_p::cut_part
+                                unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u));
+                                unsigned long long cmv = sk_fixed(cw);
+                                float cg = (grid_r - floorf(((((float)(sk_bitcast<unsigned int>(cz) >> 19u)) * (0.0625f)) * (16.0f))));
+                                if ((cg < cut_lo)) {
+                                    n_above = (n_above + 1u);
+                                    m_above = (m_above + cmv);
+                                    min_above_not = max(min_above_not, (ck ^ 4294967295u));
+                                    if ((cw >= mp)) {
+                                        if (cut_seeded) {
+                                            // built by kernels::filter_top_k::race_one
+                                            double s64 = sk_log64(((double)cz));
+                                            if (noisy) {
+                                                // built by kernels::seeded::score64
+                                                const unsigned int sk_e16 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e16 + 8u)], rows[(sk_e16 + 9u)], rows[(sk_e16 + 10u)], col)));
+                                            }
+                                            if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best64 = s64;
+                                                best64_i = col;
+                                            }
+                                        } else {
+                                            // built by kernels::filter_top_k::race_one
+                                            uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                            const unsigned int sk_e17 = (col & 3u);
+                                            float score = (cz / sk_exponential(((sk_e17 == 3u) ? ((w4).w) : ((sk_e17 == 2u) ? ((w4).z) : ((sk_e17 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            if (((score > best) || ((score == best) && (col < best_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best = score;
+                                                best_i = col;
+                                            }
+                                        }
+                                    }
+                                } else {
+                                    if ((cg <= cut_hi)) {
+                                        n_range = (n_range + 1u);
+                                        m_range = (m_range + cmv);
+                                        min_range_not = max(min_range_not, (ck ^ 4294967295u));
+                                        max_range = max(max_range, ck);
+                                        if ((cw >= mp)) {
+                                            if (cut_seeded) {
+                                                // built by kernels::filter_top_k::race_one
+                                                double s64 = sk_log64(((double)cz));
+                                                if (noisy) {
+                                                    // built by kernels::seeded::score64
+                                                    const unsigned int sk_e18 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)], rows[(sk_e18 + 10u)], col)));
+                                                }
+                                                if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
+                                                    // built by kernels::filter_top_k::keep_lower
+                                                    bestr64 = s64;
+                                                    bestr64_i = col;
+                                                }
+                                            } else {
+                                                // built by kernels::filter_top_k::race_one
+                                                uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                                const unsigned int sk_e19 = (col & 3u);
+                                                float score = (cz / sk_exponential(((sk_e19 == 3u) ? ((w4).w) : ((sk_e19 == 2u) ? ((w4).z) : ((sk_e19 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
+                                                    // built by kernels::filter_top_k::keep_lower
+                                                    bestr = score;
+                                                    bestr_i = col;
+                                                }
+                                            }
+                                        }
+                                        unsigned int cut_at = 0u;
+                                        cut_at = atomicAdd(&cut_listing[0u], 1u);
+                                        if ((cut_at < 384u)) {
+                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                        }
+                                    } else {
+                                        m_below = (m_below + cmv);
+                                        max_below = max(max_below, ck);
+                                        w_below = fmaxf(w_below, cw);
+                                    }
                                 }
                             }
                         }

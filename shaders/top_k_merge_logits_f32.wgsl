@@ -578,6 +578,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             sel_n = n_above_all;
                             sel_m = m_above_all;
                             lim = cut_lim;
+                            var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
+                            var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
+                            var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
+                            var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                             if (cut_sorted) {
                                 // built by kernels::filter_top_p::cut_row
                                 workgroupBarrier();
@@ -1405,10 +1409,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             }
                                         } else {
                                             // built by kernels::filter_top_k::race_one
-                                            let sk_e12: u32 = (row * 12u);
-                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((rcol & 4294967292u) >> 2u), 0u, rows[(sk_e12 + 10u)], rows[(sk_e12 + 11u)]), rows[(sk_e12 + 8u)], rows[(sk_e12 + 9u)]);
-                                            let sk_e13: u32 = (rcol & 3u);
-                                            var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e13 == 1u)), w4[2], (sk_e13 == 2u)), w4[3], (sk_e13 == 3u))));
+                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((rcol & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                            let sk_e12: u32 = (rcol & 3u);
+                                            var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e12 == 1u)), w4[2], (sk_e12 == 2u)), w4[3], (sk_e12 == 3u))));
                                             if (((score > best) || ((score == best) && (rcol < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -1436,8 +1439,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ri_p: u32 = (i / 384u);
                                         var ri_key: u32 = 0u;
                                         if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                            let sk_e14: u32 = (i / 384u);
-                                            ri_key = partials[((((row_slot * parts) + sk_e14) * 805u) + (5u + ((i - (sk_e14 * 384u)) * 2u)))];
+                                            let sk_e13: u32 = (i / 384u);
+                                            ri_key = partials[((((row_slot * parts) + sk_e13) * 805u) + (5u + ((i - (sk_e13 * 384u)) * 2u)))];
                                         }
                                         var dk: u32 = ri_key;
                                         if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -1929,8 +1932,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         // built by kernels::filters::select_step
                                         var tn64: u64 = u64(sel_tn);
                                         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                        let sk_e15: bool = (tie_v == 0lu);
-                                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e15)) + 1lu), tn64, sk_e15)));
+                                        let sk_e14: bool = (tie_v == 0lu);
+                                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e14)) + 1lu), tn64, sk_e14)));
                                         lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                                         sel_key = 0u;
                                         sel_mask = 0u;
@@ -1942,8 +1945,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 var tn64: u64 = u64(sel_tn);
                                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                let sk_e16: bool = (tie_v == 0lu);
-                                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e16)) + 1lu), tn64, sk_e16)));
+                                let sk_e15: bool = (tie_v == 0lu);
+                                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e15)) + 1lu), tn64, sk_e15)));
                                 var t_key: u32 = 0u;
                                 var t_mask: u32 = 0u;
                                 var t_above: u32 = 0u;
@@ -1957,12 +1960,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ri_key: u32 = 0u;
                                         if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
                                             // built by kernels::filter_top_p::select_in_range
-                                            let sk_e17: u32 = (ti / 384u);
-                                            ri_key = partials[((((row_slot * parts) + sk_e17) * 805u) + (5u + ((ti - (sk_e17 * 384u)) * 2u)))];
+                                            let sk_e16: u32 = (ti / 384u);
+                                            ri_key = partials[((((row_slot * parts) + sk_e16) * 805u) + (5u + ((ti - (sk_e16 * 384u)) * 2u)))];
                                         }
                                         var tk_key: u32 = ri_key;
-                                        let sk_e18: u32 = (ti / 384u);
-                                        var tk: u32 = select(0u, (partials[((((row_slot * parts) + sk_e18) * 805u) + (6u + ((ti - (sk_e18 * 384u)) * 2u)))] ^ 4294967295u), (tk_key == sel_key));
+                                        let sk_e17: u32 = (ti / 384u);
+                                        var tk: u32 = select(0u, (partials[((((row_slot * parts) + sk_e17) * 805u) + (6u + ((ti - (sk_e17 * 384u)) * 2u)))] ^ 4294967295u), (tk_key == sel_key));
                                         if (((tk != 0u) && ((tk & t_mask) == t_key))) {
                                             t_cnt[((tk >> t_shift) & 15u)] += 1u;
                                         }
@@ -2200,24 +2203,24 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var ri_p: u32 = (i / 384u);
                                     var ri_key: u32 = 0u;
                                     if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                        let sk_e19: u32 = (i / 384u);
-                                        ri_key = partials[((((row_slot * parts) + sk_e19) * 805u) + (5u + ((i - (sk_e19 * 384u)) * 2u)))];
+                                        let sk_e18: u32 = (i / 384u);
+                                        ri_key = partials[((((row_slot * parts) + sk_e18) * 805u) + (5u + ((i - (sk_e18 * 384u)) * 2u)))];
                                     }
                                     var rk: u32 = ri_key;
-                                    let sk_e20: u32 = (i / 384u);
-                                    var rcol: u32 = partials[((((row_slot * parts) + sk_e20) * 805u) + (6u + ((i - (sk_e20 * 384u)) * 2u)))];
+                                    let sk_e19: u32 = (i / 384u);
+                                    var rcol: u32 = partials[((((row_slot * parts) + sk_e19) * 805u) + (6u + ((i - (sk_e19 * 384u)) * 2u)))];
                                     var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
                                     if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
-                                        let sk_e21: f32 = x[(base + rcol)];
-                                        var rz_x: f32 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
+                                        let sk_e20: f32 = x[(base + rcol)];
+                                        var rz_x: f32 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
                                         var rz: f32 = (rz_x / temp);
                                         if (cut_seeded) {
                                             // built by kernels::filter_top_k::race_one
                                             var s64: f64 = f64(rov);
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                let sk_e22: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], rcol)));
+                                                let sk_e21: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)], rows[(sk_e21 + 10u)], rcol)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -2226,10 +2229,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             }
                                         } else {
                                             // built by kernels::filter_top_k::race_one
-                                            let sk_e23: u32 = (row * 12u);
-                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((rcol & 4294967292u) >> 2u), 0u, rows[(sk_e23 + 10u)], rows[(sk_e23 + 11u)]), rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)]);
-                                            let sk_e24: u32 = (rcol & 3u);
-                                            var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e24 == 1u)), w4[2], (sk_e24 == 2u)), w4[3], (sk_e24 == 3u))));
+                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((rcol & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                            let sk_e22: u32 = (rcol & 3u);
+                                            var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e22 == 1u)), w4[2], (sk_e22 == 2u)), w4[3], (sk_e22 == 3u))));
                                             if (((score > best) || ((score == best) && (rcol < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -2245,8 +2247,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 sel_tm = m_range_all;
                                 var tn64: u64 = u64(sel_tn);
                                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                let sk_e25: bool = (tie_v == 0lu);
-                                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e25)) + 1lu), tn64, sk_e25)));
+                                let sk_e23: bool = (tie_v == 0lu);
+                                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e23)) + 1lu), tn64, sk_e23)));
                                 var t_kept: u32 = select(0u, ties, (sk_exp(bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)))) >= mp));
                                 var t_part: u32 = 0u;
                                 var t_left: u32 = 0u;
@@ -2292,8 +2294,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var w_i: u32 = partials[((((row_slot * parts) + t_p) * 805u) + 798u)];
                                             if ((w_i != 4294967295u)) {
                                                 // built by kernels::filter_top_p::take_winners
-                                                let sk_e26: f32 = bitcast<f32>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
-                                                if (((sk_e26 > best) || ((sk_e26 == best) && (w_i < best_i)))) {
+                                                let sk_e24: f32 = bitcast<f32>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
+                                                if (((sk_e24 > best) || ((sk_e24 == best) && (w_i < best_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     best = bitcast<f32>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
                                                     best_i = w_i;
@@ -2302,12 +2304,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var w_i64: u32 = partials[((((row_slot * parts) + t_p) * 805u) + 801u)];
                                             if ((w_i64 != 4294967295u)) {
                                                 // built by kernels::filter_top_p::take_winners
-                                                let sk_e28: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                let sk_e27: f64 = bitcast<f64>(((u64(partials[(sk_e28 + 1u)]) << 32u) | u64(partials[(sk_e28 + 0u)])));
-                                                if (((sk_e27 > best64) || ((sk_e27 == best64) && (w_i64 < best64_i)))) {
+                                                let sk_e26: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                let sk_e25: f64 = bitcast<f64>(((u64(partials[(sk_e26 + 1u)]) << 32u) | u64(partials[(sk_e26 + 0u)])));
+                                                if (((sk_e25 > best64) || ((sk_e25 == best64) && (w_i64 < best64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
-                                                    let sk_e29: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                    best64 = bitcast<f64>(((u64(partials[(sk_e29 + 1u)]) << 32u) | u64(partials[(sk_e29 + 0u)])));
+                                                    let sk_e27: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    best64 = bitcast<f64>(((u64(partials[(sk_e27 + 1u)]) << 32u) | u64(partials[(sk_e27 + 0u)])));
                                                     best64_i = w_i64;
                                                 }
                                             }
@@ -2355,8 +2357,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var t_last: u32 = (t_lo + min(((sk_lid * t_each) + t_each), t_cols));
                                     var t_mine: u32 = 0u;
                                     for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-                                        let sk_e30: f32 = x[(base + col)];
-                                        var tz_x: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
+                                        let sk_e28: f32 = x[(base + col)];
+                                        var tz_x: f32 = select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u));
                                         var tz: f32 = (tz_x / temp);
                                         var tov: f32 = (tz - cut_mx);
                                         if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
@@ -2379,8 +2381,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     var t_rank: u32 = t_rank0;
                                     for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-                                        let sk_e31: f32 = x[(base + col)];
-                                        var tz_x: f32 = select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u));
+                                        let sk_e29: f32 = x[(base + col)];
+                                        var tz_x: f32 = select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u));
                                         var tz: f32 = (tz_x / temp);
                                         var tov: f32 = (tz - cut_mx);
                                         if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
@@ -2390,8 +2392,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     var s64: f64 = f64(tov);
                                                     if (noisy) {
                                                         // built by kernels::seeded::score64
-                                                        let sk_e32: u32 = (row * 12u);
-                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], col)));
+                                                        let sk_e30: u32 = (row * 12u);
+                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)], rows[(sk_e30 + 10u)], col)));
                                                     }
                                                     if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
@@ -2400,10 +2402,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     }
                                                 } else {
                                                     // built by kernels::filter_top_k::race_one
-                                                    let sk_e33: u32 = (row * 12u);
-                                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e33 + 10u)], rows[(sk_e33 + 11u)]), rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)]);
-                                                    let sk_e34: u32 = (col & 3u);
-                                                    var score: f32 = (tz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e34 == 1u)), w4[2], (sk_e34 == 2u)), w4[3], (sk_e34 == 3u))));
+                                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                                    let sk_e31: u32 = (col & 3u);
+                                                    var score: f32 = (tz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e31 == 1u)), w4[2], (sk_e31 == 2u)), w4[3], (sk_e31 == 3u))));
                                                     if (((score > best) || ((score == best) && (col < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = score;
@@ -2472,8 +2473,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (((params.flags & 1u) != 0u)) {
                                     // built by kernels::abi::write_results
-                                    let sk_e35: f32 = x[(base + ow_at)];
-                                    var ow_v_x: f32 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
+                                    let sk_e32: f32 = x[(base + ow_at)];
+                                    var ow_v_x: f32 = select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u));
                                     var ow_v: f32 = (ow_v_x / temp);
                                     if ((sk_lid == 0u)) {
                                         logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))), ow_valid);
@@ -2851,8 +2852,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (g_take) {
                                         listed_cols[(0u + g_out)] = gk;
-                                        let sk_e36: u32 = (gj / want);
-                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e36) * 805u) + (6u + ((gj - (sk_e36 * want)) * 2u)))];
+                                        let sk_e33: u32 = (gj / want);
+                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e33) * 805u) + (6u + ((gj - (sk_e33 * want)) * 2u)))];
                                         g_out = (g_out + 1u);
                                     }
                                 }
@@ -2860,8 +2861,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var n_sel: u32 = (t_above + t_take);
                             workgroupBarrier();
                             for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                                let sk_e37: u32 = listed_cols[(0u + i)];
-                                var zi: f32 = bitcast<f32>(select((sk_e37 ^ 4294967295u), (sk_e37 ^ 2147483648u), ((sk_e37 & 2147483648u) != 0u)));
+                                let sk_e34: u32 = listed_cols[(0u + i)];
+                                var zi: f32 = bitcast<f32>(select((sk_e34 ^ 4294967295u), (sk_e34 ^ 2147483648u), ((sk_e34 & 2147483648u) != 0u)));
                                 listed_cols[(514u + i)] = bitcast<u32>((zi - row_m));
                                 listed_cols[(771u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) & 4294967295lu));
                                 listed_cols[(1028u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) >> 32u));
@@ -2909,9 +2910,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var n_lo: u32 = 0u;
                             var n_unsure: u32 = 0u;
                             for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                let sk_e39: u32 = listed_cols[(1285u + r)];
-                                let sk_e38: f32 = bitcast<f32>(select((sk_e39 ^ 4294967295u), (sk_e39 ^ 2147483648u), ((sk_e39 & 2147483648u) != 0u)));
-                                var wr: f32 = select(select(sk_exp((sk_e38 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e38 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                                let sk_e36: u32 = listed_cols[(1285u + r)];
+                                let sk_e35: f32 = bitcast<f32>(select((sk_e36 ^ 4294967295u), (sk_e36 ^ 2147483648u), ((sk_e36 & 2147483648u) != 0u)));
+                                var wr: f32 = select(select(sk_exp((sk_e35 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e35 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
                                 var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                 var base_r: bool = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
                                 var bf: f32 = sk_fixed_f32(br);
@@ -2945,10 +2946,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                             var all_in: bool = ((n_sel < want) || (select(select(sk_exp((zt - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zt == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) <= (0.0f)));
-                            let sk_e40: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                            var cut_above: bool = ((bitcast<f32>(select((sk_e40 ^ 4294967295u), (sk_e40 ^ 2147483648u), ((sk_e40 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
-                            let sk_e41: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                            var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e41] ^ 4294967295u), (listed_cols[sk_e41] ^ 2147483648u), ((listed_cols[sk_e41] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
+                            let sk_e37: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            var cut_above: bool = ((bitcast<f32>(select((sk_e37 ^ 4294967295u), (sk_e37 ^ 2147483648u), ((sk_e37 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
+                            let sk_e38: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e38] ^ 4294967295u), (listed_cols[sk_e38] ^ 2147483648u), ((listed_cols[sk_e38] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
                             var prefix_exact: bool = all_in;
                             if (((!all_in) && (!(cut_above && k_above)))) {
                                 // built by kernels::filter_top_k::prefix_is_exact
@@ -3008,17 +3009,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var best64: f64 = bitcast<f64>(18442240474082181120lu);
                                 var best64_i: u32 = 4294967295u;
                                 var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
+                                var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
+                                var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
+                                var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
+                                var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                                 for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                     var rc: u32 = listed_cols[(1542u + r)];
-                                    let sk_e42: u32 = listed_cols[(1285u + r)];
-                                    var rz: f32 = bitcast<f32>(select((sk_e42 ^ 4294967295u), (sk_e42 ^ 2147483648u), ((sk_e42 & 2147483648u) != 0u)));
+                                    let sk_e39: u32 = listed_cols[(1285u + r)];
+                                    var rz: f32 = bitcast<f32>(select((sk_e39 ^ 4294967295u), (sk_e39 ^ 2147483648u), ((sk_e39 & 2147483648u) != 0u)));
                                     if (ow_seeded) {
                                         // built by kernels::filter_top_k::race_one
                                         var s64: f64 = f64((rz - row_m));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e43: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], rc)));
+                                            let sk_e40: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], rc)));
                                         }
                                         if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
@@ -3027,10 +3032,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     } else {
                                         // built by kernels::filter_top_k::race_one
-                                        let sk_e44: u32 = (row * 12u);
-                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e44 + 10u)], rows[(sk_e44 + 11u)]), rows[(sk_e44 + 8u)], rows[(sk_e44 + 9u)]);
-                                        let sk_e45: u32 = (rc & 3u);
-                                        var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e45 == 1u)), w4[2], (sk_e45 == 2u)), w4[3], (sk_e45 == 3u))));
+                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        let sk_e41: u32 = (rc & 3u);
+                                        var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e41 == 1u)), w4[2], (sk_e41 == 2u)), w4[3], (sk_e41 == 3u))));
                                         if (((score > best) || ((score == best) && (rc < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             best = score;
@@ -3092,8 +3096,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (((params.flags & 1u) != 0u)) {
                                     // built by kernels::abi::write_results
-                                    let sk_e46: f32 = x[(base + ow_at)];
-                                    var ow_v_x: f32 = select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u));
+                                    let sk_e42: f32 = x[(base + ow_at)];
+                                    var ow_v_x: f32 = select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u));
                                     var ow_v: f32 = (ow_v_x / temp);
                                     if ((sk_lid == 0u)) {
                                         logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - row_m) - sk_log(row_s)), ow_valid);
@@ -3120,29 +3124,29 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     {
                         var col: u32 = (c0 + (BLOCK * 0u));
                         if ((col < col_hi)) {
-                            let sk_e47: f32 = x[(base + col)];
-                            m = max(m, (select(sk_e47, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e47) & 2147483647u) > 2139095040u)) / temp));
+                            let sk_e43: f32 = x[(base + col)];
+                            m = max(m, (select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u)) / temp));
                         }
                     }
                     {
                         var col: u32 = (c0 + (BLOCK * 1u));
                         if ((col < col_hi)) {
-                            let sk_e48: f32 = x[(base + col)];
-                            m = max(m, (select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u)) / temp));
+                            let sk_e44: f32 = x[(base + col)];
+                            m = max(m, (select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u)) / temp));
                         }
                     }
                     {
                         var col: u32 = (c0 + (BLOCK * 2u));
                         if ((col < col_hi)) {
-                            let sk_e49: f32 = x[(base + col)];
-                            m = max(m, (select(sk_e49, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e49) & 2147483647u) > 2139095040u)) / temp));
+                            let sk_e45: f32 = x[(base + col)];
+                            m = max(m, (select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u)) / temp));
                         }
                     }
                     {
                         var col: u32 = (c0 + (BLOCK * 3u));
                         if ((col < col_hi)) {
-                            let sk_e50: f32 = x[(base + col)];
-                            m = max(m, (select(sk_e50, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e50) & 2147483647u) > 2139095040u)) / temp));
+                            let sk_e46: f32 = x[(base + col)];
+                            m = max(m, (select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u)) / temp));
                         }
                     }
                 }
@@ -3178,8 +3182,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                     // built by kernels::filters::find_set
                     var in_a: bool = (stage <= sel_a);
-                    let sk_e51: u32 = (stage - 1u);
-                    var digit_pass: u32 = select((sk_e51 - sel_a), sk_e51, in_a);
+                    let sk_e47: u32 = (stage - 1u);
+                    var digit_pass: u32 = select((sk_e47 - sel_a), sk_e47, in_a);
                     var shift: u32 = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -3207,8 +3211,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + (BLOCK * 0u));
                                 if ((col < col_hi)) {
-                                    let sk_e52: f32 = x[(base + col)];
-                                    var zv: f32 = (select(sk_e52, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e52) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e48: f32 = x[(base + col)];
+                                    var zv: f32 = (select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -3230,8 +3234,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + (BLOCK * 1u));
                                 if ((col < col_hi)) {
-                                    let sk_e53: f32 = x[(base + col)];
-                                    var zv: f32 = (select(sk_e53, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e53) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e49: f32 = x[(base + col)];
+                                    var zv: f32 = (select(sk_e49, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e49) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -3253,8 +3257,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + (BLOCK * 2u));
                                 if ((col < col_hi)) {
-                                    let sk_e54: f32 = x[(base + col)];
-                                    var zv: f32 = (select(sk_e54, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e54) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e50: f32 = x[(base + col)];
+                                    var zv: f32 = (select(sk_e50, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e50) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -3276,8 +3280,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + (BLOCK * 3u));
                                 if ((col < col_hi)) {
-                                    let sk_e55: f32 = x[(base + col)];
-                                    var zv: f32 = (select(sk_e55, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e55) & 2147483647u) > 2139095040u)) / temp);
+                                    let sk_e51: f32 = x[(base + col)];
+                                    var zv: f32 = (select(sk_e51, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e51) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -3306,8 +3310,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
-                            let sk_e56: f32 = x[(base + col)];
-                            var zv: f32 = (select(sk_e56, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e52: f32 = x[(base + col)];
+                            var zv: f32 = (select(sk_e52, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e52) & 2147483647u) > 2139095040u)) / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -3342,8 +3346,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
-                            let sk_e57: f32 = x[(base + col)];
-                            var zv: f32 = (select(sk_e57, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e57) & 2147483647u) > 2139095040u)) / temp);
+                            let sk_e53: f32 = x[(base + col)];
+                            var zv: f32 = (select(sk_e53, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e53) & 2147483647u) > 2139095040u)) / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -3382,8 +3386,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            let sk_e58: u32 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e58 == (sel_n + min(sel_tn, 64u))) || (!((sk_e58 < kk) && ((mass_before + mt) <= lim)))))) {
+                            let sk_e54: u32 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e54 == (sel_n + min(sel_tn, 64u))) || (!((sk_e54 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -3420,8 +3424,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                                 // built by kernels::filters::sweep_list
                                 var col: u32 = listed_cols[at];
-                                let sk_e59: f32 = x[(base + col)];
-                                var zv: f32 = (select(sk_e59, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e59) & 2147483647u) > 2139095040u)) / temp);
+                                let sk_e55: f32 = x[(base + col)];
+                                var zv: f32 = (select(sk_e55, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e55) & 2147483647u) > 2139095040u)) / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -3452,8 +3456,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 0u);
                                         if ((col < col_hi)) {
-                                            let sk_e60: f32 = x[(base + col)];
-                                            var zv: f32 = (select(sk_e60, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e60) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e56: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e56, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3476,8 +3480,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 1u);
                                         if ((col < col_hi)) {
-                                            let sk_e61: f32 = x[(base + col)];
-                                            var zv: f32 = (select(sk_e61, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e61) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e57: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e57, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e57) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3500,8 +3504,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 2u);
                                         if ((col < col_hi)) {
-                                            let sk_e62: f32 = x[(base + col)];
-                                            var zv: f32 = (select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e58: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e58, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e58) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3524,8 +3528,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 3u);
                                         if ((col < col_hi)) {
-                                            let sk_e63: f32 = x[(base + col)];
-                                            var zv: f32 = (select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e59: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e59, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e59) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3552,8 +3556,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + (BLOCK * 0u));
                                         if ((col < col_hi)) {
-                                            let sk_e64: f32 = x[(base + col)];
-                                            var zv: f32 = (select(sk_e64, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e64) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e60: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e60, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e60) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3576,8 +3580,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + (BLOCK * 1u));
                                         if ((col < col_hi)) {
-                                            let sk_e65: f32 = x[(base + col)];
-                                            var zv: f32 = (select(sk_e65, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e65) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e61: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e61, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e61) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3600,8 +3604,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + (BLOCK * 2u));
                                         if ((col < col_hi)) {
-                                            let sk_e66: f32 = x[(base + col)];
-                                            var zv: f32 = (select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e62: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3624,8 +3628,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + (BLOCK * 3u));
                                         if ((col < col_hi)) {
-                                            let sk_e67: f32 = x[(base + col)];
-                                            var zv: f32 = (select(sk_e67, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e67) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e63: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4139,8 +4143,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::select_step
                             var tn64: u64 = u64(sel_tn);
                             var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                            let sk_e68: bool = (tie_v == 0lu);
-                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e68)) + 1lu), tn64, sk_e68)));
+                            let sk_e64: bool = (tie_v == 0lu);
+                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e64)) + 1lu), tn64, sk_e64)));
                             lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -4158,8 +4162,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::set_bounds
                     var tn64: u64 = u64(sel_tn);
                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                    let sk_e69: bool = (tie_v == 0lu);
-                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e69)) + 1lu), tn64, sk_e69)));
+                    let sk_e65: bool = (tie_v == 0lu);
+                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e65)) + 1lu), tn64, sk_e65)));
                     s_ties = ties;
                 }
                 var tie_rank: u32 = 0u;
@@ -4183,8 +4187,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 0u);
                                         if ((col < col_hi)) {
-                                            let sk_e70: f32 = x[(base + col)];
-                                            var zv: f32 = (select(sk_e70, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e70) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e66: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4205,8 +4209,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 1u);
                                         if ((col < col_hi)) {
-                                            let sk_e71: f32 = x[(base + col)];
-                                            var zv: f32 = (select(sk_e71, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e71) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e67: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e67, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e67) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4227,8 +4231,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 2u);
                                         if ((col < col_hi)) {
-                                            let sk_e72: f32 = x[(base + col)];
-                                            var zv: f32 = (select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e68: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e68, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e68) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4249,8 +4253,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     {
                                         var col: u32 = (c0 + 3u);
                                         if ((col < col_hi)) {
-                                            let sk_e73: f32 = x[(base + col)];
-                                            var zv: f32 = (select(sk_e73, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e73) & 2147483647u) > 2139095040u)) / temp);
+                                            let sk_e69: f32 = x[(base + col)];
+                                            var zv: f32 = (select(sk_e69, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e69) & 2147483647u) > 2139095040u)) / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4306,6 +4310,92 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             {
                                 var col: u32 = (c0 + 0u);
                                 if ((col < col_hi)) {
+                                    let sk_e70: f32 = x[(base + col)];
+                                    var zv: f32 = (select(sk_e70, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e70) & 2147483647u) > 2139095040u)) / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    var kept: bool = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        var tie: bool = (ok && (key == s_key));
+                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        var s64: f64 = f64(ov);
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            let sk_e71: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e71 + 8u)], rows[(sk_e71 + 9u)], rows[(sk_e71 + 10u)], col)));
+                                        }
+                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best64 = s64;
+                                            best64_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                var col: u32 = (c0 + 1u);
+                                if ((col < col_hi)) {
+                                    let sk_e72: f32 = x[(base + col)];
+                                    var zv: f32 = (select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u)) / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    var kept: bool = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        var tie: bool = (ok && (key == s_key));
+                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        var s64: f64 = f64(ov);
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            let sk_e73: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e73 + 8u)], rows[(sk_e73 + 9u)], rows[(sk_e73 + 10u)], col)));
+                                        }
+                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best64 = s64;
+                                            best64_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                var col: u32 = (c0 + 2u);
+                                if ((col < col_hi)) {
                                     let sk_e74: f32 = x[(base + col)];
                                     var zv: f32 = (select(sk_e74, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e74) & 2147483647u) > 2139095040u)) / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
@@ -4347,7 +4437,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                             {
-                                var col: u32 = (c0 + 1u);
+                                var col: u32 = (c0 + 3u);
                                 if ((col < col_hi)) {
                                     let sk_e76: f32 = x[(base + col)];
                                     var zv: f32 = (select(sk_e76, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e76) & 2147483647u) > 2139095040u)) / temp);
@@ -4389,92 +4479,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                             }
-                            {
-                                var col: u32 = (c0 + 2u);
-                                if ((col < col_hi)) {
-                                    let sk_e78: f32 = x[(base + col)];
-                                    var zv: f32 = (select(sk_e78, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e78) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    var kept: bool = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        var tie: bool = (ok && (key == s_key));
-                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        var s64: f64 = f64(ov);
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            let sk_e79: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e79 + 8u)], rows[(sk_e79 + 9u)], rows[(sk_e79 + 10u)], col)));
-                                        }
-                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best64 = s64;
-                                            best64_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 3u);
-                                if ((col < col_hi)) {
-                                    let sk_e80: f32 = x[(base + col)];
-                                    var zv: f32 = (select(sk_e80, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e80) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    var kept: bool = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        var tie: bool = (ok && (key == s_key));
-                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        var s64: f64 = f64(ov);
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            let sk_e81: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e81 + 8u)], rows[(sk_e81 + 9u)], rows[(sk_e81 + 10u)], col)));
-                                        }
-                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best64 = s64;
-                                            best64_i = col;
-                                        }
-                                    }
-                                }
-                            }
                         }
                     }
                 }
@@ -4489,11 +4493,89 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
-                                let sk_e82: u32 = (row * 12u);
-                                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e82 + 10u)], rows[(sk_e82 + 11u)]), rows[(sk_e82 + 8u)], rows[(sk_e82 + 9u)]);
+                                let sk_e78: u32 = (row * 12u);
+                                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e78 + 10u)], rows[(sk_e78 + 11u)]), rows[(sk_e78 + 8u)], rows[(sk_e78 + 9u)]);
                             }
                             {
                                 var col: u32 = (c0 + 0u);
+                                if ((col < col_hi)) {
+                                    let sk_e79: f32 = x[(base + col)];
+                                    var zv: f32 = (select(sk_e79, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e79) & 2147483647u) > 2139095040u)) / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    var kept: bool = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        var tie: bool = (ok && (key == s_key));
+                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        let sk_e80: f32 = sk_gumbel(w[0]);
+                                        var score: f32 = select(zv, select((zv + sk_e80), sk_e80, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        if (((score > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best = score;
+                                            best_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                var col: u32 = (c0 + 1u);
+                                if ((col < col_hi)) {
+                                    let sk_e81: f32 = x[(base + col)];
+                                    var zv: f32 = (select(sk_e81, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e81) & 2147483647u) > 2139095040u)) / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    var kept: bool = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        var tie: bool = (ok && (key == s_key));
+                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        let sk_e82: f32 = sk_gumbel(w[1]);
+                                        var score: f32 = select(zv, select((zv + sk_e82), sk_e82, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        if (((score > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best = score;
+                                            best_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                var col: u32 = (c0 + 2u);
                                 if ((col < col_hi)) {
                                     let sk_e83: f32 = x[(base + col)];
                                     var zv: f32 = (select(sk_e83, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e83) & 2147483647u) > 2139095040u)) / temp);
@@ -4521,7 +4603,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e84: f32 = sk_gumbel(w[0]);
+                                        let sk_e84: f32 = sk_gumbel(w[2]);
                                         var score: f32 = select(zv, select((zv + sk_e84), sk_e84, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4532,7 +4614,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                             {
-                                var col: u32 = (c0 + 1u);
+                                var col: u32 = (c0 + 3u);
                                 if ((col < col_hi)) {
                                     let sk_e85: f32 = x[(base + col)];
                                     var zv: f32 = (select(sk_e85, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e85) & 2147483647u) > 2139095040u)) / temp);
@@ -4560,86 +4642,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e86: f32 = sk_gumbel(w[1]);
+                                        let sk_e86: f32 = sk_gumbel(w[3]);
                                         var score: f32 = select(zv, select((zv + sk_e86), sk_e86, (zv == bitcast<f32>(2139095040u))), noisy);
-                                        if (((score > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best = score;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 2u);
-                                if ((col < col_hi)) {
-                                    let sk_e87: f32 = x[(base + col)];
-                                    var zv: f32 = (select(sk_e87, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e87) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    var kept: bool = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        var tie: bool = (ok && (key == s_key));
-                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        let sk_e88: f32 = sk_gumbel(w[2]);
-                                        var score: f32 = select(zv, select((zv + sk_e88), sk_e88, (zv == bitcast<f32>(2139095040u))), noisy);
-                                        if (((score > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best = score;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 3u);
-                                if ((col < col_hi)) {
-                                    let sk_e89: f32 = x[(base + col)];
-                                    var zv: f32 = (select(sk_e89, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e89) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    var kept: bool = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        var tie: bool = (ok && (key == s_key));
-                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        let sk_e90: f32 = sk_gumbel(w[3]);
-                                        var score: f32 = select(zv, select((zv + sk_e90), sk_e90, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -4720,8 +4724,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::abi::write_results
                     var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                     if ((sk_lid == 0u)) {
-                        let sk_e91: f32 = x[(base + tok_at)];
-                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e91, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e91) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                        let sk_e87: f32 = x[(base + tok_at)];
+                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e87, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e87) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                     }
                 }
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

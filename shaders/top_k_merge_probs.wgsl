@@ -549,6 +549,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             sel_n = n_above_all;
                             sel_m = m_above_all;
                             lim = cut_lim;
+                            var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
+                            var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
+                            var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
+                            var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                             if (cut_sorted) {
                                 // built by kernels::filter_top_p::cut_row
                                 workgroupBarrier();
@@ -1376,10 +1380,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             }
                                         } else {
                                             // built by kernels::filter_top_k::race_one
-                                            let sk_e12: u32 = (row * 12u);
-                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((rcol & 4294967292u) >> 2u), 0u, rows[(sk_e12 + 10u)], rows[(sk_e12 + 11u)]), rows[(sk_e12 + 8u)], rows[(sk_e12 + 9u)]);
-                                            let sk_e13: u32 = (rcol & 3u);
-                                            var score: f32 = (rz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e13 == 1u)), w4[2], (sk_e13 == 2u)), w4[3], (sk_e13 == 3u))));
+                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((rcol & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                            let sk_e12: u32 = (rcol & 3u);
+                                            var score: f32 = (rz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e12 == 1u)), w4[2], (sk_e12 == 2u)), w4[3], (sk_e12 == 3u))));
                                             if (((score > best) || ((score == best) && (rcol < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -1407,15 +1410,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ri_p: u32 = (i / 384u);
                                         var ri_key: u32 = 0u;
                                         if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                            let sk_e14: u32 = (i / 384u);
-                                            ri_key = partials[((((row_slot * parts) + sk_e14) * 805u) + (5u + ((i - (sk_e14 * 384u)) * 2u)))];
+                                            let sk_e13: u32 = (i / 384u);
+                                            ri_key = partials[((((row_slot * parts) + sk_e13) * 805u) + (5u + ((i - (sk_e13 * 384u)) * 2u)))];
                                         }
                                         var dk: u32 = ri_key;
                                         if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
                                             var digit: u32 = ((dk >> shift) & 15u);
                                             cnt[digit] += 1u;
-                                            let sk_e15: f32 = bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)));
-                                            mas[digit] += sk_fixed(select((sk_e15 / cut_mx), (1.0f), (sk_e15 == cut_mx)));
+                                            let sk_e14: f32 = bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)));
+                                            mas[digit] += sk_fixed(select((sk_e14 / cut_mx), (1.0f), (sk_e14 == cut_mx)));
                                         }
                                     }
                                     var cnt_s0: u32 = 0u;
@@ -1901,8 +1904,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         // built by kernels::filters::select_step
                                         var tn64: u64 = u64(sel_tn);
                                         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                        let sk_e16: bool = (tie_v == 0lu);
-                                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e16)) + 1lu), tn64, sk_e16)));
+                                        let sk_e15: bool = (tie_v == 0lu);
+                                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e15)) + 1lu), tn64, sk_e15)));
                                         lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                                         sel_key = 0u;
                                         sel_mask = 0u;
@@ -1914,8 +1917,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 var tn64: u64 = u64(sel_tn);
                                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                let sk_e17: bool = (tie_v == 0lu);
-                                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e17)) + 1lu), tn64, sk_e17)));
+                                let sk_e16: bool = (tie_v == 0lu);
+                                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e16)) + 1lu), tn64, sk_e16)));
                                 var t_key: u32 = 0u;
                                 var t_mask: u32 = 0u;
                                 var t_above: u32 = 0u;
@@ -1929,12 +1932,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ri_key: u32 = 0u;
                                         if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
                                             // built by kernels::filter_top_p::select_in_range
-                                            let sk_e18: u32 = (ti / 384u);
-                                            ri_key = partials[((((row_slot * parts) + sk_e18) * 805u) + (5u + ((ti - (sk_e18 * 384u)) * 2u)))];
+                                            let sk_e17: u32 = (ti / 384u);
+                                            ri_key = partials[((((row_slot * parts) + sk_e17) * 805u) + (5u + ((ti - (sk_e17 * 384u)) * 2u)))];
                                         }
                                         var tk_key: u32 = ri_key;
-                                        let sk_e19: u32 = (ti / 384u);
-                                        var tk: u32 = select(0u, (partials[((((row_slot * parts) + sk_e19) * 805u) + (6u + ((ti - (sk_e19 * 384u)) * 2u)))] ^ 4294967295u), (tk_key == sel_key));
+                                        let sk_e18: u32 = (ti / 384u);
+                                        var tk: u32 = select(0u, (partials[((((row_slot * parts) + sk_e18) * 805u) + (6u + ((ti - (sk_e18 * 384u)) * 2u)))] ^ 4294967295u), (tk_key == sel_key));
                                         if (((tk != 0u) && ((tk & t_mask) == t_key))) {
                                             t_cnt[((tk >> t_shift) & 15u)] += 1u;
                                         }
@@ -2172,12 +2175,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var ri_p: u32 = (i / 384u);
                                     var ri_key: u32 = 0u;
                                     if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                        let sk_e20: u32 = (i / 384u);
-                                        ri_key = partials[((((row_slot * parts) + sk_e20) * 805u) + (5u + ((i - (sk_e20 * 384u)) * 2u)))];
+                                        let sk_e19: u32 = (i / 384u);
+                                        ri_key = partials[((((row_slot * parts) + sk_e19) * 805u) + (5u + ((i - (sk_e19 * 384u)) * 2u)))];
                                     }
                                     var rk: u32 = ri_key;
-                                    let sk_e21: u32 = (i / 384u);
-                                    var rcol: u32 = partials[((((row_slot * parts) + sk_e21) * 805u) + (6u + ((i - (sk_e21 * 384u)) * 2u)))];
+                                    let sk_e20: u32 = (i / 384u);
+                                    var rcol: u32 = partials[((((row_slot * parts) + sk_e20) * 805u) + (6u + ((i - (sk_e20 * 384u)) * 2u)))];
                                     var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
                                     if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (select((rov / cut_mx), (1.0f), (rov == cut_mx)) >= mp))) {
                                         var rz_x: f32 = x[(base + rcol)];
@@ -2187,8 +2190,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var s64: f64 = sk_log64(f64(rz));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                let sk_e22: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], rcol)));
+                                                let sk_e21: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)], rows[(sk_e21 + 10u)], rcol)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -2197,10 +2200,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             }
                                         } else {
                                             // built by kernels::filter_top_k::race_one
-                                            let sk_e23: u32 = (row * 12u);
-                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((rcol & 4294967292u) >> 2u), 0u, rows[(sk_e23 + 10u)], rows[(sk_e23 + 11u)]), rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)]);
-                                            let sk_e24: u32 = (rcol & 3u);
-                                            var score: f32 = (rz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e24 == 1u)), w4[2], (sk_e24 == 2u)), w4[3], (sk_e24 == 3u))));
+                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((rcol & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                            let sk_e22: u32 = (rcol & 3u);
+                                            var score: f32 = (rz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e22 == 1u)), w4[2], (sk_e22 == 2u)), w4[3], (sk_e22 == 3u))));
                                             if (((score > best) || ((score == best) && (rcol < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -2216,10 +2218,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 sel_tm = m_range_all;
                                 var tn64: u64 = u64(sel_tn);
                                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                let sk_e25: bool = (tie_v == 0lu);
-                                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e25)) + 1lu), tn64, sk_e25)));
-                                let sk_e26: f32 = bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)));
-                                var t_kept: u32 = select(0u, ties, (select((sk_e26 / cut_mx), (1.0f), (sk_e26 == cut_mx)) >= mp));
+                                let sk_e23: bool = (tie_v == 0lu);
+                                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e23)) + 1lu), tn64, sk_e23)));
+                                let sk_e24: f32 = bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)));
+                                var t_kept: u32 = select(0u, ties, (select((sk_e24 / cut_mx), (1.0f), (sk_e24 == cut_mx)) >= mp));
                                 var t_part: u32 = 0u;
                                 var t_left: u32 = 0u;
                                 var t_base: u32 = 0u;
@@ -2264,8 +2266,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var w_i: u32 = partials[((((row_slot * parts) + t_p) * 805u) + 798u)];
                                             if ((w_i != 4294967295u)) {
                                                 // built by kernels::filter_top_p::take_winners
-                                                let sk_e27: f32 = bitcast<f32>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
-                                                if (((sk_e27 > best) || ((sk_e27 == best) && (w_i < best_i)))) {
+                                                let sk_e25: f32 = bitcast<f32>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
+                                                if (((sk_e25 > best) || ((sk_e25 == best) && (w_i < best_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     best = bitcast<f32>(partials[((((row_slot * parts) + t_p) * 805u) + 797u)]);
                                                     best_i = w_i;
@@ -2274,12 +2276,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var w_i64: u32 = partials[((((row_slot * parts) + t_p) * 805u) + 801u)];
                                             if ((w_i64 != 4294967295u)) {
                                                 // built by kernels::filter_top_p::take_winners
-                                                let sk_e29: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                let sk_e28: f64 = bitcast<f64>(((u64(partials[(sk_e29 + 1u)]) << 32u) | u64(partials[(sk_e29 + 0u)])));
-                                                if (((sk_e28 > best64) || ((sk_e28 == best64) && (w_i64 < best64_i)))) {
+                                                let sk_e27: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                let sk_e26: f64 = bitcast<f64>(((u64(partials[(sk_e27 + 1u)]) << 32u) | u64(partials[(sk_e27 + 0u)])));
+                                                if (((sk_e26 > best64) || ((sk_e26 == best64) && (w_i64 < best64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
-                                                    let sk_e30: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                    best64 = bitcast<f64>(((u64(partials[(sk_e30 + 1u)]) << 32u) | u64(partials[(sk_e30 + 0u)])));
+                                                    let sk_e28: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    best64 = bitcast<f64>(((u64(partials[(sk_e28 + 1u)]) << 32u) | u64(partials[(sk_e28 + 0u)])));
                                                     best64_i = w_i64;
                                                 }
                                             }
@@ -2360,8 +2362,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     var s64: f64 = sk_log64(f64(tz));
                                                     if (noisy) {
                                                         // built by kernels::seeded::score64
-                                                        let sk_e31: u32 = (row * 12u);
-                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e31 + 8u)], rows[(sk_e31 + 9u)], rows[(sk_e31 + 10u)], col)));
+                                                        let sk_e29: u32 = (row * 12u);
+                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e29 + 8u)], rows[(sk_e29 + 9u)], rows[(sk_e29 + 10u)], col)));
                                                     }
                                                     if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
@@ -2370,10 +2372,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     }
                                                 } else {
                                                     // built by kernels::filter_top_k::race_one
-                                                    let sk_e32: u32 = (row * 12u);
-                                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e32 + 10u)], rows[(sk_e32 + 11u)]), rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)]);
-                                                    let sk_e33: u32 = (col & 3u);
-                                                    var score: f32 = (tz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e33 == 1u)), w4[2], (sk_e33 == 2u)), w4[3], (sk_e33 == 3u))));
+                                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                                    let sk_e30: u32 = (col & 3u);
+                                                    var score: f32 = (tz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e30 == 1u)), w4[2], (sk_e30 == 2u)), w4[3], (sk_e30 == 3u))));
                                                     if (((score > best) || ((score == best) && (col < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = score;
@@ -2820,8 +2821,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (g_take) {
                                         listed_cols[(0u + g_out)] = gk;
-                                        let sk_e34: u32 = (gj / want);
-                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e34) * 805u) + (6u + ((gj - (sk_e34 * want)) * 2u)))];
+                                        let sk_e31: u32 = (gj / want);
+                                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e31) * 805u) + (6u + ((gj - (sk_e31 * want)) * 2u)))];
                                         g_out = (g_out + 1u);
                                     }
                                 }
@@ -2829,8 +2830,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var n_sel: u32 = (t_above + t_take);
                             workgroupBarrier();
                             for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                                let sk_e35: u32 = listed_cols[(0u + i)];
-                                var zi: f32 = bitcast<f32>(select((sk_e35 ^ 4294967295u), (sk_e35 ^ 2147483648u), ((sk_e35 & 2147483648u) != 0u)));
+                                let sk_e32: u32 = listed_cols[(0u + i)];
+                                var zi: f32 = bitcast<f32>(select((sk_e32 ^ 4294967295u), (sk_e32 ^ 2147483648u), ((sk_e32 & 2147483648u) != 0u)));
                                 listed_cols[(514u + i)] = bitcast<u32>(zi);
                                 listed_cols[(771u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) & 4294967295lu));
                                 listed_cols[(1028u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) >> 32u));
@@ -2878,9 +2879,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var n_lo: u32 = 0u;
                             var n_unsure: u32 = 0u;
                             for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                let sk_e37: u32 = listed_cols[(1285u + r)];
-                                let sk_e36: f32 = bitcast<f32>(select((sk_e37 ^ 4294967295u), (sk_e37 ^ 2147483648u), ((sk_e37 & 2147483648u) != 0u)));
-                                var wr: f32 = select((sk_e36 / row_m), (1.0f), (sk_e36 == row_m));
+                                let sk_e34: u32 = listed_cols[(1285u + r)];
+                                let sk_e33: f32 = bitcast<f32>(select((sk_e34 ^ 4294967295u), (sk_e34 ^ 2147483648u), ((sk_e34 & 2147483648u) != 0u)));
+                                var wr: f32 = select((sk_e33 / row_m), (1.0f), (sk_e33 == row_m));
                                 var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                 var base_r: bool = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
                                 var bf: f32 = sk_fixed_f32(br);
@@ -2914,10 +2915,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                             var all_in: bool = ((n_sel < want) || (select((zt / row_m), (1.0f), (zt == row_m)) <= (0.0f)));
-                            let sk_e38: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                            var cut_above: bool = (bitcast<f32>(select((sk_e38 ^ 4294967295u), (sk_e38 ^ 2147483648u), ((sk_e38 & 2147483648u) != 0u))) > zt);
-                            let sk_e39: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                            var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e39] ^ 4294967295u), (listed_cols[sk_e39] ^ 2147483648u), ((listed_cols[sk_e39] & 2147483648u) != 0u))) > zt));
+                            let sk_e35: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            var cut_above: bool = (bitcast<f32>(select((sk_e35 ^ 4294967295u), (sk_e35 ^ 2147483648u), ((sk_e35 & 2147483648u) != 0u))) > zt);
+                            let sk_e36: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e36] ^ 4294967295u), (listed_cols[sk_e36] ^ 2147483648u), ((listed_cols[sk_e36] & 2147483648u) != 0u))) > zt));
                             var prefix_exact: bool = all_in;
                             if (((!all_in) && (!(cut_above && k_above)))) {
                                 // built by kernels::filter_top_k::prefix_is_exact
@@ -2977,17 +2978,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var best64: f64 = bitcast<f64>(18442240474082181120lu);
                                 var best64_i: u32 = 4294967295u;
                                 var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
+                                var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
+                                var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
+                                var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
+                                var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                                 for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                     var rc: u32 = listed_cols[(1542u + r)];
-                                    let sk_e40: u32 = listed_cols[(1285u + r)];
-                                    var rz: f32 = bitcast<f32>(select((sk_e40 ^ 4294967295u), (sk_e40 ^ 2147483648u), ((sk_e40 & 2147483648u) != 0u)));
+                                    let sk_e37: u32 = listed_cols[(1285u + r)];
+                                    var rz: f32 = bitcast<f32>(select((sk_e37 ^ 4294967295u), (sk_e37 ^ 2147483648u), ((sk_e37 & 2147483648u) != 0u)));
                                     if (ow_seeded) {
                                         // built by kernels::filter_top_k::race_one
                                         var s64: f64 = sk_log64(f64(rz));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e41: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e41 + 8u)], rows[(sk_e41 + 9u)], rows[(sk_e41 + 10u)], rc)));
+                                            let sk_e38: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], rc)));
                                         }
                                         if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
@@ -2996,10 +3001,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     } else {
                                         // built by kernels::filter_top_k::race_one
-                                        let sk_e42: u32 = (row * 12u);
-                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, rows[(sk_e42 + 10u)], rows[(sk_e42 + 11u)]), rows[(sk_e42 + 8u)], rows[(sk_e42 + 9u)]);
-                                        let sk_e43: u32 = (rc & 3u);
-                                        var score: f32 = (rz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e43 == 1u)), w4[2], (sk_e43 == 2u)), w4[3], (sk_e43 == 3u))));
+                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        let sk_e39: u32 = (rc & 3u);
+                                        var score: f32 = (rz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e39 == 1u)), w4[2], (sk_e39 == 2u)), w4[3], (sk_e39 == 3u))));
                                         if (((score > best) || ((score == best) && (rc < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             best = score;
@@ -3158,8 +3162,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                     // built by kernels::filters::find_set
                     var in_a: bool = (stage <= sel_a);
-                    let sk_e44: u32 = (stage - 1u);
-                    var digit_pass: u32 = select((sk_e44 - sel_a), sk_e44, in_a);
+                    let sk_e40: u32 = (stage - 1u);
+                    var digit_pass: u32 = select((sk_e40 - sel_a), sk_e40, in_a);
                     var shift: u32 = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -3356,8 +3360,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            let sk_e45: u32 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e45 == (sel_n + min(sel_tn, 64u))) || (!((sk_e45 < kk) && ((mass_before + mt) <= lim)))))) {
+                            let sk_e41: u32 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e41 == (sel_n + min(sel_tn, 64u))) || (!((sk_e41 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -4104,8 +4108,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::select_step
                             var tn64: u64 = u64(sel_tn);
                             var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                            let sk_e46: bool = (tie_v == 0lu);
-                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e46)) + 1lu), tn64, sk_e46)));
+                            let sk_e42: bool = (tie_v == 0lu);
+                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e42)) + 1lu), tn64, sk_e42)));
                             lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -4123,8 +4127,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::set_bounds
                     var tn64: u64 = u64(sel_tn);
                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                    let sk_e47: bool = (tie_v == 0lu);
-                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e47)) + 1lu), tn64, sk_e47)));
+                    let sk_e43: bool = (tie_v == 0lu);
+                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e43)) + 1lu), tn64, sk_e43)));
                     s_ties = ties;
                 }
                 var tie_rank: u32 = 0u;
@@ -4295,8 +4299,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e48: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e48 + 8u)], rows[(sk_e48 + 9u)], rows[(sk_e48 + 10u)], col)));
+                                            let sk_e44: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e44 + 8u)], rows[(sk_e44 + 9u)], rows[(sk_e44 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4337,8 +4341,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e49: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e49 + 8u)], rows[(sk_e49 + 9u)], rows[(sk_e49 + 10u)], col)));
+                                            let sk_e45: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e45 + 8u)], rows[(sk_e45 + 9u)], rows[(sk_e45 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4379,8 +4383,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e50: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e50 + 8u)], rows[(sk_e50 + 9u)], rows[(sk_e50 + 10u)], col)));
+                                            let sk_e46: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4421,8 +4425,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e51: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e51 + 8u)], rows[(sk_e51 + 9u)], rows[(sk_e51 + 10u)], col)));
+                                            let sk_e47: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e47 + 8u)], rows[(sk_e47 + 9u)], rows[(sk_e47 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4446,8 +4450,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
-                                let sk_e52: u32 = (row * 12u);
-                                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e52 + 10u)], rows[(sk_e52 + 11u)]), rows[(sk_e52 + 8u)], rows[(sk_e52 + 9u)]);
+                                let sk_e48: u32 = (row * 12u);
+                                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e48 + 10u)], rows[(sk_e48 + 11u)]), rows[(sk_e48 + 8u)], rows[(sk_e48 + 9u)]);
                             }
                             {
                                 var col: u32 = (c0 + 0u);
@@ -4668,8 +4672,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if (((params.flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results
                     if ((sk_lid == 0u)) {
-                        let sk_e53: f32 = x[(base + tok_at)];
-                        logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e53), (sk_e53 > (0.0f))), valid);
+                        let sk_e49: f32 = x[(base + tok_at)];
+                        logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e49), (sk_e49 > (0.0f))), valid);
                     }
                 }
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

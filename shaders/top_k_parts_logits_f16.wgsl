@@ -96,7 +96,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_top_k::load_part
+                    // built by kernels::filter_top_k::for_each_read_four
                     var li0: u32 = (i0 + (BLOCK * 0u));
                     let sk_e0: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols)))));
                     var zx0: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
@@ -114,6 +114,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -122,6 +123,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li1] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -130,6 +132,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li2] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -138,6 +141,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li3] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -430,7 +434,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_top_k::load_part
+                    // built by kernels::filter_top_k::for_each_read_four
                     var li0: u32 = (i0 + (BLOCK * 0u));
                     let sk_e7: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols)))));
                     var zx0: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
@@ -448,6 +452,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -456,6 +461,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li1] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -464,6 +470,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li2] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -472,6 +479,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li3] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }

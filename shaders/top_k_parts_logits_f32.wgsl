@@ -92,7 +92,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_top_k::load_part
+                    // built by kernels::filter_top_k::for_each_read_four
                     var li0: u32 = (i0 + (BLOCK * 0u));
                     let sk_e0: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
                     var zx0: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
@@ -110,6 +110,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -118,6 +119,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li1] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -126,6 +128,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li2] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -134,6 +137,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li3] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -426,7 +430,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_top_k::load_part
+                    // built by kernels::filter_top_k::for_each_read_four
                     var li0: u32 = (i0 + (BLOCK * 0u));
                     let sk_e7: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
                     var zx0: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
@@ -444,6 +448,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -452,6 +457,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li1] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -460,6 +466,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li2] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -468,6 +475,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li3] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }

@@ -68,7 +68,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_top_k::load_part
+                    // built by kernels::filter_top_k::for_each_read_four
                     var li0: u32 = (i0 + (BLOCK * 0u));
                     var zx0: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
                     var li1: u32 = (i0 + (BLOCK * 1u));
@@ -82,6 +82,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > (0.0f));
                         part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -90,6 +91,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > (0.0f));
                         part_keys[li1] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -98,6 +100,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > (0.0f));
                         part_keys[li2] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -106,6 +109,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > (0.0f));
                         part_keys[li3] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -398,7 +402,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_top_k::load_part
+                    // built by kernels::filter_top_k::for_each_read_four
                     var li0: u32 = (i0 + (BLOCK * 0u));
                     var zx0: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
                     var li1: u32 = (i0 + (BLOCK * 1u));
@@ -412,6 +416,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > (0.0f));
                         part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -420,6 +425,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > (0.0f));
                         part_keys[li1] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -428,6 +434,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > (0.0f));
                         part_keys[li2] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }
@@ -436,6 +443,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var z_ok: bool = (z > (0.0f));
                         part_keys[li3] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
                         if (z_ok) {
+                            // built by kernels::filter_top_k::load_part
                             m = max(m, z);
                         }
                     }

@@ -345,6 +345,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var grid_r: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 805u) + 776u)]);
                     var cut_mx: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 805u) + 777u)]);
                     var cut_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
+                    var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
+                    var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
+                    var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
+                    var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                     if ((sk_lid == 0u)) {
                         // built by kernels::filter_top_p::cut_part
                         atomicStore(&cut_listing[0u], 0u);
@@ -368,91 +372,365 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var bestr_i: u32 = 4294967295u;
                     var bestr64: f64 = bitcast<f64>(18442240474082181120lu);
                     var bestr64_i: u32 = 4294967295u;
-                    for (var col: u32 = (col_lo + sk_lid); col < col_hi; col = col + BLOCK) {
-                        // built by kernels::filter_top_p::cut_part
-                        let sk_e0: f32 = sk_load_x((base + col));
-                        var cz_x: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
-                        var cz: f32 = (cz_x / temp);
-                        var cov: f32 = (cz - cut_mx);
-                        var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
-                        if ((cw > (0.0f))) {
-                            var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
-                            var cmv: u64 = sk_fixed(cw);
-                            var cg: f32 = (grid_r - floor((cz * (16.0f))));
-                            if ((cg < cut_lo)) {
-                                n_above = (n_above + 1u);
-                                m_above = (m_above + cmv);
-                                min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                if ((cw >= mp)) {
-                                    if (cut_seeded) {
-                                        // built by kernels::filter_top_k::race_one
-                                        var s64: f64 = f64(cov);
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            let sk_e1: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e1 + 8u)], rows[(sk_e1 + 9u)], rows[(sk_e1 + 10u)], col)));
-                                        }
-                                        if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                            // built by kernels::filter_top_k::keep_lower
-                                            best64 = s64;
-                                            best64_i = col;
-                                        }
-                                    } else {
-                                        // built by kernels::filter_top_k::race_one
-                                        let sk_e2: u32 = (row * 12u);
-                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e2 + 10u)], rows[(sk_e2 + 11u)]), rows[(sk_e2 + 8u)], rows[(sk_e2 + 9u)]);
-                                        let sk_e3: u32 = (col & 3u);
-                                        var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e3 == 1u)), w4[2], (sk_e3 == 2u)), w4[3], (sk_e3 == 3u))));
-                                        if (((score > best) || ((score == best) && (col < best_i)))) {
-                                            // built by kernels::filter_top_k::keep_lower
-                                            best = score;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            } else {
-                                if ((cg <= cut_hi)) {
-                                    n_range = (n_range + 1u);
-                                    m_range = (m_range + cmv);
-                                    min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                    max_range = max(max_range, ck);
+                    for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
+                        // built by kernels::filter_top_k::for_each_read_four
+                        var li0: u32 = (i0 + (BLOCK * 0u));
+                        let sk_e1: u32 = (col_hi - col_lo);
+                        let sk_e0: f32 = sk_load_x((base + (col_lo + select((sk_e1 - 1u), li0, (li0 < sk_e1)))));
+                        var zx0: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
+                        var li1: u32 = (i0 + (BLOCK * 1u));
+                        let sk_e3: u32 = (col_hi - col_lo);
+                        let sk_e2: f32 = sk_load_x((base + (col_lo + select((sk_e3 - 1u), li1, (li1 < sk_e3)))));
+                        var zx1: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                        var li2: u32 = (i0 + (BLOCK * 2u));
+                        let sk_e5: u32 = (col_hi - col_lo);
+                        let sk_e4: f32 = sk_load_x((base + (col_lo + select((sk_e5 - 1u), li2, (li2 < sk_e5)))));
+                        var zx2: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                        var li3: u32 = (i0 + (BLOCK * 3u));
+                        let sk_e7: u32 = (col_hi - col_lo);
+                        let sk_e6: f32 = sk_load_x((base + (col_lo + select((sk_e7 - 1u), li3, (li3 < sk_e7)))));
+                        var zx3: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+                        if ((li0 < (col_hi - col_lo))) {
+                            var col: u32 = (col_lo + li0);
+                            var cz: f32 = (zx0 / temp);
+                            var cov: f32 = (cz - cut_mx);
+                            var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
+                            if ((cw > (0.0f))) {
+                                // built by kernels::filter_top_p::cut_part
+                                var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
+                                var cmv: u64 = sk_fixed(cw);
+                                var cg: f32 = (grid_r - floor((cz * (16.0f))));
+                                if ((cg < cut_lo)) {
+                                    n_above = (n_above + 1u);
+                                    m_above = (m_above + cmv);
+                                    min_above_not = max(min_above_not, (ck ^ 4294967295u));
                                     if ((cw >= mp)) {
                                         if (cut_seeded) {
                                             // built by kernels::filter_top_k::race_one
                                             var s64: f64 = f64(cov);
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                let sk_e4: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e4 + 8u)], rows[(sk_e4 + 9u)], rows[(sk_e4 + 10u)], col)));
+                                                let sk_e8: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], col)));
                                             }
-                                            if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
+                                            if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
-                                                bestr64 = s64;
-                                                bestr64_i = col;
+                                                best64 = s64;
+                                                best64_i = col;
                                             }
                                         } else {
                                             // built by kernels::filter_top_k::race_one
-                                            let sk_e5: u32 = (row * 12u);
-                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, rows[(sk_e5 + 10u)], rows[(sk_e5 + 11u)]), rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)]);
-                                            let sk_e6: u32 = (col & 3u);
-                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e6 == 1u)), w4[2], (sk_e6 == 2u)), w4[3], (sk_e6 == 3u))));
-                                            if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
+                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                            let sk_e9: u32 = (col & 3u);
+                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e9 == 1u)), w4[2], (sk_e9 == 2u)), w4[3], (sk_e9 == 3u))));
+                                            if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
-                                                bestr = score;
-                                                bestr_i = col;
+                                                best = score;
+                                                best_i = col;
                                             }
                                         }
                                     }
-                                    var cut_at: u32 = 0u;
-                                    cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                    if ((cut_at < 384u)) {
-                                        partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                        partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                } else {
+                                    if ((cg <= cut_hi)) {
+                                        n_range = (n_range + 1u);
+                                        m_range = (m_range + cmv);
+                                        min_range_not = max(min_range_not, (ck ^ 4294967295u));
+                                        max_range = max(max_range, ck);
+                                        if ((cw >= mp)) {
+                                            if (cut_seeded) {
+                                                // built by kernels::filter_top_k::race_one
+                                                var s64: f64 = f64(cov);
+                                                if (noisy) {
+                                                    // built by kernels::seeded::score64
+                                                    let sk_e10: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e10 + 8u)], rows[(sk_e10 + 9u)], rows[(sk_e10 + 10u)], col)));
+                                                }
+                                                if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
+                                                    // built by kernels::filter_top_k::keep_lower
+                                                    bestr64 = s64;
+                                                    bestr64_i = col;
+                                                }
+                                            } else {
+                                                // built by kernels::filter_top_k::race_one
+                                                var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                                let sk_e11: u32 = (col & 3u);
+                                                var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e11 == 1u)), w4[2], (sk_e11 == 2u)), w4[3], (sk_e11 == 3u))));
+                                                if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
+                                                    // built by kernels::filter_top_k::keep_lower
+                                                    bestr = score;
+                                                    bestr_i = col;
+                                                }
+                                            }
+                                        }
+                                        var cut_at: u32 = 0u;
+                                        cut_at = atomicAdd(&cut_listing[0u], 1u);
+                                        if ((cut_at < 384u)) {
+                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                        }
+                                    } else {
+                                        m_below = (m_below + cmv);
+                                        max_below = max(max_below, ck);
+                                        w_below = max(w_below, cw);
+                                    }
+                                }
+                            }
+                        }
+                        if ((li1 < (col_hi - col_lo))) {
+                            var col: u32 = (col_lo + li1);
+                            var cz: f32 = (zx1 / temp);
+                            var cov: f32 = (cz - cut_mx);
+                            var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
+                            if ((cw > (0.0f))) {
+                                // built by kernels::filter_top_p::cut_part
+                                var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
+                                var cmv: u64 = sk_fixed(cw);
+                                var cg: f32 = (grid_r - floor((cz * (16.0f))));
+                                if ((cg < cut_lo)) {
+                                    n_above = (n_above + 1u);
+                                    m_above = (m_above + cmv);
+                                    min_above_not = max(min_above_not, (ck ^ 4294967295u));
+                                    if ((cw >= mp)) {
+                                        if (cut_seeded) {
+                                            // built by kernels::filter_top_k::race_one
+                                            var s64: f64 = f64(cov);
+                                            if (noisy) {
+                                                // built by kernels::seeded::score64
+                                                let sk_e12: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e12 + 8u)], rows[(sk_e12 + 9u)], rows[(sk_e12 + 10u)], col)));
+                                            }
+                                            if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best64 = s64;
+                                                best64_i = col;
+                                            }
+                                        } else {
+                                            // built by kernels::filter_top_k::race_one
+                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                            let sk_e13: u32 = (col & 3u);
+                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e13 == 1u)), w4[2], (sk_e13 == 2u)), w4[3], (sk_e13 == 3u))));
+                                            if (((score > best) || ((score == best) && (col < best_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best = score;
+                                                best_i = col;
+                                            }
+                                        }
                                     }
                                 } else {
-                                    m_below = (m_below + cmv);
-                                    max_below = max(max_below, ck);
-                                    w_below = max(w_below, cw);
+                                    if ((cg <= cut_hi)) {
+                                        n_range = (n_range + 1u);
+                                        m_range = (m_range + cmv);
+                                        min_range_not = max(min_range_not, (ck ^ 4294967295u));
+                                        max_range = max(max_range, ck);
+                                        if ((cw >= mp)) {
+                                            if (cut_seeded) {
+                                                // built by kernels::filter_top_k::race_one
+                                                var s64: f64 = f64(cov);
+                                                if (noisy) {
+                                                    // built by kernels::seeded::score64
+                                                    let sk_e14: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e14 + 8u)], rows[(sk_e14 + 9u)], rows[(sk_e14 + 10u)], col)));
+                                                }
+                                                if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
+                                                    // built by kernels::filter_top_k::keep_lower
+                                                    bestr64 = s64;
+                                                    bestr64_i = col;
+                                                }
+                                            } else {
+                                                // built by kernels::filter_top_k::race_one
+                                                var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                                let sk_e15: u32 = (col & 3u);
+                                                var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e15 == 1u)), w4[2], (sk_e15 == 2u)), w4[3], (sk_e15 == 3u))));
+                                                if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
+                                                    // built by kernels::filter_top_k::keep_lower
+                                                    bestr = score;
+                                                    bestr_i = col;
+                                                }
+                                            }
+                                        }
+                                        var cut_at: u32 = 0u;
+                                        cut_at = atomicAdd(&cut_listing[0u], 1u);
+                                        if ((cut_at < 384u)) {
+                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                        }
+                                    } else {
+                                        m_below = (m_below + cmv);
+                                        max_below = max(max_below, ck);
+                                        w_below = max(w_below, cw);
+                                    }
+                                }
+                            }
+                        }
+                        if ((li2 < (col_hi - col_lo))) {
+                            var col: u32 = (col_lo + li2);
+                            var cz: f32 = (zx2 / temp);
+                            var cov: f32 = (cz - cut_mx);
+                            var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
+                            if ((cw > (0.0f))) {
+                                // built by kernels::filter_top_p::cut_part
+                                var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
+                                var cmv: u64 = sk_fixed(cw);
+                                var cg: f32 = (grid_r - floor((cz * (16.0f))));
+                                if ((cg < cut_lo)) {
+                                    n_above = (n_above + 1u);
+                                    m_above = (m_above + cmv);
+                                    min_above_not = max(min_above_not, (ck ^ 4294967295u));
+                                    if ((cw >= mp)) {
+                                        if (cut_seeded) {
+                                            // built by kernels::filter_top_k::race_one
+                                            var s64: f64 = f64(cov);
+                                            if (noisy) {
+                                                // built by kernels::seeded::score64
+                                                let sk_e16: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e16 + 8u)], rows[(sk_e16 + 9u)], rows[(sk_e16 + 10u)], col)));
+                                            }
+                                            if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best64 = s64;
+                                                best64_i = col;
+                                            }
+                                        } else {
+                                            // built by kernels::filter_top_k::race_one
+                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                            let sk_e17: u32 = (col & 3u);
+                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e17 == 1u)), w4[2], (sk_e17 == 2u)), w4[3], (sk_e17 == 3u))));
+                                            if (((score > best) || ((score == best) && (col < best_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best = score;
+                                                best_i = col;
+                                            }
+                                        }
+                                    }
+                                } else {
+                                    if ((cg <= cut_hi)) {
+                                        n_range = (n_range + 1u);
+                                        m_range = (m_range + cmv);
+                                        min_range_not = max(min_range_not, (ck ^ 4294967295u));
+                                        max_range = max(max_range, ck);
+                                        if ((cw >= mp)) {
+                                            if (cut_seeded) {
+                                                // built by kernels::filter_top_k::race_one
+                                                var s64: f64 = f64(cov);
+                                                if (noisy) {
+                                                    // built by kernels::seeded::score64
+                                                    let sk_e18: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)], rows[(sk_e18 + 10u)], col)));
+                                                }
+                                                if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
+                                                    // built by kernels::filter_top_k::keep_lower
+                                                    bestr64 = s64;
+                                                    bestr64_i = col;
+                                                }
+                                            } else {
+                                                // built by kernels::filter_top_k::race_one
+                                                var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                                let sk_e19: u32 = (col & 3u);
+                                                var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e19 == 1u)), w4[2], (sk_e19 == 2u)), w4[3], (sk_e19 == 3u))));
+                                                if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
+                                                    // built by kernels::filter_top_k::keep_lower
+                                                    bestr = score;
+                                                    bestr_i = col;
+                                                }
+                                            }
+                                        }
+                                        var cut_at: u32 = 0u;
+                                        cut_at = atomicAdd(&cut_listing[0u], 1u);
+                                        if ((cut_at < 384u)) {
+                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                        }
+                                    } else {
+                                        m_below = (m_below + cmv);
+                                        max_below = max(max_below, ck);
+                                        w_below = max(w_below, cw);
+                                    }
+                                }
+                            }
+                        }
+                        if ((li3 < (col_hi - col_lo))) {
+                            var col: u32 = (col_lo + li3);
+                            var cz: f32 = (zx3 / temp);
+                            var cov: f32 = (cz - cut_mx);
+                            var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
+                            if ((cw > (0.0f))) {
+                                // built by kernels::filter_top_p::cut_part
+                                var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
+                                var cmv: u64 = sk_fixed(cw);
+                                var cg: f32 = (grid_r - floor((cz * (16.0f))));
+                                if ((cg < cut_lo)) {
+                                    n_above = (n_above + 1u);
+                                    m_above = (m_above + cmv);
+                                    min_above_not = max(min_above_not, (ck ^ 4294967295u));
+                                    if ((cw >= mp)) {
+                                        if (cut_seeded) {
+                                            // built by kernels::filter_top_k::race_one
+                                            var s64: f64 = f64(cov);
+                                            if (noisy) {
+                                                // built by kernels::seeded::score64
+                                                let sk_e20: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)], rows[(sk_e20 + 10u)], col)));
+                                            }
+                                            if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best64 = s64;
+                                                best64_i = col;
+                                            }
+                                        } else {
+                                            // built by kernels::filter_top_k::race_one
+                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                            let sk_e21: u32 = (col & 3u);
+                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e21 == 1u)), w4[2], (sk_e21 == 2u)), w4[3], (sk_e21 == 3u))));
+                                            if (((score > best) || ((score == best) && (col < best_i)))) {
+                                                // built by kernels::filter_top_k::keep_lower
+                                                best = score;
+                                                best_i = col;
+                                            }
+                                        }
+                                    }
+                                } else {
+                                    if ((cg <= cut_hi)) {
+                                        n_range = (n_range + 1u);
+                                        m_range = (m_range + cmv);
+                                        min_range_not = max(min_range_not, (ck ^ 4294967295u));
+                                        max_range = max(max_range, ck);
+                                        if ((cw >= mp)) {
+                                            if (cut_seeded) {
+                                                // built by kernels::filter_top_k::race_one
+                                                var s64: f64 = f64(cov);
+                                                if (noisy) {
+                                                    // built by kernels::seeded::score64
+                                                    let sk_e22: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], col)));
+                                                }
+                                                if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
+                                                    // built by kernels::filter_top_k::keep_lower
+                                                    bestr64 = s64;
+                                                    bestr64_i = col;
+                                                }
+                                            } else {
+                                                // built by kernels::filter_top_k::race_one
+                                                var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                                let sk_e23: u32 = (col & 3u);
+                                                var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e23 == 1u)), w4[2], (sk_e23 == 2u)), w4[3], (sk_e23 == 3u))));
+                                                if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
+                                                    // built by kernels::filter_top_k::keep_lower
+                                                    bestr = score;
+                                                    bestr_i = col;
+                                                }
+                                            }
+                                        }
+                                        var cut_at: u32 = 0u;
+                                        cut_at = atomicAdd(&cut_listing[0u], 1u);
+                                        if ((cut_at < 384u)) {
+                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                        }
+                                    } else {
+                                        m_below = (m_below + cmv);
+                                        max_below = max(max_below, ck);
+                                        w_below = max(w_below, cw);
+                                    }
                                 }
                             }
                         }

@@ -112,13 +112,28 @@ pub fn scored_share(kernel: &str) -> (f64, &'static str) {
     }
 }
 
+/// The share of columns that take a loop's massed path (a fixed-point mass added to a 64-bit
+/// sum) where its common path is a column of zero weight, with the reason.
+pub fn massed_share(kernel: &str) -> (f64, &'static str) {
+    if kernel.starts_with("top_p_cut") {
+        (
+            1.0,
+            "every column weighs more than 0 in float32 (z - max above -104) in model-like rows at T >= 0.6 and in \
+             flat rows, and adds its mass to its class: most to the class below the range, the cheapest such path",
+        )
+    } else {
+        (0.0, "no column weighs 0 on the loop's common path, or none is counted")
+    }
+}
+
 impl Kernel {
     /// Columns one iteration of `l` covers: the bytes its loads read over a column's bytes.
     fn columns_per_iteration(&self, l: &Loop) -> f64 {
         (l.common.load_bytes / self.elem).max(1.0)
     }
 
-    /// One iteration of `l`: the common path, the kept path's extra at the kept share, and what
+    /// One iteration of `l`: the common path (with each column's massed branch at the massed
+    /// share), the kept path's extra at the kept share, and what
     /// the longest path adds beyond the common (or kept) one at the rare rate. Where a noised
     /// path draws the block and skips every log, a kept quad costs that path, and each of its
     /// columns the kept path's one screened score beyond it at the scored share.
@@ -134,12 +149,20 @@ impl Kernel {
             }
             _ => *kept,
         };
+        let (massed, _) = massed_share(&self.name);
+        // The massed path takes one column's branch; each column of the iteration takes its own.
+        let common = match &l.massed {
+            Some(m) if massed > 0.0 => {
+                l.common.plus(&minus(m, &l.common).scaled(massed * self.columns_per_iteration(l)))
+            }
+            _ => l.common,
+        };
         match &l.kept {
             Some(kept) if share > 0.0 => {
-                let base = l.common.plus(&minus(&kept_quad(kept), &l.common).scaled(share));
+                let base = common.plus(&minus(&kept_quad(kept), &common).scaled(share));
                 base.plus(&minus(&l.longest, kept).scaled(rate))
             }
-            _ => l.common.plus(&l.rare().scaled(rate)),
+            _ => common.plus(&minus(&l.longest, &common).scaled(rate)),
         }
     }
 

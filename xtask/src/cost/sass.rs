@@ -83,6 +83,9 @@ pub struct Counts {
     pub logs: f64,
     /// Philox's multiplies by its first constant, ten a block (a pruned quad takes none).
     pub philox: f64,
+    /// Adds of a 64-bit sum's high words (`IMAD.X`, `IADD3.X`): a column's fixed-point mass
+    /// (a column of zero weight adds none).
+    pub carries: f64,
 }
 
 impl Counts {
@@ -97,6 +100,7 @@ impl Counts {
         self.load_bytes += i.load_bytes as f64;
         self.logs += f64::from(u8::from(i.log));
         self.philox += f64::from(u8::from(i.philox));
+        self.carries += f64::from(u8::from(i.carry));
     }
     /// These counts times `k`.
     pub fn scaled(&self, k: f64) -> Counts {
@@ -106,6 +110,7 @@ impl Counts {
             round_trips: self.round_trips * k,
             logs: self.logs * k,
             philox: self.philox * k,
+            carries: self.carries * k,
         }
     }
     pub fn plus(&self, o: &Counts) -> Counts {
@@ -119,6 +124,7 @@ impl Counts {
             round_trips: self.round_trips + o.round_trips,
             logs: self.logs + o.logs,
             philox: self.philox + o.philox,
+            carries: self.carries + o.carries,
         }
     }
 }
@@ -134,6 +140,8 @@ struct Instr {
     log: bool,
     /// A multiply by Philox's first constant (`0xD2511F53`, printed as `-0x2daee0ad`).
     philox: bool,
+    /// `IMAD.X` or `IADD3.X`: the high word of a 64-bit add.
+    carry: bool,
     /// Where a branch goes, if it is one.
     target: Option<u32>,
     /// Where a `CALL` goes, if it is one.
@@ -184,7 +192,8 @@ fn parse_line(line: &str) -> Option<Instr> {
     let load_bytes = if pipe == Pipe::Ldg { load_width(opcode) } else { 0 };
     let log = opcode.starts_with("MUFU.LG2");
     let philox = base == "IMAD" && text.contains("-0x2daee0ad");
-    Some(Instr { addr, pipe, load_bytes, log, philox, target, call, ret, ends_flow })
+    let carry = matches!(base, "IMAD" | "IADD3") && opcode.split('.').any(|m| m == "X");
+    Some(Instr { addr, pipe, load_bytes, log, philox, carry, target, call, ret, ends_flow })
 }
 
 /// The functions of a `cuobjdump -sass` listing.
@@ -205,8 +214,10 @@ pub fn parse(text: &str) -> Vec<Function> {
 /// where the common one takes none (the kept path: the race's pruning skips a column's noise,
 /// so its common path is a pruned column's), along the cheapest that draws a Philox block where
 /// the common one draws none (the noised path: a kept quad whose columns the noise bound all
-/// skip, so it takes no log), and along its most expensive one (the difference is what its
-/// rarely taken branches cost when they are taken).
+/// skip, so it takes no log), along the cheapest that adds a 64-bit sum where the common one
+/// adds none (the massed path: a column of nonzero weight, where the common path skips a
+/// column of zero weight), and along its most expensive one (the difference is what its rarely
+/// taken branches cost when they are taken).
 #[derive(Clone, Debug)]
 pub struct Loop {
     pub start: u32,
@@ -214,6 +225,7 @@ pub struct Loop {
     pub common: Counts,
     pub kept: Option<Counts>,
     pub noised: Option<Counts>,
+    pub massed: Option<Counts>,
     pub longest: Counts,
 }
 
@@ -223,6 +235,7 @@ enum Through {
     Anything,
     Log,
     Philox,
+    Carry,
 }
 
 impl Loop {
@@ -273,9 +286,11 @@ impl Function {
                 let common = self.path((s, e), &cheapest, Through::Anything)?;
                 let kept = if common.logs == 0.0 { self.path((s, e), &cheapest, Through::Log) } else { None };
                 let noised = if common.philox == 0.0 { self.path((s, e), &cheapest, Through::Philox) } else { None };
+                let massed = if common.carries == 0.0 { self.path((s, e), &cheapest, Through::Carry) } else { None };
                 let costliest = |a: Rank, b: Rank| a.0 > b.0 || (a.0 == b.0 && a.1 > b.1);
                 let longest = self.path((s, e), &costliest, Through::Anything)?;
-                Some(Loop { start: self.instrs[s].addr, end: self.instrs[e].addr, common, kept, noised, longest })
+                let (start, end) = (self.instrs[s].addr, self.instrs[e].addr);
+                Some(Loop { start, end, common, kept, noised, massed, longest })
             })
             .collect()
     }
@@ -318,6 +333,7 @@ impl Function {
                 Through::Anything => false,
                 Through::Log => i.log || called.logs > 0.0,
                 Through::Philox => i.philox || called.philox > 0.0,
+                Through::Carry => i.carry || called.carries > 0.0,
             };
             (i.load_bytes, 1.0 + called.total(), usize::from(marked))
         };

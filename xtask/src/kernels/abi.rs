@@ -217,8 +217,37 @@ pub(super) fn for_each_column_then(
 
 /// The Philox block of the four columns from `c0`, keyed by the row's seed and offset.
 pub(super) fn philox_block(c0: Expr) -> Expr {
-    let w = |k| row_word(k);
-    philox::block_for(c0, w(word::SEED_LO), w(word::SEED_HI), w(word::OFFSET_LO), w(word::OFFSET_HI))
+    PhiloxKey::loaded().block(c0)
+}
+
+/// A row's Philox key and offset words (seed low and high, offset low and high).
+pub(super) struct PhiloxKey([Expr; 4]);
+
+impl PhiloxKey {
+    const WORDS: [(u32, &'static str); 4] = [
+        (word::SEED_LO, "pk_seed_lo"),
+        (word::SEED_HI, "pk_seed_hi"),
+        (word::OFFSET_LO, "pk_off_lo"),
+        (word::OFFSET_HI, "pk_off_hi"),
+    ];
+
+    /// The words as loads from the row's record, where they are used.
+    fn loaded() -> Self {
+        PhiloxKey(Self::WORDS.map(|(k, _)| row_word(k)))
+    }
+
+    /// The words loaded once into variables, before a loop that draws blocks on some of its
+    /// columns: the loop then loads only its columns (and the cost model's common path is a
+    /// column's, not the record's words counted as four more columns).
+    pub(super) fn bound(b: &mut Block) -> Self {
+        PhiloxKey(Self::WORDS.map(|(k, name)| b.let_(name, Ty::U32, row_word(k))))
+    }
+
+    /// The Philox block of counter `c0` (a multiple of 4) under this key.
+    pub(super) fn block(&self, c0: Expr) -> Expr {
+        let [seed_lo, seed_hi, off_lo, off_hi] = self.0.clone();
+        philox::block_for(c0, seed_lo, seed_hi, off_lo, off_hi)
+    }
 }
 
 pub(super) fn row_word(k: u32) -> Expr {

@@ -38,8 +38,8 @@
 //! more than the filter kernel's count.
 
 use super::abi::{
-    buffer, for_each_row_at, for_each_row_part_at, kernel, part_buffers, partials_buffer, philox_block, quads_per_part,
-    row_is_seeded, write_results, Dtype, FLAG_PASSES, PARTS_SHIFT,
+    buffer, for_each_row_at, for_each_row_part_at, kernel, part_buffers, partials_buffer, quads_per_part,
+    row_is_seeded, write_results, Dtype, PhiloxKey, FLAG_PASSES, PARTS_SHIFT,
 };
 use super::filter_top_p;
 use super::filter_values as values;
@@ -252,11 +252,25 @@ fn gather(
 /// `v` (`z` or `p`, [`values::column()`]; 0 for a token without mass), and its largest `v`,
 /// returned (-inf for none).
 pub(super) fn load_part(b: &mut Block, input: Input, n: Expr) -> Expr {
-    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
-    // Four columns a step, `bs` apart (coalesced, and no bank conflict on the keys' stores),
-    // their four loads first and unconditional (a column past the part reads its last), so
-    // they are in flight together: one round trip every four columns, not one a column.
+    for_each_read_four(b, input, n, |b, i, x| {
+        let v = b.let_("z", Ty::F32, values::value(input, x));
+        let valid = b.let_("z_ok", Ty::Bool, values::has_mass(input, v.clone()));
+        b.store_shared(KEYS, i, select(valid.clone(), order_key(v.clone()), u(0)));
+        b.if_(valid, |b| b.set("m", var("m").max(v)));
+    });
+    let m = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "part_m");
+    b.barrier();
+    m
+}
+
+/// Visits this invocation's columns of the `n` from `col_lo` in the order a loop of stride
+/// `bs` would, four a step, `bs` apart (coalesced, and no bank conflict on stores by index):
+/// their four reads ([`values::read`]) first and unconditional (a column past the end reads
+/// the last), so they are in flight together, one round trip every four columns, not one a
+/// column; then `body(i, x)` for each inside, with its index `i` from `col_lo` and its element.
+pub(super) fn for_each_read_four(b: &mut Block, input: Input, n: Expr, body: impl Fn(&mut Block, Expr, Expr)) {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     b.for_("i0", lid, n.clone(), bs.clone() * u(4), |b, i0| {
         for j in 0..4u32 {
             let i = b.let_(&format!("li{j}"), Ty::U32, i0.clone() + bs.clone() * u(j));
@@ -265,17 +279,9 @@ pub(super) fn load_part(b: &mut Block, input: Input, n: Expr) -> Expr {
         }
         for j in 0..4u32 {
             let i = var(&format!("li{j}"));
-            b.if_(i.clone().lt(n.clone()), |b| {
-                let v = b.let_("z", Ty::F32, values::value(input, var(&format!("zx{j}"))));
-                let valid = b.let_("z_ok", Ty::Bool, values::has_mass(input, v.clone()));
-                b.store_shared(KEYS, i, select(valid.clone(), order_key(v.clone()), u(0)));
-                b.if_(valid, |b| b.set("m", var("m").max(v)));
-            });
+            b.if_(i.clone().lt(n.clone()), |b| body(b, i, var(&format!("zx{j}"))));
         }
     });
-    let m = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "part_m");
-    b.barrier();
-    m
 }
 
 /// After [`load_part`]: the part's sum of weights at its largest `m` (`exp(z - m)`, `p / m`),
@@ -385,7 +391,15 @@ fn count_shared_boundary(b: &mut Block, ov: &dyn Fn(Expr) -> Expr, key_at: &dyn 
 /// filter kernels' noise: for a seeded row the float64 log-probability plus the column's hashed
 /// noise, else the plain path's race on the column's Philox noise. Ties go to the lower column,
 /// so any order of visits gives the same winner.
-pub(super) fn race_one(b: &mut Block, input: Input, suffix: &str, seeded: Expr, col: Expr, v: Expr, ov: Expr) {
+pub(super) fn race_one(
+    b: &mut Block,
+    input: Input,
+    suffix: &str,
+    (seeded, key): (Expr, &PhiloxKey),
+    col: Expr,
+    v: Expr,
+    ov: Expr,
+) {
     b.if_else(
         seeded,
         |b| {
@@ -393,7 +407,7 @@ pub(super) fn race_one(b: &mut Block, input: Input, suffix: &str, seeded: Expr, 
             keep_lower(b, &format!("{suffix}64"), s, col.clone());
         },
         |b| {
-            let w4 = b.let_("w4", Ty::U32x4, philox_block(col.clone() & u(!3)));
+            let w4 = b.let_("w4", Ty::U32x4, key.block(col.clone() & u(!3)));
             let lane = col.clone() & u(3);
             let bits =
                 (1..4u8).fold(w4.clone().comp(0), |e, j| select(lane.clone().eq_(u(j as u32)), w4.clone().comp(j), e));
@@ -568,10 +582,11 @@ fn merge_row(b: &mut Block, input: Input) {
             // The filter kernel's race inside the set: the same noise per column.
             declare_best(b);
             let seeded = b.let_("ow_seeded", Ty::Bool, row_is_seeded());
+            let key = PhiloxKey::bound(b);
             b.for_("r", lid.clone(), kept_n.clone(), bs.clone(), |b, r| {
                 let col = b.let_("rc", Ty::U32, get(S_COL, r.clone()));
                 let z = b.let_("rz", Ty::F32, key_value(get(S_KEY, r)));
-                race_one(b, input, "", seeded.clone(), col, z.clone(), ov(z));
+                race_one(b, input, "", (seeded.clone(), &key), col, z.clone(), ov(z));
             });
             finish_race(b, input, seeded, mx.clone(), mass.clone(), 1);
             b.set("one_read_done", boolean(true));

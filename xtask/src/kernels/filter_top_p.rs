@@ -32,11 +32,11 @@
 //! the candidates do not decide: rows whose cut lies in a bin of thousands of tokens of several
 //! values (a bin of one tied value, a flat row, is ranked by column).
 
-use super::abi::{buffer, for_each_row_part_at, kernel, partials_buffer, quads_per_part, row_is_seeded};
+use super::abi::{buffer, for_each_row_part_at, kernel, partials_buffer, quads_per_part, row_is_seeded, PhiloxKey};
 use super::filter_split::{load64, store64};
 use super::filter_top_k::{
-    finish_race, keep_lower, load_part, one_read_row, own_word, part_m, race_one, row_max, select_top, slot_word,
-    sum_part, AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SLOT_WORDS,
+    finish_race, for_each_read_four, keep_lower, load_part, one_read_row, own_word, part_m, race_one, row_max,
+    select_top, slot_word, sum_part, AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SLOT_WORDS,
 };
 use super::filter_values as values;
 use super::filters::{
@@ -315,13 +315,14 @@ fn take_winners(b: &mut Block, at: &dyn Fn(u32) -> Expr) {
 /// A part of a top-p row in the cut launch (see the module's step 2): its classes' counts and
 /// masses, its listed range tokens and its winners, into its record.
 fn cut_part(b: &mut Block, input: Input) {
-    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    let lid = builtin(Builtin::LocalId);
     let state = |k: u32| load(SCRATCH, tail_word(var("row_slot"), u(0), k));
     let lo = b.let_("cut_lo", Ty::F32, state(tail::LO).cast(Ty::F32));
     let hi = b.let_("cut_hi", Ty::F32, state(tail::HI).cast(Ty::F32));
     let r = b.let_("grid_r", Ty::F32, state(tail::R).bitcast(Ty::F32));
     let mx = b.let_("cut_mx", Ty::F32, state(tail::MX).bitcast(Ty::F32));
     let seeded = b.let_("cut_seeded", Ty::Bool, row_is_seeded());
+    let pkey = PhiloxKey::bound(b);
     b.if_(lid.clone().eq_(u(0)), |b| b.store_shared(LISTING, u(0), u(0)));
     b.barrier();
     for name in ["n_above", "n_range", "min_above_not", "min_range_not", "max_range", "max_below"] {
@@ -333,8 +334,10 @@ fn cut_part(b: &mut Block, input: Input) {
     b.let_("w_below", Ty::F32, f(0.0));
     declare_best(b);
     declare_best_as(b, "r");
-    b.for_("col", var("col_lo") + lid.clone(), var("col_hi"), bs, |b, col| {
-        let z = values::column(b, input, col.clone(), "cz");
+    let n = var("col_hi") - var("col_lo");
+    for_each_read_four(b, input, n, |b, i, x| {
+        let col = b.let_("col", Ty::U32, var("col_lo") + i);
+        let z = b.let_("cz", Ty::F32, values::value(input, x));
         let ov = b.let_("cov", Ty::F32, values::order_value(input, z.clone(), mx.clone()));
         let w = b.let_("cw", Ty::F32, values::weight(input, z.clone(), mx.clone()));
         b.if_(w.clone().gt(f(0.0)), |b| {
@@ -344,7 +347,7 @@ fn cut_part(b: &mut Block, input: Input) {
             let smallest = |b: &mut Block, name: &str| b.set(name, var(name).max(key.clone() ^ u(NONE)));
             let race = |b: &mut Block, suffix: &str| {
                 b.if_(w.clone().ge(var("mp")), |b| {
-                    race_one(b, input, suffix, seeded.clone(), col.clone(), z.clone(), ov.clone())
+                    race_one(b, input, suffix, (seeded.clone(), &pkey), col.clone(), z.clone(), ov.clone())
                 })
             };
             b.if_else(
@@ -500,12 +503,14 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
     b.set("sel_n", n_above);
     b.set("sel_m", m_above);
     b.set("lim", lim);
-    b.if_(sorted.clone(), |b| select_in_range(b, input, Range::Copied(n_range.clone()), seeded.clone(), mx.clone()));
-    b.if_(dense.clone(), |b| select_in_range(b, input, Range::Listed, seeded.clone(), mx.clone()));
+    let pkey = PhiloxKey::bound(b);
+    let race = (seeded.clone(), &pkey);
+    b.if_(sorted.clone(), |b| select_in_range(b, input, Range::Copied(n_range.clone()), race.clone(), mx.clone()));
+    b.if_(dense.clone(), |b| select_in_range(b, input, Range::Listed, race.clone(), mx.clone()));
     b.if_(flat.clone(), |b| {
         b.set("sel_tn", n_range.clone());
         b.set("sel_tm", m_range.clone());
-        tied_range(b, input, range_max, seeded.clone(), mx.clone());
+        tied_range(b, input, range_max, race, mx.clone());
     });
     b.if_(sorted.or(flat).or(dense), |b| {
         finish_race(b, input, seeded, mx, call(FIXED_F32, vec![row_mass]), 2);
@@ -527,7 +532,7 @@ enum Range {
 
 /// The range's tokens, from `range`; the filter kernels' digit select over them from the
 /// select's state above the range; the race of the kept ones into [`declare_best`]'s variables.
-fn select_in_range(b: &mut Block, input: Input, range: Range, seeded: Expr, mx: Expr) {
+fn select_in_range(b: &mut Block, input: Input, range: Range, race: (Expr, &PhiloxKey), mx: Expr) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     b.barrier();
     let listed = matches!(range, Range::Listed);
@@ -602,7 +607,7 @@ fn select_in_range(b: &mut Block, input: Input, range: Range, seeded: Expr, mx: 
         let kept = k.gt(var("sel_key")).or(tie).and(values::order_weight(input, ov.clone(), mx.clone()).ge(var("mp")));
         b.if_(kept, |b| {
             let z = values::column(b, input, col.clone(), "rz");
-            race_one(b, input, "", seeded.clone(), col, z, ov);
+            race_one(b, input, "", race.clone(), col, z, ov);
         });
     });
 }
@@ -631,7 +636,7 @@ fn parts_in_order(b: &mut Block, name: &str, k: u32, body: &dyn Fn(&mut Block, E
 /// them (arithmetic; min-p keeps all or none). Those of the parts before the part where that
 /// count ends are raced from the parts' winners in the range; that part's kept ones by one more
 /// read of its columns (a part, not the row), in order.
-fn tied_range(b: &mut Block, input: Input, key: Expr, seeded: Expr, mx: Expr) {
+fn tied_range(b: &mut Block, input: Input, key: Expr, race: (Expr, &PhiloxKey), mx: Expr) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     ties(b);
     let kept = select(values::order_weight(input, key_value(key.clone()), mx.clone()).ge(var("mp")), var("ties"), u(0));
@@ -679,7 +684,7 @@ fn tied_range(b: &mut Block, input: Input, key: Expr, seeded: Expr, mx: Expr) {
         b.for_("col", first, last, u(1), |b, col| {
             let (z, o, is) = tied(b, col.clone());
             b.if_(is, |b| {
-                b.if_(var("t_rank").lt(left.clone()), |b| race_one(b, input, "", seeded.clone(), col, z, o));
+                b.if_(var("t_rank").lt(left.clone()), |b| race_one(b, input, "", race.clone(), col, z, o));
                 b.set("t_rank", var("t_rank") + u(1));
             });
         });
