@@ -455,4 +455,31 @@ mod tests {
         let kept = l.kept.expect("a path with the log");
         assert_eq!((kept.total(), kept.philox, kept.logs), (8.0, 1.0, 1.0));
     }
+
+    /// A column of zero weight skips its body (the common path); the cheapest path that adds
+    /// its mass to a 64-bit sum takes the class of two instructions (`IADD3.X`), not the one of
+    /// three (`IMAD.X` and a jump); an address's `IMAD.WIDE` is no such add.
+    #[test]
+    fn finds_the_massed_path() {
+        let listing = "\
+            Function : k
+            /*0000*/                   MOV R1, c[0x0][0x28] ;
+            /*0010*/                   IMAD.WIDE.U32 R2, R0, 0x4, R2 ;
+            /*0020*/                   LDG.E R4, desc[UR6][R2.64] ;
+            /*0030*/               @!P0 BRA 0xa0 ;
+            /*0040*/               @P2 BRA 0x80 ;
+            /*0050*/                   IADD3 R40, P3, R23, R40, RZ ;
+            /*0060*/                   IMAD.X R41, R24, 0x1, R41, P3 ;
+            /*0070*/                   BRA 0xa0 ;
+            /*0080*/                   IADD3 R42, P3, R23, R42, RZ ;
+            /*0090*/                   IADD3.X R43, R24, R43, RZ, P3, !PT ;
+            /*00a0*/                   IADD3 R0, R0, 0x100, RZ ;
+            /*00b0*/               @P1 BRA 0x10 ;
+            /*00c0*/                   EXIT ;
+        ";
+        let l = &parse(listing)[0].streaming_loops()[0];
+        assert_eq!((l.common.total(), l.common.carries), (5.0, 0.0));
+        let massed = l.massed.expect("a path through a 64-bit add");
+        assert_eq!((massed.total(), massed.carries), (8.0, 1.0));
+    }
 }
