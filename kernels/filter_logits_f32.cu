@@ -320,32 +320,40 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
             // built by kernels::filters::sweep
             for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                 // built by kernels::filters::sweep
+                unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                const float sk_e0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                float sw0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
+                unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                const float sk_e1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                float sw1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
+                unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                const float sk_e2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                float sw2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
+                unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                const float sk_e3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
+                float sw3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                 {
-                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                    unsigned int col = sc0;
                     if ((col < col_hi)) {
-                        const float sk_e0 = x[(base + col)];
-                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp));
+                        m = fmaxf(m, (sw0 / temp));
                     }
                 }
                 {
-                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                    unsigned int col = sc1;
                     if ((col < col_hi)) {
-                        const float sk_e1 = x[(base + col)];
-                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1) / temp));
+                        m = fmaxf(m, (sw1 / temp));
                     }
                 }
                 {
-                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                    unsigned int col = sc2;
                     if ((col < col_hi)) {
-                        const float sk_e2 = x[(base + col)];
-                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp));
+                        m = fmaxf(m, (sw2 / temp));
                     }
                 }
                 {
-                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                    unsigned int col = sc3;
                     if ((col < col_hi)) {
-                        const float sk_e3 = x[(base + col)];
-                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3) / temp));
+                        m = fmaxf(m, (sw3 / temp));
                     }
                 }
             }
@@ -429,11 +437,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                     // built by kernels::filters::sweep
                     for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::filters::sweep
+                        unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                        const float sk_e5 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                        float sw0 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
+                        unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                        const float sk_e6 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                        float sw1 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
+                        unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                        const float sk_e7 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                        float sw2 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                        unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                        const float sk_e8 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
+                        float sw3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                            unsigned int col = sc0;
                             if ((col < col_hi)) {
-                                const float sk_e5 = x[(base + col)];
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5) / temp);
+                                float zv = (sw0 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -453,10 +472,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                            unsigned int col = sc1;
                             if ((col < col_hi)) {
-                                const float sk_e6 = x[(base + col)];
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) / temp);
+                                float zv = (sw1 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -476,10 +494,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                            unsigned int col = sc2;
                             if ((col < col_hi)) {
-                                const float sk_e7 = x[(base + col)];
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7) / temp);
+                                float zv = (sw2 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -499,10 +516,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                            unsigned int col = sc3;
                             if ((col < col_hi)) {
-                                const float sk_e8 = x[(base + col)];
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) / temp);
+                                float zv = (sw3 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -532,7 +548,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
                         const float sk_e9 = x[(base + col)];
-                        float zv = ((((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9) / temp);
+                        float lx = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9);
+                        float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
@@ -578,7 +595,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
                         const float sk_e10 = x[(base + col)];
-                        float zv = ((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp);
+                        float lx = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10);
+                        float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
@@ -690,7 +708,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
                             const float sk_e12 = x[(base + col)];
-                            float zv = ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp);
+                            float lx = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12);
+                            float zv = (lx / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -756,11 +775,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                             unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                unsigned int sc0 = (c0 + 0u);
+                                const float sk_e13 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                                float sw0 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13);
+                                unsigned int sc1 = (c0 + 1u);
+                                const float sk_e14 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                                float sw1 = (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14);
+                                unsigned int sc2 = (c0 + 2u);
+                                const float sk_e15 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                                float sw2 = (((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15);
+                                unsigned int sc3 = (c0 + 3u);
+                                const float sk_e16 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
+                                float sw3 = (((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16);
                                 {
-                                    unsigned int col = (c0 + 0u);
+                                    unsigned int col = sc0;
                                     if ((col < col_hi)) {
-                                        const float sk_e13 = x[(base + col)];
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) / temp);
+                                        float zv = (sw0 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -819,10 +849,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 1u);
+                                    unsigned int col = sc1;
                                     if ((col < col_hi)) {
-                                        const float sk_e14 = x[(base + col)];
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp);
+                                        float zv = (sw1 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -881,10 +910,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 2u);
+                                    unsigned int col = sc2;
                                     if ((col < col_hi)) {
-                                        const float sk_e15 = x[(base + col)];
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15) / temp);
+                                        float zv = (sw2 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -943,10 +971,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 3u);
+                                    unsigned int col = sc3;
                                     if ((col < col_hi)) {
-                                        const float sk_e16 = x[(base + col)];
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp);
+                                        float zv = (sw3 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1008,11 +1035,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                         } else {
                             // built by kernels::filters::sweep
                             for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                const float sk_e17 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                                float sw0 = (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17);
+                                unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                const float sk_e18 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                                float sw1 = (((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18);
+                                unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                const float sk_e19 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                                float sw2 = (((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19);
+                                unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                const float sk_e20 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
+                                float sw3 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
                                 {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                    unsigned int col = sc0;
                                     if ((col < col_hi)) {
-                                        const float sk_e17 = x[(base + col)];
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) / temp);
+                                        float zv = (sw0 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1071,10 +1109,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                    unsigned int col = sc1;
                                     if ((col < col_hi)) {
-                                        const float sk_e18 = x[(base + col)];
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18) / temp);
+                                        float zv = (sw1 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1133,10 +1170,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                    unsigned int col = sc2;
                                     if ((col < col_hi)) {
-                                        const float sk_e19 = x[(base + col)];
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19) / temp);
+                                        float zv = (sw2 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1195,10 +1231,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                    unsigned int col = sc3;
                                     if ((col < col_hi)) {
-                                        const float sk_e20 = x[(base + col)];
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20) / temp);
+                                        float zv = (sw3 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1674,11 +1709,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                             unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                unsigned int sc0 = (c0 + 0u);
+                                const float sk_e23 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                                float sw0 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
+                                unsigned int sc1 = (c0 + 1u);
+                                const float sk_e24 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                                float sw1 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
+                                unsigned int sc2 = (c0 + 2u);
+                                const float sk_e25 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                                float sw2 = (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25);
+                                unsigned int sc3 = (c0 + 3u);
+                                const float sk_e26 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
+                                float sw3 = (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26);
                                 {
-                                    unsigned int col = (c0 + 0u);
+                                    unsigned int col = sc0;
                                     if ((col < col_hi)) {
-                                        const float sk_e23 = x[(base + col)];
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23) / temp);
+                                        float zv = (sw0 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1697,10 +1743,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 1u);
+                                    unsigned int col = sc1;
                                     if ((col < col_hi)) {
-                                        const float sk_e24 = x[(base + col)];
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) / temp);
+                                        float zv = (sw1 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1719,10 +1764,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 2u);
+                                    unsigned int col = sc2;
                                     if ((col < col_hi)) {
-                                        const float sk_e25 = x[(base + col)];
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) / temp);
+                                        float zv = (sw2 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1741,10 +1785,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 3u);
+                                    unsigned int col = sc3;
                                     if ((col < col_hi)) {
-                                        const float sk_e26 = x[(base + col)];
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) / temp);
+                                        float zv = (sw3 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1807,11 +1850,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                     unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                     for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                        unsigned int sc0 = (c0 + 0u);
+                        const float sk_e27 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                        float sw0 = (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27);
+                        unsigned int sc1 = (c0 + 1u);
+                        const float sk_e28 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                        float sw1 = (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28);
+                        unsigned int sc2 = (c0 + 2u);
+                        const float sk_e29 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                        float sw2 = (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29);
+                        unsigned int sc3 = (c0 + 3u);
+                        const float sk_e30 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
+                        float sw3 = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30);
                         {
-                            unsigned int col = (c0 + 0u);
+                            unsigned int col = sc0;
                             if ((col < col_hi)) {
-                                const float sk_e27 = x[(base + col)];
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27) / temp);
+                                float zv = (sw0 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1839,8 +1893,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                     double s64 = ((double)ov);
                                     if (noisy) {
                                         // built by kernels::seeded::score64
-                                        const unsigned int sk_e28 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e28 + 8u)], rows[(sk_e28 + 9u)], rows[(sk_e28 + 10u)], col)));
+                                        const unsigned int sk_e31 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e31 + 8u)], rows[(sk_e31 + 9u)], rows[(sk_e31 + 10u)], col)));
                                     }
                                     if (((s64 > best64) || (best64_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
@@ -1851,53 +1905,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                             }
                         }
                         {
-                            unsigned int col = (c0 + 1u);
+                            unsigned int col = sc1;
                             if ((col < col_hi)) {
-                                const float sk_e29 = x[(base + col)];
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) / temp);
-                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                float wv = (0.0f);
-                                bool ok = false;
-                                unsigned long long mv = 0ull;
-                                bool kept = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    // built by kernels::filters::sweep_set
-                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    bool tie = (ok && (key == s_key));
-                                    bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        // built by kernels::filters::kept
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    // built by kernels::filters::race_sweep
-                                    double s64 = ((double)ov);
-                                    if (noisy) {
-                                        // built by kernels::seeded::score64
-                                        const unsigned int sk_e30 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)], rows[(sk_e30 + 10u)], col)));
-                                    }
-                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                        // built by kernels::filters::keep_best
-                                        best64 = s64;
-                                        best64_i = col;
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            unsigned int col = (c0 + 2u);
-                            if ((col < col_hi)) {
-                                const float sk_e31 = x[(base + col)];
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) / temp);
+                                float zv = (sw1 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1937,10 +1947,51 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                             }
                         }
                         {
-                            unsigned int col = (c0 + 3u);
+                            unsigned int col = sc2;
                             if ((col < col_hi)) {
-                                const float sk_e33 = x[(base + col)];
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) / temp);
+                                float zv = (sw2 / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                bool kept = false;
+                                if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                    if (ok) {
+                                        all_mass = (all_mass + mv);
+                                    }
+                                    bool tie = (ok && (key == s_key));
+                                    bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                    if (tie) {
+                                        // built by kernels::filters::kept
+                                        tie_rank = (tie_rank + 1u);
+                                    }
+                                    kept = in_set;
+                                }
+                                if (kept) {
+                                    // built by kernels::filters::race_sweep
+                                    double s64 = ((double)ov);
+                                    if (noisy) {
+                                        // built by kernels::seeded::score64
+                                        const unsigned int sk_e33 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)], rows[(sk_e33 + 10u)], col)));
+                                    }
+                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
+                                        best64 = s64;
+                                        best64_i = col;
+                                    }
+                                }
+                            }
+                        }
+                        {
+                            unsigned int col = sc3;
+                            if ((col < col_hi)) {
+                                float zv = (sw3 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1984,6 +2035,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
             }
             if ((!seeded_row)) {
                 // built by kernels::filters::race_in_set
+                unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
+                unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
+                unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
+                unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                 tie_rank = tie_start;
                 sweeps = (sweeps + 1u);
                 {
@@ -1991,16 +2046,26 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                     unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                     for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                        unsigned int sc0 = (c0 + 0u);
+                        const float sk_e35 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                        float sw0 = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35);
+                        unsigned int sc1 = (c0 + 1u);
+                        const float sk_e36 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                        float sw1 = (((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36);
+                        unsigned int sc2 = (c0 + 2u);
+                        const float sk_e37 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                        float sw2 = (((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37);
+                        unsigned int sc3 = (c0 + 3u);
+                        const float sk_e38 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
+                        float sw3 = (((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38);
                         if (noisy) {
                             // built by kernels::filters::race_sweep
-                            const unsigned int sk_e35 = (row * 12u);
-                            w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e35 + 10u)], rows[(sk_e35 + 11u)]), rows[(sk_e35 + 8u)], rows[(sk_e35 + 9u)]);
+                            w = sk_philox(make_uint4((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
                         }
                         {
-                            unsigned int col = (c0 + 0u);
+                            unsigned int col = sc0;
                             if ((col < col_hi)) {
-                                const float sk_e36 = x[(base + col)];
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36) / temp);
+                                float zv = (sw0 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -2025,46 +2090,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e37 = sk_gumbel((w).x);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e37 : (zv + sk_e37)) : zv);
-                                    if (((score > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::filters::keep_best
-                                        best = score;
-                                        best_i = col;
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            unsigned int col = (c0 + 1u);
-                            if ((col < col_hi)) {
-                                const float sk_e38 = x[(base + col)];
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38) / temp);
-                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                float wv = (0.0f);
-                                bool ok = false;
-                                unsigned long long mv = 0ull;
-                                bool kept = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    // built by kernels::filters::sweep_set
-                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    bool tie = (ok && (key == s_key));
-                                    bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        // built by kernels::filters::kept
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    // built by kernels::filters::race_sweep
-                                    const float sk_e39 = sk_gumbel((w).y);
+                                    const float sk_e39 = sk_gumbel((w).x);
                                     float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e39 : (zv + sk_e39)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
@@ -2075,10 +2101,47 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                             }
                         }
                         {
-                            unsigned int col = (c0 + 2u);
+                            unsigned int col = sc1;
                             if ((col < col_hi)) {
-                                const float sk_e40 = x[(base + col)];
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40) / temp);
+                                float zv = (sw1 / temp);
+                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                float wv = (0.0f);
+                                bool ok = false;
+                                unsigned long long mv = 0ull;
+                                bool kept = false;
+                                if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
+                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                    if (ok) {
+                                        all_mass = (all_mass + mv);
+                                    }
+                                    bool tie = (ok && (key == s_key));
+                                    bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                    if (tie) {
+                                        // built by kernels::filters::kept
+                                        tie_rank = (tie_rank + 1u);
+                                    }
+                                    kept = in_set;
+                                }
+                                if (kept) {
+                                    // built by kernels::filters::race_sweep
+                                    const float sk_e40 = sk_gumbel((w).y);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e40 : (zv + sk_e40)) : zv);
+                                    if (((score > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
+                                        best = score;
+                                        best_i = col;
+                                    }
+                                }
+                            }
+                        }
+                        {
+                            unsigned int col = sc2;
+                            if ((col < col_hi)) {
+                                float zv = (sw2 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -2114,10 +2177,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                             }
                         }
                         {
-                            unsigned int col = (c0 + 3u);
+                            unsigned int col = sc3;
                             if ((col < col_hi)) {
-                                const float sk_e42 = x[(base + col)];
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42) / temp);
+                                float zv = (sw3 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -2142,8 +2204,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e43 = sk_gumbel((w).w);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e43 : (zv + sk_e43)) : zv);
+                                    const float sk_e42 = sk_gumbel((w).w);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e42 : (zv + sk_e42)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -2260,8 +2322,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                 // built by kernels::abi::write_results
                 float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                 if ((threadIdx.x == 0u)) {
-                    const float sk_e44 = x[(base + tok_at)];
-                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                    const float sk_e43 = x[(base + tok_at)];
+                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                 }
             }
             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

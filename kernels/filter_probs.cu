@@ -289,43 +289,47 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
             // built by kernels::filters::sweep
             for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                 // built by kernels::filters::sweep
+                unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                 {
-                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                    unsigned int col = sc0;
                     if ((col < col_hi)) {
-                        float xv = x[(base + col)];
-                        if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                        if (((sw0 > (0.0f)) && (sw0 < sk_bitcast<float>(2139095040u)))) {
                             // built by kernels::filters::part_max
-                            m = fmaxf(m, xv);
+                            m = fmaxf(m, sw0);
                         }
                     }
                 }
                 {
-                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                    unsigned int col = sc1;
                     if ((col < col_hi)) {
-                        float xv = x[(base + col)];
-                        if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                        if (((sw1 > (0.0f)) && (sw1 < sk_bitcast<float>(2139095040u)))) {
                             // built by kernels::filters::part_max
-                            m = fmaxf(m, xv);
+                            m = fmaxf(m, sw1);
                         }
                     }
                 }
                 {
-                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                    unsigned int col = sc2;
                     if ((col < col_hi)) {
-                        float xv = x[(base + col)];
-                        if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                        if (((sw2 > (0.0f)) && (sw2 < sk_bitcast<float>(2139095040u)))) {
                             // built by kernels::filters::part_max
-                            m = fmaxf(m, xv);
+                            m = fmaxf(m, sw2);
                         }
                     }
                 }
                 {
-                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                    unsigned int col = sc3;
                     if ((col < col_hi)) {
-                        float xv = x[(base + col)];
-                        if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                        if (((sw3 > (0.0f)) && (sw3 < sk_bitcast<float>(2139095040u)))) {
                             // built by kernels::filters::part_max
-                            m = fmaxf(m, xv);
+                            m = fmaxf(m, sw3);
                         }
                     }
                 }
@@ -410,10 +414,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                     // built by kernels::filters::sweep
                     for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::filters::sweep
+                        unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                        float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                        unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                        float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                        unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                        float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                        unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                        float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                            unsigned int col = sc0;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw0;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -433,9 +445,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                            unsigned int col = sc1;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw1;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -455,9 +467,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                            unsigned int col = sc2;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw2;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -477,9 +489,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                            unsigned int col = sc3;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw3;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -508,7 +520,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
-                        float zv = x[(base + col)];
+                        float lx = x[(base + col)];
+                        float zv = lx;
                         float ov = zv;
                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
@@ -553,7 +566,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
-                        float zv = x[(base + col)];
+                        float lx = x[(base + col)];
+                        float zv = lx;
                         float ov = zv;
                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
@@ -664,7 +678,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            float zv = x[(base + col)];
+                            float lx = x[(base + col)];
+                            float zv = lx;
                             float ov = zv;
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -730,10 +745,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                unsigned int sc0 = (c0 + 0u);
+                                float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                                unsigned int sc1 = (c0 + 1u);
+                                float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                                unsigned int sc2 = (c0 + 2u);
+                                float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                                unsigned int sc3 = (c0 + 3u);
+                                float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                                 {
-                                    unsigned int col = (c0 + 0u);
+                                    unsigned int col = sc0;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw0;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -792,9 +815,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 1u);
+                                    unsigned int col = sc1;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw1;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -853,9 +876,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 2u);
+                                    unsigned int col = sc2;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw2;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -914,9 +937,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 3u);
+                                    unsigned int col = sc3;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw3;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -978,10 +1001,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         } else {
                             // built by kernels::filters::sweep
                             for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                                unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                                unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                                unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                                 {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                    unsigned int col = sc0;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw0;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1040,9 +1071,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                    unsigned int col = sc1;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw1;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1101,9 +1132,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                    unsigned int col = sc2;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw2;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1162,9 +1193,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                    unsigned int col = sc3;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw3;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1640,10 +1671,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                unsigned int sc0 = (c0 + 0u);
+                                float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                                unsigned int sc1 = (c0 + 1u);
+                                float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                                unsigned int sc2 = (c0 + 2u);
+                                float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                                unsigned int sc3 = (c0 + 3u);
+                                float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                                 {
-                                    unsigned int col = (c0 + 0u);
+                                    unsigned int col = sc0;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw0;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1662,9 +1701,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 1u);
+                                    unsigned int col = sc1;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw1;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1683,9 +1722,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 2u);
+                                    unsigned int col = sc2;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw2;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1704,9 +1743,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 3u);
+                                    unsigned int col = sc3;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw3;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1769,10 +1808,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                     unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                     for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                        unsigned int sc0 = (c0 + 0u);
+                        float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                        unsigned int sc1 = (c0 + 1u);
+                        float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                        unsigned int sc2 = (c0 + 2u);
+                        float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                        unsigned int sc3 = (c0 + 3u);
+                        float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                         {
-                            unsigned int col = (c0 + 0u);
+                            unsigned int col = sc0;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw0;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1812,9 +1859,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             }
                         }
                         {
-                            unsigned int col = (c0 + 1u);
+                            unsigned int col = sc1;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw1;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1854,9 +1901,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             }
                         }
                         {
-                            unsigned int col = (c0 + 2u);
+                            unsigned int col = sc2;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw2;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1896,9 +1943,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             }
                         }
                         {
-                            unsigned int col = (c0 + 3u);
+                            unsigned int col = sc3;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw3;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1942,6 +1989,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
             }
             if ((!seeded_row)) {
                 // built by kernels::filters::race_in_set
+                unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
+                unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
+                unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
+                unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                 tie_rank = tie_start;
                 sweeps = (sweeps + 1u);
                 {
@@ -1949,15 +2000,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                     unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                     for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                        unsigned int sc0 = (c0 + 0u);
+                        float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                        unsigned int sc1 = (c0 + 1u);
+                        float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                        unsigned int sc2 = (c0 + 2u);
+                        float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                        unsigned int sc3 = (c0 + 3u);
+                        float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                         if (noisy) {
                             // built by kernels::filters::race_sweep
-                            const unsigned int sk_e8 = (row * 12u);
-                            w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e8 + 10u)], rows[(sk_e8 + 11u)]), rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)]);
+                            w = sk_philox(make_uint4((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
                         }
                         {
-                            unsigned int col = (c0 + 0u);
+                            unsigned int col = sc0;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw0;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1992,9 +2050,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             }
                         }
                         {
-                            unsigned int col = (c0 + 1u);
+                            unsigned int col = sc1;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw1;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -2029,9 +2087,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             }
                         }
                         {
-                            unsigned int col = (c0 + 2u);
+                            unsigned int col = sc2;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw2;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -2066,9 +2124,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             }
                         }
                         {
-                            unsigned int col = (c0 + 3u);
+                            unsigned int col = sc3;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw3;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -2209,8 +2267,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
             if (((flags & 1u) != 0u)) {
                 // built by kernels::abi::write_results
                 if ((threadIdx.x == 0u)) {
-                    const float sk_e9 = x[(base + tok_at)];
-                    logprobs[row] = (valid ? ((sk_e9 > (0.0f)) ? sk_log(sk_e9) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                    const float sk_e8 = x[(base + tok_at)];
+                    logprobs[row] = (valid ? ((sk_e8 > (0.0f)) ? sk_log(sk_e8) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                 }
             }
             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

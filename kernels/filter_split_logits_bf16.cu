@@ -358,32 +358,40 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                 // built by kernels::filters::sweep
                 for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filters::sweep
+                    unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                    const float sk_e4 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                    float sw0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
+                    unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                    const float sk_e5 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                    float sw1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
+                    unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                    const float sk_e6 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                    float sw2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
+                    unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                    const float sk_e7 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                    float sw3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                        unsigned int col = sc0;
                         if ((col < col_hi)) {
-                            const float sk_e4 = sk_bf16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) / temp));
+                            m = fmaxf(m, (sw0 / temp));
                         }
                     }
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                        unsigned int col = sc1;
                         if ((col < col_hi)) {
-                            const float sk_e5 = sk_bf16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5) / temp));
+                            m = fmaxf(m, (sw1 / temp));
                         }
                     }
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                        unsigned int col = sc2;
                         if ((col < col_hi)) {
-                            const float sk_e6 = sk_bf16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) / temp));
+                            m = fmaxf(m, (sw2 / temp));
                         }
                     }
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                        unsigned int col = sc3;
                         if ((col < col_hi)) {
-                            const float sk_e7 = sk_bf16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7) / temp));
+                            m = fmaxf(m, (sw3 / temp));
                         }
                     }
                 }
@@ -963,11 +971,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                     // built by kernels::filters::sweep
                     for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::filters::sweep
+                        unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                        const float sk_e28 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                        float sw0 = (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28);
+                        unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                        const float sk_e29 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                        float sw1 = (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29);
+                        unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                        const float sk_e30 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                        float sw2 = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30);
+                        unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                        const float sk_e31 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                        float sw3 = (((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31);
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                            unsigned int col = sc0;
                             if ((col < col_hi)) {
-                                const float sk_e28 = sk_bf16(x[(base + col)]);
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28) / temp);
+                                float zv = (sw0 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1026,10 +1045,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                            unsigned int col = sc1;
                             if ((col < col_hi)) {
-                                const float sk_e29 = sk_bf16(x[(base + col)]);
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) / temp);
+                                float zv = (sw1 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1088,10 +1106,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                            unsigned int col = sc2;
                             if ((col < col_hi)) {
-                                const float sk_e30 = sk_bf16(x[(base + col)]);
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) / temp);
+                                float zv = (sw2 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1150,10 +1167,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                            unsigned int col = sc3;
                             if ((col < col_hi)) {
-                                const float sk_e31 = sk_bf16(x[(base + col)]);
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) / temp);
+                                float zv = (sw3 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1505,11 +1521,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                    unsigned int sc0 = (c0 + 0u);
+                                    const float sk_e33 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                                    float sw0 = (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33);
+                                    unsigned int sc1 = (c0 + 1u);
+                                    const float sk_e34 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                                    float sw1 = (((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34);
+                                    unsigned int sc2 = (c0 + 2u);
+                                    const float sk_e35 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                                    float sw2 = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35);
+                                    unsigned int sc3 = (c0 + 3u);
+                                    const float sk_e36 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                                    float sw3 = (((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36);
                                     {
-                                        unsigned int col = (c0 + 0u);
+                                        unsigned int col = sc0;
                                         if ((col < col_hi)) {
-                                            const float sk_e33 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) / temp);
+                                            float zv = (sw0 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1528,10 +1555,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 1u);
+                                        unsigned int col = sc1;
                                         if ((col < col_hi)) {
-                                            const float sk_e34 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34) / temp);
+                                            float zv = (sw1 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1550,10 +1576,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 2u);
+                                        unsigned int col = sc2;
                                         if ((col < col_hi)) {
-                                            const float sk_e35 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) / temp);
+                                            float zv = (sw2 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1572,10 +1597,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 3u);
+                                        unsigned int col = sc3;
                                         if ((col < col_hi)) {
-                                            const float sk_e36 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36) / temp);
+                                            float zv = (sw3 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1636,11 +1660,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                    unsigned int sc0 = (c0 + 0u);
+                                    const float sk_e37 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                                    float sw0 = (((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37);
+                                    unsigned int sc1 = (c0 + 1u);
+                                    const float sk_e38 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                                    float sw1 = (((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38);
+                                    unsigned int sc2 = (c0 + 2u);
+                                    const float sk_e39 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                                    float sw2 = (((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39);
+                                    unsigned int sc3 = (c0 + 3u);
+                                    const float sk_e40 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                                    float sw3 = (((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40);
                                     {
-                                        unsigned int col = (c0 + 0u);
+                                        unsigned int col = sc0;
                                         if ((col < col_hi)) {
-                                            const float sk_e37 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37) / temp);
+                                            float zv = (sw0 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1668,8 +1703,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                                 double s64 = ((double)ov);
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    const unsigned int sk_e38 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], col)));
+                                                    const unsigned int sk_e41 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e41 + 8u)], rows[(sk_e41 + 9u)], rows[(sk_e41 + 10u)], col)));
                                                 }
                                                 if (((s64 > best64) || (best64_i == 4294967295u))) {
                                                     // built by kernels::filters::keep_best
@@ -1680,53 +1715,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 1u);
+                                        unsigned int col = sc1;
                                         if ((col < col_hi)) {
-                                            const float sk_e39 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39) / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            bool kept = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                // built by kernels::filters::sweep_set
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    // built by kernels::filters::kept
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                // built by kernels::filters::race_sweep
-                                                double s64 = ((double)ov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    const unsigned int sk_e40 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    // built by kernels::filters::keep_best
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + 2u);
-                                        if ((col < col_hi)) {
-                                            const float sk_e41 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41) / temp);
+                                            float zv = (sw1 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1766,10 +1757,51 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 3u);
+                                        unsigned int col = sc2;
                                         if ((col < col_hi)) {
-                                            const float sk_e43 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43) / temp);
+                                            float zv = (sw2 / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    // built by kernels::filters::kept
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                // built by kernels::filters::race_sweep
+                                                double s64 = ((double)ov);
+                                                if (noisy) {
+                                                    // built by kernels::seeded::score64
+                                                    const unsigned int sk_e43 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col)));
+                                                }
+                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
+                                                    best64 = s64;
+                                                    best64_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = sc3;
+                                        if ((col < col_hi)) {
+                                            float zv = (sw3 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1813,6 +1845,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                         }
                         if ((!seeded_row)) {
                             // built by kernels::filters::race_in_set
+                            unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
+                            unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
+                            unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
+                            unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                             tie_rank = tie_start;
                             sweeps = (sweeps + 1u);
                             {
@@ -1820,16 +1856,26 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                    unsigned int sc0 = (c0 + 0u);
+                                    const float sk_e45 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                                    float sw0 = (((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45);
+                                    unsigned int sc1 = (c0 + 1u);
+                                    const float sk_e46 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                                    float sw1 = (((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46);
+                                    unsigned int sc2 = (c0 + 2u);
+                                    const float sk_e47 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                                    float sw2 = (((sk_bitcast<unsigned int>(sk_e47) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e47);
+                                    unsigned int sc3 = (c0 + 3u);
+                                    const float sk_e48 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                                    float sw3 = (((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48);
                                     if (noisy) {
                                         // built by kernels::filters::race_sweep
-                                        const unsigned int sk_e45 = (row * 12u);
-                                        w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e45 + 10u)], rows[(sk_e45 + 11u)]), rows[(sk_e45 + 8u)], rows[(sk_e45 + 9u)]);
+                                        w = sk_philox(make_uint4((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
                                     }
                                     {
-                                        unsigned int col = (c0 + 0u);
+                                        unsigned int col = sc0;
                                         if ((col < col_hi)) {
-                                            const float sk_e46 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46) / temp);
+                                            float zv = (sw0 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1854,46 +1900,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
-                                                const float sk_e47 = sk_gumbel((w).x);
-                                                float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e47 : (zv + sk_e47)) : zv);
-                                                if (((score > best) || (best_i == 4294967295u))) {
-                                                    // built by kernels::filters::keep_best
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = (c0 + 1u);
-                                        if ((col < col_hi)) {
-                                            const float sk_e48 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48) / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            bool kept = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                // built by kernels::filters::sweep_set
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    // built by kernels::filters::kept
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                // built by kernels::filters::race_sweep
-                                                const float sk_e49 = sk_gumbel((w).y);
+                                                const float sk_e49 = sk_gumbel((w).x);
                                                 float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e49 : (zv + sk_e49)) : zv);
                                                 if (((score > best) || (best_i == 4294967295u))) {
                                                     // built by kernels::filters::keep_best
@@ -1904,10 +1911,47 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 2u);
+                                        unsigned int col = sc1;
                                         if ((col < col_hi)) {
-                                            const float sk_e50 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50) / temp);
+                                            float zv = (sw1 / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            bool kept = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                bool tie = (ok && (key == s_key));
+                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    // built by kernels::filters::kept
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                // built by kernels::filters::race_sweep
+                                                const float sk_e50 = sk_gumbel((w).y);
+                                                float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e50 : (zv + sk_e50)) : zv);
+                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
+                                                    best = score;
+                                                    best_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        unsigned int col = sc2;
+                                        if ((col < col_hi)) {
+                                            float zv = (sw2 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1943,10 +1987,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 3u);
+                                        unsigned int col = sc3;
                                         if ((col < col_hi)) {
-                                            const float sk_e52 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52) / temp);
+                                            float zv = (sw3 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1971,8 +2014,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
-                                                const float sk_e53 = sk_gumbel((w).w);
-                                                float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e53 : (zv + sk_e53)) : zv);
+                                                const float sk_e52 = sk_gumbel((w).w);
+                                                float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e52 : (zv + sk_e52)) : zv);
                                                 if (((score > best) || (best_i == 4294967295u))) {
                                                     // built by kernels::filters::keep_best
                                                     best = score;
@@ -2104,16 +2147,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                 }
                                 unsigned int pi64 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)];
                                 if ((pi64 != 4294967295u)) {
-                                    const unsigned int sk_e54 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                                    if (((sk_bitcast<double>(((((unsigned long long)(partials[(sk_e54 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e54 + 0u)])))) > best64) || (best64_i == 4294967295u))) {
+                                    const unsigned int sk_e53 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                                    if (((sk_bitcast<double>(((((unsigned long long)(partials[(sk_e53 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e53 + 0u)])))) > best64) || (best64_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
-                                        const unsigned int sk_e55 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                                        best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e55 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e55 + 0u)]))));
+                                        const unsigned int sk_e54 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                                        best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e54 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e54 + 0u)]))));
                                         best64_i = pi64;
                                     }
                                 }
-                                const unsigned int sk_e56 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
-                                all_mass = (all_mass + ((((unsigned long long)(partials[(sk_e56 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e56 + 0u)]))));
+                                const unsigned int sk_e55 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
+                                all_mass = (all_mass + ((((unsigned long long)(partials[(sk_e55 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e55 + 0u)]))));
                             }
                             float win = (0.0f);
                             unsigned int tok32 = 0u;
@@ -2220,8 +2263,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                                 // built by kernels::abi::write_results
                                 float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                                 if ((threadIdx.x == 0u)) {
-                                    const float sk_e57 = sk_bf16(x[(base + tok_at)]);
-                                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e57) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                                    const float sk_e56 = sk_bf16(x[(base + tok_at)]);
+                                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                                 }
                             }
                             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

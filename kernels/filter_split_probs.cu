@@ -323,43 +323,47 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                 // built by kernels::filters::sweep
                 for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filters::sweep
+                    unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                    unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                    unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                    unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                        unsigned int col = sc0;
                         if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                            if (((sw0 > (0.0f)) && (sw0 < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = fmaxf(m, xv);
+                                m = fmaxf(m, sw0);
                             }
                         }
                     }
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                        unsigned int col = sc1;
                         if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                            if (((sw1 > (0.0f)) && (sw1 < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = fmaxf(m, xv);
+                                m = fmaxf(m, sw1);
                             }
                         }
                     }
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                        unsigned int col = sc2;
                         if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                            if (((sw2 > (0.0f)) && (sw2 < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = fmaxf(m, xv);
+                                m = fmaxf(m, sw2);
                             }
                         }
                     }
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                        unsigned int col = sc3;
                         if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                            if (((sw3 > (0.0f)) && (sw3 < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = fmaxf(m, xv);
+                                m = fmaxf(m, sw3);
                             }
                         }
                     }
@@ -940,10 +944,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                     // built by kernels::filters::sweep
                     for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::filters::sweep
+                        unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                        float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                        unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                        float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                        unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                        float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                        unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                        float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                            unsigned int col = sc0;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw0;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1002,9 +1014,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                            unsigned int col = sc1;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw1;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1063,9 +1075,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                            unsigned int col = sc2;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw2;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1124,9 +1136,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                            unsigned int col = sc3;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw3;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1478,10 +1490,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                    unsigned int sc0 = (c0 + 0u);
+                                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                                    unsigned int sc1 = (c0 + 1u);
+                                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                                    unsigned int sc2 = (c0 + 2u);
+                                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                                    unsigned int sc3 = (c0 + 3u);
+                                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                                     {
-                                        unsigned int col = (c0 + 0u);
+                                        unsigned int col = sc0;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw0;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1500,9 +1520,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 1u);
+                                        unsigned int col = sc1;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw1;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1521,9 +1541,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 2u);
+                                        unsigned int col = sc2;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw2;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1542,9 +1562,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 3u);
+                                        unsigned int col = sc3;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw3;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1605,10 +1625,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                    unsigned int sc0 = (c0 + 0u);
+                                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                                    unsigned int sc1 = (c0 + 1u);
+                                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                                    unsigned int sc2 = (c0 + 2u);
+                                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                                    unsigned int sc3 = (c0 + 3u);
+                                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                                     {
-                                        unsigned int col = (c0 + 0u);
+                                        unsigned int col = sc0;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw0;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1648,9 +1676,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 1u);
+                                        unsigned int col = sc1;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw1;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1690,9 +1718,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 2u);
+                                        unsigned int col = sc2;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw2;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1732,9 +1760,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 3u);
+                                        unsigned int col = sc3;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw3;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1778,6 +1806,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                         }
                         if ((!seeded_row)) {
                             // built by kernels::filters::race_in_set
+                            unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
+                            unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
+                            unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
+                            unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                             tie_rank = tie_start;
                             sweeps = (sweeps + 1u);
                             {
@@ -1785,15 +1817,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                    unsigned int sc0 = (c0 + 0u);
+                                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                                    unsigned int sc1 = (c0 + 1u);
+                                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                                    unsigned int sc2 = (c0 + 2u);
+                                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                                    unsigned int sc3 = (c0 + 3u);
+                                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                                     if (noisy) {
                                         // built by kernels::filters::race_sweep
-                                        const unsigned int sk_e29 = (row * 12u);
-                                        w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e29 + 10u)], rows[(sk_e29 + 11u)]), rows[(sk_e29 + 8u)], rows[(sk_e29 + 9u)]);
+                                        w = sk_philox(make_uint4((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
                                     }
                                     {
-                                        unsigned int col = (c0 + 0u);
+                                        unsigned int col = sc0;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw0;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1828,9 +1867,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 1u);
+                                        unsigned int col = sc1;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw1;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1865,9 +1904,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 2u);
+                                        unsigned int col = sc2;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw2;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1902,9 +1941,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 3u);
+                                        unsigned int col = sc3;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw3;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -2061,16 +2100,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                 }
                                 unsigned int pi64 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)];
                                 if ((pi64 != 4294967295u)) {
-                                    const unsigned int sk_e30 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                                    if (((sk_bitcast<double>(((((unsigned long long)(partials[(sk_e30 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e30 + 0u)])))) > best64) || (best64_i == 4294967295u))) {
+                                    const unsigned int sk_e29 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                                    if (((sk_bitcast<double>(((((unsigned long long)(partials[(sk_e29 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e29 + 0u)])))) > best64) || (best64_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
-                                        const unsigned int sk_e31 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                                        best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e31 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e31 + 0u)]))));
+                                        const unsigned int sk_e30 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                                        best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e30 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e30 + 0u)]))));
                                         best64_i = pi64;
                                     }
                                 }
-                                const unsigned int sk_e32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
-                                all_mass = (all_mass + ((((unsigned long long)(partials[(sk_e32 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e32 + 0u)]))));
+                                const unsigned int sk_e31 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
+                                all_mass = (all_mass + ((((unsigned long long)(partials[(sk_e31 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e31 + 0u)]))));
                             }
                             float win = (0.0f);
                             unsigned int tok32 = 0u;
@@ -2176,8 +2215,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                             if (((flags & 1u) != 0u)) {
                                 // built by kernels::abi::write_results
                                 if ((threadIdx.x == 0u)) {
-                                    const float sk_e33 = x[(base + tok_at)];
-                                    logprobs[row] = (valid ? ((sk_e33 > (0.0f)) ? sk_log(sk_e33) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                                    const float sk_e32 = x[(base + tok_at)];
+                                    logprobs[row] = (valid ? ((sk_e32 > (0.0f)) ? sk_log(sk_e32) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                                 }
                             }
                             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

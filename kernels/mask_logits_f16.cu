@@ -96,32 +96,40 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
             // built by kernels::filters::sweep
             for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                 // built by kernels::filters::sweep
+                unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                const float sk_e0 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                float sw0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
+                unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                const float sk_e1 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                float sw1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
+                unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                const float sk_e2 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                float sw2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
+                unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                const float sk_e3 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                float sw3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                 {
-                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                    unsigned int col = sc0;
                     if ((col < col_hi)) {
-                        const float sk_e0 = sk_f16(x[(base + col)]);
-                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0) / temp));
+                        m = fmaxf(m, (sw0 / temp));
                     }
                 }
                 {
-                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                    unsigned int col = sc1;
                     if ((col < col_hi)) {
-                        const float sk_e1 = sk_f16(x[(base + col)]);
-                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1) / temp));
+                        m = fmaxf(m, (sw1 / temp));
                     }
                 }
                 {
-                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                    unsigned int col = sc2;
                     if ((col < col_hi)) {
-                        const float sk_e2 = sk_f16(x[(base + col)]);
-                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2) / temp));
+                        m = fmaxf(m, (sw2 / temp));
                     }
                 }
                 {
-                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                    unsigned int col = sc3;
                     if ((col < col_hi)) {
-                        const float sk_e3 = sk_f16(x[(base + col)]);
-                        m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3) / temp));
+                        m = fmaxf(m, (sw3 / temp));
                     }
                 }
             }
@@ -205,11 +213,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                     // built by kernels::filters::sweep
                     for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::filters::sweep
+                        unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                        const float sk_e5 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                        float sw0 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
+                        unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                        const float sk_e6 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                        float sw1 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
+                        unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                        const float sk_e7 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                        float sw2 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                        unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                        const float sk_e8 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                        float sw3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                            unsigned int col = sc0;
                             if ((col < col_hi)) {
-                                const float sk_e5 = sk_f16(x[(base + col)]);
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5) / temp);
+                                float zv = (sw0 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -229,10 +248,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                            unsigned int col = sc1;
                             if ((col < col_hi)) {
-                                const float sk_e6 = sk_f16(x[(base + col)]);
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6) / temp);
+                                float zv = (sw1 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -252,10 +270,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                            unsigned int col = sc2;
                             if ((col < col_hi)) {
-                                const float sk_e7 = sk_f16(x[(base + col)]);
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7) / temp);
+                                float zv = (sw2 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -275,10 +292,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                            unsigned int col = sc3;
                             if ((col < col_hi)) {
-                                const float sk_e8 = sk_f16(x[(base + col)]);
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) / temp);
+                                float zv = (sw3 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -308,7 +324,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
                         const float sk_e9 = sk_f16(x[(base + col)]);
-                        float zv = ((((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9) / temp);
+                        float lx = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9);
+                        float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
@@ -354,7 +371,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
                         const float sk_e10 = sk_f16(x[(base + col)]);
-                        float zv = ((((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) / temp);
+                        float lx = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10);
+                        float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
@@ -466,7 +484,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
                             const float sk_e12 = sk_f16(x[(base + col)]);
-                            float zv = ((((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12) / temp);
+                            float lx = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12);
+                            float zv = (lx / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -532,11 +551,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                             unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                unsigned int sc0 = (c0 + 0u);
+                                const float sk_e13 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                                float sw0 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13);
+                                unsigned int sc1 = (c0 + 1u);
+                                const float sk_e14 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                                float sw1 = (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14);
+                                unsigned int sc2 = (c0 + 2u);
+                                const float sk_e15 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                                float sw2 = (((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15);
+                                unsigned int sc3 = (c0 + 3u);
+                                const float sk_e16 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                                float sw3 = (((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16);
                                 {
-                                    unsigned int col = (c0 + 0u);
+                                    unsigned int col = sc0;
                                     if ((col < col_hi)) {
-                                        const float sk_e13 = sk_f16(x[(base + col)]);
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) / temp);
+                                        float zv = (sw0 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -595,10 +625,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 1u);
+                                    unsigned int col = sc1;
                                     if ((col < col_hi)) {
-                                        const float sk_e14 = sk_f16(x[(base + col)]);
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) / temp);
+                                        float zv = (sw1 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -657,10 +686,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 2u);
+                                    unsigned int col = sc2;
                                     if ((col < col_hi)) {
-                                        const float sk_e15 = sk_f16(x[(base + col)]);
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15) / temp);
+                                        float zv = (sw2 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -719,10 +747,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 3u);
+                                    unsigned int col = sc3;
                                     if ((col < col_hi)) {
-                                        const float sk_e16 = sk_f16(x[(base + col)]);
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp);
+                                        float zv = (sw3 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -784,11 +811,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                         } else {
                             // built by kernels::filters::sweep
                             for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                const float sk_e17 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                                float sw0 = (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17);
+                                unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                const float sk_e18 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                                float sw1 = (((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18);
+                                unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                const float sk_e19 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                                float sw2 = (((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19);
+                                unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                const float sk_e20 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                                float sw3 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
                                 {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                    unsigned int col = sc0;
                                     if ((col < col_hi)) {
-                                        const float sk_e17 = sk_f16(x[(base + col)]);
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) / temp);
+                                        float zv = (sw0 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -847,10 +885,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                    unsigned int col = sc1;
                                     if ((col < col_hi)) {
-                                        const float sk_e18 = sk_f16(x[(base + col)]);
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18) / temp);
+                                        float zv = (sw1 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -909,10 +946,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                    unsigned int col = sc2;
                                     if ((col < col_hi)) {
-                                        const float sk_e19 = sk_f16(x[(base + col)]);
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19) / temp);
+                                        float zv = (sw2 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -971,10 +1007,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                    unsigned int col = sc3;
                                     if ((col < col_hi)) {
-                                        const float sk_e20 = sk_f16(x[(base + col)]);
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20) / temp);
+                                        float zv = (sw3 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1450,11 +1485,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                             unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                unsigned int sc0 = (c0 + 0u);
+                                const float sk_e23 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                                float sw0 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
+                                unsigned int sc1 = (c0 + 1u);
+                                const float sk_e24 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                                float sw1 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
+                                unsigned int sc2 = (c0 + 2u);
+                                const float sk_e25 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                                float sw2 = (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25);
+                                unsigned int sc3 = (c0 + 3u);
+                                const float sk_e26 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                                float sw3 = (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26);
                                 {
-                                    unsigned int col = (c0 + 0u);
+                                    unsigned int col = sc0;
                                     if ((col < col_hi)) {
-                                        const float sk_e23 = sk_f16(x[(base + col)]);
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23) / temp);
+                                        float zv = (sw0 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1473,10 +1519,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 1u);
+                                    unsigned int col = sc1;
                                     if ((col < col_hi)) {
-                                        const float sk_e24 = sk_f16(x[(base + col)]);
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) / temp);
+                                        float zv = (sw1 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1495,10 +1540,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 2u);
+                                    unsigned int col = sc2;
                                     if ((col < col_hi)) {
-                                        const float sk_e25 = sk_f16(x[(base + col)]);
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) / temp);
+                                        float zv = (sw2 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1517,10 +1561,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 3u);
+                                    unsigned int col = sc3;
                                     if ((col < col_hi)) {
-                                        const float sk_e26 = sk_f16(x[(base + col)]);
-                                        float zv = ((((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) / temp);
+                                        float zv = (sw3 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1575,11 +1618,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                 for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                    unsigned int sc0 = (c0 + 0u);
+                    const float sk_e27 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                    float sw0 = (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27);
+                    unsigned int sc1 = (c0 + 1u);
+                    const float sk_e28 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                    float sw1 = (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28);
+                    unsigned int sc2 = (c0 + 2u);
+                    const float sk_e29 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                    float sw2 = (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29);
+                    unsigned int sc3 = (c0 + 3u);
+                    const float sk_e30 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                    float sw3 = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30);
                     {
-                        unsigned int col = (c0 + 0u);
+                        unsigned int col = sc0;
                         if ((col < col_hi)) {
-                            const float sk_e27 = sk_f16(x[(base + col)]);
-                            float zv = ((((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27) / temp);
+                            float zv = (sw0 / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -1602,46 +1656,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                 }
                                 kept = in_set;
                             }
-                            const unsigned int sk_e28 = (base + col);
-                            out[sk_e28] = (kept ? sk_f16(x[sk_e28]) : sk_bitcast<float>(4286578688u));
+                            const unsigned int sk_e31 = (base + col);
+                            out[sk_e31] = (kept ? sk_f16(x[sk_e31]) : sk_bitcast<float>(4286578688u));
                         }
                     }
                     {
-                        unsigned int col = (c0 + 1u);
+                        unsigned int col = sc1;
                         if ((col < col_hi)) {
-                            const float sk_e29 = sk_f16(x[(base + col)]);
-                            float zv = ((((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) / temp);
-                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                // built by kernels::filters::sweep_set
-                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    // built by kernels::filters::kept
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            const unsigned int sk_e30 = (base + col);
-                            out[sk_e30] = (kept ? sk_f16(x[sk_e30]) : sk_bitcast<float>(4286578688u));
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + 2u);
-                        if ((col < col_hi)) {
-                            const float sk_e31 = sk_f16(x[(base + col)]);
-                            float zv = ((((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) / temp);
+                            float zv = (sw1 / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -1669,10 +1691,39 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                         }
                     }
                     {
-                        unsigned int col = (c0 + 3u);
+                        unsigned int col = sc2;
                         if ((col < col_hi)) {
-                            const float sk_e33 = sk_f16(x[(base + col)]);
-                            float zv = ((((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) / temp);
+                            float zv = (sw2 / temp);
+                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                            float wv = (0.0f);
+                            bool ok = false;
+                            unsigned long long mv = 0ull;
+                            bool kept = false;
+                            if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
+                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                bool tie = (ok && (key == s_key));
+                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                if (tie) {
+                                    // built by kernels::filters::kept
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
+                            }
+                            const unsigned int sk_e33 = (base + col);
+                            out[sk_e33] = (kept ? sk_f16(x[sk_e33]) : sk_bitcast<float>(4286578688u));
+                        }
+                    }
+                    {
+                        unsigned int col = sc3;
+                        if ((col < col_hi)) {
+                            float zv = (sw3 / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);

@@ -72,43 +72,47 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
             // built by kernels::filters::sweep
             for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                 // built by kernels::filters::sweep
+                unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                 {
-                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                    unsigned int col = sc0;
                     if ((col < col_hi)) {
-                        float xv = x[(base + col)];
-                        if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                        if (((sw0 > (0.0f)) && (sw0 < sk_bitcast<float>(2139095040u)))) {
                             // built by kernels::filters::part_max
-                            m = fmaxf(m, xv);
+                            m = fmaxf(m, sw0);
                         }
                     }
                 }
                 {
-                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                    unsigned int col = sc1;
                     if ((col < col_hi)) {
-                        float xv = x[(base + col)];
-                        if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                        if (((sw1 > (0.0f)) && (sw1 < sk_bitcast<float>(2139095040u)))) {
                             // built by kernels::filters::part_max
-                            m = fmaxf(m, xv);
+                            m = fmaxf(m, sw1);
                         }
                     }
                 }
                 {
-                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                    unsigned int col = sc2;
                     if ((col < col_hi)) {
-                        float xv = x[(base + col)];
-                        if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                        if (((sw2 > (0.0f)) && (sw2 < sk_bitcast<float>(2139095040u)))) {
                             // built by kernels::filters::part_max
-                            m = fmaxf(m, xv);
+                            m = fmaxf(m, sw2);
                         }
                     }
                 }
                 {
-                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                    unsigned int col = sc3;
                     if ((col < col_hi)) {
-                        float xv = x[(base + col)];
-                        if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                        if (((sw3 > (0.0f)) && (sw3 < sk_bitcast<float>(2139095040u)))) {
                             // built by kernels::filters::part_max
-                            m = fmaxf(m, xv);
+                            m = fmaxf(m, sw3);
                         }
                     }
                 }
@@ -193,10 +197,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     // built by kernels::filters::sweep
                     for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::filters::sweep
+                        unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                        float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                        unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                        float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                        unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                        float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                        unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                        float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                            unsigned int col = sc0;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw0;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -216,9 +228,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                            unsigned int col = sc1;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw1;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -238,9 +250,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                            unsigned int col = sc2;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw2;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -260,9 +272,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             }
                         }
                         {
-                            unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                            unsigned int col = sc3;
                             if ((col < col_hi)) {
-                                float zv = x[(base + col)];
+                                float zv = sw3;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -291,7 +303,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
-                        float zv = x[(base + col)];
+                        float lx = x[(base + col)];
+                        float zv = lx;
                         float ov = zv;
                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
@@ -336,7 +349,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
-                        float zv = x[(base + col)];
+                        float lx = x[(base + col)];
+                        float zv = lx;
                         float ov = zv;
                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                         float wv = (0.0f);
@@ -447,7 +461,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            float zv = x[(base + col)];
+                            float lx = x[(base + col)];
+                            float zv = lx;
                             float ov = zv;
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -513,10 +528,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                unsigned int sc0 = (c0 + 0u);
+                                float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                                unsigned int sc1 = (c0 + 1u);
+                                float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                                unsigned int sc2 = (c0 + 2u);
+                                float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                                unsigned int sc3 = (c0 + 3u);
+                                float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                                 {
-                                    unsigned int col = (c0 + 0u);
+                                    unsigned int col = sc0;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw0;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -575,9 +598,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 1u);
+                                    unsigned int col = sc1;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw1;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -636,9 +659,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 2u);
+                                    unsigned int col = sc2;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw2;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -697,9 +720,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 3u);
+                                    unsigned int col = sc3;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw3;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -761,10 +784,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         } else {
                             // built by kernels::filters::sweep
                             for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                                unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                                unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                                unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                                 {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                    unsigned int col = sc0;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw0;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -823,9 +854,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                    unsigned int col = sc1;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw1;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -884,9 +915,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                    unsigned int col = sc2;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw2;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -945,9 +976,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                    unsigned int col = sc3;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw3;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1423,10 +1454,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                             unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                unsigned int sc0 = (c0 + 0u);
+                                float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                                unsigned int sc1 = (c0 + 1u);
+                                float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                                unsigned int sc2 = (c0 + 2u);
+                                float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                                unsigned int sc3 = (c0 + 3u);
+                                float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                                 {
-                                    unsigned int col = (c0 + 0u);
+                                    unsigned int col = sc0;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw0;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1445,9 +1484,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 1u);
+                                    unsigned int col = sc1;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw1;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1466,9 +1505,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 2u);
+                                    unsigned int col = sc2;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw2;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1487,9 +1526,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                     }
                                 }
                                 {
-                                    unsigned int col = (c0 + 3u);
+                                    unsigned int col = sc3;
                                     if ((col < col_hi)) {
-                                        float zv = x[(base + col)];
+                                        float zv = sw3;
                                         float ov = zv;
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1545,10 +1584,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                 for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                    unsigned int sc0 = (c0 + 0u);
+                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                    unsigned int sc1 = (c0 + 1u);
+                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                    unsigned int sc2 = (c0 + 2u);
+                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                    unsigned int sc3 = (c0 + 3u);
+                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                     {
-                        unsigned int col = (c0 + 0u);
+                        unsigned int col = sc0;
                         if ((col < col_hi)) {
-                            float zv = x[(base + col)];
+                            float zv = sw0;
                             float ov = zv;
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -1578,9 +1625,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         }
                     }
                     {
-                        unsigned int col = (c0 + 1u);
+                        unsigned int col = sc1;
                         if ((col < col_hi)) {
-                            float zv = x[(base + col)];
+                            float zv = sw1;
                             float ov = zv;
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -1610,9 +1657,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         }
                     }
                     {
-                        unsigned int col = (c0 + 2u);
+                        unsigned int col = sc2;
                         if ((col < col_hi)) {
-                            float zv = x[(base + col)];
+                            float zv = sw2;
                             float ov = zv;
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -1642,9 +1689,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         }
                     }
                     {
-                        unsigned int col = (c0 + 3u);
+                        unsigned int col = sc3;
                         if ((col < col_hi)) {
-                            float zv = x[(base + col)];
+                            float zv = sw3;
                             float ov = zv;
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -1708,10 +1755,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                 for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                    unsigned int sc0 = (c0 + 0u);
+                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                    unsigned int sc1 = (c0 + 1u);
+                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                    unsigned int sc2 = (c0 + 2u);
+                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                    unsigned int sc3 = (c0 + 3u);
+                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                     {
-                        unsigned int col = (c0 + 0u);
+                        unsigned int col = sc0;
                         if ((col < col_hi)) {
-                            float zv = x[(base + col)];
+                            float zv = sw0;
                             float ov = zv;
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -1738,9 +1793,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         }
                     }
                     {
-                        unsigned int col = (c0 + 1u);
+                        unsigned int col = sc1;
                         if ((col < col_hi)) {
-                            float zv = x[(base + col)];
+                            float zv = sw1;
                             float ov = zv;
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -1767,9 +1822,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         }
                     }
                     {
-                        unsigned int col = (c0 + 2u);
+                        unsigned int col = sc2;
                         if ((col < col_hi)) {
-                            float zv = x[(base + col)];
+                            float zv = sw2;
                             float ov = zv;
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -1796,9 +1851,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         }
                     }
                     {
-                        unsigned int col = (c0 + 3u);
+                        unsigned int col = sc3;
                         if ((col < col_hi)) {
-                            float zv = x[(base + col)];
+                            float zv = sw3;
                             float ov = zv;
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);

@@ -3313,32 +3313,40 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                 // built by kernels::filters::sweep
                 for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filters::sweep
+                    unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                    const float sk_e43 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                    float sw0 = (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43);
+                    unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                    const float sk_e44 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                    float sw1 = (((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44);
+                    unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                    const float sk_e45 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                    float sw2 = (((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45);
+                    unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                    const float sk_e46 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                    float sw3 = (((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46);
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                        unsigned int col = sc0;
                         if ((col < col_hi)) {
-                            const float sk_e43 = sk_bf16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43) / temp));
+                            m = fmaxf(m, (sw0 / temp));
                         }
                     }
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                        unsigned int col = sc1;
                         if ((col < col_hi)) {
-                            const float sk_e44 = sk_bf16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44) / temp));
+                            m = fmaxf(m, (sw1 / temp));
                         }
                     }
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                        unsigned int col = sc2;
                         if ((col < col_hi)) {
-                            const float sk_e45 = sk_bf16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45) / temp));
+                            m = fmaxf(m, (sw2 / temp));
                         }
                     }
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                        unsigned int col = sc3;
                         if ((col < col_hi)) {
-                            const float sk_e46 = sk_bf16(x[(base + col)]);
-                            m = fmaxf(m, ((((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46) / temp));
+                            m = fmaxf(m, (sw3 / temp));
                         }
                     }
                 }
@@ -3422,11 +3430,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                         // built by kernels::filters::sweep
                         for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                             // built by kernels::filters::sweep
+                            unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                            const float sk_e48 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                            float sw0 = (((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48);
+                            unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                            const float sk_e49 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                            float sw1 = (((sk_bitcast<unsigned int>(sk_e49) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e49);
+                            unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                            const float sk_e50 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                            float sw2 = (((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50);
+                            unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                            const float sk_e51 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                            float sw3 = (((sk_bitcast<unsigned int>(sk_e51) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e51);
                             {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                unsigned int col = sc0;
                                 if ((col < col_hi)) {
-                                    const float sk_e48 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48) / temp);
+                                    float zv = (sw0 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3446,10 +3465,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                unsigned int col = sc1;
                                 if ((col < col_hi)) {
-                                    const float sk_e49 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e49) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e49) / temp);
+                                    float zv = (sw1 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3469,10 +3487,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                unsigned int col = sc2;
                                 if ((col < col_hi)) {
-                                    const float sk_e50 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50) / temp);
+                                    float zv = (sw2 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3492,10 +3509,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                unsigned int col = sc3;
                                 if ((col < col_hi)) {
-                                    const float sk_e51 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e51) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e51) / temp);
+                                    float zv = (sw3 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3525,7 +3541,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
                             const float sk_e52 = sk_bf16(x[(base + col)]);
-                            float zv = ((((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52) / temp);
+                            float lx = (((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52);
+                            float zv = (lx / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -3571,7 +3588,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
                             const float sk_e53 = sk_bf16(x[(base + col)]);
-                            float zv = ((((sk_bitcast<unsigned int>(sk_e53) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e53) / temp);
+                            float lx = (((sk_bitcast<unsigned int>(sk_e53) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e53);
+                            float zv = (lx / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -3683,7 +3701,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
                                 const float sk_e55 = sk_bf16(x[(base + col)]);
-                                float zv = ((((sk_bitcast<unsigned int>(sk_e55) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e55) / temp);
+                                float lx = (((sk_bitcast<unsigned int>(sk_e55) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e55);
+                                float zv = (lx / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -3749,11 +3768,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                    unsigned int sc0 = (c0 + 0u);
+                                    const float sk_e56 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                                    float sw0 = (((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56);
+                                    unsigned int sc1 = (c0 + 1u);
+                                    const float sk_e57 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                                    float sw1 = (((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e57);
+                                    unsigned int sc2 = (c0 + 2u);
+                                    const float sk_e58 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                                    float sw2 = (((sk_bitcast<unsigned int>(sk_e58) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e58);
+                                    unsigned int sc3 = (c0 + 3u);
+                                    const float sk_e59 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                                    float sw3 = (((sk_bitcast<unsigned int>(sk_e59) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e59);
                                     {
-                                        unsigned int col = (c0 + 0u);
+                                        unsigned int col = sc0;
                                         if ((col < col_hi)) {
-                                            const float sk_e56 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56) / temp);
+                                            float zv = (sw0 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3812,10 +3842,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 1u);
+                                        unsigned int col = sc1;
                                         if ((col < col_hi)) {
-                                            const float sk_e57 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e57) / temp);
+                                            float zv = (sw1 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3874,10 +3903,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 2u);
+                                        unsigned int col = sc2;
                                         if ((col < col_hi)) {
-                                            const float sk_e58 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e58) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e58) / temp);
+                                            float zv = (sw2 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3936,10 +3964,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 3u);
+                                        unsigned int col = sc3;
                                         if ((col < col_hi)) {
-                                            const float sk_e59 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e59) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e59) / temp);
+                                            float zv = (sw3 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4001,11 +4028,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             } else {
                                 // built by kernels::filters::sweep
                                 for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                    unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                    const float sk_e60 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                                    float sw0 = (((sk_bitcast<unsigned int>(sk_e60) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e60);
+                                    unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                    const float sk_e61 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                                    float sw1 = (((sk_bitcast<unsigned int>(sk_e61) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e61);
+                                    unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                    const float sk_e62 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                                    float sw2 = (((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62);
+                                    unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                    const float sk_e63 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                                    float sw3 = (((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63);
                                     {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                        unsigned int col = sc0;
                                         if ((col < col_hi)) {
-                                            const float sk_e60 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e60) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e60) / temp);
+                                            float zv = (sw0 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4064,10 +4102,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                        unsigned int col = sc1;
                                         if ((col < col_hi)) {
-                                            const float sk_e61 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e61) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e61) / temp);
+                                            float zv = (sw1 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4126,10 +4163,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                        unsigned int col = sc2;
                                         if ((col < col_hi)) {
-                                            const float sk_e62 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62) / temp);
+                                            float zv = (sw2 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4188,10 +4224,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                        unsigned int col = sc3;
                                         if ((col < col_hi)) {
-                                            const float sk_e63 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63) / temp);
+                                            float zv = (sw3 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4667,11 +4702,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                    unsigned int sc0 = (c0 + 0u);
+                                    const float sk_e66 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                                    float sw0 = (((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66);
+                                    unsigned int sc1 = (c0 + 1u);
+                                    const float sk_e67 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                                    float sw1 = (((sk_bitcast<unsigned int>(sk_e67) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e67);
+                                    unsigned int sc2 = (c0 + 2u);
+                                    const float sk_e68 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                                    float sw2 = (((sk_bitcast<unsigned int>(sk_e68) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e68);
+                                    unsigned int sc3 = (c0 + 3u);
+                                    const float sk_e69 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                                    float sw3 = (((sk_bitcast<unsigned int>(sk_e69) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e69);
                                     {
-                                        unsigned int col = (c0 + 0u);
+                                        unsigned int col = sc0;
                                         if ((col < col_hi)) {
-                                            const float sk_e66 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66) / temp);
+                                            float zv = (sw0 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4690,10 +4736,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 1u);
+                                        unsigned int col = sc1;
                                         if ((col < col_hi)) {
-                                            const float sk_e67 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e67) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e67) / temp);
+                                            float zv = (sw1 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4712,10 +4757,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 2u);
+                                        unsigned int col = sc2;
                                         if ((col < col_hi)) {
-                                            const float sk_e68 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e68) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e68) / temp);
+                                            float zv = (sw2 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4734,10 +4778,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 3u);
+                                        unsigned int col = sc3;
                                         if ((col < col_hi)) {
-                                            const float sk_e69 = sk_bf16(x[(base + col)]);
-                                            float zv = ((((sk_bitcast<unsigned int>(sk_e69) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e69) / temp);
+                                            float zv = (sw3 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4800,11 +4843,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                         unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                         for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                            unsigned int sc0 = (c0 + 0u);
+                            const float sk_e70 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                            float sw0 = (((sk_bitcast<unsigned int>(sk_e70) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e70);
+                            unsigned int sc1 = (c0 + 1u);
+                            const float sk_e71 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                            float sw1 = (((sk_bitcast<unsigned int>(sk_e71) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e71);
+                            unsigned int sc2 = (c0 + 2u);
+                            const float sk_e72 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                            float sw2 = (((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72);
+                            unsigned int sc3 = (c0 + 3u);
+                            const float sk_e73 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                            float sw3 = (((sk_bitcast<unsigned int>(sk_e73) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e73);
                             {
-                                unsigned int col = (c0 + 0u);
+                                unsigned int col = sc0;
                                 if ((col < col_hi)) {
-                                    const float sk_e70 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e70) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e70) / temp);
+                                    float zv = (sw0 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -4832,8 +4886,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e71 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e71 + 8u)], rows[(sk_e71 + 9u)], rows[(sk_e71 + 10u)], col)));
+                                            const unsigned int sk_e74 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e74 + 8u)], rows[(sk_e74 + 9u)], rows[(sk_e74 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4844,53 +4898,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + 1u);
+                                unsigned int col = sc1;
                                 if ((col < col_hi)) {
-                                    const float sk_e72 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72) / temp);
-                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    bool kept = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        bool tie = (ok && (key == s_key));
-                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        double s64 = ((double)ov);
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            const unsigned int sk_e73 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e73 + 8u)], rows[(sk_e73 + 9u)], rows[(sk_e73 + 10u)], col)));
-                                        }
-                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best64 = s64;
-                                            best64_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + 2u);
-                                if ((col < col_hi)) {
-                                    const float sk_e74 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e74) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e74) / temp);
+                                    float zv = (sw1 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -4930,10 +4940,51 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + 3u);
+                                unsigned int col = sc2;
                                 if ((col < col_hi)) {
-                                    const float sk_e76 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e76) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e76) / temp);
+                                    float zv = (sw2 / temp);
+                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    bool kept = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        bool tie = (ok && (key == s_key));
+                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        double s64 = ((double)ov);
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            const unsigned int sk_e76 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e76 + 8u)], rows[(sk_e76 + 9u)], rows[(sk_e76 + 10u)], col)));
+                                        }
+                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best64 = s64;
+                                            best64_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                unsigned int col = sc3;
+                                if ((col < col_hi)) {
+                                    float zv = (sw3 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -4977,6 +5028,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                 }
                 if ((!seeded_row)) {
                     // built by kernels::filters::race_in_set
+                    unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
+                    unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
+                    unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
+                    unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                     tie_rank = tie_start;
                     sweeps = (sweeps + 1u);
                     {
@@ -4984,16 +5039,26 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                         unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                         for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                            unsigned int sc0 = (c0 + 0u);
+                            const float sk_e78 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
+                            float sw0 = (((sk_bitcast<unsigned int>(sk_e78) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e78);
+                            unsigned int sc1 = (c0 + 1u);
+                            const float sk_e79 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
+                            float sw1 = (((sk_bitcast<unsigned int>(sk_e79) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e79);
+                            unsigned int sc2 = (c0 + 2u);
+                            const float sk_e80 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
+                            float sw2 = (((sk_bitcast<unsigned int>(sk_e80) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e80);
+                            unsigned int sc3 = (c0 + 3u);
+                            const float sk_e81 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
+                            float sw3 = (((sk_bitcast<unsigned int>(sk_e81) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e81);
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
-                                const unsigned int sk_e78 = (row * 12u);
-                                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e78 + 10u)], rows[(sk_e78 + 11u)]), rows[(sk_e78 + 8u)], rows[(sk_e78 + 9u)]);
+                                w = sk_philox(make_uint4((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
                             }
                             {
-                                unsigned int col = (c0 + 0u);
+                                unsigned int col = sc0;
                                 if ((col < col_hi)) {
-                                    const float sk_e79 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e79) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e79) / temp);
+                                    float zv = (sw0 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -5018,46 +5083,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e80 = sk_gumbel((w).x);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e80 : (zv + sk_e80)) : zv);
-                                        if (((score > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best = score;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                unsigned int col = (c0 + 1u);
-                                if ((col < col_hi)) {
-                                    const float sk_e81 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e81) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e81) / temp);
-                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                    float wv = (0.0f);
-                                    bool ok = false;
-                                    unsigned long long mv = 0ull;
-                                    bool kept = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        bool tie = (ok && (key == s_key));
-                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        const float sk_e82 = sk_gumbel((w).y);
+                                        const float sk_e82 = sk_gumbel((w).x);
                                         float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e82 : (zv + sk_e82)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5068,10 +5094,47 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + 2u);
+                                unsigned int col = sc1;
                                 if ((col < col_hi)) {
-                                    const float sk_e83 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e83) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e83) / temp);
+                                    float zv = (sw1 / temp);
+                                    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                    float wv = (0.0f);
+                                    bool ok = false;
+                                    unsigned long long mv = 0ull;
+                                    bool kept = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        bool tie = (ok && (key == s_key));
+                                        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        const float sk_e83 = sk_gumbel((w).y);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e83 : (zv + sk_e83)) : zv);
+                                        if (((score > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best = score;
+                                            best_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                unsigned int col = sc2;
+                                if ((col < col_hi)) {
+                                    float zv = (sw2 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -5107,10 +5170,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + 3u);
+                                unsigned int col = sc3;
                                 if ((col < col_hi)) {
-                                    const float sk_e85 = sk_bf16(x[(base + col)]);
-                                    float zv = ((((sk_bitcast<unsigned int>(sk_e85) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e85) / temp);
+                                    float zv = (sw3 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -5135,8 +5197,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e86 = sk_gumbel((w).w);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e86 : (zv + sk_e86)) : zv);
+                                        const float sk_e85 = sk_gumbel((w).w);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e85 : (zv + sk_e85)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5253,8 +5315,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                     // built by kernels::abi::write_results
                     float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                     if ((threadIdx.x == 0u)) {
-                        const float sk_e87 = sk_bf16(x[(base + tok_at)]);
-                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e87) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e87) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                        const float sk_e86 = sk_bf16(x[(base + tok_at)]);
+                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e86) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e86) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                     }
                 }
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

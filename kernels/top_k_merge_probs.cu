@@ -3279,43 +3279,47 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 // built by kernels::filters::sweep
                 for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filters::sweep
+                    unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                    unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                    unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                    unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                        unsigned int col = sc0;
                         if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                            if (((sw0 > (0.0f)) && (sw0 < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = fmaxf(m, xv);
+                                m = fmaxf(m, sw0);
                             }
                         }
                     }
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                        unsigned int col = sc1;
                         if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                            if (((sw1 > (0.0f)) && (sw1 < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = fmaxf(m, xv);
+                                m = fmaxf(m, sw1);
                             }
                         }
                     }
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                        unsigned int col = sc2;
                         if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                            if (((sw2 > (0.0f)) && (sw2 < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = fmaxf(m, xv);
+                                m = fmaxf(m, sw2);
                             }
                         }
                     }
                     {
-                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                        unsigned int col = sc3;
                         if ((col < col_hi)) {
-                            float xv = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
+                            if (((sw3 > (0.0f)) && (sw3 < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = fmaxf(m, xv);
+                                m = fmaxf(m, sw3);
                             }
                         }
                     }
@@ -3400,10 +3404,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                         // built by kernels::filters::sweep
                         for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                             // built by kernels::filters::sweep
+                            unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                            float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                            unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                            float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                            unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                            float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                            unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                            float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                             {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                unsigned int col = sc0;
                                 if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
+                                    float zv = sw0;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3423,9 +3435,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                unsigned int col = sc1;
                                 if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
+                                    float zv = sw1;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3445,9 +3457,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                unsigned int col = sc2;
                                 if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
+                                    float zv = sw2;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3467,9 +3479,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                unsigned int col = sc3;
                                 if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
+                                    float zv = sw3;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3498,7 +3510,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            float zv = x[(base + col)];
+                            float lx = x[(base + col)];
+                            float zv = lx;
                             float ov = zv;
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -3543,7 +3556,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            float zv = x[(base + col)];
+                            float lx = x[(base + col)];
+                            float zv = lx;
                             float ov = zv;
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -3654,7 +3668,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
-                                float zv = x[(base + col)];
+                                float lx = x[(base + col)];
+                                float zv = lx;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -3720,10 +3735,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                    unsigned int sc0 = (c0 + 0u);
+                                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                                    unsigned int sc1 = (c0 + 1u);
+                                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                                    unsigned int sc2 = (c0 + 2u);
+                                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                                    unsigned int sc3 = (c0 + 3u);
+                                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                                     {
-                                        unsigned int col = (c0 + 0u);
+                                        unsigned int col = sc0;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw0;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3782,9 +3805,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 1u);
+                                        unsigned int col = sc1;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw1;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3843,9 +3866,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 2u);
+                                        unsigned int col = sc2;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw2;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3904,9 +3927,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 3u);
+                                        unsigned int col = sc3;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw3;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3968,10 +3991,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             } else {
                                 // built by kernels::filters::sweep
                                 for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                    unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                                    unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                                    unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                                    unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                                     {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 0u));
+                                        unsigned int col = sc0;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw0;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4030,9 +4061,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 1u));
+                                        unsigned int col = sc1;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw1;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4091,9 +4122,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 2u));
+                                        unsigned int col = sc2;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw2;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4152,9 +4183,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + (((unsigned int)SK_BLOCK) * 3u));
+                                        unsigned int col = sc3;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw3;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4630,10 +4661,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                                    unsigned int sc0 = (c0 + 0u);
+                                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                                    unsigned int sc1 = (c0 + 1u);
+                                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                                    unsigned int sc2 = (c0 + 2u);
+                                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                                    unsigned int sc3 = (c0 + 3u);
+                                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                                     {
-                                        unsigned int col = (c0 + 0u);
+                                        unsigned int col = sc0;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw0;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4652,9 +4691,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 1u);
+                                        unsigned int col = sc1;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw1;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4673,9 +4712,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 2u);
+                                        unsigned int col = sc2;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw2;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4694,9 +4733,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     }
                                     {
-                                        unsigned int col = (c0 + 3u);
+                                        unsigned int col = sc3;
                                         if ((col < col_hi)) {
-                                            float zv = x[(base + col)];
+                                            float zv = sw3;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4759,10 +4798,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                         unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                         for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                            unsigned int sc0 = (c0 + 0u);
+                            float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                            unsigned int sc1 = (c0 + 1u);
+                            float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                            unsigned int sc2 = (c0 + 2u);
+                            float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                            unsigned int sc3 = (c0 + 3u);
+                            float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                             {
-                                unsigned int col = (c0 + 0u);
+                                unsigned int col = sc0;
                                 if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
+                                    float zv = sw0;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -4802,9 +4849,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + 1u);
+                                unsigned int col = sc1;
                                 if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
+                                    float zv = sw1;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -4844,9 +4891,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + 2u);
+                                unsigned int col = sc2;
                                 if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
+                                    float zv = sw2;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -4886,9 +4933,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + 3u);
+                                unsigned int col = sc3;
                                 if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
+                                    float zv = sw3;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -4932,6 +4979,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 }
                 if ((!seeded_row)) {
                     // built by kernels::filters::race_in_set
+                    unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
+                    unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
+                    unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
+                    unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                     tie_rank = tie_start;
                     sweeps = (sweeps + 1u);
                     {
@@ -4939,15 +4990,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                         unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                         for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
+                            unsigned int sc0 = (c0 + 0u);
+                            float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
+                            unsigned int sc1 = (c0 + 1u);
+                            float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
+                            unsigned int sc2 = (c0 + 2u);
+                            float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
+                            unsigned int sc3 = (c0 + 3u);
+                            float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
-                                const unsigned int sk_e48 = (row * 12u);
-                                w = sk_philox(make_uint4((c0 >> 2u), 0u, rows[(sk_e48 + 10u)], rows[(sk_e48 + 11u)]), rows[(sk_e48 + 8u)], rows[(sk_e48 + 9u)]);
+                                w = sk_philox(make_uint4((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
                             }
                             {
-                                unsigned int col = (c0 + 0u);
+                                unsigned int col = sc0;
                                 if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
+                                    float zv = sw0;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -4982,9 +5040,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + 1u);
+                                unsigned int col = sc1;
                                 if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
+                                    float zv = sw1;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -5019,9 +5077,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + 2u);
+                                unsigned int col = sc2;
                                 if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
+                                    float zv = sw2;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -5056,9 +5114,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 }
                             }
                             {
-                                unsigned int col = (c0 + 3u);
+                                unsigned int col = sc3;
                                 if ((col < col_hi)) {
-                                    float zv = x[(base + col)];
+                                    float zv = sw3;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -5199,8 +5257,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 if (((flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results
                     if ((threadIdx.x == 0u)) {
-                        const float sk_e49 = x[(base + tok_at)];
-                        logprobs[row] = (valid ? ((sk_e49 > (0.0f)) ? sk_log(sk_e49) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                        const float sk_e48 = x[(base + tok_at)];
+                        logprobs[row] = (valid ? ((sk_e48 > (0.0f)) ? sk_log(sk_e48) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                     }
                 }
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

@@ -354,32 +354,40 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             // built by kernels::filters::sweep
             for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                 // built by kernels::filters::sweep
+                var sc0: u32 = (c0 + (BLOCK * 0u));
+                let sk_e0: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                var sw0: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
+                var sc1: u32 = (c0 + (BLOCK * 1u));
+                let sk_e1: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                var sw1: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+                var sc2: u32 = (c0 + (BLOCK * 2u));
+                let sk_e2: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                var sw2: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                var sc3: u32 = (c0 + (BLOCK * 3u));
+                let sk_e3: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                var sw3: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
                 {
-                    var col: u32 = (c0 + (BLOCK * 0u));
+                    var col: u32 = sc0;
                     if ((col < col_hi)) {
-                        let sk_e0: f32 = sk_load_x((base + col));
-                        m = max(m, (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp));
+                        m = max(m, (sw0 / temp));
                     }
                 }
                 {
-                    var col: u32 = (c0 + (BLOCK * 1u));
+                    var col: u32 = sc1;
                     if ((col < col_hi)) {
-                        let sk_e1: f32 = sk_load_x((base + col));
-                        m = max(m, (select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u)) / temp));
+                        m = max(m, (sw1 / temp));
                     }
                 }
                 {
-                    var col: u32 = (c0 + (BLOCK * 2u));
+                    var col: u32 = sc2;
                     if ((col < col_hi)) {
-                        let sk_e2: f32 = sk_load_x((base + col));
-                        m = max(m, (select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)) / temp));
+                        m = max(m, (sw2 / temp));
                     }
                 }
                 {
-                    var col: u32 = (c0 + (BLOCK * 3u));
+                    var col: u32 = sc3;
                     if ((col < col_hi)) {
-                        let sk_e3: f32 = sk_load_x((base + col));
-                        m = max(m, (select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u)) / temp));
+                        m = max(m, (sw3 / temp));
                     }
                 }
             }
@@ -441,11 +449,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::sweep
                     for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                         // built by kernels::filters::sweep
+                        var sc0: u32 = (c0 + (BLOCK * 0u));
+                        let sk_e5: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                        var sw0: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+                        var sc1: u32 = (c0 + (BLOCK * 1u));
+                        let sk_e6: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                        var sw1: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+                        var sc2: u32 = (c0 + (BLOCK * 2u));
+                        let sk_e7: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                        var sw2: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
+                        var sc3: u32 = (c0 + (BLOCK * 3u));
+                        let sk_e8: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                        var sw3: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
                         {
-                            var col: u32 = (c0 + (BLOCK * 0u));
+                            var col: u32 = sc0;
                             if ((col < col_hi)) {
-                                let sk_e5: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw0 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -465,10 +484,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 1u));
+                            var col: u32 = sc1;
                             if ((col < col_hi)) {
-                                let sk_e6: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw1 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -488,10 +506,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 2u));
+                            var col: u32 = sc2;
                             if ((col < col_hi)) {
-                                let sk_e7: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw2 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -511,10 +528,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 3u));
+                            var col: u32 = sc3;
                             if ((col < col_hi)) {
-                                let sk_e8: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw3 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -544,7 +560,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
                         let sk_e9: f32 = sk_load_x((base + col));
-                        var zv: f32 = (select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u)) / temp);
+                        var lx: f32 = select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u));
+                        var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                         var wv: f32 = (0.0f);
@@ -580,7 +597,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
                         let sk_e10: f32 = sk_load_x((base + col));
-                        var zv: f32 = (select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp);
+                        var lx: f32 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
+                        var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                         var wv: f32 = (0.0f);
@@ -658,7 +676,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
                             let sk_e12: f32 = sk_load_x((base + col));
-                            var zv: f32 = (select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)) / temp);
+                            var lx: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
+                            var zv: f32 = (lx / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -686,11 +705,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                                var sc0: u32 = (c0 + 0u);
+                                let sk_e13: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                                var sw0: f32 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
+                                var sc1: u32 = (c0 + 1u);
+                                let sk_e14: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                                var sw1: f32 = select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u));
+                                var sc2: u32 = (c0 + 2u);
+                                let sk_e15: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                                var sw2: f32 = select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u));
+                                var sc3: u32 = (c0 + 3u);
+                                let sk_e16: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                                var sw3: f32 = select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u));
                                 {
-                                    var col: u32 = (c0 + 0u);
+                                    var col: u32 = sc0;
                                     if ((col < col_hi)) {
-                                        let sk_e13: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw0 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -711,10 +741,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 1u);
+                                    var col: u32 = sc1;
                                     if ((col < col_hi)) {
-                                        let sk_e14: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw1 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -735,10 +764,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 2u);
+                                    var col: u32 = sc2;
                                     if ((col < col_hi)) {
-                                        let sk_e15: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw2 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -759,10 +787,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 3u);
+                                    var col: u32 = sc3;
                                     if ((col < col_hi)) {
-                                        let sk_e16: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw3 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -786,11 +813,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         } else {
                             // built by kernels::filters::sweep
                             for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                                var sc0: u32 = (c0 + (BLOCK * 0u));
+                                let sk_e17: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                                var sw0: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
+                                var sc1: u32 = (c0 + (BLOCK * 1u));
+                                let sk_e18: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                                var sw1: f32 = select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u));
+                                var sc2: u32 = (c0 + (BLOCK * 2u));
+                                let sk_e19: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                                var sw2: f32 = select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u));
+                                var sc3: u32 = (c0 + (BLOCK * 3u));
+                                let sk_e20: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                                var sw3: f32 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
                                 {
-                                    var col: u32 = (c0 + (BLOCK * 0u));
+                                    var col: u32 = sc0;
                                     if ((col < col_hi)) {
-                                        let sk_e17: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw0 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -811,10 +849,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + (BLOCK * 1u));
+                                    var col: u32 = sc1;
                                     if ((col < col_hi)) {
-                                        let sk_e18: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw1 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -835,10 +872,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + (BLOCK * 2u));
+                                    var col: u32 = sc2;
                                     if ((col < col_hi)) {
-                                        let sk_e19: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw2 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -859,10 +895,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + (BLOCK * 3u));
+                                    var col: u32 = sc3;
                                     if ((col < col_hi)) {
-                                        let sk_e20: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw3 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1417,11 +1452,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                                var sc0: u32 = (c0 + 0u);
+                                let sk_e23: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                                var sw0: f32 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
+                                var sc1: u32 = (c0 + 1u);
+                                let sk_e24: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                                var sw1: f32 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
+                                var sc2: u32 = (c0 + 2u);
+                                let sk_e25: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                                var sw2: f32 = select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u));
+                                var sc3: u32 = (c0 + 3u);
+                                let sk_e26: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                                var sw3: f32 = select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u));
                                 {
-                                    var col: u32 = (c0 + 0u);
+                                    var col: u32 = sc0;
                                     if ((col < col_hi)) {
-                                        let sk_e23: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw0 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1440,10 +1486,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 1u);
+                                    var col: u32 = sc1;
                                     if ((col < col_hi)) {
-                                        let sk_e24: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw1 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1462,10 +1507,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 2u);
+                                    var col: u32 = sc2;
                                     if ((col < col_hi)) {
-                                        let sk_e25: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw2 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1484,10 +1528,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 3u);
+                                    var col: u32 = sc3;
                                     if ((col < col_hi)) {
-                                        let sk_e26: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw3 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1540,11 +1583,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                        var sc0: u32 = (c0 + 0u);
+                        let sk_e27: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                        var sw0: f32 = select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u));
+                        var sc1: u32 = (c0 + 1u);
+                        let sk_e28: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                        var sw1: f32 = select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u));
+                        var sc2: u32 = (c0 + 2u);
+                        let sk_e29: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                        var sw2: f32 = select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u));
+                        var sc3: u32 = (c0 + 3u);
+                        let sk_e30: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                        var sw3: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
                         {
-                            var col: u32 = (c0 + 0u);
+                            var col: u32 = sc0;
                             if ((col < col_hi)) {
-                                let sk_e27: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw0 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1572,8 +1626,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var s64: f64 = f64(ov);
                                     if (noisy) {
                                         // built by kernels::seeded::score64
-                                        let sk_e28: u32 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e28 + 8u)], rows[(sk_e28 + 9u)], rows[(sk_e28 + 10u)], col)));
+                                        let sk_e31: u32 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e31 + 8u)], rows[(sk_e31 + 9u)], rows[(sk_e31 + 10u)], col)));
                                     }
                                     if (((s64 > best64) || (best64_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
@@ -1584,53 +1638,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + 1u);
+                            var col: u32 = sc1;
                             if ((col < col_hi)) {
-                                let sk_e29: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u)) / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    // built by kernels::filters::sweep_set
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        // built by kernels::filters::kept
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    // built by kernels::filters::race_sweep
-                                    var s64: f64 = f64(ov);
-                                    if (noisy) {
-                                        // built by kernels::seeded::score64
-                                        let sk_e30: u32 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e30 + 8u)], rows[(sk_e30 + 9u)], rows[(sk_e30 + 10u)], col)));
-                                    }
-                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                        // built by kernels::filters::keep_best
-                                        best64 = s64;
-                                        best64_i = col;
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + 2u);
-                            if ((col < col_hi)) {
-                                let sk_e31: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw1 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1670,10 +1680,51 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + 3u);
+                            var col: u32 = sc2;
                             if ((col < col_hi)) {
-                                let sk_e33: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw2 / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                var kept: bool = false;
+                                if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                    if (ok) {
+                                        all_mass = (all_mass + mv);
+                                    }
+                                    var tie: bool = (ok && (key == s_key));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                    if (tie) {
+                                        // built by kernels::filters::kept
+                                        tie_rank = (tie_rank + 1u);
+                                    }
+                                    kept = in_set;
+                                }
+                                if (kept) {
+                                    // built by kernels::filters::race_sweep
+                                    var s64: f64 = f64(ov);
+                                    if (noisy) {
+                                        // built by kernels::seeded::score64
+                                        let sk_e33: u32 = (row * 12u);
+                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)], rows[(sk_e33 + 10u)], col)));
+                                    }
+                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
+                                        best64 = s64;
+                                        best64_i = col;
+                                    }
+                                }
+                            }
+                        }
+                        {
+                            var col: u32 = sc3;
+                            if ((col < col_hi)) {
+                                var zv: f32 = (sw3 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1717,6 +1768,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             if ((!seeded_row)) {
                 // built by kernels::filters::race_in_set
+                var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
+                var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
+                var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
+                var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                 tie_rank = tie_start;
                 sweeps = (sweeps + 1u);
                 {
@@ -1724,16 +1779,26 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                        var sc0: u32 = (c0 + 0u);
+                        let sk_e35: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                        var sw0: f32 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
+                        var sc1: u32 = (c0 + 1u);
+                        let sk_e36: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                        var sw1: f32 = select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u));
+                        var sc2: u32 = (c0 + 2u);
+                        let sk_e37: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                        var sw2: f32 = select(sk_e37, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u));
+                        var sc3: u32 = (c0 + 3u);
+                        let sk_e38: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                        var sw3: f32 = select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u));
                         if (noisy) {
                             // built by kernels::filters::race_sweep
-                            let sk_e35: u32 = (row * 12u);
-                            w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e35 + 10u)], rows[(sk_e35 + 11u)]), rows[(sk_e35 + 8u)], rows[(sk_e35 + 9u)]);
+                            w = sk_philox(vec4<u32>((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
                         }
                         {
-                            var col: u32 = (c0 + 0u);
+                            var col: u32 = sc0;
                             if ((col < col_hi)) {
-                                let sk_e36: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw0 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1758,46 +1823,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e37: f32 = sk_gumbel(w[0]);
-                                    var score: f32 = select(zv, select((zv + sk_e37), sk_e37, (zv == bitcast<f32>(2139095040u))), noisy);
-                                    if (((score > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::filters::keep_best
-                                        best = score;
-                                        best_i = col;
-                                    }
-                                }
-                            }
-                        }
-                        {
-                            var col: u32 = (c0 + 1u);
-                            if ((col < col_hi)) {
-                                let sk_e38: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u)) / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    // built by kernels::filters::sweep_set
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        // built by kernels::filters::kept
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    // built by kernels::filters::race_sweep
-                                    let sk_e39: f32 = sk_gumbel(w[1]);
+                                    let sk_e39: f32 = sk_gumbel(w[0]);
                                     var score: f32 = select(zv, select((zv + sk_e39), sk_e39, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
@@ -1808,10 +1834,47 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + 2u);
+                            var col: u32 = sc1;
                             if ((col < col_hi)) {
-                                let sk_e40: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw1 / temp);
+                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var wv: f32 = (0.0f);
+                                var ok: bool = false;
+                                var mv: u64 = 0lu;
+                                var kept: bool = false;
+                                if (((!searched) || (key >= s_key))) {
+                                    // built by kernels::filters::sweep_set
+                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    ok = (wv > (0.0f));
+                                    mv = sk_fixed(wv);
+                                    if (ok) {
+                                        all_mass = (all_mass + mv);
+                                    }
+                                    var tie: bool = (ok && (key == s_key));
+                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                    if (tie) {
+                                        // built by kernels::filters::kept
+                                        tie_rank = (tie_rank + 1u);
+                                    }
+                                    kept = in_set;
+                                }
+                                if (kept) {
+                                    // built by kernels::filters::race_sweep
+                                    let sk_e40: f32 = sk_gumbel(w[1]);
+                                    var score: f32 = select(zv, select((zv + sk_e40), sk_e40, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    if (((score > best) || (best_i == 4294967295u))) {
+                                        // built by kernels::filters::keep_best
+                                        best = score;
+                                        best_i = col;
+                                    }
+                                }
+                            }
+                        }
+                        {
+                            var col: u32 = sc2;
+                            if ((col < col_hi)) {
+                                var zv: f32 = (sw2 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1847,10 +1910,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + 3u);
+                            var col: u32 = sc3;
                             if ((col < col_hi)) {
-                                let sk_e42: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw3 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1875,8 +1937,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e43: f32 = sk_gumbel(w[3]);
-                                    var score: f32 = select(zv, select((zv + sk_e43), sk_e43, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e42: f32 = sk_gumbel(w[3]);
+                                    var score: f32 = select(zv, select((zv + sk_e42), sk_e42, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -1957,8 +2019,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::abi::write_results
                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                 if ((sk_lid == 0u)) {
-                    let sk_e44: f32 = sk_load_x((base + tok_at));
-                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                    let sk_e43: f32 = sk_load_x((base + tok_at));
+                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                 }
             }
             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -316,43 +316,47 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             // built by kernels::filters::sweep
             for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                 // built by kernels::filters::sweep
+                var sc0: u32 = (c0 + (BLOCK * 0u));
+                var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                var sc1: u32 = (c0 + (BLOCK * 1u));
+                var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                var sc2: u32 = (c0 + (BLOCK * 2u));
+                var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                var sc3: u32 = (c0 + (BLOCK * 3u));
+                var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                 {
-                    var col: u32 = (c0 + (BLOCK * 0u));
+                    var col: u32 = sc0;
                     if ((col < col_hi)) {
-                        var xv: f32 = x[(base + col)];
-                        if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                        if (((sw0 > (0.0f)) && (sw0 < bitcast<f32>(2139095040u)))) {
                             // built by kernels::filters::part_max
-                            m = max(m, xv);
+                            m = max(m, sw0);
                         }
                     }
                 }
                 {
-                    var col: u32 = (c0 + (BLOCK * 1u));
+                    var col: u32 = sc1;
                     if ((col < col_hi)) {
-                        var xv: f32 = x[(base + col)];
-                        if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                        if (((sw1 > (0.0f)) && (sw1 < bitcast<f32>(2139095040u)))) {
                             // built by kernels::filters::part_max
-                            m = max(m, xv);
+                            m = max(m, sw1);
                         }
                     }
                 }
                 {
-                    var col: u32 = (c0 + (BLOCK * 2u));
+                    var col: u32 = sc2;
                     if ((col < col_hi)) {
-                        var xv: f32 = x[(base + col)];
-                        if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                        if (((sw2 > (0.0f)) && (sw2 < bitcast<f32>(2139095040u)))) {
                             // built by kernels::filters::part_max
-                            m = max(m, xv);
+                            m = max(m, sw2);
                         }
                     }
                 }
                 {
-                    var col: u32 = (c0 + (BLOCK * 3u));
+                    var col: u32 = sc3;
                     if ((col < col_hi)) {
-                        var xv: f32 = x[(base + col)];
-                        if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                        if (((sw3 > (0.0f)) && (sw3 < bitcast<f32>(2139095040u)))) {
                             // built by kernels::filters::part_max
-                            m = max(m, xv);
+                            m = max(m, sw3);
                         }
                     }
                 }
@@ -415,10 +419,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::sweep
                     for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                         // built by kernels::filters::sweep
+                        var sc0: u32 = (c0 + (BLOCK * 0u));
+                        var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                        var sc1: u32 = (c0 + (BLOCK * 1u));
+                        var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                        var sc2: u32 = (c0 + (BLOCK * 2u));
+                        var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                        var sc3: u32 = (c0 + (BLOCK * 3u));
+                        var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                         {
-                            var col: u32 = (c0 + (BLOCK * 0u));
+                            var col: u32 = sc0;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw0;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -438,9 +450,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 1u));
+                            var col: u32 = sc1;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw1;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -460,9 +472,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 2u));
+                            var col: u32 = sc2;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw2;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -482,9 +494,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 3u));
+                            var col: u32 = sc3;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw3;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -513,7 +525,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
-                        var zv: f32 = x[(base + col)];
+                        var lx: f32 = x[(base + col)];
+                        var zv: f32 = lx;
                         var ov: f32 = zv;
                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                         var wv: f32 = (0.0f);
@@ -548,7 +561,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
-                        var zv: f32 = x[(base + col)];
+                        var lx: f32 = x[(base + col)];
+                        var zv: f32 = lx;
                         var ov: f32 = zv;
                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                         var wv: f32 = (0.0f);
@@ -625,7 +639,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
-                            var zv: f32 = x[(base + col)];
+                            var lx: f32 = x[(base + col)];
+                            var zv: f32 = lx;
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -653,10 +668,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                                var sc0: u32 = (c0 + 0u);
+                                var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                                var sc1: u32 = (c0 + 1u);
+                                var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                                var sc2: u32 = (c0 + 2u);
+                                var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                                var sc3: u32 = (c0 + 3u);
+                                var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                                 {
-                                    var col: u32 = (c0 + 0u);
+                                    var col: u32 = sc0;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw0;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -677,9 +700,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 1u);
+                                    var col: u32 = sc1;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw1;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -700,9 +723,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 2u);
+                                    var col: u32 = sc2;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw2;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -723,9 +746,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 3u);
+                                    var col: u32 = sc3;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw3;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -749,10 +772,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         } else {
                             // built by kernels::filters::sweep
                             for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                                var sc0: u32 = (c0 + (BLOCK * 0u));
+                                var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                                var sc1: u32 = (c0 + (BLOCK * 1u));
+                                var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                                var sc2: u32 = (c0 + (BLOCK * 2u));
+                                var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                                var sc3: u32 = (c0 + (BLOCK * 3u));
+                                var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                                 {
-                                    var col: u32 = (c0 + (BLOCK * 0u));
+                                    var col: u32 = sc0;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw0;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -773,9 +804,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + (BLOCK * 1u));
+                                    var col: u32 = sc1;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw1;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -796,9 +827,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + (BLOCK * 2u));
+                                    var col: u32 = sc2;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw2;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -819,9 +850,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + (BLOCK * 3u));
+                                    var col: u32 = sc3;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw3;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1376,10 +1407,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                                var sc0: u32 = (c0 + 0u);
+                                var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                                var sc1: u32 = (c0 + 1u);
+                                var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                                var sc2: u32 = (c0 + 2u);
+                                var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                                var sc3: u32 = (c0 + 3u);
+                                var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                                 {
-                                    var col: u32 = (c0 + 0u);
+                                    var col: u32 = sc0;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw0;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1398,9 +1437,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 1u);
+                                    var col: u32 = sc1;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw1;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1419,9 +1458,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 2u);
+                                    var col: u32 = sc2;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw2;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1440,9 +1479,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 3u);
+                                    var col: u32 = sc3;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw3;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1495,10 +1534,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                        var sc0: u32 = (c0 + 0u);
+                        var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                        var sc1: u32 = (c0 + 1u);
+                        var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                        var sc2: u32 = (c0 + 2u);
+                        var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                        var sc3: u32 = (c0 + 3u);
+                        var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                         {
-                            var col: u32 = (c0 + 0u);
+                            var col: u32 = sc0;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw0;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1538,9 +1585,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + 1u);
+                            var col: u32 = sc1;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw1;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1580,9 +1627,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + 2u);
+                            var col: u32 = sc2;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw2;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1622,9 +1669,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + 3u);
+                            var col: u32 = sc3;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw3;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1668,6 +1715,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             if ((!seeded_row)) {
                 // built by kernels::filters::race_in_set
+                var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
+                var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
+                var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
+                var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                 tie_rank = tie_start;
                 sweeps = (sweeps + 1u);
                 {
@@ -1675,15 +1726,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                        var sc0: u32 = (c0 + 0u);
+                        var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                        var sc1: u32 = (c0 + 1u);
+                        var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                        var sc2: u32 = (c0 + 2u);
+                        var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                        var sc3: u32 = (c0 + 3u);
+                        var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                         if (noisy) {
                             // built by kernels::filters::race_sweep
-                            let sk_e8: u32 = (row * 12u);
-                            w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e8 + 10u)], rows[(sk_e8 + 11u)]), rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)]);
+                            w = sk_philox(vec4<u32>((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
                         }
                         {
-                            var col: u32 = (c0 + 0u);
+                            var col: u32 = sc0;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw0;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1718,9 +1776,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + 1u);
+                            var col: u32 = sc1;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw1;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1755,9 +1813,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + 2u);
+                            var col: u32 = sc2;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw2;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1792,9 +1850,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + 3u);
+                            var col: u32 = sc3;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw3;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1899,8 +1957,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if (((params.flags & 1u) != 0u)) {
                 // built by kernels::abi::write_results
                 if ((sk_lid == 0u)) {
-                    let sk_e9: f32 = x[(base + tok_at)];
-                    logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e9), (sk_e9 > (0.0f))), valid);
+                    let sk_e8: f32 = x[(base + tok_at)];
+                    logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e8), (sk_e8 > (0.0f))), valid);
                 }
             }
             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -389,32 +389,40 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::sweep
                 for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                     // built by kernels::filters::sweep
+                    var sc0: u32 = (c0 + (BLOCK * 0u));
+                    let sk_e4: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                    var sw0: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                    var sc1: u32 = (c0 + (BLOCK * 1u));
+                    let sk_e5: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                    var sw1: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+                    var sc2: u32 = (c0 + (BLOCK * 2u));
+                    let sk_e6: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                    var sw2: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+                    var sc3: u32 = (c0 + (BLOCK * 3u));
+                    let sk_e7: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                    var sw3: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
                     {
-                        var col: u32 = (c0 + (BLOCK * 0u));
+                        var col: u32 = sc0;
                         if ((col < col_hi)) {
-                            let sk_e4: f32 = sk_load_x((base + col));
-                            m = max(m, (select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)) / temp));
+                            m = max(m, (sw0 / temp));
                         }
                     }
                     {
-                        var col: u32 = (c0 + (BLOCK * 1u));
+                        var col: u32 = sc1;
                         if ((col < col_hi)) {
-                            let sk_e5: f32 = sk_load_x((base + col));
-                            m = max(m, (select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u)) / temp));
+                            m = max(m, (sw1 / temp));
                         }
                     }
                     {
-                        var col: u32 = (c0 + (BLOCK * 2u));
+                        var col: u32 = sc2;
                         if ((col < col_hi)) {
-                            let sk_e6: f32 = sk_load_x((base + col));
-                            m = max(m, (select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u)) / temp));
+                            m = max(m, (sw2 / temp));
                         }
                     }
                     {
-                        var col: u32 = (c0 + (BLOCK * 3u));
+                        var col: u32 = sc3;
                         if ((col < col_hi)) {
-                            let sk_e7: f32 = sk_load_x((base + col));
-                            m = max(m, (select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u)) / temp));
+                            m = max(m, (sw3 / temp));
                         }
                     }
                 }
@@ -1057,11 +1065,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::sweep
                     for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                         // built by kernels::filters::sweep
+                        var sc0: u32 = (c0 + (BLOCK * 0u));
+                        let sk_e28: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                        var sw0: f32 = select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u));
+                        var sc1: u32 = (c0 + (BLOCK * 1u));
+                        let sk_e29: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                        var sw1: f32 = select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u));
+                        var sc2: u32 = (c0 + (BLOCK * 2u));
+                        let sk_e30: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                        var sw2: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
+                        var sc3: u32 = (c0 + (BLOCK * 3u));
+                        let sk_e31: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                        var sw3: f32 = select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u));
                         {
-                            var col: u32 = (c0 + (BLOCK * 0u));
+                            var col: u32 = sc0;
                             if ((col < col_hi)) {
-                                let sk_e28: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw0 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1082,10 +1101,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 1u));
+                            var col: u32 = sc1;
                             if ((col < col_hi)) {
-                                let sk_e29: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw1 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1106,10 +1124,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 2u));
+                            var col: u32 = sc2;
                             if ((col < col_hi)) {
-                                let sk_e30: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw2 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1130,10 +1147,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 3u));
+                            var col: u32 = sc3;
                             if ((col < col_hi)) {
-                                let sk_e31: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw3 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1552,11 +1568,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                                    var sc0: u32 = (c0 + 0u);
+                                    let sk_e33: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                                    var sw0: f32 = select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u));
+                                    var sc1: u32 = (c0 + 1u);
+                                    let sk_e34: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                                    var sw1: f32 = select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u));
+                                    var sc2: u32 = (c0 + 2u);
+                                    let sk_e35: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                                    var sw2: f32 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
+                                    var sc3: u32 = (c0 + 3u);
+                                    let sk_e36: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                                    var sw3: f32 = select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u));
                                     {
-                                        var col: u32 = (c0 + 0u);
+                                        var col: u32 = sc0;
                                         if ((col < col_hi)) {
-                                            let sk_e33: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw0 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1575,10 +1602,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 1u);
+                                        var col: u32 = sc1;
                                         if ((col < col_hi)) {
-                                            let sk_e34: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw1 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1597,10 +1623,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 2u);
+                                        var col: u32 = sc2;
                                         if ((col < col_hi)) {
-                                            let sk_e35: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw2 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1619,10 +1644,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 3u);
+                                        var col: u32 = sc3;
                                         if ((col < col_hi)) {
-                                            let sk_e36: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw3 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1673,11 +1697,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                                    var sc0: u32 = (c0 + 0u);
+                                    let sk_e37: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                                    var sw0: f32 = select(sk_e37, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u));
+                                    var sc1: u32 = (c0 + 1u);
+                                    let sk_e38: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                                    var sw1: f32 = select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u));
+                                    var sc2: u32 = (c0 + 2u);
+                                    let sk_e39: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                                    var sw2: f32 = select(sk_e39, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e39) & 2147483647u) > 2139095040u));
+                                    var sc3: u32 = (c0 + 3u);
+                                    let sk_e40: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                                    var sw3: f32 = select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u));
                                     {
-                                        var col: u32 = (c0 + 0u);
+                                        var col: u32 = sc0;
                                         if ((col < col_hi)) {
-                                            let sk_e37: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e37, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw0 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1705,8 +1740,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var s64: f64 = f64(ov);
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    let sk_e38: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], col)));
+                                                    let sk_e41: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e41 + 8u)], rows[(sk_e41 + 9u)], rows[(sk_e41 + 10u)], col)));
                                                 }
                                                 if (((s64 > best64) || (best64_i == 4294967295u))) {
                                                     // built by kernels::filters::keep_best
@@ -1717,53 +1752,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 1u);
+                                        var col: u32 = sc1;
                                         if ((col < col_hi)) {
-                                            let sk_e39: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e39, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e39) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                // built by kernels::filters::sweep_set
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    // built by kernels::filters::kept
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                // built by kernels::filters::race_sweep
-                                                var s64: f64 = f64(ov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    let sk_e40: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    // built by kernels::filters::keep_best
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + 2u);
-                                        if ((col < col_hi)) {
-                                            let sk_e41: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw1 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1803,10 +1794,51 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 3u);
+                                        var col: u32 = sc2;
                                         if ((col < col_hi)) {
-                                            let sk_e43: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw2 / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            var kept: bool = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                var tie: bool = (ok && (key == s_key));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    // built by kernels::filters::kept
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                // built by kernels::filters::race_sweep
+                                                var s64: f64 = f64(ov);
+                                                if (noisy) {
+                                                    // built by kernels::seeded::score64
+                                                    let sk_e43: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col)));
+                                                }
+                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
+                                                    best64 = s64;
+                                                    best64_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        var col: u32 = sc3;
+                                        if ((col < col_hi)) {
+                                            var zv: f32 = (sw3 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1850,6 +1882,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         if ((!seeded_row)) {
                             // built by kernels::filters::race_in_set
+                            var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
+                            var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
+                            var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
+                            var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                             tie_rank = tie_start;
                             sweeps = (sweeps + 1u);
                             {
@@ -1857,16 +1893,26 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                                    var sc0: u32 = (c0 + 0u);
+                                    let sk_e45: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                                    var sw0: f32 = select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u));
+                                    var sc1: u32 = (c0 + 1u);
+                                    let sk_e46: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                                    var sw1: f32 = select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u));
+                                    var sc2: u32 = (c0 + 2u);
+                                    let sk_e47: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                                    var sw2: f32 = select(sk_e47, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e47) & 2147483647u) > 2139095040u));
+                                    var sc3: u32 = (c0 + 3u);
+                                    let sk_e48: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                                    var sw3: f32 = select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u));
                                     if (noisy) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e45: u32 = (row * 12u);
-                                        w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e45 + 10u)], rows[(sk_e45 + 11u)]), rows[(sk_e45 + 8u)], rows[(sk_e45 + 9u)]);
+                                        w = sk_philox(vec4<u32>((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
                                     }
                                     {
-                                        var col: u32 = (c0 + 0u);
+                                        var col: u32 = sc0;
                                         if ((col < col_hi)) {
-                                            let sk_e46: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw0 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1891,46 +1937,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
-                                                let sk_e47: f32 = sk_gumbel(w[0]);
-                                                var score: f32 = select(zv, select((zv + sk_e47), sk_e47, (zv == bitcast<f32>(2139095040u))), noisy);
-                                                if (((score > best) || (best_i == 4294967295u))) {
-                                                    // built by kernels::filters::keep_best
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = (c0 + 1u);
-                                        if ((col < col_hi)) {
-                                            let sk_e48: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u)) / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                // built by kernels::filters::sweep_set
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                var tie: bool = (ok && (key == s_key));
-                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    // built by kernels::filters::kept
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                // built by kernels::filters::race_sweep
-                                                let sk_e49: f32 = sk_gumbel(w[1]);
+                                                let sk_e49: f32 = sk_gumbel(w[0]);
                                                 var score: f32 = select(zv, select((zv + sk_e49), sk_e49, (zv == bitcast<f32>(2139095040u))), noisy);
                                                 if (((score > best) || (best_i == 4294967295u))) {
                                                     // built by kernels::filters::keep_best
@@ -1941,10 +1948,47 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 2u);
+                                        var col: u32 = sc1;
                                         if ((col < col_hi)) {
-                                            let sk_e50: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e50, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e50) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw1 / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            var kept: bool = false;
+                                            if (((!searched) || (key >= s_key))) {
+                                                // built by kernels::filters::sweep_set
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                                if (ok) {
+                                                    all_mass = (all_mass + mv);
+                                                }
+                                                var tie: bool = (ok && (key == s_key));
+                                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                                if (tie) {
+                                                    // built by kernels::filters::kept
+                                                    tie_rank = (tie_rank + 1u);
+                                                }
+                                                kept = in_set;
+                                            }
+                                            if (kept) {
+                                                // built by kernels::filters::race_sweep
+                                                let sk_e50: f32 = sk_gumbel(w[1]);
+                                                var score: f32 = select(zv, select((zv + sk_e50), sk_e50, (zv == bitcast<f32>(2139095040u))), noisy);
+                                                if (((score > best) || (best_i == 4294967295u))) {
+                                                    // built by kernels::filters::keep_best
+                                                    best = score;
+                                                    best_i = col;
+                                                }
+                                            }
+                                        }
+                                    }
+                                    {
+                                        var col: u32 = sc2;
+                                        if ((col < col_hi)) {
+                                            var zv: f32 = (sw2 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1980,10 +2024,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 3u);
+                                        var col: u32 = sc3;
                                         if ((col < col_hi)) {
-                                            let sk_e52: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e52, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e52) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw3 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -2008,8 +2051,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
-                                                let sk_e53: f32 = sk_gumbel(w[3]);
-                                                var score: f32 = select(zv, select((zv + sk_e53), sk_e53, (zv == bitcast<f32>(2139095040u))), noisy);
+                                                let sk_e52: f32 = sk_gumbel(w[3]);
+                                                var score: f32 = select(zv, select((zv + sk_e52), sk_e52, (zv == bitcast<f32>(2139095040u))), noisy);
                                                 if (((score > best) || (best_i == 4294967295u))) {
                                                     // built by kernels::filters::keep_best
                                                     best = score;
@@ -2105,16 +2148,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 var pi64: u32 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)];
                                 if ((pi64 != 4294967295u)) {
-                                    let sk_e54: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                                    if (((bitcast<f64>(((u64(partials[(sk_e54 + 1u)]) << 32u) | u64(partials[(sk_e54 + 0u)]))) > best64) || (best64_i == 4294967295u))) {
+                                    let sk_e53: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                                    if (((bitcast<f64>(((u64(partials[(sk_e53 + 1u)]) << 32u) | u64(partials[(sk_e53 + 0u)]))) > best64) || (best64_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
-                                        let sk_e55: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                                        best64 = bitcast<f64>(((u64(partials[(sk_e55 + 1u)]) << 32u) | u64(partials[(sk_e55 + 0u)])));
+                                        let sk_e54: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                                        best64 = bitcast<f64>(((u64(partials[(sk_e54 + 1u)]) << 32u) | u64(partials[(sk_e54 + 0u)])));
                                         best64_i = pi64;
                                     }
                                 }
-                                let sk_e56: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
-                                all_mass = (all_mass + ((u64(partials[(sk_e56 + 1u)]) << 32u) | u64(partials[(sk_e56 + 0u)])));
+                                let sk_e55: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
+                                all_mass = (all_mass + ((u64(partials[(sk_e55 + 1u)]) << 32u) | u64(partials[(sk_e55 + 0u)])));
                             }
                             var win: f32 = (0.0f);
                             var tok32: u32 = 0u;
@@ -2185,8 +2228,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 // built by kernels::abi::write_results
                                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                                 if ((sk_lid == 0u)) {
-                                    let sk_e57: f32 = sk_load_x((base + tok_at));
-                                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e57, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e57) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                                    let sk_e56: f32 = sk_load_x((base + tok_at));
+                                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e56, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                                 }
                             }
                             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -351,43 +351,47 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::sweep
                 for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                     // built by kernels::filters::sweep
+                    var sc0: u32 = (c0 + (BLOCK * 0u));
+                    var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                    var sc1: u32 = (c0 + (BLOCK * 1u));
+                    var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                    var sc2: u32 = (c0 + (BLOCK * 2u));
+                    var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                    var sc3: u32 = (c0 + (BLOCK * 3u));
+                    var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                     {
-                        var col: u32 = (c0 + (BLOCK * 0u));
+                        var col: u32 = sc0;
                         if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                            if (((sw0 > (0.0f)) && (sw0 < bitcast<f32>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = max(m, xv);
+                                m = max(m, sw0);
                             }
                         }
                     }
                     {
-                        var col: u32 = (c0 + (BLOCK * 1u));
+                        var col: u32 = sc1;
                         if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                            if (((sw1 > (0.0f)) && (sw1 < bitcast<f32>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = max(m, xv);
+                                m = max(m, sw1);
                             }
                         }
                     }
                     {
-                        var col: u32 = (c0 + (BLOCK * 2u));
+                        var col: u32 = sc2;
                         if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                            if (((sw2 > (0.0f)) && (sw2 < bitcast<f32>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = max(m, xv);
+                                m = max(m, sw2);
                             }
                         }
                     }
                     {
-                        var col: u32 = (c0 + (BLOCK * 3u));
+                        var col: u32 = sc3;
                         if ((col < col_hi)) {
-                            var xv: f32 = x[(base + col)];
-                            if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                            if (((sw3 > (0.0f)) && (sw3 < bitcast<f32>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = max(m, xv);
+                                m = max(m, sw3);
                             }
                         }
                     }
@@ -1031,10 +1035,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::sweep
                     for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                         // built by kernels::filters::sweep
+                        var sc0: u32 = (c0 + (BLOCK * 0u));
+                        var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                        var sc1: u32 = (c0 + (BLOCK * 1u));
+                        var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                        var sc2: u32 = (c0 + (BLOCK * 2u));
+                        var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                        var sc3: u32 = (c0 + (BLOCK * 3u));
+                        var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                         {
-                            var col: u32 = (c0 + (BLOCK * 0u));
+                            var col: u32 = sc0;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw0;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1055,9 +1067,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 1u));
+                            var col: u32 = sc1;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw1;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1078,9 +1090,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 2u));
+                            var col: u32 = sc2;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw2;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1101,9 +1113,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 3u));
+                            var col: u32 = sc3;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw3;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1522,10 +1534,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                                    var sc0: u32 = (c0 + 0u);
+                                    var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                                    var sc1: u32 = (c0 + 1u);
+                                    var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                                    var sc2: u32 = (c0 + 2u);
+                                    var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                                    var sc3: u32 = (c0 + 3u);
+                                    var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                                     {
-                                        var col: u32 = (c0 + 0u);
+                                        var col: u32 = sc0;
                                         if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
+                                            var zv: f32 = sw0;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1544,9 +1564,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 1u);
+                                        var col: u32 = sc1;
                                         if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
+                                            var zv: f32 = sw1;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1565,9 +1585,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 2u);
+                                        var col: u32 = sc2;
                                         if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
+                                            var zv: f32 = sw2;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1586,9 +1606,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 3u);
+                                        var col: u32 = sc3;
                                         if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
+                                            var zv: f32 = sw3;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1639,10 +1659,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                                    var sc0: u32 = (c0 + 0u);
+                                    var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                                    var sc1: u32 = (c0 + 1u);
+                                    var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                                    var sc2: u32 = (c0 + 2u);
+                                    var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                                    var sc3: u32 = (c0 + 3u);
+                                    var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                                     {
-                                        var col: u32 = (c0 + 0u);
+                                        var col: u32 = sc0;
                                         if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
+                                            var zv: f32 = sw0;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1682,9 +1710,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 1u);
+                                        var col: u32 = sc1;
                                         if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
+                                            var zv: f32 = sw1;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1724,9 +1752,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 2u);
+                                        var col: u32 = sc2;
                                         if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
+                                            var zv: f32 = sw2;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1766,9 +1794,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 3u);
+                                        var col: u32 = sc3;
                                         if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
+                                            var zv: f32 = sw3;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1812,6 +1840,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         if ((!seeded_row)) {
                             // built by kernels::filters::race_in_set
+                            var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
+                            var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
+                            var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
+                            var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                             tie_rank = tie_start;
                             sweeps = (sweeps + 1u);
                             {
@@ -1819,15 +1851,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                                    var sc0: u32 = (c0 + 0u);
+                                    var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                                    var sc1: u32 = (c0 + 1u);
+                                    var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                                    var sc2: u32 = (c0 + 2u);
+                                    var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                                    var sc3: u32 = (c0 + 3u);
+                                    var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                                     if (noisy) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e29: u32 = (row * 12u);
-                                        w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e29 + 10u)], rows[(sk_e29 + 11u)]), rows[(sk_e29 + 8u)], rows[(sk_e29 + 9u)]);
+                                        w = sk_philox(vec4<u32>((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
                                     }
                                     {
-                                        var col: u32 = (c0 + 0u);
+                                        var col: u32 = sc0;
                                         if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
+                                            var zv: f32 = sw0;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1862,9 +1901,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 1u);
+                                        var col: u32 = sc1;
                                         if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
+                                            var zv: f32 = sw1;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1899,9 +1938,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 2u);
+                                        var col: u32 = sc2;
                                         if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
+                                            var zv: f32 = sw2;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1936,9 +1975,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 3u);
+                                        var col: u32 = sc3;
                                         if ((col < col_hi)) {
-                                            var zv: f32 = x[(base + col)];
+                                            var zv: f32 = sw3;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -2059,16 +2098,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 var pi64: u32 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)];
                                 if ((pi64 != 4294967295u)) {
-                                    let sk_e30: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                                    if (((bitcast<f64>(((u64(partials[(sk_e30 + 1u)]) << 32u) | u64(partials[(sk_e30 + 0u)]))) > best64) || (best64_i == 4294967295u))) {
+                                    let sk_e29: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                                    if (((bitcast<f64>(((u64(partials[(sk_e29 + 1u)]) << 32u) | u64(partials[(sk_e29 + 0u)]))) > best64) || (best64_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
-                                        let sk_e31: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                                        best64 = bitcast<f64>(((u64(partials[(sk_e31 + 1u)]) << 32u) | u64(partials[(sk_e31 + 0u)])));
+                                        let sk_e30: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
+                                        best64 = bitcast<f64>(((u64(partials[(sk_e30 + 1u)]) << 32u) | u64(partials[(sk_e30 + 0u)])));
                                         best64_i = pi64;
                                     }
                                 }
-                                let sk_e32: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
-                                all_mass = (all_mass + ((u64(partials[(sk_e32 + 1u)]) << 32u) | u64(partials[(sk_e32 + 0u)])));
+                                let sk_e31: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
+                                all_mass = (all_mass + ((u64(partials[(sk_e31 + 1u)]) << 32u) | u64(partials[(sk_e31 + 0u)])));
                             }
                             var win: f32 = (0.0f);
                             var tok32: u32 = 0u;
@@ -2138,8 +2177,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             if (((params.flags & 1u) != 0u)) {
                                 // built by kernels::abi::write_results
                                 if ((sk_lid == 0u)) {
-                                    let sk_e33: f32 = x[(base + tok_at)];
-                                    logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e33), (sk_e33 > (0.0f))), valid);
+                                    let sk_e32: f32 = x[(base + tok_at)];
+                                    logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e32), (sk_e32 > (0.0f))), valid);
                                 }
                             }
                             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -98,32 +98,40 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             // built by kernels::filters::sweep
             for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                 // built by kernels::filters::sweep
+                var sc0: u32 = (c0 + (BLOCK * 0u));
+                let sk_e0: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                var sw0: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
+                var sc1: u32 = (c0 + (BLOCK * 1u));
+                let sk_e1: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                var sw1: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+                var sc2: u32 = (c0 + (BLOCK * 2u));
+                let sk_e2: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                var sw2: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                var sc3: u32 = (c0 + (BLOCK * 3u));
+                let sk_e3: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                var sw3: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
                 {
-                    var col: u32 = (c0 + (BLOCK * 0u));
+                    var col: u32 = sc0;
                     if ((col < col_hi)) {
-                        let sk_e0: f32 = sk_load_x((base + col));
-                        m = max(m, (select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)) / temp));
+                        m = max(m, (sw0 / temp));
                     }
                 }
                 {
-                    var col: u32 = (c0 + (BLOCK * 1u));
+                    var col: u32 = sc1;
                     if ((col < col_hi)) {
-                        let sk_e1: f32 = sk_load_x((base + col));
-                        m = max(m, (select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u)) / temp));
+                        m = max(m, (sw1 / temp));
                     }
                 }
                 {
-                    var col: u32 = (c0 + (BLOCK * 2u));
+                    var col: u32 = sc2;
                     if ((col < col_hi)) {
-                        let sk_e2: f32 = sk_load_x((base + col));
-                        m = max(m, (select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)) / temp));
+                        m = max(m, (sw2 / temp));
                     }
                 }
                 {
-                    var col: u32 = (c0 + (BLOCK * 3u));
+                    var col: u32 = sc3;
                     if ((col < col_hi)) {
-                        let sk_e3: f32 = sk_load_x((base + col));
-                        m = max(m, (select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u)) / temp));
+                        m = max(m, (sw3 / temp));
                     }
                 }
             }
@@ -185,11 +193,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::sweep
                     for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                         // built by kernels::filters::sweep
+                        var sc0: u32 = (c0 + (BLOCK * 0u));
+                        let sk_e5: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                        var sw0: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+                        var sc1: u32 = (c0 + (BLOCK * 1u));
+                        let sk_e6: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                        var sw1: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+                        var sc2: u32 = (c0 + (BLOCK * 2u));
+                        let sk_e7: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                        var sw2: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
+                        var sc3: u32 = (c0 + (BLOCK * 3u));
+                        let sk_e8: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                        var sw3: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
                         {
-                            var col: u32 = (c0 + (BLOCK * 0u));
+                            var col: u32 = sc0;
                             if ((col < col_hi)) {
-                                let sk_e5: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw0 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -209,10 +228,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 1u));
+                            var col: u32 = sc1;
                             if ((col < col_hi)) {
-                                let sk_e6: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw1 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -232,10 +250,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 2u));
+                            var col: u32 = sc2;
                             if ((col < col_hi)) {
-                                let sk_e7: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw2 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -255,10 +272,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 3u));
+                            var col: u32 = sc3;
                             if ((col < col_hi)) {
-                                let sk_e8: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)) / temp);
+                                var zv: f32 = (sw3 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -288,7 +304,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
                         let sk_e9: f32 = sk_load_x((base + col));
-                        var zv: f32 = (select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u)) / temp);
+                        var lx: f32 = select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u));
+                        var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                         var wv: f32 = (0.0f);
@@ -324,7 +341,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
                         let sk_e10: f32 = sk_load_x((base + col));
-                        var zv: f32 = (select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)) / temp);
+                        var lx: f32 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
+                        var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                         var wv: f32 = (0.0f);
@@ -402,7 +420,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
                             let sk_e12: f32 = sk_load_x((base + col));
-                            var zv: f32 = (select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u)) / temp);
+                            var lx: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
+                            var zv: f32 = (lx / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -430,11 +449,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                                var sc0: u32 = (c0 + 0u);
+                                let sk_e13: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                                var sw0: f32 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
+                                var sc1: u32 = (c0 + 1u);
+                                let sk_e14: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                                var sw1: f32 = select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u));
+                                var sc2: u32 = (c0 + 2u);
+                                let sk_e15: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                                var sw2: f32 = select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u));
+                                var sc3: u32 = (c0 + 3u);
+                                let sk_e16: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                                var sw3: f32 = select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u));
                                 {
-                                    var col: u32 = (c0 + 0u);
+                                    var col: u32 = sc0;
                                     if ((col < col_hi)) {
-                                        let sk_e13: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw0 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -455,10 +485,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 1u);
+                                    var col: u32 = sc1;
                                     if ((col < col_hi)) {
-                                        let sk_e14: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw1 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -479,10 +508,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 2u);
+                                    var col: u32 = sc2;
                                     if ((col < col_hi)) {
-                                        let sk_e15: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw2 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -503,10 +531,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 3u);
+                                    var col: u32 = sc3;
                                     if ((col < col_hi)) {
-                                        let sk_e16: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw3 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -530,11 +557,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         } else {
                             // built by kernels::filters::sweep
                             for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                                var sc0: u32 = (c0 + (BLOCK * 0u));
+                                let sk_e17: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                                var sw0: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
+                                var sc1: u32 = (c0 + (BLOCK * 1u));
+                                let sk_e18: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                                var sw1: f32 = select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u));
+                                var sc2: u32 = (c0 + (BLOCK * 2u));
+                                let sk_e19: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                                var sw2: f32 = select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u));
+                                var sc3: u32 = (c0 + (BLOCK * 3u));
+                                let sk_e20: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                                var sw3: f32 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
                                 {
-                                    var col: u32 = (c0 + (BLOCK * 0u));
+                                    var col: u32 = sc0;
                                     if ((col < col_hi)) {
-                                        let sk_e17: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw0 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -555,10 +593,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + (BLOCK * 1u));
+                                    var col: u32 = sc1;
                                     if ((col < col_hi)) {
-                                        let sk_e18: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw1 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -579,10 +616,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + (BLOCK * 2u));
+                                    var col: u32 = sc2;
                                     if ((col < col_hi)) {
-                                        let sk_e19: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw2 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -603,10 +639,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + (BLOCK * 3u));
+                                    var col: u32 = sc3;
                                     if ((col < col_hi)) {
-                                        let sk_e20: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw3 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1161,11 +1196,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                                var sc0: u32 = (c0 + 0u);
+                                let sk_e23: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                                var sw0: f32 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
+                                var sc1: u32 = (c0 + 1u);
+                                let sk_e24: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                                var sw1: f32 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
+                                var sc2: u32 = (c0 + 2u);
+                                let sk_e25: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                                var sw2: f32 = select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u));
+                                var sc3: u32 = (c0 + 3u);
+                                let sk_e26: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                                var sw3: f32 = select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u));
                                 {
-                                    var col: u32 = (c0 + 0u);
+                                    var col: u32 = sc0;
                                     if ((col < col_hi)) {
-                                        let sk_e23: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw0 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1184,10 +1230,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 1u);
+                                    var col: u32 = sc1;
                                     if ((col < col_hi)) {
-                                        let sk_e24: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw1 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1206,10 +1251,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 2u);
+                                    var col: u32 = sc2;
                                     if ((col < col_hi)) {
-                                        let sk_e25: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw2 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1228,10 +1272,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 3u);
+                                    var col: u32 = sc3;
                                     if ((col < col_hi)) {
-                                        let sk_e26: f32 = sk_load_x((base + col));
-                                        var zv: f32 = (select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u)) / temp);
+                                        var zv: f32 = (sw3 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1276,11 +1319,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                    var sc0: u32 = (c0 + 0u);
+                    let sk_e27: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                    var sw0: f32 = select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u));
+                    var sc1: u32 = (c0 + 1u);
+                    let sk_e28: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                    var sw1: f32 = select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u));
+                    var sc2: u32 = (c0 + 2u);
+                    let sk_e29: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                    var sw2: f32 = select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u));
+                    var sc3: u32 = (c0 + 3u);
+                    let sk_e30: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                    var sw3: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
                     {
-                        var col: u32 = (c0 + 0u);
+                        var col: u32 = sc0;
                         if ((col < col_hi)) {
-                            let sk_e27: f32 = sk_load_x((base + col));
-                            var zv: f32 = (select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u)) / temp);
+                            var zv: f32 = (sw0 / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -1303,46 +1357,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 kept = in_set;
                             }
-                            let sk_e28: u32 = (base + col);
-                            out[sk_e28] = select(bitcast<f32>(4286578688u), sk_load_x(sk_e28), kept);
+                            let sk_e31: u32 = (base + col);
+                            out[sk_e31] = select(bitcast<f32>(4286578688u), sk_load_x(sk_e31), kept);
                         }
                     }
                     {
-                        var col: u32 = (c0 + 1u);
+                        var col: u32 = sc1;
                         if ((col < col_hi)) {
-                            let sk_e29: f32 = sk_load_x((base + col));
-                            var zv: f32 = (select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u)) / temp);
-                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                            var wv: f32 = (0.0f);
-                            var ok: bool = false;
-                            var mv: u64 = 0lu;
-                            var kept: bool = false;
-                            if (((!searched) || (key >= s_key))) {
-                                // built by kernels::filters::sweep_set
-                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                var tie: bool = (ok && (key == s_key));
-                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    // built by kernels::filters::kept
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            let sk_e30: u32 = (base + col);
-                            out[sk_e30] = select(bitcast<f32>(4286578688u), sk_load_x(sk_e30), kept);
-                        }
-                    }
-                    {
-                        var col: u32 = (c0 + 2u);
-                        if ((col < col_hi)) {
-                            let sk_e31: f32 = sk_load_x((base + col));
-                            var zv: f32 = (select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u)) / temp);
+                            var zv: f32 = (sw1 / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -1370,10 +1392,39 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     {
-                        var col: u32 = (c0 + 3u);
+                        var col: u32 = sc2;
                         if ((col < col_hi)) {
-                            let sk_e33: f32 = sk_load_x((base + col));
-                            var zv: f32 = (select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)) / temp);
+                            var zv: f32 = (sw2 / temp);
+                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                            var wv: f32 = (0.0f);
+                            var ok: bool = false;
+                            var mv: u64 = 0lu;
+                            var kept: bool = false;
+                            if (((!searched) || (key >= s_key))) {
+                                // built by kernels::filters::sweep_set
+                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                ok = (wv > (0.0f));
+                                mv = sk_fixed(wv);
+                                if (ok) {
+                                    all_mass = (all_mass + mv);
+                                }
+                                var tie: bool = (ok && (key == s_key));
+                                var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                if (tie) {
+                                    // built by kernels::filters::kept
+                                    tie_rank = (tie_rank + 1u);
+                                }
+                                kept = in_set;
+                            }
+                            let sk_e33: u32 = (base + col);
+                            out[sk_e33] = select(bitcast<f32>(4286578688u), sk_load_x(sk_e33), kept);
+                        }
+                    }
+                    {
+                        var col: u32 = sc3;
+                        if ((col < col_hi)) {
+                            var zv: f32 = (sw3 / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);

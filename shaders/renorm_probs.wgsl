@@ -76,43 +76,47 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             // built by kernels::filters::sweep
             for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                 // built by kernels::filters::sweep
+                var sc0: u32 = (c0 + (BLOCK * 0u));
+                var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                var sc1: u32 = (c0 + (BLOCK * 1u));
+                var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                var sc2: u32 = (c0 + (BLOCK * 2u));
+                var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                var sc3: u32 = (c0 + (BLOCK * 3u));
+                var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                 {
-                    var col: u32 = (c0 + (BLOCK * 0u));
+                    var col: u32 = sc0;
                     if ((col < col_hi)) {
-                        var xv: f32 = x[(base + col)];
-                        if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                        if (((sw0 > (0.0f)) && (sw0 < bitcast<f32>(2139095040u)))) {
                             // built by kernels::filters::part_max
-                            m = max(m, xv);
+                            m = max(m, sw0);
                         }
                     }
                 }
                 {
-                    var col: u32 = (c0 + (BLOCK * 1u));
+                    var col: u32 = sc1;
                     if ((col < col_hi)) {
-                        var xv: f32 = x[(base + col)];
-                        if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                        if (((sw1 > (0.0f)) && (sw1 < bitcast<f32>(2139095040u)))) {
                             // built by kernels::filters::part_max
-                            m = max(m, xv);
+                            m = max(m, sw1);
                         }
                     }
                 }
                 {
-                    var col: u32 = (c0 + (BLOCK * 2u));
+                    var col: u32 = sc2;
                     if ((col < col_hi)) {
-                        var xv: f32 = x[(base + col)];
-                        if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                        if (((sw2 > (0.0f)) && (sw2 < bitcast<f32>(2139095040u)))) {
                             // built by kernels::filters::part_max
-                            m = max(m, xv);
+                            m = max(m, sw2);
                         }
                     }
                 }
                 {
-                    var col: u32 = (c0 + (BLOCK * 3u));
+                    var col: u32 = sc3;
                     if ((col < col_hi)) {
-                        var xv: f32 = x[(base + col)];
-                        if (((xv > (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
+                        if (((sw3 > (0.0f)) && (sw3 < bitcast<f32>(2139095040u)))) {
                             // built by kernels::filters::part_max
-                            m = max(m, xv);
+                            m = max(m, sw3);
                         }
                     }
                 }
@@ -175,10 +179,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::sweep
                     for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                         // built by kernels::filters::sweep
+                        var sc0: u32 = (c0 + (BLOCK * 0u));
+                        var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                        var sc1: u32 = (c0 + (BLOCK * 1u));
+                        var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                        var sc2: u32 = (c0 + (BLOCK * 2u));
+                        var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                        var sc3: u32 = (c0 + (BLOCK * 3u));
+                        var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                         {
-                            var col: u32 = (c0 + (BLOCK * 0u));
+                            var col: u32 = sc0;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw0;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -198,9 +210,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 1u));
+                            var col: u32 = sc1;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw1;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -220,9 +232,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 2u));
+                            var col: u32 = sc2;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw2;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -242,9 +254,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         {
-                            var col: u32 = (c0 + (BLOCK * 3u));
+                            var col: u32 = sc3;
                             if ((col < col_hi)) {
-                                var zv: f32 = x[(base + col)];
+                                var zv: f32 = sw3;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -273,7 +285,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
-                        var zv: f32 = x[(base + col)];
+                        var lx: f32 = x[(base + col)];
+                        var zv: f32 = lx;
                         var ov: f32 = zv;
                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                         var wv: f32 = (0.0f);
@@ -308,7 +321,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
-                        var zv: f32 = x[(base + col)];
+                        var lx: f32 = x[(base + col)];
+                        var zv: f32 = lx;
                         var ov: f32 = zv;
                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                         var wv: f32 = (0.0f);
@@ -385,7 +399,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
-                            var zv: f32 = x[(base + col)];
+                            var lx: f32 = x[(base + col)];
+                            var zv: f32 = lx;
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -413,10 +428,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                                var sc0: u32 = (c0 + 0u);
+                                var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                                var sc1: u32 = (c0 + 1u);
+                                var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                                var sc2: u32 = (c0 + 2u);
+                                var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                                var sc3: u32 = (c0 + 3u);
+                                var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                                 {
-                                    var col: u32 = (c0 + 0u);
+                                    var col: u32 = sc0;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw0;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -437,9 +460,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 1u);
+                                    var col: u32 = sc1;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw1;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -460,9 +483,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 2u);
+                                    var col: u32 = sc2;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw2;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -483,9 +506,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 3u);
+                                    var col: u32 = sc3;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw3;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -509,10 +532,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         } else {
                             // built by kernels::filters::sweep
                             for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                                var sc0: u32 = (c0 + (BLOCK * 0u));
+                                var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                                var sc1: u32 = (c0 + (BLOCK * 1u));
+                                var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                                var sc2: u32 = (c0 + (BLOCK * 2u));
+                                var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                                var sc3: u32 = (c0 + (BLOCK * 3u));
+                                var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                                 {
-                                    var col: u32 = (c0 + (BLOCK * 0u));
+                                    var col: u32 = sc0;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw0;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -533,9 +564,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + (BLOCK * 1u));
+                                    var col: u32 = sc1;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw1;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -556,9 +587,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + (BLOCK * 2u));
+                                    var col: u32 = sc2;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw2;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -579,9 +610,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + (BLOCK * 3u));
+                                    var col: u32 = sc3;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw3;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1136,10 +1167,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                                var sc0: u32 = (c0 + 0u);
+                                var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                                var sc1: u32 = (c0 + 1u);
+                                var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                                var sc2: u32 = (c0 + 2u);
+                                var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                                var sc3: u32 = (c0 + 3u);
+                                var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                                 {
-                                    var col: u32 = (c0 + 0u);
+                                    var col: u32 = sc0;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw0;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1158,9 +1197,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 1u);
+                                    var col: u32 = sc1;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw1;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1179,9 +1218,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 2u);
+                                    var col: u32 = sc2;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw2;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1200,9 +1239,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 {
-                                    var col: u32 = (c0 + 3u);
+                                    var col: u32 = sc3;
                                     if ((col < col_hi)) {
-                                        var zv: f32 = x[(base + col)];
+                                        var zv: f32 = sw3;
                                         var ov: f32 = zv;
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1248,10 +1287,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                    var sc0: u32 = (c0 + 0u);
+                    var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                    var sc1: u32 = (c0 + 1u);
+                    var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                    var sc2: u32 = (c0 + 2u);
+                    var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                    var sc3: u32 = (c0 + 3u);
+                    var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                     {
-                        var col: u32 = (c0 + 0u);
+                        var col: u32 = sc0;
                         if ((col < col_hi)) {
-                            var zv: f32 = x[(base + col)];
+                            var zv: f32 = sw0;
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -1281,9 +1328,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     {
-                        var col: u32 = (c0 + 1u);
+                        var col: u32 = sc1;
                         if ((col < col_hi)) {
-                            var zv: f32 = x[(base + col)];
+                            var zv: f32 = sw1;
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -1313,9 +1360,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     {
-                        var col: u32 = (c0 + 2u);
+                        var col: u32 = sc2;
                         if ((col < col_hi)) {
-                            var zv: f32 = x[(base + col)];
+                            var zv: f32 = sw2;
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -1345,9 +1392,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     {
-                        var col: u32 = (c0 + 3u);
+                        var col: u32 = sc3;
                         if ((col < col_hi)) {
-                            var zv: f32 = x[(base + col)];
+                            var zv: f32 = sw3;
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -1399,10 +1446,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                    var sc0: u32 = (c0 + 0u);
+                    var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
+                    var sc1: u32 = (c0 + 1u);
+                    var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
+                    var sc2: u32 = (c0 + 2u);
+                    var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
+                    var sc3: u32 = (c0 + 3u);
+                    var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
                     {
-                        var col: u32 = (c0 + 0u);
+                        var col: u32 = sc0;
                         if ((col < col_hi)) {
-                            var zv: f32 = x[(base + col)];
+                            var zv: f32 = sw0;
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -1429,9 +1484,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     {
-                        var col: u32 = (c0 + 1u);
+                        var col: u32 = sc1;
                         if ((col < col_hi)) {
-                            var zv: f32 = x[(base + col)];
+                            var zv: f32 = sw1;
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -1458,9 +1513,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     {
-                        var col: u32 = (c0 + 2u);
+                        var col: u32 = sc2;
                         if ((col < col_hi)) {
-                            var zv: f32 = x[(base + col)];
+                            var zv: f32 = sw2;
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -1487,9 +1542,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     {
-                        var col: u32 = (c0 + 3u);
+                        var col: u32 = sc3;
                         if ((col < col_hi)) {
-                            var zv: f32 = x[(base + col)];
+                            var zv: f32 = sw3;
                             var ov: f32 = zv;
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);

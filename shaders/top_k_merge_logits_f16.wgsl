@@ -3125,32 +3125,40 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::sweep
                 for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                     // built by kernels::filters::sweep
+                    var sc0: u32 = (c0 + (BLOCK * 0u));
+                    let sk_e43: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                    var sw0: f32 = select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u));
+                    var sc1: u32 = (c0 + (BLOCK * 1u));
+                    let sk_e44: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                    var sw1: f32 = select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u));
+                    var sc2: u32 = (c0 + (BLOCK * 2u));
+                    let sk_e45: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                    var sw2: f32 = select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u));
+                    var sc3: u32 = (c0 + (BLOCK * 3u));
+                    let sk_e46: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                    var sw3: f32 = select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u));
                     {
-                        var col: u32 = (c0 + (BLOCK * 0u));
+                        var col: u32 = sc0;
                         if ((col < col_hi)) {
-                            let sk_e43: f32 = sk_load_x((base + col));
-                            m = max(m, (select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u)) / temp));
+                            m = max(m, (sw0 / temp));
                         }
                     }
                     {
-                        var col: u32 = (c0 + (BLOCK * 1u));
+                        var col: u32 = sc1;
                         if ((col < col_hi)) {
-                            let sk_e44: f32 = sk_load_x((base + col));
-                            m = max(m, (select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u)) / temp));
+                            m = max(m, (sw1 / temp));
                         }
                     }
                     {
-                        var col: u32 = (c0 + (BLOCK * 2u));
+                        var col: u32 = sc2;
                         if ((col < col_hi)) {
-                            let sk_e45: f32 = sk_load_x((base + col));
-                            m = max(m, (select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u)) / temp));
+                            m = max(m, (sw2 / temp));
                         }
                     }
                     {
-                        var col: u32 = (c0 + (BLOCK * 3u));
+                        var col: u32 = sc3;
                         if ((col < col_hi)) {
-                            let sk_e46: f32 = sk_load_x((base + col));
-                            m = max(m, (select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u)) / temp));
+                            m = max(m, (sw3 / temp));
                         }
                     }
                 }
@@ -3212,11 +3220,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::filters::sweep
                         for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                             // built by kernels::filters::sweep
+                            var sc0: u32 = (c0 + (BLOCK * 0u));
+                            let sk_e48: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                            var sw0: f32 = select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u));
+                            var sc1: u32 = (c0 + (BLOCK * 1u));
+                            let sk_e49: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                            var sw1: f32 = select(sk_e49, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e49) & 2147483647u) > 2139095040u));
+                            var sc2: u32 = (c0 + (BLOCK * 2u));
+                            let sk_e50: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                            var sw2: f32 = select(sk_e50, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e50) & 2147483647u) > 2139095040u));
+                            var sc3: u32 = (c0 + (BLOCK * 3u));
+                            let sk_e51: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                            var sw3: f32 = select(sk_e51, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e51) & 2147483647u) > 2139095040u));
                             {
-                                var col: u32 = (c0 + (BLOCK * 0u));
+                                var col: u32 = sc0;
                                 if ((col < col_hi)) {
-                                    let sk_e48: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u)) / temp);
+                                    var zv: f32 = (sw0 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -3236,10 +3255,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                             {
-                                var col: u32 = (c0 + (BLOCK * 1u));
+                                var col: u32 = sc1;
                                 if ((col < col_hi)) {
-                                    let sk_e49: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e49, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e49) & 2147483647u) > 2139095040u)) / temp);
+                                    var zv: f32 = (sw1 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -3259,10 +3277,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                             {
-                                var col: u32 = (c0 + (BLOCK * 2u));
+                                var col: u32 = sc2;
                                 if ((col < col_hi)) {
-                                    let sk_e50: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e50, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e50) & 2147483647u) > 2139095040u)) / temp);
+                                    var zv: f32 = (sw2 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -3282,10 +3299,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                             {
-                                var col: u32 = (c0 + (BLOCK * 3u));
+                                var col: u32 = sc3;
                                 if ((col < col_hi)) {
-                                    let sk_e51: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e51, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e51) & 2147483647u) > 2139095040u)) / temp);
+                                    var zv: f32 = (sw3 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -3315,7 +3331,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
                             let sk_e52: f32 = sk_load_x((base + col));
-                            var zv: f32 = (select(sk_e52, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e52) & 2147483647u) > 2139095040u)) / temp);
+                            var lx: f32 = select(sk_e52, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e52) & 2147483647u) > 2139095040u));
+                            var zv: f32 = (lx / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -3351,7 +3368,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
                             let sk_e53: f32 = sk_load_x((base + col));
-                            var zv: f32 = (select(sk_e53, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e53) & 2147483647u) > 2139095040u)) / temp);
+                            var lx: f32 = select(sk_e53, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e53) & 2147483647u) > 2139095040u));
+                            var zv: f32 = (lx / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -3429,7 +3447,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 // built by kernels::filters::sweep_list
                                 var col: u32 = listed_cols[at];
                                 let sk_e55: f32 = sk_load_x((base + col));
-                                var zv: f32 = (select(sk_e55, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e55) & 2147483647u) > 2139095040u)) / temp);
+                                var lx: f32 = select(sk_e55, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e55) & 2147483647u) > 2139095040u));
+                                var zv: f32 = (lx / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -3457,11 +3476,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                                    var sc0: u32 = (c0 + 0u);
+                                    let sk_e56: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                                    var sw0: f32 = select(sk_e56, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u));
+                                    var sc1: u32 = (c0 + 1u);
+                                    let sk_e57: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                                    var sw1: f32 = select(sk_e57, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e57) & 2147483647u) > 2139095040u));
+                                    var sc2: u32 = (c0 + 2u);
+                                    let sk_e58: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                                    var sw2: f32 = select(sk_e58, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e58) & 2147483647u) > 2139095040u));
+                                    var sc3: u32 = (c0 + 3u);
+                                    let sk_e59: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                                    var sw3: f32 = select(sk_e59, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e59) & 2147483647u) > 2139095040u));
                                     {
-                                        var col: u32 = (c0 + 0u);
+                                        var col: u32 = sc0;
                                         if ((col < col_hi)) {
-                                            let sk_e56: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e56, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw0 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3482,10 +3512,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 1u);
+                                        var col: u32 = sc1;
                                         if ((col < col_hi)) {
-                                            let sk_e57: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e57, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e57) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw1 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3506,10 +3535,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 2u);
+                                        var col: u32 = sc2;
                                         if ((col < col_hi)) {
-                                            let sk_e58: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e58, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e58) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw2 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3530,10 +3558,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 3u);
+                                        var col: u32 = sc3;
                                         if ((col < col_hi)) {
-                                            let sk_e59: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e59, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e59) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw3 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3557,11 +3584,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             } else {
                                 // built by kernels::filters::sweep
                                 for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                                    var sc0: u32 = (c0 + (BLOCK * 0u));
+                                    let sk_e60: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                                    var sw0: f32 = select(sk_e60, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e60) & 2147483647u) > 2139095040u));
+                                    var sc1: u32 = (c0 + (BLOCK * 1u));
+                                    let sk_e61: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                                    var sw1: f32 = select(sk_e61, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e61) & 2147483647u) > 2139095040u));
+                                    var sc2: u32 = (c0 + (BLOCK * 2u));
+                                    let sk_e62: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                                    var sw2: f32 = select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u));
+                                    var sc3: u32 = (c0 + (BLOCK * 3u));
+                                    let sk_e63: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                                    var sw3: f32 = select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u));
                                     {
-                                        var col: u32 = (c0 + (BLOCK * 0u));
+                                        var col: u32 = sc0;
                                         if ((col < col_hi)) {
-                                            let sk_e60: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e60, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e60) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw0 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3582,10 +3620,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + (BLOCK * 1u));
+                                        var col: u32 = sc1;
                                         if ((col < col_hi)) {
-                                            let sk_e61: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e61, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e61) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw1 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3606,10 +3643,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + (BLOCK * 2u));
+                                        var col: u32 = sc2;
                                         if ((col < col_hi)) {
-                                            let sk_e62: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw2 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3630,10 +3666,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + (BLOCK * 3u));
+                                        var col: u32 = sc3;
                                         if ((col < col_hi)) {
-                                            let sk_e63: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw3 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4188,11 +4223,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                                    var sc0: u32 = (c0 + 0u);
+                                    let sk_e66: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                                    var sw0: f32 = select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u));
+                                    var sc1: u32 = (c0 + 1u);
+                                    let sk_e67: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                                    var sw1: f32 = select(sk_e67, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e67) & 2147483647u) > 2139095040u));
+                                    var sc2: u32 = (c0 + 2u);
+                                    let sk_e68: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                                    var sw2: f32 = select(sk_e68, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e68) & 2147483647u) > 2139095040u));
+                                    var sc3: u32 = (c0 + 3u);
+                                    let sk_e69: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                                    var sw3: f32 = select(sk_e69, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e69) & 2147483647u) > 2139095040u));
                                     {
-                                        var col: u32 = (c0 + 0u);
+                                        var col: u32 = sc0;
                                         if ((col < col_hi)) {
-                                            let sk_e66: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw0 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4211,10 +4257,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 1u);
+                                        var col: u32 = sc1;
                                         if ((col < col_hi)) {
-                                            let sk_e67: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e67, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e67) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw1 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4233,10 +4278,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 2u);
+                                        var col: u32 = sc2;
                                         if ((col < col_hi)) {
-                                            let sk_e68: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e68, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e68) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw2 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4255,10 +4299,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     {
-                                        var col: u32 = (c0 + 3u);
+                                        var col: u32 = sc3;
                                         if ((col < col_hi)) {
-                                            let sk_e69: f32 = sk_load_x((base + col));
-                                            var zv: f32 = (select(sk_e69, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e69) & 2147483647u) > 2139095040u)) / temp);
+                                            var zv: f32 = (sw3 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4311,11 +4354,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                         for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                            var sc0: u32 = (c0 + 0u);
+                            let sk_e70: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                            var sw0: f32 = select(sk_e70, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e70) & 2147483647u) > 2139095040u));
+                            var sc1: u32 = (c0 + 1u);
+                            let sk_e71: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                            var sw1: f32 = select(sk_e71, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e71) & 2147483647u) > 2139095040u));
+                            var sc2: u32 = (c0 + 2u);
+                            let sk_e72: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                            var sw2: f32 = select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u));
+                            var sc3: u32 = (c0 + 3u);
+                            let sk_e73: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                            var sw3: f32 = select(sk_e73, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e73) & 2147483647u) > 2139095040u));
                             {
-                                var col: u32 = (c0 + 0u);
+                                var col: u32 = sc0;
                                 if ((col < col_hi)) {
-                                    let sk_e70: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e70, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e70) & 2147483647u) > 2139095040u)) / temp);
+                                    var zv: f32 = (sw0 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4343,8 +4397,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e71: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e71 + 8u)], rows[(sk_e71 + 9u)], rows[(sk_e71 + 10u)], col)));
+                                            let sk_e74: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e74 + 8u)], rows[(sk_e74 + 9u)], rows[(sk_e74 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4355,53 +4409,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                             {
-                                var col: u32 = (c0 + 1u);
+                                var col: u32 = sc1;
                                 if ((col < col_hi)) {
-                                    let sk_e72: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    var kept: bool = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        var tie: bool = (ok && (key == s_key));
-                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        var s64: f64 = f64(ov);
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            let sk_e73: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e73 + 8u)], rows[(sk_e73 + 9u)], rows[(sk_e73 + 10u)], col)));
-                                        }
-                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best64 = s64;
-                                            best64_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 2u);
-                                if ((col < col_hi)) {
-                                    let sk_e74: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e74, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e74) & 2147483647u) > 2139095040u)) / temp);
+                                    var zv: f32 = (sw1 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4441,10 +4451,51 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                             {
-                                var col: u32 = (c0 + 3u);
+                                var col: u32 = sc2;
                                 if ((col < col_hi)) {
-                                    let sk_e76: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e76, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e76) & 2147483647u) > 2139095040u)) / temp);
+                                    var zv: f32 = (sw2 / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    var kept: bool = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        var tie: bool = (ok && (key == s_key));
+                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        var s64: f64 = f64(ov);
+                                        if (noisy) {
+                                            // built by kernels::seeded::score64
+                                            let sk_e76: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e76 + 8u)], rows[(sk_e76 + 9u)], rows[(sk_e76 + 10u)], col)));
+                                        }
+                                        if (((s64 > best64) || (best64_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best64 = s64;
+                                            best64_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                var col: u32 = sc3;
+                                if ((col < col_hi)) {
+                                    var zv: f32 = (sw3 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4488,6 +4539,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 if ((!seeded_row)) {
                     // built by kernels::filters::race_in_set
+                    var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
+                    var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
+                    var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
+                    var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                     tie_rank = tie_start;
                     sweeps = (sweeps + 1u);
                     {
@@ -4495,16 +4550,26 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                         for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
+                            var sc0: u32 = (c0 + 0u);
+                            let sk_e78: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
+                            var sw0: f32 = select(sk_e78, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e78) & 2147483647u) > 2139095040u));
+                            var sc1: u32 = (c0 + 1u);
+                            let sk_e79: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
+                            var sw1: f32 = select(sk_e79, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e79) & 2147483647u) > 2139095040u));
+                            var sc2: u32 = (c0 + 2u);
+                            let sk_e80: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
+                            var sw2: f32 = select(sk_e80, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e80) & 2147483647u) > 2139095040u));
+                            var sc3: u32 = (c0 + 3u);
+                            let sk_e81: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
+                            var sw3: f32 = select(sk_e81, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e81) & 2147483647u) > 2139095040u));
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
-                                let sk_e78: u32 = (row * 12u);
-                                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, rows[(sk_e78 + 10u)], rows[(sk_e78 + 11u)]), rows[(sk_e78 + 8u)], rows[(sk_e78 + 9u)]);
+                                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
                             }
                             {
-                                var col: u32 = (c0 + 0u);
+                                var col: u32 = sc0;
                                 if ((col < col_hi)) {
-                                    let sk_e79: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e79, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e79) & 2147483647u) > 2139095040u)) / temp);
+                                    var zv: f32 = (sw0 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4529,46 +4594,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e80: f32 = sk_gumbel(w[0]);
-                                        var score: f32 = select(zv, select((zv + sk_e80), sk_e80, (zv == bitcast<f32>(2139095040u))), noisy);
-                                        if (((score > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::filters::keep_best
-                                            best = score;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            }
-                            {
-                                var col: u32 = (c0 + 1u);
-                                if ((col < col_hi)) {
-                                    let sk_e81: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e81, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e81) & 2147483647u) > 2139095040u)) / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    var kept: bool = false;
-                                    if (((!searched) || (key >= s_key))) {
-                                        // built by kernels::filters::sweep_set
-                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        ok = (wv > (0.0f));
-                                        mv = sk_fixed(wv);
-                                        if (ok) {
-                                            all_mass = (all_mass + mv);
-                                        }
-                                        var tie: bool = (ok && (key == s_key));
-                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                        if (tie) {
-                                            // built by kernels::filters::kept
-                                            tie_rank = (tie_rank + 1u);
-                                        }
-                                        kept = in_set;
-                                    }
-                                    if (kept) {
-                                        // built by kernels::filters::race_sweep
-                                        let sk_e82: f32 = sk_gumbel(w[1]);
+                                        let sk_e82: f32 = sk_gumbel(w[0]);
                                         var score: f32 = select(zv, select((zv + sk_e82), sk_e82, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4579,10 +4605,47 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                             {
-                                var col: u32 = (c0 + 2u);
+                                var col: u32 = sc1;
                                 if ((col < col_hi)) {
-                                    let sk_e83: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e83, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e83) & 2147483647u) > 2139095040u)) / temp);
+                                    var zv: f32 = (sw1 / temp);
+                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var wv: f32 = (0.0f);
+                                    var ok: bool = false;
+                                    var mv: u64 = 0lu;
+                                    var kept: bool = false;
+                                    if (((!searched) || (key >= s_key))) {
+                                        // built by kernels::filters::sweep_set
+                                        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        ok = (wv > (0.0f));
+                                        mv = sk_fixed(wv);
+                                        if (ok) {
+                                            all_mass = (all_mass + mv);
+                                        }
+                                        var tie: bool = (ok && (key == s_key));
+                                        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+                                        if (tie) {
+                                            // built by kernels::filters::kept
+                                            tie_rank = (tie_rank + 1u);
+                                        }
+                                        kept = in_set;
+                                    }
+                                    if (kept) {
+                                        // built by kernels::filters::race_sweep
+                                        let sk_e83: f32 = sk_gumbel(w[1]);
+                                        var score: f32 = select(zv, select((zv + sk_e83), sk_e83, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        if (((score > best) || (best_i == 4294967295u))) {
+                                            // built by kernels::filters::keep_best
+                                            best = score;
+                                            best_i = col;
+                                        }
+                                    }
+                                }
+                            }
+                            {
+                                var col: u32 = sc2;
+                                if ((col < col_hi)) {
+                                    var zv: f32 = (sw2 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4618,10 +4681,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                             {
-                                var col: u32 = (c0 + 3u);
+                                var col: u32 = sc3;
                                 if ((col < col_hi)) {
-                                    let sk_e85: f32 = sk_load_x((base + col));
-                                    var zv: f32 = (select(sk_e85, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e85) & 2147483647u) > 2139095040u)) / temp);
+                                    var zv: f32 = (sw3 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4646,8 +4708,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e86: f32 = sk_gumbel(w[3]);
-                                        var score: f32 = select(zv, select((zv + sk_e86), sk_e86, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e85: f32 = sk_gumbel(w[3]);
+                                        var score: f32 = select(zv, select((zv + sk_e85), sk_e85, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -4728,8 +4790,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::abi::write_results
                     var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                     if ((sk_lid == 0u)) {
-                        let sk_e87: f32 = sk_load_x((base + tok_at));
-                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e87, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e87) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                        let sk_e86: f32 = sk_load_x((base + tok_at));
+                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e86, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e86) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                     }
                 }
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -42,9 +42,10 @@
 //! 1), order (1: top-k first; else joint). A zeroed record is a plain row.
 
 use super::abi::{
-    buffer, for_each_row, for_each_row_at, kernel, output_buffers, philox_block, row_is_seeded, row_temperature,
-    row_word, scaled, word, write_results, Dtype, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST,
+    buffer, for_each_row, for_each_row_at, kernel, output_buffers, row_is_seeded, row_temperature, row_word, scaled,
+    word, write_results, Dtype, PhiloxKey, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST,
 };
+use super::filter_values as values;
 use super::math;
 use super::philox;
 use super::seeded::{self, score64};
@@ -147,8 +148,33 @@ fn fraction() -> Function {
 /// GPU, one vector load on lavapipe, where the quads' stride of four is a gather) and
 /// `per_quad` is not called: for the passes that only count and sum. The layout is a runtime
 /// value, so a pass is written once whichever it takes.
-fn sweep(b: &mut Block, chunked: Expr, per_quad: impl Fn(&mut Block, Expr), per_col: impl Fn(&mut Block, Expr, u8)) {
+fn sweep(
+    b: &mut Block,
+    input: Input,
+    chunked: Expr,
+    per_quad: impl Fn(&mut Block, Expr),
+    per_col: impl Fn(&mut Block, Expr, u8, Expr),
+) {
     b.set("sweeps", var("sweeps") + u(1));
+    // A step's four columns: their reads first and unconditional (a column past the range reads
+    // its last), so they are in flight together, one round trip a step, not one a column; then
+    // `per_quad`, then `per_col` for each inside, with its element as read.
+    let step = |b: &mut Block, col_of: &dyn Fn(u32) -> Expr, c0: Option<Expr>| {
+        for j in 0..4u32 {
+            let col = b.let_(&format!("sc{j}"), Ty::U32, col_of(j));
+            let at = select(col.clone().lt(var("col_hi")), col, var("col_hi") - u(1));
+            values::read(b, input, at, &format!("sw{j}"));
+        }
+        if let Some(c0) = c0 {
+            per_quad(b, c0);
+        }
+        for j in 0..4u8 {
+            b.scope(|b| {
+                let col = b.let_("col", Ty::U32, var(&format!("sc{j}")));
+                b.if_(col.clone().lt(var("col_hi")), |b| per_col(b, col, j, var(&format!("sw{j}"))));
+            });
+        }
+    };
     b.if_else(
         chunked,
         |b| {
@@ -158,26 +184,13 @@ fn sweep(b: &mut Block, chunked: Expr, per_quad: impl Fn(&mut Block, Expr), per_
             let lid = builtin(Builtin::LocalId);
             let first = var("col_lo") + (lid.clone() * per.clone()).min(quads.clone()) * u(4);
             let last = var("col_lo") + (lid * per.clone() + per).min(quads) * u(4);
-            b.for_("c0", first, last, u(4), |b, c0| {
-                per_quad(b, c0.clone());
-                for j in 0..4u8 {
-                    b.scope(|b| {
-                        let col = b.let_("col", Ty::U32, c0.clone() + u(j as u32));
-                        b.if_(col.clone().lt(var("col_hi")), |b| per_col(b, col, j));
-                    });
-                }
-            });
+            b.for_("c0", first, last, u(4), |b, c0| step(b, &|j| c0.clone() + u(j), Some(c0.clone())));
         },
         |b| {
             let bs = builtin(Builtin::BlockSize);
             let first = var("col_lo") + builtin(Builtin::LocalId);
-            b.for_("c0", first, var("col_hi"), bs * u(4), |b, c0| {
-                for j in 0..4u8 {
-                    b.scope(|b| {
-                        let col = b.let_("col", Ty::U32, c0.clone() + builtin(Builtin::BlockSize) * u(j as u32));
-                        b.if_(col.clone().lt(var("col_hi")), |b| per_col(b, col, j));
-                    });
-                }
+            b.for_("c0", first, var("col_hi"), bs.clone() * u(4), |b, c0| {
+                step(b, &|j| c0.clone() + bs.clone() * u(j), None)
             });
         },
     );
@@ -186,20 +199,22 @@ fn sweep(b: &mut Block, chunked: Expr, per_quad: impl Fn(&mut Block, Expr), per_
 /// A sweep over the `n_list` columns listed in workgroup memory, neighbouring positions per
 /// invocation; not a read of the row, so `sweeps` does not count it. There is no chunked
 /// layout: the list is in no index order, so a listed select never ranks its ties from it.
-fn sweep_list(b: &mut Block, per_col: &impl Fn(&mut Block, Expr)) {
+fn sweep_list(b: &mut Block, input: Input, per_col: &impl Fn(&mut Block, Expr, Expr)) {
     let bs = builtin(Builtin::BlockSize);
     b.for_("at", builtin(Builtin::LocalId), var("n_list"), bs, |b, at| {
         let col = b.let_("col", Ty::U32, load_shared(LIST, at));
-        per_col(b, col);
+        let x = values::read(b, input, col.clone(), "lx");
+        per_col(b, col, x);
     });
 }
 
-/// Declares, for the column `col`, `zv` (the value the race scores: `z` or `p`), `ov` (the value
-/// the order is on) and `key` (u32, larger first), and `wv`, `ok`, `mv` unset (see [`weigh`]).
-fn element(b: &mut Block, input: Input, col: Expr) {
+/// Declares, for a column whose element `x` was read ([`values::read`]), `zv` (the value the
+/// race scores: `z` or `p`), `ov` (the value the order is on) and `key` (u32, larger first),
+/// and `wv`, `ok`, `mv` unset (see [`weigh`]).
+fn element(b: &mut Block, input: Input, x: Expr) {
     match input {
         Input::Logits(_) => {
-            let z = b.let_("zv", Ty::F32, scaled(col));
+            let z = b.let_("zv", Ty::F32, x / var("temp"));
             // The order is on `z - max` rounded to f32, as the softmax's probabilities are (two
             // values of `z` that round to the same distance have the same probability).
             let inf = f(f32::INFINITY);
@@ -207,7 +222,7 @@ fn element(b: &mut Block, input: Input, col: Expr) {
             b.let_("ov", Ty::F32, select(var("mx").eq_(inf), top, z - var("mx")));
         }
         Input::Probs => {
-            let x = b.let_("zv", Ty::F32, load("x", var("base") + col));
+            let x = b.let_("zv", Ty::F32, x);
             b.let_("ov", Ty::F32, x);
         }
     }
@@ -253,8 +268,8 @@ fn weigh(b: &mut Block, input: Input) {
 
 /// [`element`] for the column `col`, weighed when its key matches the select's prefix: `ok`
 /// then says it is one of the prefix's tokens with probability (a candidate of the select).
-fn candidate(b: &mut Block, input: Input, col: Expr) {
-    element(b, input, col);
+fn candidate(b: &mut Block, input: Input, x: Expr) {
+    element(b, input, x);
     b.if_((var("key") & var("sel_mask")).eq_(var("sel_key")), |b| weigh(b, input));
 }
 
@@ -264,12 +279,12 @@ pub(super) fn part_max(b: &mut Block, input: Input) -> Expr {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
     sweep(
         b,
+        input,
         boolean(false),
         |_, _| {},
-        |b, col, _| match input {
-            Input::Logits(_) => b.set("m", var("m").max(scaled(col))),
+        |b, _, _, x| match input {
+            Input::Logits(_) => b.set("m", var("m").max(x / var("temp"))),
             Input::Probs => {
-                let x = b.let_("xv", Ty::F32, load("x", var("base") + col));
                 let valid = x.clone().gt(f(0.0)).and(x.clone().lt(f(f32::INFINITY)));
                 b.if_(valid, |b| b.set("m", var("m").max(x)));
             }
@@ -316,15 +331,15 @@ pub(super) fn digit_pass(b: &mut Block, st: Expr) {
 /// kernels), the pass reads the list instead of the row where `listed` holds.
 pub(super) fn digit_counts(b: &mut Block, input: Input, chunked: Expr, listing: bool) {
     count_digits(b, |b| {
-        let count = |b: &mut Block, col: Expr| {
-            candidate(b, input, col);
+        let count = |b: &mut Block, x: Expr| {
+            candidate(b, input, x);
             b.if_(var("ok"), |b| add_digit(b, var("key"), var("mv")));
         };
         if listing {
-            b.if_(var("listed"), |b| sweep_list(b, &count));
-            b.if_(var("listed").not(), |b| sweep(b, chunked, |_, _| {}, |b, col, _| count(b, col)));
+            b.if_(var("listed"), |b| sweep_list(b, input, &|b, _, x| count(b, x)));
+            b.if_(var("listed").not(), |b| sweep(b, input, chunked.clone(), |_, _| {}, |b, _, _, x| count(b, x)));
         } else {
-            sweep(b, chunked, |_, _| {}, |b, col, _| count(b, col));
+            sweep(b, input, chunked, |_, _| {}, |b, _, _, x| count(b, x));
         }
     });
 }
@@ -521,10 +536,11 @@ fn list_bucket(b: &mut Block, input: Input) {
     b.let_("list_at", Ty::U32, from);
     sweep(
         b,
+        input,
         boolean(false),
         |_, _| {},
-        |b, col, _| {
-            candidate(b, input, col.clone());
+        |b, col, _, x| {
+            candidate(b, input, x);
             // The offsets are exact; the bound only keeps a store inside the array whatever happens.
             b.if_(var("ok").and(var("list_at").lt(u(LIST_CAP))), |b| {
                 b.store_shared(LIST, var("list_at"), col);
@@ -544,16 +560,16 @@ fn list_bucket(b: &mut Block, input: Input) {
 /// and `tie_col`, the highest index kept at that key. At least the bucket's first token is kept (that is how the select chose it), and
 /// nothing after the bucket is.
 fn select_in_bucket(b: &mut Block, input: Input) {
-    let in_bucket = |b: &mut Block, col: Expr, then: &dyn Fn(&mut Block, Expr)| {
-        candidate(b, input, col.clone());
+    let in_bucket = |b: &mut Block, col: Expr, x: Expr, then: &dyn Fn(&mut Block, Expr)| {
+        candidate(b, input, x);
         b.if_(var("ok"), |b| then(b, col));
     };
     b.set("mine", u(0));
-    sweep_list(b, &|b, col| in_bucket(b, col, &|b, _| b.set("mine", var("mine") + u(1))));
+    sweep_list(b, input, &|b, col, x| in_bucket(b, col, x, &|b, _| b.set("mine", var("mine") + u(1))));
     let from = b.scan(var("mine"), "bucket_from");
     b.let_("bucket_at", Ty::U32, from);
-    sweep_list(b, &|b, col| {
-        in_bucket(b, col, &|b, col| {
+    sweep_list(b, input, &|b, col, x| {
+        in_bucket(b, col, x, &|b, col| {
             let at = var("bucket_at");
             b.if_(at.clone().lt(u(BUCKET_CAP)), |b| {
                 b.store_shared(BUCKET_COLS, at.clone(), col);
@@ -605,10 +621,11 @@ pub(super) fn count_ties(b: &mut Block, input: Input) {
     b.set("mine", u(0));
     sweep(
         b,
+        input,
         boolean(true),
         |_, _| {},
-        |b, col, _| {
-            element(b, input, col);
+        |b, _, _, x| {
+            element(b, input, x);
             b.if_(var("key").eq_(var("s_key")), |b| weigh(b, input));
             b.if_(var("ok"), |b| b.set("mine", var("mine") + u(1)));
         },
@@ -653,8 +670,8 @@ fn sweep_set(
     per_col: impl Fn(&mut Block, Expr, u8, Expr),
 ) {
     b.set("tie_rank", var("tie_start"));
-    sweep(b, boolean(true), per_quad, |b, col, j| {
-        element(b, input, col.clone());
+    sweep(b, input, boolean(true), per_quad, |b, col, j, x| {
+        element(b, input, x);
         b.let_("kept", Ty::Bool, boolean(false));
         b.if_(var("searched").not().or(var("key").ge(var("s_key"))), |b| {
             weigh(b, input);
@@ -759,9 +776,10 @@ pub(super) fn race_in_set(b: &mut Block, input: Input) {
 /// One race sweep over `S`: SGLang's float64 race on hashed noise (`seeded`), else the Philox one.
 fn race_sweep(b: &mut Block, input: Input, seeded: bool) {
     let noisy = var("noisy");
+    let key = (!seeded).then(|| PhiloxKey::bound(b));
     let per_quad = |b: &mut Block, c0: Expr| {
-        if !seeded {
-            b.if_(noisy.clone(), |b| b.set("w", philox_block(c0)));
+        if let Some(key) = &key {
+            b.if_(noisy.clone(), |b| b.set("w", key.block(c0)));
         }
     };
     sweep_set(b, input, per_quad, |b, col, j, keep| {
